@@ -1,0 +1,3 @@
+from flashbench.cli.app import entry
+
+entry()

@@ -1,0 +1,1 @@
+"""The Typer CLI: one thin module per command group, each calling one library function."""

@@ -1,0 +1,21 @@
+"""The one error type the CLI renders as a one-line message, and the documented exit codes."""
+
+from __future__ import annotations
+
+# Exit codes, documented in README.md ("Exit codes").
+EXIT_OK = 0
+EXIT_REGRESSION = 1  # gate: a real slowdown or a newly failing case
+EXIT_USAGE = 2  # bad input: malformed range, unknown provider/GPU, corrupt results, mismatch
+EXIT_NO_GPU = 3  # a command that needs a GPU found none
+EXIT_INTERRUPTED = 130  # Ctrl-C; every finished row is already on disk
+
+
+class FlashbenchError(Exception):
+    """A user-facing error: printed as one line, never as a traceback.
+
+    ``exit_code`` defaults to EXIT_USAGE (2); raise with another code where the README documents one.
+    """
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

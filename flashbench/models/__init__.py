@@ -1,0 +1,1 @@
+"""Pure models (no torch import): FLOPs, HBM bytes, memory, roofline. Numbers in, numbers out."""

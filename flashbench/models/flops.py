@@ -1,0 +1,90 @@
+"""FLOP counts for attention, with the convention stated.
+
+Convention (flash-attn's benchmarks, DESIGN.md):
+- forward  = 4 * B * H * d * pairs, where pairs = the number of unmasked (query, key) pairs.
+  QK^T costs 2*d per pair and PV another 2*d; softmax's exp/max/sum are not counted (they run on the
+  special-function and FP32 units, not the tensor cores, and every kernel must do them alike).
+- backward = 2.5x forward: dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q is 4 matmuls = 2x forward,
+  plus recomputing S = Q K^T from the saved log-sum-exp = 0.5x forward. The recompute share is therefore
+  0.5 / 2.5 = 20% of the backward as credited here and 0.5 / 3.5 = 14.3% of fwd+bwd. The source documents'
+  "25% of backward / 16.7% of the total" counts the recompute against a 2x backward (0.5 / 2.0, and
+  0.5 / 3.0 of a fwd+bwd without recompute): both views are returned by recompute_share().
+- fwd+bwd  = 3.5x forward.
+
+Causal pairs are counted exactly, not as the 0.5x shortcut: for seq_q = seq_k = N they are
+N (N + 1) / 2, so the shortcut undercounts by N/2 pairs (a 1/N relative error, 6% at N = 16).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Alignment = Literal["bottom-right", "top-left"]
+
+MODE_MULTIPLIER: dict[str, float] = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+
+
+def unmasked_pairs(seq_q: int, seq_k: int, causal: bool, alignment: Alignment = "bottom-right") -> int:
+    """Number of (query, key) pairs that the mask keeps, for one batch element and one head.
+
+    bottom-right (flash-attn >= 2.1, our kernels): query i sees keys j <= i + (seq_k - seq_q).
+    top-left (PyTorch's is_causal for seq_q != seq_k): query i sees keys j <= i.
+    """
+    if seq_q < 0 or seq_k < 0:
+        raise ValueError("sequence lengths must be >= 0")
+    if not causal:
+        return seq_q * seq_k
+    offset = seq_k - seq_q if alignment == "bottom-right" else 0
+    # Row i keeps clamp(i + offset + 1, 0, seq_k) keys. Sum it in closed form over three ranges:
+    # rows that keep nothing, rows on the ramp, rows that keep all seq_k keys.
+    first_ramp = max(0, -offset)  # first row with at least one key
+    first_full = max(0, min(seq_q, seq_k - offset - 1))  # first row that keeps all keys
+    first_full = max(first_full, first_ramp)
+    ramp_rows = first_full - first_ramp
+    # keys kept on the ramp: (first_ramp + offset + 1) ... (first_full - 1 + offset + 1)
+    lo = first_ramp + offset + 1
+    hi = first_full + offset
+    ramp = (lo + hi) * ramp_rows // 2 if ramp_rows > 0 else 0
+    full = (seq_q - first_full) * seq_k
+    return ramp + full
+
+
+def forward_flops(
+    batch: int,
+    heads: int,
+    seq_q: int,
+    seq_k: int,
+    head_dim: int,
+    causal: bool,
+    alignment: Alignment = "bottom-right",
+) -> int:
+    """4 * B * H * d * unmasked pairs. GQA does not change it: every query head does its own matmuls."""
+    return 4 * batch * heads * head_dim * unmasked_pairs(seq_q, seq_k, causal, alignment)
+
+
+def attention_flops(
+    batch: int,
+    heads: int,
+    seq_q: int,
+    seq_k: int,
+    head_dim: int,
+    causal: bool,
+    mode: str,
+    alignment: Alignment = "bottom-right",
+) -> float:
+    """FLOPs credited to one call in `mode` ("fwd", "bwd", "fwd+bwd") under the stated convention."""
+    try:
+        mult = MODE_MULTIPLIER[mode]
+    except KeyError:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {sorted(MODE_MULTIPLIER)}") from None
+    return mult * forward_flops(batch, heads, seq_q, seq_k, head_dim, causal, alignment)
+
+
+def recompute_share() -> dict[str, float]:
+    """The recompute's share of the work under each way of counting (see the module docstring)."""
+    return {
+        "of_backward_credited_2.5x": 0.5 / 2.5,
+        "of_fwd_bwd_credited_3.5x": 0.5 / 3.5,
+        "over_stored_p_backward_2x": 0.5 / 2.0,
+        "of_fwd_bwd_without_recompute_3x": 0.5 / 3.0,
+    }

@@ -1,0 +1,217 @@
+"""Results on disk: the Row schema, append-only rows.jsonl, the environment record, resume, load.
+
+A run directory holds:
+    env.json     the environment record (GPU, driver, versions, sweep spec), written when the run starts
+    rows.jsonl   one JSON object per finished case, appended and fsync'ed as each case ends
+
+A row is never rewritten. A retried case appends a new row; readers keep the last row per case key.
+A half-written last line (the process was killed mid-write) is dropped with a warning; any other
+unreadable line means the file is corrupt and is reported as a one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flashbench.cases import CASE_FIELDS, Case
+from flashbench.errors import FlashbenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMA_VERSION = 1
+ROWS_FILE = "rows.jsonl"
+ENV_FILE = "env.json"
+
+# Row statuses. Only "ok" rows carry a speed.
+OK = "ok"
+WRONG = "wrong"  # result outside the error budget, or NaN/Inf: never shown as a speed
+OOM = "oom"  # the case ran out of GPU memory
+PREDICTED_OOM = "predicted-oom"  # the memory model says it cannot fit: not attempted
+UNSUPPORTED = "unsupported"  # the provider refuses this case (reason says why)
+UNAVAILABLE = "unavailable"  # the provider's package is not installed / no such backend
+CRASH = "crash"  # the worker died (segfault, illegal memory access) or the provider raised
+TIMEOUT = "timeout"  # the case ran past the per-case timeout
+SKIPPED = "skipped"  # not attempted because a smaller case of the same shape already OOMed
+STATUSES = (OK, WRONG, OOM, PREDICTED_OOM, UNSUPPORTED, UNAVAILABLE, CRASH, TIMEOUT, SKIPPED)
+# Statuses a --resume retries; the others are final answers about the case.
+RETRY_STATUSES = frozenset({CRASH, TIMEOUT})
+
+FLOP_CONVENTION = (
+    "forward = 4*B*H*d*(unmasked (q,k) pairs); backward = 2.5x forward (2x for the gradients "
+    "+ 0.5x for recomputing P); fwd+bwd = 3.5x forward"
+)
+
+
+@dataclass
+class Row:
+    """One measured (or refused) case. Field order is the column order of load()'s DataFrame."""
+
+    # --- the case (Case fields, flattened) ---
+    provider: str
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    dtype: str
+    causal: bool
+    mode: str
+    # --- outcome ---
+    status: str
+    reason: str = ""  # why it is not "ok": torch's refusal, the stderr tail, the predicted bytes...
+    device: str = "cuda"  # "cuda" or "cpu" (CPU times are labelled as such everywhere)
+    gpu: str = ""  # device name as the worker saw it
+    # --- timing (milliseconds) ---
+    samples_ms: list[float] = field(default_factory=list)  # raw samples, one per repetition
+    median_ms: float | None = None
+    p20_ms: float | None = None
+    p80_ms: float | None = None
+    compile_ms: float | None = None  # first call: JIT compile + autotune, kept out of the samples
+    cuda_graph: bool = False
+    # --- work and speed ---
+    flops: float | None = None  # FLOP_CONVENTION
+    tflops: float | None = None  # flops / median
+    # --- correctness (relative Frobenius error against a float64 reference) ---
+    rel_err: float | None = None  # this provider's error
+    err_budget: float | None = None  # 2 * error of torch's own low-precision attention + eps
+    ref: str = ""  # what the reference was, or why there was none ("skipped: ... too large")
+    # --- memory ---
+    peak_mem_bytes: int | None = None  # peak allocated above the inputs, from an untimed run
+    predicted_mem_bytes: int | None = None  # the memory model's prediction for the same quantity
+    # --- kernel configuration (block sizes, warps, stages) where the provider exposes it ---
+    kernel_config: dict[str, Any] | None = None
+    # --- GPU state around the case: sm_clock_mhz, mem_clock_mhz, power_w, temp_c, clock_event_reasons ---
+    nvml_before: dict[str, Any] | None = None
+    nvml_after: dict[str, Any] | None = None
+    throttled: bool = False
+    # --- Nsight Compute (sweep --ncu) ---
+    ncu_dram_read_bytes: int | None = None
+    ncu_dram_write_bytes: int | None = None
+    # --- bookkeeping ---
+    timestamp: float = 0.0
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def case(self) -> Case:
+        return Case(**{k: getattr(self, k) for k in CASE_FIELDS})
+
+    @property
+    def key(self) -> str:
+        return self.case.key
+
+    @classmethod
+    def for_case(cls, case: Case, status: str, **kw: Any) -> Row:
+        return cls(**case.to_dict(), status=status, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Row:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+ROW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Row))
+
+
+def append_row(run_dir: str | Path, row: Row) -> None:
+    """Append one row and force it to disk, so a kill -9 after this call loses nothing."""
+    path = Path(run_dir) / ROWS_FILE
+    line = json.dumps(row.to_dict(), separators=(",", ":"), allow_nan=False, default=_json_default)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy / torch scalars
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def write_env(run_dir: str | Path, env: dict[str, Any]) -> None:
+    env = {"schema": SCHEMA_VERSION, "flop_convention": FLOP_CONVENTION, **env}
+    path = Path(run_dir) / ENV_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(env, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_env(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / ENV_FILE
+    if not path.is_file():
+        raise FlashbenchError(f"{run_dir}: no {ENV_FILE} (not a flashbench run directory?)")
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FlashbenchError(f"{path} is corrupt: {exc}") from None
+    if not isinstance(env, dict):
+        raise FlashbenchError(f"{path} is corrupt: expected a JSON object")
+    _check_schema(env.get("schema"), path)
+    return env
+
+
+def _check_schema(schema: Any, where: Path) -> None:
+    if schema != SCHEMA_VERSION:
+        raise FlashbenchError(
+            f"{where} has results schema {schema!r}; this flashbench reads schema {SCHEMA_VERSION}"
+        )
+
+
+def read_rows(run_dir: str | Path, latest_only: bool = True) -> list[Row]:
+    """Rows of a run. With latest_only, the last row per case key (a retried case's newest answer)."""
+    run_dir = Path(run_dir)
+    path = run_dir / ROWS_FILE
+    if not run_dir.is_dir():
+        raise FlashbenchError(f"results directory not found: {run_dir}")
+    if not path.is_file():
+        raise FlashbenchError(f"{run_dir}: no {ROWS_FILE} (not a flashbench run directory?)")
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    rows: list[Row] = []
+    for lineno, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            _check_schema(data.get("schema"), path)
+            row = Row.from_dict(data)
+        except FlashbenchError:
+            raise
+        except (ValueError, TypeError) as exc:
+            is_torn_tail = lineno == len(lines) and not text.endswith("}")
+            if is_torn_tail:
+                warnings.warn(f"{path}: dropped a half-written last line", stacklevel=2)
+                continue
+            raise FlashbenchError(f"{path} line {lineno} is corrupt: {exc}") from None
+        rows.append(row)
+    if not latest_only:
+        return rows
+    latest: dict[str, Row] = {}
+    for row in rows:
+        latest.pop(row.key, None)  # keep first-seen order of the newest answer
+        latest[row.key] = row
+    return list(latest.values())
+
+
+def load(path: str | Path) -> pd.DataFrame:
+    """A run directory (or its rows.jsonl) as a pandas DataFrame, one row per case, with a `key` column."""
+    import pandas as pd
+
+    run_dir = Path(path)
+    if run_dir.name == ROWS_FILE:
+        run_dir = run_dir.parent
+    rows = read_rows(run_dir)
+    frame = pd.DataFrame([r.to_dict() for r in rows], columns=list(ROW_FIELDS))
+    frame.insert(0, "key", [r.key for r in rows])
+    return frame

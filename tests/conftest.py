@@ -1,0 +1,33 @@
+"""Test set-up shared by every test module.
+
+On a machine without CUDA the Triton kernels run through Triton's interpreter, which must be switched on
+before triton is first imported; on a GPU machine the same tests run on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# The device the kernel tests run on: CUDA where present, else the CPU through the interpreter.
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_CUDA:
+        return
+    skip_gpu = pytest.mark.skip(reason="needs CUDA (runs on the GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def device() -> str:
+    return DEVICE
