@@ -1,0 +1,185 @@
+"""Predicted peak GPU memory of one attention call, above its inputs. Pure: numbers in, bytes out.
+
+What is predicted: the peak of bytes allocated during one call, minus the inputs q, k, v (and dO for a
+backward), i.e. ``torch.cuda.max_memory_allocated() - bytes(q, k, v[, dO])`` measured from a clean start.
+For "bwd" and "fwd+bwd" the forward's output and the tensors it saved for the backward count: they are
+allocated above the inputs while the backward runs. The sweep uses this to skip predicted OOMs and puts the
+prediction beside the measured peak (Row.predicted_mem_bytes / Row.peak_mem_bytes).
+
+Notation: E = B*H*Nq*Nk elements of the attention matrices of all heads, R = B*H*Nq softmax rows,
+e = bytes per element of the input dtype.
+
+naive (also covers sdpa-math, which materialises the same matrices): the reference code assumed is
+
+    k, v = k.repeat_interleave(H // Hkv, 1), ...   # only with GQA: O(N*d) copies
+    s = (q @ k.transpose(-2, -1)) * scale          # [B,H,Nq,Nk] in the input dtype
+    if causal: s = s.masked_fill(~mask, -inf)      # mask: one bool [Nq, Nk], shared by all heads
+    p = torch.softmax(s.float(), dim=-1).to(q.dtype)
+    o = p @ v
+
+  forward, no autograd: the peak is inside softmax, where s (e), s.float() (4) and its fp32 result (4) live
+  together: (e + 8) E for fp16/bf16, 8 E for fp32 (.float() and .to() are then no-ops).
+  with autograd: softmax saves its fp32 output p32 and `p @ v` saves p, so p32 (4) + p (e) survive the
+  forward. The backward's peak is the softmax backward: p32 + dP.float() + dS32 = 12 E for every dtype
+  (fp32: p32 + dP + dS). So "bwd" and "fwd+bwd" peak at 12 E + O(N) terms. The 34.36 GB "per head per layer"
+  of the source documents is one of these E-sized buffers at e = 2, N = 128K: PyTorch's eager path holds
+  six of them at its peak (in fp16 bytes), not one.
+
+flash (FlashAttention-2, SDPA flash / efficient, the bundled kernel): O(N). Forward: O (e per element) +
+  log-sum-exp (fp32 per row). Backward adds dQ, dK, dV, Delta = rowsum(dO * O) (fp32 per row) and the fp32
+  dQ accumulator that FlashAttention-2 (and PyTorch's SDPA flash backend) allocate; with GQA, dK/dV are first
+  produced per query head and then summed into Hkv heads.
+stored-p (kernels/stored_p.py): a forward that also writes P (e per element, [B, H, Nq, Nk]) for the
+  backward, which reads it instead of recomputing; no dS or dP is stored.
+flash-v1 (kernels/flash_v1.py): the FlashAttention-1 loop order: an fp32 O accumulator [B, H, Nq, d] and
+  m, l (fp32 per row) live in HBM during the forward, beside O and the saved log-sum-exp; v2's backward.
+The bundled kernels' backward has no fp32 dQ accumulator (a separate dQ pass); PyTorch's SDPA flash backward
+has one, which the "flash" family counts, so the bundled kernel's measured peak is up to 4 B*H*Nq*d lower.
+
+Caching-allocator rounding (512 B blocks) and workspace of a few MB are not modelled.
+"""
+
+from __future__ import annotations
+
+FAMILIES = ("naive", "flash", "stored-p", "flash-v1")
+MODES = ("fwd", "bwd", "fwd+bwd")
+FP32 = 4
+
+
+def _check(family: str, mode: str, *dims: int) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown memory family {family!r}; expected one of {FAMILIES}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    if any(d < 0 for d in dims):
+        raise ValueError("shape dimensions must be >= 0")
+
+
+def attention_matrix_bytes(batch: int, heads: int, seq_q: int, seq_k: int, elem_bytes: int) -> int:
+    """Bytes of one full [B, H, Nq, Nk] score/probability matrix (S or P)."""
+    return batch * heads * seq_q * seq_k * elem_bytes
+
+
+def softmax_stats_bytes(batch: int, heads: int, seq_q: int, stats: int = 1) -> int:
+    """Bytes of per-row fp32 softmax statistics: 1 vector (log-sum-exp) or 2 (m and l, FlashAttention-1)."""
+    return batch * heads * seq_q * stats * FP32
+
+
+def naive_matrix_coefficient(elem_bytes: int, mode: str) -> int:
+    """Bytes per attention-matrix element at the naive path's peak (see the module docstring)."""
+    if mode == "fwd":
+        return 8 if elem_bytes >= FP32 else elem_bytes + 8
+    return 12
+
+
+def predicted_peak_bytes(
+    family: str,
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    seq_q: int,
+    seq_k: int,
+    head_dim: int,
+    elem_bytes: int,
+    causal: bool,
+    mode: str,
+) -> int:
+    """Peak bytes allocated above the inputs (q, k, v and, for a backward, dO) during one call in `mode`."""
+    _check(family, mode, batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
+    e = elem_bytes
+    backward = mode != "fwd"
+    matrix = attention_matrix_bytes(batch, heads, seq_q, seq_k, 1)  # elements, all heads
+    q_like = batch * heads * seq_q * head_dim * e  # O, dQ
+    kv_like = batch * kv_heads * seq_k * head_dim * e  # dK, dV
+    kv_expanded = batch * heads * seq_k * head_dim * e if kv_heads != heads else 0
+    grads = q_like + 2 * kv_like if backward else 0
+
+    if family == "naive":
+        mask = seq_q * seq_k if causal else 0  # one bool mask, broadcast over batch and heads
+        gqa = 2 * kv_expanded * (2 if backward else 1)  # expanded K, V (and their gradients)
+        return naive_matrix_coefficient(e, mode) * matrix + mask + gqa + q_like + grads
+
+    if family == "stored-p":
+        lse = softmax_stats_bytes(batch, heads, seq_q)
+        p = matrix * e
+        delta = softmax_stats_bytes(batch, heads, seq_q) if backward else 0
+        return p + q_like + lse + delta + grads
+
+    if family == "flash-v1":
+        stats = softmax_stats_bytes(batch, heads, seq_q, stats=3)  # m, l and the saved LSE
+        o_acc = batch * heads * seq_q * head_dim * FP32
+        if backward:  # the accumulator is freed when the forward returns; the backward is flash's
+            delta = softmax_stats_bytes(batch, heads, seq_q)
+            return max(
+                q_like + stats + o_acc, q_like + softmax_stats_bytes(batch, heads, seq_q) + delta + grads
+            )
+        return q_like + stats + o_acc
+
+    # flash
+    lse = softmax_stats_bytes(batch, heads, seq_q)
+    extra = 0
+    if backward:
+        delta = softmax_stats_bytes(batch, heads, seq_q)
+        dq_accum = batch * heads * seq_q * head_dim * FP32
+        extra = delta + dq_accum + 2 * kv_expanded
+    return q_like + lse + grads + extra
+
+
+def family_for_provider(provider: str) -> str:
+    """The memory family of a provider name (a best guess from the name; providers may declare their own)."""
+    name = provider.lower()
+    if "stored" in name:
+        return "stored-p"
+    if "v1" in name:
+        return "flash-v1"
+    if any(tag in name for tag in ("naive", "math", "eager", "standard", "manual")):
+        return "naive"
+    return "flash"
+
+
+# ------------------------------------------------------------------------------ the memory planner
+
+
+def plan_model_memory(
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    hidden: int,
+    seq: int,
+    elem_bytes: int,
+    batch: int = 1,
+    checkpointing: bool = False,
+) -> dict[str, int]:
+    """Attention memory of a whole model's training step at one sequence length (bytes; see README).
+
+    standard_*: the N x N attention matrix kept for the backward, one per head and layer (what the source
+        documents count: 34.36 GB per head per layer at 128K in fp16).
+    eager_*: what PyTorch's eager path actually keeps per the naive model above (fp32 P plus its downcast:
+        (4 + e) bytes per element for fp16/bf16, 4 for fp32).
+    flash_lse_* / flash_ml_*: FlashAttention's per-row statistics, the log-sum-exp (FA2, fp32) or m and l
+        (FA1 and the documents, fp32 each: 1.05 MB per head at 128K).
+    With activation checkpointing only one layer's attention state is alive at a time (the layer being
+    recomputed), plus each layer's input (seq x hidden) saved at the checkpoint boundary.
+    """
+    e = elem_bytes
+    per_head = batch * seq * seq * e
+    eager_per_head = batch * seq * seq * (FP32 + e if e < FP32 else FP32)
+    lse_per_head = softmax_stats_bytes(batch, 1, seq, stats=1)
+    ml_per_head = softmax_stats_bytes(batch, 1, seq, stats=2)
+    alive_layers = 1 if checkpointing else layers
+    boundary = layers * batch * seq * hidden * e if checkpointing else 0
+    return {
+        "standard_per_head": per_head,
+        "standard_per_layer": per_head * heads,
+        "standard_per_model": per_head * heads * alive_layers + boundary,
+        "eager_per_layer": eager_per_head * heads,
+        "eager_per_model": eager_per_head * heads * alive_layers + boundary,
+        "flash_ml_per_head": ml_per_head,
+        "flash_lse_per_head": lse_per_head,
+        "flash_lse_per_layer": lse_per_head * heads,
+        "flash_lse_per_model": lse_per_head * heads * alive_layers + boundary,
+        "flash_ml_per_model": ml_per_head * heads * alive_layers + boundary,
+        "checkpoint_boundary": boundary,
+        "qkvo_per_layer": batch * seq * head_dim * e * (2 * heads + 2 * kv_heads),
+    }

@@ -1,0 +1,141 @@
+"""GPU facts and clock/power/throttle samples from NVML (nvidia-ml-py, imported as ``pynvml``).
+
+Every public function returns None (or [] for all_gpus) where NVML is absent: no package, no driver, no GPU,
+or a call that fails. Nothing here raises, so the CPU machines and CI can call it freely.
+
+Bandwidth derived from NVML: 2 (double data rate) x max memory clock x bus width / 8. On the H100 SXM that is
+2 x 2619 MHz x 5120 bit / 8 = 3.35 TB/s, the datasheet figure; on GDDR parts NVML already reports the
+effective data clock per pin / 2 (RTX 4090: 2 x 10501 MHz x 384 / 8 = 1008 GB/s), so the same formula holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Clock-event (formerly "throttle") reason bits, as in nvml.h. Idle and the application-clock setting are not
+# throttling: an idle GPU drops its clocks on purpose, and application clocks are the configured target.
+REASON_GPU_IDLE = 0x1
+REASON_APP_CLOCK_SETTING = 0x2
+NOT_THROTTLING = REASON_GPU_IDLE | REASON_APP_CLOCK_SETTING
+REASON_NAMES: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "app_clock_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+_state: dict[str, Any] = {"tried": False, "nvml": None}
+
+
+def _nvml() -> Any | None:
+    """The initialised pynvml module, or None. nvmlInit runs once per process."""
+    if not _state["tried"]:
+        _state["tried"] = True
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _state["nvml"] = pynvml
+        except Exception:
+            _state["nvml"] = None
+    return _state["nvml"]
+
+
+def _call(fn: Any, *args: Any) -> Any | None:
+    try:
+        value = fn(*args)
+    except Exception:
+        return None
+    if isinstance(value, bytes):  # old nvidia-ml-py returned bytes for strings
+        value = value.decode("utf-8", "replace")
+    return value
+
+
+def _handle(nv: Any, index: int) -> Any | None:
+    return _call(nv.nvmlDeviceGetHandleByIndex, index)
+
+
+def derived_bandwidth(max_mem_clock_mhz: float | None, bus_width_bits: int | None) -> float | None:
+    """Peak DRAM bytes/s from NVML's max memory clock and bus width: 2 x clock x width / 8."""
+    if not max_mem_clock_mhz or not bus_width_bits:
+        return None
+    return 2.0 * max_mem_clock_mhz * 1e6 * bus_width_bits / 8.0
+
+
+def reason_names(reasons: int | None) -> list[str]:
+    """Readable names of the set clock-event reason bits (unknown bits as hex)."""
+    if not reasons:
+        return []
+    out = [name for bit, name in REASON_NAMES.items() if reasons & bit]
+    unknown = reasons & ~sum(REASON_NAMES)
+    if unknown:
+        out.append(hex(unknown))
+    return out
+
+
+def gpu_facts(index: int = 0) -> dict[str, Any] | None:
+    """Static facts about GPU `index`: name, memory, max clocks, bus width, derived bandwidth, driver."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    h = _handle(nv, index)
+    if h is None:
+        return None
+    name = _call(nv.nvmlDeviceGetName, h)
+    if name is None:
+        return None
+    mem = _call(nv.nvmlDeviceGetMemoryInfo, h)
+    max_sm = _call(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_SM)
+    max_mem = _call(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM)
+    bus = _call(getattr(nv, "nvmlDeviceGetMemoryBusWidth", lambda _h: None), h)
+    cuda = _call(nv.nvmlSystemGetCudaDriverVersion)
+    return {
+        "index": index,
+        "name": str(name),
+        "memory_total_bytes": int(mem.total) if mem is not None else None,
+        "max_sm_clock_mhz": max_sm,
+        "max_mem_clock_mhz": max_mem,
+        "bus_width_bits": bus,
+        "derived_bw_bytes_s": derived_bandwidth(max_mem, bus),
+        "driver": _call(nv.nvmlSystemGetDriverVersion),
+        # NVML encodes CUDA 13.0 as 13000.
+        "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None,
+    }
+
+
+def sample(index: int = 0) -> dict[str, Any] | None:
+    """Clocks, power, temperature and clock-event reasons of GPU `index` right now."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    h = _handle(nv, index)
+    if h is None:
+        return None
+    power_mw = _call(nv.nvmlDeviceGetPowerUsage, h)
+    get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    reasons = _call(get_reasons, h) if get_reasons else None
+    reasons = int(reasons) if reasons is not None else 0
+    return {
+        "sm_clock_mhz": _call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM),
+        "mem_clock_mhz": _call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM),
+        "power_w": power_mw / 1000.0 if power_mw is not None else None,
+        "temp_c": _call(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+        "clock_event_reasons": reasons,
+        "throttled": bool(reasons & ~NOT_THROTTLING),
+    }
+
+
+def all_gpus() -> list[dict[str, Any]]:
+    """gpu_facts() for every GPU NVML sees; [] without NVML."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    count = _call(nv.nvmlDeviceGetCount) or 0
+    return [f for f in (gpu_facts(i) for i in range(count)) if f is not None]

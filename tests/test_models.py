@@ -1,0 +1,219 @@
+"""Hand-computed FLOP, byte, memory and roofline cases; the models import no torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from flashbench.models import flops, io_model, memory
+from flashbench.models import roofline as rl
+
+N128K = 131072
+
+
+def test_models_do_not_import_torch():
+    code = (
+        "import sys\n"
+        "import flashbench.models.flops, flashbench.models.io_model, flashbench.models.memory\n"
+        "import flashbench.models.roofline, flashbench.hardware, flashbench.nvml\n"
+        "assert 'torch' not in sys.modules, 'a pure model imported torch'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------- FLOPs
+
+
+def test_causal_pairs_exact_not_half():
+    assert flops.unmasked_pairs(4, 4, causal=True) == 10  # 1 + 2 + 3 + 4
+    assert flops.unmasked_pairs(16, 16, causal=True) == 16 * 17 // 2  # the 0.5x shortcut says 128
+    # seq_q != seq_k: bottom-right row i sees i + (6 - 2) + 1 keys -> 5 + 6; top-left: 1 + 2
+    assert flops.unmasked_pairs(2, 6, causal=True, alignment="bottom-right") == 11
+    assert flops.unmasked_pairs(2, 6, causal=True, alignment="top-left") == 3
+    # more queries than keys, bottom-right: the first 2 rows see nothing, then 1, 2, 3, 4
+    assert flops.unmasked_pairs(6, 4, causal=True) == 10
+
+
+def test_forward_backward_flops_and_recompute_share():
+    fwd = flops.forward_flops(2, 8, 1024, 1024, 64, causal=False)
+    assert fwd == 4 * 2 * 8 * 64 * 1024 * 1024
+    assert flops.attention_flops(2, 8, 1024, 1024, 64, False, "bwd") == 2.5 * fwd
+    assert flops.attention_flops(2, 8, 1024, 1024, 64, False, "fwd+bwd") == 3.5 * fwd
+    share = flops.recompute_share()
+    assert share["over_stored_p_backward_2x"] == pytest.approx(0.25)  # the documents' 25% of backward
+    assert share["of_fwd_bwd_without_recompute_3x"] == pytest.approx(1 / 6)  # and 16.7% of the total
+
+
+# ---------------------------------------------------------------- memory
+
+
+def test_one_head_fp16_attention_matrix_at_128k_is_34_36_gb():
+    assert memory.attention_matrix_bytes(1, 1, N128K, N128K, 2) == 34_359_738_368
+    assert round(memory.attention_matrix_bytes(1, 1, N128K, N128K, 2) / 1e9, 2) == 34.36
+
+
+def test_m_and_l_fp32_at_128k_is_1_05_mb():
+    assert memory.softmax_stats_bytes(1, 1, N128K, stats=2) == 1_048_576
+    assert round(memory.softmax_stats_bytes(1, 1, N128K, stats=2) / 1e6, 2) == 1.05
+
+
+def test_documents_83_tb_is_really_88_tb():
+    plan = memory.plan_model_memory(80, 32, 32, 128, 4096, N128K, 2)
+    assert round(plan["standard_per_model"] / 1e12, 2) == 87.96
+
+
+def test_llama70b_plan_and_checkpointing():
+    plan = memory.plan_model_memory(80, 64, 8, 128, 8192, N128K, 2)
+    assert round(plan["standard_per_model"] / 1e9, 1) == 175921.9  # 000's Llama-70B figure
+    ck = memory.plan_model_memory(80, 64, 8, 128, 8192, N128K, 2, checkpointing=True)
+    boundary = 80 * N128K * 8192 * 2
+    assert ck["standard_per_model"] == 64 * 34_359_738_368 + boundary
+    assert ck["flash_lse_per_model"] == 64 * N128K * 4 + boundary
+
+
+def test_naive_peak_memory_hand_computed():
+    # fp16 forward, no autograd: s (2) + s.float() (4) + fp32 softmax (4) = 10 bytes/element, + O
+    b, h, n, d = 2, 4, 256, 64
+    E = b * h * n * n
+    assert (
+        memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 2, False, "fwd") == 10 * E + b * h * n * d * 2
+    )
+    # fp32 forward: s (4) + softmax (4)
+    assert (
+        memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 4, False, "fwd") == 8 * E + b * h * n * d * 4
+    )
+    # backward: p32 + dP32 + dS32 = 12 bytes/element, + O, dQ, dK, dV; causal adds one bool mask
+    got = memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 2, True, "bwd")
+    assert got == 12 * E + n * n + 4 * b * h * n * d * 2
+
+
+def test_flash_peak_memory_is_linear_in_n():
+    b, h, n, d = 1, 8, 4096, 128
+    fwd = memory.predicted_peak_bytes("flash", b, h, h, n, n, d, 2, True, "fwd")
+    assert fwd == b * h * n * d * 2 + b * h * n * 4  # O + log-sum-exp
+    bwd2 = memory.predicted_peak_bytes("flash", b, h, h, 2 * n, 2 * n, d, 2, True, "fwd+bwd")
+    bwd1 = memory.predicted_peak_bytes("flash", b, h, h, n, n, d, 2, True, "fwd+bwd")
+    assert bwd2 == 2 * bwd1
+    assert memory.predicted_peak_bytes("stored-p", b, h, h, n, n, d, 2, False, "fwd") >= b * h * n * n * 2
+    # flash-v1: O (e) + fp32 O accumulator + m, l and the saved LSE (fp32 each)
+    assert memory.predicted_peak_bytes("flash-v1", b, h, h, n, n, d, 2, False, "fwd") == b * h * n * (
+        d * 2 + d * 4 + 12
+    )
+
+
+def test_memory_rejects_unknown_family_and_mode():
+    with pytest.raises(ValueError):
+        memory.predicted_peak_bytes("nope", 1, 1, 1, 8, 8, 8, 2, False, "fwd")
+    with pytest.raises(ValueError):
+        memory.predicted_peak_bytes("flash", 1, 1, 1, 8, 8, 8, 2, False, "sideways")
+
+
+# ---------------------------------------------------------------- bytes
+
+
+def test_compulsory_bytes_hand_computed():
+    b, h, n, d, e = 1, 2, 1024, 64, 2
+    t = io_model.compulsory_traffic(b, h, h, n, n, d, e, "fwd")
+    assert t.read == 3 * b * h * n * d * e and t.write == b * h * n * d * e
+    gqa = io_model.compulsory_traffic(1, 8, 2, n, n, d, e, "fwd")
+    assert gqa.read == (8 + 2 * 2) * n * d * e  # K and V have 2 heads
+
+
+def test_naive_fp16_forward_moves_28_bytes_per_element():
+    b, h, n, d, e = 1, 1, 4096, 64, 2
+    t = io_model.hbm_traffic("naive", b, h, h, n, n, d, e, False, "fwd")
+    per_element = t.total - 4 * n * d * e  # minus Q, K, V read and O written
+    assert per_element == 28 * n * n
+    t32 = io_model.hbm_traffic("naive", b, h, h, n, n, d, 4, False, "fwd")
+    assert t32.total - 4 * n * d * 4 == 24 * n * n
+    bwd = io_model.hbm_traffic("naive", b, h, h, n, n, d, e, False, "bwd")
+    assert bwd.total - 8 * n * d * e == 36 * n * n  # minus dO, V, dO, Q, K read and dV, dQ, dK written
+
+
+def test_flash_no_l2_rereads_kv_once_per_query_block():
+    n, d, e, bm = 4096, 64, 2, 128
+    blocks = io_model.Blocks(fwd_m=bm, fwd_n=64)
+    t = io_model.hbm_traffic("flash", 1, 1, 1, n, n, d, e, False, "fwd", l2_reuse=False, blocks=blocks)
+    kv = (n // bm) * 2 * n * d * e
+    assert t.total == n * d * e + kv + n * d * e + n * 4  # Q, K/V re-reads, O, LSE
+    comp = io_model.hbm_traffic("flash", 1, 1, 1, n, n, d, e, False, "fwd")
+    assert comp.total == 4 * n * d * e + n * 4
+
+
+def test_causal_tiles_skip_masked_blocks():
+    s = io_model.Shape(1, 1, 1, 256, 256, 64, 2, True)
+    # 2 query blocks of 128 over key blocks of 64: the first sees 2 key blocks, the second 4
+    assert io_model.kv_rows_per_head(s, 128, 64) == 128 + 256
+    assert io_model.tile_elements_per_head(s, 128, 64) == 128 * 128 + 128 * 256
+    # 4 key blocks of 64 over query blocks of 128: blocks 0,1 are seen from row 0; blocks 2,3 from row 128
+    assert io_model.q_rows_per_head(s, 128, 64) == 256 + 256 + 128 + 128
+
+
+def test_flash_moves_fewer_bytes_than_naive_even_without_l2():
+    # 003's "Complexity Analysis" says the opposite; per head and block 128 the ratio is ~2 Br / d.
+    for n in (512, 2048, 8192, 32768):
+        naive = io_model.hbm_bytes("naive", 1, 12, 12, n, n, 64, 2, False, "fwd")
+        flash = io_model.hbm_bytes("flash", 1, 12, 12, n, n, 64, 2, False, "fwd", l2_reuse=False)
+        assert flash < naive
+
+
+def test_v1_reads_and_writes_o_once_per_kv_block():
+    n, d, e = 1024, 64, 2
+    blocks = io_model.Blocks(fwd_m=128, fwd_n=128)
+    t = io_model.hbm_traffic("flash-v1", 1, 1, 1, n, n, d, e, False, "fwd", blocks=blocks)
+    parts = {p.name: p for p in t.parts}
+    rmw = parts["read + write O_acc, m, l (once per K/V block)"]
+    assert rmw.read == rmw.write == (n // 128) * n * (d * 4 + 8)  # fp32 accumulator row + m + l
+
+
+def test_stored_p_backward_reads_p_twice():
+    n, d, e = 1024, 64, 2
+    flash = io_model.hbm_bytes("flash", 1, 1, 1, n, n, d, e, False, "bwd")
+    stored = io_model.hbm_bytes("stored-p", 1, 1, 1, n, n, d, e, False, "bwd")
+    assert stored - flash == 2 * n * n * e
+
+
+def test_fwd_bwd_is_the_sum_of_fwd_and_bwd():
+    args = (2, 4, 2, 512, 768, 64, 2, True)
+    for fam in io_model.FAMILIES:
+        total = io_model.hbm_bytes(fam, *args, "fwd+bwd")
+        assert total == io_model.hbm_bytes(fam, *args, "fwd") + io_model.hbm_bytes(fam, *args, "bwd")
+
+
+def test_provider_families():
+    assert io_model.family_for_provider("sdpa-math") == "sdpa-math"
+    assert io_model.family_for_provider("naive") == "naive"
+    assert io_model.family_for_provider("sdpa-flash") == "flash"
+    assert io_model.family_for_provider("flashbench-stored-p") == "stored-p"
+    assert memory.family_for_provider("sdpa-math") == "naive"
+    assert io_model.compute_dtype("sdpa-math", "bf16") == "fp32"
+    assert io_model.compute_dtype("flash", "fp32") == "tf32"
+
+
+# ---------------------------------------------------------------- roofline
+
+
+def test_roofline_arithmetic():
+    peak, bw = 989.4e12, 3.35e12
+    assert rl.ridge_point(peak, bw) == pytest.approx(295.3, abs=0.1)
+    assert rl.attainable_flops_s(100, peak, bw) == pytest.approx(335e12)
+    assert rl.attainable_flops_s(1000, peak, bw) == peak
+    assert rl.bound_kind(100, peak, bw) == "memory" and rl.bound_kind(300, peak, bw) == "compute"
+    assert rl.min_time_s(1e12, 1e9, peak, bw) == pytest.approx(max(1e12 / peak, 1e9 / bw))
+    assert rl.attainable_flops_s(10, None, bw) == 10 * bw
+
+
+def test_validity_guard_flags_points_above_the_roof():
+    p = rl.predict("flash", 1, 16, 16, 4096, 4096, 128, "bf16", 2, False, "fwd", {"bf16": 989.4e12}, 3.35e12)
+    ok = rl.assess(p.compulsory.min_time_s * 2, p)
+    assert ok.valid and ok.pct_of_roofline == pytest.approx(50.0)
+    too_fast = rl.assess(p.compulsory.min_time_s / 2, p)
+    assert not too_fast.valid and "faster than the roofline allows" in too_fast.error
+
+
+def test_doc_speedup_table_is_not_1x_when_heads_are_consistent():
+    rows = rl.doc_speedup_table([4096, 8192], 64, 12, 312e12, 2.0e12)
+    assert all(r["standard_bound"] == "memory" for r in rows)
+    assert all(r["speedup_doc_bytes_all_heads"] > 4 for r in rows)

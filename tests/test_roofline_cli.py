@@ -1,0 +1,103 @@
+"""`flashbench roofline`, `memory` and `calibrate` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+
+from flashbench.cli.app import main
+from flashbench.results import OK, Row, append_row, write_env
+
+
+def test_roofline_json_parses_and_needs_no_gpu(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FLASHBENCH_HOME", str(tmp_path))
+    code = main(["roofline", "--gpu", "h100", "--seq", "1024,4096", "--dtype", "bf16,fp16", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    report = json.loads(out)
+    assert report["gpu"]["key"] == "h100-sxm"
+    assert report["ceilings"][0]["ridge"]["bf16"] > 290
+    fams = {p["family"] for p in report["predictions"]}
+    assert {"naive", "flash", "stored-p", "flash-v1", "sdpa-math"} == fams
+    naive = next(p for p in report["predictions"] if p["family"] == "naive" and p["seq"] == 4096)
+    assert naive["model"]["bound"] == "memory"
+
+
+def test_roofline_table_renders(capsys):
+    assert main(["roofline", "--gpu", "a100", "--seq", "2048", "--families", "naive,flash"]) == 0
+    assert "Ceilings" in capsys.readouterr().out
+
+
+def test_bad_gpu_name_exits_2_with_suggestion(capsys):
+    code = main(["roofline", "--gpu", "h1OO"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("flashbench: error: unknown GPU") and "did you mean" in err and "h100" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_auto_without_nvml_exits_3(capsys, monkeypatch):
+    from flashbench import nvml
+
+    monkeypatch.setitem(nvml._state, "tried", True)
+    monkeypatch.setitem(nvml._state, "nvml", None)
+    assert main(["roofline", "--gpu", "auto"]) == 3
+    assert "--gpu" in capsys.readouterr().err
+
+
+def _row(provider: str, ms: float) -> Row:
+    return Row(
+        provider=provider,
+        batch=1,
+        heads=16,
+        kv_heads=16,
+        seq_q=4096,
+        seq_k=4096,
+        head_dim=128,
+        dtype="bf16",
+        causal=False,
+        mode="fwd",
+        status=OK,
+        gpu="NVIDIA H100 80GB HBM3",
+        median_ms=ms,
+    )
+
+
+def test_overlay_flags_a_point_above_the_roofline(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHBENCH_HOME", str(tmp_path / "home"))
+    run = tmp_path / "run"
+    run.mkdir()
+    write_env(run, {"gpu": "NVIDIA H100 80GB HBM3"})
+    append_row(run, _row("sdpa-flash", 0.5))  # ~0.14 ms is the floor: plausible
+    append_row(run, _row("bundled", 0.01))  # 14x faster than the GPU allows: an error
+    assert main(["roofline", "--gpu", "h100", "--seq", "4096", "--results", str(run), "--json"]) == 0
+    measured = {m["provider"]: m for m in json.loads(capsys.readouterr().out)["measured"]}
+    assert measured["sdpa-flash"]["valid"] and 0 < measured["sdpa-flash"]["pct_of_roofline"] < 100
+    assert not measured["bundled"]["valid"] and measured["bundled"]["achieved_tflops"] is None
+    assert "faster than the roofline allows" in measured["bundled"]["error"]
+
+
+def test_memory_planner_reproduces_documents(capsys):
+    assert main(["memory", "--model", "llama-70b", "--seq", "131072", "--json", "--check-docs"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    row = report["rows"][0]
+    assert row["standard_per_head"] == 34_359_738_368
+    assert row["flash_ml_per_head"] == 1_048_576
+    verdicts = {c["claim"]: c for c in report["document_checks"]}
+    eighty_three = next(c for k, c in verdicts.items() if "83 TB" in k)
+    assert eighty_three["recomputed"].startswith("87.96 TB")
+    assert any("618.48 GB" in c["recomputed"] for c in report["document_checks"])
+
+
+def test_memory_table_and_unknown_model(capsys):
+    assert main(["memory", "--model", "gpt2", "--seq", "2048..8192", "--checkpointing"]) == 0
+    assert main(["memory", "--model", "llama-71b"]) == 2
+    assert "did you mean" in capsys.readouterr().err
+
+
+def test_calibrate_without_gpu_exits_3(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    assert main(["calibrate"]) == 3
+    assert "needs a CUDA GPU" in capsys.readouterr().err
