@@ -1,0 +1,261 @@
+"""The two sides the gate compares: a run directory or a saved baseline file, reduced to what the gate needs.
+
+A baseline (``flashbench baseline save RUN --name h100`` -> ``results/baselines/h100.json``) keeps, per case key,
+the status, the raw timing samples and their median, and whether the GPU throttled; plus a summary of the
+environment (GPU model, driver, CUDA, torch, triton, flashbench, preset). Nothing else: it is committed to git,
+so it stays small and diffs readably (sorted keys, samples rounded to the nanosecond).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flashbench.errors import FlashbenchError
+from flashbench.results import OK, ROWS_FILE, SCHEMA_VERSION, STATUSES, Row, read_env, read_rows
+
+BASELINE_FORMAT = "flashbench-baseline"
+BASELINES_DIR = Path("results") / "baselines"
+# The environment facts the gate compares, in display order. "gpu" and "device" must match (or --allow-mismatch).
+ENV_FIELDS: tuple[str, ...] = (
+    "gpu", "device", "driver", "cuda", "cudnn", "torch", "triton", "flashbench", "commit", "preset",
+)  # fmt: skip
+# Where each fact may sit in env.json (dotted paths, first hit wins): tolerant of the environment module's layout.
+_ENV_PATHS: dict[str, tuple[str, ...]] = {
+    "gpu": ("gpu", "gpu_name", "gpus.0.name", "device_name"),  # "gpu": torch's name of the device used
+    "device": ("device",),
+    "driver": ("driver", "driver_version", "gpu.driver", "gpus.0.driver", "nvml.driver", "nvidia_driver"),
+    "cuda": ("cuda", "cuda_version", "torch_cuda", "versions.cuda", "torch.cuda"),
+    "torch": ("torch", "torch_version", "versions.torch"),
+    "cudnn": ("cudnn", "cudnn_version", "versions.cudnn", "torch.cudnn"),
+    "triton": ("triton", "triton_version", "versions.triton"),
+    "flashbench": ("flashbench", "flashbench_version", "versions.flashbench", "version"),
+    "commit": ("git_sha", "git.sha", "commit"),
+    "preset": ("preset", "spec.preset", "sweep.preset", "config.preset", "spec.name", "sweep.name"),
+}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A baseline keeps at most this many values per case: a longer sample list is stored as that many evenly spaced
+# quantiles (the median exactly among them) plus the original count n, and the gate's bootstrap draws n values
+# from them. A 100 ms timing budget gives ~1000 samples of a 0.1 ms kernel; 201 keep the file small.
+MAX_STORED_SAMPLES = 201
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case as the gate sees it."""
+
+    key: str
+    status: str
+    median_ms: float | None = None
+    samples_ms: tuple[float, ...] = ()
+    throttled: bool = False
+    reason: str = ""
+    n_samples: int = 0  # samples measured; more than len(samples_ms) where a baseline stored quantiles
+
+    @property
+    def n(self) -> int:
+        return max(self.n_samples, len(self.samples_ms))
+
+    @property
+    def provider(self) -> str:
+        return self.key.split("|", 1)[0]
+
+    @property
+    def shape_key(self) -> str:
+        return self.key.split("|", 1)[-1]
+
+
+@dataclass
+class Side:
+    """A baseline or a current run: where it came from, its environment summary, its cases by key."""
+
+    label: str
+    env: dict[str, str]
+    cases: dict[str, CaseResult] = field(default_factory=dict)
+
+
+def load_side(path: str | Path) -> Side:
+    """A run directory (or its rows.jsonl) or a baseline .json file; anything else is a one-line error."""
+    path = Path(path)
+    if path.is_file() and path.name == ROWS_FILE:
+        path = path.parent
+    if path.is_dir():
+        return _side_from_run(path)
+    if path.is_file():
+        return _side_from_file(path)
+    raise FlashbenchError(f"not found: {path} (expected a run directory or a baseline .json)")
+
+
+def _side_from_run(run_dir: Path) -> Side:
+    env = read_env(run_dir)
+    rows = read_rows(run_dir)
+    cases = {row.key: _case_from_row(row) for row in rows}
+    return Side(label=run_dir.name, env=summarize_env(env, rows), cases=cases)
+
+
+def _case_from_row(row: Row) -> CaseResult:
+    samples = tuple(float(s) for s in row.samples_ms or ())
+    median = _median(samples) if samples else row.median_ms  # the statistic the gate tests: from the samples
+    reason = "" if row.status == OK else (row.reason or "")[:200]
+    return CaseResult(row.key, row.status, median, samples, bool(row.throttled), reason)
+
+
+def _median(samples: tuple[float, ...]) -> float | None:
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def _quantiles(samples: tuple[float, ...], count: int) -> tuple[float, ...]:
+    """`count` evenly spaced quantiles (linear interpolation; the middle one is the median)."""
+    ordered = sorted(samples)
+    out = []
+    for i in range(count):
+        pos = i * (len(ordered) - 1) / (count - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(ordered) - 1)
+        out.append(ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo))
+    return tuple(out)
+
+
+def summarize_env(env: dict[str, Any], rows: list[Row]) -> dict[str, str]:
+    """The compared environment facts as strings ("" where unknown). GPU and device fall back to the rows'."""
+    out = {name: _stringify(_lookup(env, _ENV_PATHS[name])) for name in ENV_FIELDS}
+    out["commit"] = out["commit"][:12] + ("+dirty" if out["commit"] and env.get("git_dirty") else "")
+    # The GPU the rows ran on beats env.json's first GPU: on a multi-GPU host they can differ.
+    measured = [r for r in rows if r.status == OK] or rows
+    gpus = Counter(r.gpu for r in measured if r.gpu)
+    if gpus:
+        out["gpu"] = gpus.most_common(1)[0][0]
+    devices = Counter(r.device for r in measured if r.device)
+    if devices and not out["device"]:
+        out["device"] = devices.most_common(1)[0][0]
+    return out
+
+
+def _lookup(env: dict[str, Any], paths: tuple[str, ...]) -> Any:
+    for dotted in paths:
+        node: Any = env
+        for part in dotted.split("."):
+            if isinstance(node, dict):
+                node = node.get(part)
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                node = None
+            if node is None:
+                break
+        if isinstance(node, dict):  # e.g. "torch": {"version": ..., "cuda": ...}
+            node = node.get("version", node.get("name"))
+        if node not in (None, "", [], {}):
+            return node
+    return None
+
+
+def _stringify(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _side_from_file(path: Path) -> Side:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FlashbenchError(f"{path} is corrupt: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
+        raise FlashbenchError(
+            f"{path} is not a flashbench baseline (save one with `flashbench baseline save`)"
+        )
+    if data.get("schema") != SCHEMA_VERSION:
+        raise FlashbenchError(
+            f"{path} has baseline schema {data.get('schema')!r}; this flashbench reads schema {SCHEMA_VERSION}"
+        )
+    env, raw_cases = data.get("env"), data.get("cases")
+    if not isinstance(env, dict) or not isinstance(raw_cases, dict):
+        raise FlashbenchError(f"{path} is corrupt: 'env' and 'cases' must be JSON objects")
+    cases = {}
+    for key, entry in raw_cases.items():
+        try:
+            cases[key] = _case_from_entry(key, entry)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise FlashbenchError(f"{path} is corrupt: case {key!r}: {exc}") from None
+    summary = {name: _stringify(env.get(name)) for name in ENV_FIELDS}
+    return Side(label=path.name, env=summary, cases=cases)
+
+
+def _case_from_entry(key: str, entry: dict[str, Any]) -> CaseResult:
+    status = entry["status"]
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status!r}")
+    samples = tuple(float(s) for s in entry.get("samples_ms") or ())
+    median = _median(samples) if samples else entry.get("median_ms")
+    median = None if median is None else float(median)
+    n = int(entry.get("n", len(samples)))
+    return CaseResult(
+        key, status, median, samples, bool(entry.get("throttled", False)), str(entry.get("reason", "")), n
+    )
+
+
+def baseline_dict(side: Side, name: str, source: str) -> dict[str, Any]:
+    """The JSON document of a baseline: sorted, samples rounded to 1 ns, no timestamps."""
+    cases: dict[str, Any] = {}
+    for key in sorted(side.cases):
+        case = side.cases[key]
+        entry: dict[str, Any] = {"status": case.status}
+        if case.median_ms is not None:
+            entry["median_ms"] = round(case.median_ms, 6)
+        if case.samples_ms:
+            stored = case.samples_ms
+            if len(stored) > MAX_STORED_SAMPLES:
+                stored = _quantiles(stored, MAX_STORED_SAMPLES)
+                entry["n"] = case.n
+            entry["samples_ms"] = [round(s, 6) for s in stored]
+        if case.throttled:
+            entry["throttled"] = True
+        if case.reason:
+            entry["reason"] = case.reason
+        cases[key] = entry
+    return {
+        "format": BASELINE_FORMAT,
+        "schema": SCHEMA_VERSION,
+        "name": name,
+        "source": source,
+        "env": {k: side.env.get(k, "") for k in ENV_FIELDS},
+        "cases": cases,
+    }
+
+
+def save_baseline(
+    run: str | Path, name: str, out_dir: str | Path = BASELINES_DIR, force: bool = False
+) -> Path:
+    """Promote a run directory to ``<out_dir>/<name>.json``; returns the path written."""
+    if not _NAME_RE.match(name):
+        raise FlashbenchError(f"baseline name {name!r}: use letters, digits, '.', '_' or '-' (e.g. h100)")
+    run = Path(run)
+    if not run.is_dir() and not (run.is_file() and run.name == ROWS_FILE):
+        raise FlashbenchError(f"not a run directory: {run}")
+    side = load_side(run)
+    if not any(c.status == OK for c in side.cases.values()):
+        raise FlashbenchError(f"{run}: no case finished ok; nothing to use as a baseline")
+    target = Path(out_dir) / f"{name}.json"
+    if target.exists() and not force:
+        raise FlashbenchError(f"{target} exists (pass --force to replace it)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(dumps_baseline(baseline_dict(side, name, source=side.label)), encoding="utf-8")
+    return target
+
+
+def dumps_baseline(doc: dict[str, Any]) -> str:
+    """JSON with one line per case, so a baseline update reads as a per-case diff."""
+    head = [f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in doc.items() if k != "cases"]
+    cases = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in doc["cases"].items()]
+    return "{\n" + ",\n".join(head) + ',\n "cases": {\n' + ",\n".join(cases) + "\n }\n}\n"
