@@ -1,0 +1,23 @@
+"""flashbench's bundled Triton attention kernels (installed as `flashbench.kernels`).
+
+    flash_attn(q, k, v, causal=False, sm_scale=None, config=None)           FlashAttention-2 loop order, recompute backward
+    flash_attn_stored_p(q, k, v, causal=False, sm_scale=None, config=None)  forward stores P (N x N), backward reads it
+    flash_attn_v1(q, k, v, causal=False, sm_scale=None, config=None)        FlashAttention-1 loop order, v2's backward
+
+q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D]; all three are autograd functions. `last_config()` returns the forward
+config of the most recent launch; launchers raise `KernelUnsupported` (a ValueError) naming what they refuse.
+"""
+
+from .common import SUPPORTED_HEAD_DIMS, KernelUnsupported, last_config
+from .flash_v1 import flash_attn_v1
+from .flash_v2 import flash_attn
+from .stored_p import flash_attn_stored_p
+
+__all__ = [
+    "SUPPORTED_HEAD_DIMS",
+    "KernelUnsupported",
+    "flash_attn",
+    "flash_attn_stored_p",
+    "flash_attn_v1",
+    "last_config",
+]

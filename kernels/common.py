@@ -1,0 +1,366 @@
+"""Shared pieces of the bundled attention kernels: input checks, the config space, launch plumbing.
+
+Nothing here launches work by itself. The kernel files (flash_v2.py, stored_p.py, flash_v1.py,
+backward.py) call `check_inputs` before any launch and `launch` to run a kernel with a forced config,
+the interpreter's single config, or the autotuner.
+
+Config selection, decided at call time (never at import):
+  - `config=` given      -> that forward config, validated, no autotuning;
+  - TRITON_INTERPRET=1   -> one fixed config (`@triton.autotune` with 2+ configs fails under the interpreter);
+  - FLASHBENCH_AUTOTUNE=0 -> the first config of the space that fits (`default_config`), no autotuning;
+  - otherwise (CUDA)     -> `triton.autotune` over a small space, keyed on the sequence-length bucket, head dim
+                            and causal flag (triton appends every tensor argument's dtype to the key), with
+                            configs pruned when their shared-memory or register estimate cannot fit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.errors import OutOfResources
+
+SUPPORTED_HEAD_DIMS: tuple[int, ...] = (32, 64, 128, 256)
+SUPPORTED_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
+# exp(x) == exp2(x * log2(e)): the kernels fold log2(e) into the softmax scale and use exp2.
+LOG2E = 1.4426950408889634
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+
+
+class KernelUnsupported(ValueError):
+    """A bundled kernel refuses these inputs; the message names what is unsupported."""
+
+
+# The forward config used by the most recent forward launch (any of the three kernels).
+_LAST_CONFIG: dict[str, Any] | None = None
+
+
+def last_config() -> dict[str, Any] | None:
+    """The forward config (BLOCK_M, BLOCK_N, num_warps, num_stages, ...) of the most recent forward launch.
+
+    The dict can be passed back as `config=` to force the same config.
+    """
+    return None if _LAST_CONFIG is None else dict(_LAST_CONFIG)
+
+
+def _set_last_config(cfg: dict[str, Any]) -> None:
+    global _LAST_CONFIG
+    _LAST_CONFIG = dict(cfg)
+
+
+def autotune_enabled() -> bool:
+    """False when FLASHBENCH_AUTOTUNE=0: CUDA launches then use `default_config` (no autotuning, one compile
+    per shape class; the GPU test suite uses this to keep its compile time down)."""
+    return os.environ.get("FLASHBENCH_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def interpreting() -> bool:
+    """True when Triton's interpreter is on (read from the environment at call time)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Input checks
+# ----------------------------------------------------------------------------------------------------------
+
+
+def check_inputs(
+    name: str, q: Any, k: Any, v: Any, causal: Any, sm_scale: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """Validate q [B, H, Nq, D], k/v [B, Hkv, Nk, D]; return unit-stride views and the softmax scale.
+
+    Raises KernelUnsupported naming the first unsupported property. Arbitrary strides are passed to the
+    kernels; only a tensor whose last dimension is not unit-stride is copied (`.contiguous()`), so that
+    every row load stays a vectorised read.
+    """
+    for label, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise KernelUnsupported(f"{name}: {label} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise KernelUnsupported(
+                f"{name}: {label} must be 4-D [batch, heads, seq, head_dim], got shape {tuple(t.shape)}"
+            )
+    if not isinstance(causal, bool):
+        raise KernelUnsupported(f"{name}: causal must be a bool, got {causal!r}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise KernelUnsupported(f"{name}: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise KernelUnsupported(f"{name}: dtype {q.dtype} unsupported (fp16, bf16, fp32 are)")
+    if not (q.device == k.device == v.device):
+        raise KernelUnsupported(
+            f"{name}: q, k, v are on different devices ({q.device}, {k.device}, {v.device})"
+        )
+    if q.device.type == "cuda":
+        if interpreting():
+            raise KernelUnsupported(
+                f"{name}: CUDA tensors while TRITON_INTERPRET=1 (the interpreter runs on CPU)"
+            )
+    elif q.device.type == "cpu":
+        if not interpreting():
+            raise KernelUnsupported(
+                f"{name}: device cpu needs Triton's interpreter (set TRITON_INTERPRET=1 before importing triton)"
+            )
+        if q.dtype == torch.bfloat16:
+            # Triton's interpreter computes bf16 tl.dot wrongly without any error (relative error ~1e9 seen
+            # with triton 3.9): refuse rather than return wrong numbers.
+            raise KernelUnsupported(
+                f"{name}: bf16 under the Triton interpreter (its bf16 tl.dot is wrong); use CUDA"
+            )
+    else:
+        raise KernelUnsupported(
+            f"{name}: device {q.device.type} unsupported (cuda, or cpu under the interpreter)"
+        )
+    B, H, Nq, D = q.shape
+    Bk, Hkv, Nk, Dk = k.shape
+    if tuple(k.shape) != tuple(v.shape):
+        raise KernelUnsupported(f"{name}: k and v shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})")
+    if Bk != B:
+        raise KernelUnsupported(f"{name}: batch differs between q ({B}) and k/v ({Bk})")
+    if Dk != D:
+        raise KernelUnsupported(f"{name}: head_dim differs between q ({D}) and k/v ({Dk})")
+    if D not in SUPPORTED_HEAD_DIMS:
+        raise KernelUnsupported(f"{name}: head_dim {D} unsupported (supported: {SUPPORTED_HEAD_DIMS})")
+    if min(B, H, Hkv, Nq, Nk) < 1:
+        raise KernelUnsupported(f"{name}: empty tensor (q {tuple(q.shape)}, k {tuple(k.shape)})")
+    if H % Hkv != 0:
+        raise KernelUnsupported(f"{name}: kv_heads {Hkv} does not divide heads {H} (grouped-query attention)")
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(D)
+    try:
+        sm_scale = float(sm_scale)
+    except (TypeError, ValueError):
+        raise KernelUnsupported(f"{name}: sm_scale must be a number, got {sm_scale!r}") from None
+    if not math.isfinite(sm_scale):
+        raise KernelUnsupported(f"{name}: sm_scale must be finite, got {sm_scale}")
+    return unit_stride(q), unit_stride(k), unit_stride(v), sm_scale
+
+
+def unit_stride(t: torch.Tensor) -> torch.Tensor:
+    """`t` itself when its last dimension is unit-stride (any other strides are fine), else a contiguous copy."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Configs
+# ----------------------------------------------------------------------------------------------------------
+
+# One config under the interpreter: big enough blocks to keep the interpreter's per-block Python overhead
+# low, small enough that N = 127 and 1000 still cross several blocks (online rescaling, causal diagonal).
+INTERPRET_FWD = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
+INTERPRET_BWD = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
+
+# GPU forward space (BLOCK_M, BLOCK_N, num_warps, num_stages), pruned per head dim / dtype by `_fits`.
+# Order matters: without autotuning (FLASHBENCH_AUTOTUNE=0) the first config that fits is used.
+FWD_SPACE: tuple[tuple[int, int, int, int], ...] = (
+    (128, 64, 4, 3),
+    (128, 64, 8, 3),
+    (128, 128, 8, 3),
+    (128, 32, 8, 2),
+    (64, 64, 4, 3),
+    (64, 32, 4, 2),
+)
+# GPU backward spaces. dK/dV: BLOCK_N keys resident, BLOCK_M query rows streamed; dQ: the reverse.
+BWD_DKDV_SPACE: tuple[tuple[int, int, int, int], ...] = (
+    (32, 128, 8, 3),
+    (64, 64, 4, 3),
+    (32, 64, 4, 2),
+    (32, 32, 4, 2),
+)
+BWD_DQ_SPACE: tuple[tuple[int, int, int, int], ...] = (
+    (128, 32, 8, 3),
+    (64, 64, 4, 3),
+    (64, 32, 4, 2),
+    (32, 32, 4, 2),
+)
+
+
+def _max_shared_mem() -> int:
+    """The current GPU's opt-in shared memory per block, in bytes (called only on the CUDA path)."""
+    dev = torch.cuda.current_device()
+    return int(triton.runtime.driver.active.utils.get_device_properties(dev)["max_shared_mem"])
+
+
+def estimate(kind: str, bm: int, bn: int, warps: int, stages: int, d: int, elem: int) -> tuple[int, float]:
+    """(shared-memory bytes, fp32 accumulator registers per thread) a config needs; a rough upper estimate.
+
+    fwd:  Q tile resident, K and V tiles pipelined over `stages`; acc [BM, D] and S [BM, BN] in registers.
+    dkdv: K, V resident, Q and dO pipelined, P^T / dS^T tiles; dK and dV accumulators [BN, D].
+    dq:   Q, dO resident, K and V pipelined, P / dS tiles; dQ accumulator [BM, D].
+    """
+    threads = 32 * warps
+    if kind == "fwd":
+        smem = elem * (bm * d + max(stages, 1) * 2 * bn * d)  # P stays in registers (dot operand A)
+        regs = (bm * d + bm * bn) / threads
+    elif kind == "dkdv":
+        smem = elem * (2 * bn * d + max(stages, 1) * 2 * bm * d + 2 * bn * bm)
+        regs = (2 * bn * d + 2 * bn * bm) / threads
+    else:
+        smem = elem * (2 * bm * d + max(stages, 1) * 2 * bn * d + 2 * bm * bn)
+        regs = (bm * d + 2 * bm * bn) / threads
+    return smem, regs
+
+
+def _fits(kind: str, bm: int, bn: int, warps: int, stages: int, d: int, elem: int, smem_limit: int) -> bool:
+    smem, regs = estimate(kind, bm, bn, warps, stages, d, elem)
+    # 160 fp32 registers per thread for the accumulators leaves room for pointers and temporaries before
+    # the compiler spills (the limit is 255 per thread).
+    return smem <= smem_limit and regs <= 160
+
+
+def _make_prune(kind: str) -> Callable[..., list[triton.Config]]:
+    def prune(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
+        args = {**named_args, **kwargs}
+        d = int(args["HEAD_DIM"])
+        elem = args["Q"].element_size()
+        limit = _max_shared_mem()
+        kept = [
+            c
+            for c in configs
+            if _fits(
+                kind, c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, d, elem, limit
+            )
+        ]
+        if kept:
+            return kept
+        # Nothing passes the estimate: keep the smallest tiles and let the compiler decide.
+        return [min(configs, key=lambda c: (c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"], c.num_stages))]
+
+    return prune
+
+
+def _configs(space: Sequence[tuple[int, int, int, int]], extra: dict[str, Any]) -> list[triton.Config]:
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **extra}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in space
+    ]
+
+
+def default_config(
+    kind: str, space: Sequence[tuple[int, int, int, int]], d: int, elem: int, smem_limit: int = 232448
+) -> dict[str, Any]:
+    """The first config of `space` (listed in order of preference) that fits; the smallest if none does.
+
+    The default shared-memory limit is an H100's opt-in 227 KiB per block.
+    """
+    for bm, bn, w, s in space:
+        if _fits(kind, bm, bn, w, s, d, elem, smem_limit):
+            return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
+    bm, bn, w, s = min(space, key=lambda c: (c[0] * c[1], c[3]))
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
+
+
+def seq_bucket(n: int) -> int:
+    """Autotune key for a sequence length: the next power of two (at least 64)."""
+    return max(64, 1 << (max(n, 1) - 1).bit_length())
+
+
+def normalize_config(name: str, config: Any, extra_keys: dict[str, int] | None = None) -> dict[str, Any]:
+    """Validate a forced forward config; fill num_warps / num_stages defaults. Raises KernelUnsupported."""
+    extra_keys = extra_keys or {}
+    if not isinstance(config, dict):
+        raise KernelUnsupported(
+            f"{name}: config must be a dict like {{'BLOCK_M': 64, 'BLOCK_N': 64}}, got {config!r}"
+        )
+    allowed = set(CONFIG_KEYS) | set(extra_keys)
+    unknown = sorted(set(config) - allowed)
+    if unknown:
+        raise KernelUnsupported(f"{name}: unknown config keys {unknown} (allowed: {sorted(allowed)})")
+    cfg = {"num_warps": 4, "num_stages": 2, **extra_keys, **config}
+    for key in ("BLOCK_M", "BLOCK_N"):
+        if key not in cfg:
+            raise KernelUnsupported(f"{name}: config needs {key}")
+        val = cfg[key]
+        if not isinstance(val, int) or val < 16 or val > 256 or val & (val - 1):
+            raise KernelUnsupported(f"{name}: config {key}={val!r} must be a power of two in 16..256")
+    w = cfg["num_warps"]
+    if not isinstance(w, int) or w < 1 or w > 16 or w & (w - 1):
+        raise KernelUnsupported(f"{name}: config num_warps={w!r} must be 1, 2, 4, 8 or 16")
+    if not isinstance(cfg["num_stages"], int) or not 1 <= cfg["num_stages"] <= 8:
+        raise KernelUnsupported(f"{name}: config num_stages={cfg['num_stages']!r} must be an int in 1..8")
+    for key in extra_keys:
+        if not isinstance(cfg[key], int) or cfg[key] < 1:
+            raise KernelUnsupported(f"{name}: config {key}={cfg[key]!r} must be a positive int")
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Launching
+# ----------------------------------------------------------------------------------------------------------
+
+# Autotuners are built lazily on the first CUDA launch (never under the interpreter), one per kernel.
+_AUTOTUNERS: dict[str, Any] = {}
+
+
+def launch(
+    name: str,
+    kind: str,
+    kernel: Any,
+    grid: Callable[[dict[str, Any]], tuple[int, ...]],
+    args: Sequence[Any],
+    constexprs: dict[str, Any],
+    *,
+    space: Sequence[tuple[int, int, int, int]],
+    forced: dict[str, Any] | None = None,
+    interpret_config: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Launch `kernel` (a @triton.jit function) and return the config it ran with.
+
+    `args` are positional (the autotune key `N_BUCKET` and the `Q` tensor must be among the kernel's
+    positional parameters); `constexprs` are the non-tuned compile-time arguments; `extra` are tuned-space
+    constants that are not block sizes (e.g. Q_SPLIT). `name` keys the autotuner cache (one per kernel);
+    `kind` selects the prune estimate ("fwd", "dkdv", "dq").
+    """
+    extra = dict(extra or {})
+    if forced is None and interpreting():
+        forced = {**(interpret_config or INTERPRET_FWD), **extra}
+    elif forced is None and not autotune_enabled():
+        forced = {
+            **default_config(kind, space, constexprs["HEAD_DIM"], args[0].element_size(), _max_shared_mem()),
+            **extra,
+        }
+    if forced is not None:
+        meta = {k: v for k, v in forced.items() if k not in ("num_warps", "num_stages")}
+        try:
+            kernel[grid(meta)](
+                *args, **constexprs, **meta, num_warps=forced["num_warps"], num_stages=forced["num_stages"]
+            )
+        except OutOfResources as exc:
+            raise KernelUnsupported(f"config {forced} does not fit this GPU: {exc}") from None
+        return dict(forced)
+    tuner = _AUTOTUNERS.get(name)
+    if tuner is None:
+        tuner = triton.autotune(
+            configs=_configs(space, extra),
+            key=["N_BUCKET", "HEAD_DIM", "CAUSAL"],
+            prune_configs_by={"early_config_prune": _make_prune(kind)},
+        )(kernel)
+        _AUTOTUNERS[name] = tuner
+    try:
+        tuner[grid](*args, **constexprs)
+    except OutOfResources as exc:  # every pruned config failed to compile on this GPU
+        raise KernelUnsupported(
+            f"no config of {name} fits this GPU for head_dim {constexprs.get('HEAD_DIM')}: {exc}"
+        ) from None
+    best = tuner.best_config
+    return {**best.kwargs, "num_warps": best.num_warps, "num_stages": best.num_stages}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Shared jit helpers
+# ----------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def dot(a, b, acc, IEEE: tl.constexpr):
+    """acc + a @ b. IEEE: fp32 inputs multiply in true fp32 (tl.dot's default on CUDA would be TF32)."""
+    if IEEE:
+        out = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        out = tl.dot(a, b, acc)
+    return out

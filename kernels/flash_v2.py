@@ -1,0 +1,256 @@
+"""FlashAttention-2 forward (online softmax) with the recompute backward, and its autograd glue.
+
+Origin: Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning" (2023),
+Algorithm 1, in the shape of Triton's fused-attention tutorial (06-fused-attention.py): one program per
+(query block, batch*head); Q block resident; K/V streamed block by block.
+
+Loop order: outer (grid) over query blocks, inner over key/value blocks. Per K/V block: S = Q K^T * scale,
+running max m and running sum l updated, the fp32 accumulator rescaled by exp2(m_old - m_new), acc += P V.
+O is written once at the end (acc / l) and the per-row log-sum-exp is saved in fp32 for the backward.
+
+Cautions:
+  - exp2 everywhere: log2(e) is folded into the scale (qk_scale = sm_scale * log2(e)), so the saved LSE is
+    in base-2 units, LSE2 = log2(sum_j exp2(s_ij * qk_scale)); it is an internal tensor.
+  - Causal masks are aligned bottom-right when seq_q != seq_k (flash-attn's convention): query i sees key j
+    iff j <= i + (seq_k - seq_q). Rows that see no key (seq_q > seq_k) output 0 and get LSE2 = +inf, so the
+    backward's exp2(s - LSE2) is 0 there; their gradients are 0.
+  - Key blocks are split into a mask-free range (blocks entirely visible and inside seq_k) and a masked
+    range (the causal diagonal and the tail block), so any sequence length works and full blocks pay no
+    masking cost.
+  - P is cast to the input dtype before P @ V (as flash-attn does); acc, m, l and LSE stay fp32.
+  - fp32 inputs use IEEE fp32 dots (no TF32) so that fp32 is a precise reference path, not a fast one.
+  - GQA: query head h reads K/V head h // (heads // kv_heads).
+  - Offsets of batch/head bases are int64 (B*H*N*D can pass 2^31 elements).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from .backward import attention_backward
+from .common import (
+    FWD_SPACE,
+    INTERPRET_FWD,
+    LOG2E,
+    _set_last_config,
+    check_inputs,
+    dot,
+    launch,
+    normalize_config,
+    seq_bucket,
+)
+
+
+@triton.jit
+def _fwd_block(
+    acc,  # [BLOCK_M, HEAD_DIM] fp32 running numerator
+    l_i,  # [BLOCK_M] fp32 running sum of exp2
+    m_i,  # [BLOCK_M] fp32 running max (base-2 units)
+    q,  # [BLOCK_M, HEAD_DIM] query tile, input dtype
+    k_base,  # pointer to K[b, hkv, 0, 0]
+    v_base,  # pointer to V[b, hkv, 0, 0]
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    start_n,  # first key of this block
+    offs_m,  # [BLOCK_M] query row indices
+    N_K,  # number of keys
+    CAUSAL_OFF,  # seq_k - seq_q: query i sees key j iff j <= i + CAUSAL_OFF
+    qk_scale,  # sm_scale * log2(e)
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASK: tl.constexpr,  # this block needs the tail / causal mask
+    IEEE: tl.constexpr,
+):
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # K^T tile [D, BN]
+    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # V tile [BN, D]
+    if MASK:
+        kt = tl.load(kt_ptrs, mask=offs_n[None, :] < N_K, other=0.0)
+    else:
+        kt = tl.load(kt_ptrs)
+    qk = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE) * qk_scale
+    if MASK:
+        valid = offs_n[None, :] < N_K
+        if CAUSAL:
+            valid = valid & (offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :])
+        qk = tl.where(valid, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    if MASK:
+        # A row with every key masked so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_use = m_new
+    p = tl.math.exp2(qk - m_use[:, None])
+    alpha = tl.math.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if MASK:
+        v = tl.load(v_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
+    else:
+        v = tl.load(v_ptrs)
+    acc = dot(p.to(v.dtype), v, acc, IEEE)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _attn_fwd(
+    Q,  # [B, H, N_Q, D] queries (any strides, unit last stride)
+    K,  # [B, H_KV, N_K, D] keys
+    V,  # [B, H_KV, N_K, D] values
+    O,  # [B, H, N_Q, D] output, written once
+    LSE,  # [B, H, N_Q] fp32 contiguous: log2-sum-exp2 per row, +inf for rows that see no key
+    stride_qz,
+    stride_qh,
+    stride_qm,
+    stride_qd,
+    stride_kz,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vz,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_oz,
+    stride_oh,
+    stride_om,
+    stride_od,
+    H,  # query heads
+    GROUP,  # H // H_KV: query heads per K/V head
+    N_Q,  # query length
+    N_K,  # key length
+    qk_scale,  # sm_scale * log2(e)
+    N_BUCKET,  # autotune key only: next power of two of max(N_Q, N_K)
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    IEEE: tl.constexpr,  # fp32 inputs: IEEE dots
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    hkv = h // GROUP
+    q_base = Q + b * stride_qz + h * stride_qh
+    k_base = K + b * stride_kz + hkv * stride_kh
+    v_base = V + b * stride_vz + hkv * stride_vh
+    o_base = O + b * stride_oz + h * stride_oh
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(
+        q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+        mask=offs_m[:, None] < N_Q,
+        other=0.0,
+    )
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    causal_off = N_K - N_Q
+    if CAUSAL:
+        # Keys [0, hi) are seen by some row of this block; keys [0, full_end) by every row.
+        hi = tl.minimum(N_K, tl.maximum(0, (pid_m + 1) * BLOCK_M + causal_off))
+        full_end = tl.minimum(N_K, tl.maximum(0, pid_m * BLOCK_M + causal_off + 1))
+    else:
+        hi = N_K
+        full_end = N_K
+    full_end = (full_end // BLOCK_N) * BLOCK_N
+    for start_n in range(0, full_end, BLOCK_N):
+        acc, l_i, m_i = _fwd_block(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
+            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE,
+        )  # fmt: skip
+    for start_n in range(full_end, hi, BLOCK_N):
+        acc, l_i, m_i = _fwd_block(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
+            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE,
+        )  # fmt: skip
+
+    empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
+    row_ok = offs_m < N_Q
+    tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
+    tl.store(
+        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+        out.to(O.dtype.element_ty),
+        mask=row_ok[:, None],
+    )
+
+
+def attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+    config: dict[str, Any] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Launch the FA2 forward on checked inputs. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used)."""
+    B, H, Nq, D = q.shape
+    Hkv, Nk = k.shape[1], k.shape[2]
+    o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    args = (
+        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),
+    )  # fmt: skip
+    constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32}
+    cfg = launch(
+        "fwd_v2", "fwd", _attn_fwd, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
+        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
+    )  # fmt: skip
+    _set_last_config(cfg)
+    return o, lse, cfg
+
+
+class _FlashAttn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q, k, v, causal, sm_scale, config):  # type: ignore[override]
+        o, lse, _ = attention_forward(q, k, v, causal, sm_scale, config)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal = causal
+        ctx.sm_scale = sm_scale
+        return o
+
+    @staticmethod
+    def backward(ctx: Any, do):  # type: ignore[override]
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = attention_backward(q, k, v, o, lse, do, None, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None, None
+
+
+def flash_attn(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    sm_scale: float | None = None,
+    config: dict[str, Any] | None = None,
+) -> torch.Tensor:
+    """FlashAttention-2 attention, a drop-in for scaled_dot_product_attention on [B, H, N, D] tensors.
+
+    q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D] with Hkv dividing H (GQA). D in 32/64/128/256; fp16, bf16 or fp32
+    (fp32 and the CPU interpreter are for testing). causal is aligned bottom-right when Nq != Nk. sm_scale
+    defaults to 1/sqrt(D). config forces the forward config ({"BLOCK_M", "BLOCK_N", "num_warps",
+    "num_stages"}); otherwise it is autotuned on CUDA (one fixed config under TRITON_INTERPRET=1).
+    Differentiable: the backward recomputes P from Q, K and the saved log-sum-exp.
+    Raises KernelUnsupported naming what is unsupported.
+    """
+    q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
+    if config is not None:
+        config = normalize_config("flash_attn", config)
+    return _FlashAttn.apply(q, k, v, causal, sm_scale, config)

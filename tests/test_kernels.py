@@ -1,0 +1,252 @@
+"""Bundled Triton kernels against a float64 reference, forward and backward, with an error budget.
+
+Budget (flash-attn's rule): rel_err(kernel, ref64) <= 2 * rel_err(torch attention in the same dtype, ref64) + eps,
+relative Frobenius norm, for the output and for dq, dk, dv. Every tensor the kernels allocate is NaN-filled
+first, so an element left unwritten fails the finiteness check.
+
+On the CPU machine the kernels run through Triton's interpreter (fp16, fp32: its bf16 tl.dot is wrong); on
+CUDA the same tests run with bf16 too, plus the larger `gpu` shapes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from flashbench.kernels import KernelUnsupported, flash_attn, flash_attn_stored_p, flash_attn_v1, last_config
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+KERNELS = {"v2": flash_attn, "stored_p": flash_attn_stored_p, "v1": flash_attn_v1}
+LOWP = [torch.float16, torch.bfloat16] if HAS_CUDA else [torch.float16]
+DTYPES = [*LOWP, torch.float32]
+EPS = {torch.float16: 1e-4, torch.bfloat16: 1e-3, torch.float32: 1e-6}
+
+
+@pytest.fixture(autouse=True)
+def poisoned_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every floating tensor made with torch.empty / empty_like (outputs, LSE, P, workspaces) starts as NaN.
+
+    Also: no autotuning on CUDA (one default config per shape class keeps the suite's compile time to a few
+    minutes); test_gpu_autotuned_config turns it back on.
+    """
+    monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "0")
+    real_empty, real_empty_like = torch.empty, torch.empty_like
+
+    def poison(t: torch.Tensor) -> torch.Tensor:
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: poison(real_empty(*a, **kw)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: poison(real_empty_like(*a, **kw)))
+
+
+def test_poisoning_is_active():
+    assert torch.empty(3).isnan().all() and torch.empty_like(torch.ones(2)).isnan().all()
+
+
+def attention(q, k, v, causal: bool, sm_scale: float) -> torch.Tensor:
+    """Plain attention in q's dtype (softmax in fp32 or better); rows that see no key give 0."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    s = (q @ k.transpose(-1, -2)) * sm_scale
+    nq, nk = q.shape[2], k.shape[2]
+    visible = torch.ones(nq, nk, dtype=torch.bool, device=q.device)
+    if causal:  # bottom-right aligned: query i sees key j iff j <= i + nk - nq
+        visible = (
+            torch.arange(nk, device=q.device)[None, :] <= torch.arange(nq, device=q.device)[:, None] + nk - nq
+        )
+    s = s.masked_fill(~visible, float("-inf"))
+    p = torch.softmax(s.to(torch.promote_types(s.dtype, torch.float32)), dim=-1)
+    p = torch.where(visible.any(-1, keepdim=True), p, 0.0)
+    return p.to(v.dtype) @ v
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative Frobenius error; absolute where the reference is exactly 0 (dq at N = 1 is 0)."""
+    denom = ref.norm().item()
+    return (x.double() - ref).norm().item() / (denom if denom > 0 else 1.0)
+
+
+def make(shape, dtype, seed: int, *, device: str = DEVICE) -> torch.Tensor:
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+
+
+def inputs(b, h, hkv, nq, nk, d, dtype, seed=0):
+    q = make((b, h, nq, d), dtype, seed)
+    k = make((b, hkv, nk, d), dtype, seed + 1)
+    v = make((b, hkv, nk, d), dtype, seed + 2)
+    return q, k, v
+
+
+def check(fn, q, k, v, *, causal: bool, sm_scale=None, config=None, do=None, backward: bool = True) -> None:
+    """Run fn forward (+ backward) and hold o, dq, dk, dv to the error budget against float64."""
+    dtype = q.dtype
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    leaves = [t.detach().requires_grad_(backward) for t in (q, k, v)]
+    out = fn(*leaves, causal=causal, sm_scale=sm_scale, config=config)
+    assert out.shape == q.shape and out.dtype == dtype
+    results = {"o": out}
+    if do is None:
+        do = make(tuple(q.shape), dtype, seed=99)
+    if backward:
+        results.update(zip(("dq", "dk", "dv"), torch.autograd.grad(out, leaves, do), strict=True))
+
+    def run(cast):
+        ins = [t.detach().to(cast).requires_grad_(backward) for t in (q, k, v)]
+        o = attention(*ins, causal, scale)
+        res = {"o": o}
+        if backward:
+            res.update(zip(("dq", "dk", "dv"), torch.autograd.grad(o, ins, do.to(cast)), strict=True))
+        return res
+
+    ref = run(torch.float64)
+    lowp = run(dtype)
+    for name, got in results.items():
+        assert got.shape == ref[name].shape, name
+        assert torch.isfinite(got).all(), f"{name}: NaN/Inf (an element left unwritten?)"
+        err, base = rel_err(got, ref[name]), rel_err(lowp[name], ref[name])
+        assert err <= 2 * base + EPS[dtype], f"{name}: rel err {err:.3e} > 2 * {base:.3e} + {EPS[dtype]}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every kernel, every dtype, causal or not: batch 2, GQA (4 query heads on 2 kv heads), N = 127.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_fwd_bwd_match_reference_batch_gqa(kernel, dtype, causal):
+    check(KERNELS[kernel], *inputs(2, 4, 2, 127, 127, 32, dtype), causal=causal)
+
+
+@pytest.mark.parametrize("n", [1, 17, pytest.param(1000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_odd_sequence_lengths(kernel, n):
+    # N = 1000 crosses 16 key blocks (online rescaling) and ends in a partial block; causal halves its cost.
+    check(KERNELS[kernel], *inputs(1, 1, 1, n, n, 32, torch.float16, seed=n), causal=n != 17)
+
+
+@pytest.mark.parametrize(("nq", "nk"), [(17, 130), (130, 17)], ids=["q<k", "q>k"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_seq_q_differs_from_seq_k(kernel, causal, nq, nk):
+    # q>k causal: the first nq - nk query rows see no key; they must come out 0 with 0 gradients.
+    check(KERNELS[kernel], *inputs(1, 2, 1, nq, nk, 64, torch.float16, seed=nq), causal=causal)
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_head_dims(kernel, d):
+    check(KERNELS[kernel], *inputs(1, 1, 1, 70, 70, d, torch.float16, seed=d), causal=True)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_custom_sm_scale(kernel):
+    check(KERNELS[kernel], *inputs(1, 2, 2, 40, 40, 32, torch.float16, seed=5), causal=False, sm_scale=0.3)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_non_contiguous_inputs_and_grad(kernel):
+    """q from a [B, N, H, D] layout (strided heads), k with a non-unit last stride, v sliced, dO transposed."""
+    b, h, n, d = 2, 2, 50, 32
+    q = make((b, n, h, d), torch.float16, 1).transpose(1, 2)
+    k = make((b, h, d, n), torch.float16, 2).transpose(2, 3)
+    v = make((b, h, n, 2 * d), torch.float16, 3)[..., ::2]
+    do = make((b, n, h, d), torch.float16, 4).transpose(1, 2)
+    assert not any(t.is_contiguous() for t in (q, k, v, do))
+    check(KERNELS[kernel], q, k, v, causal=True, do=do)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "config"),
+    [
+        ("v2", {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1}),
+        ("stored_p", {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}),
+        ("v1", {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "Q_SPLIT": 3}),
+    ],
+)
+def test_forced_config_is_used_and_reported(kernel, config):
+    check(KERNELS[kernel], *inputs(1, 2, 1, 100, 77, 32, torch.float16, seed=7), causal=True, config=config)
+    assert last_config() == config
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_last_config_reports_default_config(kernel):
+    q, k, v = inputs(1, 1, 1, 20, 20, 32, torch.float16)
+    KERNELS[kernel](q, k, v)
+    cfg = last_config()
+    assert {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"} <= set(cfg)
+    # The reported config can be forced back.
+    KERNELS[kernel](q, k, v, config=cfg)
+    assert last_config() == cfg
+
+
+def test_backward_is_deterministic():
+    """dQ is a separate pass (no atomics): two runs give bit-identical gradients."""
+    q, k, v = inputs(1, 4, 1, 90, 90, 32, torch.float16, seed=3)
+    do = make((1, 4, 90, 32), torch.float16, 4)
+    grads = []
+    for _ in range(2):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        grads.append(torch.autograd.grad(flash_attn(*leaves, causal=True), leaves, do))
+    for a, b in zip(*grads, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_drop_in_for_sdpa():
+    """flash_attn(q, k, v) matches torch's scaled_dot_product_attention called the same way."""
+    q, k, v = inputs(1, 2, 2, 33, 33, 64, torch.float32, seed=11)
+    for causal in (False, True):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(flash_attn(q, k, v, causal=causal), want, atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU: larger shapes, bf16 and fp16, up to N = 16384.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("n", [4096, 16384])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gpu_large(kernel, n, d, dtype, causal):
+    b, h, hkv = (2, 4, 2) if n <= 4096 else (1, 2, 1)
+    check(KERNELS[kernel], *inputs(b, h, hkv, n, n, d, dtype, seed=n + d), causal=causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gpu_head_dim_256_and_ragged(kernel, dtype):
+    check(KERNELS[kernel], *inputs(2, 4, 1, 1000, 3001, 256, dtype, seed=3), causal=True)
+    check(KERNELS[kernel], *inputs(1, 2, 2, 3001, 1000, 256, dtype, seed=4), causal=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gpu_autotuned_config(kernel, monkeypatch):
+    """config=None autotunes on CUDA; the chosen config is reported, comes from the space, and can be forced."""
+    from flashbench.kernels.common import FWD_SPACE
+
+    monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "1")
+    q, k, v = inputs(1, 4, 2, 2048, 2048, 128, torch.bfloat16, seed=21)
+    check(KERNELS[kernel], q, k, v, causal=True)
+    cfg = last_config()
+    assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"]) in FWD_SPACE
+    check(KERNELS[kernel], q, k, v, causal=True, config=cfg, backward=False)
+    assert last_config() == cfg
+
+
+@pytest.mark.gpu
+def test_gpu_config_too_big_for_shared_memory_is_unsupported():
+    q = make((1, 1, 512, 256), torch.float32, 1)
+    big = {"BLOCK_M": 256, "BLOCK_N": 256, "num_warps": 8, "num_stages": 4}
+    with pytest.raises(KernelUnsupported, match="does not fit"):
+        flash_attn(q, q, q, config=big)

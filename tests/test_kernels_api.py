@@ -1,0 +1,157 @@
+"""The kernels' public contract: what they refuse (KernelUnsupported, with a message naming why) and config checks.
+
+Every refusal here happens in the launcher before any kernel runs, so these tests are fast on any machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flashbench.kernels import (
+    SUPPORTED_HEAD_DIMS,
+    KernelUnsupported,
+    flash_attn,
+    flash_attn_stored_p,
+    flash_attn_v1,
+)
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+KERNELS = [flash_attn, flash_attn_stored_p, flash_attn_v1]
+
+
+def t(*shape, dtype=torch.float16, device=DEVICE):
+    return torch.randn(*shape, device=device).to(dtype)
+
+
+def test_public_constants():
+    assert SUPPORTED_HEAD_DIMS == (32, 64, 128, 256)
+    assert issubclass(KernelUnsupported, ValueError)
+
+
+@pytest.mark.parametrize("fn", KERNELS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: (t(1, 2, 8, 48), t(1, 2, 8, 48), t(1, 2, 8, 48)), "head_dim 48 unsupported"),
+        (lambda: (t(1, 2, 8, 512), t(1, 2, 8, 512), t(1, 2, 8, 512)), "head_dim 512 unsupported"),
+        (lambda: (t(1, 2, 8, 32, dtype=torch.float64),) * 3, "dtype torch.float64 unsupported"),
+        (lambda: (t(1, 2, 8, 32), t(1, 2, 8, 32, dtype=torch.float32), t(1, 2, 8, 32)), "dtypes differ"),
+        (lambda: (t(1, 2, 8, 32), t(1, 2, 8, 32), t(1, 2, 9, 32)), "k and v shapes differ"),
+        (lambda: (t(2, 2, 8, 32), t(1, 2, 8, 32), t(1, 2, 8, 32)), "batch differs"),
+        (lambda: (t(1, 2, 8, 64), t(1, 2, 8, 32), t(1, 2, 8, 32)), "head_dim differs"),
+        (lambda: (t(1, 3, 8, 32), t(1, 2, 8, 32), t(1, 2, 8, 32)), "kv_heads 2 does not divide heads 3"),
+        (lambda: (t(2, 8, 32), t(2, 8, 32), t(2, 8, 32)), "must be 4-D"),
+        (lambda: (t(1, 2, 0, 32), t(1, 2, 8, 32), t(1, 2, 8, 32)), "empty tensor"),
+        (
+            lambda: (t(1, 2, 8, 32).numpy() if not HAS_CUDA else None, t(1, 2, 8, 32), t(1, 2, 8, 32)),
+            "torch.Tensor",
+        ),
+    ],
+    ids=[
+        "head_dim_48",
+        "head_dim_512",
+        "float64",
+        "mixed_dtypes",
+        "kv_shape_mismatch",
+        "batch_mismatch",
+        "head_dim_mismatch",
+        "gqa_not_dividing",
+        "not_4d",
+        "empty_seq",
+        "not_a_tensor",
+    ],
+)
+def test_unsupported_inputs_raise_naming_the_reason(fn, make, match):
+    with pytest.raises(KernelUnsupported, match=match):
+        fn(*make())
+
+
+@pytest.mark.parametrize("fn", KERNELS, ids=lambda f: f.__name__)
+def test_bad_arguments_raise(fn):
+    q = t(1, 2, 8, 32)
+    with pytest.raises(KernelUnsupported, match="causal must be a bool"):
+        fn(q, q, q, causal="yes")
+    with pytest.raises(KernelUnsupported, match="sm_scale must be finite"):
+        fn(q, q, q, sm_scale=float("nan"))
+
+
+@pytest.mark.parametrize("fn", KERNELS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"BLOCK_M": 64}, "config needs BLOCK_N"),
+        ({"BLOCK_M": 24, "BLOCK_N": 64}, "BLOCK_M=24 must be a power of two"),
+        ({"BLOCK_M": 64, "BLOCK_N": 8}, "BLOCK_N=8 must be a power of two in 16..256"),
+        ({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 3}, "num_warps=3"),
+        ({"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 0}, "num_stages=0"),
+        ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, "unknown config keys"),
+        ("fast", "config must be a dict"),
+    ],
+)
+def test_bad_config_raises(fn, config, match):
+    q = t(1, 2, 8, 32)
+    with pytest.raises(KernelUnsupported, match=match):
+        fn(q, q, q, config=config)
+
+
+def test_q_split_is_a_v1_only_config_key():
+    q = t(1, 2, 8, 32)
+    with pytest.raises(KernelUnsupported, match="unknown config keys"):
+        flash_attn(q, q, q, config={"BLOCK_M": 16, "BLOCK_N": 16, "Q_SPLIT": 2})
+    with pytest.raises(KernelUnsupported, match="Q_SPLIT=0"):
+        flash_attn_v1(q, q, q, config={"BLOCK_M": 16, "BLOCK_N": 16, "Q_SPLIT": 0})
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter-only refusal")
+@pytest.mark.parametrize("fn", KERNELS, ids=lambda f: f.__name__)
+def test_bf16_refused_under_interpreter(fn):
+    q = t(1, 2, 8, 32, dtype=torch.bfloat16)
+    with pytest.raises(KernelUnsupported, match="bf16 under the Triton interpreter"):
+        fn(q, q, q)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="CPU-only refusal")
+def test_cpu_tensors_without_interpreter_refused(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q = t(1, 2, 8, 32)
+    with pytest.raises(KernelUnsupported, match="device cpu needs Triton's interpreter"):
+        flash_attn(q, q, q)
+
+
+@pytest.mark.gpu
+def test_mixed_devices_refused():
+    q = t(1, 2, 8, 32)
+    with pytest.raises(KernelUnsupported, match="different devices"):
+        flash_attn(q, q.cpu(), q)
+    with pytest.raises(KernelUnsupported, match="device cpu needs"):
+        flash_attn(q.cpu(), q.cpu(), q.cpu())
+
+
+def test_default_config_fits_every_head_dim():
+    """Without autotuning the first fitting config of each space is used; D = 256 gets smaller tiles."""
+    from flashbench.kernels.common import (
+        BWD_DKDV_SPACE,
+        BWD_DQ_SPACE,
+        FWD_SPACE,
+        default_config,
+        estimate,
+    )
+
+    h100_smem = 232448
+    assert default_config("fwd", FWD_SPACE, 64, 2) == {
+        "BLOCK_M": 128,
+        "BLOCK_N": 64,
+        "num_warps": 4,
+        "num_stages": 3,
+    }
+    for kind, space in (("fwd", FWD_SPACE), ("dkdv", BWD_DKDV_SPACE), ("dq", BWD_DQ_SPACE)):
+        for d in SUPPORTED_HEAD_DIMS:
+            for elem in (2, 4):
+                cfg = default_config(kind, space, d, elem, h100_smem)
+                smem, regs = estimate(
+                    kind, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"], d, elem
+                )
+                assert smem <= h100_smem and regs <= 160, (kind, d, elem, cfg)
+    big = default_config("fwd", FWD_SPACE, 256, 2)
+    assert big["BLOCK_M"] * big["BLOCK_N"] < 128 * 64
