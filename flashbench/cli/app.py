@@ -45,7 +45,7 @@ _register_commands()
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code instead of raising (used by tests and __main__)."""
     try:
-        app(args=argv, prog_name="flashbench", standalone_mode=False)
+        result = app(args=argv, prog_name="flashbench", standalone_mode=False)
     except FlashbenchError as exc:
         print(f"flashbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
             print("flashbench: aborted", file=sys.stderr)
             return EXIT_INTERRUPTED
         raise
+    # Without standalone mode, typer returns typer.Exit(code)'s code, and 130 for Ctrl-C, instead of raising.
+    if isinstance(result, int) and not isinstance(result, bool):
+        if result == EXIT_INTERRUPTED:
+            print("flashbench: interrupted; finished rows are on disk (use --resume)", file=sys.stderr)
+        return result
     return 0
 
 

@@ -1,7 +1,263 @@
-"""Placeholder: command group 'sweep' is being written (replace this module; keep register(app))."""
+"""`flashbench sweep`, `flashbench list providers|presets|gpus`, `flashbench env`: parse, one library call, render."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
+from flashbench.results import OK, Row
+
+_SHORT = {
+    "wrong": "WRONG",
+    "oom": "oom",
+    "predicted-oom": "pred-oom",
+    "unsupported": "unsup",
+    "unavailable": "n/a",
+    "crash": "crash",
+    "timeout": "timeout",
+    "skipped": "skip",
+}
+
+
+def sweep_command(
+    seq: Annotated[
+        str | None, typer.Option(help="sequence lengths N (tokens): 512..32768, 1024..8192:1024, 1000,3000")
+    ] = None,
+    batch: Annotated[str | None, typer.Option(help="batch sizes (instead of --tokens)")] = None,
+    tokens: Annotated[int | None, typer.Option(help="tokens per batch: batch = max(1, T // N)")] = None,
+    heads: Annotated[str | None, typer.Option(help="query heads")] = None,
+    kv_heads: Annotated[
+        str | None, typer.Option("--kv-heads", help="key/value heads (GQA); default = heads")
+    ] = None,
+    head_dim: Annotated[str | None, typer.Option("--head-dim", help="head dimensions d, e.g. 64,128")] = None,
+    dtype: Annotated[str | None, typer.Option(help="fp16,bf16,fp32")] = None,
+    causal: Annotated[str | None, typer.Option(help="true | false | both")] = None,
+    mode: Annotated[str | None, typer.Option(help="fwd,bwd,fwd+bwd")] = None,
+    providers: Annotated[
+        str | None, typer.Option(help="comma list, or 'all' (see `flashbench list providers`)")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="a sweep TOML file; flags override it")] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="a preset from configs/sweeps (`flashbench list presets`)")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="run directory (default results/<YYYYmmdd-HHMMSS>-<preset>/)")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="skip finished cases, retry crash/timeout")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="start over in a non-empty run directory")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print the rows as JSON on stdout (no table)")
+    ] = False,
+    cuda_graph: Annotated[
+        bool | None, typer.Option("--cuda-graph/--no-cuda-graph", help="time CUDA-graph replays")
+    ] = None,
+    device: Annotated[
+        str | None, typer.Option(help="cuda | cpu (cpu: Triton interpreter, CPU times)")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="per-case timeout in seconds, compile included")
+    ] = None,
+    kernel: Annotated[
+        list[Path] | None, typer.Option(help="a Python file registering providers (repeatable)")
+    ] = None,
+    ncu: Annotated[
+        bool | None, typer.Option("--ncu/--no-ncu", help="also record DRAM bytes with Nsight Compute")
+    ] = None,
+) -> None:
+    """Measure attention providers over a sweep of shapes; rows go to <out>/rows.jsonl as each case ends."""
+    from flashbench.api import sweep
+
+    result = sweep(
+        preset=preset,
+        config=config,
+        seq=seq,
+        batch=batch,
+        tokens=tokens,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        dtype=dtype,
+        causal=causal,
+        mode=mode,
+        providers=providers,
+        device=device,
+        timeout=timeout,
+        cuda_graph=cuda_graph,
+        ncu=ncu,
+        kernels=[str(k) for k in kernel] if kernel else None,
+        out=out,
+        resume=resume,
+        force=force,
+        progress=True,
+    )
+    if json_out:
+        payload = {
+            "run_dir": str(result.run_dir),
+            "wall_s": round(result.wall_s, 3),
+            "counts": result.counts(),
+            "rows": [r.to_dict() for r in result.rows],
+        }
+        sys.stdout.write(json.dumps(payload, default=str) + "\n")
+        return
+    render_tables(result.rows, tokens=result.spec.tokens)
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
+    print(
+        f"{len(result.rows)} cases ({counts}) in {result.wall_s:.1f} s; rows in {result.run_dir}/rows.jsonl"
+    )
+
+
+def _cell(row: Row) -> str:
+    if row.status != OK:
+        return _SHORT.get(row.status, row.status)
+    mark = "*" if row.throttled else ""
+    if row.device == "cpu":
+        return f"{row.median_ms:.3g}{mark}"
+    return f"{row.tflops:.1f}{mark}"
+
+
+def render_tables(rows: list[Row], tokens: int | None = None) -> None:
+    """One table per shape group: providers x N, TFLOP/s (median) or the status."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    groups: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[(row.dtype, row.head_dim, row.heads, row.kv_heads, row.causal, row.mode)].append(row)
+    for (dtype, d, h, kv, causal, mode), members in groups.items():
+        cpu = all(r.device == "cpu" for r in members)
+        seqs = sorted({r.seq_k for r in members})
+        gqa = f"/kv{kv}" if kv != h else ""
+        title = f"{dtype} d={d} H={h}{gqa} {'causal' if causal else 'non-causal'} {mode}"
+        table = Table(title=title, title_justify="left")
+        table.add_column("CPU ms (median)" if cpu else "TFLOP/s (median)")
+        for n in seqs:
+            table.add_column(f"N={n}", justify="right")
+        by_provider: dict[str, dict[int, Row]] = defaultdict(dict)
+        for r in members:
+            by_provider[r.provider][r.seq_k] = r
+        for provider, cells in by_provider.items():
+            table.add_row(provider, *(_cell(cells[n]) if n in cells else "" for n in seqs))
+        console.print(table)
+    if rows:
+        console.print(
+            "FLOPs: forward 4*B*H*d*(unmasked pairs), bwd 2.5x, fwd+bwd 3.5x; * = GPU throttled during the case"
+            + (f"; batch = max(1, {tokens} // N)" if tokens else "")
+        )
+
+
+list_app = typer.Typer(help="List providers, sweep presets or GPUs.", no_args_is_help=True)
+
+
+@list_app.command("providers")
+def list_providers_command(
+    device: Annotated[str | None, typer.Option(help="cuda | cpu (default: cuda if a GPU is present)")] = None,
+    kernel: Annotated[
+        list[Path] | None, typer.Option(help="also load a user kernel file (repeatable)")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Every provider, what it supports, and whether it is available here (and why not)."""
+    from flashbench.api import list_providers
+
+    infos = list_providers(device, [str(k) for k in kernel] if kernel else ())
+    if json_out:
+        print(json.dumps([i.to_dict() for i in infos]))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="providers")
+    for col in ("name", "available", "dtypes", "head dims", "causal", "bwd", "GQA", "devices", "source"):
+        table.add_column(col)
+    for i in infos:
+        dims = "any" if i.head_dims is None else _dims(i.head_dims)
+        table.add_row(
+            i.name,
+            "yes" if i.available else f"no: {i.reason}",
+            ",".join(i.dtypes),
+            dims,
+            _yes(i.causal),
+            _yes(i.backward),
+            _yes(i.gqa),
+            ",".join(i.devices),
+            i.source if i.source in ("builtin", "bundled") else Path(i.source).name,
+        )
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _dims(dims: tuple[int, ...]) -> str:
+    if len(dims) > 6 and all(b - a == dims[1] - dims[0] for a, b in zip(dims, dims[1:], strict=False)):
+        return f"{dims[0]}..{dims[-1]}:{dims[1] - dims[0]}"
+    return ",".join(str(d) for d in dims)
+
+
+@list_app.command("presets")
+def list_presets_command() -> None:
+    """The sweep presets shipped in configs/sweeps/ (use with --preset NAME)."""
+    from flashbench.config import preset_file, preset_names, read_preset
+
+    for name in preset_names():
+        values = read_preset(preset_file(name))
+        print(f"{name:14s} {values.get('description', '')}")
+
+
+@list_app.command("gpus")
+def list_gpus_command() -> None:
+    """GPUs known to flashbench's spec table (where present) and the GPUs on this machine."""
+    from flashbench import environment
+
+    try:
+        from flashbench import hardware  # the spec table (another command group's module)
+
+        for attr in ("list_gpus", "gpu_names", "known_gpus"):
+            fn = getattr(hardware, attr, None)
+            if callable(fn):
+                print("spec table: " + ", ".join(str(g) for g in fn()))
+                break
+    except ImportError:
+        pass
+    present, gpus = environment.gpu_present()
+    if not present:
+        print("this machine: no NVIDIA GPU (NVML and nvidia-smi see none)")
+        return
+    for i, gpu in enumerate(gpus):
+        print(f"this machine: GPU {i}: " + ", ".join(f"{k}={v}" for k, v in gpu.items()))
+
+
+def env_command(
+    device: Annotated[str | None, typer.Option(help="cuda | cpu (default: cuda if a GPU is present)")] = None,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """The environment record: GPUs, driver, CUDA, torch, triton, python, flashbench version, git sha."""
+    from flashbench.api import environment_record
+
+    record = environment_record(device)
+    if json_out:
+        print(json.dumps(record, indent=2, default=str))
+        return
+    keys = ("flashbench", "git_sha", "git_dirty", "python", "platform", "device", "gpu", "driver")
+    for key in (*keys, "cuda", "cudnn", "torch", "triton"):
+        print(f"{key:12s} {record.get(key)}")
+    for i, gpu in enumerate(record.get("gpus") or []):
+        print(f"{'gpu ' + str(i):12s} " + ", ".join(f"{k}={v}" for k, v in gpu.items()))
+    worker = record.get("worker") or {}
+    if worker.get("error"):
+        print(f"{'worker':12s} {worker['error']}")
+
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("sweep")(sweep_command)
+    app.add_typer(list_app, name="list")
+    app.command("env")(env_command)

@@ -1,0 +1,234 @@
+"""`flashbench.sweep(...)`: the sweep as a library call (the CLI's `flashbench sweep` is a thin wrapper).
+
+    import flashbench
+    result = flashbench.sweep(preset="quick", providers="triton,sdpa-flash", out="results/quick")
+    frame = result.frame()          # pandas DataFrame, one row per case
+    result = flashbench.sweep(device="cpu", seq="32..128", providers="naive,triton")   # no GPU needed
+
+Arguments take the CLI's syntax (strings like "512..32768") or Python values (ints, lists, bools).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flashbench import environment, runner
+from flashbench.config import SweepSpec, load_spec
+from flashbench.errors import EXIT_NO_GPU, FlashbenchError
+from flashbench.plan import plan, resolve_providers
+from flashbench.progress import Progress
+from flashbench.providers import registry
+from flashbench.providers.registry import ProviderInfo
+from flashbench.providers.user import check_paths
+from flashbench.results import ENV_FILE, Row, read_env, write_env
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class SweepResult:
+    run_dir: Path
+    spec: SweepSpec
+    rows: list[Row]
+    wall_s: float
+    env: dict[str, Any] = field(default_factory=dict)
+
+    def frame(self) -> pd.DataFrame:
+        from flashbench.results import load
+
+        return load(self.run_dir)
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(r.status for r in self.rows))
+
+
+def default_run_dir(spec: SweepSpec) -> Path:
+    return Path("results") / f"{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{spec.name}"
+
+
+def resolve_spec(
+    *,
+    preset: str | None = None,
+    config: str | Path | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> SweepSpec:
+    """The spec a sweep would run: stored spec (--resume) or built-in defaults <- preset/config <- flags."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    base = None
+    if resume and out is not None and (Path(out) / ENV_FILE).is_file():
+        stored = read_env(out).get("spec")
+        if isinstance(stored, dict):
+            base = SweepSpec.from_dict(stored)
+    if base is None and preset is None and config is None:
+        device = overrides.get("device", "cuda")
+        preset = "cpu" if str(device).lower() == "cpu" else "default"
+    return load_spec(preset=preset, config=config, overrides=overrides, base=base)
+
+
+def sweep(
+    *,
+    preset: str | None = None,
+    config: str | Path | None = None,
+    seq: Any = None,
+    batch: Any = None,
+    tokens: Any = None,
+    heads: Any = None,
+    kv_heads: Any = None,
+    head_dim: Any = None,
+    dtype: Any = None,
+    causal: Any = None,
+    mode: Any = None,
+    providers: Any = None,
+    device: str | None = None,
+    timeout: float | None = None,
+    cuda_graph: bool | None = None,
+    ncu: bool | None = None,
+    kernels: list[str] | tuple[str, ...] | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    force: bool = False,
+    progress: bool = False,
+    **measure: Any,
+) -> SweepResult:
+    """Plan and run a sweep; rows are appended to `out`/rows.jsonl as each case ends (see module docstring).
+
+    `measure` may set warmup_ms, rep_ms, min_samples, max_samples, ref_flops_limit.
+    Raises FlashbenchError (exit_code 2 for bad input, 3 when device="cuda" finds no GPU).
+    """
+    started = time.monotonic()
+    overrides = {
+        "seq": seq,
+        "batch": batch,
+        "tokens": tokens,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "dtype": dtype,
+        "causal": causal,
+        "mode": mode,
+        "providers": providers,
+        "device": device,
+        "timeout_s": timeout,
+        "cuda_graph": cuda_graph,
+        "ncu": ncu,
+        "kernels": check_paths(list(kernels)) if kernels else None,
+        **measure,
+    }
+    spec = resolve_spec(preset=preset, config=config, out=out, resume=resume, overrides=overrides)
+    kernels_t = check_paths(list(spec.kernels)) if spec.kernels else ()
+    registry.load_builtins()
+    if not kernels_t:  # user files' names are known only once a worker loaded them
+        resolve_providers(spec.providers, registry.names())
+    run_dir = Path(out) if out is not None else default_run_dir(spec)
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not (resume or force):
+        raise FlashbenchError(
+            f"run directory {run_dir} is not empty: add --resume to continue it or --force to start over"
+        )
+    if spec.device == "cuda":
+        present, _ = environment.gpu_present()
+        if not present:
+            raise FlashbenchError(
+                "no NVIDIA GPU found (NVML and nvidia-smi see none); use --device cpu to run on the CPU",
+                exit_code=EXIT_NO_GPU,
+            )
+    show: Progress | None = None
+    env: dict[str, Any] | None = None
+    earlier_wall = 0.0  # a resumed run's earlier sessions (kill -9 loses a session's wall time)
+    worker = runner.Worker(spec.device, kernels_t, None)
+    try:
+        worker.wait_ready()
+        infos = {d["name"]: ProviderInfo.from_dict(d) for d in worker.providers}
+        facts = worker.facts
+        memory = facts.get("total_memory_bytes") if spec.device == "cuda" else None
+        planned = plan(spec, infos, memory)
+        runner.prepare_run_dir(run_dir, resume, force)
+        env = environment.collect(spec.device, facts)
+        env.update(spec=spec.to_dict(), preset=spec.name, planned_cases=len(planned), run_dir=str(run_dir))
+        if resume and (run_dir / ENV_FILE).is_file():
+            previous = read_env(run_dir)
+            env["previous_runs"] = [*previous.get("previous_runs", []), previous.get("started")]
+            earlier_wall = float(previous.get("wall_s_total") or previous.get("wall_s") or 0.0)
+        write_env(run_dir, env)
+        ncu_fn = None
+        if spec.ncu:
+            from flashbench import ncu as ncu_mod
+
+            if spec.device != "cuda":
+                _note("flashbench: --ncu needs --device cuda; ignored", progress)
+            elif ncu_mod.ncu_path() is None:
+                _note("flashbench: ncu (Nsight Compute) not found on PATH; --ncu ignored", progress)
+            else:
+                ncu_fn = lambda case: ncu_mod.measure(case, kernels_t, spec.timeout_s)  # noqa: E731
+        show = Progress(len(planned), enabled=progress)
+        rows = runner.run_cases(
+            planned,
+            run_dir,
+            device=spec.device,
+            kernels=kernels_t,
+            opts=runner.options(spec),
+            timeout_s=spec.timeout_s,
+            worker=worker,
+            gpu=str(facts.get("gpu", "")),
+            on_row=show.advance,
+            ncu=ncu_fn,
+        )
+        worker = None  # run_cases closed it
+    except KeyboardInterrupt:
+        if env is not None:  # Ctrl-C (or `timeout -s INT`): keep the wall time of this session
+            wall = time.monotonic() - started
+            env.update(interrupted=True, wall_s=round(wall, 3), wall_s_total=round(earlier_wall + wall, 3))
+            write_env(run_dir, env)
+        raise
+    finally:
+        if show is not None:
+            show.close()
+        if worker is not None:
+            worker.close()
+    wall = time.monotonic() - started
+    counts = dict(Counter(r.status for r in rows))
+    compile_s = sum((r.compile_ms or 0.0) for r in rows) / 1e3
+    env.update(
+        finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        interrupted=False,
+        wall_s=round(wall, 3),
+        wall_s_total=round(earlier_wall + wall, 3),
+        status_counts=counts,
+        compile_s_total=round(compile_s, 3),
+    )
+    write_env(run_dir, env)
+    return SweepResult(run_dir, spec, rows, wall, env)
+
+
+def _note(message: str, enabled: bool) -> None:
+    if enabled:
+        print(message, file=sys.stderr, flush=True)
+
+
+def list_providers(
+    device: str | None = None, kernels: list[str] | tuple[str, ...] = ()
+) -> list[ProviderInfo]:
+    """Every provider with its availability on this machine (asks a worker; device default: cuda if present)."""
+    if device is None:
+        device = "cuda" if environment.gpu_present()[0] else "cpu"
+    worker = runner.describe(device, check_paths(list(kernels)) if kernels else ())
+    return [ProviderInfo.from_dict(d) for d in worker.providers]
+
+
+def environment_record(device: str | None = None) -> dict[str, Any]:
+    """The environment record (what env.json holds), with torch's view from a short-lived worker."""
+    if device is None:
+        device = "cuda" if environment.gpu_present()[0] else "cpu"
+    try:
+        facts = runner.describe(device, ()).facts
+    except FlashbenchError as exc:
+        facts = {"error": str(exc)}
+    return environment.collect(device, facts)

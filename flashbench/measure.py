@@ -1,0 +1,320 @@
+"""One case, in this process: inputs, first (compile) call, correctness, peak memory, timing, NVML.
+
+The worker process (flashbench.worker) calls measure_case() for each case it is sent; benchmarks/fidelity.py
+calls prepare() and measure_case() directly to compare with triton.testing.do_bench in one process.
+Everything here may import torch and touch CUDA: only ever run it in a worker (or a script), never in the
+sweep's parent process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import re
+import time
+import traceback
+import warnings
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flashbench import correctness, timing
+from flashbench.cases import Case
+from flashbench.models.flops import attention_flops
+from flashbench.providers import registry
+from flashbench.results import CRASH, OK, OOM, UNAVAILABLE, UNSUPPORTED, WRONG, Row
+
+# Errors after which the CUDA context is unusable: the worker reports the row and exits (a fresh one starts).
+_FATAL = re.compile(
+    r"illegal memory access|device-side assert|unspecified launch failure|misaligned address|"
+    r"illegal instruction|CUDA error: an? .*(fault|exception)|cudaErrorLaunchFailure|CUBLAS_STATUS_EXECUTION_FAILED",
+    re.I,
+)
+# torch's words when a forced SDPA backend refuses a case
+_SDPA_REFUSAL = re.compile(r"No available kernel|No viable backend", re.I)
+
+
+@dataclass
+class Options:
+    """How to measure (from the SweepSpec)."""
+
+    warmup_ms: float = 50.0
+    rep_ms: float = 100.0
+    min_samples: int = 10
+    max_samples: int = 1000
+    cuda_graph: bool = False
+    ref_flops_limit: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Options:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Context:
+    """Per-process state: device, the L2 flush buffer, the GPU's name, the NVML index."""
+
+    device: str
+    gpu: str = ""
+    nvml_index: int = 0
+    flusher: Any = None
+    phase: Callable[[str], None] = lambda _phase: None
+    infos: dict[str, registry.ProviderInfo] = field(default_factory=dict)
+
+    def info(self, name: str) -> registry.ProviderInfo:
+        if name not in self.infos:
+            self.infos[name] = registry.get(name).resolved_info()
+        return self.infos[name]
+
+
+class Prepared:
+    """A case made runnable: inputs, the provider's call, and the mode's timed call (+ untimed setup)."""
+
+    def __init__(self, case: Case, layout: str, fn: Callable[..., Any], device: str) -> None:
+        import torch
+
+        self.case, self.fn, self.device = case, fn, device
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[case.dtype]
+        grad = case.mode != "fwd"
+        gen = torch.Generator(device=device).manual_seed(zlib.crc32(case.shape_key.encode()))
+        b, h, hkv, nq, nk, d = case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k, case.head_dim
+
+        def make(heads: int, n: int) -> Any:
+            if layout == "bnhd":  # [B, N, H, D] storage seen as [B, H, N, D]: a leaf view, no copy
+                t = torch.randn(b, n, heads, d, dtype=dtype, device=device, generator=gen).transpose(1, 2)
+            else:
+                t = torch.randn(b, heads, n, d, dtype=dtype, device=device, generator=gen)
+            return t.requires_grad_(grad)
+
+        self.q, self.k, self.v = make(h, nq), make(hkv, nk), make(hkv, nk)
+        self.do = make(h, nq).detach() if grad else None
+        self._out: Any = None
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        return {"q": self.q, "k": self.k, "v": self.v, "do": self.do}
+
+    def forward(self) -> Any:
+        return self.fn(self.q, self.k, self.v)
+
+    def full(self) -> dict[str, Any]:
+        """The whole mode once, results kept: out (and dq, dk, dv in the backward modes)."""
+        import torch
+
+        out = self.forward()
+        if self.case.mode == "fwd":
+            return {"out": out}
+        dq, dk, dv = torch.autograd.grad(out, (self.q, self.k, self.v), self.do)
+        return {"out": out, "dq": dq, "dk": dk, "dv": dv}
+
+    def timed(self) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
+        """(call, setup): what the samples time, and what runs untimed before each sample."""
+        import torch
+
+        q, k, v, do, fn = self.q, self.k, self.v, self.do, self.fn
+        if self.case.mode == "fwd":
+            return (lambda: fn(q, k, v)), None
+        if self.case.mode == "fwd+bwd":
+            return (lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do)), None
+
+        def setup() -> None:  # bwd: the forward runs outside the timed region, every sample
+            self._out = fn(q, k, v)
+
+        return (lambda: torch.autograd.grad(self._out, (q, k, v), do)), setup
+
+    def graphed(self) -> Callable[[], Any]:
+        """The timed call captured in a CUDA graph (bwd: the backward of one forward, retained)."""
+        import torch
+
+        q, k, v, do = self.q, self.k, self.v, self.do
+        if self.case.mode == "bwd":
+            self._out = self.forward()
+            graph = timing.capture_cuda_graph(
+                lambda: torch.autograd.grad(self._out, (q, k, v), do, retain_graph=True)
+            )
+        else:
+            graph = timing.capture_cuda_graph(self.timed()[0])
+        return graph.replay
+
+
+def prepare(case: Case, device: str, stack: contextlib.ExitStack) -> Prepared:
+    """Build the provider's call for `case` (contexts it opens live on `stack`) and make the inputs."""
+    provider = registry.get(case.provider)
+    info = provider.resolved_info()
+    fn = provider.build(case, device, stack)
+    prepared = Prepared(case, info.layout, fn, device)
+    return prepared
+
+
+def _nvml_sample(ctx: Context) -> dict[str, Any] | None:
+    if ctx.device != "cuda":
+        return None
+    try:
+        from flashbench import nvml
+
+        return nvml.sample(ctx.nvml_index)
+    except Exception:
+        return None
+
+
+def classify(exc: BaseException, caught: list[str]) -> tuple[str, str, bool]:
+    """(status, reason, fatal) for an exception raised while running a case."""
+    import torch
+
+    name = type(exc).__name__
+    text = " ".join(str(exc).split())
+    if isinstance(exc, registry.Unsupported) or name in ("KernelUnsupported", "Unsupported"):
+        return UNSUPPORTED, text or name, False
+    if isinstance(exc, torch.OutOfMemoryError) or re.search(r"\bout of memory\b", text, re.I):
+        return OOM, text[:500], False
+    if _SDPA_REFUSAL.search(text):
+        reasons = [" ".join(w.split()) for w in caught if w.strip()]
+        return UNSUPPORTED, ("; ".join(reasons) or text)[:800], False
+    where = ""
+    tb = traceback.extract_tb(exc.__traceback__)
+    if tb:
+        where = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})"
+    return CRASH, f"{name}: {text}"[:800] + where, bool(_FATAL.search(text))
+
+
+def measure_case(case: Case, opts: Options, ctx: Context) -> tuple[Row, bool]:
+    """Run one case; return its row and whether this process must exit (the CUDA context is broken)."""
+    import torch
+
+    base = {"device": ctx.device, "gpu": ctx.gpu, "cuda_graph": opts.cuda_graph, "timestamp": time.time()}
+    flops = attention_flops(
+        case.batch, case.heads, case.seq_q, case.seq_k, case.head_dim, case.causal, case.mode
+    )
+    base["flops"] = flops
+    info = ctx.info(case.provider)
+    if not info.available:
+        return Row.for_case(case, UNAVAILABLE, reason=info.reason, **base), False
+    why = info.supports(case, ctx.device)
+    if why:
+        return Row.for_case(case, UNSUPPORTED, reason=why, **base), False
+    caught: list[str] = []
+    row: Row | None = None
+    fatal = False
+    try:
+        with contextlib.ExitStack() as stack:
+            ctx.phase("build")
+            prepared = prepare(case, ctx.device, stack)
+            row = _measure(prepared, opts, ctx, base, caught)
+    except Exception as exc:
+        status, reason, fatal = classify(exc, caught)
+        row = Row.for_case(case, status, reason=reason, **base)
+    finally:
+        prepared = None  # noqa: F841  (drop inputs before the next case)
+        gc.collect()
+        if ctx.device == "cuda" and not fatal:
+            with contextlib.suppress(Exception):
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+    return row, fatal
+
+
+def _check_compiled(prepared: Prepared) -> str | None:
+    check = getattr(prepared.fn, "check_compiled", None)
+    return check() if check else None
+
+
+def _measure(prepared: Prepared, opts: Options, ctx: Context, base: dict[str, Any], caught: list[str]) -> Row:
+    import torch
+
+    case, device = prepared.case, ctx.device
+    # 1. the first call: compile + autotune (+ one run), warnings recorded (SDPA's refusal reasons)
+    ctx.phase("compile")
+    results: dict[str, Any] = {}
+
+    def first() -> None:
+        results.update(prepared.full())
+
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        try:
+            compile_ms = timing.first_call_ms(first, device)
+        finally:
+            caught.extend(str(r.message) for r in records)
+    base["compile_ms"] = compile_ms
+    fallback = _check_compiled(prepared)
+    if fallback:
+        return Row.for_case(case, CRASH, reason=f"compile fallback detected: {fallback}", **base)
+    kernel_config = _kernel_config(case.provider)
+    # 2. correctness against the float64 reference, before any timing
+    ctx.phase("check")
+    verdict = correctness.check(case, prepared.inputs, results, device, opts.ref_flops_limit)
+    results.clear()
+    base.update(rel_err=verdict.rel_err, err_budget=verdict.err_budget, ref=verdict.ref)
+    base["kernel_config"] = kernel_config
+    if not verdict.ok:
+        return Row.for_case(case, WRONG, reason=verdict.reason, **base)
+    # 3. peak memory from its own untimed run: bytes allocated above the inputs
+    if device == "cuda":
+        ctx.phase("memory")
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        floor = torch.cuda.memory_allocated()
+        kept = prepared.full()
+        torch.cuda.synchronize()
+        base["peak_mem_bytes"] = int(torch.cuda.max_memory_allocated() - floor)
+        del kept
+    # 4. samples
+    ctx.phase("timing")
+    before = _nvml_sample(ctx)
+    knobs = {
+        "warmup_ms": opts.warmup_ms,
+        "rep_ms": opts.rep_ms,
+        "min_samples": opts.min_samples,
+        "max_samples": opts.max_samples,
+    }
+    if device == "cuda":
+        if ctx.flusher is None:
+            ctx.flusher = timing.L2Flusher(torch.cuda.current_device())
+        if opts.cuda_graph:
+            try:
+                call, setup = prepared.graphed(), None
+            except Exception as exc:
+                reason = f"CUDA graph capture failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
+                return Row.for_case(case, UNSUPPORTED, reason=reason[:800], **base)
+        else:
+            call, setup = prepared.timed()
+        samples = timing.time_cuda(call, flush=ctx.flusher, setup=setup, **knobs)
+    else:
+        call, setup = prepared.timed()
+        samples = timing.time_cpu(call, setup=setup, **knobs)
+    after = _nvml_sample(ctx)
+    fallback = _check_compiled(prepared)
+    if fallback:
+        return Row.for_case(case, CRASH, reason=f"compile fallback detected: {fallback}", **base)
+    stats = timing.summarize(samples)
+    throttled = bool((before or {}).get("throttled")) or bool((after or {}).get("throttled"))
+    return Row.for_case(
+        case,
+        OK,
+        samples_ms=[round(s, 6) for s in samples],
+        **{k: round(v, 6) for k, v in stats.items()},
+        tflops=base["flops"] / (stats["median_ms"] * 1e-3) / 1e12,
+        nvml_before=before,
+        nvml_after=after,
+        throttled=throttled,
+        **base,
+    )
+
+
+def _kernel_config(name: str) -> dict[str, Any] | None:
+    hook = registry.get(name).kernel_config
+    if hook is None:
+        return None
+    try:
+        config = hook()
+    except Exception:
+        return None
+    if not config:
+        return None
+    return {
+        str(k): (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+        for k, v in config.items()
+    }

@@ -1,0 +1,169 @@
+"""Spec -> Cases. Cases a provider declares it cannot run are marked `unsupported` (or `unavailable`), and
+cases the memory model says cannot fit on this GPU are marked `predicted-oom`, before any worker runs them.
+
+Order: provider, dtype, head_dim, heads, kv_heads, causal, mode, then sequence length ascending, so that an
+OOM at one N lets the runner skip the larger N of the same provider and shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from flashbench.cases import Case
+from flashbench.config import SweepSpec, suggest
+from flashbench.errors import FlashbenchError
+from flashbench.providers.registry import ProviderInfo
+from flashbench.results import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class PlannedCase:
+    case: Case
+    status: str | None = None  # None: to be run; else the final status decided up front
+    reason: str = ""
+    predicted_mem_bytes: int | None = None
+
+
+def batch_for(spec: SweepSpec, seq: int) -> list[int]:
+    """The batch sizes at one sequence length: --batch as given, or max(1, tokens // seq)."""
+    if spec.batch is not None:
+        return list(spec.batch)
+    assert spec.tokens is not None
+    return [max(1, spec.tokens // seq)]
+
+
+def resolve_providers(requested: tuple[str, ...] | list[str], known: list[str]) -> list[str]:
+    """Expand "all" and check every name; an unknown name is a one-line error with a close match."""
+    out: list[str] = []
+    for name in requested:
+        if name == "all":
+            out.extend(n for n in known if n not in out)
+            continue
+        if name not in known:
+            raise FlashbenchError(f"unknown provider {name!r}{suggest(name, known)}")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
+    cases: list[Case] = []
+    for provider in providers:
+        for dtype in spec.dtype:
+            for head_dim in spec.head_dim:
+                for heads in spec.heads:
+                    for kv_heads in spec.kv_heads or (heads,):
+                        for causal in spec.causal:
+                            for mode in spec.mode:
+                                for seq in spec.seq:
+                                    for batch in batch_for(spec, seq):
+                                        case = Case(
+                                            provider,
+                                            batch,
+                                            heads,
+                                            kv_heads,
+                                            seq,
+                                            seq,
+                                            head_dim,
+                                            dtype,
+                                            causal,
+                                            mode,
+                                        )
+                                        cases.append(case)
+    return cases
+
+
+def input_bytes(case: Case) -> int:
+    """Bytes of the inputs the worker allocates: q, k, v (and dO in the backward modes)."""
+    q = case.batch * case.heads * case.seq_q * case.head_dim
+    kv = 2 * case.batch * case.kv_heads * case.seq_k * case.head_dim
+    do = q if case.mode != "fwd" else 0
+    return (q + kv + do) * case.elem_bytes
+
+
+def predicted_mem_bytes(case: Case, family: str | None) -> int | None:
+    """The memory model's bytes above the inputs, or None (no family, or no model installed)."""
+    if family is None:
+        return None
+    try:
+        from flashbench.models.memory import FAMILIES, predicted_peak_bytes
+    except ImportError:
+        return None
+    if family not in FAMILIES:
+        return None
+    try:
+        return int(
+            predicted_peak_bytes(
+                family,
+                case.batch,
+                case.heads,
+                case.kv_heads,
+                case.seq_q,
+                case.seq_k,
+                case.head_dim,
+                case.elem_bytes,
+                case.causal,
+                case.mode,
+            )
+        )
+    except Exception:
+        return None
+
+
+def plan(
+    spec: SweepSpec,
+    infos: Mapping[str, ProviderInfo],
+    gpu_memory_bytes: int | None = None,
+) -> list[PlannedCase]:
+    """Cases for `spec`, each either to run or already decided (unavailable / unsupported / predicted-oom).
+
+    `infos` are the providers as the worker described them (availability resolved on that machine).
+    `gpu_memory_bytes` is the device's total memory (None: no predicted-oom marking, e.g. on the CPU).
+    """
+    names = resolve_providers(spec.providers, list(infos))
+    if len(names) == 1 and spec.providers != ("all",):
+        _check_forced(spec, infos[names[0]])
+    planned: list[PlannedCase] = []
+    for case in expand(spec, names):
+        info = infos[case.provider]
+        predicted = predicted_mem_bytes(case, info.memory_family)
+        if not info.available:
+            planned.append(PlannedCase(case, UNAVAILABLE, info.reason, predicted))
+            continue
+        why = info.supports(case, spec.device)
+        if why:
+            planned.append(PlannedCase(case, UNSUPPORTED, why, predicted))
+            continue
+        if spec.device == "cuda" and gpu_memory_bytes and predicted is not None:
+            need = input_bytes(case) + predicted
+            if need > gpu_memory_bytes:
+                reason = (
+                    f"predicted {predicted / GIB:.1f} GiB above {input_bytes(case) / GIB:.1f} GiB of inputs "
+                    f"({need} bytes) > {gpu_memory_bytes / GIB:.1f} GiB on the GPU"
+                )
+                planned.append(PlannedCase(case, PREDICTED_OOM, reason, predicted))
+                continue
+        planned.append(PlannedCase(case, None, "", predicted))
+    return planned
+
+
+def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
+    """A single provider the user named must support what the user asked for: else a one-line error."""
+    if not info.available:
+        return  # rows say "unavailable" with the reason
+    heads = spec.heads[0]
+    for case in (
+        Case(info.name, 1, heads, heads, 128, 128, d, dtype, causal, mode)
+        for d in spec.head_dim
+        for dtype in spec.dtype
+        for causal in spec.causal
+        for mode in spec.mode
+    ):
+        why = info.supports(case, spec.device)
+        if why:
+            raise FlashbenchError(why)
+    if spec.kv_heads and any(k != h for k in spec.kv_heads for h in spec.heads) and not info.gqa:
+        raise FlashbenchError(f"{info.name} does not support GQA (kv_heads != heads)")

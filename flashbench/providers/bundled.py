@@ -1,0 +1,72 @@
+"""The bundled Triton kernels (kernels/, imported as flashbench.kernels) as providers.
+
+They register through the same decorator a user's --kernel file uses. The kernels module is imported only
+inside the builders (in the worker), so the parent process never imports torch or triton.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from flashbench.cases import Case
+from flashbench.providers.registry import register
+
+
+def _kernels_requires() -> str | None:
+    if importlib.util.find_spec("flashbench.kernels") is None:
+        return "flashbench.kernels is not installed"
+    try:
+        import flashbench.kernels  # noqa: F401
+    except Exception as exc:
+        return f"import flashbench.kernels failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _head_dims() -> Any:
+    from flashbench.kernels import SUPPORTED_HEAD_DIMS
+
+    return SUPPORTED_HEAD_DIMS
+
+
+def _last_config() -> dict[str, Any] | None:
+    from flashbench.kernels import last_config
+
+    config = last_config()
+    return dict(config) if config else None
+
+
+def _bundled(attr: str) -> Any:
+    def build(case: Case, device: str, stack: Any) -> Any:
+        import flashbench.kernels as kernels
+
+        fn = getattr(kernels, attr)
+        causal, scale = case.causal, case.head_dim**-0.5
+        return lambda q, k, v: fn(q, k, v, causal=causal, sm_scale=scale)
+
+    return build
+
+
+for _name, _attr, _family, _what in (
+    ("triton", "flash_attn", "flash", "FlashAttention-2 style: fwd + recompute bwd"),
+    (
+        "triton-stored-p",
+        "flash_attn_stored_p",
+        "stored-p",
+        "tiled fwd that stores P; bwd reads P (no recompute)",
+    ),
+    ("triton-v1", "flash_attn_v1", "flash-v1", "FlashAttention-1 loop order (outer loop over K/V blocks)"),
+):
+    register(
+        _name,
+        dtypes=("fp16", "bf16", "fp32"),
+        gqa=True,
+        devices=("cuda", "cpu"),
+        memory_family=_family,
+        builder=True,
+        requires=_kernels_requires,
+        kernel_config=_last_config,
+        head_dims_from=_head_dims,
+        source="bundled",
+        description=f"bundled Triton kernel, {_what}",
+    )(_bundled(_attr))

@@ -1,0 +1,250 @@
+"""The provider registry: one decorator, one typed record per attention implementation.
+
+A provider is an attention implementation that flashbench can time. It declares what it supports, so the
+plan can write "unsupported: <why>" rows instead of crashing, and how to check it is installed.
+
+Two ways to register, through the same decorator (the bundled kernels, the torch baselines and a user's
+`--kernel file.py` all use it):
+
+    @register("my-attn", dtypes=("fp16", "bf16"), head_dims=(64, 128), backward=True)
+    def my_attn(q, k, v, causal=False, sm_scale=None):   # q [B, H, Nq, D], k/v [B, Hkv, Nk, D]
+        ...                                              # -> out [B, H, Nq, D]
+
+    @register("my-attn-2", builder=True)
+    def build(case, device, stack):                      # once per case, untimed
+        ...                                              # set-up (masks, compile, contexts on `stack`)
+        return lambda q, k, v: ...                       # the timed call
+
+This module imports no torch: the parent process reads the registry without touching CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flashbench.cases import DTYPES, Case
+from flashbench.errors import FlashbenchError
+
+# Memory families known to flashbench.models.memory (how a provider's peak memory grows with N).
+MEMORY_FAMILIES = ("naive", "flash", "stored-p", "flash-v1")
+
+
+class Unsupported(Exception):
+    """Raised by a provider (at build or first call) that refuses a case; becomes an `unsupported` row."""
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """What a provider declares, plus whether it is usable here. Plain data: travels as JSON."""
+
+    name: str
+    description: str = ""
+    dtypes: tuple[str, ...] = DTYPES
+    head_dims: tuple[int, ...] | None = None  # None: any head dim
+    causal: bool = True
+    backward: bool = True
+    gqa: bool = False
+    devices: tuple[str, ...] = ("cuda",)
+    memory_family: str | None = None  # one of MEMORY_FAMILIES, or None when unknown
+    layout: str = "bhnd"  # "bhnd" or "bnhd": the memory layout the inputs are allocated in
+    source: str = "builtin"  # "builtin", "bundled" or the user kernel file's path
+    available: bool = True
+    reason: str = ""  # why it is unavailable
+
+    def supports(self, case: Case, device: str) -> str | None:
+        """None when the provider declares support for `case` on `device`, else the reason it does not."""
+        if device not in self.devices:
+            return f"{self.name} runs on {', '.join(self.devices)} only"
+        if case.dtype not in self.dtypes:
+            return f"{self.name} does not support {case.dtype} (supports {', '.join(self.dtypes)})"
+        if self.head_dims is not None and case.head_dim not in self.head_dims:
+            dims = ", ".join(str(d) for d in self.head_dims)
+            return f"{self.name} does not support head_dim {case.head_dim} (supports {dims})"
+        if case.causal and not self.causal:
+            return f"{self.name} has no causal mask"
+        if case.mode != "fwd" and not self.backward:
+            return f"{self.name} has no backward pass"
+        if case.kv_heads != case.heads and not self.gqa:
+            return f"{self.name} does not support GQA (kv_heads != heads)"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProviderInfo:
+        kw = dict(data)
+        for key in ("dtypes", "devices", "head_dims"):
+            if kw.get(key) is not None:
+                kw[key] = tuple(kw[key])
+        return cls(**kw)
+
+
+Builder = Callable[[Case, str, Any], Callable[..., Any]]
+
+
+@dataclass
+class Provider:
+    """A registered provider: its declaration plus the code that builds the timed call."""
+
+    info: ProviderInfo
+    build: Builder  # build(case, device, stack: contextlib.ExitStack) -> call(q, k, v) -> out
+    requires: Callable[[], str | None] | None = None  # None when usable, else why not (may import)
+    kernel_config: Callable[[], dict[str, Any] | None] | None = None  # config used by the last call
+    head_dims_from: Callable[[], Iterable[int]] | None = None  # resolved in the worker (may import)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def resolved_info(self) -> ProviderInfo:
+        """The declaration with availability and lazily-declared head dims resolved (may import torch)."""
+        info = self.info
+        reason = None
+        try:
+            reason = self.requires() if self.requires else None
+        except Exception as exc:  # a broken install is "unavailable", not a crash of the whole sweep
+            reason = f"{type(exc).__name__}: {exc}"
+        if reason:
+            return _replace(info, available=False, reason=str(reason).strip().splitlines()[0][:300])
+        if self.head_dims_from is not None:
+            try:
+                dims = tuple(sorted(int(d) for d in self.head_dims_from()))
+                info = _replace(info, head_dims=dims)
+            except Exception as exc:
+                return _replace(info, available=False, reason=f"{type(exc).__name__}: {exc}"[:300])
+        return info
+
+
+def _replace(info: ProviderInfo, **kw: Any) -> ProviderInfo:
+    data = info.to_dict()
+    data.update(kw)
+    return ProviderInfo.from_dict(data)
+
+
+_REGISTRY: dict[str, Provider] = {}
+_CURRENT_SOURCE = ["builtin"]
+
+
+def register(
+    name: str,
+    *,
+    dtypes: Iterable[str] = DTYPES,
+    head_dims: Iterable[int] | None = None,
+    causal: bool = True,
+    backward: bool = True,
+    gqa: bool = False,
+    devices: Iterable[str] = ("cuda", "cpu"),
+    memory_family: str | None = None,
+    layout: str = "bhnd",
+    description: str = "",
+    builder: bool = False,
+    requires: Callable[[], str | None] | None = None,
+    kernel_config: Callable[[], dict[str, Any] | None] | None = None,
+    head_dims_from: Callable[[], Iterable[int]] | None = None,
+    source: str | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register an attention provider (see the module docstring). Returns the function unchanged."""
+    dtypes = tuple(dtypes)
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise FlashbenchError(f"provider {name!r}: unknown dtype(s) {bad} (known: {', '.join(DTYPES)})")
+    if memory_family is not None and memory_family not in MEMORY_FAMILIES:
+        raise FlashbenchError(f"provider {name!r}: memory_family must be one of {MEMORY_FAMILIES}")
+    if layout not in ("bhnd", "bnhd"):
+        raise FlashbenchError(f"provider {name!r}: layout must be 'bhnd' or 'bnhd'")
+    if not name or "|" in name or "," in name or name.strip() != name:
+        raise FlashbenchError(f"provider name {name!r} must be non-empty, without '|', ',' or spaces")
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        origin = source or _CURRENT_SOURCE[0]
+        if name in _REGISTRY and _REGISTRY[name].info.source != origin:
+            raise FlashbenchError(
+                f"provider {name!r} from {origin} clashes with one from {_REGISTRY[name].info.source}"
+            )
+        info = ProviderInfo(
+            name=name,
+            description=description or (fn.__doc__ or "").strip().split("\n")[0],
+            dtypes=dtypes,
+            head_dims=None if head_dims is None else tuple(sorted(head_dims)),
+            causal=causal,
+            backward=backward,
+            gqa=gqa,
+            devices=tuple(devices),
+            memory_family=memory_family,
+            layout=layout,
+            source=origin,
+        )
+        build = fn if builder else _function_builder(fn)
+        _REGISTRY[name] = Provider(info, build, requires, kernel_config, head_dims_from)
+        return fn
+
+    return decorate
+
+
+def _function_builder(fn: Callable[..., Any]) -> Builder:
+    """Adapt a plain fn(q, k, v, causal=..., sm_scale=...) to the builder form."""
+
+    def build(case: Case, device: str, stack: Any) -> Callable[..., Any]:
+        causal = case.causal
+        scale = case.head_dim**-0.5
+        return lambda q, k, v: fn(q, k, v, causal=causal, sm_scale=scale)
+
+    return build
+
+
+def load_builtins() -> None:
+    """Register the torch baselines and the bundled kernels (imports no torch)."""
+    from flashbench.providers import bundled, torch_baselines  # noqa: F401  (registration side effect)
+
+
+def load_kernel_file(path: str | Path) -> list[str]:
+    """Execute a user kernel file; return the names of the providers it registered."""
+    path = Path(path).expanduser().resolve()
+    if not path.is_file():
+        raise FlashbenchError(f"kernel file not found: {path}")
+    before = set(_REGISTRY)
+    module_name = f"flashbench_user_kernel_{abs(hash(str(path))):x}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise FlashbenchError(f"kernel file {path} cannot be imported (not a .py file?)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    _CURRENT_SOURCE[0] = str(path)
+    try:
+        spec.loader.exec_module(module)
+    except FlashbenchError:
+        raise
+    except Exception as exc:
+        raise FlashbenchError(f"kernel file {path}: {type(exc).__name__}: {exc}") from None
+    finally:
+        _CURRENT_SOURCE[0] = "builtin"
+    added = [n for n in _REGISTRY if n not in before]
+    if not added:
+        raise FlashbenchError(
+            f"kernel file {path} registered no provider (decorate a function with flashbench.providers.register)"
+        )
+    return added
+
+
+def get(name: str) -> Provider:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        from flashbench.config import suggest
+
+        raise FlashbenchError(f"unknown provider {name!r}{suggest(name, _REGISTRY)}") from None
+
+
+def names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def providers() -> list[Provider]:
+    return list(_REGISTRY.values())

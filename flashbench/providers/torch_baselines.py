@@ -1,0 +1,259 @@
+"""PyTorch baselines: eager attention, SDPA (each backend forced), compiled FlexAttention, flash-attn 2/3.
+
+Every builder imports torch inside itself: registering these costs the parent process nothing.
+Tensors are q [B, H, Nq, D], k/v [B, Hkv, Nk, D]; causal masks are bottom-right aligned (Case docstring).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from flashbench.cases import Case
+from flashbench.providers.registry import Unsupported, register
+
+_FLASH_HEAD_DIMS = tuple(range(8, 257, 8))  # flash-attn 2/3: multiples of 8 up to 256
+
+
+def _scale(case: Case) -> float:
+    return case.head_dim**-0.5
+
+
+# --- naive: materializes S and P ----------------------------------------------------------------------
+
+
+@register(
+    "naive",
+    dtypes=("fp16", "bf16", "fp32"),
+    gqa=True,
+    devices=("cuda", "cpu"),
+    memory_family="naive",
+    builder=True,
+    source="builtin",
+    description="PyTorch eager: S = QK^T and P = softmax(S) (fp32) materialized; autograd backward",
+)
+def _build_naive(case: Case, device: str, stack: Any) -> Any:
+    import torch
+
+    b, h, hkv, nq, nk = case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k
+    group = h // hkv
+    scale = _scale(case)
+    causal = case.causal
+
+    def naive(q: Any, k: Any, v: Any) -> Any:
+        # GQA without copying K/V: query heads h*g..h*g+g-1 share kv head h, so fold them into rows.
+        qg = q.reshape(b, hkv, group * nq, -1)  # [B, Hkv, g*Nq, D]
+        s = torch.matmul(qg, k.transpose(-2, -1)).view(b, h, nq, nk) * scale  # S: [B, H, Nq, Nk]
+        if causal:
+            keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
+            s = s.masked_fill(~keep, float("-inf"))
+        p = torch.softmax(s.float(), dim=-1).to(q.dtype)  # P: softmax in fp32, stored in the input dtype
+        out = torch.matmul(p.view(b, hkv, group * nq, nk), v)  # [B, Hkv, g*Nq, D]
+        return out.view(b, h, nq, -1)
+
+    return naive
+
+
+# --- scaled_dot_product_attention ---------------------------------------------------------------------
+
+
+def _sdpa_builder(backend_name: str | None) -> Any:
+    def build(case: Case, device: str, stack: Any) -> Any:
+        import torch.nn.functional as F
+
+        kwargs: dict[str, Any] = {"scale": _scale(case)}
+        if case.kv_heads != case.heads:
+            kwargs["enable_gqa"] = True
+        if case.causal and case.seq_q != case.seq_k:
+            # is_causal=True is top-left aligned for Nq != Nk; the bias object gives bottom-right.
+            from torch.nn.attention.bias import causal_lower_right
+
+            kwargs["attn_mask"] = causal_lower_right(case.seq_q, case.seq_k)
+        elif case.causal:
+            kwargs["is_causal"] = True
+        if backend_name is not None:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            backend = getattr(SDPBackend, backend_name, None)
+            if backend is None:
+                raise Unsupported(f"this torch has no SDPBackend.{backend_name}")
+            # Entered once per case (not per call): the context sets global flags, ~us per entry.
+            stack.enter_context(sdpa_kernel(backend))
+        sdpa = F.scaled_dot_product_attention
+        return lambda q, k, v: sdpa(q, k, v, **kwargs)
+
+    return build
+
+
+for _name, _backend, _family, _devices, _what in (
+    ("sdpa", None, "flash", ("cuda", "cpu"), "default dispatch"),
+    ("sdpa-math", "MATH", "naive", ("cuda", "cpu"), "forced MATH backend"),
+    ("sdpa-efficient", "EFFICIENT_ATTENTION", "flash", ("cuda",), "forced EFFICIENT_ATTENTION backend"),
+    ("sdpa-flash", "FLASH_ATTENTION", "flash", ("cuda", "cpu"), "forced FLASH_ATTENTION backend"),
+    ("sdpa-cudnn", "CUDNN_ATTENTION", "flash", ("cuda",), "forced CUDNN_ATTENTION backend"),
+):
+    register(
+        _name,
+        gqa=True,
+        devices=_devices,
+        memory_family=_family,
+        builder=True,
+        source="builtin",
+        description=f"torch scaled_dot_product_attention, {_what}",
+    )(_sdpa_builder(_backend))
+
+
+# --- FlexAttention, compiled ----------------------------------------------------------------------------
+
+
+def _flex_requires() -> str | None:
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except ImportError as exc:
+        return f"this torch has no FlexAttention ({exc})"
+    return None
+
+
+def _dynamo_graph_count() -> int | None:
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:
+        return None
+
+
+@register(
+    "flex",
+    gqa=True,
+    devices=("cuda",),
+    memory_family="flash",
+    builder=True,
+    requires=_flex_requires,
+    source="builtin",
+    description="torch.compile'd FlexAttention (causal via a block mask); fails rather than falls back",
+)
+def _build_flex(case: Case, device: str, stack: Any) -> Any:
+    import torch
+    import torch._dynamo
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    # Seen on the H100: one process compiling many shapes hits the recompile limit and silently runs an
+    # uncompiled path ~50x slower. So: a clean dynamo state per case, a generous limit, and a hard error
+    # (never a fallback) if the limit is reached anyway; graph breaks are errors too (fullgraph).
+    torch._dynamo.reset()
+    cfg = torch._dynamo.config
+    for limit in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, limit):
+            setattr(cfg, limit, max(int(getattr(cfg, limit)), 64))
+    for flag in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
+        if hasattr(cfg, flag):
+            setattr(cfg, flag, True)
+    compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
+    block_mask = None
+    if case.causal:
+        offset = case.seq_k - case.seq_q
+
+        def bottom_right(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return q_idx + offset >= kv_idx
+
+        block_mask = create_block_mask(
+            bottom_right, B=None, H=None, Q_LEN=case.seq_q, KV_LEN=case.seq_k, device=device
+        )
+    gqa = case.kv_heads != case.heads
+    scale = _scale(case)
+    graphs_before = _dynamo_graph_count()
+
+    def flex(q: Any, k: Any, v: Any) -> Any:
+        return compiled(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+
+    first_call_graphs: list[int] = []
+
+    def check_compiled() -> str | None:
+        # Called by the worker after the first call and again after timing: no graph compiled, or a
+        # recompile during the samples, means the numbers are not those of one compiled kernel.
+        graphs = _dynamo_graph_count()
+        if graphs_before is None or graphs is None:
+            return None
+        if graphs == graphs_before:
+            return "torch.compile produced no graph (FlexAttention ran uncompiled)"
+        if not first_call_graphs:
+            first_call_graphs.append(graphs)
+        elif graphs != first_call_graphs[0]:
+            return f"torch.compile recompiled during the samples ({graphs - first_call_graphs[0]} new graphs)"
+        return None
+
+    flex.check_compiled = check_compiled  # type: ignore[attr-defined]
+    return flex
+
+
+# --- flash-attn 2 and 3 ([B, N, H, D] layout) -------------------------------------------------------------
+
+
+def _module_requires(module: str, package: str) -> Any:
+    def requires() -> str | None:
+        if importlib.util.find_spec(module) is None:
+            return f"{package} is not installed (import {module} failed)"
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # ABI mismatch with this torch, missing CUDA libs...
+            return f"import {module} failed: {type(exc).__name__}: {exc}"
+        return None
+
+    return requires
+
+
+def _to_bnhd(x: Any) -> Any:
+    return x.transpose(1, 2)  # the worker allocated it [B, N, H, D]-contiguous: this is a free view
+
+
+@register(
+    "flash-attn",
+    dtypes=("fp16", "bf16"),
+    head_dims=_FLASH_HEAD_DIMS,
+    gqa=True,
+    devices=("cuda",),
+    memory_family="flash",
+    layout="bnhd",
+    builder=True,
+    requires=_module_requires("flash_attn", "flash-attn"),
+    source="builtin",
+    description="flash-attn 2 flash_attn_func (Dao-AILab), [B, N, H, D] layout",
+)
+def _build_flash_attn(case: Case, device: str, stack: Any) -> Any:
+    from flash_attn import flash_attn_func
+
+    causal, scale = case.causal, _scale(case)
+    return lambda q, k, v: _to_bnhd(
+        flash_attn_func(_to_bnhd(q), _to_bnhd(k), _to_bnhd(v), softmax_scale=scale, causal=causal)
+    )
+
+
+@register(
+    "flash-attn-3",
+    dtypes=("fp16", "bf16"),
+    head_dims=_FLASH_HEAD_DIMS,
+    gqa=True,
+    devices=("cuda",),
+    memory_family="flash",
+    layout="bnhd",
+    builder=True,
+    requires=_module_requires("flash_attn_interface", "flash-attn 3 (hopper/)"),
+    source="builtin",
+    description="flash-attn 3 (Hopper) flash_attn_interface.flash_attn_func, [B, N, H, D] layout",
+)
+def _build_flash_attn_3(case: Case, device: str, stack: Any) -> Any:
+    import torch
+    from flash_attn_interface import flash_attn_func
+
+    major, _ = torch.cuda.get_device_capability()
+    if major != 9:
+        raise Unsupported(f"flash-attn 3 needs a Hopper GPU (sm90); this is sm{major}x")
+    causal, scale = case.causal, _scale(case)
+
+    def fa3(q: Any, k: Any, v: Any) -> Any:
+        out = flash_attn_func(_to_bnhd(q), _to_bnhd(k), _to_bnhd(v), softmax_scale=scale, causal=causal)
+        out = out[0] if isinstance(out, tuple) else out  # older releases return (out, lse)
+        return _to_bnhd(out)
+
+    return fa3

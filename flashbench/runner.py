@@ -1,0 +1,395 @@
+"""The runner: schedules planned cases over worker processes and turns whatever happens into rows.
+
+The parent process (this module) never imports torch: CUDA lives in `python -m flashbench.worker`
+subprocesses (protocol in worker.py). Per case:
+    ok / wrong / oom / unsupported / crash(provider raised)   the worker's answer
+    crash   the worker died (segfault, abort, illegal memory access...): stderr tail in the reason
+    timeout no answer within the per-case timeout: the worker's process group is killed
+    skipped a smaller N of the same provider and shape ran out of memory
+After a crash or timeout a fresh worker starts for the next case. Every row is appended and fsync'ed as the
+case ends, so Ctrl-C or kill -9 loses no finished row and `--resume` picks up where the run stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from flashbench.cases import Case
+from flashbench.errors import EXIT_NO_GPU, FlashbenchError
+from flashbench.plan import PlannedCase
+from flashbench.results import (
+    CRASH,
+    ENV_FILE,
+    OOM,
+    RETRY_STATUSES,
+    ROWS_FILE,
+    SKIPPED,
+    TIMEOUT,
+    Row,
+    append_row,
+    read_rows,
+)
+
+STARTUP_TIMEOUT_S = 180.0  # import torch + CUDA init (+ user kernel files) on a cold machine
+_TAIL_BYTES = 6000
+_TAIL_LINES = 30
+
+
+class WorkerError(Exception):
+    """The worker died or stopped answering."""
+
+    def __init__(self, status: str, reason: str, phase: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.phase = status, reason, phase
+
+
+class Worker:
+    """One `python -m flashbench.worker` subprocess, in its own session (Ctrl-C and kills are ours to send)."""
+
+    def __init__(self, device: str, kernels: tuple[str, ...], log_path: Path | None, describe: bool = False):
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        if device == "cpu":
+            env["TRITON_INTERPRET"] = "1"  # must be set before the worker imports triton
+        cmd = [
+            sys.executable,
+            "-m",
+            "flashbench.worker",
+            "--device",
+            device,
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        for path in kernels:
+            cmd += ["--kernel", path]
+        if describe:
+            cmd.append("--describe")
+        if log_path is None:
+            import tempfile
+
+            self._log: IO[bytes] = tempfile.TemporaryFile()
+        else:
+            self._log = open(log_path, "a+b")  # noqa: SIM115  (closed in close())
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            start_new_session=True,
+            env=env,
+            text=True,
+            encoding="utf-8",
+            bufsize=1,
+        )
+        self._messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.facts: dict[str, Any] = {}
+        self.providers: list[dict[str, Any]] = []
+        self._next_id = 0
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self._messages.put(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # not ours (the protocol stream carries only JSON)
+        self._messages.put(None)
+
+    def _log_offset(self) -> int:
+        return os.fstat(self._log.fileno()).st_size
+
+    def stderr_tail(self, since: int = 0) -> str:
+        """The last lines the worker wrote to stderr since byte offset `since`."""
+        size = os.fstat(self._log.fileno()).st_size
+        start = max(since, size - _TAIL_BYTES)
+        text = os.pread(self._log.fileno(), size - start, start).decode("utf-8", errors="replace")
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return "\n".join(lines[-_TAIL_LINES:])
+
+    def _next(self, deadline: float) -> dict[str, Any] | None:
+        """The next message; None at EOF; raises TimeoutError past the deadline."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        try:
+            return self._messages.get(timeout=remaining)
+        except queue.Empty:
+            raise TimeoutError from None
+
+    def _death(self) -> str:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return "closed its output"
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with code {code}"
+
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> None:
+        try:
+            msg = self._next(time.monotonic() + timeout)
+        except TimeoutError:
+            self.kill()
+            raise FlashbenchError(
+                f"the worker did not start within {timeout:.0f} s: {self.stderr_tail()}"
+            ) from None
+        if msg is None:
+            tail = self.stderr_tail()
+            raise FlashbenchError(f"the worker {self._death()} while starting: {tail or '(no output)'}")
+        if msg.get("error"):
+            self.close()
+            code = EXIT_NO_GPU if msg.get("no_gpu") else 2
+            raise FlashbenchError(str(msg["error"]), exit_code=code)
+        self.facts = msg.get("facts", {})
+        self.providers = msg.get("providers", [])
+
+    def run(self, case: Case, opts: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bool]:
+        """Send one case; return (row dict, fatal) or raise WorkerError (crash / timeout)."""
+        self._next_id += 1
+        case_id = self._next_id
+        since = self._log_offset()
+        phase = "start"
+        assert self.proc.stdin is not None
+        try:
+            msg = {"op": "run", "id": case_id, "case": case.to_dict(), "opts": opts}
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it is dead: the read below sees EOF and reports how it died
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                reply = self._next(deadline)
+            except TimeoutError:
+                self.kill()
+                tail = self.stderr_tail(since)
+                reason = f"no result after {timeout:g} s (phase: {phase}); worker killed"
+                raise WorkerError(
+                    TIMEOUT, reason + (f"; stderr tail:\n{tail}" if tail else ""), phase
+                ) from None
+            if reply is None:
+                how = self._death()
+                tail = self.stderr_tail(since)
+                reason = f"worker {how} during {phase}" + (f" ({_headline(tail)})" if tail else "")
+                raise WorkerError(CRASH, reason + (f"; stderr tail:\n{tail}" if tail else ""), phase)
+            if reply.get("id") != case_id:
+                continue
+            if reply.get("op") == "phase":
+                phase = str(reply.get("phase"))
+            elif reply.get("op") == "result":
+                return reply["row"], bool(reply.get("fatal"))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group (its compile subprocesses too)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired, AssertionError):
+                pass
+        self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        self._log.close()
+
+
+def _headline(tail: str) -> str:
+    """The line of a stderr tail that says what went wrong (an error line if there is one)."""
+    lines = tail.splitlines()
+    for line in lines:
+        if "rror" in line or "Fatal" in line or "Abort" in line or "fault" in line:
+            return line.strip()[:200]
+    return lines[-1].strip()[:200] if lines else ""
+
+
+def describe(device: str, kernels: tuple[str, ...]) -> Worker:
+    """Start a worker, wait for its description (facts, providers), and stop it."""
+    worker = Worker(device, kernels, None, describe=True)
+    try:
+        worker.wait_ready()
+    finally:
+        worker.close()
+    return worker
+
+
+# --- the run directory ------------------------------------------------------------------------------------
+
+
+def prepare_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
+    """Refuse to overwrite a run without --force; with --resume keep it (and repair a torn last line)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise FlashbenchError(f"--out {run_dir} exists and is not a directory")
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        if force and not resume:
+            for name in (ROWS_FILE, ENV_FILE):
+                (run_dir / name).unlink(missing_ok=True)
+        elif not resume:
+            raise FlashbenchError(
+                f"run directory {run_dir} is not empty: add --resume to continue it or --force to start over"
+            )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    repair_torn_tail(run_dir / ROWS_FILE)
+
+
+def repair_torn_tail(path: Path) -> None:
+    """Cut a half-written last line (kill -9 mid-append), so the next append starts on a fresh line."""
+    if not path.is_file():
+        return
+    with path.open("rb+") as fh:
+        data = fh.read()
+        if not data or data.endswith(b"\n"):
+            return
+        fh.truncate(data.rfind(b"\n") + 1)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def finished_rows(run_dir: Path) -> dict[str, Row]:
+    """Rows already on disk whose answer is final (crash/timeout are retried by --resume)."""
+    if not (run_dir / ROWS_FILE).is_file():
+        return {}
+    return {r.key: r for r in read_rows(run_dir) if r.status not in RETRY_STATUSES}
+
+
+# --- the loop ---------------------------------------------------------------------------------------------
+
+
+def _shape(case: Case) -> tuple[Any, ...]:
+    return (case.provider, case.heads, case.kv_heads, case.head_dim, case.dtype, case.causal, case.mode)
+
+
+class _Skips:
+    """After an OOM (or a timeout) at N, larger N of the same provider and shape, with no fewer tokens, are
+    skipped: they need at least as much memory (time). A timeout is retried by --resume, and so are the
+    cases it caused to be skipped."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[Any, ...], Row] = {}
+
+    def note(self, row: Row) -> None:
+        if row.status in (OOM, TIMEOUT):
+            known = self.first.get(_shape(row.case))
+            if known is None or row.seq_k < known.seq_k:
+                self.first[_shape(row.case)] = row
+
+    def reason(self, case: Case) -> str | None:
+        cause = self.first.get(_shape(case))
+        if cause is None or case.seq_k <= cause.seq_k or case.batch * case.seq_q < cause.batch * cause.seq_q:
+            return None
+        what = "ran out of memory" if cause.status == OOM else "timed out"
+        return f"{case.provider} {what} at N={cause.seq_k} (batch {cause.batch}) for this shape"
+
+
+def run_cases(
+    planned: list[PlannedCase],
+    run_dir: Path,
+    *,
+    device: str,
+    kernels: tuple[str, ...],
+    opts: dict[str, Any],
+    timeout_s: float,
+    worker: Worker | None,
+    gpu: str = "",
+    on_row: Callable[[Row, bool], None] | None = None,
+    ncu: Callable[[Case], dict[str, Any]] | None = None,
+) -> list[Row]:
+    """Run every planned case not already final in run_dir; append a row per case; return all rows."""
+    done = finished_rows(run_dir)
+    # skipped rows stand only while their cause does (a retried timeout may now pass)
+    earlier_skips = {k: r for k, r in done.items() if r.status == SKIPPED}
+    for key in earlier_skips:
+        del done[key]
+    skips = _Skips()
+    for row in done.values():
+        skips.note(row)
+    try:
+        for item in planned:
+            case = item.case
+            if case.key in done:
+                if on_row:
+                    on_row(done[case.key], True)
+                continue
+            skip = skips.reason(case) if item.status is None else None
+            if skip and case.key in earlier_skips:
+                done[case.key] = earlier_skips[case.key]
+                if on_row:
+                    on_row(done[case.key], True)
+                continue
+            common = {"device": device, "gpu": gpu, "predicted_mem_bytes": item.predicted_mem_bytes}
+            if item.status is not None:
+                row = Row.for_case(case, item.status, reason=item.reason, timestamp=time.time(), **common)
+            elif skip:
+                row = Row.for_case(case, SKIPPED, reason=skip, timestamp=time.time(), **common)
+            else:
+                if worker is None or not worker.alive():
+                    if worker is not None:
+                        worker.close()
+                    worker = Worker(device, kernels, None)
+                    worker.wait_ready()
+                    gpu = str(worker.facts.get("gpu", gpu))
+                    common["gpu"] = gpu
+                try:
+                    data, fatal = worker.run(case, opts, timeout_s)
+                    row = Row.from_dict({**data, "predicted_mem_bytes": item.predicted_mem_bytes})
+                    if fatal:
+                        worker.close()
+                        worker = None
+                except WorkerError as exc:
+                    worker.close()
+                    worker = None
+                    row = Row.for_case(case, exc.status, reason=exc.reason, timestamp=time.time(), **common)
+                if ncu is not None and row.status == "ok":
+                    for key, value in ncu(case).items():
+                        setattr(row, key, value)
+            append_row(run_dir, row)
+            skips.note(row)
+            done[case.key] = row
+            if on_row:
+                on_row(row, False)
+    finally:
+        if worker is not None:
+            worker.close()
+    return [done[p.case.key] for p in planned if p.case.key in done]
+
+
+def options(spec: Any) -> dict[str, Any]:
+    """The measurement options a worker needs, from a SweepSpec."""
+    keys = ("warmup_ms", "rep_ms", "min_samples", "max_samples", "cuda_graph", "ref_flops_limit")
+    data = asdict(spec)
+    return {k: data[k] for k in keys}

@@ -1,0 +1,208 @@
+"""The worker process: owns CUDA, runs cases sent by the runner, answers in JSON lines.
+
+    python -m flashbench.worker --device cuda|cpu [--kernel FILE]... [--describe] [--parent-pid PID]
+
+Protocol (one JSON object per line; stdout carries only these, everything else the process or a provider
+prints goes to stderr, which the runner keeps a tail of):
+    worker -> runner  {"op": "ready", "pid": 123, "facts": {...}, "providers": [ProviderInfo, ...]}
+                      {"op": "ready", "error": "...", "no_gpu": true|false}     (then exits)
+    runner -> worker  {"op": "run", "id": 7, "case": {Case fields}, "opts": {Options fields}}
+    worker -> runner  {"op": "phase", "id": 7, "phase": "build|compile|check|memory|timing"}
+                      {"op": "result", "id": 7, "row": {Row fields}, "fatal": false}
+    runner -> worker  {"op": "exit"}            (or EOF on stdin)
+After a "fatal" result (illegal memory access and the like: the CUDA context is unusable) the worker exits.
+A worker that dies (segfault) or stops answering (hang) is the runner's business: it records crash/timeout.
+
+`--ncu-case JSON` runs one case for Nsight Compute: compile and warm up unprofiled, then one call of the
+mode between cudaProfilerStart/Stop (run under `ncu --profile-from-start off`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import json
+import os
+import platform
+import signal
+import sys
+from typing import IO, Any
+
+
+def _protocol_stream() -> IO[str]:
+    """A private copy of stdout for the protocol; fd 1 then points at stderr (stray prints, C libraries)."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    return proto
+
+
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Linux: SIGKILL this worker when the runner dies (kill -9 of the sweep must not leave it running)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before prctl took effect
+
+
+def _send(stream: IO[str], msg: dict[str, Any]) -> None:
+    stream.write(json.dumps(msg, separators=(",", ":"), default=str) + "\n")
+    stream.flush()
+
+
+def device_facts(device: str) -> dict[str, Any]:
+    """What this process sees: versions, and the device's name, memory, L2 and SM count."""
+    import torch
+
+    facts: dict[str, Any] = {
+        "device": device,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "pid": os.getpid(),
+    }
+    try:
+        import triton
+
+        facts["triton"] = triton.__version__
+    except Exception as exc:
+        facts["triton"] = f"unavailable: {type(exc).__name__}"
+    if device == "cpu":
+        facts.update(
+            gpu="cpu",
+            name=platform.processor() or platform.machine(),
+            threads=torch.get_num_threads(),
+            triton_interpret=os.environ.get("TRITON_INTERPRET", ""),
+        )
+        return facts
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device (torch.cuda.is_available() is False)")
+    torch.cuda.init()
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    free, total = torch.cuda.mem_get_info(index)
+    facts.update(
+        gpu=props.name,
+        name=props.name,
+        capability=f"{props.major}.{props.minor}",
+        sm_count=props.multi_processor_count,
+        total_memory_bytes=int(total),
+        free_memory_bytes=int(free),
+        l2_cache_bytes=int(getattr(props, "L2_cache_size", 0) or 0),
+        cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        device_count=torch.cuda.device_count(),
+    )
+    return facts
+
+
+def _nvml_index() -> int:
+    """NVML's index of CUDA device 0: the first CUDA_VISIBLE_DEVICES entry when it is a plain number."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
+def _load_providers(kernels: list[str]) -> None:
+    from flashbench.providers import registry, user
+
+    registry.load_builtins()
+    user.load(kernels)
+
+
+def serve(args: argparse.Namespace, proto: IO[str]) -> int:
+    from flashbench.cases import Case
+    from flashbench.errors import FlashbenchError
+    from flashbench.measure import Context, Options, measure_case
+    from flashbench.providers import registry
+
+    try:
+        _load_providers(args.kernel)
+    except FlashbenchError as exc:
+        _send(proto, {"op": "ready", "error": str(exc), "no_gpu": False})
+        return 2
+    try:
+        facts = device_facts(args.device)
+    except Exception as exc:
+        _send(
+            proto, {"op": "ready", "error": f"{type(exc).__name__}: {exc}", "no_gpu": args.device == "cuda"}
+        )
+        return 3
+    ctx = Context(device=args.device, gpu=str(facts.get("gpu", "")), nvml_index=_nvml_index())
+    infos = [ctx.info(name).to_dict() for name in registry.names()]
+    _send(proto, {"op": "ready", "pid": os.getpid(), "facts": facts, "providers": infos})
+    if args.describe:
+        return 0
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return 0  # EOF: the runner is gone or done
+        msg = json.loads(line)
+        if msg.get("op") == "exit":
+            return 0
+        if msg.get("op") != "run":
+            continue
+        case_id = msg.get("id")
+        ctx.phase = lambda phase, case_id=case_id: _send(
+            proto, {"op": "phase", "id": case_id, "phase": phase}
+        )
+        case = Case.from_dict(msg["case"])
+        row, fatal = measure_case(case, Options.from_dict(msg.get("opts", {})), ctx)
+        _send(proto, {"op": "result", "id": case_id, "row": row.to_dict(), "fatal": fatal})
+        if fatal:
+            return 1
+
+
+def ncu_case(args: argparse.Namespace) -> int:
+    """One case for Nsight Compute: unprofiled compile + warm-up, then one profiled call of the mode."""
+    import torch
+
+    from flashbench.cases import Case
+    from flashbench.measure import prepare
+
+    _load_providers(args.kernel)
+    case = Case.from_dict(json.loads(args.ncu_case))
+    with contextlib.ExitStack() as stack:
+        prepared = prepare(case, "cuda", stack)
+        call, setup = prepared.timed()
+        for _ in range(2):
+            if setup:
+                setup()
+            call()
+        if setup:
+            setup()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        call()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flashbench.worker")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--kernel", action="append", default=[])
+    parser.add_argument("--describe", action="store_true", help="print the ready message and exit")
+    parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--ncu-case", default=None, help="a Case as JSON: run it once for Nsight Compute")
+    args = parser.parse_args(argv)
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    faulthandler.enable()  # a segfault prints the Python stack to stderr: the runner keeps its tail
+    if args.ncu_case:
+        return ncu_case(args)
+    proto = _protocol_stream()
+    _die_with_parent(args.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
+    return serve(args, proto)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

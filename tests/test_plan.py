@@ -1,0 +1,102 @@
+"""Spec -> Cases: ordering, tokens -> batch, unsupported / unavailable / predicted-oom marked up front."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashbench import plan as plan_mod
+from flashbench.cases import Case
+from flashbench.config import load_spec
+from flashbench.errors import FlashbenchError
+from flashbench.plan import expand, input_bytes, plan
+from flashbench.providers.registry import ProviderInfo
+
+
+def _infos(**extra):
+    infos = {
+        "fast": ProviderInfo(
+            "fast",
+            dtypes=("fp16", "bf16"),
+            head_dims=(64, 128),
+            devices=("cuda", "cpu"),
+            memory_family="flash",
+            gqa=True,
+        ),
+        "slow": ProviderInfo("slow", devices=("cuda", "cpu"), memory_family="naive", backward=False),
+        "gone": ProviderInfo("gone", available=False, reason="gone is not installed"),
+    }
+    infos.update(extra)
+    return infos
+
+
+def test_tokens_give_batch_and_cases_run_in_ascending_n():
+    spec = load_spec(overrides={"seq": "512..4096", "tokens": 2048, "providers": "fast", "causal": "false"})
+    cases = expand(spec, ["fast"])
+    assert [(c.seq_q, c.batch) for c in cases] == [(512, 4), (1024, 2), (2048, 1), (4096, 1)]
+    assert all(c.seq_k == c.seq_q and c.kv_heads == c.heads for c in cases)
+
+
+def test_unsupported_and_unavailable_are_marked_with_the_reason():
+    spec = load_spec(
+        overrides={
+            "seq": "128",
+            "batch": 1,
+            "providers": "all",
+            "dtype": "fp32",
+            "mode": "fwd,bwd",
+            "causal": "true",
+            "head_dim": 64,
+            "device": "cpu",
+        }
+    )
+    rows = {(p.case.provider, p.case.mode): p for p in plan(spec, _infos())}
+    assert rows[("fast", "fwd")].status == "unsupported" and "fp32" in rows[("fast", "fwd")].reason
+    assert rows[("slow", "fwd")].status is None
+    assert rows[("slow", "bwd")].status == "unsupported" and "backward" in rows[("slow", "bwd")].reason
+    assert (
+        rows[("gone", "fwd")].status == "unavailable"
+        and rows[("gone", "fwd")].reason == "gone is not installed"
+    )
+
+
+def test_predicted_oom_skips_up_front_with_the_bytes(monkeypatch):
+    monkeypatch.setattr(plan_mod, "predicted_mem_bytes", lambda case, family: case.seq_q**2 * 1000)
+    spec = load_spec(
+        overrides={
+            "seq": "1024..4096",
+            "batch": 1,
+            "providers": "slow",
+            "causal": "false",
+            "dtype": "bf16",
+            "mode": "fwd",
+        }
+    )
+    planned = plan(spec, _infos(), gpu_memory_bytes=8 * 2**30)
+    status = {p.case.seq_q: p.status for p in planned}
+    assert status == {1024: None, 2048: None, 4096: "predicted-oom"}
+    oom = planned[-1]
+    assert oom.predicted_mem_bytes == 4096**2 * 1000 and "GiB" in oom.reason and "bytes" in oom.reason
+    # no GPU memory known (the CPU): nothing is predicted to fail
+    assert all(p.status is None for p in plan(spec, _infos(), gpu_memory_bytes=None))
+
+
+def test_unknown_provider_suggests_a_close_match():
+    spec = load_spec(overrides={"providers": "fats"})
+    with pytest.raises(FlashbenchError, match="unknown provider 'fats'; did you mean 'fast'"):
+        plan(spec, _infos())
+
+
+def test_a_single_forced_provider_must_support_the_request():
+    spec = load_spec(overrides={"providers": "fast", "head_dim": "64,96", "dtype": "bf16"})
+    with pytest.raises(FlashbenchError, match="head_dim 96"):
+        plan(spec, _infos())
+    # the same head dim among several providers is an `unsupported` row instead
+    spec = load_spec(overrides={"providers": "fast,slow", "head_dim": "96", "dtype": "bf16", "seq": 128})
+    assert {p.status for p in plan(spec, _infos()) if p.case.provider == "fast"} == {"unsupported"}
+
+
+def test_input_bytes_counts_q_k_v_and_the_output_gradient():
+    case = Case("x", 2, 8, 2, 100, 200, 64, "bf16", False, "fwd")
+    assert input_bytes(case) == 2 * (2 * 8 * 100 * 64 + 2 * 2 * 2 * 200 * 64)
+    bwd = Case("x", 2, 8, 2, 100, 200, 64, "bf16", False, "fwd+bwd")
+    assert input_bytes(bwd) - input_bytes(case) == 2 * 2 * 8 * 100 * 64
