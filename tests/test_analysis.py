@@ -1,0 +1,139 @@
+"""analysis.py: tidy frames from rows + models (speeds, speedups, roofline, recompute, comparisons)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from flashbench import analysis
+from flashbench.cases import Case
+from flashbench.errors import FlashbenchError
+from flashbench.results import Row, append_row, write_env
+
+FIXTURES = Path(__file__).resolve().parents[1] / "results" / "fixtures"
+SYNTHETIC = FIXTURES / "synthetic-h100"
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+def make_run(run_dir: Path, rows: list[Row], gpu: str = GPU) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_env(run_dir, {"gpu": {"name": gpu}} if gpu else {})
+    for row in rows:
+        append_row(run_dir, row)
+    return run_dir
+
+
+def ok_row(provider: str, n: int, ms: float, mode: str = "fwd", device: str = "cuda", **kw: object) -> Row:
+    case = Case(provider, 1, 4, 4, n, n, 64, "fp16", False, mode)
+    return Row.for_case(
+        case,
+        "ok",
+        device=device,
+        gpu=GPU if device == "cuda" else "",
+        samples_ms=[ms] * 10,
+        median_ms=ms,
+        p20_ms=ms,
+        p80_ms=ms,
+        **kw,
+    )
+
+
+def test_failed_rows_never_carry_a_speed() -> None:
+    frame = analysis.load_run(SYNTHETIC).frame
+    failed = frame[frame["status"] != "ok"]
+    assert len(failed) > 0
+    assert failed["tflops"].isna().all() and failed["median_ms"].isna().all()
+    assert not failed["ok"].any()
+
+
+def test_speedup_is_baseline_time_over_provider_time_on_the_same_shape(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path / "r",
+        [ok_row("naive", 256, 4.0), ok_row("triton", 256, 1.0), ok_row("triton", 512, 1.0)],
+    )
+    frame = analysis.load_run(run).frame
+    sp = analysis.speedups(frame, "naive")
+    tri = sp[sp["provider"] == "triton"]
+    assert list(tri["seq_q"]) == [256]  # N=512 has no naive row to compare with
+    assert tri["speedup"].iloc[0] == pytest.approx(4.0)
+
+
+def test_tflops_derived_from_flops_and_median_when_the_row_lacks_it(tmp_path: Path) -> None:
+    frame = analysis.load_run(make_run(tmp_path / "r", [ok_row("triton", 1024, 2.0)])).frame
+    flops = 4 * 1 * 4 * 64 * 1024 * 1024  # 4 B H d N^2, full mask
+    assert frame["flops"].iloc[0] == flops
+    assert frame["tflops"].iloc[0] == pytest.approx(flops / 2e-3 / 1e12)
+
+
+def test_pick_baseline_defaults_to_naive_and_rejects_unknown_with_a_suggestion(tmp_path: Path) -> None:
+    frame = analysis.load_run(
+        make_run(tmp_path / "r", [ok_row("triton", 256, 1.0), ok_row("naive", 256, 2.0)])
+    ).frame
+    assert analysis.pick_baseline(frame) == "naive"
+    with pytest.raises(FlashbenchError, match="did you mean triton"):
+        analysis.pick_baseline(frame, "trtion")
+
+
+def test_recompute_overhead_pairs_the_stored_p_variant_with_its_recompute_kernel(tmp_path: Path) -> None:
+    rows = [
+        ok_row("triton", 256, 3.0, mode="bwd", peak_mem_bytes=1_000),
+        ok_row("triton-stored-p", 256, 2.0, mode="bwd", peak_mem_bytes=5_000),
+        ok_row("triton", 256, 1.0, mode="fwd"),  # forward-only rows have no recompute to measure
+        ok_row("triton-stored-p", 256, 1.0, mode="fwd"),
+    ]
+    rc = analysis.recompute_overhead(analysis.load_run(make_run(tmp_path / "r", rows)).frame)
+    assert len(rc) == 1
+    r = rc.iloc[0]
+    assert r["time_overhead"] == pytest.approx(0.5)  # 3 ms vs 2 ms: recomputing costs 50% here
+    assert r["mem_saved_bytes"] == 4_000
+    assert r["flop_share_recompute"] == pytest.approx(0.2)  # 0.5 / 2.5 of the credited backward
+
+
+def test_compare_runs_ratio_and_newly_failing_cases(tmp_path: Path) -> None:
+    base = make_run(tmp_path / "base", [ok_row("triton", 256, 1.0), ok_row("triton", 512, 2.0)])
+    oom = Row.for_case(Case("triton", 1, 4, 4, 512, 512, 64, "fp16", False, "fwd"), "oom", reason="OOM")
+    cur = make_run(tmp_path / "cur", [ok_row("triton", 256, 1.25), oom])
+    joined = analysis.compare_runs(analysis.load_run(cur).frame, analysis.load_run(base).frame)
+    by_n = joined.set_index("seq_q")
+    assert by_n.loc[256, "ratio"] == pytest.approx(1.25)
+    assert by_n.loc[512, "change"] == "newly failing" and math.isnan(by_n.loc[512, "ratio"])
+    summary = analysis.compare_summary(joined).iloc[0]
+    assert summary["median_ratio"] == pytest.approx(1.25) and summary["newly_failing"] == 1
+
+
+def test_roofline_columns_from_the_gpu_table_and_models() -> None:
+    run = analysis.load_run(SYNTHETIC)
+    assert [c.source for c in run.ceilings][:2] == ["datasheet", "nvml"]
+    ok = run.frame[run.frame["ok"]]
+    assert ok["pct_of_roofline"].between(0, 100).all()
+    assert (
+        ok["ai_no_l2"] <= ok["ai_compulsory"] * (1 + 1e-9)
+    ).all()  # no model moves fewer bytes than the floor
+    assert set(ok["bound"]) <= {"memory", "compute"}
+
+
+def test_a_time_faster_than_the_roofline_allows_is_flagged_not_reported() -> None:
+    frame = analysis.load_run(SYNTHETIC).frame
+    flagged = frame[frame["above_roofline"]]
+    assert len(flagged) == 1  # the synthetic fixture plants one impossible time
+    assert flagged["tflops"].isna().all() and not flagged["ok"].any()
+    assert "faster than the roofline allows" in flagged["roofline_error"].iloc[0]
+    fails = analysis.failures(frame)
+    assert (fails["status"] == "ok, above roofline").sum() == 1
+
+
+def test_cpu_rows_are_labelled_cpu_time_and_get_no_gpu_roofline(tmp_path: Path) -> None:
+    run = analysis.load_run(make_run(tmp_path / "r", [ok_row("naive", 32, 0.5, device="cpu")], gpu=""))
+    assert run.is_cpu and run.ceilings == []
+    assert list(run.frame["time_label"]) == ["CPU time"]
+    assert run.frame["pct_of_roofline"].isna().all()
+    assert run.frame["tflops"].notna().all()  # CPU speeds exist, labelled as CPU
+
+
+def test_empty_rows_file_is_a_one_line_error(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "r", [])
+    (run / "rows.jsonl").write_text("")
+    with pytest.raises(FlashbenchError, match="no rows"):
+        analysis.load_run(run)

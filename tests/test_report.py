@@ -1,0 +1,217 @@
+"""`flashbench report`: html / md / csv / json from every fixture, --baseline, and one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from flashbench.cli.app import main
+from flashbench.results import read_rows
+
+FIXTURES = Path(__file__).resolve().parents[1] / "results" / "fixtures"
+FIXTURE_DIRS = sorted(p.parent for p in FIXTURES.glob("*/rows.jsonl"))
+# Any tag that makes the browser fetch something: <script src>, <link href>, <img src>, <iframe src>, ...
+FETCHING_TAG = re.compile(r"<(script|link|img|iframe|source|video|audio|embed|object)\b[^>]*>", re.IGNORECASE)
+REMOTE = re.compile(r"""(src|href|data)\s*=\s*["']?\s*(https?:)?//""", re.IGNORECASE)
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def assert_offline(page: str) -> None:
+    """No tag asks for anything over the network, and plotly.js is inlined exactly once."""
+    for tag in FETCHING_TAG.finditer(page):
+        assert not REMOTE.search(tag.group(0)), f"remote reference: {tag.group(0)[:200]}"
+    assert "@import" not in page and "@font-face" not in page
+    assert page.count("plotly.js v") == 1 or page.count("Plotly.newPlot") == 0, (
+        "plotly.js must be inlined once"
+    )
+    assert "cdn.plot.ly" not in page.split("<body>", 1)[1][:1000]
+
+
+def test_every_fixture_is_found() -> None:
+    assert FIXTURES / "synthetic-h100" in FIXTURE_DIRS
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_DIRS, ids=lambda p: p.name)
+def test_html_report_is_one_offline_page(
+    fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report.html"
+    code, _, err = run_cli(["report", str(fixture), "-o", str(out)], capsys)
+    assert code == 0, err
+    page = out.read_text(encoding="utf-8")
+    assert_offline(page)
+    assert page.count("Plotly.newPlot(") >= 3  # speeds, latency, speedup at least
+    for section in ("TFLOP/s against N", "Latency", "Peak memory", "Environment", "Failed, unsupported"):
+        assert section in page
+
+
+def test_html_report_sections_of_the_synthetic_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "r.html"
+    assert run_cli(["report", str(FIXTURES / "synthetic-h100"), "-o", str(out)], capsys)[0] == 0
+    page = out.read_text(encoding="utf-8")
+    for needle in (
+        "Roofline (bf16)",
+        "datasheet: 989 TFLOP",
+        "NVML-derived",
+        "Speedup over naive",
+        "Recompute overhead",
+        "Measured vs modelled HBM bytes",
+        "Throttled cases (4)",
+        "SYNTHETIC results",
+        "ok, above roofline",
+        "driver 580.159.04",
+    ):
+        assert needle in page, needle
+
+
+def test_default_html_output_goes_into_the_run_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "synthetic-h100", run)
+    code, _, err = run_cli(["report", str(run)], capsys)
+    assert code == 0 and (run / "report.html").is_file()
+    assert "wrote" in err
+
+
+def test_markdown_summary_for_a_pull_request(capsys: pytest.CaptureFixture[str]) -> None:
+    code, md, _ = run_cli(["report", str(FIXTURES / "synthetic-h100"), "--format", "md"], capsys)
+    assert code == 0
+    assert md.startswith("## flashbench report: `synthetic-h100`")
+    for needle in (
+        "NVIDIA H100 80GB HBM3",
+        "### Best TFLOP/s per provider",
+        "### Speedup over `naive`",
+        "### Recompute overhead",
+        "### Cases without a speed",
+        "| oom | naive |",
+        "### Throttled cases (4)",
+        "FLOPs: forward = 4*B*H*d",
+        "SYNTHETIC",
+    ):
+        assert needle in md, needle
+    assert "<table" not in md and "<div" not in md  # plain markdown, no HTML
+
+
+def test_speedup_vs_picks_the_baseline_provider(capsys: pytest.CaptureFixture[str]) -> None:
+    code, md, _ = run_cli(
+        ["report", str(FIXTURES / "synthetic-h100"), "--format", "md", "--speedup-vs", "sdpa-flash"], capsys
+    )
+    assert code == 0 and "### Speedup over `sdpa-flash`" in md
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_DIRS, ids=lambda p: p.name)
+def test_csv_is_tidy_one_row_per_case(fixture: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, text, _ = run_cli(["report", str(fixture), "--format", "csv"], capsys)
+    assert code == 0
+    frame = pd.read_csv(io.StringIO(text))
+    rows = read_rows(fixture)
+    assert len(frame) == len(rows) and frame["key"].is_unique
+    assert {"provider", "seq_q", "status", "median_ms", "tflops", "time_label", "pct_of_roofline"} <= set(
+        frame
+    )
+    assert frame.loc[frame["status"] != "ok", "tflops"].isna().all()
+
+
+@pytest.mark.parametrize("fixture", FIXTURE_DIRS, ids=lambda p: p.name)
+def test_json_is_strict_and_tidy(fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    assert run_cli(["report", str(fixture), "--format", "json", "-o", str(out)], capsys)[0] == 0
+    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert doc["schema"] == 1 and "forward = 4*B*H*d" in doc["flop_convention"]
+    assert len(doc["rows"]) == len(read_rows(fixture))
+    ok = [r for r in doc["rows"] if r["status"] == "ok" and r["tflops"] is not None]
+    assert ok and all(isinstance(r["samples_ms"], list) for r in ok)
+
+
+def test_baseline_run_compared_case_by_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = tmp_path / "before"
+    cur = tmp_path / "after"
+    shutil.copytree(FIXTURES / "synthetic-h100", base)
+    shutil.copytree(FIXTURES / "synthetic-h100", cur)
+    lines = []
+    for line in (cur / "rows.jsonl").read_text().splitlines():  # every "triton" case 10% slower now
+        row = json.loads(line)
+        if row["provider"] == "triton" and row["median_ms"]:
+            row["median_ms"] *= 1.1
+            row["samples_ms"] = [x * 1.1 for x in row["samples_ms"]]
+            row["tflops"] /= 1.1
+        lines.append(json.dumps(row))
+    (cur / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    code, md, _ = run_cli(["report", str(cur), "--format", "md", "--baseline", str(base)], capsys)
+    assert code == 0
+    assert "### Against `before`" in md
+    assert "**Gate: FAIL" in md and "regressed" in md  # the gate's own verdict, beside the ratios
+    section = md.split("### Against `before`", 1)[1]
+    triton = next(line for line in section.splitlines() if line.startswith("| triton |"))
+    assert "| 1.1 | 1.1 | 1.1 | 0 |" in triton  # median, worst, best ratio; no newly failing case
+    html_out = tmp_path / "cmp.html"
+    assert run_cli(["report", str(cur), "--baseline", str(base), "-o", str(html_out)], capsys)[0] == 0
+    assert "Against before" in html_out.read_text()
+
+
+# --- errors: one line on stderr, exit code 2 ---
+
+
+def assert_one_line_error(code: int, err: str, pattern: str) -> None:
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flashbench: error:"), err
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_missing_results_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["report", str(tmp_path / "nope")], capsys)
+    assert_one_line_error(code, err, "not found")
+
+
+def test_corrupt_rows_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "synthetic-h100", run)
+    text = (run / "rows.jsonl").read_text().splitlines()
+    text.insert(3, "{this is not json}")
+    (run / "rows.jsonl").write_text("\n".join(text) + "\n")
+    code, _, err = run_cli(["report", str(run), "--format", "md"], capsys)
+    assert_one_line_error(code, err, "line 4 is corrupt")
+
+
+def test_other_schema_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "synthetic-h100", run)
+    env = json.loads((run / "env.json").read_text())
+    (run / "env.json").write_text(json.dumps({**env, "schema": 99}))
+    code, _, err = run_cli(["report", str(run)], capsys)
+    assert_one_line_error(code, err, "schema 99")
+
+
+def test_not_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["report", str(tmp_path)], capsys)
+    assert_one_line_error(code, err, "env.json|rows.jsonl")
+
+
+def test_corrupt_baseline_is_reported_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = tmp_path / "base"
+    shutil.copytree(FIXTURES / "synthetic-h100", base)
+    (base / "env.json").write_text("{")
+    code, _, err = run_cli(["report", str(FIXTURES / "synthetic-h100"), "--baseline", str(base)], capsys)
+    assert_one_line_error(code, err, "corrupt")
+
+
+def test_unknown_format_and_unknown_baseline_provider(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["report", str(FIXTURES / "synthetic-h100"), "--format", "pdf"], capsys)
+    assert_one_line_error(code, err, "unknown report format 'pdf'")
+    code, _, err = run_cli(["report", str(FIXTURES / "synthetic-h100"), "--speedup-vs", "trito"], capsys)
+    assert_one_line_error(code, err, "did you mean triton")
