@@ -317,22 +317,32 @@ def launch(
     `kind` selects the prune estimate ("fwd", "dkdv", "dq").
     """
     extra = dict(extra or {})
-    if forced is None and interpreting():
-        forced = {**(interpret_config or INTERPRET_FWD), **extra}
-    elif forced is None and not autotune_enabled():
-        forced = {
-            **default_config(kind, space, constexprs["HEAD_DIM"], args[0].element_size(), _max_shared_mem()),
-            **extra,
-        }
+    candidates: list[dict[str, Any]] = []  # configs to try in order; the first that compiles runs
+    user_forced = forced is not None
     if forced is not None:
-        meta = {k: v for k, v in forced.items() if k not in ("num_warps", "num_stages")}
+        candidates = [forced]
+    elif interpreting():
+        candidates = [{**(interpret_config or INTERPRET_FWD), **extra}]
+    elif not autotune_enabled():
+        # The preferred config first, then the rest of the space: the shared-memory estimate is rough
+        # (seen on an H200: FA1-order at D = 256 needed 295 KB where the estimate allowed 227 KB).
+        first = default_config(kind, space, constexprs["HEAD_DIM"], args[0].element_size(), _max_shared_mem())
+        rest = [
+            {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
+            for bm, bn, w, s in sorted(space, key=lambda c: -c[0] * c[1] * c[3])
+        ]
+        candidates = [{**c, **extra} for c in [first, *[c for c in rest if c != first]]]
+    for config in candidates:
+        meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
         try:
             kernel[grid(meta)](
-                *args, **constexprs, **meta, num_warps=forced["num_warps"], num_stages=forced["num_stages"]
+                *args, **constexprs, **meta, num_warps=config["num_warps"], num_stages=config["num_stages"]
             )
         except OutOfResources as exc:
-            raise KernelUnsupported(f"config {forced} does not fit this GPU: {exc}") from None
-        return dict(forced)
+            if user_forced or config is candidates[-1]:
+                raise KernelUnsupported(f"config {config} does not fit this GPU: {exc}") from None
+            continue
+        return dict(config)
     tuner = _AUTOTUNERS.get(name)
     if tuner is None:
         tuner = triton.autotune(

@@ -7,10 +7,31 @@ inside the builders (in the worker), so the parent process never imports torch o
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 from typing import Any
 
 from flashbench.cases import Case
+from flashbench.errors import FlashbenchError
 from flashbench.providers.registry import register
+
+# Force the bundled kernels' forward config for a whole sweep (block-size studies, the gate's injected
+# slowdown): FLASHBENCH_TRITON_CONFIG='{"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}'.
+# The config used is recorded in every row's kernel_config either way.
+CONFIG_ENV = "FLASHBENCH_TRITON_CONFIG"
+
+
+def forced_config() -> dict[str, Any] | None:
+    text = os.environ.get(CONFIG_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FlashbenchError(f"{CONFIG_ENV} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise FlashbenchError(f'{CONFIG_ENV} must be a JSON object like {{"BLOCK_M": 64, ...}}')
+    return config
 
 
 def _kernels_requires() -> str | None:
@@ -41,8 +62,8 @@ def _bundled(attr: str) -> Any:
         import flashbench.kernels as kernels
 
         fn = getattr(kernels, attr)
-        causal, scale = case.causal, case.head_dim**-0.5
-        return lambda q, k, v: fn(q, k, v, causal=causal, sm_scale=scale)
+        causal, scale, config = case.causal, case.head_dim**-0.5, forced_config()
+        return lambda q, k, v: fn(q, k, v, causal=causal, sm_scale=scale, config=config)
 
     return build
 
