@@ -121,6 +121,20 @@ def test_kernel_forced_to_a_worse_config_fails_on_that_case(capsys, tmp_path):
     assert [c["key"] for c in result["cases"] if c["verdict"] == "regression"] == [target.key]
 
 
+@pytest.mark.skipif(not (FIXTURES / "aa-worse" / ROWS_FILE).is_file(), reason="no real worse-config run")
+def test_real_run_with_triton_forced_to_a_worse_config_fails(capsys):
+    """results/fixtures/aa-worse: the ci preset on the same H200 right after aa-run1/2, with
+    FLASHBENCH_TRITON_CONFIG forcing 64x32 tiles, 4 warps, 2 stages on the bundled forward."""
+    for base in REAL_RUNS:
+        rc, out, _ = gate(capsys, base, FIXTURES / "aa-worse", "--format", "json")
+        result = json.loads(out)
+        assert rc == 1
+        regressed = {c["key"] for c in result["cases"] if c["verdict"] == "regression"}
+        # Only the bundled kernel's forward config was forced: every regressed case is triton's.
+        assert regressed and all(k.startswith("triton|") for k in regressed)
+        assert any(r["verdict"] == "regression" for r in result["ratios"])
+
+
 def test_whole_machine_slower_fails_absolute_but_in_run_ratio_holds(capsys, tmp_path):
     base, src = _source_pair()
     drift = derive_run(src, tmp_path / "drift", lambda r: scaled(r, 1.08) if r.status == "ok" else r)
