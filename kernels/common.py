@@ -320,6 +320,16 @@ def launch(
     candidates: list[dict[str, Any]] = []  # configs to try in order; the first that compiles runs
     user_forced = forced is not None
     if forced is not None:
+        if not interpreting():
+            # Refuse a config far past the shared-memory limit before compiling it: ptxas can take minutes
+            # on such a config (seen on an H200 with 256x256 fp32 tiles) only to report out-of-resources.
+            d, elem, limit = constexprs["HEAD_DIM"], args[0].element_size(), _max_shared_mem()
+            smem, _ = estimate(kind, forced["BLOCK_M"], forced["BLOCK_N"], 1, forced["num_stages"], d, elem)
+            if smem > 2 * limit:
+                raise KernelUnsupported(
+                    f"config {forced} does not fit this GPU: needs about {smem // 1024} KB of shared memory "
+                    f"(estimate), the limit is {limit // 1024} KB"
+                )
         candidates = [forced]
     elif interpreting():
         candidates = [{**(interpret_config or INTERPRET_FWD), **extra}]
