@@ -35,7 +35,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .backward import attention_backward
 from .common import (
     FWD_SPACE,
     INTERPRET_FWD,
@@ -47,6 +46,7 @@ from .common import (
     normalize_config,
     seq_bucket,
 )
+from .flash_v2 import RecomputeAttention
 
 
 @triton.jit
@@ -215,22 +215,6 @@ def attention_forward_v1(
     return o, lse, cfg
 
 
-class _FlashAttnV1(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, q, k, v, causal, sm_scale, config):  # type: ignore[override]
-        o, lse, _ = attention_forward_v1(q, k, v, causal, sm_scale, config)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal = causal
-        ctx.sm_scale = sm_scale
-        return o
-
-    @staticmethod
-    def backward(ctx: Any, do):  # type: ignore[override]
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = attention_backward(q, k, v, o, lse, do, None, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None, None
-
-
 def flash_attn_v1(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -244,4 +228,4 @@ def flash_attn_v1(
     q, k, v, sm_scale = check_inputs("flash_attn_v1", q, k, v, causal, sm_scale)
     if config is not None:
         config = normalize_config("flash_attn_v1", config, extra_keys={"Q_SPLIT": 1})
-    return _FlashAttnV1.apply(q, k, v, causal, sm_scale, config)
+    return RecomputeAttention.apply(q, k, v, causal, sm_scale, config, attention_forward_v1)

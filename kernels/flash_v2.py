@@ -217,10 +217,13 @@ def attention_forward(
     return o, lse, cfg
 
 
-class _FlashAttn(torch.autograd.Function):
+class RecomputeAttention(torch.autograd.Function):
+    """Autograd glue shared by every forward whose backward recomputes P from the saved log-sum-exp
+    (this file's FA2 order and flash_v1's FA1 order): `forward_fn` is the forward launcher."""
+
     @staticmethod
-    def forward(ctx: Any, q, k, v, causal, sm_scale, config):  # type: ignore[override]
-        o, lse, _ = attention_forward(q, k, v, causal, sm_scale, config)
+    def forward(ctx: Any, q, k, v, causal, sm_scale, config, forward_fn=None):  # type: ignore[override]
+        o, lse, _ = (forward_fn or attention_forward)(q, k, v, causal, sm_scale, config)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal = causal
         ctx.sm_scale = sm_scale
@@ -230,7 +233,7 @@ class _FlashAttn(torch.autograd.Function):
     def backward(ctx: Any, do):  # type: ignore[override]
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(q, k, v, o, lse, do, None, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def flash_attn(
@@ -253,4 +256,4 @@ def flash_attn(
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     if config is not None:
         config = normalize_config("flash_attn", config)
-    return _FlashAttn.apply(q, k, v, causal, sm_scale, config)
+    return RecomputeAttention.apply(q, k, v, causal, sm_scale, config)

@@ -60,7 +60,9 @@ def test_unsupported_and_unavailable_are_marked_with_the_reason():
 
 
 def test_predicted_oom_skips_up_front_with_the_bytes(monkeypatch):
-    monkeypatch.setattr(plan_mod, "predicted_mem_bytes", lambda case, family: case.seq_q**2 * 1000)
+    monkeypatch.setattr(
+        plan_mod, "predicted_mem_bytes", lambda case, family, workspace=0.0: case.seq_q**2 * 1000
+    )
     spec = load_spec(
         overrides={
             "seq": "1024..4096",

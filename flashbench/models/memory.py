@@ -20,21 +20,26 @@ naive (also covers sdpa-math, which materialises the same matrices): the referen
   forward, no autograd: the peak is inside softmax, where s (e), s.float() (4) and its fp32 result (4) live
   together: (e + 8) E for fp16/bf16, 8 E for fp32 (.float() and .to() are then no-ops).
   with autograd: softmax saves its fp32 output p32 and `p @ v` saves p, so p32 (4) + p (e) survive the
-  forward. The backward's peak is the softmax backward: p32 + dP.float() + dS32 = 12 E for every dtype
-  (fp32: p32 + dP + dS). So "bwd" and "fwd+bwd" peak at 12 E + O(N) terms. The 34.36 GB "per head per layer"
-  of the source documents is one of these E-sized buffers at e = 2, N = 128K: PyTorch's eager path holds
-  six of them at its peak (in fp16 bytes), not one.
+  forward. The backward's peak is in the softmax backward, 16 E: measured 16.0-16.3 bytes per element for
+  both naive and sdpa-math in bf16 on an H200 with torch 2.11 (results/examples/h200-default), where an
+  earlier count of p32 + dP.float() + dS32 = 12 E undershot by a third: p32 (4) + p (2) + dP (2) + dP.float()
+  (4) + dS32 (4) = 16 E are alive together. fp32 was not measured; 16 E is assumed there too (p32 + dP + dS
+  + the softmax backward's fp32 temporary). The 34.36 GB "per head per layer" of the source documents is one
+  of these E-sized buffers at e = 2, N = 128K: PyTorch's eager path holds eight of them at its peak (in fp16
+  bytes), not one.
 
-flash (FlashAttention-2, SDPA flash / efficient, the bundled kernel): O(N). Forward: O (e per element) +
-  log-sum-exp (fp32 per row). Backward adds dQ, dK, dV, Delta = rowsum(dO * O) (fp32 per row) and the fp32
-  dQ accumulator that FlashAttention-2 (and PyTorch's SDPA flash backend) allocate; with GQA, dK/dV are first
-  produced per query head and then summed into Hkv heads.
+flash (FlashAttention-2, SDPA flash / efficient / cuDNN, FlexAttention, the bundled kernel): O(N). Forward:
+  O (e per element) + log-sum-exp (fp32 per row). Backward adds dQ, dK, dV and Delta = rowsum(dO * O) (fp32
+  per row); with GQA, dK/dV are first produced per query head and then summed into Hkv heads. Whatever
+  else an implementation's backward allocates is its `bwd_workspace_q`, in q-sized buffers of the input
+  dtype, declared by its provider: measured in bf16 on an H200 with torch 2.11 (results/examples/h200-default,
+  peak above the inputs in units of one q-sized tensor T): the bundled kernel and FlexAttention 4.03 T
+  (O + dQ + dK + dV: workspace 0), SDPA cuDNN and default dispatch 6.05 T (2: an fp32 dQ accumulator),
+  SDPA efficient 7.03 T (3), SDPA flash 8.03 T (4).
 stored-p (kernels/stored_p.py): a forward that also writes P (e per element, [B, H, Nq, Nk]) for the
   backward, which reads it instead of recomputing; no dS or dP is stored.
 flash-v1 (kernels/flash_v1.py): the FlashAttention-1 loop order: an fp32 O accumulator [B, H, Nq, d] and
   m, l (fp32 per row) live in HBM during the forward, beside O and the saved log-sum-exp; v2's backward.
-The bundled kernels' backward has no fp32 dQ accumulator (a separate dQ pass); PyTorch's SDPA flash backward
-has one, which the "flash" family counts, so the bundled kernel's measured peak is up to 4 B*H*Nq*d lower.
 
 Caching-allocator rounding (512 B blocks) and workspace of a few MB are not modelled.
 """
@@ -69,7 +74,7 @@ def naive_matrix_coefficient(elem_bytes: int, mode: str) -> int:
     """Bytes per attention-matrix element at the naive path's peak (see the module docstring)."""
     if mode == "fwd":
         return 8 if elem_bytes >= FP32 else elem_bytes + 8
-    return 12
+    return 16
 
 
 def predicted_peak_bytes(
@@ -83,8 +88,14 @@ def predicted_peak_bytes(
     elem_bytes: int,
     causal: bool,
     mode: str,
+    *,
+    bwd_workspace_q: float = 0.0,
 ) -> int:
-    """Peak bytes allocated above the inputs (q, k, v and, for a backward, dO) during one call in `mode`."""
+    """Peak bytes allocated above the inputs (q, k, v and, for a backward, dO) during one call in `mode`.
+
+    `bwd_workspace_q`: for the "flash" family, what the implementation's backward allocates beyond O, dQ, dK,
+    dV and the row statistics, in q-sized buffers of the input dtype (its provider declares it).
+    """
     _check(family, mode, batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
     e = elem_bytes
     backward = mode != "fwd"
@@ -97,7 +108,10 @@ def predicted_peak_bytes(
     if family == "naive":
         mask = seq_q * seq_k if causal else 0  # one bool mask, broadcast over batch and heads
         gqa = 2 * kv_expanded * (2 if backward else 1)  # expanded K, V (and their gradients)
-        return naive_matrix_coefficient(e, mode) * matrix + mask + gqa + q_like + grads
+        # At the backward's peak (the softmax backward) only dV exists of the gradients: dQ and dK come
+        # from dS afterwards, when the matrix buffers are being freed (measured: 16 E + 2 q-sized, not 4).
+        dv = kv_like if backward else 0
+        return naive_matrix_coefficient(e, mode) * matrix + mask + gqa + q_like + dv
 
     if family == "stored-p":
         lse = softmax_stats_bytes(batch, heads, seq_q)
@@ -120,8 +134,7 @@ def predicted_peak_bytes(
     extra = 0
     if backward:
         delta = softmax_stats_bytes(batch, heads, seq_q)
-        dq_accum = batch * heads * seq_q * head_dim * FP32
-        extra = delta + dq_accum + 2 * kv_expanded
+        extra = delta + round(bwd_workspace_q * q_like) + 2 * kv_expanded
     return q_like + lse + grads + extra
 
 

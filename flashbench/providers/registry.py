@@ -51,6 +51,9 @@ class ProviderInfo:
     gqa: bool = False
     devices: tuple[str, ...] = ("cuda",)
     memory_family: str | None = None  # one of MEMORY_FAMILIES, or None when unknown
+    # Extra q-sized buffers (input dtype) the backward allocates beyond O, dQ, dK, dV and the row statistics,
+    # e.g. an fp32 dQ accumulator counts 2 in bf16: models.memory's bwd_workspace_q.
+    bwd_workspace_q: float = 0.0
     layout: str = "bhnd"  # "bhnd" or "bnhd": the memory layout the inputs are allocated in
     source: str = "builtin"  # "builtin", "bundled" or the user kernel file's path
     available: bool = True
@@ -142,6 +145,7 @@ def register(
     gqa: bool = False,
     devices: Iterable[str] = ("cuda", "cpu"),
     memory_family: str | None = None,
+    bwd_workspace_q: float = 0.0,
     layout: str = "bhnd",
     description: str = "",
     builder: bool = False,
@@ -178,6 +182,7 @@ def register(
             gqa=gqa,
             devices=tuple(devices),
             memory_family=memory_family,
+            bwd_workspace_q=float(bwd_workspace_q),
             layout=layout,
             source=origin,
         )

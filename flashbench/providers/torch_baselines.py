@@ -85,18 +85,22 @@ def _sdpa_builder(backend_name: str | None) -> Any:
     return build
 
 
-for _name, _backend, _family, _devices, _what in (
-    ("sdpa", None, "flash", ("cuda", "cpu"), "default dispatch"),
-    ("sdpa-math", "MATH", "naive", ("cuda", "cpu"), "forced MATH backend"),
-    ("sdpa-efficient", "EFFICIENT_ATTENTION", "flash", ("cuda",), "forced EFFICIENT_ATTENTION backend"),
-    ("sdpa-flash", "FLASH_ATTENTION", "flash", ("cuda", "cpu"), "forced FLASH_ATTENTION backend"),
-    ("sdpa-cudnn", "CUDNN_ATTENTION", "flash", ("cuda",), "forced CUDNN_ATTENTION backend"),
+# The last column is the backward's workspace in q-sized buffers of the input dtype (models/memory.py),
+# measured in bf16 on an H200 with torch 2.11: peak above the inputs minus O, dQ, dK, dV. The default
+# dispatch measured like cuDNN there (it picks cuDNN for these shapes); on other GPUs it may differ.
+for _name, _backend, _family, _devices, _what, _workspace in (
+    ("sdpa", None, "flash", ("cuda", "cpu"), "default dispatch", 2.0),
+    ("sdpa-math", "MATH", "naive", ("cuda", "cpu"), "forced MATH backend", 0.0),
+    ("sdpa-efficient", "EFFICIENT_ATTENTION", "flash", ("cuda",), "forced EFFICIENT_ATTENTION backend", 3.0),
+    ("sdpa-flash", "FLASH_ATTENTION", "flash", ("cuda", "cpu"), "forced FLASH_ATTENTION backend", 4.0),
+    ("sdpa-cudnn", "CUDNN_ATTENTION", "flash", ("cuda",), "forced CUDNN_ATTENTION backend", 2.0),
 ):
     register(
         _name,
         gqa=True,
         devices=_devices,
         memory_family=_family,
+        bwd_workspace_q=_workspace,
         builder=True,
         source="builtin",
         description=f"torch scaled_dot_product_attention, {_what}",
@@ -214,6 +218,7 @@ def _to_bnhd(x: Any) -> Any:
     gqa=True,
     devices=("cuda",),
     memory_family="flash",
+    bwd_workspace_q=2.0,  # its fp32 dQ accumulator (from flash-attn's source; not measured: not installed)
     layout="bnhd",
     builder=True,
     requires=_module_requires("flash_attn", "flash-attn"),
@@ -236,6 +241,7 @@ def _build_flash_attn(case: Case, device: str, stack: Any) -> Any:
     gqa=True,
     devices=("cuda",),
     memory_family="flash",
+    bwd_workspace_q=2.0,  # its fp32 dQ accumulator (from flash-attn's source; not measured: not installed)
     layout="bnhd",
     builder=True,
     requires=_module_requires("flash_attn_interface", "flash-attn 3 (hopper/)"),
