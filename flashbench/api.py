@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import flashbench
 from flashbench import environment, runner
+from flashbench import shard as shards
 from flashbench.config import SweepSpec, load_spec
 from flashbench.errors import EXIT_NO_GPU, FlashbenchError
 from flashbench.plan import plan, resolve_providers
@@ -97,14 +99,19 @@ def sweep(
     resume: bool = False,
     force: bool = False,
     progress: bool = False,
+    shard: str | tuple[int, int] | None = None,
+    gpus: str | list[int] | None = None,
     **measure: Any,
 ) -> SweepResult:
     """Plan and run a sweep; rows are appended to `out`/rows.jsonl as each case ends (see module docstring).
 
-    `measure` may set warmup_ms, rep_ms, min_samples, max_samples, ref_flops_limit.
+    `shard="i/n"` (1-based) runs one slice of the planned cases (flashbench.shard: by shape); `gpus="all"` or
+    "0,1" runs one worker per device, each on its share of the shapes (with device="cpu": that many CPU
+    workers). `measure` may set warmup_ms, rep_ms, min_samples, max_samples, ref_flops_limit.
     Raises FlashbenchError (exit_code 2 for bad input, 3 when device="cuda" finds no GPU).
     """
     started = time.monotonic()
+    shard_t = shards.parse_shard(shard)
     overrides = {
         "seq": seq,
         "batch": batch,
@@ -129,6 +136,15 @@ def sweep(
     if not kernels_t:  # user files' names are known only once a worker loaded them
         resolve_providers(spec.providers, registry.names())
     run_dir = Path(out) if out is not None else default_run_dir(spec)
+    if resume and (run_dir / ENV_FILE).is_file():  # a resumed shard stays the same shard
+        stored = shards.parse_shard(read_env(run_dir).get("shard"))
+        if shard_t is None:
+            shard_t = stored
+        elif stored is not None and stored != shard_t:
+            raise FlashbenchError(
+                f"{run_dir} is shard {shards.format_shard(stored)}; cannot resume it as "
+                f"--shard {shards.format_shard(shard_t)}"
+            )
     if run_dir.is_dir() and any(run_dir.iterdir()) and not (resume or force):
         raise FlashbenchError(
             f"run directory {run_dir} is not empty: add --resume to continue it or --force to start over"
@@ -140,19 +156,33 @@ def sweep(
                 "no NVIDIA GPU found (NVML and nvidia-smi see none); use --device cpu to run on the CPU",
                 exit_code=EXIT_NO_GPU,
             )
+    devices = shards.parse_gpus(gpus, spec.device, _gpu_count(gpus, spec.device))
     show: Progress | None = None
     env: dict[str, Any] | None = None
     earlier_wall = 0.0  # a resumed run's earlier sessions (kill -9 loses a session's wall time)
-    worker = runner.Worker(spec.device, kernels_t, None)
+    worker = runner.Worker(spec.device, kernels_t, None, visible=devices[0] if devices else None)
     try:
         worker.wait_ready()
         infos = {d["name"]: ProviderInfo.from_dict(d) for d in worker.providers}
         facts = worker.facts
         memory = facts.get("total_memory_bytes") if spec.device == "cuda" else None
         planned = plan(spec, infos, memory)
+        names = resolve_providers(spec.providers, list(infos))
+        sweep_planned = len(planned)
+        if shard_t is not None:
+            planned = shards.select(planned, shard_t)
         runner.prepare_run_dir(run_dir, resume, force)
         env = environment.collect(spec.device, facts)
-        env.update(spec=spec.to_dict(), preset=spec.name, planned_cases=len(planned), run_dir=str(run_dir))
+        env.update(
+            spec=spec.to_dict(),
+            preset=spec.name,
+            planned_cases=len(planned),
+            run_dir=str(run_dir),
+            sweep_id=shards.sweep_id(spec.to_dict(), names, flashbench.__version__),
+            shard=shards.format_shard(shard_t) if shard_t else None,
+            sweep_planned_cases=sweep_planned,
+            devices_used=[int(d) for d in devices] if devices else None,
+        )
         if resume and (run_dir / ENV_FILE).is_file():
             previous = read_env(run_dir)
             env["previous_runs"] = [*previous.get("previous_runs", []), previous.get("started")]
@@ -164,14 +194,14 @@ def sweep(
 
             if spec.device != "cuda":
                 _note("flashbench: --ncu needs --device cuda; ignored", progress)
+            elif devices:  # ncu profiles in its own process, not pinned to a worker's GPU
+                _note("flashbench: --ncu is not supported with --gpus; ignored", progress)
             elif ncu_mod.ncu_path() is None:
                 _note("flashbench: ncu (Nsight Compute) not found on PATH; --ncu ignored", progress)
             else:
                 ncu_fn = lambda case: ncu_mod.measure(case, kernels_t, spec.timeout_s)  # noqa: E731
         show = Progress(len(planned), enabled=progress)
-        rows = runner.run_cases(
-            planned,
-            run_dir,
+        run = dict(
             device=spec.device,
             kernels=kernels_t,
             opts=runner.options(spec),
@@ -181,6 +211,10 @@ def sweep(
             on_row=show.advance,
             ncu=ncu_fn,
         )
+        if devices:
+            rows = runner.run_parallel(planned, run_dir, devices=devices, **run)
+        else:
+            rows = runner.run_cases(planned, run_dir, **run)
         worker = None  # run_cases closed it
     except KeyboardInterrupt:
         if env is not None:  # Ctrl-C (or `timeout -s INT`): keep the wall time of this session
@@ -206,6 +240,11 @@ def sweep(
     )
     write_env(run_dir, env)
     return SweepResult(run_dir, spec, rows, wall, env)
+
+
+def _gpu_count(gpus: Any, device: str) -> int:
+    """How many GPUs NVML (or nvidia-smi) sees, asked only where --gpus needs it."""
+    return len(environment.gpu_present()[1]) if gpus is not None and device == "cuda" else 0
 
 
 def _note(message: str, enabled: bool) -> None:

@@ -68,6 +68,7 @@ class Row:
     reason: str = ""  # why it is not "ok": torch's refusal, the stderr tail, the predicted bytes...
     device: str = "cuda"  # "cuda" or "cpu" (CPU times are labelled as such everywhere)
     gpu: str = ""  # device name as the worker saw it
+    gpu_index: int | None = None  # --gpus: the device index the worker was pinned to (None: one device)
     # --- timing (milliseconds) ---
     samples_ms: list[float] = field(default_factory=list)  # raw samples, one per repetition
     median_ms: float | None = None
@@ -125,11 +126,25 @@ ROW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Row))
 def append_row(run_dir: str | Path, row: Row) -> None:
     """Append one row and force it to disk, so a kill -9 after this call loses nothing."""
     path = Path(run_dir) / ROWS_FILE
-    line = json.dumps(row.to_dict(), separators=(",", ":"), allow_nan=False, default=_json_default)
     with path.open("a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
+        fh.write(_row_line(row))
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def write_rows(run_dir: str | Path, rows: list[Row]) -> None:
+    """Write a whole rows.jsonl at once (merge): a temporary file, fsync'ed, then renamed into place."""
+    path = Path(run_dir) / ROWS_FILE
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.writelines(_row_line(row) for row in rows)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _row_line(row: Row) -> str:
+    return json.dumps(row.to_dict(), separators=(",", ":"), allow_nan=False, default=_json_default) + "\n"
 
 
 def _json_default(obj: Any) -> Any:

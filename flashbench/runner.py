@@ -8,10 +8,13 @@ subprocesses (protocol in worker.py). Per case:
     skipped a smaller N of the same provider and shape ran out of memory
 After a crash or timeout a fresh worker starts for the next case. Every row is appended and fsync'ed as the
 case ends, so Ctrl-C or kill -9 loses no finished row and `--resume` picks up where the run stopped.
+With --gpus, run_parallel runs one such loop per GPU in threads of this process (each worker pinned with
+CUDA_VISIBLE_DEVICES, all providers of a shape on one GPU); this process stays the only writer of rows.jsonl.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -57,9 +60,18 @@ class WorkerError(Exception):
 class Worker:
     """One `python -m flashbench.worker` subprocess, in its own session (Ctrl-C and kills are ours to send)."""
 
-    def __init__(self, device: str, kernels: tuple[str, ...], log_path: Path | None, describe: bool = False):
+    def __init__(
+        self,
+        device: str,
+        kernels: tuple[str, ...],
+        log_path: Path | None,
+        describe: bool = False,
+        visible: str | None = None,
+    ):
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
+        if visible is not None:  # --gpus: pin this worker to one device (other CUDA/NCCL settings untouched)
+            env["CUDA_VISIBLE_DEVICES"] = visible
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # must be set before the worker imports triton
         cmd = [
@@ -328,9 +340,26 @@ def run_cases(
     gpu: str = "",
     on_row: Callable[[Row, bool], None] | None = None,
     ncu: Callable[[Case], dict[str, Any]] | None = None,
+    done: dict[str, Row] | None = None,
+    visible: str | None = None,
+    shared: Shared | None = None,
 ) -> list[Row]:
-    """Run every planned case not already final in run_dir; append a row per case; return all rows."""
-    done = finished_rows(run_dir)
+    """Run every planned case not already final in run_dir; append a row per case; return all rows.
+
+    `done` (finished_rows, read once by the caller), `visible` (the device this worker is pinned to) and
+    `shared` (the rows-file lock and stop flag) are run_parallel's: one call per GPU, in threads.
+    """
+    done = finished_rows(run_dir) if done is None else dict(done)
+    gpu_index = int(visible) if visible is not None and visible.isdigit() else None
+    lock = shared.lock if shared is not None else contextlib.nullcontext()
+
+    def emit(row: Row, resumed: bool) -> None:
+        with lock:  # only this (parent) process writes rows.jsonl; threads take turns
+            if not resumed:
+                append_row(run_dir, row)
+            if on_row:
+                on_row(row, resumed)
+
     # skipped rows stand only while their cause does (a retried timeout may now pass)
     earlier_skips = {k: r for k, r in done.items() if r.status == SKIPPED}
     for key in earlier_skips:
@@ -340,16 +369,16 @@ def run_cases(
         skips.note(row)
     try:
         for item in planned:
+            if shared is not None and shared.stop.is_set():
+                break
             case = item.case
             if case.key in done:
-                if on_row:
-                    on_row(done[case.key], True)
+                emit(done[case.key], True)
                 continue
             skip = skips.reason(case) if item.status is None else None
             if skip and case.key in earlier_skips:
                 done[case.key] = earlier_skips[case.key]
-                if on_row:
-                    on_row(done[case.key], True)
+                emit(done[case.key], True)
                 continue
             common = {"device": device, "gpu": gpu, "predicted_mem_bytes": item.predicted_mem_bytes}
             if item.status is not None:
@@ -360,7 +389,9 @@ def run_cases(
                 if worker is None or not worker.alive():
                     if worker is not None:
                         worker.close()
-                    worker = Worker(device, kernels, None)
+                    worker = Worker(device, kernels, None, visible=visible)
+                    if shared is not None:
+                        shared.add(worker)
                     worker.wait_ready()
                     gpu = str(worker.facts.get("gpu", gpu))
                     common["gpu"] = gpu
@@ -373,19 +404,113 @@ def run_cases(
                 except WorkerError as exc:
                     worker.close()
                     worker = None
+                    if shared is not None and shared.stop.is_set():
+                        break  # killed because the run stops (Ctrl-C, another GPU failed): not a crash
                     row = Row.for_case(case, exc.status, reason=exc.reason, timestamp=time.time(), **common)
                 if ncu is not None and row.status == "ok":
                     for key, value in ncu(case).items():
                         setattr(row, key, value)
-            append_row(run_dir, row)
+            row.gpu_index = gpu_index
+            emit(row, False)
             skips.note(row)
             done[case.key] = row
-            if on_row:
-                on_row(row, False)
     finally:
         if worker is not None:
             worker.close()
     return [done[p.case.key] for p in planned if p.case.key in done]
+
+
+class Shared:
+    """What the threads of a multi-GPU run share: the rows-file lock, a stop flag and the live workers."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self._workers: list[Worker] = []
+
+    def add(self, worker: Worker) -> None:
+        with self.lock:
+            self._workers.append(worker)
+
+    def stop_all(self) -> None:
+        """Stop every thread after its current case, killing the workers so none waits out a long case."""
+        self.stop.set()
+        with self.lock:
+            workers = list(self._workers)
+        for worker in workers:
+            worker.kill()
+
+
+def run_parallel(
+    planned: list[PlannedCase],
+    run_dir: Path,
+    *,
+    devices: list[str],
+    device: str,
+    kernels: tuple[str, ...],
+    opts: dict[str, Any],
+    timeout_s: float,
+    worker: Worker | None,
+    gpu: str = "",
+    on_row: Callable[[Row, bool], None] | None = None,
+    ncu: Callable[[Case], dict[str, Any]] | None = None,
+) -> list[Row]:
+    """--gpus: one worker per entry of `devices` (its CUDA_VISIBLE_DEVICES), each running run_cases over its
+    share of the shapes (shard.split: all providers of a shape on one device) in a thread of this process.
+
+    `worker`, when given, must already be pinned to devices[0]; it runs the first share. Rows from every
+    thread are appended by this process under one lock. A failure in one thread stops the others.
+    """
+    from flashbench import shard
+
+    done = finished_rows(run_dir)
+    shares = shard.split(planned, len(devices))
+    shared = Shared()
+    if worker is not None:
+        shared.add(worker)
+    results: list[list[Row]] = [[] for _ in devices]
+    errors: list[BaseException] = []
+
+    def work(j: int) -> None:
+        try:
+            results[j] = run_cases(
+                shares[j],
+                run_dir,
+                device=device,
+                kernels=kernels,
+                opts=opts,
+                timeout_s=timeout_s,
+                worker=worker if j == 0 else None,
+                gpu=gpu,
+                on_row=on_row,
+                ncu=ncu,
+                done=done,
+                visible=devices[j],
+                shared=shared,
+            )
+        except BaseException as exc:  # re-raised in the parent thread below
+            errors.append(exc)
+            shared.stop_all()
+
+    threads = [
+        threading.Thread(target=work, args=(j,), name=f"flashbench-device-{dev}", daemon=True)
+        for j, dev in enumerate(devices)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.2)  # a timed join keeps Ctrl-C deliverable to this thread
+    except BaseException:
+        shared.stop_all()
+        for thread in threads:
+            thread.join(60)
+        raise
+    if errors:
+        raise errors[0]
+    by_key = {row.key: row for rows in results for row in rows}
+    return [by_key[p.case.key] for p in planned if p.case.key in by_key]
 
 
 def options(spec: Any) -> dict[str, Any]:

@@ -70,6 +70,18 @@ def sweep_command(
     ncu: Annotated[
         bool | None, typer.Option("--ncu/--no-ncu", help="also record DRAM bytes with Nsight Compute")
     ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            help="run slice i of n (1-based, e.g. 2/4), split by shape; combine with `flashbench merge`"
+        ),
+    ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="all | 0,1: one worker per GPU, shapes spread over them (--device cpu: N CPU workers)"
+        ),
+    ] = None,
 ) -> None:
     """Measure attention providers over a sweep of shapes; rows go to <out>/rows.jsonl as each case ends."""
     from flashbench.api import sweep
@@ -96,6 +108,8 @@ def sweep_command(
         resume=resume,
         force=force,
         progress=True,
+        shard=shard,
+        gpus=gpus,
     )
     if json_out:
         payload = {

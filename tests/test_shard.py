@@ -1,0 +1,93 @@
+"""`--shard i/n`: a deterministic partition of a sweep by shape, the same in every process, and its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flashbench import shard
+from flashbench.cli.app import main
+from flashbench.config import load_spec
+from flashbench.plan import expand
+from flashbench.results import read_env, read_rows
+
+TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
+_SPEC = {
+    "seq": "16..4096",
+    "batch": "1,2",
+    "head_dim": "16,64",
+    "dtype": "fp16,bf16",
+    "causal": "both",
+    "mode": "fwd,bwd",
+    "device": "cpu",
+}
+_PROVIDERS = ["naive", "sdpa-math", "sdpa-flash", "triton"]
+
+
+def _cases():
+    return expand(load_spec(preset="cpu", overrides=_SPEC), _PROVIDERS)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
+def test_shards_partition_the_cases_and_never_split_a_shape(count):
+    cases = _cases()
+    slices = [shard.select(cases, (i, count), case_of=lambda c: c) for i in range(1, count + 1)]
+    keys = [c.key for part in slices for c in part]
+    assert sorted(keys) == sorted(c.key for c in cases)  # every case exactly once
+    owner = {}
+    for index, part in enumerate(slices):
+        for case in part:
+            assert owner.setdefault(case.shape_key, index) == index  # a shape's providers stay together
+    shapes_per_slice = [len({c.shape_key for c in part}) for part in slices]
+    assert max(shapes_per_slice) - min(shapes_per_slice) <= 1  # dealt round robin: balanced by shapes
+    for part in slices:  # each slice keeps the plan's order
+        order = [cases.index(c) for c in part]
+        assert order == sorted(order)
+
+
+def test_partition_is_the_same_in_another_process_with_another_hash_seed():
+    here = {i: [c.key for c in shard.select(_cases(), (i, 3), case_of=lambda c: c)] for i in (1, 2, 3)}
+    script = (
+        "import json, sys; sys.path.insert(0, 'tests'); import test_shard as t; from flashbench import shard; "
+        "print(json.dumps({i: [c.key for c in shard.select(t._cases(), (i, 3), case_of=lambda c: c)] "
+        "for i in (1, 2, 3)}))"
+    )
+    for seed in ("1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True, timeout=120
+        )
+        there = {int(k): v for k, v in json.loads(out.stdout).items()}
+        assert there == here
+
+
+def test_sweep_id_names_the_sweep_not_the_shard():
+    spec = load_spec(preset="cpu", overrides=_SPEC)
+    other = load_spec(preset="cpu", overrides={**_SPEC, "seq": "16..2048"})
+    a = shard.sweep_id(spec.to_dict(), _PROVIDERS, "0.1.0")
+    assert a == shard.sweep_id(spec.to_dict(), list(_PROVIDERS), "0.1.0")
+    assert a != shard.sweep_id(other.to_dict(), _PROVIDERS, "0.1.0")
+    assert a != shard.sweep_id(spec.to_dict(), _PROVIDERS[:2], "0.1.0")
+    assert a != shard.sweep_id(spec.to_dict(), _PROVIDERS, "0.2.0")
+
+
+@pytest.mark.parametrize("value", ["0/2", "3/2", "a/b", "1/0", "2", "1/2/3", "-1/2"])
+def test_bad_shard_is_one_line_and_exit_2(value, capsys, tmp_path):
+    code = main(["sweep", *TINY, "--seq", "16", "--out", str(tmp_path / "r"), "--shard", value])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("flashbench: error: --shard") and "1-based" in err[0]
+
+
+def test_shard_run_records_its_slice_and_the_sweep_id(tmp_path, capsys):
+    args = ["sweep", *TINY, "--providers", "naive,sdpa-math", "--seq", "16,32", "--mode", "fwd"]
+    assert main([*args, "--causal", "false", "--shard", "2/2", "--out", str(tmp_path / "s2")]) == 0
+    env = read_env(tmp_path / "s2")
+    rows = read_rows(tmp_path / "s2")
+    assert env["shard"] == "2/2" and len(env["sweep_id"]) == 16
+    assert env["sweep_planned_cases"] == 4 and env["planned_cases"] == 2 == len(rows)
+    assert {r.seq_k for r in rows} == {32} and {r.provider for r in rows} == {"naive", "sdpa-math"}

@@ -1,0 +1,50 @@
+"""`sweep --gpus`: one worker per device, shapes spread over them, one rows.jsonl written by the parent."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from flashbench.cli.app import main
+from flashbench.results import read_env, read_rows
+
+TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
+
+
+def test_gpus_with_device_cpu_runs_two_workers_and_writes_every_case_once(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["sweep", *TINY, "--providers", "naive,sdpa-math", "--seq", "16,32,64", "--causal", "both"]
+    assert main([*args, "--mode", "fwd", "--gpus", "0,1", "--out", str(out)]) == 0
+    rows = read_rows(out, latest_only=False)
+    assert len(rows) == 2 * 3 * 2 and len({r.key for r in rows}) == len(rows)  # every case once
+    assert all(r.status == "ok" for r in rows), [r.reason for r in rows if r.status != "ok"]
+    by_shape = defaultdict(set)
+    for row in rows:
+        by_shape[row.case.shape_key].add(row.gpu_index)
+    assert all(len(devices) == 1 for devices in by_shape.values())  # a shape's providers on one worker
+    assert {d for devices in by_shape.values() for d in devices} == {0, 1}  # both workers ran cases
+    env = read_env(out)
+    assert env["devices_used"] == [0, 1] and env["planned_cases"] == len(rows)
+    assert env["status_counts"] == {"ok": len(rows)}
+    assert main([*args, "--mode", "fwd", "--gpus", "0,1", "--out", str(out), "--resume"]) == 0
+    assert len(read_rows(out, latest_only=False)) == len(rows)  # resume: nothing run twice
+
+
+def test_gpus_combines_with_shard(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["sweep", *TINY, "--providers", "naive,sdpa-math", "--seq", "16,32,64,128", "--causal", "false"]
+    assert main([*args, "--mode", "fwd", "--gpus", "0,1", "--shard", "1/2", "--out", str(out)]) == 0
+    rows = read_rows(out)
+    assert {r.seq_k for r in rows} == {16, 64} and {r.gpu_index for r in rows} == {0, 1}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("all", "--gpus all needs --device cuda"), ("0,0", "listed twice"), ("x", "expected 'all'")],
+)
+def test_bad_gpus_is_one_line_and_exit_2(value, message, tmp_path, capsys):
+    code = main(["sweep", *TINY, "--seq", "16", "--out", str(tmp_path / "r"), "--gpus", value])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
