@@ -72,7 +72,7 @@ def test_choice_lists_accept_aliases_and_suggest_close_matches():
 
 def test_every_shipped_preset_loads():
     names = preset_names()
-    assert {"default", "quick", "long-context", "ci", "cpu"} <= set(names)
+    assert {"default", "quick", "long-context", "ci", "cpu", "recompute"} <= set(names)
     for name in names:
         spec = load_spec(preset=name)
         assert spec.name == name and spec.seq and spec.providers
