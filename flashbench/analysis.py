@@ -288,8 +288,9 @@ def compare_runs(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
     not ok now appears with change "newly failing" and no ratio.
     """
     cols = ["key", "provider", "shape_key", *CASE_COLUMNS[1:], "panel", "status", "median_ms", "tflops"]
-    joined = current[cols].merge(
-        baseline[["key", "status", "median_ms", "tflops"]], on="key", suffixes=("", "_baseline")
+    side = ["status", "median_ms", "tflops", "pct_of_roofline"]
+    joined = current[[*cols, "pct_of_roofline"]].merge(
+        baseline[["key", *side]], on="key", suffixes=("", "_baseline")
     )
     joined["ratio"] = joined["median_ms"] / joined["median_ms_baseline"]
     joined["change"] = ""
@@ -298,14 +299,54 @@ def compare_runs(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
     return joined
 
 
+def same_gpu(a: Run, b: Run) -> bool:
+    """Whether two runs ran on the same GPU model (by name; two CPU runs count as the same)."""
+    from flashbench.hardware import normalize_name
+
+    return normalize_name(a.gpu_name) == normalize_name(b.gpu_name)
+
+
+def cross_gpu_note(current: Run, baseline: Run) -> str:
+    """The one line a cross-GPU comparison carries everywhere it is shown; "" for two runs of one GPU model."""
+    if same_gpu(current, baseline):
+        return ""
+    return (
+        f"different GPUs: ratios compare machines, not code (this run: {current.gpu_name}; "
+        f"{baseline.name}: {baseline.gpu_name}). Each side's % of roofline is against its own GPU's roofline: a speedup with the same % of roofline on both sides is the faster GPU, not a better kernel."
+    )
+
+
+def side_by_side(joined: pd.DataFrame, current_label: str, baseline_label: str) -> pd.DataFrame:
+    """compare_runs() as one row per case with both sides' time, TFLOP/s and % of own roofline, by label."""
+    cols = {
+        "provider": "provider",
+        "seq_q": "seq_q",
+        "head_dim": "head_dim",
+        "dtype": "dtype",
+        "causal": "causal",
+        "mode": "mode",
+        "median_ms": f"{current_label} ms",
+        "tflops": f"{current_label} TFLOP/s",
+        "pct_of_roofline": f"{current_label} % of roofline",
+        "median_ms_baseline": f"{baseline_label} ms",
+        "tflops_baseline": f"{baseline_label} TFLOP/s",
+        "pct_of_roofline_baseline": f"{baseline_label} % of roofline",
+        "ratio": "ratio",
+    }
+    return joined[list(cols)].rename(columns=cols).reset_index(drop=True)
+
+
 def add_verdicts(joined: pd.DataFrame, gate_result: Any) -> pd.DataFrame:
     """compare_runs() with the gate's verdict per case (regression, improvement, ...), where the gate ran."""
     verdicts = {c.key: c.verdict for c in getattr(gate_result, "cases", [])}
     return joined.assign(verdict=joined["key"].map(verdicts).fillna(""))
 
 
-def compare_summary(joined: pd.DataFrame) -> pd.DataFrame:
-    """Per provider: median ratio over the cases both runs measured, the worst ratio, and the newly failing."""
+def compare_summary(joined: pd.DataFrame, roofline: bool = False) -> pd.DataFrame:
+    """Per provider: median ratio over the cases both runs measured, the worst ratio, and the newly failing.
+
+    roofline: also the median % of roofline of each side (each against its own GPU), for cross-GPU comparisons.
+    """
     import pandas as pd
 
     rows = []
@@ -322,6 +363,11 @@ def compare_summary(joined: pd.DataFrame) -> pd.DataFrame:
                 **({"regressions": int((grp["verdict"] == "regression").sum())} if "verdict" in grp else {}),
             }
         )
+        if roofline:
+            both = grp[grp["ratio"].notna()]
+            for col in ("pct_of_roofline", "pct_of_roofline_baseline"):
+                pct = both[col].dropna() if col in both else both["ratio"].iloc[:0]
+                rows[-1][f"median_{col}"] = float(pct.median()) if len(pct) else float("nan")
     return pd.DataFrame(rows)
 
 
@@ -553,11 +599,14 @@ __all__ = [
     "best_per_provider",
     "compare_runs",
     "compare_summary",
+    "cross_gpu_note",
     "failures",
     "load_run",
     "measurements",
     "pick_baseline",
     "recompute_overhead",
+    "same_gpu",
+    "side_by_side",
     "speedups",
     "throttled",
 ]

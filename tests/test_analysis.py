@@ -137,3 +137,23 @@ def test_empty_rows_file_is_a_one_line_error(tmp_path: Path) -> None:
     (run / "rows.jsonl").write_text("")
     with pytest.raises(FlashbenchError, match="no rows"):
         analysis.load_run(run)
+
+
+def test_runs_of_two_gpu_models_compare_each_against_its_own_roofline(tmp_path: Path) -> None:
+    """Same cases on an H100 and an A100 (made-up times): each side's % of roofline uses its own GPU."""
+    a = make_run(tmp_path / "h100", [ok_row("naive", 4096, 2.0)])
+    b = make_run(tmp_path / "a100", [ok_row("naive", 4096, 3.0)], gpu="NVIDIA A100-SXM4-80GB")
+    h100, a100 = analysis.load_run(a), analysis.load_run(b)
+    assert not analysis.same_gpu(h100, a100) and analysis.same_gpu(h100, analysis.load_run(a))
+    assert "different GPUs: ratios compare machines, not code" in analysis.cross_gpu_note(h100, a100)
+    assert analysis.cross_gpu_note(h100, analysis.load_run(a)) == ""
+    joined = analysis.compare_runs(h100.frame, a100.frame)
+    row = joined.iloc[0]
+    assert math.isclose(row["ratio"], 2.0 / 3.0)
+    assert row["pct_of_roofline"] == h100.frame["pct_of_roofline"].iloc[0]
+    assert row["pct_of_roofline_baseline"] == a100.frame["pct_of_roofline"].iloc[0]
+    assert h100.frame["peak_tflops"].iloc[0] != a100.frame["peak_tflops"].iloc[0]  # two different roofs
+    summary = analysis.compare_summary(joined, roofline=True)
+    assert math.isclose(summary["median_pct_of_roofline"].iloc[0], row["pct_of_roofline"])
+    table = analysis.side_by_side(joined, "H100", "A100")
+    assert {"H100 ms", "H100 % of roofline", "A100 TFLOP/s", "A100 % of roofline", "ratio"} <= set(table)

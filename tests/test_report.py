@@ -215,3 +215,95 @@ def test_unknown_format_and_unknown_baseline_provider(capsys: pytest.CaptureFixt
     assert_one_line_error(code, err, "unknown report format 'pdf'")
     code, _, err = run_cli(["report", str(FIXTURES / "synthetic-h100"), "--speedup-vs", "trito"], capsys)
     assert_one_line_error(code, err, "did you mean triton")
+
+
+# --- runs from two GPU models ---
+
+H100 = "NVIDIA H100 80GB HBM3"
+H100_SLOWER = 1.4  # H200 / H100 HBM bandwidth is about 4.8 / 3.35
+
+
+def derived_h100_run(src: Path, dest: Path) -> Path:
+    """A DERIVED run, not a measurement: the real H200 fixture `src` relabelled as an H100 (env.json's GPU
+    name and NVML facts, every row's gpu field) with every time scaled by H100_SLOWER. Only the report's
+    cross-GPU handling is tested with it; its numbers say nothing about a real H100."""
+    shutil.copytree(src, dest)
+    env = json.loads((dest / "env.json").read_text())
+    env["gpu"] = H100
+    env["gpus"][0].update(
+        name=H100, bus_width_bits=5120, max_mem_clock_mhz=2619, memory_total_bytes=85520809984
+    )
+    env["gpus"][0]["derived_bw_bytes_s"] = 2 * 2619e6 * 5120 / 8
+    env["derived_for_tests"] = f"relabelled {src.name} (NVIDIA H200) as {H100}, times x{H100_SLOWER}"
+    (dest / "env.json").write_text(json.dumps(env, indent=2))
+    lines = []
+    for line in (dest / "rows.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        row["gpu"] = H100
+        for key in ("median_ms", "p20_ms", "p80_ms"):
+            if row.get(key):
+                row[key] *= H100_SLOWER
+        if row.get("samples_ms"):
+            row["samples_ms"] = [x * H100_SLOWER for x in row["samples_ms"]]
+        if row.get("tflops"):
+            row["tflops"] /= H100_SLOWER
+        lines.append(json.dumps(row))
+    (dest / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    return dest
+
+
+def test_cross_gpu_comparison_labels_both_gpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flashbench import analysis
+    from flashbench.report import model_figures
+
+    h100 = derived_h100_run(FIXTURES / "aa-run1", tmp_path / "h100-derived")
+    h200 = FIXTURES / "aa-run2"
+    code, md, err = run_cli(["report", str(h200), "--format", "md", "--baseline", str(h100)], capsys)
+    assert code == 0, err
+    section = md.split("### Against `h100-derived`", 1)[1]
+    assert f"This run: **NVIDIA H200** · `h100-derived`: **{H100}**" in section
+    assert "different GPUs: ratios compare machines, not code" in section
+    assert f"median % of roofline, NVIDIA H200 | median % of roofline, {H100} |" in section
+    triton = next(line for line in section.splitlines() if line.startswith("| triton |"))
+    median_ratio = float(triton.split("|")[3])
+    assert 0.6 < median_ratio < 0.8  # the H200 side is about 1/1.4 of the derived H100's time
+
+    # the same GPU on both sides: no cross-GPU label, both sides still named
+    code, md, _ = run_cli(
+        ["report", str(h200), "--format", "md", "--baseline", str(FIXTURES / "aa-run1")], capsys
+    )
+    assert code == 0 and "This run: **NVIDIA H200** · `aa-run1`: **NVIDIA H200**" in md
+    assert "different GPUs" not in md
+
+    # each GPU's roofline: both GPUs' ceilings in one figure, each run's points in its own GPU's panel
+    runs = [analysis.load_run(h200), analysis.load_run(h100)]
+    assert [r.gpu_spec.name for r in runs][1] != runs[0].gpu_spec.name
+    fig = model_figures.roofline_compare(runs, "bf16")
+    lines = [t.name for t in fig.data if t.mode == "lines" and t.showlegend is not False]
+    for gpu in ("NVIDIA H200", H100):
+        assert any(n.startswith(f"{gpu} · datasheet: ") for n in lines), lines
+        assert any(n.startswith(f"{gpu} · NVML-derived: ") for n in lines), lines
+    peaks = {
+        t.name.split(" · ")[0]: max(t.y) for t in fig.data if t.mode == "lines" and "datasheet" in t.name
+    }
+    assert peaks[H100] < peaks["NVIDIA H200"] * 1.01  # the H100's bf16 datasheet roof is not above the H200's
+    points = [t for t in fig.data if t.mode == "markers"]
+    assert {t.xaxis for t in points} == {"x", "x2"}  # points on both panels
+    assert all("NVIDIA H200" in t.text[0] for t in points if t.xaxis == "x")
+    assert all(H100 in t.text[0] for t in points if t.xaxis == "x2")
+
+    out = tmp_path / "cross.html"
+    assert run_cli(["report", str(h200), "--baseline", str(h100), "-o", str(out)], capsys)[0] == 0
+    page = out.read_text(encoding="utf-8")
+    assert_offline(page)
+    for needle in (
+        f"Roofline (bf16): NVIDIA H200 vs {H100}",
+        "Different GPUs: ratios compare machines, not code",
+        f"Against h100-derived ({H100}): different GPUs",
+        f"median % of roofline, {H100}",
+        f"{H100} % of roofline",  # the side-by-side table
+        "NVIDIA H200 % of roofline",
+        f"{H100} · datasheet: ",
+        "NVIDIA H200 · datasheet: ",
+    ):
+        assert needle in page, needle

@@ -166,3 +166,16 @@ def test_report_from_a_real_cpu_sweep(chromium: str, tmp_path: Path) -> None:
     doc = json.loads(build(run, fmt="json"))
     assert {r["time_label"] for r in doc["rows"]} == {"CPU time"}
     assert all(r["pct_of_roofline"] is None for r in doc["rows"])  # no GPU roofline for CPU times
+
+
+def test_cross_gpu_report_renders_offline(chromium: str, tmp_path: Path) -> None:
+    """An H200 run against a DERIVED H100 run (the real aa-run1 relabelled, times scaled: see test_report)."""
+    from test_report import H100, derived_h100_run
+
+    h100 = derived_h100_run(ROOT / "results" / "fixtures" / "aa-run1", tmp_path / "h100-derived")
+    page = tmp_path / "report.html"
+    html = build(ROOT / "results" / "fixtures" / "aa-run2", fmt="html", out=page, baseline=h100)
+    assert f"Roofline (bf16): NVIDIA H200 vs {H100}" in html
+    assert "different GPUs: ratios compare machines, not code" in html
+    # roofline (both GPUs), TFLOP/s, latency, speedup, memory, comparison at least: every one drawn
+    assert assert_renders_offline(chromium, page) >= 5

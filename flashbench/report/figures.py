@@ -224,20 +224,38 @@ def speedup(run: Run, baseline: str) -> go.Figure | None:
     return fig
 
 
-def comparison(joined: pd.DataFrame, baseline_name: str) -> go.Figure | None:
-    """Two runs case by case: current median time / baseline median time against N (above 1 = slower)."""
+def comparison(
+    joined: pd.DataFrame,
+    baseline_name: str,
+    current_label: str = "now",
+    baseline_label: str = "before",
+    cross_gpu: bool = False,
+) -> go.Figure | None:
+    """Two runs case by case: current median time / baseline median time against N (above 1 = slower).
+
+    current_label / baseline_label name the two sides in the hover (the GPU names for a cross-GPU comparison,
+    where the hover also gives each side's TFLOP/s and % of its own GPU's roofline).
+    """
     import plotly.graph_objects as go
 
     df = joined[joined["ratio"].notna()].sort_values("seq_q")
     if df.empty:
         return None
     panels, cmap = _panels(df), colors(list(dict.fromkeys(joined["provider"])))
-    fig = _grid(
-        panels, f"This run against {baseline_name}: time ratio per case (above 1 = slower now)", "ratio"
-    )
+    if cross_gpu:
+        title = (
+            f"{current_label} against {baseline_label} ({baseline_name}): time ratio per case; "
+            "different GPUs: ratios compare machines, not code"
+        )
+    else:
+        title = f"This run against {baseline_name}: time ratio per case (above 1 = slower now)"
+    fig = _grid(panels, title, "ratio")
     seen: set[str] = set()
+    cur, base = _hover_escape(current_label), _hover_escape(baseline_label)
     for (panel, provider), grp in df.groupby(["panel", "provider"], sort=False):
         row, col = _cell(panels, panel)
+        cols = ["median_ms", "median_ms_baseline", "tflops", "tflops_baseline"]
+        cols += ["pct_of_roofline", "pct_of_roofline_baseline"]
         fig.add_trace(
             go.Scatter(
                 x=grp["seq_q"],
@@ -247,10 +265,13 @@ def comparison(joined: pd.DataFrame, baseline_name: str) -> go.Figure | None:
                 legendgroup=provider,
                 showlegend=provider not in seen,
                 line={"color": cmap[provider]},
-                customdata=grp[["median_ms", "median_ms_baseline"]].to_numpy(),
+                customdata=grp.reindex(columns=cols).to_numpy(dtype=float),
                 hovertemplate=(
                     f"{provider}<br>N=%{{x}}<br>ratio %{{y:.3f}}<br>"
-                    "now %{customdata[0]:.4g} ms, before %{customdata[1]:.4g} ms<extra></extra>"
+                    f"{cur}: %{{customdata[0]:.4g}} ms, %{{customdata[2]:.4g}} TFLOP/s, "
+                    "%{customdata[4]:.1f}% of its roofline<br>"
+                    f"{base}: %{{customdata[1]:.4g}} ms, %{{customdata[3]:.4g}} TFLOP/s, "
+                    "%{customdata[5]:.1f}% of its roofline<extra></extra>"
                 ),
             ),
             row=row,
@@ -260,3 +281,9 @@ def comparison(joined: pd.DataFrame, baseline_name: str) -> go.Figure | None:
     fig.add_hline(y=1.0, line={"color": "#888", "width": 1, "dash": "dot"})
     _n_ticks(fig, df["seq_q"])
     return fig
+
+
+def _hover_escape(text: str) -> str:
+    import html
+
+    return html.escape(text).replace("{", "(").replace("}", ")")  # no plotly %{...} inside a label

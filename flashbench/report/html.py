@@ -78,7 +78,23 @@ def render(
         )
 
     frame = run.frame
-    for dtype in sorted(frame["dtype"].unique()):
+    cross = baseline_run is not None and not an.same_gpu(run, baseline_run)
+    dtypes = set(frame["dtype"]) | (set(baseline_run.frame["dtype"]) if cross else set())
+    for dtype in sorted(dtypes):
+        if cross:
+            fig = model_figures.roofline_compare([run, baseline_run], dtype)
+            if fig is not None:
+                add(
+                    f"roofline-{dtype}",
+                    f"Roofline ({dtype}): {run.gpu_name} vs {baseline_run.gpu_name}",
+                    "The two runs are from different GPUs: each panel is one GPU's ceilings (datasheet, "
+                    "NVML-derived and measured where recorded, in that GPU's colour) with that run's points on "
+                    "them; the dotted faint line is the other GPU's datasheet roof, for reference. A point's % of "
+                    "roofline is against its own GPU. Filled: compulsory intensity; open: the provider family's "
+                    "no-L2 intensity. Hover a point for the case and its % of roofline.",
+                    _fig(fig),
+                )
+            continue
         fig = model_figures.roofline(run, dtype)
         if fig is not None:
             add(
@@ -142,15 +158,30 @@ def render(
         add("bytes", "Measured vs modelled HBM bytes", "Rows measured with sweep --ncu.", _fig(fig))
     if baseline_run is not None:
         joined = an.compare_runs(frame, baseline_run.frame)
-        body = ""
+        cross_note = an.cross_gpu_note(run, baseline_run)
+        cur_label, base_label = (run.gpu_name, baseline_run.gpu_name) if cross else ("now", "before")
+        body = f'<div class="banner warn">{html.escape(cross_note)}</div>' if cross else ""
         if verdicts is not None:
             joined = an.add_verdicts(joined, verdicts)
             body += f"<p><b>Gate: {html.escape(verdicts.headline())}</b></p>"
             body += "".join(f'<p class="note">{html.escape(n)}</p>' for n in verdicts.notes)
-        summary = an.compare_summary(joined)
-        fig = figures.comparison(joined, baseline_run.name)
+        summary = an.compare_summary(joined, roofline=cross)
+        if cross:
+            summary = summary.rename(
+                columns={
+                    "median_pct_of_roofline": f"median % of roofline, {cur_label}",
+                    "median_pct_of_roofline_baseline": f"median % of roofline, {base_label}",
+                }
+            )
+        fig = figures.comparison(joined, baseline_run.name, cur_label, base_label, cross_gpu=cross)
         body += _table(summary, ratios=("median_ratio", "worst_ratio", "best_ratio"))
         body += _fig(fig) if fig is not None else "<p>No case was measured ok in both runs.</p>"
+        if cross:
+            both = joined[joined["ratio"].notna()]
+            body += _details(
+                f"{len(both)} cases side by side ({cur_label} | {base_label})",
+                _table(an.side_by_side(both, cur_label, base_label), ratios=("ratio",)),
+            )
         flagged = joined["change"] != ""
         if "verdict" in joined:
             flagged |= joined["verdict"].isin(["regression", "improvement", "slower-within-noise"])
@@ -160,11 +191,17 @@ def render(
             cols += ["median_ms_baseline", "median_ms", "ratio", "change"]
             cols += ["verdict"] if "verdict" in joined else []
             body += _details(f"{len(changed)} cases changed", _table(changed[cols], ratios=("ratio",)))
+        sides = (
+            f" This run on {html.escape(run.gpu_name)}; {html.escape(baseline_run.name)} on "
+            f"{html.escape(baseline_run.gpu_name)}."
+        )
         add(
             "compare",
-            f"Against {baseline_run.name}",
+            f"Against {baseline_run.name}" + (f" ({base_label}): different GPUs" if cross else ""),
             f"Cases joined on their key; ratio = this run's median time / {html.escape(str(baseline_run.path))}'s "
-            "(above 1 = slower now). Per provider: the median ratio over the cases both runs measured.",
+            "(above 1 = slower now). Per provider: the median ratio over the cases both runs measured."
+            + sides
+            + (" Each side's % of roofline is against its own GPU's roofline." if cross else ""),
             body,
         )
     best = an.best_per_provider(frame)
@@ -248,7 +285,12 @@ def _header(run: Run, baseline_provider: str | None, baseline_run: Run | None) -
     if run.env.get("synthetic"):
         banners += '<div class="banner warn">SYNTHETIC results: generated for tests, not measured.</div>'
     if baseline_run is not None:
+        from flashbench.analysis import cross_gpu_note
+
         banners += f'<div class="banner info">Compared with {html.escape(str(baseline_run.path))}.</div>'
+        note = cross_gpu_note(run, baseline_run)
+        if note:
+            banners += f'<div class="banner warn">{html.escape(note[0].upper() + note[1:])}</div>'
     return (
         f"<header><h1>flashbench report: {html.escape(run.name)}</h1>"
         f'<div class="sub">{html.escape(" · ".join(_facts(run)))}</div></header>'

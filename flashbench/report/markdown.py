@@ -82,16 +82,33 @@ def render(
 
     if baseline_run is not None:
         joined = an.compare_runs(f, baseline_run.frame)
+        cross = not an.same_gpu(run, baseline_run)
         out += [f"### Against `{baseline_run.name}` (time ratio now / before, above 1 = slower)", ""]
+        this_dev = "CPU" if run.is_cpu else run.gpu_name
+        base_dev = "CPU" if baseline_run.is_cpu else baseline_run.gpu_name
+        out += [f"This run: **{this_dev}** · `{baseline_run.name}`: **{base_dev}**", ""]
+        if cross:
+            out += [f"> **{an.cross_gpu_note(run, baseline_run)}**", ""]
         if verdicts is not None:
             joined = an.add_verdicts(joined, verdicts)
             out += [f"**Gate: {verdicts.headline()}**", ""]
-        summary = an.compare_summary(joined)
-        out += _table(summary, {"median_ratio": "median ratio", "worst_ratio": "worst", "best_ratio": "best"})
+        summary = an.compare_summary(joined, roofline=cross)
+        names = {"median_ratio": "median ratio", "worst_ratio": "worst", "best_ratio": "best"}
+        names["median_pct_of_roofline"] = f"median % of roofline, {this_dev}"
+        names["median_pct_of_roofline_baseline"] = f"median % of roofline, {base_dev}"
+        out += _table(summary, names)
         worst = joined[joined["ratio"].notna()].sort_values("ratio", ascending=False).head(5)
         if len(worst):
             out += ["Slowest cases now:", ""]
-            out += [f"- `{k}`: {r:.3f}x" for k, r in zip(worst["key"], worst["ratio"], strict=True)]
+            for r in worst.to_dict("records"):
+                line = f"- `{r['key']}`: {r['ratio']:.3f}x"
+                if cross:
+                    line += (
+                        f" ({this_dev} {_cell(r['tflops'])} TFLOP/s, {_cell(r['pct_of_roofline'])}% of its"
+                        f" roofline; {base_dev} {_cell(r['tflops_baseline'])} TFLOP/s,"
+                        f" {_cell(r['pct_of_roofline_baseline'])}% of its roofline)"
+                    )
+                out.append(line)
             out.append("")
         failing = joined[joined["change"] == "newly failing"]
         if len(failing):

@@ -32,28 +32,160 @@ def roofline(run: Run, dtype: str) -> go.Figure | None:
     a tiled kernel's K/V re-reads per block) for the same measurement. A point between the two shows what
     the L2 cache saved.
     """
+    import plotly.graph_objects as go
+
+    df = _roofline_points(run, dtype)
+    if df.empty or not run.ceilings:
+        return None
+    fig = go.Figure()
+    for trace in _roofline_traces(run, dtype, df, _ai_range(df)):
+        fig.add_trace(trace)
+    fig.update_layout(
+        title=f"Roofline, {dtype} inputs, {run.gpu_name} (filled: compulsory intensity; open: no-L2 intensity)",
+        xaxis={"type": "log", "title": "arithmetic intensity (FLOP per DRAM byte, modelled)"},
+        yaxis={"type": "log", "title": "TFLOP/s"},
+        **_ROOF_LAYOUT,
+    )
+    return fig
+
+
+# The two GPUs of a cross-GPU comparison: each one's ceilings in its own colour.
+GPU_COLORS = ("#14213d", "#c05600")
+_ROOF_LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "height": 600,
+    "legend": {"font": {"size": 11}},
+    "hoverlabel": {"align": "left"},
+    "margin": {"t": 60, "l": 60, "r": 20, "b": 50},
+}
+
+
+def roofline_compare(runs: list[Run], dtype: str) -> go.Figure | None:
+    """Runs from different GPUs, one panel per run side by side (shared log axes): each panel shows its GPU's
+    ceilings (datasheet, NVML-derived, measured; in that GPU's colour) and that run's points on them.
+
+    The other GPU's datasheet roof is repeated faintly in each panel, so the gap between the machines is
+    visible where the points are. None when no run has points and ceilings for this dtype.
+    """
+    import numpy as np
+    import pandas as pd
+    from plotly.subplots import make_subplots
+
+    frames = [_roofline_points(r, dtype) for r in runs]
+    if all(df.empty or not r.ceilings for r, df in zip(runs, frames, strict=True)):
+        return None
+    filled = [df for df in frames if not df.empty]
+    lo, hi = _ai_range(pd.concat(filled))
+    titles = [f"{r.gpu_name} ({r.name})" for r in runs]
+    fig = make_subplots(
+        rows=1, cols=len(runs), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=0.05
+    )
+    cmap = colors(list(dict.fromkeys(p for r in runs for p in r.frame["provider"])))
+    for col, (run, df) in enumerate(zip(runs, frames, strict=True), start=1):
+        color = GPU_COLORS[(col - 1) % len(GPU_COLORS)]
+        prefix = f"{run.gpu_name} · "
+        for trace in _roofline_traces(run, dtype, df, (lo, hi), color, prefix, cmap, col == 1):
+            fig.add_trace(trace, row=1, col=col)
+        for k, other in enumerate(runs):
+            if other is run or not other.ceilings or not other.ceilings[0].peak(dtype):
+                continue
+            c = other.ceilings[0]
+            xs = np.geomspace(lo, hi, 60)
+            fig.add_trace(
+                _roof_line(
+                    xs,
+                    c,
+                    dtype,
+                    f"{other.gpu_name} · {_roof_label(c.source)} (for reference)",
+                    GPU_COLORS[k % len(GPU_COLORS)],
+                    "dot",
+                    opacity=0.35,
+                    showlegend=False,
+                ),
+                row=1,
+                col=col,
+            )
+    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP/B, modelled)")
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(title_text="TFLOP/s", row=1, col=1)
+    names = " vs ".join(r.gpu_name for r in runs)
+    fig.update_layout(
+        title=f"Roofline, {dtype} inputs, {names}: each run on its own GPU's ceilings "
+        "(filled: compulsory intensity; open: no-L2 intensity)",
+        **_ROOF_LAYOUT,
+    )
+    return fig
+
+
+def _roof_label(source: str) -> str:
+    from flashbench.analysis import ROOF_LABELS
+
+    return ROOF_LABELS.get(source, source)
+
+
+def _roofline_points(run: Run, dtype: str) -> Any:
+    f = run.frame
+    df = f[(f["dtype"] == dtype) & f["ok"] & f["tflops"].notna()]
+    return df[df["ai_compulsory"].notna() & (df["ai_compulsory"] > 0)]
+
+
+def _ai_range(df: Any) -> tuple[float, float]:
+    import numpy as np
+
+    ais = np.concatenate([df["ai_compulsory"].to_numpy(), df["ai_no_l2"].dropna().to_numpy()])
+    return float(np.nanmin(ais)) / 3, float(np.nanmax(ais)) * 3
+
+
+def _roof_line(
+    xs: Any,
+    c: Any,
+    cdt: str,
+    label: str,
+    color: str,
+    dash: str,
+    opacity: float = 1.0,
+    showlegend: bool = True,
+) -> go.Scatter:
     import numpy as np
     import plotly.graph_objects as go
 
-    from flashbench.analysis import ROOF_LABELS
+    peak = c.peak(cdt)
+    return go.Scatter(
+        x=xs,
+        y=np.minimum(peak, xs * c.bw_bytes_s) / 1e12,
+        mode="lines",
+        name=label,
+        opacity=opacity,
+        showlegend=showlegend,
+        line={"color": color, "dash": dash, "width": 1.5},
+        hovertemplate=f"{html_escape(label)}<br>AI %{{x:.3g}} FLOP/B → %{{y:.4g}} TFLOP/s<extra></extra>",
+    )
 
-    df = run.frame[(run.frame["dtype"] == dtype) & run.frame["ok"] & run.frame["tflops"].notna()]
-    df = df[df["ai_compulsory"].notna() & (df["ai_compulsory"] > 0)]
-    if df.empty or not run.ceilings:
-        return None
-    cmap = colors(list(dict.fromkeys(run.frame["provider"])))
-    fig = go.Figure()
-    ais = np.concatenate([df["ai_compulsory"].to_numpy(), df["ai_no_l2"].dropna().to_numpy()])
-    lo, hi = float(np.nanmin(ais)) / 3, float(np.nanmax(ais)) * 3
+
+def _roofline_traces(
+    run: Run,
+    dtype: str,
+    df: Any,
+    ai_range: tuple[float, float],
+    roof_color: str = "#333",
+    prefix: str = "",
+    cmap: dict[str, str] | None = None,
+    point_legend: bool = True,
+) -> list[go.Scatter]:
+    """The ceilings of `run` (labelled with `prefix`) and its points for one dtype, as Scatter traces."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    traces: list[go.Scatter] = []
+    cmap = cmap or colors(list(dict.fromkeys(run.frame["provider"])))
+    lo, hi = ai_range
     # The input dtype's roof for every ceiling, plus the datasheet roof of any other compute dtype in use
     # (sdpa-math upcasts fp16/bf16 to fp32, so its roof is the fp32 one).
-    roofs = [
-        (c, dtype, CEILING_DASH.get(ROOF_LABELS.get(c.source, c.source), "dashdot"), "#333")
-        for c in run.ceilings
-    ]
-    for other in sorted(set(df["compute_dtype"]) - {dtype}):
+    roofs = [(c, dtype, CEILING_DASH.get(_roof_label(c.source), "dashdot"), roof_color) for c in run.ceilings]
+    other_color = "#999" if roof_color == "#333" else roof_color
+    for other in sorted(set(df["compute_dtype"]) - {dtype}) if run.ceilings else []:
         users = ", ".join(sorted(set(df.loc[df["compute_dtype"] == other, "provider"])))
-        roofs.append((run.ceilings[0], other, "dot", "#999", users))
+        roofs.append((run.ceilings[0], other, "dot", other_color, users))
     for roof in roofs:
         c, cdt, dash, color = roof[:4]
         peak = c.peak(cdt)
@@ -61,19 +193,10 @@ def roofline(run: Run, dtype: str) -> go.Figure | None:
             continue
         ridge = peak / c.bw_bytes_s
         xs = np.unique(np.concatenate([np.geomspace(min(lo, ridge / 3), max(hi, ridge * 3), 80), [ridge]]))
-        label = f"{ROOF_LABELS.get(c.source, c.source)}: {peak / 1e12:.0f} TFLOP/s {cdt}, {c.bw_bytes_s / 1e12:.2f} TB/s"
+        label = f"{_roof_label(c.source)}: {peak / 1e12:.0f} TFLOP/s {cdt}, {c.bw_bytes_s / 1e12:.2f} TB/s"
         if len(roof) > 4:
             label = f"{cdt} peak ({roof[4]} compute in {cdt}): {peak / 1e12:.0f} TFLOP/s"
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=np.minimum(peak, xs * c.bw_bytes_s) / 1e12,
-                mode="lines",
-                name=label,
-                line={"color": color, "dash": dash, "width": 1.5},
-                hovertemplate=f"{html_escape(label)}<br>AI %{{x:.3g}} FLOP/B → %{{y:.4g}} TFLOP/s<extra></extra>",
-            )
-        )
+        traces.append(_roof_line(xs, c, cdt, prefix + label, color, dash))
     extra = [
         ("compulsory intensity", "ai_compulsory", ".3g"),
         ("no-L2 intensity", "ai_no_l2", ".3g"),
@@ -85,13 +208,16 @@ def roofline(run: Run, dtype: str) -> go.Figure | None:
     for (provider, mode), grp in df.groupby(["provider", "mode"], sort=False):
         symbol = MODE_SYMBOL.get(mode, "circle")
         text = _hover(grp, extra)
-        fig.add_trace(
+        if prefix:
+            text = [f"<b>{html_escape(prefix.rstrip(' ·'))}</b><br>{t}" for t in text]
+        traces.append(
             go.Scatter(
                 x=grp["ai_compulsory"],
                 y=grp["tflops"],
                 mode="markers",
                 name=f"{provider} {mode}",
                 legendgroup=f"{provider} {mode}",
+                showlegend=point_legend,
                 marker={
                     "color": cmap[provider],
                     "symbol": symbol,
@@ -105,7 +231,7 @@ def roofline(run: Run, dtype: str) -> go.Figure | None:
         no_l2 = grp["ai_no_l2"]
         differs = no_l2.notna() & ((no_l2 - grp["ai_compulsory"]).abs() > 1e-9 * grp["ai_compulsory"])
         if differs.any():
-            fig.add_trace(
+            traces.append(
                 go.Scatter(
                     x=no_l2[differs],
                     y=grp["tflops"][differs],
@@ -118,17 +244,7 @@ def roofline(run: Run, dtype: str) -> go.Figure | None:
                     hovertemplate="at the no-L2 intensity<br>%{text}<extra></extra>",
                 )
             )
-    fig.update_layout(
-        title=f"Roofline, {dtype} inputs, {run.gpu_name} (filled: compulsory intensity; open: no-L2 intensity)",
-        xaxis={"type": "log", "title": "arithmetic intensity (FLOP per DRAM byte, modelled)"},
-        yaxis={"type": "log", "title": "TFLOP/s"},
-        template="plotly_white",
-        height=600,
-        legend={"font": {"size": 11}},
-        hoverlabel={"align": "left"},
-        margin={"t": 60, "l": 60, "r": 20, "b": 50},
-    )
-    return fig
+    return traces
 
 
 def html_escape(text: str) -> str:
