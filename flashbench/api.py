@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import flashbench
-from flashbench import environment, runner
+from flashbench import environment, parallel, runner
 from flashbench import shard as shards
 from flashbench.config import SweepSpec, load_spec
 from flashbench.errors import EXIT_NO_GPU, FlashbenchError
@@ -212,7 +212,7 @@ def sweep(
             ncu=ncu_fn,
         )
         if devices:
-            rows = runner.run_parallel(planned, run_dir, devices=devices, **run)
+            rows = parallel.run_parallel(planned, run_dir, devices=devices, **run)
         else:
             rows = runner.run_cases(planned, run_dir, **run)
         worker = None  # run_cases closed it

@@ -8,8 +8,8 @@ subprocesses (protocol in worker.py). Per case:
     skipped a smaller N of the same provider and shape ran out of memory
 After a crash or timeout a fresh worker starts for the next case. Every row is appended and fsync'ed as the
 case ends, so Ctrl-C or kill -9 loses no finished row and `--resume` picks up where the run stopped.
-With --gpus, run_parallel runs one such loop per GPU in threads of this process (each worker pinned with
-CUDA_VISIBLE_DEVICES, all providers of a shape on one GPU); this process stays the only writer of rows.jsonl.
+With --gpus, parallel.run_parallel runs one such loop per GPU in threads of this process (each worker pinned
+with CUDA_VISIBLE_DEVICES, all providers of a shape on one GPU); this process stays the only writer of rows.jsonl.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from flashbench.cases import Case
 from flashbench.errors import EXIT_NO_GPU, FlashbenchError
@@ -43,6 +43,9 @@ from flashbench.results import (
     append_row,
     read_rows,
 )
+
+if TYPE_CHECKING:
+    from flashbench.parallel import Shared
 
 STARTUP_TIMEOUT_S = 180.0  # import torch + CUDA init (+ user kernel files) on a cold machine
 _TAIL_BYTES = 6000
@@ -418,99 +421,6 @@ def run_cases(
         if worker is not None:
             worker.close()
     return [done[p.case.key] for p in planned if p.case.key in done]
-
-
-class Shared:
-    """What the threads of a multi-GPU run share: the rows-file lock, a stop flag and the live workers."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self._workers: list[Worker] = []
-
-    def add(self, worker: Worker) -> None:
-        with self.lock:
-            self._workers.append(worker)
-
-    def stop_all(self) -> None:
-        """Stop every thread after its current case, killing the workers so none waits out a long case."""
-        self.stop.set()
-        with self.lock:
-            workers = list(self._workers)
-        for worker in workers:
-            worker.kill()
-
-
-def run_parallel(
-    planned: list[PlannedCase],
-    run_dir: Path,
-    *,
-    devices: list[str],
-    device: str,
-    kernels: tuple[str, ...],
-    opts: dict[str, Any],
-    timeout_s: float,
-    worker: Worker | None,
-    gpu: str = "",
-    on_row: Callable[[Row, bool], None] | None = None,
-    ncu: Callable[[Case], dict[str, Any]] | None = None,
-) -> list[Row]:
-    """--gpus: one worker per entry of `devices` (its CUDA_VISIBLE_DEVICES), each running run_cases over its
-    share of the shapes (shard.split: all providers of a shape on one device) in a thread of this process.
-
-    `worker`, when given, must already be pinned to devices[0]; it runs the first share. Rows from every
-    thread are appended by this process under one lock. A failure in one thread stops the others.
-    """
-    from flashbench import shard
-
-    done = finished_rows(run_dir)
-    shares = shard.split(planned, len(devices))
-    shared = Shared()
-    if worker is not None:
-        shared.add(worker)
-    results: list[list[Row]] = [[] for _ in devices]
-    errors: list[BaseException] = []
-
-    def work(j: int) -> None:
-        try:
-            results[j] = run_cases(
-                shares[j],
-                run_dir,
-                device=device,
-                kernels=kernels,
-                opts=opts,
-                timeout_s=timeout_s,
-                worker=worker if j == 0 else None,
-                gpu=gpu,
-                on_row=on_row,
-                ncu=ncu,
-                done=done,
-                visible=devices[j],
-                shared=shared,
-            )
-        except BaseException as exc:  # re-raised in the parent thread below
-            errors.append(exc)
-            shared.stop_all()
-
-    threads = [
-        threading.Thread(target=work, args=(j,), name=f"flashbench-device-{dev}", daemon=True)
-        for j, dev in enumerate(devices)
-    ]
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            while thread.is_alive():
-                thread.join(0.2)  # a timed join keeps Ctrl-C deliverable to this thread
-    except BaseException:
-        shared.stop_all()
-        for thread in threads:
-            thread.join(60)
-        raise
-    if errors:
-        raise errors[0]
-    by_key = {row.key: row for rows in results for row in rows}
-    return [by_key[p.case.key] for p in planned if p.case.key in by_key]
 
 
 def options(spec: Any) -> dict[str, Any]:
