@@ -498,7 +498,7 @@ def _ceilings(env: dict[str, Any], frame: pd.DataFrame) -> tuple[Any, list[Any]]
         if spec is None:
             return None, []
         calibration = env.get("calibration")
-        if not isinstance(calibration, dict):
+        if not isinstance(calibration, dict) or "error" in calibration:
             calibration = hardware.load_calibration(spec)
     except (
         FlashbenchError

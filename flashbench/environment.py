@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import flashbench
+from flashbench.errors import FlashbenchError
 
 
 def _version(package: str) -> str | None:
@@ -104,4 +105,19 @@ def collect(device: str = "cuda", worker_facts: dict[str, Any] | None = None) ->
         "gpu": facts.get("gpu"),
         "worker": facts,
         "packages": {p: _version(p) for p in ("flash-attn", "flash_attn_3", "nvidia-ml-py", "pandas")},
+        "calibration": _calibration(facts.get("gpu") or next((g.get("name") for g in gpus), None)),
     }
+
+
+def _calibration(gpu_name: str | None) -> dict[str, Any] | None:
+    """This GPU's `flashbench calibrate` result, copied into the run so a report built elsewhere shows the
+    measured ceiling of the machine that ran it (None: no GPU, an unknown model, or never calibrated)."""
+    if not gpu_name:
+        return None
+    from flashbench import hardware
+
+    try:
+        spec = hardware.match_nvml_name(gpu_name)
+        return hardware.load_calibration(spec) if spec is not None else None
+    except FlashbenchError as exc:  # a corrupt calibration file must not stop a sweep: say so in the record
+        return {"error": str(exc)}
