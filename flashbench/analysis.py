@@ -15,25 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flashbench.cases import DTYPE_BYTES
+from flashbench.cases import CASE_FIELDS, DTYPE_BYTES
 from flashbench.errors import FlashbenchError
 from flashbench.results import FLOP_CONVENTION, OK, load, read_env
 
 if TYPE_CHECKING:
     import pandas as pd
 
-CASE_COLUMNS = [
-    "provider",
-    "batch",
-    "heads",
-    "kv_heads",
-    "seq_q",
-    "seq_k",
-    "head_dim",
-    "dtype",
-    "causal",
-    "mode",
-]
+CASE_COLUMNS = list(CASE_FIELDS)  # the Case fields, in their order
 NVML_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "clock_event_reasons")
 # Baseline providers tried in this order when --speedup-vs is not given (the paper's "standard attention" first).
 DEFAULT_BASELINES = ("naive", "sdpa-math", "sdpa")
@@ -410,16 +399,10 @@ ROOF_LABELS = {"datasheet": "datasheet", "nvml": "NVML-derived", "measured": "me
 
 
 def _blocks(kernel_config: str) -> Any:
-    """io_model.Blocks from a kernel's reported BLOCK_M / BLOCK_N (forward tiles), else None (defaults)."""
+    """io_model.Blocks from the frame's kernel_config column (JSON text), else None (the model's defaults)."""
     from flashbench.models.io_model import Blocks
 
-    if not kernel_config:
-        return None
-    cfg = {str(k).lower(): v for k, v in json.loads(kernel_config).items()}
-    m, n = cfg.get("block_m"), cfg.get("block_n")
-    if isinstance(m, int) and isinstance(n, int) and m > 0 and n > 0:
-        return Blocks(fwd_m=m, fwd_n=n)
-    return None
+    return Blocks.from_config(json.loads(kernel_config) if kernel_config else None)
 
 
 def _add_model_columns(df: pd.DataFrame) -> None:

@@ -222,3 +222,12 @@ def test_doc_speedup_table_is_not_1x_when_heads_are_consistent():
     rows = rl.doc_speedup_table([4096, 8192], 64, 12, 312e12, 2.0e12)
     assert all(r["standard_bound"] == "memory" for r in rows)
     assert all(r["speedup_doc_bytes_all_heads"] > 4 for r in rows)
+
+
+def test_blocks_from_a_reported_kernel_config():
+    assert io_model.Blocks.from_config({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4}) == io_model.Blocks(
+        64, 32
+    )
+    assert io_model.Blocks.from_config({"block_m": 128, "block_n": 128}).fwd_n == 128
+    assert io_model.Blocks.from_config(None) is None
+    assert io_model.Blocks.from_config({"num_warps": 4}) is None  # no tiles reported: the model's defaults

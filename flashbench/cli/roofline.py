@@ -163,10 +163,7 @@ def _overlay(results: Path, roofs: list[Any]) -> list[dict[str, Any]]:
         if r.status != OK or not r.median_ms or r.device != "cuda" or r.dtype not in DTYPE_BYTES:
             continue
         fam = io_model.family_for_provider(r.provider)
-        kc = r.kernel_config or {}
-        blocks = io_model.Blocks()
-        if isinstance(kc.get("BLOCK_M"), int) and isinstance(kc.get("BLOCK_N"), int):
-            blocks = io_model.Blocks(kc["BLOCK_M"], kc["BLOCK_N"], blocks.bwd_m, blocks.bwd_n)
+        blocks = io_model.Blocks.from_config(r.kernel_config) or io_model.Blocks()
         args = (
             r.batch,
             r.heads,

@@ -42,8 +42,9 @@ softmax, the upcast and downcast copies: 28 bytes per element in fp16, 3.5x more
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from flashbench.models.flops import Alignment
 
@@ -100,6 +101,17 @@ class Blocks:
     fwd_n: int = 64
     bwd_m: int = 64
     bwd_n: int = 128
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> Blocks | None:
+        """The forward tiles a kernel reported (Row.kernel_config: BLOCK_M, BLOCK_N in any case), else None."""
+        if not config:
+            return None
+        cfg = {str(k).lower(): v for k, v in config.items()}
+        m, n = cfg.get("block_m"), cfg.get("block_n")
+        if isinstance(m, int) and isinstance(n, int) and m > 0 and n > 0:
+            return cls(fwd_m=m, fwd_n=n)
+        return None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from flashbench.cases import CASE_FIELDS
 from flashbench.results import FLOP_CONVENTION, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -16,16 +17,7 @@ if TYPE_CHECKING:
 # Column order of the exports: the case, the outcome, timing, speed, models, memory, GPU state, ncu.
 COLUMNS = [
     "key",
-    "provider",
-    "batch",
-    "heads",
-    "kv_heads",
-    "seq_q",
-    "seq_k",
-    "head_dim",
-    "dtype",
-    "causal",
-    "mode",
+    *CASE_FIELDS,
     "status",
     "reason",
     "device",
