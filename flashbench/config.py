@@ -150,6 +150,7 @@ class SweepSpec:
     batch: tuple[int, ...] | None = None  # None: derived from tokens
     tokens: int | None = 16384  # batch = max(1, tokens // seq) (the FlashAttention benchmarks' convention)
     heads: tuple[int, ...] = (16,)
+    hidden: int | None = None  # model width: heads = hidden // head_dim for each head dim (replaces heads)
     kv_heads: tuple[int, ...] | None = None  # None: = heads (no GQA)
     head_dim: tuple[int, ...] = (128,)
     dtype: tuple[str, ...] = ("bf16",)
@@ -190,6 +191,7 @@ _PARSERS: dict[str, Any] = {
     "batch": lambda v: None if v is None else tuple(parse_range(v, "batch")),
     "tokens": lambda v: None if v is None else _single(v, "tokens"),
     "heads": lambda v: tuple(parse_range(v, "heads")),
+    "hidden": lambda v: None if v is None else _single(v, "hidden"),
     "kv_heads": lambda v: None if v is None else tuple(parse_range(v, "kv-heads")),
     "head_dim": lambda v: tuple(parse_range(v, "head-dim")),
     "dtype": lambda v: tuple(parse_dtypes(v)),
@@ -254,6 +256,11 @@ def _apply(spec: SweepSpec, values: dict[str, Any], where: str) -> SweepSpec:
             raise FlashbenchError(f"{where}: give either batch or tokens, not both")
     elif changes.get("tokens") is not None:
         changes["batch"] = None
+    # --heads and --hidden exclude each other the same way.
+    if changes.get("hidden") is not None and "heads" in changes:
+        raise FlashbenchError(f"{where}: give either heads or hidden, not both")
+    if "heads" in changes:
+        changes["hidden"] = None
     return replace(spec, **changes)
 
 
@@ -311,8 +318,14 @@ def load_spec(
 def validate(spec: SweepSpec) -> None:
     if spec.batch is None and spec.tokens is None:
         raise FlashbenchError("give batch (--batch) or tokens per batch (--tokens)")
+    if spec.hidden is not None:
+        for d in spec.head_dim:
+            if spec.hidden % d:
+                raise FlashbenchError(
+                    f"hidden ({spec.hidden}) must be a multiple of every head dim (not {d})"
+                )
     kv = spec.kv_heads or ()
-    for h in spec.heads:
+    for h in {h for d in spec.head_dim for h in heads_for(spec, d)}:
         for k in kv:
             if k > h or h % k:
                 raise FlashbenchError(f"heads ({h}) must be a multiple of kv-heads ({k})")
@@ -320,3 +333,8 @@ def validate(spec: SweepSpec) -> None:
         raise FlashbenchError("min_samples must be >= 1 and <= max_samples")
     if spec.cuda_graph and spec.device == "cpu":
         raise FlashbenchError("--cuda-graph needs --device cuda")
+
+
+def heads_for(spec: SweepSpec, head_dim: int) -> tuple[int, ...]:
+    """The query-head counts swept at one head dim: --heads as given, or hidden // head_dim."""
+    return (spec.hidden // head_dim,) if spec.hidden is not None else spec.heads

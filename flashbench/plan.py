@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flashbench.cases import Case
-from flashbench.config import SweepSpec, suggest
+from flashbench.config import SweepSpec, heads_for, suggest
 from flashbench.errors import FlashbenchError
 from flashbench.providers.registry import ProviderInfo
 from flashbench.results import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
@@ -54,7 +54,7 @@ def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
     for provider in providers:
         for dtype in spec.dtype:
             for head_dim in spec.head_dim:
-                for heads in spec.heads:
+                for heads in heads_for(spec, head_dim):
                     for kv_heads in spec.kv_heads or (heads,):
                         for causal in spec.causal:
                             for mode in spec.mode:
@@ -155,9 +155,8 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
     """A single provider the user named must support what the user asked for: else a one-line error."""
     if not info.available:
         return  # rows say "unavailable" with the reason
-    heads = spec.heads[0]
     for case in (
-        Case(info.name, 1, heads, heads, 128, 128, d, dtype, causal, mode)
+        Case(info.name, 1, heads_for(spec, d)[0], heads_for(spec, d)[0], 128, 128, d, dtype, causal, mode)
         for d in spec.head_dim
         for dtype in spec.dtype
         for causal in spec.causal
@@ -166,5 +165,6 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
         why = info.supports(case, spec.device)
         if why:
             raise FlashbenchError(why)
-    if spec.kv_heads and any(k != h for k in spec.kv_heads for h in spec.heads) and not info.gqa:
+    all_heads = {h for d in spec.head_dim for h in heads_for(spec, d)}
+    if spec.kv_heads and any(k != h for k in spec.kv_heads for h in all_heads) and not info.gqa:
         raise FlashbenchError(f"{info.name} does not support GQA (kv_heads != heads)")

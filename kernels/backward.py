@@ -19,6 +19,9 @@ buffer to zero and convert, and the kernels can be autotuned (the autotuner re-r
 accumulate across its runs). The cost is recomputing Q K^T, exp2 and dO V^T in the dQ pass: 7 block matmuls
 per (query block, key block) instead of 5. The stored-P variant skips Q K^T and exp2 in both passes.
 
+Streamed tiles (Q and dO in the dK/dV pass, K and V in the dQ pass) come through per-head tensor descriptors
+(TMA on Hopper and newer) when `use_tma` allows, else through pointers; the resident tiles are loaded once.
+
 Cautions:
   - Rows that see no key have LSE2 = +inf: exp2(s - LSE2) = 0, so their P, dS and contributions are 0.
   - Query rows past N_Q load Q = dO = 0 and LSE2 = +inf (P = 0); key rows past N_K in dK/dV are computed but
@@ -34,7 +37,17 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import BWD_DKDV_SPACE, BWD_DQ_SPACE, INTERPRET_BWD, LOG2E, dot, launch, seq_bucket, unit_stride
+from .common import (
+    BWD_DKDV_SPACE,
+    BWD_DQ_SPACE,
+    INTERPRET_BWD,
+    LOG2E,
+    dot,
+    launch,
+    seq_bucket,
+    unit_stride,
+    use_tma,
+)
 
 # Backward configs of the most recent backward launch (dkdv, dq), for whoever wants to record them.
 _LAST_BWD_CONFIG: dict[str, Any] = {}
@@ -90,8 +103,8 @@ def _dkdv_block(
     dv,  # [BLOCK_N, HEAD_DIM] fp32 accumulator
     k,  # [BLOCK_N, HEAD_DIM] key tile
     v,  # [BLOCK_N, HEAD_DIM] value tile
-    q_base,  # pointer to Q[b, h, 0, 0]
-    do_base,  # pointer to dO[b, h, 0, 0]
+    q_src,  # TMA: descriptor of Q[b, h] ([N_Q, HEAD_DIM]); else pointer to Q[b, h, 0, 0]
+    do_src,  # the same for dO
     lse_base,  # pointer to LSE2[b, h, 0]
     delta_base,  # pointer to DELTA[b, h, 0]
     p_base,  # pointer to P[b, h, 0, 0] (STORED_P only)
@@ -113,16 +126,23 @@ def _dkdv_block(
     MASK: tl.constexpr,  # apply the causal mask in this block
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    q = tl.load(
-        q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0
-    )
-    do = tl.load(
-        do_base + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod, mask=row_ok[:, None], other=0.0
-    )
+    if TMA:  # rows past N_Q arrive as zeros
+        q = q_src.load([start_m, 0])
+        do = do_src.load([start_m, 0])
+    else:
+        q = tl.load(
+            q_src + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0
+        )
+        do = tl.load(
+            do_src + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+            mask=row_ok[:, None],
+            other=0.0,
+        )
     delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
     if STORED_P:
         valid = row_ok[None, :] & (offs_n[:, None] < N_K)
@@ -194,6 +214,7 @@ def _bwd_dkdv(
     CAUSAL: tl.constexpr,
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
+    TMA: tl.constexpr,  # stream Q/dO (dK/dV pass) or K/V (dQ pass) through tensor descriptors
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -231,20 +252,23 @@ def _bwd_dkdv(
     for g in range(0, GROUP):
         h = hkv * GROUP + g
         bh = b * H + h
-        q_base = Q + b * stride_qz + h * stride_qh
-        do_base = DO + b * stride_doz + h * stride_doh
+        q_src = Q + b * stride_qz + h * stride_qh
+        do_src = DO + b * stride_doz + h * stride_doh
+        if TMA:
+            q_src = tl.make_tensor_descriptor(q_src, [N_Q, HEAD_DIM], [stride_qm, 1], [BLOCK_M, HEAD_DIM])
+            do_src = tl.make_tensor_descriptor(do_src, [N_Q, HEAD_DIM], [stride_dom, 1], [BLOCK_M, HEAD_DIM])
         p_base = P + b * stride_pz + h * stride_ph
         for start_m in range(lo, masked_end, BLOCK_M):
             dk, dv = _dkdv_block(
-                dk, dv, k, v, q_base, do_base, LSE + bh * N_Q, DELTA + bh * N_Q, p_base, stride_qm, stride_qd,
+                dk, dv, k, v, q_src, do_src, LSE + bh * N_Q, DELTA + bh * N_Q, p_base, stride_qm, stride_qd,
                 stride_dom, stride_dod, stride_pm, stride_pn, start_m, offs_n, N_Q, N_K, causal_off, qk_scale,
-                HEAD_DIM, BLOCK_M, BLOCK_N, True, STORED_P, IEEE,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, STORED_P, IEEE, TMA,
             )  # fmt: skip
         for start_m in range(full_start, N_Q, BLOCK_M):
             dk, dv = _dkdv_block(
-                dk, dv, k, v, q_base, do_base, LSE + bh * N_Q, DELTA + bh * N_Q, p_base, stride_qm, stride_qd,
+                dk, dv, k, v, q_src, do_src, LSE + bh * N_Q, DELTA + bh * N_Q, p_base, stride_qm, stride_qd,
                 stride_dom, stride_dod, stride_pm, stride_pn, start_m, offs_n, N_Q, N_K, causal_off, qk_scale,
-                HEAD_DIM, BLOCK_M, BLOCK_N, False, STORED_P, IEEE,
+                HEAD_DIM, BLOCK_M, BLOCK_N, False, STORED_P, IEEE, TMA,
             )  # fmt: skip
     dk = dk * sm_scale
     tl.store(
@@ -266,8 +290,8 @@ def _dq_block(
     do,  # [BLOCK_M, HEAD_DIM] dO tile
     lse,  # [BLOCK_M] fp32 LSE2 (+inf past N_Q)
     delta,  # [BLOCK_M] fp32 rowsum(dO * O)
-    k_base,  # pointer to K[b, hkv, 0, 0]
-    v_base,  # pointer to V[b, hkv, 0, 0]
+    k_src,  # TMA: descriptor of K[b, hkv] ([N_K, HEAD_DIM]); else pointer to K[b, hkv, 0, 0]
+    v_src,  # the same for V
     p_base,  # pointer to P[b, h, 0, 0] (STORED_P only)
     stride_kn,
     stride_kd,
@@ -288,20 +312,25 @@ def _dq_block(
     MASK: tl.constexpr,  # tail / causal mask needed in this block
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
     valid = offs_n[None, :] < N_K
     if CAUSAL:
         valid = valid & (offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :])
-    if MASK:
-        k = tl.load(k_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
-        v = tl.load(v_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
+    if TMA:  # rows past N_K arrive as zeros
+        k = k_src.load([start_n, 0])
+        v = v_src.load([start_n, 0])
     else:
-        k = tl.load(k_ptrs)
-        v = tl.load(v_ptrs)
+        k_ptrs = k_src + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+        v_ptrs = v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+        if MASK:
+            k = tl.load(k_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+            v = tl.load(v_ptrs)
     if STORED_P:
         p_ptrs = p_base + offs_m[:, None] * stride_pm + offs_n[None, :] * stride_pn
         if MASK:
@@ -364,6 +393,7 @@ def _bwd_dq(
     CAUSAL: tl.constexpr,
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
+    TMA: tl.constexpr,  # stream K/V through tensor descriptors
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -387,8 +417,11 @@ def _bwd_dq(
     )
     lse = tl.load(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=float("inf"))
     delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
-    k_base = K + b * stride_kz + hkv * stride_kh
-    v_base = V + b * stride_vz + hkv * stride_vh
+    k_src = K + b * stride_kz + hkv * stride_kh
+    v_src = V + b * stride_vz + hkv * stride_vh
+    if TMA:
+        k_src = tl.make_tensor_descriptor(k_src, [N_K, HEAD_DIM], [stride_kn, 1], [BLOCK_N, HEAD_DIM])
+        v_src = tl.make_tensor_descriptor(v_src, [N_K, HEAD_DIM], [stride_vn, 1], [BLOCK_N, HEAD_DIM])
     p_base = P + b * stride_pz + h * stride_ph
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
@@ -402,15 +435,15 @@ def _bwd_dq(
     full_end = (full_end // BLOCK_N) * BLOCK_N
     for start_n in range(0, full_end, BLOCK_N):
         dq = _dq_block(
-            dq, q, do, lse, delta, k_base, v_base, p_base, stride_kn, stride_kd, stride_vn, stride_vd,
+            dq, q, do, lse, delta, k_src, v_src, p_base, stride_kn, stride_kd, stride_vn, stride_vd,
             stride_pm, stride_pn, start_n, offs_m, N_Q, N_K, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, STORED_P, IEEE,
+            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, STORED_P, IEEE, TMA,
         )  # fmt: skip
     for start_n in range(full_end, hi, BLOCK_N):
         dq = _dq_block(
-            dq, q, do, lse, delta, k_base, v_base, p_base, stride_kn, stride_kd, stride_vn, stride_vd,
+            dq, q, do, lse, delta, k_src, v_src, p_base, stride_kn, stride_kd, stride_vn, stride_vd,
             stride_pm, stride_pn, start_n, offs_m, N_Q, N_K, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, STORED_P, IEEE,
+            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, STORED_P, IEEE, TMA,
         )  # fmt: skip
     dq = dq * sm_scale
     tl.store(
@@ -430,8 +463,14 @@ def attention_backward(
     p: torch.Tensor | None,
     causal: bool,
     sm_scale: float,
+    dkdv_config: dict[str, Any] | None = None,
+    dq_config: dict[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk, dv for attention whose forward saved o and lse2; p is the stored P (stored-P variant) or None."""
+    """dq, dk, dv for attention whose forward saved o and lse2; p is the stored P (stored-P variant) or None.
+
+    dkdv_config / dq_config force a pass's config ({"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}, as
+    `last_bwd_config()` reports it; benchmarks/kernel_configs.py uses this); otherwise they are autotuned.
+    """
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     do = unit_stride(do)
@@ -448,7 +487,13 @@ def attention_backward(
     p_strides = p.stride() if stored else (0, 0, 0, 0)
     qk_scale = sm_scale * LOG2E
     bucket = seq_bucket(max(Nq, Nk))
-    constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "STORED_P": stored, "IEEE": q.dtype == torch.float32}
+    constexprs = {
+        "HEAD_DIM": D,
+        "CAUSAL": causal,
+        "STORED_P": stored,
+        "IEEE": q.dtype == torch.float32,
+        "TMA": use_tma(q, k, v, do),
+    }
     name = "stored_p" if stored else "recompute"
     dkdv_args = (
         q, k, v, do, lse, delta, p_arg, dk, dv, *q.stride(), *k.stride(), *v.stride(), *do.stride(), *p_strides,
@@ -456,7 +501,7 @@ def attention_backward(
     )  # fmt: skip
     cfg_kv = launch(
         f"dkdv_{name}", "dkdv", _bwd_dkdv, lambda meta: (triton.cdiv(Nk, meta["BLOCK_N"]), B * Hkv), dkdv_args,
-        constexprs, space=BWD_DKDV_SPACE, interpret_config=INTERPRET_BWD,
+        constexprs, space=BWD_DKDV_SPACE, forced=dkdv_config, interpret_config=INTERPRET_BWD,
     )  # fmt: skip
     dq_args = (
         q, k, v, do, lse, delta, p_arg, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(), *p_strides,
@@ -464,7 +509,7 @@ def attention_backward(
     )  # fmt: skip
     cfg_q = launch(
         f"dq_{name}", "dq", _bwd_dq, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), dq_args,
-        constexprs, space=BWD_DQ_SPACE, interpret_config=INTERPRET_BWD,
+        constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD,
     )  # fmt: skip
     _LAST_BWD_CONFIG.clear()
     _LAST_BWD_CONFIG.update({"dkdv": cfg_kv, "dq": cfg_q})

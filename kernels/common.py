@@ -15,6 +15,7 @@ Config selection, decided at call time (never at import):
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -74,7 +75,8 @@ def check_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
     """Validate q [B, H, Nq, D], k/v [B, Hkv, Nk, D]; return unit-stride views and the softmax scale.
 
-    Raises KernelUnsupported naming the first unsupported property. Arbitrary strides are passed to the
+    Raises KernelUnsupported naming the first unsupported property. A negative sm_scale comes back positive
+    with q negated (the same attention). Arbitrary strides are passed to the
     kernels; only a tensor whose last dimension is not unit-stride is copied (`.contiguous()`), so that
     every row load stays a vectorised read.
     """
@@ -137,7 +139,50 @@ def check_inputs(
         raise KernelUnsupported(f"{name}: sm_scale must be a number, got {sm_scale!r}") from None
     if not math.isfinite(sm_scale):
         raise KernelUnsupported(f"{name}: sm_scale must be finite, got {sm_scale}")
+    if sm_scale < 0:
+        # The kernels take the row max before scaling (one FMA per score), which needs scale >= 0:
+        # (q k) * s == ((-q) k) * (-s), and autograd carries the negation into dq.
+        q, sm_scale = -q, -sm_scale
     return unit_stride(q), unit_stride(k), unit_stride(v), sm_scale
+
+
+def use_tma(*tensors: torch.Tensor) -> bool:
+    """Whether the kernels may stream these tensors through tensor descriptors (TMA on sm90+).
+
+    Yes when FLASHBENCH_TMA is not 0, the GPU is Hopper or newer (or Triton's interpreter runs, which
+    emulates descriptors, so the CPU tests cover this path), every sequence length is at least 16, and every
+    base address and every stride but the last is a multiple of 16 bytes (TMA's alignment rule; a view sliced at an odd offset takes the pointer
+    path). On CUDA this also installs the global-memory allocator Triton needs for descriptors made in the
+    kernel, unless one is already set.
+    """
+    if os.environ.get("FLASHBENCH_TMA", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    first = tensors[0]
+    if any(t.shape[-2] < 16 for t in tensors):
+        # Triton turns an int argument equal to 1 into a constant; a descriptor over a length-1 sequence made
+        # ptxas crash (SIGSEGV, triton 3.6, H200). Short sequences gain nothing from TMA: pointer path.
+        return False
+    if not interpreting():
+        if first.device.type != "cuda" or torch.cuda.get_device_capability(first.device)[0] < 9:
+            return False
+    for t in tensors:
+        if t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+            return False
+    if not interpreting():
+        _ensure_allocator()
+    return True
+
+
+def _ensure_allocator() -> None:
+    """Give Triton a scratch allocator for in-kernel tensor descriptors (128 bytes per descriptor)."""
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+
+        def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+            return torch.empty(size, dtype=torch.int8, device="cuda")
+
+        triton.set_allocator(alloc)
 
 
 def unit_stride(t: torch.Tensor) -> torch.Tensor:
@@ -156,7 +201,21 @@ INTERPRET_BWD = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 
 # GPU forward space (BLOCK_M, BLOCK_N, num_warps, num_stages), pruned per head dim / dtype by `_fits`.
 # Order matters: without autotuning (FLASHBENCH_AUTOTUNE=0) the first config that fits is used.
+# The first five won at least one of issue 7's shapes on an H100 (benchmarks/kernel_configs.py, BENCHMARKS.md);
+# the smaller tiles are there for D = 256 and for GPUs with less shared memory.
 FWD_SPACE: tuple[tuple[int, int, int, int], ...] = (
+    (128, 64, 4, 2),
+    (128, 128, 8, 3),
+    (128, 64, 8, 3),
+    (64, 128, 4, 2),
+    (128, 128, 8, 2),
+    (128, 64, 4, 3),
+    (64, 64, 4, 3),
+    (64, 32, 4, 2),
+)
+# The stored-P and FA1-order forwards are measuring devices, not speed targets: a smaller space keeps their
+# autotune (and a sweep's compile time) short.
+VARIANT_FWD_SPACE: tuple[tuple[int, int, int, int], ...] = (
     (128, 64, 4, 3),
     (128, 64, 8, 3),
     (128, 128, 8, 3),
@@ -166,23 +225,33 @@ FWD_SPACE: tuple[tuple[int, int, int, int], ...] = (
 )
 # GPU backward spaces. dK/dV: BLOCK_N keys resident, BLOCK_M query rows streamed; dQ: the reverse.
 BWD_DKDV_SPACE: tuple[tuple[int, int, int, int], ...] = (
-    (32, 128, 8, 3),
+    (32, 128, 4, 4),
+    (64, 128, 8, 3),
+    (32, 128, 4, 3),
+    (32, 128, 4, 5),
+    (64, 128, 8, 2),
+    (32, 64, 4, 3),
     (64, 64, 4, 3),
-    (32, 64, 4, 2),
     (32, 32, 4, 2),
 )
 BWD_DQ_SPACE: tuple[tuple[int, int, int, int], ...] = (
-    (128, 32, 8, 3),
+    (128, 64, 8, 3),
+    (128, 64, 8, 2),
+    (128, 32, 4, 3),
     (64, 64, 4, 3),
-    (64, 32, 4, 2),
+    (64, 32, 4, 3),
     (32, 32, 4, 2),
 )
 
 
 def _max_shared_mem() -> int:
     """The current GPU's opt-in shared memory per block, in bytes (called only on the CUDA path)."""
-    dev = torch.cuda.current_device()
-    return int(triton.runtime.driver.active.utils.get_device_properties(dev)["max_shared_mem"])
+    return _shared_mem_of(torch.cuda.current_device())
+
+
+@functools.cache
+def _shared_mem_of(device: int) -> int:
+    return int(triton.runtime.driver.active.utils.get_device_properties(device)["max_shared_mem"])
 
 
 def estimate(kind: str, bm: int, bn: int, warps: int, stages: int, d: int, elem: int) -> tuple[int, float]:
@@ -259,14 +328,19 @@ def seq_bucket(n: int) -> int:
     return max(64, 1 << (max(n, 1) - 1).bit_length())
 
 
-def normalize_config(name: str, config: Any, extra_keys: dict[str, int] | None = None) -> dict[str, Any]:
-    """Validate a forced forward config; fill num_warps / num_stages defaults. Raises KernelUnsupported."""
+def normalize_config(
+    name: str, config: Any, extra_keys: dict[str, int] | None = None, flags: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Validate a forced forward config; fill num_warps / num_stages (and `extra_keys`) defaults.
+
+    `flags` are optional 0/1 keys the kernel accepts (left out when not given). Raises KernelUnsupported.
+    """
     extra_keys = extra_keys or {}
     if not isinstance(config, dict):
         raise KernelUnsupported(
             f"{name}: config must be a dict like {{'BLOCK_M': 64, 'BLOCK_N': 64}}, got {config!r}"
         )
-    allowed = set(CONFIG_KEYS) | set(extra_keys)
+    allowed = set(CONFIG_KEYS) | set(extra_keys) | set(flags)
     unknown = sorted(set(config) - allowed)
     if unknown:
         raise KernelUnsupported(f"{name}: unknown config keys {unknown} (allowed: {sorted(allowed)})")
@@ -285,6 +359,9 @@ def normalize_config(name: str, config: Any, extra_keys: dict[str, int] | None =
     for key in extra_keys:
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise KernelUnsupported(f"{name}: config {key}={cfg[key]!r} must be a positive int")
+    for key in flags:
+        if key in cfg and cfg[key] not in (0, 1):
+            raise KernelUnsupported(f"{name}: config {key}={cfg[key]!r} must be 0 or 1")
     return cfg
 
 
@@ -357,7 +434,8 @@ def launch(
     if tuner is None:
         tuner = triton.autotune(
             configs=_configs(space, extra),
-            key=["N_BUCKET", "HEAD_DIM", "CAUSAL"],
+            key=["N_BUCKET", *sorted(constexprs)],
+            cache_results=True,
             prune_configs_by={"early_config_prune": _make_prune(kind)},
         )(kernel)
         _AUTOTUNERS[name] = tuner

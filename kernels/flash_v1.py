@@ -36,9 +36,9 @@ import triton
 import triton.language as tl
 
 from .common import (
-    FWD_SPACE,
     INTERPRET_FWD,
     LOG2E,
+    VARIANT_FWD_SPACE,
     _set_last_config,
     check_inputs,
     dot,
@@ -209,7 +209,7 @@ def attention_forward_v1(
     constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32}
     cfg = launch(
         "fwd_v1", "fwd", _attn_fwd_v1, lambda meta: (B * H, meta["Q_SPLIT"]), args, constexprs,
-        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD, extra={"Q_SPLIT": q_split},
+        space=VARIANT_FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD, extra={"Q_SPLIT": q_split},
     )  # fmt: skip
     _set_last_config(cfg)
     return o, lse, cfg

@@ -42,6 +42,7 @@ from .common import (
     launch,
     normalize_config,
     seq_bucket,
+    use_tma,
 )
 
 
@@ -51,8 +52,8 @@ def _fwd_block(
     l_i,  # [BLOCK_M] fp32 running sum of exp2
     m_i,  # [BLOCK_M] fp32 running max (base-2 units)
     q,  # [BLOCK_M, HEAD_DIM] query tile, input dtype
-    k_base,  # pointer to K[b, hkv, 0, 0]
-    v_base,  # pointer to V[b, hkv, 0, 0]
+    k_src,  # TMA: descriptor of K[b, hkv] ([N_K, HEAD_DIM]); else pointer to K[b, hkv, 0, 0]
+    v_src,  # the same for V
     stride_kn,
     stride_kd,
     stride_vn,
@@ -61,42 +62,52 @@ def _fwd_block(
     offs_m,  # [BLOCK_M] query row indices
     N_K,  # number of keys
     CAUSAL_OFF,  # seq_k - seq_q: query i sees key j iff j <= i + CAUSAL_OFF
-    qk_scale,  # sm_scale * log2(e)
+    qk_scale,  # sm_scale * log2(e), >= 0
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
     MASK: tl.constexpr,  # this block needs the tail / causal mask
     IEEE: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # K^T tile [D, BN]
-    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # V tile [BN, D]
-    if MASK:
+    if TMA:
+        kt = tl.trans(k_src.load([start_n, 0]))  # rows past N_K arrive as zeros
+    elif MASK:
+        kt_ptrs = k_src + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # K^T tile [D, BN]
         kt = tl.load(kt_ptrs, mask=offs_n[None, :] < N_K, other=0.0)
     else:
-        kt = tl.load(kt_ptrs)
-    qk = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE) * qk_scale
+        kt = tl.load(k_src + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd)
+    qk = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
     if MASK:
         valid = offs_n[None, :] < N_K
         if CAUSAL:
             valid = valid & (offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :])
-        qk = tl.where(valid, qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    if MASK:
+        qk = tl.where(valid, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
         # A row with every key masked so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(qk - m_use[:, None])
     else:
+        # Scale after the row max (qk_scale >= 0), then one FMA per element: exp2(s * scale - m).
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_use = m_new
-    p = tl.math.exp2(qk - m_use[:, None])
+        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    if MASK:
-        v = tl.load(v_ptrs, mask=offs_n[:, None] < N_K, other=0.0)
+    if TMA:
+        v = v_src.load([start_n, 0])
+    elif MASK:
+        v = tl.load(
+            v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            mask=offs_n[:, None] < N_K,
+            other=0.0,
+        )
     else:
-        v = tl.load(v_ptrs)
+        v = tl.load(v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd)
     acc = dot(p.to(v.dtype), v, acc, IEEE)
     return acc, l_i, m_new
 
@@ -133,8 +144,10 @@ def _attn_fwd(
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots
+    TMA: tl.constexpr,  # stream K/V through tensor descriptors (TMA on sm90+)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    WS: tl.constexpr = False,  # ask Triton to warp-specialize the key loops
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -145,6 +158,13 @@ def _attn_fwd(
     k_base = K + b * stride_kz + hkv * stride_kh
     v_base = V + b * stride_vz + hkv * stride_vh
     o_base = O + b * stride_oz + h * stride_oh
+    if TMA:
+        # Per-head 2-D descriptors: loads past N_K are zero-filled by the hardware, never another head's rows.
+        k_src = tl.make_tensor_descriptor(k_base, [N_K, HEAD_DIM], [stride_kn, 1], [BLOCK_N, HEAD_DIM])
+        v_src = tl.make_tensor_descriptor(v_base, [N_K, HEAD_DIM], [stride_vn, 1], [BLOCK_N, HEAD_DIM])
+    else:
+        k_src = k_base
+        v_src = v_base
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -167,15 +187,15 @@ def _attn_fwd(
         hi = N_K
         full_end = N_K
     full_end = (full_end // BLOCK_N) * BLOCK_N
-    for start_n in range(0, full_end, BLOCK_N):
+    for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WS):
         acc, l_i, m_i = _fwd_block(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
-            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE,
+            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
+            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
         )  # fmt: skip
-    for start_n in range(full_end, hi, BLOCK_N):
+    for start_n in tl.range(full_end, hi, BLOCK_N, warp_specialize=WS):
         acc, l_i, m_i = _fwd_block(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
-            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE,
+            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
+            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE, TMA,
         )  # fmt: skip
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
@@ -208,7 +228,7 @@ def attention_forward(
         q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),
     )  # fmt: skip
-    constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32}
+    constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32, "TMA": use_tma(q, k, v)}
     cfg = launch(
         "fwd_v2", "fwd", _attn_fwd, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
         space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
@@ -249,11 +269,13 @@ def flash_attn(
     q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D] with Hkv dividing H (GQA). D in 32/64/128/256; fp16, bf16 or fp32
     (fp32 and the CPU interpreter are for testing). causal is aligned bottom-right when Nq != Nk. sm_scale
     defaults to 1/sqrt(D). config forces the forward config ({"BLOCK_M", "BLOCK_N", "num_warps",
-    "num_stages"}); otherwise it is autotuned on CUDA (one fixed config under TRITON_INTERPRET=1).
+    "num_stages"}, optionally "WS": 1 to ask Triton to warp-specialize the key loop); otherwise it is
+    autotuned on CUDA (one fixed config under TRITON_INTERPRET=1). On Hopper and newer, K and V stream through
+    tensor descriptors (TMA) when the inputs are 16-byte aligned; FLASHBENCH_TMA=0 turns that off.
     Differentiable: the backward recomputes P from Q, K and the saved log-sum-exp.
     Raises KernelUnsupported naming what is unsupported.
     """
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     if config is not None:
-        config = normalize_config("flash_attn", config)
+        config = normalize_config("flash_attn", config, flags=("WS",))
     return RecomputeAttention.apply(q, k, v, causal, sm_scale, config)

@@ -33,9 +33,9 @@ import triton.language as tl
 
 from .backward import attention_backward
 from .common import (
-    FWD_SPACE,
     INTERPRET_FWD,
     LOG2E,
+    VARIANT_FWD_SPACE,
     KernelUnsupported,
     _set_last_config,
     check_inputs,
@@ -220,7 +220,7 @@ def attention_forward_stored_p(
     constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32}
     cfg = launch(
         "fwd_stored_p", "fwd", _attn_fwd_stored_p, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H),
-        args, constexprs, space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
+        args, constexprs, space=VARIANT_FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
     )  # fmt: skip
     _set_last_config(cfg)
     return o, lse, p, cfg

@@ -20,6 +20,14 @@ DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # FLASHBENCH_TEST_SHARD=i/n keeps every n-th test from the i-th (0-based): n pytest processes side by side
+    # spread the kernel suite's Triton compiles over a GPU machine's cores (benchmarks/gpu_tests.sh).
+    shard = os.environ.get("FLASHBENCH_TEST_SHARD")
+    if shard:
+        index, count = (int(x) for x in shard.split("/"))
+        keep = [item for j, item in enumerate(items) if j % count == index]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
     if HAS_CUDA:
         return
     skip_gpu = pytest.mark.skip(reason="needs CUDA (runs on the GPU machine)")

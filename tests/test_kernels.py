@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, flash_attn, flash_attn_stored_p, flash_attn_v1, last_config
+from flashbench.kernels.common import use_tma
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
@@ -147,6 +148,34 @@ def test_head_dims(kernel, d):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_custom_sm_scale(kernel):
     check(KERNELS[kernel], *inputs(1, 2, 2, 40, 40, 32, torch.float16, seed=5), causal=False, sm_scale=0.3)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_negative_sm_scale(kernel):
+    # The kernels scale after the row max, which needs scale >= 0; a negative scale is folded into q.
+    check(KERNELS[kernel], *inputs(1, 2, 1, 45, 45, 32, torch.float16, seed=6), causal=True, sm_scale=-0.4)
+
+
+def test_tma_and_pointer_paths_agree(monkeypatch):
+    """The FA2 forward streams K/V through tensor descriptors where it may (emulated by the interpreter) and
+    through pointers otherwise; both are held to the budget and must agree to rounding."""
+    q, k, v = inputs(1, 2, 1, 150, 150, 64, torch.float16, seed=8)
+    assert use_tma(q, k, v)
+    check(flash_attn, q, k, v, causal=True)
+    with_tma = flash_attn(q, k, v, causal=True)
+    monkeypatch.setenv("FLASHBENCH_TMA", "0")
+    assert not use_tma(q, k, v)
+    check(flash_attn, q, k, v, causal=True)
+    torch.testing.assert_close(flash_attn(q, k, v, causal=True), with_tma, atol=2e-3, rtol=0)
+
+
+def test_misaligned_view_takes_the_pointer_path():
+    """A view starting 1 element into its storage breaks TMA's 16-byte rule: the pointer path must serve it."""
+    base = make((1 * 2 * 60 * 32 + 1,), torch.float16, 9)
+    q = base[1:].view(1, 2, 60, 32)
+    k, v = inputs(1, 2, 2, 60, 60, 32, torch.float16, seed=10)[1:]
+    assert not use_tma(q, k, v)
+    check(flash_attn, q, k, v, causal=False)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -36,6 +36,25 @@ def test_tokens_give_batch_and_cases_run_in_ascending_n():
     assert all(c.seq_k == c.seq_q and c.kv_heads == c.heads for c in cases)
 
 
+def test_hidden_sets_heads_per_head_dim():
+    """--hidden 2048 sweeps 32 heads at d = 64 and 16 at d = 128 (FlashAttention's benchmark convention)."""
+    spec = load_spec(overrides={"seq": "1024", "hidden": 2048, "head_dim": "64,128", "causal": "false"})
+    assert {(c.head_dim, c.heads, c.kv_heads) for c in expand(spec, ["fast"])} == {
+        (64, 32, 32),
+        (128, 16, 16),
+    }
+    assert load_spec(preset="speed").hidden == 2048
+
+
+def test_hidden_conflicts_and_divisibility_are_one_line_errors():
+    with pytest.raises(FlashbenchError, match="either heads or hidden"):
+        load_spec(overrides={"heads": "8", "hidden": 1024})
+    with pytest.raises(FlashbenchError, match="multiple of every head dim"):
+        load_spec(overrides={"hidden": 1000, "head_dim": "64"})
+    # A flag overrides a preset's width: --heads after a preset with hidden.
+    assert load_spec(preset="speed", overrides={"heads": "4"}).hidden is None
+
+
 def test_unsupported_and_unavailable_are_marked_with_the_reason():
     spec = load_spec(
         overrides={

@@ -31,6 +31,10 @@ def sweep_command(
     batch: Annotated[str | None, typer.Option(help="batch sizes (instead of --tokens)")] = None,
     tokens: Annotated[int | None, typer.Option(help="tokens per batch: batch = max(1, T // N)")] = None,
     heads: Annotated[str | None, typer.Option(help="query heads")] = None,
+    hidden: Annotated[
+        int | None,
+        typer.Option(help="model width: heads = hidden // head_dim per head dim (instead of --heads)"),
+    ] = None,
     kv_heads: Annotated[
         str | None, typer.Option("--kv-heads", help="key/value heads (GQA); default = heads")
     ] = None,
@@ -93,6 +97,7 @@ def sweep_command(
         batch=batch,
         tokens=tokens,
         heads=heads,
+        hidden=hidden,
         kv_heads=kv_heads,
         head_dim=head_dim,
         dtype=dtype,

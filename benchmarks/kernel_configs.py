@@ -1,0 +1,251 @@
+"""Config study for the bundled FA2 kernel on one GPU: which (BLOCK_M, BLOCK_N, warps, stages), TMA on or off,
+warp specialization on or off, for the forward and for each backward pass, beside the SDPA backends.
+
+This is the evidence behind the config spaces in kernels/common.py (issue 7), not the benchmark of record
+(that is `flashbench sweep`, see BENCHMARKS.md). Shapes follow issue 7: bf16, 16k tokens per batch, hidden
+2048 (heads = 2048 / d).
+
+    python3 benchmarks/kernel_configs.py run --jobs 12     # compile in parallel, then time in one process
+    python3 benchmarks/kernel_configs.py warm --jobs 12    # compile only (fills Triton's cache for a sweep)
+    TRITON_INTERPRET=1 python benchmarks/kernel_configs.py time --smoke   # CPU: tiny shapes, checks the script
+
+`run` first starts `--jobs` processes that only compile (each launches its share of the kernels once, which
+fills Triton's on-disk cache), then times everything in this process with triton.testing.do_bench (median,
+L2 flushed between samples), every binary loaded from the cache. Writes $OUT/kernel_configs.json and prints the
+best configs per shape. A config that does not compile or run is recorded with its error, not hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import torch
+import triton
+from flashbench.kernels import flash_attn
+from flashbench.kernels.backward import attention_backward
+from flashbench.kernels.flash_v2 import attention_forward
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+from flashbench.models.flops import attention_flops
+
+HIDDEN, TOKENS = 2048, 16384
+SEQS = (2048, 8192)
+HEAD_DIMS = (64, 128)
+DEVICE = "cuda"
+FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
+    (128, 64, 4, 2), (128, 64, 4, 3), (128, 64, 4, 4), (128, 64, 8, 3), (128, 128, 8, 2),
+    (128, 128, 8, 3), (128, 128, 4, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 2),
+]  # fmt: skip
+FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specialization (TMA on)
+DKDV = [  # BLOCK_M query rows streamed, BLOCK_N keys resident
+    (32, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 8, 2), (64, 128, 8, 3),
+    (64, 64, 4, 3), (32, 64, 4, 3), (32, 32, 4, 2),
+]  # fmt: skip
+DQ = [  # BLOCK_M query rows resident, BLOCK_N keys streamed
+    (128, 32, 8, 3), (128, 32, 4, 3), (128, 32, 4, 4), (128, 32, 4, 5), (128, 64, 8, 2), (128, 64, 8, 3),
+    (64, 64, 4, 3), (64, 32, 4, 3), (32, 32, 4, 2),
+]  # fmt: skip
+BASE_DKDV, BASE_DQ = DKDV[0], DQ[0]  # the other pass's config while one pass is varied
+
+
+def cfg(t: tuple[int, int, int, int], **extra: int) -> dict[str, int]:
+    bm, bn, w, s = t
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s, **extra}
+
+
+def shapes():
+    return itertools.product(HEAD_DIMS, (False, True), SEQS)
+
+
+def tensors(d: int, n: int):
+    heads, batch = HIDDEN // d, max(1, TOKENS // n)
+    dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float16  # the interpreter's bf16 dot is wrong
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    q, k, v, do = (
+        torch.randn((batch, heads, n, d), device=DEVICE, dtype=dtype, generator=gen) for _ in range(4)
+    )
+    return batch, heads, q, k, v, do
+
+
+def items() -> list[dict[str, Any]]:
+    """Every measurement of the study, in a fixed order (the compile workers take every j-th)."""
+    out: list[dict[str, Any]] = []
+    for d, causal, n in shapes():
+        base = {"d": d, "causal": causal, "n": n}
+        for tma in (1, 0):
+            out += [{**base, "kind": "fwd", "tma": tma, "config": cfg(c)} for c in FWD]
+            out += [{**base, "kind": "dkdv", "tma": tma, "config": cfg(c)} for c in DKDV]
+            out += [{**base, "kind": "dq", "tma": tma, "config": cfg(c)} for c in DQ]
+        out += [{**base, "kind": "fwd", "tma": 1, "config": cfg(c, WS=1)} for c in FWD_WS]
+        for name in ("sdpa-flash", "sdpa-cudnn") if DEVICE == "cuda" else ():
+            out += [
+                {**base, "kind": mode, "provider": name, "tma": 0, "config": None}
+                for mode in ("fwd", "fwd+bwd")
+            ]
+    return out
+
+
+def runner(item: dict[str, Any], data) -> Any:
+    """A zero-argument callable for one item (its first call compiles)."""
+    batch, heads, q, k, v, do = data
+    causal, scale = item["causal"], q.shape[-1] ** -0.5
+    os.environ["FLASHBENCH_TMA"] = str(item["tma"])
+    if "provider" in item:
+        backend = (
+            SDPBackend.FLASH_ATTENTION if item["provider"] == "sdpa-flash" else SDPBackend.CUDNN_ATTENTION
+        )
+        leaves = [t.detach().requires_grad_(item["kind"] != "fwd") for t in (q, k, v)]
+
+        def call():
+            with sdpa_kernel(backend):
+                o = sdpa(*leaves, is_causal=causal)
+            if item["kind"] != "fwd":
+                torch.autograd.backward(o, do)
+
+        return call
+    if item["kind"] == "fwd":
+        return lambda: flash_attn(q, k, v, causal=causal, config=item["config"])
+    o, lse, _ = attention_forward(q, k, v, causal, scale, cfg(FWD[1]))
+    dkdv = item["config"] if item["kind"] == "dkdv" else cfg(BASE_DKDV)
+    dq = item["config"] if item["kind"] == "dq" else cfg(BASE_DQ)
+    return lambda: attention_backward(q, k, v, o, lse, do, None, causal, scale, dkdv, dq)
+
+
+def compile_part(part: int, parts: int) -> None:
+    todo = [it for j, it in enumerate(items()) if j % parts == part and "provider" not in it]
+    cache: dict[tuple[int, int], Any] = {}
+    for it in todo:
+        key = (it["d"], it["n"])
+        if key not in cache:
+            cache.clear()
+            cache[key] = tensors(it["d"], it["n"])
+        try:
+            runner(it, cache[key])()
+        except Exception:  # noqa: BLE001 - the timing pass records the error
+            pass
+    sync()
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (Triton interpreter)"
+
+
+def time_all(out_path: str | None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    data_key, data = None, None
+    for it in items():
+        if data_key != (it["d"], it["n"]):
+            data_key, data = (it["d"], it["n"]), None
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
+            data = tensors(it["d"], it["n"])
+        batch, heads = data[0], data[1]
+        row = {k: v for k, v in it.items()}
+        try:
+            call = runner(it, data)
+            t0 = time.perf_counter()
+            call()
+            sync()
+            row["first_s"] = round(time.perf_counter() - t0, 3)
+            if DEVICE == "cuda":
+                ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+            else:  # smoke test: one timed call
+                t0 = time.perf_counter()
+                call()
+                ms = (time.perf_counter() - t0) * 1e3
+        except Exception as exc:  # noqa: BLE001 - recorded
+            row["error"] = (
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__
+            )
+            rows.append(row)
+            continue
+        row["ms"] = ms
+        mode = {"fwd": "fwd", "fwd+bwd": "fwd+bwd"}.get(it["kind"], "bwd")
+        flops = attention_flops(batch, heads, it["n"], it["n"], it["d"], it["causal"], mode)
+        row["tflops"] = flops / ms / 1e9
+        rows.append(row)
+    if out_path:
+        with open(out_path, "w") as fh:
+            json.dump({"device": device_name(), "rows": rows}, fh, indent=1)
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> None:
+    ok = [r for r in rows if "ms" in r]
+    print(f"device: {device_name()}; {len(ok)} of {len(rows)} items measured")
+    for d, causal, n in shapes():
+        sel = [r for r in ok if (r["d"], r["causal"], r["n"]) == (d, causal, n)]
+        base = {(r["provider"], r["kind"]): r for r in sel if "provider" in r}
+        line = f"d={d} causal={causal!s:5} N={n}:"
+        for (prov, kind), r in sorted(base.items()):
+            line += f" {prov} {kind} {r['ms']:.3f} ms ({r['tflops']:.0f});"
+        print(line)
+        best_ms = {}
+        for kind in ("fwd", "dkdv", "dq"):
+            cand = sorted(
+                (r for r in sel if r["kind"] == kind and "provider" not in r), key=lambda r: r["ms"]
+            )
+            for r in cand[:4]:
+                print(f"    {kind:5} tma={r['tma']} {r['config']} {r['ms']:.3f} ms")
+            for tma in (1, 0):
+                t = [r for r in cand if r["tma"] == tma]
+                if t:
+                    print(f"    {kind:5} best with tma={tma}: {t[0]['ms']:.3f} ms {t[0]['config']}")
+            best_ms[kind] = cand[0]["ms"] if cand else float("nan")
+        fwd = best_ms["fwd"]
+        print(f"    triton best fwd {fwd:.3f} ms; sdpa-flash/triton fwd = "
+              f"{base.get(('sdpa-flash', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}; "
+              f"sdpa-cudnn/triton fwd = {base.get(('sdpa-cudnn', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}")  # fmt: skip
+    for r in rows:
+        if "error" in r:
+            print("ERROR", {k: r[k] for k in ("kind", "d", "causal", "n", "tma", "config")}, r["error"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["run", "warm", "compile", "time"])
+    ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--part", type=int, default=0)
+    ap.add_argument(
+        "--smoke", action="store_true", help="CPU interpreter, tiny shapes: checks the script only"
+    )
+    args = ap.parse_args()
+    if args.smoke:
+        global HIDDEN, TOKENS, SEQS, HEAD_DIMS, DEVICE
+        HIDDEN, TOKENS, SEQS, HEAD_DIMS, DEVICE = 64, 64, (64,), (32,), "cpu"
+    if args.what == "compile":
+        compile_part(args.part, args.jobs)
+        return
+    if args.what in ("run", "warm"):
+        t0 = time.perf_counter()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "compile", "--jobs", str(args.jobs), "--part", str(j)]
+            )
+            for j in range(args.jobs)
+        ]
+        for p in procs:
+            p.wait()
+        print(f"compiled in {time.perf_counter() - t0:.0f} s", flush=True)
+        if args.what == "warm":
+            return
+    out = os.environ.get("OUT")
+    rows = time_all(os.path.join(out, "kernel_configs.json") if out else None)
+    summary(rows)
+
+
+if __name__ == "__main__":
+    main()
