@@ -45,6 +45,15 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
     (128, 128, 8, 3), (128, 128, 4, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 2),
 ]  # fmt: skip
 FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specialization (TMA on)
+FWD_PIPE = [
+    (128, 64, 4, 2),
+    (128, 128, 8, 2),
+    (128, 64, 8, 3),
+    (64, 128, 4, 2),
+    (128, 128, 8, 3),
+    (128, 64, 4, 3),
+]
+KINDS = ("fwd", "dkdv", "dq", "sdpa")  # --kinds narrows the study
 DKDV = [  # BLOCK_M query rows streamed, BLOCK_N keys resident
     (32, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 8, 2), (64, 128, 8, 3),
     (64, 64, 4, 3), (32, 64, 4, 3), (32, 32, 4, 2),
@@ -85,12 +94,13 @@ def items() -> list[dict[str, Any]]:
             out += [{**base, "kind": "dkdv", "tma": tma, "config": cfg(c)} for c in DKDV]
             out += [{**base, "kind": "dq", "tma": tma, "config": cfg(c)} for c in DQ]
         out += [{**base, "kind": "fwd", "tma": 1, "config": cfg(c, WS=1)} for c in FWD_WS]
+        out += [{**base, "kind": "fwd", "tma": 1, "config": cfg(c, PIPE=1)} for c in FWD_PIPE]
         for name in ("sdpa-flash", "sdpa-cudnn") if DEVICE == "cuda" else ():
             out += [
                 {**base, "kind": mode, "provider": name, "tma": 0, "config": None}
                 for mode in ("fwd", "fwd+bwd")
             ]
-    return out
+    return [it for it in out if ("sdpa" if "provider" in it else it["kind"]) in KINDS]
 
 
 def runner(item: dict[str, Any], data) -> Any:
@@ -215,6 +225,7 @@ def summary(rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
+    global HIDDEN, TOKENS, SEQS, HEAD_DIMS, DEVICE, KINDS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["run", "warm", "compile", "time"])
     ap.add_argument("--jobs", type=int, default=8)
@@ -222,9 +233,12 @@ def main() -> None:
     ap.add_argument(
         "--smoke", action="store_true", help="CPU interpreter, tiny shapes: checks the script only"
     )
+    ap.add_argument("--kinds", default=",".join(KINDS), help="which of fwd,dkdv,dq,sdpa to study")
+    ap.add_argument("--seqs", default=",".join(map(str, SEQS)), help="sequence lengths, e.g. 2048,8192")
     args = ap.parse_args()
+    KINDS = tuple(args.kinds.split(","))
+    SEQS = tuple(int(x) for x in args.seqs.split(","))
     if args.smoke:
-        global HIDDEN, TOKENS, SEQS, HEAD_DIMS, DEVICE
         HIDDEN, TOKENS, SEQS, HEAD_DIMS, DEVICE = 64, 64, (64,), (32,), "cpu"
     if args.what == "compile":
         compile_part(args.part, args.jobs)
