@@ -45,14 +45,7 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
     (128, 128, 8, 3), (128, 128, 4, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 2),
 ]  # fmt: skip
 FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specialization (TMA on)
-FWD_PIPE = [
-    (128, 64, 4, 2),
-    (128, 128, 8, 2),
-    (128, 64, 8, 3),
-    (64, 128, 4, 2),
-    (128, 128, 8, 3),
-    (128, 64, 4, 3),
-]
+
 KINDS = ("fwd", "dkdv", "dq", "sdpa")  # --kinds narrows the study
 DKDV = [  # BLOCK_M query rows streamed, BLOCK_N keys resident
     (32, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 8, 2), (64, 128, 8, 3),
@@ -94,7 +87,6 @@ def items() -> list[dict[str, Any]]:
             out += [{**base, "kind": "dkdv", "tma": tma, "config": cfg(c)} for c in DKDV]
             out += [{**base, "kind": "dq", "tma": tma, "config": cfg(c)} for c in DQ]
         out += [{**base, "kind": "fwd", "tma": 1, "config": cfg(c, WS=1)} for c in FWD_WS]
-        out += [{**base, "kind": "fwd", "tma": 1, "config": cfg(c, PIPE=1)} for c in FWD_PIPE]
         for name in ("sdpa-flash", "sdpa-cudnn") if DEVICE == "cuda" else ():
             out += [
                 {**base, "kind": mode, "provider": name, "tma": 0, "config": None}

@@ -47,21 +47,30 @@ from .common import (
 
 
 @triton.jit
-def _scores(
+def _fwd_block(
+    acc,  # [BLOCK_M, HEAD_DIM] fp32 running numerator
+    l_i,  # [BLOCK_M] fp32 running sum of exp2
+    m_i,  # [BLOCK_M] fp32 running max (base-2 units)
     q,  # [BLOCK_M, HEAD_DIM] query tile, input dtype
     k_src,  # TMA: descriptor of K[b, hkv] ([N_K, HEAD_DIM]); else pointer to K[b, hkv, 0, 0]
+    v_src,  # the same for V
     stride_kn,
     stride_kd,
+    stride_vn,
+    stride_vd,
     start_n,  # first key of this block
+    offs_m,  # [BLOCK_M] query row indices
     N_K,  # number of keys
+    CAUSAL_OFF,  # seq_k - seq_q: query i sees key j iff j <= i + CAUSAL_OFF
+    qk_scale,  # sm_scale * log2(e), >= 0
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    MASK: tl.constexpr,  # the block may pass N_K
+    CAUSAL: tl.constexpr,
+    MASK: tl.constexpr,  # this block needs the tail / causal mask
     IEEE: tl.constexpr,
     TMA: tl.constexpr,
 ):
-    """Q K^T for one key block, unscaled: [BLOCK_M, BLOCK_N] fp32."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     if TMA:
@@ -71,33 +80,7 @@ def _scores(
         kt = tl.load(kt_ptrs, mask=offs_n[None, :] < N_K, other=0.0)
     else:
         kt = tl.load(k_src + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd)
-    return dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
-
-
-@triton.jit
-def _update(
-    acc,  # [BLOCK_M, HEAD_DIM] fp32 running numerator
-    l_i,  # [BLOCK_M] fp32 running sum of exp2
-    m_i,  # [BLOCK_M] fp32 running max (base-2 units)
-    qk,  # [BLOCK_M, BLOCK_N] fp32 unscaled scores of this key block
-    v_src,  # TMA: descriptor of V[b, hkv]; else pointer to V[b, hkv, 0, 0]
-    stride_vn,
-    stride_vd,
-    start_n,  # first key of this block
-    offs_m,  # [BLOCK_M] query row indices
-    N_K,  # number of keys
-    CAUSAL_OFF,  # seq_k - seq_q: query i sees key j iff j <= i + CAUSAL_OFF
-    qk_scale,  # sm_scale * log2(e), >= 0
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    MASK: tl.constexpr,  # this block needs the tail / causal mask
-    IEEE: tl.constexpr,
-    TMA: tl.constexpr,
-):
-    """Online-softmax step for one key block: rescale the running state, acc += P V."""
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+    qk = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
     if MASK:
         valid = offs_n[None, :] < N_K
         if CAUSAL:
@@ -165,7 +148,6 @@ def _attn_fwd(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     WS: tl.constexpr = False,  # ask Triton to warp-specialize the key loops
-    PIPE: tl.constexpr = False,  # issue the next block's Q K^T before this block's softmax
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -205,40 +187,15 @@ def _attn_fwd(
         hi = N_K
         full_end = N_K
     full_end = (full_end // BLOCK_N) * BLOCK_N
-    if PIPE:
-        # Software-pipelined mask-free range: block j+1's Q K^T is issued before block j's softmax, so the
-        # tensor cores can work on it while the exp2 / rescale of block j runs.
-        if full_end > 0:
-            qk = _scores(q, k_src, stride_kn, stride_kd, 0, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, False, IEEE, TMA)
-            for start_n in tl.range(BLOCK_N, full_end, BLOCK_N, warp_specialize=WS):
-                qk_next = _scores(
-                    q, k_src, stride_kn, stride_kd, start_n, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, False, IEEE, TMA
-                )
-                acc, l_i, m_i = _update(
-                    acc, l_i, m_i, qk, v_src, stride_vn, stride_vd, start_n - BLOCK_N, offs_m, N_K, causal_off,
-                    qk_scale, HEAD_DIM, BLOCK_N, CAUSAL, False, IEEE, TMA,
-                )  # fmt: skip
-                qk = qk_next
-            acc, l_i, m_i = _update(
-                acc, l_i, m_i, qk, v_src, stride_vn, stride_vd, full_end - BLOCK_N, offs_m, N_K, causal_off,
-                qk_scale, HEAD_DIM, BLOCK_N, CAUSAL, False, IEEE, TMA,
-            )  # fmt: skip
-    else:
-        for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WS):
-            qk = _scores(
-                q, k_src, stride_kn, stride_kd, start_n, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, False, IEEE, TMA
-            )
-            acc, l_i, m_i = _update(
-                acc, l_i, m_i, qk, v_src, stride_vn, stride_vd, start_n, offs_m, N_K, causal_off, qk_scale,
-                HEAD_DIM, BLOCK_N, CAUSAL, False, IEEE, TMA,
-            )  # fmt: skip
+    for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WS):
+        acc, l_i, m_i = _fwd_block(
+            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
+            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
+        )  # fmt: skip
     for start_n in tl.range(full_end, hi, BLOCK_N, warp_specialize=WS):
-        qk = _scores(
-            q, k_src, stride_kn, stride_kd, start_n, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, True, IEEE, TMA
-        )
-        acc, l_i, m_i = _update(
-            acc, l_i, m_i, qk, v_src, stride_vn, stride_vd, start_n, offs_m, N_K, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_N, CAUSAL, True, IEEE, TMA,
+        acc, l_i, m_i = _fwd_block(
+            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
+            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE, TMA,
         )  # fmt: skip
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
@@ -312,8 +269,7 @@ def flash_attn(
     q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D] with Hkv dividing H (GQA). D in 32/64/128/256; fp16, bf16 or fp32
     (fp32 and the CPU interpreter are for testing). causal is aligned bottom-right when Nq != Nk. sm_scale
     defaults to 1/sqrt(D). config forces the forward config ({"BLOCK_M", "BLOCK_N", "num_warps",
-    "num_stages"}, optionally "WS": 1 to ask Triton to warp-specialize the key loop and "PIPE": 1 to issue
-    each key block's Q K^T one block ahead of its softmax); otherwise it is
+    "num_stages"}, optionally "WS": 1 to ask Triton to warp-specialize the key loop); otherwise it is
     autotuned on CUDA (one fixed config under TRITON_INTERPRET=1). On Hopper and newer, K and V stream through
     tensor descriptors (TMA) when the inputs are 16-byte aligned; FLASHBENCH_TMA=0 turns that off.
     Differentiable: the backward recomputes P from Q, K and the saved log-sum-exp.
@@ -321,5 +277,5 @@ def flash_attn(
     """
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     if config is not None:
-        config = normalize_config("flash_attn", config, flags=("WS", "PIPE"))
+        config = normalize_config("flash_attn", config, flags=("WS",))
     return RecomputeAttention.apply(q, k, v, causal, sm_scale, config)

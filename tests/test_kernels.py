@@ -194,7 +194,6 @@ def test_non_contiguous_inputs_and_grad(kernel):
     ("kernel", "config"),
     [
         ("v2", {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1}),
-        ("v2", {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "PIPE": 1}),
         ("stored_p", {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}),
         ("v1", {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "Q_SPLIT": 3}),
     ],
@@ -202,14 +201,6 @@ def test_non_contiguous_inputs_and_grad(kernel):
 def test_forced_config_is_used_and_reported(kernel, config):
     check(KERNELS[kernel], *inputs(1, 2, 1, 100, 77, 32, torch.float16, seed=7), causal=True, config=config)
     assert last_config() == config
-
-
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_pipelined_scores_variant(causal):
-    """PIPE=1 issues each block's Q K^T one block ahead of its softmax: same numbers, any length."""
-    config = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "PIPE": 1}
-    for n in (20, 96, 131):  # no full block, exactly three, three and a tail
-        check(flash_attn, *inputs(1, 2, 1, n, n, 32, torch.float16, seed=n), causal=causal, config=config)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
