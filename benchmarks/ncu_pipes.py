@@ -1,0 +1,116 @@
+"""Nsight Compute: where the forward's cycles go (tensor pipe, MUFU, FMA/ALU, issue slots, stalls) for the
+bundled kernel beside SDPA flash and cuDNN, at one of issue 7's shapes (bf16, d = 128, N = 8192, hidden 2048).
+
+    python3 benchmarks/ncu_pipes.py drive [--ncu ncu] [--causal]   # one profiled child per provider
+    python3 benchmarks/ncu_pipes.py parse DIR                       # table from the saved raw CSVs
+
+Each child warms up (Triton compile and autotune happen there, unprofiled), then brackets one forward call
+with cudaProfilerStart/Stop. ncu runs with --page raw and the SpeedOfLight, ComputeWorkloadAnalysis and
+WarpStateStats sections; the raw CSV of each provider is saved to $OUT (or results/ncu_pipes/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PROVIDERS = ("triton", "sdpa-flash", "sdpa-cudnn")
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "WarpStateStats")
+# Raw metric name fragments worth a column (first match per fragment, in this order).
+SHOW = (
+    "gpu__time_duration.sum",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__inst_executed_pipe_tensor",
+    "sm__pipe_tensor",
+    "sm__inst_executed_pipe_xu",
+    "sm__pipe_fma_cycles_active",
+    "sm__pipe_alu_cycles_active",
+    "sm__inst_executed_pipe_alu",
+    "smsp__issue_active.avg.pct",
+    "sm__warps_active.avg.pct_of_peak",
+)
+
+
+def one(provider: str, causal: bool) -> None:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from flashbench.kernels import flash_attn
+
+    q, k, v = (torch.randn((2, 16, 8192, 128), device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if provider == "triton":
+        call = lambda: flash_attn(q, k, v, causal=causal)  # noqa: E731
+    else:
+        backend = SDPBackend.FLASH_ATTENTION if provider == "sdpa-flash" else SDPBackend.CUDNN_ATTENTION
+
+        def call():
+            with sdpa_kernel(backend):
+                return sdpa(q, k, v, is_causal=causal)
+
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def drive(ncu: str, causal: bool) -> None:
+    out = Path(os.environ.get("OUT") or "results/ncu_pipes")
+    out.mkdir(parents=True, exist_ok=True)
+    for provider in PROVIDERS:
+        cmd = [ncu, "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base"]
+        for section in SECTIONS:
+            cmd += ["--section", section]
+        cmd += [sys.executable, __file__, "one", provider] + (["--causal"] if causal else [])
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        (out / f"{provider}.ncu.csv").write_text(res.stdout)
+        if res.returncode:
+            print(
+                f"{provider}: ncu exit {res.returncode}: {res.stderr.strip().splitlines()[-1:]}", flush=True
+            )
+    parse(out)
+
+
+def parse(folder: Path) -> None:
+    for path in sorted(folder.glob("*.ncu.csv")):
+        text = path.read_text()
+        start = text.find('"ID"')
+        if start < 0:
+            print(f"{path.name}: no ncu table")
+            continue
+        rows = list(csv.DictReader(io.StringIO(text[start:])))
+        rows = [r for r in rows if r.get("ID", "").isdigit()]  # drop the units row
+        print(f"== {path.name.removesuffix('.ncu.csv')}: {len(rows)} kernel(s)")
+        for r in rows:
+            print(f"   kernel {r.get('Kernel Name', '?')[:70]}")
+            for frag in SHOW:
+                for name, value in r.items():
+                    if name and name.startswith(frag):
+                        print(f"      {name:75} {value}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["drive", "one", "parse"])
+    ap.add_argument("arg", nargs="?")
+    ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--causal", action="store_true")
+    args = ap.parse_args()
+    if args.what == "one":
+        one(args.arg, args.causal)
+    elif args.what == "drive":
+        drive(args.ncu, args.causal)
+    else:
+        parse(Path(args.arg))
+
+
+if __name__ == "__main__":
+    main()
