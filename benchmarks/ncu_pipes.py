@@ -38,10 +38,9 @@ SHOW = (
 
 def one(provider: str, causal: bool) -> None:
     import torch
+    from flashbench.kernels import flash_attn
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-    from flashbench.kernels import flash_attn
 
     q, k, v = (torch.randn((2, 16, 8192, 128), device="cuda", dtype=torch.bfloat16) for _ in range(3))
     if provider == "triton":

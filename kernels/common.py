@@ -33,6 +33,12 @@ LOG2E = 1.4426950408889634
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 
 
+# Causal kernels whose grid walks query blocks (the FA2 forward, the dQ pass) start with the last, heaviest
+# blocks, so that the light ones fill the tail of the grid (longest-processing-time-first scheduling, as
+# flash-attn does). A switch so that benchmarks/kernel_configs.py can measure both orders in one run.
+CAUSAL_HEAVY_FIRST = True
+
+
 class KernelUnsupported(ValueError):
     """A bundled kernel refuses these inputs; the message names what is unsupported."""
 
@@ -163,7 +169,7 @@ def use_tma(*tensors: torch.Tensor) -> bool:
         # ptxas crash (SIGSEGV, triton 3.6, H200). Short sequences gain nothing from TMA: pointer path.
         return False
     if not interpreting():
-        if first.device.type != "cuda" or torch.cuda.get_device_capability(first.device)[0] < 9:
+        if first.device.type != "cuda" or _capability_major(first.device.index) < 9:
             return False
     for t in tensors:
         if t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
@@ -171,6 +177,11 @@ def use_tma(*tensors: torch.Tensor) -> bool:
     if not interpreting():
         _ensure_allocator()
     return True
+
+
+@functools.cache
+def _capability_major(index: int | None) -> int:
+    return torch.cuda.get_device_capability(index)[0]
 
 
 def _ensure_allocator() -> None:

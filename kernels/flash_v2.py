@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import common
 from .backward import attention_backward
 from .common import (
     FWD_SPACE,
@@ -145,11 +146,14 @@ def _attn_fwd(
     CAUSAL: tl.constexpr,
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots
     TMA: tl.constexpr,  # stream K/V through tensor descriptors (TMA on sm90+)
+    HEAVY_FIRST: tl.constexpr,  # causal: walk query blocks from the last (see common.CAUSAL_HEAVY_FIRST)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     WS: tl.constexpr = False,  # ask Triton to warp-specialize the key loops
 ):
     pid_m = tl.program_id(0)
+    if CAUSAL and HEAVY_FIRST:
+        pid_m = tl.num_programs(0) - 1 - pid_m  # the last query blocks see the most keys: run them first
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
@@ -228,7 +232,13 @@ def attention_forward(
         q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),
     )  # fmt: skip
-    constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32, "TMA": use_tma(q, k, v)}
+    constexprs = {
+        "HEAD_DIM": D,
+        "CAUSAL": causal,
+        "IEEE": q.dtype == torch.float32,
+        "TMA": use_tma(q, k, v),
+        "HEAVY_FIRST": common.CAUSAL_HEAVY_FIRST,
+    }
     cfg = launch(
         "fwd_v2", "fwd", _attn_fwd, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
         space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,

@@ -156,6 +156,17 @@ def test_negative_sm_scale(kernel):
     check(KERNELS[kernel], *inputs(1, 2, 1, 45, 45, 32, torch.float16, seed=6), causal=True, sm_scale=-0.4)
 
 
+def test_causal_block_order_does_not_change_results(monkeypatch):
+    """Causal grids run their heaviest query blocks first by default; the other order gives the same numbers."""
+    from flashbench.kernels import common
+
+    q, k, v = inputs(1, 2, 1, 150, 150, 32, torch.float16, seed=11)
+    heavy_first = flash_attn(q, k, v, causal=True)
+    monkeypatch.setattr(common, "CAUSAL_HEAVY_FIRST", False)
+    check(flash_attn, q, k, v, causal=True)
+    assert torch.equal(flash_attn(q, k, v, causal=True), heavy_first)
+
+
 def test_tma_and_pointer_paths_agree(monkeypatch):
     """The FA2 forward streams K/V through tensor descriptors where it may (emulated by the interpreter) and
     through pointers otherwise; both are held to the budget and must agree to rounding."""
