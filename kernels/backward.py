@@ -31,14 +31,12 @@ Cautions:
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from . import common
 from .common import (
     BWD_DKDV_SPACE,
     BWD_DQ_SPACE,
@@ -217,7 +215,6 @@ def _bwd_dkdv(
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,  # stream Q/dO (dK/dV pass) or K/V (dQ pass) through tensor descriptors
-    HEAVY_FIRST: tl.constexpr,  # unused here: key blocks already run heaviest first (causal)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -397,13 +394,10 @@ def _bwd_dq(
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,  # stream K/V through tensor descriptors
-    HEAVY_FIRST: tl.constexpr,  # causal: walk query blocks from the last (see common.CAUSAL_HEAVY_FIRST)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
-    if CAUSAL and HEAVY_FIRST:
-        pid_m = tl.num_programs(0) - 1 - pid_m
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
@@ -459,19 +453,6 @@ def _bwd_dq(
     )
 
 
-# Run the dQ pass on a second CUDA stream beside the dK/dV pass (a switch so that benchmarks/kernel_configs.py
-# can measure both in one run).
-CONCURRENT_DQ = True
-_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
-
-
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SIDE_STREAMS:
-        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
-    return _SIDE_STREAMS[index]
-
-
 def attention_backward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -512,7 +493,6 @@ def attention_backward(
         "STORED_P": stored,
         "IEEE": q.dtype == torch.float32,
         "TMA": use_tma(q, k, v, do),
-        "HEAVY_FIRST": common.CAUSAL_HEAVY_FIRST,
     }
     name = "stored_p" if stored else "recompute"
     dkdv_args = (
@@ -527,20 +507,10 @@ def attention_backward(
         q, k, v, do, lse, delta, p_arg, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(), *p_strides,
         *dq.stride(), H, H // Hkv, Nq, Nk, qk_scale, sm_scale, bucket,
     )  # fmt: skip
-    side = _side_stream(q.device) if CONCURRENT_DQ and q.is_cuda else None
-    if side is not None:
-        # dQ on a second stream, beside dK/dV: each pass leaves SMs idle in its last wave (causal: a long tail),
-        # which the other fills. The main stream waits for it below, so memory freed after this function is
-        # not reused while the dQ pass still reads it.
-        main = torch.cuda.current_stream(q.device)
-        side.wait_stream(main)
-    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-        cfg_q = launch(
-            f"dq_{name}", "dq", _bwd_dq, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), dq_args,
-            constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD,
-        )  # fmt: skip
-    if side is not None:
-        main.wait_stream(side)
+    cfg_q = launch(
+        f"dq_{name}", "dq", _bwd_dq, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), dq_args,
+        constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD,
+    )  # fmt: skip
     _LAST_BWD_CONFIG.clear()
     _LAST_BWD_CONFIG.update({"dkdv": cfg_kv, "dq": cfg_q})
     return dq, dk, dv
