@@ -2,7 +2,8 @@
 # Issue 7's evidence on one GPU, in two device calls (each under 10 minutes):
 #
 #   bash benchmarks/gpu_speed.sh a   # calibrate; compile the bundled kernels' configs in parallel (fills Triton's
-#                                    # cache); start `flashbench sweep --preset speed` in the background
+#                                    # cache); run `flashbench sweep --preset speed` in the background, watch it
+#                                    # for the rest of the call and pack it if it has ended
 #   bash benchmarks/gpu_speed.sh b   # wait for the sweep; kernel tests touched by the TMA path; pack the run
 #
 # The run directory lives in $RUNS on the GPU machine (kept while the machine stays warm); logs and the packed
@@ -30,6 +31,7 @@ a)
     # Use the rest of this call (a device call may last 10 minutes) watching it; stage b waits for the end.
     while pgrep -f "preset speed" >/dev/null && [ "$SECONDS" -lt "${STAGE_A_S:-540}" ]; do sleep 5; done
     tail -3 "$RUNS/speed.log" | tee -a "$OUT/stage.log"
+    if ! pgrep -f "preset speed" >/dev/null; then tar czf "$OUT/speed.tgz" -C "$RUNS" speed speed.log; fi
     ;;
 b)
     log "waiting for the speed sweep"
