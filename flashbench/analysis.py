@@ -295,6 +295,13 @@ def same_gpu(a: Run, b: Run) -> bool:
     return normalize_name(a.gpu_name) == normalize_name(b.gpu_name)
 
 
+# Shown instead of the gate's verdict when the two runs come from different GPU models.
+NO_GATE_ACROSS_GPUS = (
+    "No gate verdict: the runs are from different GPUs, so a slower case is a slower machine, not a "
+    "regression (run `flashbench gate` between runs of one GPU model)."
+)
+
+
 def cross_gpu_note(current: Run, baseline: Run) -> str:
     """The one line a cross-GPU comparison carries everywhere it is shown; "" for two runs of one GPU model."""
     if same_gpu(current, baseline):

@@ -269,6 +269,7 @@ def test_cross_gpu_comparison_labels_both_gpus(tmp_path: Path, capsys: pytest.Ca
     section = md.split("### Against `h100-derived`", 1)[1]
     assert f"This run: **NVIDIA H200** · `h100-derived`: **{H100}**" in section
     assert "different GPUs: ratios compare machines, not code" in section
+    assert "**Gate:" not in section and "No gate verdict: the runs are from different GPUs" in section
     assert f"median % of roofline, NVIDIA H200 | median % of roofline, {H100} |" in section
     triton = next(line for line in section.splitlines() if line.startswith("| triton |"))
     median_ratio = float(triton.split("|")[3])

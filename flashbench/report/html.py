@@ -161,7 +161,9 @@ def render(
         cross_note = an.cross_gpu_note(run, baseline_run)
         cur_label, base_label = (run.gpu_name, baseline_run.gpu_name) if cross else ("now", "before")
         body = f'<div class="banner warn">{html.escape(cross_note)}</div>' if cross else ""
-        if verdicts is not None:
+        if verdicts is not None and cross:
+            body += f"<p>{html.escape(an.NO_GATE_ACROSS_GPUS)}</p>"
+        elif verdicts is not None:
             joined = an.add_verdicts(joined, verdicts)
             body += f"<p><b>Gate: {html.escape(verdicts.headline())}</b></p>"
             body += "".join(f'<p class="note">{html.escape(n)}</p>' for n in verdicts.notes)

@@ -89,7 +89,9 @@ def render(
         out += [f"This run: **{this_dev}** · `{baseline_run.name}`: **{base_dev}**", ""]
         if cross:
             out += [f"> **{an.cross_gpu_note(run, baseline_run)}**", ""]
-        if verdicts is not None:
+        if verdicts is not None and cross:
+            out += [f"{an.NO_GATE_ACROSS_GPUS}", ""]
+        elif verdicts is not None:
             joined = an.add_verdicts(joined, verdicts)
             out += [f"**Gate: {verdicts.headline()}**", ""]
         summary = an.compare_summary(joined, roofline=cross)
