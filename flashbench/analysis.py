@@ -1,10 +1,12 @@
-"""Rows + models -> tidy pandas frames: speeds, speedups, % of roofline, memory, recompute overhead, comparisons.
+"""Rows + models -> tidy pandas frames: speeds, speedups, % of roofline, memory, recompute overhead.
 
 Every frame here has one row per measured case (or per pair of cases) and plain columns, so the report, the
 markdown summary and the CSV/JSON exports all read the same numbers. Rules that hold in every frame:
 - a row whose status is not "ok" has no speed: median_ms, tflops and everything derived from them are NaN;
 - CPU rows (device == "cpu") keep their times but are labelled "CPU time" (time_label), never mixed up with GPU;
-- model columns (bytes, roofline) are NaN where the model or the GPU's ceilings are not known.
+- model columns (bytes, roofline; flashbench.modelled) are NaN where the model or the GPU's ceilings are not
+  known.
+Two runs compared case by case: flashbench.comparison.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flashbench.cases import CASE_FIELDS, DTYPE_BYTES
+from flashbench import modelled
+from flashbench.cases import CASE_FIELDS
 from flashbench.errors import FlashbenchError
 from flashbench.results import FLOP_CONVENTION, OK, load, read_env
 
@@ -65,8 +68,8 @@ def load_run(path: str | Path) -> Run:
     if raw.empty:
         raise FlashbenchError(f"{path}: rows.jsonl has no rows (did the sweep run?)")
     frame = measurements(raw, env)
-    spec, ceilings = _ceilings(env, frame)
-    _add_roofline(frame, ceilings)
+    spec, ceilings = modelled.ceilings(env, frame, gpu_name(env, frame))
+    modelled.add_roofline(frame, ceilings)
     return Run(path=path, env=env, frame=frame, ceilings=ceilings, gpu_spec=spec)
 
 
@@ -130,7 +133,7 @@ def measurements(raw: pd.DataFrame, env: dict[str, Any] | None = None) -> pd.Dat
         + df["mode"]
         + np.where(df["dtype"].nunique() > 1, " · " + df["dtype"], "")
     )
-    _add_model_columns(df)  # fills flops where the row lacks them
+    modelled.add_model_columns(df)  # fills flops where the row lacks them
     missing = df["tflops"].isna() & df["ok"] & (df["median_ms"] > 0)
     df.loc[missing, "tflops"] = df.loc[missing, "flops"] / (df.loc[missing, "median_ms"] * 1e-3) / 1e12
     return df.drop(columns=["nvml_before", "nvml_after"])
@@ -270,103 +273,6 @@ def throttled(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[frame["throttled"], cols].reset_index(drop=True)
 
 
-def compare_runs(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
-    """Two runs case by case (joined on the case key): ratio = current median time / baseline median time.
-
-    A ratio above 1 is a slowdown. Cases in only one run are left out; a case that is ok in the baseline and
-    not ok now appears with change "newly failing" and no ratio.
-    """
-    cols = ["key", "provider", "shape_key", *CASE_COLUMNS[1:], "panel", "status", "median_ms", "tflops"]
-    side = ["status", "median_ms", "tflops", "pct_of_roofline"]
-    joined = current[[*cols, "pct_of_roofline"]].merge(
-        baseline[["key", *side]], on="key", suffixes=("", "_baseline")
-    )
-    joined["ratio"] = joined["median_ms"] / joined["median_ms_baseline"]
-    joined["change"] = ""
-    joined.loc[(joined["status_baseline"] == OK) & (joined["status"] != OK), "change"] = "newly failing"
-    joined.loc[(joined["status_baseline"] != OK) & (joined["status"] == OK), "change"] = "newly ok"
-    return joined
-
-
-def same_gpu(a: Run, b: Run) -> bool:
-    """Whether two runs ran on the same GPU model (by name; two CPU runs count as the same)."""
-    from flashbench.hardware import normalize_name
-
-    return normalize_name(a.gpu_name) == normalize_name(b.gpu_name)
-
-
-# Shown instead of the gate's verdict when the two runs come from different GPU models.
-NO_GATE_ACROSS_GPUS = (
-    "No gate verdict: the runs are from different GPUs, so a slower case is a slower machine, not a "
-    "regression (run `flashbench gate` between runs of one GPU model)."
-)
-
-
-def cross_gpu_note(current: Run, baseline: Run) -> str:
-    """The one line a cross-GPU comparison carries everywhere it is shown; "" for two runs of one GPU model."""
-    if same_gpu(current, baseline):
-        return ""
-    return (
-        f"different GPUs: ratios compare machines, not code (this run: {current.gpu_name}; "
-        f"{baseline.name}: {baseline.gpu_name}). Each side's % of roofline is against its own GPU's roofline: a speedup with the same % of roofline on both sides is the faster GPU, not a better kernel."
-    )
-
-
-def side_by_side(joined: pd.DataFrame, current_label: str, baseline_label: str) -> pd.DataFrame:
-    """compare_runs() as one row per case with both sides' time, TFLOP/s and % of own roofline, by label."""
-    cols = {
-        "provider": "provider",
-        "seq_q": "seq_q",
-        "head_dim": "head_dim",
-        "dtype": "dtype",
-        "causal": "causal",
-        "mode": "mode",
-        "median_ms": f"{current_label} ms",
-        "tflops": f"{current_label} TFLOP/s",
-        "pct_of_roofline": f"{current_label} % of roofline",
-        "median_ms_baseline": f"{baseline_label} ms",
-        "tflops_baseline": f"{baseline_label} TFLOP/s",
-        "pct_of_roofline_baseline": f"{baseline_label} % of roofline",
-        "ratio": "ratio",
-    }
-    return joined[list(cols)].rename(columns=cols).reset_index(drop=True)
-
-
-def add_verdicts(joined: pd.DataFrame, gate_result: Any) -> pd.DataFrame:
-    """compare_runs() with the gate's verdict per case (regression, improvement, ...), where the gate ran."""
-    verdicts = {c.key: c.verdict for c in getattr(gate_result, "cases", [])}
-    return joined.assign(verdict=joined["key"].map(verdicts).fillna(""))
-
-
-def compare_summary(joined: pd.DataFrame, roofline: bool = False) -> pd.DataFrame:
-    """Per provider: median ratio over the cases both runs measured, the worst ratio, and the newly failing.
-
-    roofline: also the median % of roofline of each side (each against its own GPU), for cross-GPU comparisons.
-    """
-    import pandas as pd
-
-    rows = []
-    for provider, grp in joined.groupby("provider", sort=False):
-        ratios = grp["ratio"].dropna()
-        rows.append(
-            {
-                "provider": provider,
-                "cases": int(len(ratios)),
-                "median_ratio": float(ratios.median()) if len(ratios) else float("nan"),
-                "worst_ratio": float(ratios.max()) if len(ratios) else float("nan"),
-                "best_ratio": float(ratios.min()) if len(ratios) else float("nan"),
-                "newly_failing": int((grp["change"] == "newly failing").sum()),
-                **({"regressions": int((grp["verdict"] == "regression").sum())} if "verdict" in grp else {}),
-            }
-        )
-        if roofline:
-            both = grp[grp["ratio"].notna()]
-            for col in ("pct_of_roofline", "pct_of_roofline_baseline"):
-                pct = both[col].dropna() if col in both else both["ratio"].iloc[:0]
-                rows[-1][f"median_{col}"] = float(pct.median()) if len(pct) else float("nan")
-    return pd.DataFrame(rows)
-
-
 def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
     """Per provider, dtype and mode: the highest TFLOP/s, where it was reached, and the median % of roofline."""
     import pandas as pd
@@ -396,207 +302,15 @@ def geomean(values: Any) -> float:
     return statistics.geometric_mean(vals) if vals else float("nan")
 
 
-def dtype_bytes(dtype: str) -> int:
-    return DTYPE_BYTES.get(dtype, 2)
-
-
-# --- the models, joined per row. Imported lazily: pure modules, but report-only users should not pay for them. ---
-
-ROOF_LABELS = {"datasheet": "datasheet", "nvml": "NVML-derived", "measured": "measured"}
-
-
-def _blocks(kernel_config: str) -> Any:
-    """io_model.Blocks from the frame's kernel_config column (JSON text), else None (the model's defaults)."""
-    from flashbench.models.io_model import Blocks
-
-    return Blocks.from_config(json.loads(kernel_config) if kernel_config else None)
-
-
-def _add_model_columns(df: pd.DataFrame) -> None:
-    """Byte-model family, compute dtype, modelled memory, HBM bytes (compulsory / family / no-L2), intensities."""
-    from flashbench.models import io_model, memory
-    from flashbench.models.flops import attention_flops
-
-    nan = float("nan")
-    cols: dict[str, list[Any]] = {
-        k: []
-        for k in ("family", "compute_dtype", "model_mem_bytes", "bytes_c", "bytes_f", "bytes_n", "flops_m")
-    }
-    for r in df[[*CASE_COLUMNS, "kernel_config"]].itertuples(index=False):
-        family = io_model.family_for_provider(r.provider)
-        shape = (r.batch, r.heads, r.kv_heads, r.seq_q, r.seq_k, r.head_dim, dtype_bytes(r.dtype))
-        try:
-            blocks = _blocks(r.kernel_config)
-            values = [
-                family,
-                io_model.compute_dtype(family, r.dtype),
-                memory.predicted_peak_bytes(memory.family_for_provider(r.provider), *shape, r.causal, r.mode),
-                io_model.compulsory_traffic(*shape, r.mode).total,
-                io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, blocks=blocks).total,
-                io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, blocks=blocks).total,
-                attention_flops(r.batch, r.heads, r.seq_q, r.seq_k, r.head_dim, r.causal, r.mode),
-            ]
-        except (
-            ValueError,
-            TypeError,
-            ZeroDivisionError,
-        ):  # a shape the models refuse (e.g. heads % kv_heads)
-            values = [family, r.dtype, nan, nan, nan, nan, nan]
-        for key, value in zip(cols, values, strict=True):
-            cols[key].append(value)
-    df["family"] = cols["family"]
-    df["compute_dtype"] = cols["compute_dtype"]
-    df["model_mem_bytes"] = [float(v) for v in cols["model_mem_bytes"]]
-    df["predicted_mem_bytes"] = df["predicted_mem_bytes"].fillna(df["model_mem_bytes"])
-    df["flops"] = df["flops"].fillna(_series([float(v) for v in cols["flops_m"]], df.index))
-    for name, key in (("compulsory", "bytes_c"), ("provider", "bytes_f"), ("no_l2", "bytes_n")):
-        df[f"model_bytes_{name}"] = [float(v) for v in cols[key]]
-        df[f"ai_{name}"] = df["flops"] / df[f"model_bytes_{name}"]
-
-
-def _series(values: list[float], index: Any) -> pd.Series:
-    import pandas as pd
-
-    return pd.Series(values, index=index, dtype=float)
-
-
-def _gpu_facts(env: dict[str, Any]) -> dict[str, Any] | None:
-    """NVML facts as the sweep recorded them (nvml.gpu_facts()), wherever in env.json they are."""
-    for value in (env.get("gpu"), env.get("gpu_facts"), *(env.get("gpus") or [])[:1]):
-        if isinstance(value, dict) and value.get("name"):
-            return value
-    return None
-
-
-def _ceilings(env: dict[str, Any], frame: pd.DataFrame) -> tuple[Any, list[Any]]:
-    """(hardware.GpuSpec or None, [hardware.Ceiling]): datasheet, NVML-derived and measured, where known.
-
-    The measured ceiling is the calibration recorded in env.json ("calibration") when the sweep stored one,
-    else this machine's `flashbench calibrate` file for the same GPU model.
-    """
-    if len(frame) and (frame["device"] == "cpu").all():
-        return None, []  # a CPU run has no GPU roofline
-    try:
-        from flashbench import hardware
-    except ImportError:
-        return None, []
-    facts = _gpu_facts(env)
-    try:
-        spec = hardware.match_nvml_name(gpu_name(env, frame))
-        if spec is None and facts and facts.get("derived_bw_bytes_s"):
-            spec = hardware.derived_spec(facts)
-        if spec is None:
-            return None, []
-        calibration = env.get("calibration")
-        if not isinstance(calibration, dict) or "error" in calibration:
-            calibration = hardware.load_calibration(spec)
-    except (
-        FlashbenchError
-    ):  # an unreadable table or calibration file: no roofline, the rest of the report stands
-        return None, []
-    return spec, [c for c in hardware.ceilings(spec, facts, calibration) if c.bw_bytes_s]
-
-
-def _add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
-    """models.roofline per case under the first ceiling (datasheet first), with the validity guard.
-
-    pct_of_roofline: achieved / attainable at the compulsory intensity (what the GPU allows any kernel);
-    pct_of_family_bound: the family's no-L2 minimum time / measured (above 100%: the L2 cache saved traffic);
-    roofline_error: set when the measured time beats the compulsory minimum under the most permissive ceiling
-    (a measurement or model error): such a case is never shown as a speed (ok is False).
-    """
-    import numpy as np
-
-    nan = float("nan")
-    names = [
-        "peak_tflops",
-        "bw_bytes_s",
-        "attainable_tflops",
-        "attainable_no_l2_tflops",
-        "ridge_ai",
-        "pct_of_roofline",
-        "pct_of_family_bound",
-        "bound",
-        "roofline_error",
-    ]
-    out: dict[str, list[Any]] = {k: [] for k in names}
-    if ceilings:
-        from flashbench.models import roofline
-    for r in df[[*CASE_COLUMNS, "device", "ok", "median_ms", "kernel_config"]].itertuples(index=False):
-        values: list[Any] = [nan] * 7 + ["", ""]
-        if ceilings and r.device != "cpu":
-            try:
-                blocks = _blocks(r.kernel_config)
-                args = (
-                    r.batch,
-                    r.heads,
-                    r.kv_heads,
-                    r.seq_q,
-                    r.seq_k,
-                    r.head_dim,
-                    r.dtype,
-                    dtype_bytes(r.dtype),
-                )
-                preds = [
-                    roofline.predict(
-                        _family(r.provider), *args, r.causal, r.mode, c.flops_s, c.bw_bytes_s, blocks
-                    )
-                    for c in ceilings
-                ]
-            except (ValueError, TypeError, ZeroDivisionError):
-                preds = []
-            if preds:
-                p = preds[0]
-                values = [
-                    p.peak_flops_s / 1e12 if p.peak_flops_s else nan,
-                    p.bw_bytes_s,
-                    p.compulsory.attainable_flops_s / 1e12,
-                    p.no_l2.attainable_flops_s / 1e12,
-                    p.ridge if p.ridge else nan,
-                    nan,
-                    nan,
-                    p.no_l2.bound,
-                    "",
-                ]
-                if r.ok and r.median_ms == r.median_ms and r.median_ms > 0:
-                    guard = min(q.compulsory.min_time_s for q in preds)
-                    a = roofline.assess(r.median_ms * 1e-3, p, guard_min_time_s=guard)
-                    values[5], values[6], values[7], values[8] = (
-                        a.pct_of_roofline,
-                        a.pct_of_family_bound,
-                        a.bound,
-                        a.error,
-                    )
-        for key, value in zip(names, values, strict=True):
-            out[key].append(value)
-    for key in names:
-        df[key] = out[key] if key in ("bound", "roofline_error") else np.array(out[key], dtype=float)
-    df["above_roofline"] = df["roofline_error"] != ""
-    df["ok"] = df["ok"] & ~df["above_roofline"]
-    for col in ("tflops", "pct_of_roofline", "pct_of_family_bound"):
-        df.loc[df["above_roofline"], col] = nan
-
-
-def _family(provider: str) -> str:
-    from flashbench.models.io_model import family_for_provider
-
-    return family_for_provider(provider)
-
-
 __all__ = [
     "FLOP_CONVENTION",
     "Run",
     "best_per_provider",
-    "compare_runs",
-    "compare_summary",
-    "cross_gpu_note",
     "failures",
     "load_run",
     "measurements",
     "pick_baseline",
     "recompute_overhead",
-    "same_gpu",
-    "side_by_side",
     "speedups",
     "throttled",
 ]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flashbench import analysis
+from flashbench import analysis, comparison
 from flashbench.cases import Case
 from flashbench.errors import FlashbenchError
 from flashbench.results import Row, append_row, write_env
@@ -95,11 +95,11 @@ def test_compare_runs_ratio_and_newly_failing_cases(tmp_path: Path) -> None:
     base = make_run(tmp_path / "base", [ok_row("triton", 256, 1.0), ok_row("triton", 512, 2.0)])
     oom = Row.for_case(Case("triton", 1, 4, 4, 512, 512, 64, "fp16", False, "fwd"), "oom", reason="OOM")
     cur = make_run(tmp_path / "cur", [ok_row("triton", 256, 1.25), oom])
-    joined = analysis.compare_runs(analysis.load_run(cur).frame, analysis.load_run(base).frame)
+    joined = comparison.compare_runs(analysis.load_run(cur).frame, analysis.load_run(base).frame)
     by_n = joined.set_index("seq_q")
     assert by_n.loc[256, "ratio"] == pytest.approx(1.25)
     assert by_n.loc[512, "change"] == "newly failing" and math.isnan(by_n.loc[512, "ratio"])
-    summary = analysis.compare_summary(joined).iloc[0]
+    summary = comparison.compare_summary(joined).iloc[0]
     assert summary["median_ratio"] == pytest.approx(1.25) and summary["newly_failing"] == 1
 
 
@@ -144,16 +144,16 @@ def test_runs_of_two_gpu_models_compare_each_against_its_own_roofline(tmp_path: 
     a = make_run(tmp_path / "h100", [ok_row("naive", 4096, 2.0)])
     b = make_run(tmp_path / "a100", [ok_row("naive", 4096, 3.0)], gpu="NVIDIA A100-SXM4-80GB")
     h100, a100 = analysis.load_run(a), analysis.load_run(b)
-    assert not analysis.same_gpu(h100, a100) and analysis.same_gpu(h100, analysis.load_run(a))
-    assert "different GPUs: ratios compare machines, not code" in analysis.cross_gpu_note(h100, a100)
-    assert analysis.cross_gpu_note(h100, analysis.load_run(a)) == ""
-    joined = analysis.compare_runs(h100.frame, a100.frame)
+    assert not comparison.same_gpu(h100, a100) and comparison.same_gpu(h100, analysis.load_run(a))
+    assert "different GPUs: ratios compare machines, not code" in comparison.cross_gpu_note(h100, a100)
+    assert comparison.cross_gpu_note(h100, analysis.load_run(a)) == ""
+    joined = comparison.compare_runs(h100.frame, a100.frame)
     row = joined.iloc[0]
     assert math.isclose(row["ratio"], 2.0 / 3.0)
     assert row["pct_of_roofline"] == h100.frame["pct_of_roofline"].iloc[0]
     assert row["pct_of_roofline_baseline"] == a100.frame["pct_of_roofline"].iloc[0]
     assert h100.frame["peak_tflops"].iloc[0] != a100.frame["peak_tflops"].iloc[0]  # two different roofs
-    summary = analysis.compare_summary(joined, roofline=True)
+    summary = comparison.compare_summary(joined, roofline=True)
     assert math.isclose(summary["median_pct_of_roofline"].iloc[0], row["pct_of_roofline"])
-    table = analysis.side_by_side(joined, "H100", "A100")
+    table = comparison.side_by_side(joined, "H100", "A100")
     assert {"H100 ms", "H100 % of roofline", "A100 TFLOP/s", "A100 % of roofline", "ratio"} <= set(table)

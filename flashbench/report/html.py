@@ -63,6 +63,7 @@ def render(
 
     from flashbench import __version__
     from flashbench import analysis as an
+    from flashbench import comparison as cmp
     from flashbench.report import figures, model_figures
 
     sections: list[str] = []
@@ -78,7 +79,7 @@ def render(
         )
 
     frame = run.frame
-    cross = baseline_run is not None and not an.same_gpu(run, baseline_run)
+    cross = baseline_run is not None and not cmp.same_gpu(run, baseline_run)
     dtypes = set(frame["dtype"]) | (set(baseline_run.frame["dtype"]) if cross else set())
     for dtype in sorted(dtypes):
         if cross:
@@ -157,17 +158,17 @@ def render(
     if fig is not None:
         add("bytes", "Measured vs modelled HBM bytes", "Rows measured with sweep --ncu.", _fig(fig))
     if baseline_run is not None:
-        joined = an.compare_runs(frame, baseline_run.frame)
-        cross_note = an.cross_gpu_note(run, baseline_run)
+        joined = cmp.compare_runs(frame, baseline_run.frame)
+        cross_note = cmp.cross_gpu_note(run, baseline_run)
         cur_label, base_label = (run.gpu_name, baseline_run.gpu_name) if cross else ("now", "before")
         body = f'<div class="banner warn">{html.escape(cross_note)}</div>' if cross else ""
         if verdicts is not None and cross:
-            body += f"<p>{html.escape(an.NO_GATE_ACROSS_GPUS)}</p>"
+            body += f"<p>{html.escape(cmp.NO_GATE_ACROSS_GPUS)}</p>"
         elif verdicts is not None:
-            joined = an.add_verdicts(joined, verdicts)
+            joined = cmp.add_verdicts(joined, verdicts)
             body += f"<p><b>Gate: {html.escape(verdicts.headline())}</b></p>"
             body += "".join(f'<p class="note">{html.escape(n)}</p>' for n in verdicts.notes)
-        summary = an.compare_summary(joined, roofline=cross)
+        summary = cmp.compare_summary(joined, roofline=cross)
         if cross:
             summary = summary.rename(
                 columns={
@@ -182,7 +183,7 @@ def render(
             both = joined[joined["ratio"].notna()]
             body += _details(
                 f"{len(both)} cases side by side ({cur_label} | {base_label})",
-                _table(an.side_by_side(both, cur_label, base_label), ratios=("ratio",)),
+                _table(cmp.side_by_side(both, cur_label, base_label), ratios=("ratio",)),
             )
         flagged = joined["change"] != ""
         if "verdict" in joined:
@@ -287,7 +288,7 @@ def _header(run: Run, baseline_provider: str | None, baseline_run: Run | None) -
     if run.env.get("synthetic"):
         banners += '<div class="banner warn">SYNTHETIC results: generated for tests, not measured.</div>'
     if baseline_run is not None:
-        from flashbench.analysis import cross_gpu_note
+        from flashbench.comparison import cross_gpu_note
 
         banners += f'<div class="banner info">Compared with {html.escape(str(baseline_run.path))}.</div>'
         note = cross_gpu_note(run, baseline_run)

@@ -18,6 +18,7 @@ def render(
     run: Run, baseline_provider: str | None, baseline_run: Run | None = None, verdicts: Any = None
 ) -> str:
     from flashbench import analysis as an
+    from flashbench import comparison as cmp
 
     f = run.frame
     counts = f["status"].value_counts()
@@ -81,20 +82,20 @@ def render(
         out += _table(_frame(rows))
 
     if baseline_run is not None:
-        joined = an.compare_runs(f, baseline_run.frame)
-        cross = not an.same_gpu(run, baseline_run)
+        joined = cmp.compare_runs(f, baseline_run.frame)
+        cross = not cmp.same_gpu(run, baseline_run)
         out += [f"### Against `{baseline_run.name}` (time ratio now / before, above 1 = slower)", ""]
         this_dev = "CPU" if run.is_cpu else run.gpu_name
         base_dev = "CPU" if baseline_run.is_cpu else baseline_run.gpu_name
         out += [f"This run: **{this_dev}** · `{baseline_run.name}`: **{base_dev}**", ""]
         if cross:
-            out += [f"> **{an.cross_gpu_note(run, baseline_run)}**", ""]
+            out += [f"> **{cmp.cross_gpu_note(run, baseline_run)}**", ""]
         if verdicts is not None and cross:
-            out += [f"{an.NO_GATE_ACROSS_GPUS}", ""]
+            out += [f"{cmp.NO_GATE_ACROSS_GPUS}", ""]
         elif verdicts is not None:
-            joined = an.add_verdicts(joined, verdicts)
+            joined = cmp.add_verdicts(joined, verdicts)
             out += [f"**Gate: {verdicts.headline()}**", ""]
-        summary = an.compare_summary(joined, roofline=cross)
+        summary = cmp.compare_summary(joined, roofline=cross)
         names = {"median_ratio": "median ratio", "worst_ratio": "worst", "best_ratio": "best"}
         names["median_pct_of_roofline"] = f"median % of roofline, {this_dev}"
         names["median_pct_of_roofline_baseline"] = f"median % of roofline, {base_dev}"

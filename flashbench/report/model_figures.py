@@ -118,7 +118,7 @@ def roofline_compare(runs: list[Run], dtype: str) -> go.Figure | None:
 
 
 def _roof_label(source: str) -> str:
-    from flashbench.analysis import ROOF_LABELS
+    from flashbench.modelled import ROOF_LABELS
 
     return ROOF_LABELS.get(source, source)
 
@@ -344,9 +344,9 @@ def memory(run: Run) -> go.Figure | None:
 
 def _gpu_memory(env: dict[str, Any]) -> float | None:
     """The GPU's memory from the NVML facts the sweep recorded (env "gpus"[0], or "gpu" as a dict)."""
-    from flashbench.analysis import _gpu_facts
+    from flashbench.modelled import gpu_facts
 
-    facts = _gpu_facts(env) or {}
+    facts = gpu_facts(env) or {}
     total = facts.get("memory_total_bytes")
     return float(total) if total else None
 

@@ -1,0 +1,206 @@
+"""The models' side of every measured row: byte-model family, modelled memory and HBM bytes, arithmetic
+intensity, and the roofline (attainable TFLOP/s, % of roofline, bound) under the GPU's ceilings.
+
+analysis.measurements() and analysis.load_run() call these on the tidy frame; they only add columns. The models
+(flashbench.models) and the hardware table are imported lazily: pure modules, but a user who only reads rows
+should not pay for them. Model columns are NaN where the model or the GPU's ceilings are not known.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from flashbench.cases import CASE_FIELDS, DTYPE_BYTES
+from flashbench.errors import FlashbenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+CASE_COLUMNS = list(CASE_FIELDS)  # the Case fields, in their order
+
+
+ROOF_LABELS = {"datasheet": "datasheet", "nvml": "NVML-derived", "measured": "measured"}
+
+
+def blocks_of(kernel_config: str) -> Any:
+    """io_model.Blocks from the frame's kernel_config column (JSON text), else None (the model's defaults)."""
+    from flashbench.models.io_model import Blocks
+
+    return Blocks.from_config(json.loads(kernel_config) if kernel_config else None)
+
+
+def add_model_columns(df: pd.DataFrame) -> None:
+    """Byte-model family, compute dtype, modelled memory, HBM bytes (compulsory / family / no-L2), intensities."""
+    from flashbench.models import io_model, memory
+    from flashbench.models.flops import attention_flops
+
+    nan = float("nan")
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in ("family", "compute_dtype", "model_mem_bytes", "bytes_c", "bytes_f", "bytes_n", "flops_m")
+    }
+    for r in df[[*CASE_COLUMNS, "kernel_config"]].itertuples(index=False):
+        family = io_model.family_for_provider(r.provider)
+        shape = (r.batch, r.heads, r.kv_heads, r.seq_q, r.seq_k, r.head_dim, dtype_bytes(r.dtype))
+        try:
+            blocks = blocks_of(r.kernel_config)
+            values = [
+                family,
+                io_model.compute_dtype(family, r.dtype),
+                memory.predicted_peak_bytes(memory.family_for_provider(r.provider), *shape, r.causal, r.mode),
+                io_model.compulsory_traffic(*shape, r.mode).total,
+                io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, blocks=blocks).total,
+                io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, blocks=blocks).total,
+                attention_flops(r.batch, r.heads, r.seq_q, r.seq_k, r.head_dim, r.causal, r.mode),
+            ]
+        except (
+            ValueError,
+            TypeError,
+            ZeroDivisionError,
+        ):  # a shape the models refuse (e.g. heads % kv_heads)
+            values = [family, r.dtype, nan, nan, nan, nan, nan]
+        for key, value in zip(cols, values, strict=True):
+            cols[key].append(value)
+    df["family"] = cols["family"]
+    df["compute_dtype"] = cols["compute_dtype"]
+    df["model_mem_bytes"] = [float(v) for v in cols["model_mem_bytes"]]
+    df["predicted_mem_bytes"] = df["predicted_mem_bytes"].fillna(df["model_mem_bytes"])
+    df["flops"] = df["flops"].fillna(_series([float(v) for v in cols["flops_m"]], df.index))
+    for name, key in (("compulsory", "bytes_c"), ("provider", "bytes_f"), ("no_l2", "bytes_n")):
+        df[f"model_bytes_{name}"] = [float(v) for v in cols[key]]
+        df[f"ai_{name}"] = df["flops"] / df[f"model_bytes_{name}"]
+
+
+def _series(values: list[float], index: Any) -> pd.Series:
+    import pandas as pd
+
+    return pd.Series(values, index=index, dtype=float)
+
+
+def gpu_facts(env: dict[str, Any]) -> dict[str, Any] | None:
+    """NVML facts as the sweep recorded them (nvml.gpu_facts()), wherever in env.json they are."""
+    for value in (env.get("gpu"), env.get("gpu_facts"), *(env.get("gpus") or [])[:1]):
+        if isinstance(value, dict) and value.get("name"):
+            return value
+    return None
+
+
+def ceilings(env: dict[str, Any], frame: pd.DataFrame, gpu: str) -> tuple[Any, list[Any]]:
+    """(hardware.GpuSpec or None, [hardware.Ceiling]) of the GPU named `gpu`: datasheet, NVML-derived and
+    measured, where known.
+
+    The measured ceiling is the calibration recorded in env.json ("calibration") when the sweep stored one,
+    else this machine's `flashbench calibrate` file for the same GPU model.
+    """
+    if len(frame) and (frame["device"] == "cpu").all():
+        return None, []  # a CPU run has no GPU roofline
+    try:
+        from flashbench import hardware
+    except ImportError:
+        return None, []
+    facts = gpu_facts(env)
+    try:
+        spec = hardware.match_nvml_name(gpu)
+        if spec is None and facts and facts.get("derived_bw_bytes_s"):
+            spec = hardware.derived_spec(facts)
+        if spec is None:
+            return None, []
+        calibration = env.get("calibration")
+        if not isinstance(calibration, dict) or "error" in calibration:
+            calibration = hardware.load_calibration(spec)
+    except (
+        FlashbenchError
+    ):  # an unreadable table or calibration file: no roofline, the rest of the report stands
+        return None, []
+    return spec, [c for c in hardware.ceilings(spec, facts, calibration) if c.bw_bytes_s]
+
+
+def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
+    """models.roofline per case under the first ceiling (datasheet first), with the validity guard.
+
+    pct_of_roofline: achieved / attainable at the compulsory intensity (what the GPU allows any kernel);
+    pct_of_family_bound: the family's no-L2 minimum time / measured (above 100%: the L2 cache saved traffic);
+    roofline_error: set when the measured time beats the compulsory minimum under the most permissive ceiling
+    (a measurement or model error): such a case is never shown as a speed (ok is False).
+    """
+    import numpy as np
+
+    nan = float("nan")
+    names = [
+        "peak_tflops",
+        "bw_bytes_s",
+        "attainable_tflops",
+        "attainable_no_l2_tflops",
+        "ridge_ai",
+        "pct_of_roofline",
+        "pct_of_family_bound",
+        "bound",
+        "roofline_error",
+    ]
+    out: dict[str, list[Any]] = {k: [] for k in names}
+    if ceilings:
+        from flashbench.models import roofline
+    for r in df[[*CASE_COLUMNS, "device", "ok", "median_ms", "kernel_config"]].itertuples(index=False):
+        values: list[Any] = [nan] * 7 + ["", ""]
+        if ceilings and r.device != "cpu":
+            try:
+                blocks = blocks_of(r.kernel_config)
+                args = (
+                    r.batch,
+                    r.heads,
+                    r.kv_heads,
+                    r.seq_q,
+                    r.seq_k,
+                    r.head_dim,
+                    r.dtype,
+                    dtype_bytes(r.dtype),
+                )
+                preds = [
+                    roofline.predict(
+                        _family(r.provider), *args, r.causal, r.mode, c.flops_s, c.bw_bytes_s, blocks
+                    )
+                    for c in ceilings
+                ]
+            except (ValueError, TypeError, ZeroDivisionError):
+                preds = []
+            if preds:
+                p = preds[0]
+                values = [
+                    p.peak_flops_s / 1e12 if p.peak_flops_s else nan,
+                    p.bw_bytes_s,
+                    p.compulsory.attainable_flops_s / 1e12,
+                    p.no_l2.attainable_flops_s / 1e12,
+                    p.ridge if p.ridge else nan,
+                    nan,
+                    nan,
+                    p.no_l2.bound,
+                    "",
+                ]
+                if r.ok and r.median_ms == r.median_ms and r.median_ms > 0:
+                    guard = min(q.compulsory.min_time_s for q in preds)
+                    a = roofline.assess(r.median_ms * 1e-3, p, guard_min_time_s=guard)
+                    values[5], values[6], values[7], values[8] = (
+                        a.pct_of_roofline,
+                        a.pct_of_family_bound,
+                        a.bound,
+                        a.error,
+                    )
+        for key, value in zip(names, values, strict=True):
+            out[key].append(value)
+    for key in names:
+        df[key] = out[key] if key in ("bound", "roofline_error") else np.array(out[key], dtype=float)
+    df["above_roofline"] = df["roofline_error"] != ""
+    df["ok"] = df["ok"] & ~df["above_roofline"]
+    for col in ("tflops", "pct_of_roofline", "pct_of_family_bound"):
+        df.loc[df["above_roofline"], col] = nan
+
+
+def _family(provider: str) -> str:
+    from flashbench.models.io_model import family_for_provider
+
+    return family_for_provider(provider)
+
+
+def dtype_bytes(dtype: str) -> int:
+    return DTYPE_BYTES.get(dtype, 2)
