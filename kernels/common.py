@@ -158,9 +158,9 @@ def use_tma(*tensors: torch.Tensor) -> bool:
 
     Yes when FLASHBENCH_TMA is not 0, the GPU is Hopper or newer (or Triton's interpreter runs, which
     emulates descriptors, so the CPU tests cover this path), every sequence length is at least 16, and every
-    base address and every stride but the last is a multiple of 16 bytes (TMA's alignment rule; a view sliced at an odd offset takes the pointer
-    path). On CUDA this also installs the global-memory allocator Triton needs for descriptors made in the
-    kernel, unless one is already set.
+    base address and every stride but the last is a multiple of 16 bytes (TMA's alignment rule; a view sliced
+    at an odd offset takes the pointer path). On CUDA this also installs the global-memory allocator Triton
+    needs for descriptors made in the kernel, unless one is already set.
     """
     if os.environ.get("FLASHBENCH_TMA", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
