@@ -25,9 +25,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     shard = os.environ.get("FLASHBENCH_TEST_SHARD")
     if shard:
         index, count = (int(x) for x in shard.split("/"))
-        keep = [item for j, item in enumerate(items) if j % count == index]
-        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
-        items[:] = keep
+        config.hook.pytest_deselected(items=[item for j, item in enumerate(items) if j % count != index])
+        items[:] = [item for j, item in enumerate(items) if j % count == index]
     if HAS_CUDA:
         return
     skip_gpu = pytest.mark.skip(reason="needs CUDA (runs on the GPU machine)")
