@@ -21,6 +21,7 @@ import argparse
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 import triton
-from flashbench.kernels import flash_attn
+from flashbench.kernels import common, flash_attn, flash_v2
 from flashbench.kernels.backward import attention_backward
 from flashbench.kernels.flash_v2 import attention_forward
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -45,8 +46,26 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
     (128, 128, 8, 3), (128, 128, 4, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 2),
 ]  # fmt: skip
 FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specialization (TMA on)
+# Forward variants side by side per config (TMA on): each sets switches of kernels/common.py (the rest keep
+# their defaults). FWD_OVERLAP: the P V matmul overlapped with the next block's softmax (more registers and
+# shared memory live); FWD_Q_IN_REGISTERS: Q K^T's A operand from registers. The earlier study of
+# FWD_HOST_DESC / FWD_QO_TMA (host descriptors for K, V and Q, O) is in BENCHMARKS.md.
+FWD_VARIANT_CONFIGS = [
+    (128, 128, 8, 2), (128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 2),
+    (64, 32, 4, 3),
+]  # fmt: skip
+FWD_VARIANTS = [
+    {"FWD_OVERLAP": 0, "FWD_Q_IN_REGISTERS": 0},
+    {"FWD_OVERLAP": 0, "FWD_Q_IN_REGISTERS": 1},
+    {"FWD_OVERLAP": 1, "FWD_Q_IN_REGISTERS": 0},
+    {"FWD_OVERLAP": 1, "FWD_Q_IN_REGISTERS": 1},
+]
+SWITCHES = ("FWD_HOST_DESC", "FWD_QO_TMA", "FWD_OVERLAP", "FWD_Q_IN_REGISTERS")
+DEFAULTS = {name: getattr(common, name) for name in SWITCHES}
+ROUNDS = 3  # --rounds: the variants of one shape are timed in rotation this many times (median of medians)
 
-KINDS = ("fwd", "dkdv", "dq", "sdpa")  # --kinds narrows the study
+KINDS = ("fwd", "dkdv", "dq", "sdpa", "variants")  # --kinds narrows the study
+TMA_MODES = (1, 0)  # --tma narrows it
 DKDV = [  # BLOCK_M query rows streamed, BLOCK_N keys resident
     (32, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 8, 2), (64, 128, 8, 3),
     (64, 64, 4, 3), (32, 64, 4, 3), (32, 32, 4, 2),
@@ -82,17 +101,22 @@ def items() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for d, causal, n in shapes():
         base = {"d": d, "causal": causal, "n": n}
-        for tma in (1, 0):
+        for tma in TMA_MODES:
             out += [{**base, "kind": "fwd", "tma": tma, "config": cfg(c)} for c in FWD]
             out += [{**base, "kind": "dkdv", "tma": tma, "config": cfg(c)} for c in DKDV]
             out += [{**base, "kind": "dq", "tma": tma, "config": cfg(c)} for c in DQ]
         out += [{**base, "kind": "fwd", "tma": 1, "config": cfg(c, WS=1)} for c in FWD_WS]
+        out += [
+            {**base, "kind": "fwd", "study": "variants", "tma": 1, "variant": v, "config": cfg(c)}
+            for c in FWD_VARIANT_CONFIGS
+            for v in FWD_VARIANTS
+        ]
         for name in ("sdpa-flash", "sdpa-cudnn") if DEVICE == "cuda" else ():
             out += [
                 {**base, "kind": mode, "provider": name, "tma": 0, "config": None}
                 for mode in ("fwd", "fwd+bwd")
             ]
-    return [it for it in out if ("sdpa" if "provider" in it else it["kind"]) in KINDS]
+    return [it for it in out if it.get("study", "sdpa" if "provider" in it else it["kind"]) in KINDS]
 
 
 def runner(item: dict[str, Any], data) -> Any:
@@ -100,6 +124,9 @@ def runner(item: dict[str, Any], data) -> Any:
     batch, heads, q, k, v, do = data
     causal, scale = item["causal"], q.shape[-1] ** -0.5
     os.environ["FLASHBENCH_TMA"] = str(item["tma"])
+    switches = {name: bool(value) for name, value in {**DEFAULTS, **item.get("variant", {})}.items()}
+    for name, value in switches.items():
+        setattr(common, name, value)
     if "provider" in item:
         backend = (
             SDPBackend.FLASH_ATTENTION if item["provider"] == "sdpa-flash" else SDPBackend.CUDNN_ATTENTION
@@ -114,7 +141,13 @@ def runner(item: dict[str, Any], data) -> Any:
 
         return call
     if item["kind"] == "fwd":
-        return lambda: flash_attn(q, k, v, causal=causal, config=item["config"])
+
+        def fwd():
+            for name, value in switches.items():  # the variants of a shape run in rotation
+                setattr(common, name, value)
+            return flash_attn(q, k, v, causal=causal, config=item["config"])
+
+        return fwd
     o, lse, _ = attention_forward(q, k, v, causal, scale, cfg(FWD[1]))
     dkdv = item["config"] if item["kind"] == "dkdv" else cfg(BASE_DKDV)
     dq = item["config"] if item["kind"] == "dq" else cfg(BASE_DQ)
@@ -145,44 +178,87 @@ def device_name() -> str:
     return torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (Triton interpreter)"
 
 
+def _variant_name(variant: dict[str, int]) -> str:
+    on = [name.removeprefix("FWD_").lower() for name, value in variant.items() if value]
+    return "+".join(on) or "plain"
+
+
+def _compiled(jit_fn: Any) -> list[Any]:
+    """The kernels `jit_fn` has loaded in this process (to read their registers and spills)."""
+    out = []
+    for caches in getattr(jit_fn, "device_caches", {}).values():
+        cache = caches[0] if isinstance(caches, tuple) else {}
+        out += [k for k in cache.values() if hasattr(k, "metadata")]
+    return out
+
+
 def time_all(out_path: str | None) -> list[dict[str, Any]]:
+    """Time every item; the items of one shape are timed in rotation, ROUNDS times (median of the medians),
+    so that clock drift under the power cap reaches every variant alike."""
     rows: list[dict[str, Any]] = []
-    data_key, data = None, None
+    groups: dict[tuple, list[dict[str, Any]]] = {}
     for it in items():
-        if data_key != (it["d"], it["n"]):
-            data_key, data = (it["d"], it["n"]), None
-            if DEVICE == "cuda":
-                torch.cuda.empty_cache()
-            data = tensors(it["d"], it["n"])
+        groups.setdefault((it["d"], it["causal"], it["n"]), []).append(it)
+    for (d, causal, n), group in groups.items():
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
+        data = tensors(d, n)
         batch, heads = data[0], data[1]
-        row = {k: v for k, v in it.items()}
-        try:
-            call = runner(it, data)
-            t0 = time.perf_counter()
-            call()
-            sync()
-            row["first_s"] = round(time.perf_counter() - t0, 3)
-            if DEVICE == "cuda":
-                ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
-            else:  # smoke test: one timed call
-                t0 = time.perf_counter()
-                call()
-                ms = (time.perf_counter() - t0) * 1e3
-        except Exception as exc:  # noqa: BLE001 - recorded
-            row["error"] = (
-                f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else type(exc).__name__
-            )
+        ready: list[tuple[dict[str, Any], Any]] = []  # (row, call)
+        for it in group:
+            row = {k: v for k, v in it.items()}
             rows.append(row)
-            continue
-        row["ms"] = ms
-        mode = {"fwd": "fwd", "fwd+bwd": "fwd+bwd"}.get(it["kind"], "bwd")
-        flops = attention_flops(batch, heads, it["n"], it["n"], it["d"], it["causal"], mode)
-        row["tflops"] = flops / ms / 1e9
-        rows.append(row)
+            try:
+                call = runner(it, data)
+                before = set(map(id, _compiled(flash_v2._attn_fwd)))
+                t0 = time.perf_counter()
+                out = call()
+                sync()
+                row["first_s"] = round(time.perf_counter() - t0, 3)
+                new = [k for k in _compiled(flash_v2._attn_fwd) if id(k) not in before]
+                if new and it["kind"] == "fwd" and "provider" not in it:
+                    row["regs"], row["spills"] = (
+                        getattr(new[0], "n_regs", None),
+                        getattr(new[0], "n_spills", None),
+                    )
+                if it.get("study") == "variants":
+                    row["max_err"] = _max_err(out, data, causal)
+            except Exception as exc:  # noqa: BLE001 - recorded
+                row["error"] = (
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                    if str(exc)
+                    else type(exc).__name__
+                )
+                continue
+            ready.append((row, call))
+        for _ in range(ROUNDS if DEVICE == "cuda" else 1):
+            for row, call in ready:
+                if DEVICE == "cuda":
+                    ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+                else:  # smoke test: one timed call
+                    t0 = time.perf_counter()
+                    call()
+                    ms = (time.perf_counter() - t0) * 1e3
+                row.setdefault("rounds_ms", []).append(ms)
+        for row, _ in ready:
+            row["ms"] = statistics.median(row["rounds_ms"])
+            mode = {"fwd": "fwd", "fwd+bwd": "fwd+bwd"}.get(row["kind"], "bwd")
+            row["tflops"] = attention_flops(batch, heads, n, n, d, causal, mode) / row["ms"] / 1e9
     if out_path:
         with open(out_path, "w") as fh:
-            json.dump({"device": device_name(), "rows": rows}, fh, indent=1)
+            json.dump({"device": device_name(), "rounds": ROUNDS, "rows": rows}, fh, indent=1)
     return rows
+
+
+def _max_err(out: torch.Tensor, data, causal: bool) -> float:
+    """Largest absolute difference from cuDNN's output (on CPU: from fp32 SDPA)."""
+    q, k, v = data[2:5]
+    if DEVICE == "cuda":
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            want = sdpa(q, k, v, is_causal=causal).float()
+    else:
+        want = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
+    return (out.float() - want).abs().max().item()
 
 
 def summary(rows: list[dict[str, Any]]) -> None:
@@ -211,13 +287,44 @@ def summary(rows: list[dict[str, Any]]) -> None:
         print(f"    triton best fwd {fwd:.3f} ms; sdpa-flash/triton fwd = "
               f"{base.get(('sdpa-flash', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}; "
               f"sdpa-cudnn/triton fwd = {base.get(('sdpa-cudnn', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}")  # fmt: skip
+    var = [r for r in ok if r.get("study") == "variants"]
+    if var:
+        print("forward variants, TFLOP/s per variant [regs/spill bytes], max error vs cuDNN:")
+    for d, causal, n in shapes():
+        per: dict[tuple, dict] = {}
+        for r in var:
+            if (r["d"], r["causal"], r["n"]) == (d, causal, n):
+                per.setdefault(tuple(r["config"].values()), {})[_variant_name(r["variant"])] = r
+        for c, pr in sorted(per.items()):
+            cells = " ".join(
+                f"{k}:{r['tflops']:.0f}[{r.get('regs')}/{r.get('spills')}]" for k, r in sorted(pr.items())
+            )
+            err = max(r["max_err"] for r in pr.values())
+            print(f"    d={d} causal={causal!s:5} N={n:5} {c}: {cells} err<={err:.1e}")
+        base = {r["provider"]: r["tflops"] for r in ok if "provider" in r and r["kind"] == "fwd"
+                and (r["d"], r["causal"], r["n"]) == (d, causal, n)}  # fmt: skip
+        best: dict[str, dict] = {}
+        for r in var:
+            name = _variant_name(r["variant"])
+            if (r["d"], r["causal"], r["n"]) == (d, causal, n) and r["tflops"] > best.get(name, {}).get(
+                "tflops", 0
+            ):
+                best[name] = r
+        if best:
+            cells = " | ".join(
+                f"{name} {r['tflops']:.0f} {tuple(r['config'].values())} "
+                f"({r['tflops'] / base.get('sdpa-flash', float('nan')):.2f}x flash, "
+                f"{r['tflops'] / base.get('sdpa-cudnn', float('nan')):.2f}x cuDNN)"
+                for name, r in sorted(best.items())
+            )
+            print(f"  best d={d} causal={causal!s:5} N={n:5}: {cells}")
     for r in rows:
         if "error" in r:
             print("ERROR", {k: r[k] for k in ("kind", "d", "causal", "n", "tma", "config")}, r["error"])
 
 
 def main() -> None:
-    global HIDDEN, TOKENS, SEQS, HEAD_DIMS, DEVICE, KINDS
+    global HIDDEN, TOKENS, SEQS, HEAD_DIMS, DEVICE, KINDS, TMA_MODES, ROUNDS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["run", "warm", "compile", "time"])
     ap.add_argument("--jobs", type=int, default=8)
@@ -227,8 +334,12 @@ def main() -> None:
     )
     ap.add_argument("--kinds", default=",".join(KINDS), help="which of fwd,dkdv,dq,sdpa to study")
     ap.add_argument("--seqs", default=",".join(map(str, SEQS)), help="sequence lengths, e.g. 2048,8192")
+    ap.add_argument("--tma", default="1,0", help="TMA modes of the plain fwd/dkdv/dq configs: 1,0 or 1")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="timing rounds in rotation per shape")
     args = ap.parse_args()
+    ROUNDS = args.rounds
     KINDS = tuple(args.kinds.split(","))
+    TMA_MODES = tuple(int(x) for x in args.tma.split(","))
     SEQS = tuple(int(x) for x in args.seqs.split(","))
     if args.smoke:
         HIDDEN, TOKENS, SEQS, HEAD_DIMS, DEVICE = 64, 64, (64,), (32,), "cpu"
@@ -239,7 +350,21 @@ def main() -> None:
         t0 = time.perf_counter()
         procs = [
             subprocess.Popen(
-                [sys.executable, __file__, "compile", "--jobs", str(args.jobs), "--part", str(j)]
+                [
+                    sys.executable,
+                    __file__,
+                    "compile",
+                    "--jobs",
+                    str(args.jobs),
+                    "--part",
+                    str(j),
+                    "--kinds",
+                    args.kinds,
+                    "--seqs",
+                    args.seqs,
+                    "--tma",
+                    args.tma,
+                ]
             )
             for j in range(args.jobs)
         ]

@@ -39,6 +39,22 @@ CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # its order. A switch so that benchmarks/schedule_ab.py can measure both orders in one run.
 CAUSAL_HEAVY_FIRST = True
 
+# The FA2 forward issues each key block's P V matmul after the next block's Q K^T and before that block's
+# softmax, so that the tensor cores work while the softmax runs (FlashAttention-3's intra-warpgroup overlap).
+# A switch so that benchmarks/overlap_ab.py can measure both loop orders in one run.
+FWD_OVERLAP = False
+
+# With host descriptors, the FA2 forward also loads its Q tile and stores its O tile through them (shared
+# memory directly, no register round trip). A switch for benchmarks/kernel_configs.py's A/B.
+FWD_QO_TMA = True
+
+# With TMA on, the FA2 forward reads K and V through descriptors built once on the host (4-D, [B, H, N, D])
+# instead of two descriptors built by every program. A switch for benchmarks/kernel_configs.py's A/B.
+FWD_HOST_DESC = True
+
+# The FA2 forward keeps its Q tile in registers for the Q K^T matmul (wgmma's A operand from registers).
+FWD_Q_IN_REGISTERS = False
+
 
 class KernelUnsupported(ValueError):
     """A bundled kernel refuses these inputs; the message names what is unsupported."""
@@ -314,9 +330,11 @@ def _make_prune(kind: str) -> Callable[..., list[triton.Config]]:
     return prune
 
 
-def _configs(space: Sequence[tuple[int, int, int, int]], extra: dict[str, Any]) -> list[triton.Config]:
+def _configs(
+    space: Sequence[tuple[int, int, int, int]], extra: dict[str, Any], pre_hook: Callable | None = None
+) -> list[triton.Config]:
     return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **extra}, num_warps=w, num_stages=s)
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **extra}, num_warps=w, num_stages=s, pre_hook=pre_hook)
         for bm, bn, w, s in space
     ]
 
@@ -397,13 +415,15 @@ def launch(
     forced: dict[str, Any] | None = None,
     interpret_config: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
+    pre_hook: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Launch `kernel` (a @triton.jit function) and return the config it ran with.
 
     `args` are positional (the autotune key `N_BUCKET` and the `Q` tensor must be among the kernel's
     positional parameters); `constexprs` are the non-tuned compile-time arguments; `extra` are tuned-space
     constants that are not block sizes (e.g. Q_SPLIT). `name` keys the autotuner cache (one per kernel);
-    `kind` selects the prune estimate ("fwd", "dkdv", "dq").
+    `kind` selects the prune estimate ("fwd", "dkdv", "dq"). `pre_hook(args)` runs before every launch with
+    the kernel's arguments by name, the config's included (host tensor descriptors take their block shape).
     """
     extra = dict(extra or {})
     candidates: list[dict[str, Any]] = []  # configs to try in order; the first that compiles runs
@@ -433,6 +453,8 @@ def launch(
         candidates = [{**c, **extra} for c in [first, *[c for c in rest if c != first]]]
     for config in candidates:
         meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
+        if pre_hook is not None:
+            pre_hook({**dict(zip(kernel.arg_names, args, strict=False)), **constexprs, **meta})
         try:
             kernel[grid(meta)](
                 *args, **constexprs, **meta, num_warps=config["num_warps"], num_stages=config["num_stages"]
@@ -445,7 +467,7 @@ def launch(
     tuner = _AUTOTUNERS.get(name)
     if tuner is None:
         tuner = triton.autotune(
-            configs=_configs(space, extra),
+            configs=_configs(space, extra, pre_hook),
             key=["N_BUCKET", *sorted(constexprs)],
             cache_results=True,
             prune_configs_by={"early_config_prune": _make_prune(kind)},

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import common
 from .backward import attention_backward
@@ -48,41 +49,89 @@ from .common import (
 
 
 @triton.jit
-def _fwd_block(
-    acc,  # [BLOCK_M, HEAD_DIM] fp32 running numerator
-    l_i,  # [BLOCK_M] fp32 running sum of exp2
-    m_i,  # [BLOCK_M] fp32 running max (base-2 units)
+def _scores(
     q,  # [BLOCK_M, HEAD_DIM] query tile, input dtype
     k_src,  # TMA: descriptor of K[b, hkv] ([N_K, HEAD_DIM]); else pointer to K[b, hkv, 0, 0]
-    v_src,  # the same for V
     stride_kn,
     stride_kd,
-    stride_vn,
-    stride_vd,
+    kv_b,  # batch and K/V head: the first coordinates of a host (4-D) descriptor
+    kv_h,
     start_n,  # first key of this block
-    offs_m,  # [BLOCK_M] query row indices
-    N_K,  # number of keys
-    CAUSAL_OFF,  # seq_k - seq_q: query i sees key j iff j <= i + CAUSAL_OFF
-    qk_scale,  # sm_scale * log2(e), >= 0
+    N_K,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    MASK: tl.constexpr,  # this block needs the tail / causal mask
+    MASK: tl.constexpr,  # keys past N_K may be in this block
     IEEE: tl.constexpr,
-    TMA: tl.constexpr,
+    TMA: tl.constexpr,  # 0 pointers, 1 per-head descriptor made in the kernel, 2 host [B, H, N, D] descriptor
 ):
+    """S = Q K^T for one key block, fp32, unscaled."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    if TMA:
+    if TMA == 2:
+        kt = tl.trans(k_src.load([kv_b, kv_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))  # past N_K: zeros
+    elif TMA:
         kt = tl.trans(k_src.load([start_n, 0]))  # rows past N_K arrive as zeros
     elif MASK:
         kt_ptrs = k_src + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # K^T tile [D, BN]
         kt = tl.load(kt_ptrs, mask=offs_n[None, :] < N_K, other=0.0)
     else:
         kt = tl.load(k_src + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd)
-    qk = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
+    return dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
+
+
+@triton.jit
+def _add_pv(
+    acc,  # [BLOCK_M, HEAD_DIM] fp32
+    p,  # [BLOCK_M, BLOCK_N] probabilities of one key block, input dtype
+    v_src,  # as k_src in _scores, for V
+    stride_vn,
+    stride_vd,
+    kv_b,
+    kv_h,
+    start_n,
+    N_K,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASK: tl.constexpr,
+    IEEE: tl.constexpr,
+    TMA: tl.constexpr,
+):
+    """acc + P V for one key block."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    if TMA == 2:
+        v = v_src.load([kv_b, kv_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+    elif TMA:
+        v = v_src.load([start_n, 0])
+    elif MASK:
+        v = tl.load(
+            v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            mask=offs_n[:, None] < N_K,
+            other=0.0,
+        )
+    else:
+        v = tl.load(v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd)
+    return dot(p, v, acc, IEEE)
+
+
+@triton.jit
+def _online_softmax(
+    qk,  # [BLOCK_M, BLOCK_N] fp32 scores of one key block, unscaled
+    l_i,  # [BLOCK_M] fp32 running sum of exp2
+    m_i,  # [BLOCK_M] fp32 running max (base-2 units)
+    start_n,
+    offs_m,  # [BLOCK_M] query row indices
+    N_K,
+    CAUSAL_OFF,  # seq_k - seq_q: query i sees key j iff j <= i + CAUSAL_OFF
+    qk_scale,  # sm_scale * log2(e), >= 0
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASK: tl.constexpr,  # this block needs the tail / causal mask
+):
+    """One online-softmax step. Returns (p fp32, alpha = the rescale of the old accumulator, l, m)."""
     if MASK:
+        offs_n = start_n + tl.arange(0, BLOCK_N)
         valid = offs_n[None, :] < N_K
         if CAUSAL:
             valid = valid & (offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :])
@@ -98,19 +147,70 @@ def _fwd_block(
         p = tl.math.exp2(qk * qk_scale - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, l_i, m_new
+
+
+@triton.jit
+def _fwd_block(
+    acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
+    N_K, CAUSAL_OFF, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr,
+):  # fmt: skip
+    """One key block in FA2 order: S = Q K^T, softmax, rescale, acc += P V (the tensor cores wait for the
+    softmax)."""
+    qk = _scores(
+        q, k_src, stride_kn, stride_kd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, MASK, IEEE, TMA
+    )
+    p, alpha, l_i, m_new = _online_softmax(
+        qk, l_i, m_i, start_n, offs_m, N_K, CAUSAL_OFF, qk_scale, BLOCK_N, CAUSAL, MASK
+    )
     acc = acc * alpha[:, None]
-    if TMA:
-        v = v_src.load([start_n, 0])
-    elif MASK:
-        v = tl.load(
-            v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-            mask=offs_n[:, None] < N_K,
-            other=0.0,
-        )
-    else:
-        v = tl.load(v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd)
-    acc = dot(p.to(v.dtype), v, acc, IEEE)
+    acc = _add_pv(
+        acc,
+        p.to(q.dtype),
+        v_src,
+        stride_vn,
+        stride_vd,
+        kv_b,
+        kv_h,
+        start_n,
+        N_K,
+        HEAD_DIM,
+        BLOCK_N,
+        MASK,
+        IEEE,
+        TMA,
+    )
     return acc, l_i, m_new
+
+
+@triton.jit
+def _fwd_block_overlapped(
+    acc, alpha_prev, l_i, m_i, p_prev, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h,
+    start_n, offs_m, N_K, CAUSAL_OFF, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr,
+):  # fmt: skip
+    """One key block with the previous block's P V issued between this block's Q K^T and its softmax
+    (FlashAttention-3's intra-warpgroup overlap), so the tensor cores run P V while the softmax runs.
+
+    p_prev is the previous block's P (fp32, relative to m_i); alpha_prev the rescale that acc still
+    owes before P_prev V_prev is added. The new rescale is returned, not applied: the P V matmul's result is
+    then used by nothing in this iteration, which is what lets Triton leave it in flight (a "properly
+    async" wgmma) until the next block's Q K^T has been waited for. The previous block lies inside N_K
+    (this one starts after it), so its V needs no mask.
+    """
+    qk = _scores(
+        q, k_src, stride_kn, stride_kd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, MASK, IEEE, TMA
+    )
+    acc = acc * alpha_prev[:, None]
+    acc = _add_pv(
+        acc, p_prev.to(q.dtype), v_src, stride_vn, stride_vd, kv_b, kv_h, start_n - BLOCK_N, N_K, HEAD_DIM, BLOCK_N, False,
+        IEEE, TMA,
+    )  # fmt: skip
+    p, alpha, l_i, m_new = _online_softmax(
+        qk, l_i, m_i, start_n, offs_m, N_K, CAUSAL_OFF, qk_scale, BLOCK_N, CAUSAL, MASK
+    )
+    return acc, alpha, l_i, m_new, p
 
 
 @triton.jit
@@ -120,6 +220,10 @@ def _attn_fwd(
     V,  # [B, H_KV, N_K, D] values
     O,  # [B, H, N_Q, D] output, written once
     LSE,  # [B, H, N_Q] fp32 contiguous: log2-sum-exp2 per row, +inf for rows that see no key
+    KD,  # TMA == 2: host descriptor of K ([B, H_KV, N_K, D], block [1, 1, BLOCK_N, D]); else K again (unused)
+    VD,  # the same for V
+    QD,  # TMA == 2 and QO_TMA: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q (unused)
+    OD,  # the same for O
     stride_qz,
     stride_qh,
     stride_qm,
@@ -145,8 +249,11 @@ def _attn_fwd(
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots
-    TMA: tl.constexpr,  # stream K/V through tensor descriptors (TMA on sm90+)
+    TMA: tl.constexpr,  # K/V through tensor descriptors (TMA, sm90+): 0 no, 1 made per program, 2 host (KD, VD)
     HEAVY_FIRST: tl.constexpr,  # causal: walk query blocks from the last (see common.CAUSAL_HEAVY_FIRST)
+    OVERLAP: tl.constexpr,  # issue the previous block's P V before this block's softmax (common.FWD_OVERLAP)
+    Q_IN_REGISTERS: tl.constexpr,  # Q K^T's A operand from registers (common.FWD_Q_IN_REGISTERS)
+    QO_TMA: tl.constexpr,  # with host descriptors, Q and O through them too (common.FWD_QO_TMA)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     WS: tl.constexpr = False,  # ask Triton to warp-specialize the key loops
@@ -158,11 +265,17 @@ def _attn_fwd(
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     hkv = h // GROUP
+    kv_b = (pid_bh // H).to(tl.int32)  # descriptor coordinates are 32-bit
+    kv_h = (pid_bh % H // GROUP).to(tl.int32)
     q_base = Q + b * stride_qz + h * stride_qh
     k_base = K + b * stride_kz + hkv * stride_kh
     v_base = V + b * stride_vz + hkv * stride_vh
     o_base = O + b * stride_oz + h * stride_oh
-    if TMA:
+    if TMA == 2:
+        # The host's 4-D descriptors: loads past N_K are zero-filled per head, as below.
+        k_src = KD
+        v_src = VD
+    elif TMA:
         # Per-head 2-D descriptors: loads past N_K are zero-filled by the hardware, never another head's rows.
         k_src = tl.make_tensor_descriptor(k_base, [N_K, HEAD_DIM], [stride_kn, 1], [BLOCK_N, HEAD_DIM])
         v_src = tl.make_tensor_descriptor(v_base, [N_K, HEAD_DIM], [stride_vn, 1], [BLOCK_N, HEAD_DIM])
@@ -172,11 +285,20 @@ def _attn_fwd(
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    q = tl.load(
-        q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-        mask=offs_m[:, None] < N_Q,
-        other=0.0,
-    )
+    if TMA == 2 and QO_TMA:
+        # Q straight into shared memory (rows past N_Q arrive as zeros); O leaves the same way below.
+        q = QD.load([kv_b, (pid_bh % H).to(tl.int32), pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+    else:
+        q = tl.load(
+            q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+            mask=offs_m[:, None] < N_Q,
+            other=0.0,
+        )
+    if Q_IN_REGISTERS:
+        # An elementwise op on Q (adding +0.0 changes no value) makes Triton feed every Q K^T wgmma from
+        # registers instead of shared memory: half the shared-memory reads of that matmul, one tile less of
+        # shared memory, 32-64 more registers per thread.
+        q = q + 0.0
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -191,16 +313,55 @@ def _attn_fwd(
         hi = N_K
         full_end = N_K
     full_end = (full_end // BLOCK_N) * BLOCK_N
-    for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WS):
-        acc, l_i, m_i = _fwd_block(
-            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
-            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
-        )  # fmt: skip
-    for start_n in tl.range(full_end, hi, BLOCK_N, warp_specialize=WS):
-        acc, l_i, m_i = _fwd_block(
-            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, start_n, offs_m,
-            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE, TMA,
-        )  # fmt: skip
+    if OVERLAP:
+        # Block 0 with the masked code (right for any block), then every later block overlapped with the
+        # P V of the one before it, then the last block's P V. With no visible key (hi = 0), block 0 is
+        # fully masked: p = 0, l = 0, and the row comes out empty below.
+        qk = _scores(
+            q, k_src, stride_kn, stride_kd, kv_b, kv_h, 0, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, True, IEEE, TMA
+        )
+        p, alpha, l_i, m_i = _online_softmax(
+            qk, l_i, m_i, 0, offs_m, N_K, causal_off, qk_scale, BLOCK_N, CAUSAL, True
+        )
+        for start_n in tl.range(BLOCK_N, full_end, BLOCK_N, warp_specialize=WS):
+            acc, alpha, l_i, m_i, p = _fwd_block_overlapped(
+                acc, alpha, l_i, m_i, p, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h,
+                start_n, offs_m, N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
+            )  # fmt: skip
+        for start_n in tl.range(tl.maximum(BLOCK_N, full_end), hi, BLOCK_N, warp_specialize=WS):
+            acc, alpha, l_i, m_i, p = _fwd_block_overlapped(
+                acc, alpha, l_i, m_i, p, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h,
+                start_n, offs_m, N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE, TMA,
+            )  # fmt: skip
+        last = (tl.maximum(hi, 1) - 1) // BLOCK_N * BLOCK_N
+        acc = acc * alpha[:, None]
+        acc = _add_pv(
+            acc,
+            p.to(q.dtype),
+            v_src,
+            stride_vn,
+            stride_vd,
+            kv_b,
+            kv_h,
+            last,
+            N_K,
+            HEAD_DIM,
+            BLOCK_N,
+            True,
+            IEEE,
+            TMA,
+        )
+    else:
+        for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WS):
+            acc, l_i, m_i = _fwd_block(
+                acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
+                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
+            )  # fmt: skip
+        for start_n in tl.range(full_end, hi, BLOCK_N, warp_specialize=WS):
+            acc, l_i, m_i = _fwd_block(
+                acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
+                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE, TMA,
+            )  # fmt: skip
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
     l_safe = tl.where(empty, 1.0, l_i)
@@ -208,11 +369,24 @@ def _attn_fwd(
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
     row_ok = offs_m < N_Q
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
-    tl.store(
-        o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-        out.to(O.dtype.element_ty),
-        mask=row_ok[:, None],
-    )
+    if TMA == 2 and QO_TMA:  # rows past N_Q are clipped by the descriptor's bounds
+        OD.store(
+            [kv_b, (pid_bh % H).to(tl.int32), pid_m * BLOCK_M, 0],
+            out.to(O.dtype.element_ty).reshape(1, 1, BLOCK_M, HEAD_DIM),
+        )
+    else:
+        tl.store(
+            o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+            out.to(O.dtype.element_ty),
+            mask=row_ok[:, None],
+        )
+
+
+def _block_shape_hook(nargs: dict[str, Any]) -> None:
+    """Give the host descriptors the blocks of the config about to run (the autotuner calls this per config)."""
+    for name, rows in (("KD", "BLOCK_N"), ("VD", "BLOCK_N"), ("QD", "BLOCK_M"), ("OD", "BLOCK_M")):
+        if isinstance(nargs[name], TensorDescriptor):  # not when this launch takes another path
+            nargs[name].block_shape = [1, 1, nargs[rows], nargs["HEAD_DIM"]]
 
 
 def attention_forward(
@@ -228,20 +402,31 @@ def attention_forward(
     Hkv, Nk = k.shape[1], k.shape[2]
     o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    tma = use_tma(q, k, v)
+    kd, vd, qd, od, hook = k, v, q, o, None
+    if tma and common.FWD_HOST_DESC:
+        tma = 2
+        kd, vd, qd, od = (
+            TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, D]) for t in (k, v, q, o)
+        )
+        hook = _block_shape_hook
     args = (
-        q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        q, k, v, o, lse, kd, vd, qd, od, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),
     )  # fmt: skip
     constexprs = {
         "HEAD_DIM": D,
         "CAUSAL": causal,
         "IEEE": q.dtype == torch.float32,
-        "TMA": use_tma(q, k, v),
+        "TMA": int(tma),
         "HEAVY_FIRST": common.CAUSAL_HEAVY_FIRST,
+        "OVERLAP": common.FWD_OVERLAP,
+        "QO_TMA": common.FWD_QO_TMA,
+        "Q_IN_REGISTERS": common.FWD_Q_IN_REGISTERS,
     }
     cfg = launch(
         "fwd_v2", "fwd", _attn_fwd, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
-        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
+        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD, pre_hook=hook,
     )  # fmt: skip
     _set_last_config(cfg)
     return o, lse, cfg
