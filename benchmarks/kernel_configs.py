@@ -46,21 +46,22 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
     (128, 128, 8, 3), (128, 128, 4, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 2),
 ]  # fmt: skip
 FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specialization (TMA on)
-# Forward variants side by side per config (TMA on): each sets switches of kernels/common.py (the rest keep
-# their defaults). FWD_OVERLAP: the P V matmul overlapped with the next block's softmax (more registers and
-# shared memory live); FWD_Q_IN_REGISTERS: Q K^T's A operand from registers. The earlier study of
-# FWD_HOST_DESC / FWD_QO_TMA (host descriptors for K, V and Q, O) is in BENCHMARKS.md.
+# Forward variants side by side per config (TMA on). A variant sets switches of kernels/common.py (FWD_*; the
+# others keep their defaults) and config flags of flash_attn: HOST_DESCRIPTORS=0 builds per-head descriptors
+# in every program instead of the host's 4-D ones (the backward passes' items vary only this); "OV" overlaps each block's P V matmul with the next block's
+# softmax (more registers and shared memory live). Variants measured and removed since (Q in registers, Q / O
+# through per-program descriptors) are in BENCHMARKS.md with the commit that had them.
 FWD_VARIANT_CONFIGS = [
     (128, 128, 8, 2), (128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 2),
     (64, 32, 4, 3),
 ]  # fmt: skip
-FWD_VARIANTS = [
-    {"FWD_OVERLAP": 0, "FWD_Q_IN_REGISTERS": 0},
-    {"FWD_OVERLAP": 0, "FWD_Q_IN_REGISTERS": 1},
-    {"FWD_OVERLAP": 1, "FWD_Q_IN_REGISTERS": 0},
-    {"FWD_OVERLAP": 1, "FWD_Q_IN_REGISTERS": 1},
-]
-SWITCHES = ("FWD_HOST_DESC", "FWD_QO_TMA", "FWD_OVERLAP", "FWD_Q_IN_REGISTERS")
+FWD_VARIANTS = [{"HOST_DESCRIPTORS": 0}, {"HOST_DESCRIPTORS": 1}, {"HOST_DESCRIPTORS": 1, "OV": 1}]
+BWD_VARIANT_CONFIGS = {
+    "dkdv": [(32, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 3)],
+    "dq": [(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)],
+}
+BWD_VARIANTS = [{"HOST_DESCRIPTORS": 0}, {"HOST_DESCRIPTORS": 1}]
+SWITCHES = ("HOST_DESCRIPTORS",)
 DEFAULTS = {name: getattr(common, name) for name in SWITCHES}
 ROUNDS = 3  # --rounds: the variants of one shape are timed in rotation this many times (median of medians)
 
@@ -111,6 +112,12 @@ def items() -> list[dict[str, Any]]:
             for c in FWD_VARIANT_CONFIGS
             for v in FWD_VARIANTS
         ]
+        out += [
+            {**base, "kind": kind, "study": "variants", "tma": 1, "variant": v, "config": cfg(c)}
+            for kind, configs in BWD_VARIANT_CONFIGS.items()
+            for c in configs
+            for v in BWD_VARIANTS
+        ]
         for name in ("sdpa-flash", "sdpa-cudnn") if DEVICE == "cuda" else ():
             out += [
                 {**base, "kind": mode, "provider": name, "tma": 0, "config": None}
@@ -124,7 +131,9 @@ def runner(item: dict[str, Any], data) -> Any:
     batch, heads, q, k, v, do = data
     causal, scale = item["causal"], q.shape[-1] ** -0.5
     os.environ["FLASHBENCH_TMA"] = str(item["tma"])
-    switches = {name: bool(value) for name, value in {**DEFAULTS, **item.get("variant", {})}.items()}
+    variant = item.get("variant", {})
+    switches = {name: bool(value) for name, value in {**DEFAULTS, **variant}.items() if name in SWITCHES}
+    flags = {name: value for name, value in variant.items() if name not in SWITCHES}
     for name, value in switches.items():
         setattr(common, name, value)
     if "provider" in item:
@@ -145,13 +154,19 @@ def runner(item: dict[str, Any], data) -> Any:
         def fwd():
             for name, value in switches.items():  # the variants of a shape run in rotation
                 setattr(common, name, value)
-            return flash_attn(q, k, v, causal=causal, config=item["config"])
+            return flash_attn(q, k, v, causal=causal, config={**item["config"], **flags})
 
         return fwd
     o, lse, _ = attention_forward(q, k, v, causal, scale, cfg(FWD[1]))
     dkdv = item["config"] if item["kind"] == "dkdv" else cfg(BASE_DKDV)
     dq = item["config"] if item["kind"] == "dq" else cfg(BASE_DQ)
-    return lambda: attention_backward(q, k, v, o, lse, do, None, causal, scale, dkdv, dq)
+
+    def bwd():
+        for name, value in switches.items():
+            setattr(common, name, value)
+        return attention_backward(q, k, v, o, lse, do, None, causal, scale, dkdv, dq)
+
+    return bwd
 
 
 def compile_part(part: int, parts: int) -> None:
@@ -179,8 +194,7 @@ def device_name() -> str:
 
 
 def _variant_name(variant: dict[str, int]) -> str:
-    on = [name.removeprefix("FWD_").lower() for name, value in variant.items() if value]
-    return "+".join(on) or "plain"
+    return "+".join(f"{name.lower()}={value}" for name, value in variant.items())
 
 
 def _compiled(jit_fn: Any) -> list[Any]:
@@ -222,7 +236,7 @@ def time_all(out_path: str | None) -> list[dict[str, Any]]:
                         getattr(new[0], "n_spills", None),
                     )
                 if it.get("study") == "variants":
-                    row["max_err"] = _max_err(out, data, causal)
+                    row["max_err"] = _max_err(out, data, causal, it["kind"])
             except Exception as exc:  # noqa: BLE001 - recorded
                 row["error"] = (
                     f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
@@ -250,15 +264,18 @@ def time_all(out_path: str | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _max_err(out: torch.Tensor, data, causal: bool) -> float:
-    """Largest absolute difference from cuDNN's output (on CPU: from fp32 SDPA)."""
-    q, k, v = data[2:5]
-    if DEVICE == "cuda":
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            want = sdpa(q, k, v, is_causal=causal).float()
-    else:
-        want = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
-    return (out.float() - want).abs().max().item()
+def _max_err(out: Any, data, causal: bool, kind: str) -> float:
+    """Largest absolute difference from cuDNN's output or gradients (dq, dk, dv; on CPU: fp32 SDPA's)."""
+    q, k, v, do = data[2:6]
+    lowp = DEVICE == "cuda"
+    leaves = [(t if lowp else t.float()).detach().requires_grad_(kind != "fwd") for t in (q, k, v)]
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION if lowp else SDPBackend.MATH):
+        want = sdpa(*leaves, is_causal=causal)
+    if kind != "fwd":
+        want = torch.autograd.grad(want, leaves, do if lowp else do.float())
+        out = (out[0], out[1], out[2]) if kind == "dq" else out
+        return max((a.float() - b.float()).abs().max().item() for a, b in zip(out, want, strict=True))
+    return (out.float() - want.float()).abs().max().item()
 
 
 def summary(rows: list[dict[str, Any]]) -> None:
@@ -294,7 +311,7 @@ def summary(rows: list[dict[str, Any]]) -> None:
         per: dict[tuple, dict] = {}
         for r in var:
             if (r["d"], r["causal"], r["n"]) == (d, causal, n):
-                per.setdefault(tuple(r["config"].values()), {})[_variant_name(r["variant"])] = r
+                per.setdefault((r["kind"], *r["config"].values()), {})[_variant_name(r["variant"])] = r
         for c, pr in sorted(per.items()):
             cells = " ".join(
                 f"{k}:{r['tflops']:.0f}[{r.get('regs')}/{r.get('spills')}]" for k, r in sorted(pr.items())
@@ -306,9 +323,9 @@ def summary(rows: list[dict[str, Any]]) -> None:
         best: dict[str, dict] = {}
         for r in var:
             name = _variant_name(r["variant"])
-            if (r["d"], r["causal"], r["n"]) == (d, causal, n) and r["tflops"] > best.get(name, {}).get(
-                "tflops", 0
-            ):
+            if r["kind"] != "fwd" or (r["d"], r["causal"], r["n"]) != (d, causal, n):
+                continue
+            if r["tflops"] > best.get(name, {}).get("tflops", 0):
                 best[name] = r
         if best:
             cells = " | ".join(

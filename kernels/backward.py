@@ -37,12 +37,15 @@ import torch
 import triton
 import triton.language as tl
 
+from . import common
 from .common import (
     BWD_DKDV_SPACE,
     BWD_DQ_SPACE,
     INTERPRET_BWD,
     LOG2E,
+    block_shape_hook,
     dot,
+    host_descriptor,
     launch,
     seq_bucket,
     unit_stride,
@@ -103,8 +106,10 @@ def _dkdv_block(
     dv,  # [BLOCK_N, HEAD_DIM] fp32 accumulator
     k,  # [BLOCK_N, HEAD_DIM] key tile
     v,  # [BLOCK_N, HEAD_DIM] value tile
-    q_src,  # TMA: descriptor of Q[b, h] ([N_Q, HEAD_DIM]); else pointer to Q[b, h, 0, 0]
+    q_src,  # TMA 2: host descriptor of Q ([B, H, N_Q, D]); TMA 1: of Q[b, h] ([N_Q, D]); 0: pointer to Q[b, h]
     do_src,  # the same for dO
+    desc_b,  # batch and head: the first coordinates of a host descriptor
+    desc_h,
     lse_base,  # pointer to LSE2[b, h, 0]
     delta_base,  # pointer to DELTA[b, h, 0]
     p_base,  # pointer to P[b, h, 0, 0] (STORED_P only)
@@ -131,7 +136,10 @@ def _dkdv_block(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    if TMA:  # rows past N_Q arrive as zeros
+    if TMA == 2:  # rows past N_Q arrive as zeros
+        q = q_src.load([desc_b, desc_h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+        do = do_src.load([desc_b, desc_h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
+    elif TMA:
         q = q_src.load([start_m, 0])
         do = do_src.load([start_m, 0])
     else:
@@ -174,6 +182,8 @@ def _bwd_dkdv(
     P,  # [B, H, N_Q, N_K] stored probabilities (STORED_P) or any placeholder
     DK,  # [B, H_KV, N_K, D] out
     DV,  # [B, H_KV, N_K, D] out
+    QD,  # TMA == 2: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q again (unused)
+    DOD,  # the same for dO
     stride_qz,
     stride_qh,
     stride_qm,
@@ -214,7 +224,7 @@ def _bwd_dkdv(
     CAUSAL: tl.constexpr,
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
-    TMA: tl.constexpr,  # stream Q/dO (dK/dV pass) or K/V (dQ pass) through tensor descriptors
+    TMA: tl.constexpr,  # stream Q/dO (dK/dV pass) or K/V (dQ pass): 0 pointers, 1 per-head descriptors, 2 host
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -254,21 +264,24 @@ def _bwd_dkdv(
         bh = b * H + h
         q_src = Q + b * stride_qz + h * stride_qh
         do_src = DO + b * stride_doz + h * stride_doh
-        if TMA:
+        if TMA == 2:
+            q_src = QD
+            do_src = DOD
+        elif TMA:
             q_src = tl.make_tensor_descriptor(q_src, [N_Q, HEAD_DIM], [stride_qm, 1], [BLOCK_M, HEAD_DIM])
             do_src = tl.make_tensor_descriptor(do_src, [N_Q, HEAD_DIM], [stride_dom, 1], [BLOCK_M, HEAD_DIM])
         p_base = P + b * stride_pz + h * stride_ph
         for start_m in range(lo, masked_end, BLOCK_M):
             dk, dv = _dkdv_block(
-                dk, dv, k, v, q_src, do_src, LSE + bh * N_Q, DELTA + bh * N_Q, p_base, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_pm, stride_pn, start_m, offs_n, N_Q, N_K, causal_off, qk_scale,
-                HEAD_DIM, BLOCK_M, BLOCK_N, True, STORED_P, IEEE, TMA,
+                dk, dv, k, v, q_src, do_src, b.to(tl.int32), h.to(tl.int32), LSE + bh * N_Q, DELTA + bh * N_Q,
+                p_base, stride_qm, stride_qd, stride_dom, stride_dod, stride_pm, stride_pn, start_m, offs_n, N_Q,
+                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, True, STORED_P, IEEE, TMA,
             )  # fmt: skip
         for start_m in range(full_start, N_Q, BLOCK_M):
             dk, dv = _dkdv_block(
-                dk, dv, k, v, q_src, do_src, LSE + bh * N_Q, DELTA + bh * N_Q, p_base, stride_qm, stride_qd,
-                stride_dom, stride_dod, stride_pm, stride_pn, start_m, offs_n, N_Q, N_K, causal_off, qk_scale,
-                HEAD_DIM, BLOCK_M, BLOCK_N, False, STORED_P, IEEE, TMA,
+                dk, dv, k, v, q_src, do_src, b.to(tl.int32), h.to(tl.int32), LSE + bh * N_Q, DELTA + bh * N_Q,
+                p_base, stride_qm, stride_qd, stride_dom, stride_dod, stride_pm, stride_pn, start_m, offs_n, N_Q,
+                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, False, STORED_P, IEEE, TMA,
             )  # fmt: skip
     dk = dk * sm_scale
     tl.store(
@@ -290,8 +303,10 @@ def _dq_block(
     do,  # [BLOCK_M, HEAD_DIM] dO tile
     lse,  # [BLOCK_M] fp32 LSE2 (+inf past N_Q)
     delta,  # [BLOCK_M] fp32 rowsum(dO * O)
-    k_src,  # TMA: descriptor of K[b, hkv] ([N_K, HEAD_DIM]); else pointer to K[b, hkv, 0, 0]
+    k_src,  # TMA 2: host descriptor of K ([B, H_KV, N_K, D]); 1: of K[b, hkv] ([N_K, D]); 0: pointer to K[b, hkv]
     v_src,  # the same for V
+    desc_b,  # batch and K/V head: the first coordinates of a host descriptor
+    desc_h,
     p_base,  # pointer to P[b, h, 0, 0] (STORED_P only)
     stride_kn,
     stride_kd,
@@ -319,7 +334,10 @@ def _dq_block(
     valid = offs_n[None, :] < N_K
     if CAUSAL:
         valid = valid & (offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :])
-    if TMA:  # rows past N_K arrive as zeros
+    if TMA == 2:  # rows past N_K arrive as zeros
+        k = k_src.load([desc_b, desc_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = v_src.load([desc_b, desc_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+    elif TMA:
         k = k_src.load([start_n, 0])
         v = v_src.load([start_n, 0])
     else:
@@ -358,6 +376,8 @@ def _bwd_dq(
     DELTA,  # [B, H, N_Q] fp32 contiguous
     P,  # [B, H, N_Q, N_K] stored probabilities (STORED_P) or any placeholder
     DQ,  # [B, H, N_Q, D] out
+    KD,  # TMA == 2: host descriptor of K ([B, H_KV, N_K, D], block [1, 1, BLOCK_N, D]); else K again (unused)
+    VD,  # the same for V
     stride_qz,
     stride_qh,
     stride_qm,
@@ -393,7 +413,7 @@ def _bwd_dq(
     CAUSAL: tl.constexpr,
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
-    TMA: tl.constexpr,  # stream K/V through tensor descriptors
+    TMA: tl.constexpr,  # stream K/V: 0 pointers, 1 per-head descriptors, 2 host descriptors (KD, VD)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -419,7 +439,10 @@ def _bwd_dq(
     delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
     k_src = K + b * stride_kz + hkv * stride_kh
     v_src = V + b * stride_vz + hkv * stride_vh
-    if TMA:
+    if TMA == 2:
+        k_src = KD
+        v_src = VD
+    elif TMA:
         k_src = tl.make_tensor_descriptor(k_src, [N_K, HEAD_DIM], [stride_kn, 1], [BLOCK_N, HEAD_DIM])
         v_src = tl.make_tensor_descriptor(v_src, [N_K, HEAD_DIM], [stride_vn, 1], [BLOCK_N, HEAD_DIM])
     p_base = P + b * stride_pz + h * stride_ph
@@ -435,14 +458,14 @@ def _bwd_dq(
     full_end = (full_end // BLOCK_N) * BLOCK_N
     for start_n in range(0, full_end, BLOCK_N):
         dq = _dq_block(
-            dq, q, do, lse, delta, k_src, v_src, p_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            stride_pm, stride_pn, start_n, offs_m, N_Q, N_K, causal_off, qk_scale,
+            dq, q, do, lse, delta, k_src, v_src, b.to(tl.int32), hkv.to(tl.int32), p_base, stride_kn, stride_kd,
+            stride_vn, stride_vd, stride_pm, stride_pn, start_n, offs_m, N_Q, N_K, causal_off, qk_scale,
             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, STORED_P, IEEE, TMA,
         )  # fmt: skip
     for start_n in range(full_end, hi, BLOCK_N):
         dq = _dq_block(
-            dq, q, do, lse, delta, k_src, v_src, p_base, stride_kn, stride_kd, stride_vn, stride_vd,
-            stride_pm, stride_pn, start_n, offs_m, N_Q, N_K, causal_off, qk_scale,
+            dq, q, do, lse, delta, k_src, v_src, b.to(tl.int32), hkv.to(tl.int32), p_base, stride_kn, stride_kd,
+            stride_vn, stride_vd, stride_pm, stride_pn, start_n, offs_m, N_Q, N_K, causal_off, qk_scale,
             HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, STORED_P, IEEE, TMA,
         )  # fmt: skip
     dq = dq * sm_scale
@@ -487,29 +510,37 @@ def attention_backward(
     p_strides = p.stride() if stored else (0, 0, 0, 0)
     qk_scale = sm_scale * LOG2E
     bucket = seq_bucket(max(Nq, Nk))
+    tma = int(use_tma(q, k, v, do))
+    streamed, hook = (
+        (q, do, k, v),
+        None,
+    )  # what each pass streams (dK/dV: Q, dO; dQ: K, V), as descriptors or not
+    if tma and common.HOST_DESCRIPTORS:
+        tma, hook = 2, block_shape_hook
+        streamed = tuple(host_descriptor(t) for t in streamed)
     constexprs = {
         "HEAD_DIM": D,
         "CAUSAL": causal,
         "STORED_P": stored,
         "IEEE": q.dtype == torch.float32,
-        "TMA": use_tma(q, k, v, do),
+        "TMA": tma,
     }
     name = "stored_p" if stored else "recompute"
     dkdv_args = (
-        q, k, v, do, lse, delta, p_arg, dk, dv, *q.stride(), *k.stride(), *v.stride(), *do.stride(), *p_strides,
-        *dk.stride(), *dv.stride(), H, Hkv, H // Hkv, Nq, Nk, qk_scale, sm_scale, bucket,
+        q, k, v, do, lse, delta, p_arg, dk, dv, *streamed[:2], *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+        *p_strides, *dk.stride(), *dv.stride(), H, Hkv, H // Hkv, Nq, Nk, qk_scale, sm_scale, bucket,
     )  # fmt: skip
     cfg_kv = launch(
         f"dkdv_{name}", "dkdv", _bwd_dkdv, lambda meta: (triton.cdiv(Nk, meta["BLOCK_N"]), B * Hkv), dkdv_args,
-        constexprs, space=BWD_DKDV_SPACE, forced=dkdv_config, interpret_config=INTERPRET_BWD,
+        constexprs, space=BWD_DKDV_SPACE, forced=dkdv_config, interpret_config=INTERPRET_BWD, pre_hook=hook,
     )  # fmt: skip
     dq_args = (
-        q, k, v, do, lse, delta, p_arg, dq, *q.stride(), *k.stride(), *v.stride(), *do.stride(), *p_strides,
-        *dq.stride(), H, H // Hkv, Nq, Nk, qk_scale, sm_scale, bucket,
+        q, k, v, do, lse, delta, p_arg, dq, *streamed[2:], *q.stride(), *k.stride(), *v.stride(), *do.stride(),
+        *p_strides, *dq.stride(), H, H // Hkv, Nq, Nk, qk_scale, sm_scale, bucket,
     )  # fmt: skip
     cfg_q = launch(
         f"dq_{name}", "dq", _bwd_dq, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), dq_args,
-        constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD,
+        constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD, pre_hook=hook,
     )  # fmt: skip
     _LAST_BWD_CONFIG.clear()
     _LAST_BWD_CONFIG.update({"dkdv": cfg_kv, "dq": cfg_q})

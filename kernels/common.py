@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = (32, 64, 128, 256)
 SUPPORTED_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
@@ -39,21 +40,11 @@ CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 # its order. A switch so that benchmarks/schedule_ab.py can measure both orders in one run.
 CAUSAL_HEAVY_FIRST = True
 
-# The FA2 forward issues each key block's P V matmul after the next block's Q K^T and before that block's
-# softmax, so that the tensor cores work while the softmax runs (FlashAttention-3's intra-warpgroup overlap).
-# A switch so that benchmarks/overlap_ab.py can measure both loop orders in one run.
-FWD_OVERLAP = False
-
-# With host descriptors, the FA2 forward also loads its Q tile and stores its O tile through them (shared
-# memory directly, no register round trip). A switch for benchmarks/kernel_configs.py's A/B.
-FWD_QO_TMA = True
-
-# With TMA on, the FA2 forward reads K and V through descriptors built once on the host (4-D, [B, H, N, D])
-# instead of two descriptors built by every program. A switch for benchmarks/kernel_configs.py's A/B.
-FWD_HOST_DESC = True
-
-# The FA2 forward keeps its Q tile in registers for the Q K^T matmul (wgmma's A operand from registers).
-FWD_Q_IN_REGISTERS = False
+# With TMA on, the FA2 forward and the backward passes move their tiles through 4-D tensor descriptors built
+# once on the host (True), not through per-head descriptors that every program builds in the kernel (False):
+# +1 to +3% for the forward on an H100 (benchmarks/h100-2026-11-22-s3/, BENCHMARKS.md). A switch so that both
+# can be measured in one run.
+HOST_DESCRIPTORS = True
 
 
 class KernelUnsupported(ValueError):
@@ -194,6 +185,24 @@ def use_tma(*tensors: torch.Tensor) -> bool:
     if not interpreting():
         _ensure_allocator()
     return True
+
+
+# Host descriptor argument names and the block dimension that sizes their tiles' rows.
+_DESCRIPTOR_ROWS = {"QD": "BLOCK_M", "OD": "BLOCK_M", "DOD": "BLOCK_M", "KD": "BLOCK_N", "VD": "BLOCK_N"}
+
+
+def host_descriptor(t: torch.Tensor) -> TensorDescriptor:
+    """A 4-D [B, H, N, D] tensor descriptor of `t` (checked by `use_tma`). Its block is [1, 1, rows, D], rows
+    set per config by `block_shape_hook`; loads past N are zero-filled within each head, stores are clipped."""
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[-1]])
+
+
+def block_shape_hook(nargs: dict[str, Any]) -> None:
+    """Give a launch's host descriptors (arguments named in _DESCRIPTOR_ROWS) the tile of the config about to
+    run; `launch` and the autotuner call it before every launch."""
+    for name, rows in _DESCRIPTOR_ROWS.items():
+        if isinstance(nargs.get(name), TensorDescriptor):
+            nargs[name].block_shape = [1, 1, nargs[rows], nargs["HEAD_DIM"]]
 
 
 @functools.cache

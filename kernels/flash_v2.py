@@ -30,7 +30,6 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import common
 from .backward import attention_backward
@@ -39,8 +38,10 @@ from .common import (
     INTERPRET_FWD,
     LOG2E,
     _set_last_config,
+    block_shape_hook,
     check_inputs,
     dot,
+    host_descriptor,
     launch,
     normalize_config,
     seq_bucket,
@@ -222,7 +223,7 @@ def _attn_fwd(
     LSE,  # [B, H, N_Q] fp32 contiguous: log2-sum-exp2 per row, +inf for rows that see no key
     KD,  # TMA == 2: host descriptor of K ([B, H_KV, N_K, D], block [1, 1, BLOCK_N, D]); else K again (unused)
     VD,  # the same for V
-    QD,  # TMA == 2 and QO_TMA: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q (unused)
+    QD,  # TMA == 2: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q again (unused)
     OD,  # the same for O
     stride_qz,
     stride_qh,
@@ -251,12 +252,10 @@ def _attn_fwd(
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots
     TMA: tl.constexpr,  # K/V through tensor descriptors (TMA, sm90+): 0 no, 1 made per program, 2 host (KD, VD)
     HEAVY_FIRST: tl.constexpr,  # causal: walk query blocks from the last (see common.CAUSAL_HEAVY_FIRST)
-    OVERLAP: tl.constexpr,  # issue the previous block's P V before this block's softmax (common.FWD_OVERLAP)
-    Q_IN_REGISTERS: tl.constexpr,  # Q K^T's A operand from registers (common.FWD_Q_IN_REGISTERS)
-    QO_TMA: tl.constexpr,  # with host descriptors, Q and O through them too (common.FWD_QO_TMA)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     WS: tl.constexpr = False,  # ask Triton to warp-specialize the key loops
+    OV: tl.constexpr = False,  # issue each block's P V after the next block's Q K^T (_fwd_block_overlapped)
 ):
     pid_m = tl.program_id(0)
     if CAUSAL and HEAVY_FIRST:
@@ -266,13 +265,15 @@ def _attn_fwd(
     h = (pid_bh % H).to(tl.int64)
     hkv = h // GROUP
     kv_b = (pid_bh // H).to(tl.int32)  # descriptor coordinates are 32-bit
-    kv_h = (pid_bh % H // GROUP).to(tl.int32)
+    q_h = (pid_bh % H).to(tl.int32)
+    kv_h = q_h // GROUP
     q_base = Q + b * stride_qz + h * stride_qh
     k_base = K + b * stride_kz + hkv * stride_kh
     v_base = V + b * stride_vz + hkv * stride_vh
     o_base = O + b * stride_oz + h * stride_oh
     if TMA == 2:
-        # The host's 4-D descriptors: loads past N_K are zero-filled per head, as below.
+        # The host's 4-D descriptors (no per-program descriptor to build): loads past N_K are zero-filled
+        # per head, never another head's rows.
         k_src = KD
         v_src = VD
     elif TMA:
@@ -285,20 +286,15 @@ def _attn_fwd(
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    if TMA == 2 and QO_TMA:
+    if TMA == 2:
         # Q straight into shared memory (rows past N_Q arrive as zeros); O leaves the same way below.
-        q = QD.load([kv_b, (pid_bh % H).to(tl.int32), pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+        q = QD.load([kv_b, q_h, pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
     else:
         q = tl.load(
             q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
             mask=offs_m[:, None] < N_Q,
             other=0.0,
         )
-    if Q_IN_REGISTERS:
-        # An elementwise op on Q (adding +0.0 changes no value) makes Triton feed every Q K^T wgmma from
-        # registers instead of shared memory: half the shared-memory reads of that matmul, one tile less of
-        # shared memory, 32-64 more registers per thread.
-        q = q + 0.0
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -313,7 +309,7 @@ def _attn_fwd(
         hi = N_K
         full_end = N_K
     full_end = (full_end // BLOCK_N) * BLOCK_N
-    if OVERLAP:
+    if OV:
         # Block 0 with the masked code (right for any block), then every later block overlapped with the
         # P V of the one before it, then the last block's P V. With no visible key (hi = 0), block 0 is
         # fully masked: p = 0, l = 0, and the row comes out empty below.
@@ -369,24 +365,14 @@ def _attn_fwd(
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
     row_ok = offs_m < N_Q
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
-    if TMA == 2 and QO_TMA:  # rows past N_Q are clipped by the descriptor's bounds
-        OD.store(
-            [kv_b, (pid_bh % H).to(tl.int32), pid_m * BLOCK_M, 0],
-            out.to(O.dtype.element_ty).reshape(1, 1, BLOCK_M, HEAD_DIM),
-        )
+    if TMA == 2:  # rows past N_Q are clipped by the descriptor's bounds
+        OD.store([kv_b, q_h, pid_m * BLOCK_M, 0], out.to(O.dtype.element_ty).reshape(1, 1, BLOCK_M, HEAD_DIM))
     else:
         tl.store(
             o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
             out.to(O.dtype.element_ty),
             mask=row_ok[:, None],
         )
-
-
-def _block_shape_hook(nargs: dict[str, Any]) -> None:
-    """Give the host descriptors the blocks of the config about to run (the autotuner calls this per config)."""
-    for name, rows in (("KD", "BLOCK_N"), ("VD", "BLOCK_N"), ("QD", "BLOCK_M"), ("OD", "BLOCK_M")):
-        if isinstance(nargs[name], TensorDescriptor):  # not when this launch takes another path
-            nargs[name].block_shape = [1, 1, nargs[rows], nargs["HEAD_DIM"]]
 
 
 def attention_forward(
@@ -404,12 +390,9 @@ def attention_forward(
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     tma = use_tma(q, k, v)
     kd, vd, qd, od, hook = k, v, q, o, None
-    if tma and common.FWD_HOST_DESC:
-        tma = 2
-        kd, vd, qd, od = (
-            TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, D]) for t in (k, v, q, o)
-        )
-        hook = _block_shape_hook
+    if tma and common.HOST_DESCRIPTORS:
+        tma, hook = 2, block_shape_hook
+        kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
     args = (
         q, k, v, o, lse, kd, vd, qd, od, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),
@@ -420,9 +403,6 @@ def attention_forward(
         "IEEE": q.dtype == torch.float32,
         "TMA": int(tma),
         "HEAVY_FIRST": common.CAUSAL_HEAVY_FIRST,
-        "OVERLAP": common.FWD_OVERLAP,
-        "QO_TMA": common.FWD_QO_TMA,
-        "Q_IN_REGISTERS": common.FWD_Q_IN_REGISTERS,
     }
     cfg = launch(
         "fwd_v2", "fwd", _attn_fwd, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
@@ -464,13 +444,14 @@ def flash_attn(
     q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D] with Hkv dividing H (GQA). D in 32/64/128/256; fp16, bf16 or fp32
     (fp32 and the CPU interpreter are for testing). causal is aligned bottom-right when Nq != Nk. sm_scale
     defaults to 1/sqrt(D). config forces the forward config ({"BLOCK_M", "BLOCK_N", "num_warps",
-    "num_stages"}, optionally "WS": 1 to ask Triton to warp-specialize the key loop); otherwise it is
-    autotuned on CUDA (one fixed config under TRITON_INTERPRET=1). On Hopper and newer, K and V stream through
-    tensor descriptors (TMA) when the inputs are 16-byte aligned; FLASHBENCH_TMA=0 turns that off.
+    "num_stages"}, optionally "WS": 1 to ask Triton to warp-specialize the key loop, "OV": 1 to overlap each
+    block's P V matmul with the next block's softmax); otherwise it is autotuned on CUDA (one fixed config
+    under TRITON_INTERPRET=1). On Hopper and newer, Q, K, V and O move through tensor descriptors (TMA) when
+    the inputs are 16-byte aligned; FLASHBENCH_TMA=0 turns that off.
     Differentiable: the backward recomputes P from Q, K and the saved log-sum-exp.
     Raises KernelUnsupported naming what is unsupported.
     """
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     if config is not None:
-        config = normalize_config("flash_attn", config, flags=("WS",))
+        config = normalize_config("flash_attn", config, flags=("WS", "OV"))
     return RecomputeAttention.apply(q, k, v, causal, sm_scale, config)

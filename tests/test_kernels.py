@@ -180,6 +180,50 @@ def test_tma_and_pointer_paths_agree(monkeypatch):
     torch.testing.assert_close(flash_attn(q, k, v, causal=True), with_tma, atol=2e-3, rtol=0)
 
 
+def test_host_and_per_program_descriptors_agree(monkeypatch):
+    """With TMA the FA2 forward (Q, K, V, O) and both backward passes (Q, dO; K, V) move their tiles through
+    4-D descriptors made on the host (the default); the per-head descriptors every program can build instead
+    (common.HOST_DESCRIPTORS = False) give the same numbers."""
+    from flashbench.kernels import common
+
+    made = []
+
+    class Spy(common.TensorDescriptor):
+        def __post_init__(self):
+            made.append(tuple(self.base.shape))
+            super().__post_init__()
+
+    monkeypatch.setattr(common, "TensorDescriptor", Spy)
+    q, k, v = inputs(2, 4, 2, 150, 130, 64, torch.float16, seed=12)
+    check(flash_attn, q, k, v, causal=True)
+    qs, kvs = tuple(q.shape), tuple(k.shape)
+    assert made == [kvs, kvs, qs, qs] + [qs, qs, kvs, kvs]  # forward K V Q O, backward Q dO K V
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    do = make(qs, torch.float16, seed=99)
+    host = [
+        flash_attn(*leaves, causal=True),
+        *torch.autograd.grad(flash_attn(*leaves, causal=True), leaves, do),
+    ]
+    monkeypatch.setattr(common, "HOST_DESCRIPTORS", False)
+    made.clear()
+    check(flash_attn, q, k, v, causal=True)
+    assert not made
+    per_program = [flash_attn(*leaves, causal=True)]
+    per_program += torch.autograd.grad(per_program[0], leaves, do)
+    for a, b in zip(host, per_program, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(("nq", "nk"), [(1, 1), (64, 64), (150, 150), (17, 130), (130, 17)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_overlapped_key_loop(causal, nq, nk):
+    """config "OV": each block's P V matmul is issued after the next block's Q K^T (a prologue block, a
+    pipelined loop, an epilogue P V). One-block, exact-multiple, ragged and empty-row cases."""
+    config = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "OV": 1}
+    check(flash_attn, *inputs(1, 2, 1, nq, nk, 32, torch.float16, seed=13), causal=causal, config=config)
+    assert last_config() == config
+
+
 def test_misaligned_view_takes_the_pointer_path():
     """A view starting 1 element into its storage breaks TMA's 16-byte rule: the pointer path must serve it."""
     base = make((1 * 2 * 60 * 32 + 1,), torch.float16, 9)
