@@ -1,9 +1,11 @@
 """Nsight Compute: where the forward's cycles go (tensor pipe, MUFU, FMA/ALU, issue slots, stalls) for the
 bundled kernel beside SDPA flash and cuDNN, at one of issue 7's shapes (bf16, d = 128, N = 8192, hidden 2048).
 
-    python3 benchmarks/ncu_pipes.py drive [--ncu ncu] [--causal]   # one profiled child per provider
+    python3 benchmarks/ncu_pipes.py drive [--ncu ncu] [--causal] [--providers P,...]   # one child per provider
     python3 benchmarks/ncu_pipes.py parse DIR                       # table from the saved raw CSVs
 
+A provider is triton (autotuned), triton@BM.BN.W.S (that forced config; a fifth number 1 adds the "OV" flag:
+P V overlapped with the next block's softmax), sdpa-flash or sdpa-cudnn.
 Each child warms up (Triton compile and autotune happen there, unprofiled), then brackets one forward call
 with cudaProfilerStart/Stop. ncu runs with --page raw and the SpeedOfLight, ComputeWorkloadAnalysis and
 WarpStateStats sections; the raw CSV of each provider is saved to $OUT (or results/ncu_pipes/).
@@ -20,7 +22,7 @@ import sys
 from pathlib import Path
 
 PROVIDERS = ("triton", "sdpa-flash", "sdpa-cudnn")
-SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "WarpStateStats")
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "WarpStateStats", "Occupancy", "LaunchStats")
 # Raw metric name fragments worth a column (first match per fragment, in this order).
 SHOW = (
     "gpu__time_duration.sum",
@@ -33,6 +35,11 @@ SHOW = (
     "sm__inst_executed_pipe_alu",
     "smsp__issue_active.avg.pct",
     "sm__warps_active.avg.pct_of_peak",
+    "launch__registers_per_thread",
+    "launch__shared_mem_per_block_dynamic",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_registers",
+    "launch__grid_size",
 )
 
 
@@ -43,8 +50,18 @@ def one(provider: str, causal: bool) -> None:
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     q, k, v = (torch.randn((2, 16, 8192, 128), device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    if provider == "triton":
-        call = lambda: flash_attn(q, k, v, causal=causal)  # noqa: E731
+    if provider.startswith("triton"):
+        config = None
+        if "@" in provider:
+            bm, bn, w, st, *ov = (int(x) for x in provider.split("@")[1].split("."))
+            config = {
+                "BLOCK_M": bm,
+                "BLOCK_N": bn,
+                "num_warps": w,
+                "num_stages": st,
+                **({"OV": 1} if ov else {}),
+            }
+        call = lambda: flash_attn(q, k, v, causal=causal, config=config)  # noqa: E731
     else:
         backend = SDPBackend.FLASH_ATTENTION if provider == "sdpa-flash" else SDPBackend.CUDNN_ATTENTION
 
@@ -61,10 +78,10 @@ def one(provider: str, causal: bool) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def drive(ncu: str, causal: bool) -> None:
+def drive(ncu: str, causal: bool, providers: tuple[str, ...] = PROVIDERS) -> None:
     out = Path(os.environ.get("OUT") or "results/ncu_pipes")
     out.mkdir(parents=True, exist_ok=True)
-    for provider in PROVIDERS:
+    for provider in providers:
         cmd = [ncu, "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base"]
         for section in SECTIONS:
             cmd += ["--section", section]
@@ -102,11 +119,12 @@ def main() -> None:
     ap.add_argument("arg", nargs="?")
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--providers", default=",".join(PROVIDERS))
     args = ap.parse_args()
     if args.what == "one":
         one(args.arg, args.causal)
     elif args.what == "drive":
-        drive(args.ncu, args.causal)
+        drive(args.ncu, args.causal, tuple(args.providers.split(",")))
     else:
         parse(Path(args.arg))
 
