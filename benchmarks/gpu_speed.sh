@@ -23,7 +23,7 @@ a)
     log "calibrate"
     timeout 120 flashbench calibrate >>"$OUT/stage.log" 2>&1
     log "compile the configs of the bundled kernels in parallel"
-    timeout 300 python3 benchmarks/kernel_configs.py warm --jobs 14 >"$OUT/warm.log" 2>&1
+    timeout 300 python3 benchmarks/kernel_configs.py warm --jobs 14 --kinds fwd,dkdv,dq --tma 1 >"$OUT/warm.log" 2>&1
     tail -2 "$OUT/warm.log" | tee -a "$OUT/stage.log"
     log "speed sweep started in the background"
     setsid nohup flashbench sweep --preset speed --out "$RUNS/speed" --force >"$RUNS/speed.log" 2>&1 </dev/null &
