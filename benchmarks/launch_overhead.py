@@ -1,4 +1,5 @@
-"""Host time per call of the bundled FA2 kernel (forced config, autotuned; TMA on and off) beside SDPA.
+"""Host time per call of the bundled FA2 kernel (forced config, autotuned; TMA off, TMA with per-program
+descriptors, TMA with host descriptors; forward and forward+backward) beside SDPA.
 
 A kernel whose Python launch path takes longer than its GPU work is measured as host time, not kernel time
 (the GPU waits for the next launch). This prints microseconds of host time per call (200 calls, no sync
@@ -16,7 +17,7 @@ import time
 
 import torch
 import triton
-from flashbench.kernels import flash_attn
+from flashbench.kernels import common, flash_attn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -38,31 +39,47 @@ def main() -> None:
     b, h, n, d = 8, 32, 2048, 64
     q, k, v = (torch.randn((b, h, n, d), device="cuda", dtype=torch.bfloat16) for _ in range(3))
 
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    do = torch.randn_like(q)
+
     def flash():
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return sdpa(q, k, v)
 
+    def flash_fwd_bwd():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return torch.autograd.grad(sdpa(*leaves), leaves, do)
+
     calls = {
-        "sdpa-flash": flash,
-        "triton forced": lambda: flash_attn(q, k, v, config=FORCED),
-        "triton autotuned": lambda: flash_attn(q, k, v),
+        "sdpa-flash fwd": flash,
+        "triton forced fwd": lambda: flash_attn(q, k, v, config=FORCED),
+        "triton autotuned fwd": lambda: flash_attn(q, k, v),
+        "sdpa-flash fwd+bwd": flash_fwd_bwd,
+        "triton fwd+bwd": lambda: torch.autograd.grad(flash_attn(*leaves), leaves, do),
     }
     worst, worst_us = None, 0.0
-    for tma in ("1", "0"):
+    for mode, tma, host in (
+        ("TMA off", "0", True),
+        ("per-program descriptors", "1", False),
+        ("host descriptors", "1", True),
+    ):
         os.environ["FLASHBENCH_TMA"] = tma
+        common.HOST_DESCRIPTORS = host
         for name, fn in calls.items():
+            if name.startswith("sdpa") and mode != "TMA off":
+                continue
             us = host_us(fn)
             ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-            print(f"TMA={tma} {name:18} host {us:9.1f} us/call   do_bench {ms:.3f} ms", flush=True)
-            if us > worst_us:
-                worst, worst_us = (tma, name, fn), us
+            print(f"{mode:24} {name:22} host {us:9.1f} us/call   do_bench {ms:.3f} ms", flush=True)
+            if us > worst_us and "fwd+bwd" not in name:
+                worst, worst_us = (tma, host, name, fn), us
     assert worst is not None
-    os.environ["FLASHBENCH_TMA"] = worst[0]
-    print(f"cProfile of 100 calls: TMA={worst[0]} {worst[1]}")
+    os.environ["FLASHBENCH_TMA"], common.HOST_DESCRIPTORS = worst[0], worst[1]
+    print(f"cProfile of 100 calls: TMA={worst[0]} host descriptors={worst[1]} {worst[2]}")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(100):
-        worst[2]()
+        worst[3]()
     prof.disable()
     torch.cuda.synchronize()
     pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
