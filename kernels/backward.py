@@ -511,12 +511,9 @@ def attention_backward(
     qk_scale = sm_scale * LOG2E
     bucket = seq_bucket(max(Nq, Nk))
     tma = int(use_tma(q, k, v, do))
-    streamed, hook = (
-        (q, do, k, v),
-        None,
-    )  # what each pass streams (dK/dV: Q, dO; dQ: K, V), as descriptors or not
+    streamed = (q, do, k, v)  # what each pass streams (dK/dV: Q, dO; dQ: K, V), as descriptors or not
     if tma and common.HOST_DESCRIPTORS:
-        tma, hook = 2, block_shape_hook
+        tma = 2
         streamed = tuple(host_descriptor(t) for t in streamed)
     constexprs = {
         "HEAD_DIM": D,
@@ -532,7 +529,7 @@ def attention_backward(
     )  # fmt: skip
     cfg_kv = launch(
         f"dkdv_{name}", "dkdv", _bwd_dkdv, lambda meta: (triton.cdiv(Nk, meta["BLOCK_N"]), B * Hkv), dkdv_args,
-        constexprs, space=BWD_DKDV_SPACE, forced=dkdv_config, interpret_config=INTERPRET_BWD, pre_hook=hook,
+        constexprs, space=BWD_DKDV_SPACE, forced=dkdv_config, interpret_config=INTERPRET_BWD, pre_hook=block_shape_hook,
     )  # fmt: skip
     dq_args = (
         q, k, v, do, lse, delta, p_arg, dq, *streamed[2:], *q.stride(), *k.stride(), *v.stride(), *do.stride(),
@@ -540,7 +537,7 @@ def attention_backward(
     )  # fmt: skip
     cfg_q = launch(
         f"dq_{name}", "dq", _bwd_dq, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), dq_args,
-        constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD, pre_hook=hook,
+        constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD, pre_hook=block_shape_hook,
     )  # fmt: skip
     _LAST_BWD_CONFIG.clear()
     _LAST_BWD_CONFIG.update({"dkdv": cfg_kv, "dq": cfg_q})

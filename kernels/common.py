@@ -433,6 +433,8 @@ def launch(
     constants that are not block sizes (e.g. Q_SPLIT). `name` keys the autotuner cache (one per kernel);
     `kind` selects the prune estimate ("fwd", "dkdv", "dq"). `pre_hook(args)` runs before every launch with
     the kernel's arguments by name, the config's included (host tensor descriptors take their block shape).
+    The autotuner of a name is built once, with the pre_hook of its first call: a kernel passes the same
+    pre_hook on every call (block_shape_hook leaves non-descriptor arguments alone), whichever path it takes.
     """
     extra = dict(extra or {})
     candidates: list[dict[str, Any]] = []  # configs to try in order; the first that compiles runs
@@ -474,6 +476,8 @@ def launch(
             continue
         return dict(config)
     tuner = _AUTOTUNERS.get(name)
+    if tuner is not None and tuner.configs[0].pre_hook is not pre_hook:
+        raise AssertionError(f"launch({name!r}): pre_hook differs from the one its autotuner was built with")
     if tuner is None:
         tuner = triton.autotune(
             configs=_configs(space, extra, pre_hook),

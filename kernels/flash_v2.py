@@ -389,9 +389,9 @@ def attention_forward(
     o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     tma = use_tma(q, k, v)
-    kd, vd, qd, od, hook = k, v, q, o, None
+    kd, vd, qd, od = k, v, q, o
     if tma and common.HOST_DESCRIPTORS:
-        tma, hook = 2, block_shape_hook
+        tma = 2
         kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
     args = (
         q, k, v, o, lse, kd, vd, qd, od, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
@@ -406,7 +406,7 @@ def attention_forward(
     }
     cfg = launch(
         "fwd_v2", "fwd", _attn_fwd, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
-        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD, pre_hook=hook,
+        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD, pre_hook=block_shape_hook,
     )  # fmt: skip
     _set_last_config(cfg)
     return o, lse, cfg
