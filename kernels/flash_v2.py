@@ -21,6 +21,13 @@ Cautions:
   - fp32 inputs use IEEE fp32 dots (no TF32) so that fp32 is a precise reference path, not a fast one.
   - GQA: query head h reads K/V head h // (heads // kv_heads).
   - Offsets of batch/head bases are int64 (B*H*N*D can pass 2^31 elements).
+  - Hopper and newer (`use_tma`): Q, K, V and O move through 4-D [B, H, N, D] tensor descriptors built on the
+    host (TMA == 2); loads past N are zero-filled within the head. The descriptors cost host time per call
+    (about +80 us measured on an H100, benchmarks/launch_overhead.py), which shows in eager timings of
+    problems smaller than that (BENCHMARKS.md); common.HOST_DESCRIPTORS = False builds per-head descriptors
+    in every program instead (TMA == 1).
+  - config "OV" issues each block's P V after the next block's Q K^T (_fwd_block_overlapped): +6 to +17% on
+    128-row 8-warp tiles on an H100, but no better than the best plain tile, so the autotuner does not try it.
 """
 
 from __future__ import annotations
@@ -167,21 +174,8 @@ def _fwd_block(
     )
     acc = acc * alpha[:, None]
     acc = _add_pv(
-        acc,
-        p.to(q.dtype),
-        v_src,
-        stride_vn,
-        stride_vd,
-        kv_b,
-        kv_h,
-        start_n,
-        N_K,
-        HEAD_DIM,
-        BLOCK_N,
-        MASK,
-        IEEE,
-        TMA,
-    )
+        acc, p.to(q.dtype), v_src, stride_vn, stride_vd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_N, MASK, IEEE, TMA,
+    )  # fmt: skip
     return acc, l_i, m_new
 
 
@@ -332,21 +326,8 @@ def _attn_fwd(
         last = (tl.maximum(hi, 1) - 1) // BLOCK_N * BLOCK_N
         acc = acc * alpha[:, None]
         acc = _add_pv(
-            acc,
-            p.to(q.dtype),
-            v_src,
-            stride_vn,
-            stride_vd,
-            kv_b,
-            kv_h,
-            last,
-            N_K,
-            HEAD_DIM,
-            BLOCK_N,
-            True,
-            IEEE,
-            TMA,
-        )
+            acc, p.to(q.dtype), v_src, stride_vn, stride_vd, kv_b, kv_h, last, N_K, HEAD_DIM, BLOCK_N, True, IEEE, TMA
+        )  # fmt: skip
     else:
         for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WS):
             acc, l_i, m_i = _fwd_block(
