@@ -26,8 +26,9 @@ Cautions:
     (about +80 us measured on an H100, benchmarks/launch_overhead.py), which shows in eager timings of
     problems smaller than that (BENCHMARKS.md); common.HOST_DESCRIPTORS = False builds per-head descriptors
     in every program instead (TMA == 1).
-  - config "OV" issues each block's P V after the next block's Q K^T (_fwd_block_overlapped): +6 to +17% on
-    128-row 8-warp tiles on an H100, but no better than the best plain tile, so the autotuner does not try it.
+  - config "OV" issues each block's P V after the next block's Q K^T (_fwd_block_overlapped). On an H100 it
+    sped up some 128-row 8-warp tiles at d=128 (up to +17%), slowed the 64-row and d=64 tiles, and never beat
+    the best plain tile (BENCHMARKS.md), so the autotuner does not try it.
 """
 
 from __future__ import annotations
