@@ -46,16 +46,16 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
     (128, 128, 8, 3), (128, 128, 4, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 2),
 ]  # fmt: skip
 FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specialization (TMA on)
-# Forward variants side by side per config (TMA on). A variant sets switches of kernels/common.py (FWD_*; the
-# others keep their defaults) and config flags of flash_attn: HOST_DESCRIPTORS=0 builds per-head descriptors
-# in every program instead of the host's 4-D ones (the backward passes' items vary only this); "OV" overlaps each block's P V matmul with the next block's
-# softmax (more registers and shared memory live). Variants measured and removed since (Q in registers, Q / O
-# through per-program descriptors) are in BENCHMARKS.md with the commit that had them.
+# Forward variants side by side per config (TMA on). A variant sets switches of kernels/common.py (the others
+# keep their defaults) and keys merged into the forced config: HOST_DESCRIPTORS=0 builds per-head descriptors
+# in every program instead of the host's 4-D ones; "OV" overlaps each block's P V matmul with the next
+# block's softmax; "maxnreg" caps the registers per thread (two 8-warp programs per SM at 128). Variants
+# measured and removed since (Q in registers, Q / O through per-program descriptors) are in BENCHMARKS.md with
+# the commit that had them. `--kinds bwdvariants` runs the backward passes' HOST_DESCRIPTORS A/B.
 FWD_VARIANT_CONFIGS = [
-    (128, 128, 8, 2), (128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 4, 2),
-    (64, 32, 4, 3),
+    (128, 128, 8, 2), (128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 2),
 ]  # fmt: skip
-FWD_VARIANTS = [{"HOST_DESCRIPTORS": 0}, {"HOST_DESCRIPTORS": 1}, {"HOST_DESCRIPTORS": 1, "OV": 1}]
+FWD_VARIANTS = [{"HOST_DESCRIPTORS": 1}, {"HOST_DESCRIPTORS": 1, "maxnreg": 128}]
 BWD_VARIANT_CONFIGS = {
     "dkdv": [(32, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 3)],
     "dq": [(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)],
@@ -65,7 +65,7 @@ SWITCHES = ("HOST_DESCRIPTORS",)
 DEFAULTS = {name: getattr(common, name) for name in SWITCHES}
 ROUNDS = 3  # --rounds: the variants of one shape are timed in rotation this many times (median of medians)
 
-KINDS = ("fwd", "dkdv", "dq", "sdpa", "variants")  # --kinds narrows the study
+KINDS = ("fwd", "dkdv", "dq", "sdpa", "variants", "bwdvariants")  # --kinds narrows the study
 TMA_MODES = (1, 0)  # --tma narrows it
 DKDV = [  # BLOCK_M query rows streamed, BLOCK_N keys resident
     (32, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 8, 2), (64, 128, 8, 3),
@@ -113,7 +113,7 @@ def items() -> list[dict[str, Any]]:
             for v in FWD_VARIANTS
         ]
         out += [
-            {**base, "kind": kind, "study": "variants", "tma": 1, "variant": v, "config": cfg(c)}
+            {**base, "kind": kind, "study": "bwdvariants", "tma": 1, "variant": v, "config": cfg(c)}
             for kind, configs in BWD_VARIANT_CONFIGS.items()
             for c in configs
             for v in BWD_VARIANTS
@@ -235,7 +235,7 @@ def time_all(out_path: str | None) -> list[dict[str, Any]]:
                         getattr(new[0], "n_regs", None),
                         getattr(new[0], "n_spills", None),
                     )
-                if it.get("study") == "variants":
+                if it.get("study") in ("variants", "bwdvariants"):
                     row["max_err"] = _max_err(out, data, causal, it["kind"])
             except Exception as exc:  # noqa: BLE001 - recorded
                 row["error"] = (
@@ -304,7 +304,7 @@ def summary(rows: list[dict[str, Any]]) -> None:
         print(f"    triton best fwd {fwd:.3f} ms; sdpa-flash/triton fwd = "
               f"{base.get(('sdpa-flash', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}; "
               f"sdpa-cudnn/triton fwd = {base.get(('sdpa-cudnn', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}")  # fmt: skip
-    var = [r for r in ok if r.get("study") == "variants"]
+    var = [r for r in ok if r.get("study") in ("variants", "bwdvariants")]
     if var:
         print("forward variants, TFLOP/s per variant [regs/spill bytes], max error vs cuDNN:")
     for d, causal, n in shapes():

@@ -32,6 +32,9 @@ SUPPORTED_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torc
 # exp(x) == exp2(x * log2(e)): the kernels fold log2(e) into the softmax scale and use exp2.
 LOG2E = 1.4426950408889634
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+# Launch options of a config besides num_warps / num_stages (not kernel arguments): "maxnreg" caps the
+# registers per thread, e.g. so that two 8-warp programs fit on one SM (65536 registers = 2 x 256 x 128).
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 
 
 # The causal FA2 forward walks its query blocks from the last, heaviest one, so that the light ones fill the
@@ -236,11 +239,11 @@ def unit_stride(t: torch.Tensor) -> torch.Tensor:
 INTERPRET_FWD = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 INTERPRET_BWD = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 
-# GPU forward space (BLOCK_M, BLOCK_N, num_warps, num_stages), pruned per head dim / dtype by `_fits`.
+# GPU forward space (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]), pruned per head dim / dtype by `_fits`.
 # Order matters: without autotuning (FLASHBENCH_AUTOTUNE=0) the first config that fits is used.
 # The first five won at least one of issue 7's shapes on an H100 (benchmarks/kernel_configs.py, BENCHMARKS.md);
 # the smaller tiles are there for D = 256 and for GPUs with less shared memory.
-FWD_SPACE: tuple[tuple[int, int, int, int], ...] = (
+FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (128, 64, 4, 2),
     (128, 128, 8, 3),
     (128, 64, 8, 3),
@@ -249,10 +252,12 @@ FWD_SPACE: tuple[tuple[int, int, int, int], ...] = (
     (128, 64, 4, 3),
     (64, 64, 4, 3),
     (64, 32, 4, 2),
+    (128, 64, 8, 2, 128),  # two 8-warp programs per SM at d <= 128 (ptxas: no spills at 128 registers)
+    (64, 128, 4, 2, 128),  # three 4-warp programs per SM at d = 64
 )
 # The stored-P and FA1-order forwards are measuring devices, not speed targets: a smaller space keeps their
 # autotune (and a sweep's compile time) short.
-VARIANT_FWD_SPACE: tuple[tuple[int, int, int, int], ...] = (
+VARIANT_FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (128, 64, 4, 3),
     (128, 64, 8, 3),
     (128, 128, 8, 3),
@@ -311,6 +316,12 @@ def estimate(kind: str, bm: int, bn: int, warps: int, stages: int, d: int, elem:
     return smem, regs
 
 
+def _config_dict(c: Sequence[int]) -> dict[str, int]:
+    """A space entry (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) as a config dict."""
+    out = dict(zip(CONFIG_KEYS, c[:4], strict=True))
+    return {**out, "maxnreg": c[4]} if len(c) > 4 else out
+
+
 def _fits(kind: str, bm: int, bn: int, warps: int, stages: int, d: int, elem: int, smem_limit: int) -> bool:
     smem, regs = estimate(kind, bm, bn, warps, stages, d, elem)
     # 160 fp32 registers per thread for the accumulators leaves room for pointers and temporaries before
@@ -340,26 +351,31 @@ def _make_prune(kind: str) -> Callable[..., list[triton.Config]]:
 
 
 def _configs(
-    space: Sequence[tuple[int, int, int, int]], extra: dict[str, Any], pre_hook: Callable | None = None
+    space: Sequence[tuple[int, ...]], extra: dict[str, Any], pre_hook: Callable | None = None
 ) -> list[triton.Config]:
     return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **extra}, num_warps=w, num_stages=s, pre_hook=pre_hook)
-        for bm, bn, w, s in space
+        triton.Config(
+            {"BLOCK_M": c[0], "BLOCK_N": c[1], **extra},
+            num_warps=c[2],
+            num_stages=c[3],
+            maxnreg=c[4] if len(c) > 4 else None,
+            pre_hook=pre_hook,
+        )
+        for c in space
     ]
 
 
 def default_config(
-    kind: str, space: Sequence[tuple[int, int, int, int]], d: int, elem: int, smem_limit: int = 232448
+    kind: str, space: Sequence[tuple[int, ...]], d: int, elem: int, smem_limit: int = 232448
 ) -> dict[str, Any]:
     """The first config of `space` (listed in order of preference) that fits; the smallest if none does.
 
     The default shared-memory limit is an H100's opt-in 227 KiB per block.
     """
-    for bm, bn, w, s in space:
-        if _fits(kind, bm, bn, w, s, d, elem, smem_limit):
-            return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
-    bm, bn, w, s = min(space, key=lambda c: (c[0] * c[1], c[3]))
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
+    for c in space:
+        if _fits(kind, *c[:4], d, elem, smem_limit):
+            return _config_dict(c)
+    return _config_dict(min(space, key=lambda c: (c[0] * c[1], c[3])))
 
 
 def seq_bucket(n: int) -> int:
@@ -379,7 +395,7 @@ def normalize_config(
         raise KernelUnsupported(
             f"{name}: config must be a dict like {{'BLOCK_M': 64, 'BLOCK_N': 64}}, got {config!r}"
         )
-    allowed = set(CONFIG_KEYS) | set(extra_keys) | set(flags)
+    allowed = set(CONFIG_KEYS) | {"maxnreg"} | set(extra_keys) | set(flags)
     unknown = sorted(set(config) - allowed)
     if unknown:
         raise KernelUnsupported(f"{name}: unknown config keys {unknown} (allowed: {sorted(allowed)})")
@@ -395,6 +411,8 @@ def normalize_config(
         raise KernelUnsupported(f"{name}: config num_warps={w!r} must be 1, 2, 4, 8 or 16")
     if not isinstance(cfg["num_stages"], int) or not 1 <= cfg["num_stages"] <= 8:
         raise KernelUnsupported(f"{name}: config num_stages={cfg['num_stages']!r} must be an int in 1..8")
+    if "maxnreg" in cfg and (not isinstance(cfg["maxnreg"], int) or not 24 <= cfg["maxnreg"] <= 255):
+        raise KernelUnsupported(f"{name}: config maxnreg={cfg['maxnreg']!r} must be an int in 24..255")
     for key in extra_keys:
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise KernelUnsupported(f"{name}: config {key}={cfg[key]!r} must be a positive int")
@@ -420,7 +438,7 @@ def launch(
     args: Sequence[Any],
     constexprs: dict[str, Any],
     *,
-    space: Sequence[tuple[int, int, int, int]],
+    space: Sequence[tuple[int, ...]],
     forced: dict[str, Any] | None = None,
     interpret_config: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
@@ -457,19 +475,15 @@ def launch(
         # The preferred config first, then the rest of the space: the shared-memory estimate is rough
         # (seen on an H200: FA1-order at D = 256 needed 295 KB where the estimate allowed 227 KB).
         first = default_config(kind, space, constexprs["HEAD_DIM"], args[0].element_size(), _max_shared_mem())
-        rest = [
-            {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
-            for bm, bn, w, s in sorted(space, key=lambda c: -c[0] * c[1] * c[3])
-        ]
+        rest = [_config_dict(c) for c in sorted(space, key=lambda c: -c[0] * c[1] * c[3])]
         candidates = [{**c, **extra} for c in [first, *[c for c in rest if c != first]]]
     for config in candidates:
-        meta = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
+        meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
+        options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
         if pre_hook is not None:
             pre_hook({**dict(zip(kernel.arg_names, args, strict=False)), **constexprs, **meta})
         try:
-            kernel[grid(meta)](
-                *args, **constexprs, **meta, num_warps=config["num_warps"], num_stages=config["num_stages"]
-            )
+            kernel[grid(meta)](*args, **constexprs, **meta, **options)
         except OutOfResources as exc:
             if user_forced or config is candidates[-1]:
                 raise KernelUnsupported(f"config {config} does not fit this GPU: {exc}") from None
@@ -493,7 +507,8 @@ def launch(
             f"no config of {name} fits this GPU for head_dim {constexprs.get('HEAD_DIM')}: {exc}"
         ) from None
     best = tuner.best_config
-    return {**best.kwargs, "num_warps": best.num_warps, "num_stages": best.num_stages}
+    cap = {"maxnreg": best.maxnreg} if best.maxnreg else {}
+    return {**best.kwargs, "num_warps": best.num_warps, "num_stages": best.num_stages, **cap}
 
 
 # ----------------------------------------------------------------------------------------------------------

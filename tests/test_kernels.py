@@ -224,6 +224,21 @@ def test_overlapped_key_loop(causal, nq, nk):
     assert last_config() == config
 
 
+def test_register_cap_is_a_launch_option():
+    """config "maxnreg" (two 8-warp programs per SM at 128 registers) is passed to the launch, reported back,
+    and does not change the numbers; a value out of range is refused."""
+    config = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "maxnreg": 128}
+    q, k, v = inputs(1, 2, 1, 70, 90, 32, torch.float16, seed=15)
+    check(flash_attn, q, k, v, causal=True, config=config)
+    assert last_config() == config
+    plain = {key: val for key, val in config.items() if key != "maxnreg"}
+    assert torch.equal(
+        flash_attn(q, k, v, causal=True, config=config), flash_attn(q, k, v, causal=True, config=plain)
+    )
+    with pytest.raises(KernelUnsupported, match="maxnreg"):
+        flash_attn(q, k, v, config={**config, "maxnreg": 7})
+
+
 def test_misaligned_view_takes_the_pointer_path():
     """A view starting 1 element into its storage breaks TMA's 16-byte rule: the pointer path must serve it."""
     base = make((1 * 2 * 60 * 32 + 1,), torch.float16, 9)
@@ -323,7 +338,8 @@ def test_gpu_autotuned_config(kernel, monkeypatch):
     q, k, v = inputs(1, 4, 2, 2048, 2048, 128, torch.bfloat16, seed=21)
     check(KERNELS[kernel], q, k, v, causal=True)
     cfg = last_config()
-    assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"]) in FWD_SPACE
+    entry = (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"])
+    assert entry + ((cfg["maxnreg"],) if "maxnreg" in cfg else ()) in FWD_SPACE
     check(KERNELS[kernel], q, k, v, causal=True, config=cfg, backward=False)
     assert last_config() == cfg
 
