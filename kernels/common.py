@@ -252,9 +252,11 @@ FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (128, 64, 4, 3),
     (64, 64, 4, 3),
     (64, 32, 4, 2),
-    (128, 64, 8, 2, 128),  # two 8-warp programs per SM at d <= 128 (ptxas: no spills at 128 registers)
-    (64, 128, 4, 2, 128),  # three 4-warp programs per SM at d = 64
 )
+# A register cap (a fifth entry, maxnreg) fits two 8-warp programs on an SM: measured on an H100, it lifts
+# (128, 64, 8, 2) at d=128 by 4-24% and (128, 128, 8, 2) at d=64 by 24-50%, but never past the best
+# uncapped tile, and (64, 128, 4, 2) capped at d=128 spills (8x slower); so the space has none
+# (BENCHMARKS.md). config={"maxnreg": 128, ...} forces one.
 # The stored-P and FA1-order forwards are measuring devices, not speed targets: a smaller space keeps their
 # autotune (and a sweep's compile time) short.
 VARIANT_FWD_SPACE: tuple[tuple[int, ...], ...] = (
