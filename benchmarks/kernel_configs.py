@@ -44,18 +44,18 @@ DEVICE = "cuda"
 FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
     (128, 64, 4, 2), (128, 64, 4, 3), (128, 64, 4, 4), (128, 64, 8, 3), (128, 128, 8, 2),
     (128, 128, 8, 3), (128, 128, 4, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 128, 4, 2), (64, 32, 4, 2),
+    # one warpgroup per 128 query rows: 4 warps x 128 rows, or two warpgroups sharing K/V tiles (8 x 256)
+    (128, 32, 4, 2), (256, 64, 8, 2), (256, 64, 8, 3), (256, 32, 8, 2), (256, 32, 8, 3),
 ]  # fmt: skip
-FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specialization (TMA on)
+FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specialization (TMA on; --kinds ws)
 # Forward variants side by side per config (TMA on). A variant sets switches of kernels/common.py (the others
 # keep their defaults) and keys merged into the forced config: HOST_DESCRIPTORS=0 builds per-head descriptors
 # in every program instead of the host's 4-D ones; "OV" overlaps each block's P V matmul with the next
-# block's softmax; "maxnreg" caps the registers per thread (two 8-warp programs per SM at 128). Variants
-# measured and removed since (Q in registers, Q / O through per-program descriptors) are in BENCHMARKS.md with
+# block's softmax; "maxnreg" caps the registers per thread (two 8-warp programs per SM at 128); "LR" rescales
+# lazily (flash_v2._fwd_block). Variants measured and removed since (Q in registers, Q / O through per-program descriptors) are in BENCHMARKS.md with
 # the commit that had them. `--kinds bwdvariants` runs the backward passes' HOST_DESCRIPTORS A/B.
-FWD_VARIANT_CONFIGS = [
-    (128, 128, 8, 2), (128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 2),
-]  # fmt: skip
-FWD_VARIANTS = [{"HOST_DESCRIPTORS": 1}, {"HOST_DESCRIPTORS": 1, "maxnreg": 128}]
+FWD_VARIANT_CONFIGS = [c[:4] for c in common.FWD_SPACE[:7]]  # the autotuner's configs for d = 64 and 128
+FWD_VARIANTS = [{"HOST_DESCRIPTORS": 1}, {"HOST_DESCRIPTORS": 1, "LR": 1}]
 BWD_VARIANT_CONFIGS = {
     "dkdv": [(32, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 3)],
     "dq": [(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)],
@@ -65,7 +65,7 @@ SWITCHES = ("HOST_DESCRIPTORS",)
 DEFAULTS = {name: getattr(common, name) for name in SWITCHES}
 ROUNDS = 3  # --rounds: the variants of one shape are timed in rotation this many times (median of medians)
 
-KINDS = ("fwd", "dkdv", "dq", "sdpa", "variants", "bwdvariants")  # --kinds narrows the study
+KINDS = ("fwd", "ws", "dkdv", "dq", "sdpa", "variants", "bwdvariants")  # --kinds narrows the study
 TMA_MODES = (1, 0)  # --tma narrows it
 DKDV = [  # BLOCK_M query rows streamed, BLOCK_N keys resident
     (32, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 8, 2), (64, 128, 8, 3),
@@ -106,7 +106,7 @@ def items() -> list[dict[str, Any]]:
             out += [{**base, "kind": "fwd", "tma": tma, "config": cfg(c)} for c in FWD]
             out += [{**base, "kind": "dkdv", "tma": tma, "config": cfg(c)} for c in DKDV]
             out += [{**base, "kind": "dq", "tma": tma, "config": cfg(c)} for c in DQ]
-        out += [{**base, "kind": "fwd", "tma": 1, "config": cfg(c, WS=1)} for c in FWD_WS]
+        out += [{**base, "kind": "fwd", "study": "ws", "tma": 1, "config": cfg(c, WS=1)} for c in FWD_WS]
         out += [
             {**base, "kind": "fwd", "study": "variants", "tma": 1, "variant": v, "config": cfg(c)}
             for c in FWD_VARIANT_CONFIGS
