@@ -51,11 +51,11 @@ FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specializat
 # Forward variants side by side per config (TMA on). A variant sets switches of kernels/common.py (the others
 # keep their defaults) and keys merged into the forced config: HOST_DESCRIPTORS=0 builds per-head descriptors
 # in every program instead of the host's 4-D ones; "OV" overlaps each block's P V matmul with the next
-# block's softmax; "maxnreg" caps the registers per thread (two 8-warp programs per SM at 128); "LR" rescales
-# lazily (flash_v2._fwd_block). Variants measured and removed since (Q in registers, Q / O through per-program descriptors) are in BENCHMARKS.md with
-# the commit that had them. `--kinds bwdvariants` runs the backward passes' HOST_DESCRIPTORS A/B.
+# block's softmax; "maxnreg" caps the registers per thread (two 8-warp programs per SM at 128). Variants
+# measured and removed since (Q in registers, Q / O through per-program descriptors, lazy rescaling "LR") are
+# in BENCHMARKS.md with the commit that had them. `--kinds bwdvariants` runs the backward passes' HOST_DESCRIPTORS A/B.
 FWD_VARIANT_CONFIGS = [c[:4] for c in common.FWD_SPACE[:7]]  # the autotuner's configs for d = 64 and 128
-FWD_VARIANTS = [{"HOST_DESCRIPTORS": 1}, {"HOST_DESCRIPTORS": 1, "LR": 1}]
+FWD_VARIANTS = [{"HOST_DESCRIPTORS": 1}, {"HOST_DESCRIPTORS": 1, "maxnreg": 128}]
 BWD_VARIANT_CONFIGS = {
     "dkdv": [(32, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 3)],
     "dq": [(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)],

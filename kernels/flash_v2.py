@@ -56,11 +56,6 @@ from .common import (
     use_tma,
 )
 
-# Lazy rescaling (config "LR"): the running max is left behind until some row's block max passes it by
-# more than this many base-2 units (a factor 2^8 = 256, FlashAttention-4's threshold); fp32 acc and l and a
-# bf16/fp16 P hold values that large with no loss.
-LAZY_SLACK = tl.constexpr(8.0)
-
 
 @triton.jit
 def _scores(
@@ -168,35 +163,17 @@ def _online_softmax(
 def _fwd_block(
     acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
     N_K, CAUSAL_OFF, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr, LAZY: tl.constexpr,
+    CAUSAL: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """One key block in FA2 order: S = Q K^T, softmax, rescale, acc += P V (the tensor cores wait for the
-    softmax).
-
-    LAZY (mask-free blocks only): the running max moves, and acc and l are rescaled, only when some row's
-    max grows by more than LAZY_SLACK (base-2 units) since the last rescale; otherwise P is taken relative
-    to the older, smaller max (P <= 2^LAZY_SLACK, exact after the final acc / l). This skips the
-    BLOCK_M x HEAD_DIM multiplications of acc on most blocks (FlashAttention-4's conditional rescaling,
-    decided per program here since Triton has no per-warp branch).
-    """
+    softmax)."""
     qk = _scores(
         q, k_src, stride_kn, stride_kd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, MASK, IEEE, TMA
     )
-    if LAZY and not MASK:
-        m_cand = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        if tl.max(m_cand - m_i, 0) > LAZY_SLACK:  # the first block always (m_i = -inf)
-            alpha = tl.math.exp2(m_i - m_cand)
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_cand
-        p = tl.math.exp2(qk * qk_scale - m_i[:, None])
-        l_i = l_i + tl.sum(p, 1)
-        m_new = m_i
-    else:
-        p, alpha, l_i, m_new = _online_softmax(
-            qk, l_i, m_i, start_n, offs_m, N_K, CAUSAL_OFF, qk_scale, BLOCK_N, CAUSAL, MASK
-        )
-        acc = acc * alpha[:, None]
+    p, alpha, l_i, m_new = _online_softmax(
+        qk, l_i, m_i, start_n, offs_m, N_K, CAUSAL_OFF, qk_scale, BLOCK_N, CAUSAL, MASK
+    )
+    acc = acc * alpha[:, None]
     acc = _add_pv(
         acc, p.to(q.dtype), v_src, stride_vn, stride_vd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_N, MASK, IEEE, TMA,
     )  # fmt: skip
@@ -274,7 +251,6 @@ def _attn_fwd(
     BLOCK_N: tl.constexpr,
     WS: tl.constexpr = False,  # ask Triton to warp-specialize the key loops
     OV: tl.constexpr = False,  # issue each block's P V after the next block's Q K^T (_fwd_block_overlapped)
-    LR: tl.constexpr = False,  # lazy rescaling in the mask-free key loop (_fwd_block's LAZY)
 ):
     pid_m = tl.program_id(0)
     if CAUSAL and HEAVY_FIRST:
@@ -357,12 +333,12 @@ def _attn_fwd(
         for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WS):
             acc, l_i, m_i = _fwd_block(
                 acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
-                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA, LR,
+                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
             )  # fmt: skip
         for start_n in tl.range(full_end, hi, BLOCK_N, warp_specialize=WS):
             acc, l_i, m_i = _fwd_block(
                 acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
-                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE, TMA, LR,
+                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE, TMA,
             )  # fmt: skip
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
@@ -459,5 +435,5 @@ def flash_attn(
     """
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     if config is not None:
-        config = normalize_config("flash_attn", config, flags=("WS", "OV", "LR"))
+        config = normalize_config("flash_attn", config, flags=("WS", "OV"))
     return RecomputeAttention.apply(q, k, v, causal, sm_scale, config)

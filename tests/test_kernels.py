@@ -224,35 +224,6 @@ def test_overlapped_key_loop(causal, nq, nk):
     assert last_config() == config
 
 
-def _ramped_keys(nk: int, block: int, d: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v whose key blocks 2.. are scaled up 6x: the row maxima jump at block 2 (lazy rescaling must
-    rescale) and drift up by less than its slack elsewhere (it must keep the old max, P > 1)."""
-    q, k, v = inputs(1, 2, 1, nk, nk, d, torch.float16, seed=seed)
-    ramp = torch.ones(nk, 1, dtype=torch.float16, device=k.device)
-    ramp[2 * block :] = 6.0
-    return q, k * ramp, v
-
-
-@pytest.mark.parametrize(("nq", "nk"), [(160, 160), (150, 170), (17, 130), (1, 1)])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_lazy_rescale(causal, nq, nk):
-    """config "LR": the running max (and acc, l) move only when a row's max grows by more than 2^8; both
-    the rescale and the keep-the-old-max paths run (checked on the data), ragged and causal blocks too."""
-    config = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "LR": 1}
-    q, k, v = _ramped_keys(max(nq, nk), 32, 32, seed=21)
-    q, k, v = q[:, :, :nq], k[:, :, :nk], v[:, :, :nk]
-    if nk >= 5 * 32:
-        # base-2 block maxima per row: a jump past the slack at block 2, drift within it after
-        s = (q.double() @ k.double().transpose(-1, -2))[0, 0] * 32**-0.5 * math.log2(math.e)
-        blocks = torch.stack([s[:, j : j + 32].amax(1) for j in (0, 32, 64, 96, 128)], 1)
-        assert bool(((blocks[:, 2] - blocks[:, :2].amax(1)) > 8).any())
-        assert bool(((blocks[:, 3:].amax(1) - blocks[:, 2]) > 0).any())
-    check(flash_attn, q, k, v, causal=causal, config=config)
-    assert last_config() == config
-    with pytest.raises(KernelUnsupported, match="LR"):
-        flash_attn(q, k, v, config={**config, "LR": 2})
-
-
 def test_register_cap_is_a_launch_option():
     """config "maxnreg" (two 8-warp programs per SM at 128 registers) is passed to the launch, reported back,
     and does not change the numbers; a value out of range is refused."""
