@@ -6,16 +6,20 @@ the interpreter's single config, or the autotuner.
 
 Config selection, decided at call time (never at import):
   - `config=` given      -> that forward config, validated, no autotuning;
-  - TRITON_INTERPRET=1   -> one fixed config (`@triton.autotune` with 2+ configs fails under the interpreter);
+  - TRITON_INTERPRET=1   -> one fixed config (timing the interpreter would pick nothing useful);
   - FLASHBENCH_AUTOTUNE=0 -> the first config of the space that fits (`default_config`), no autotuning;
-  - otherwise (CUDA)     -> `triton.autotune` over a small space, keyed on the sequence-length bucket, head dim
-                            and causal flag (triton appends every tensor argument's dtype to the key), with
-                            configs pruned when their shared-memory or register estimate cannot fit.
+  - otherwise (CUDA)     -> autotune.tune over a small space, keyed on the sequence-length bucket, the
+                            compile-time arguments (head dim, causal, TMA, ...), the tensors' dtypes and the
+                            GPU, with configs pruned when their shared-memory or register estimate cannot fit;
+                            candidates timed in rotation, the pick cached on disk (kernels/autotune.py).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
+import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -24,8 +28,11 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.runtime import errors as triton_errors
 from triton.runtime.errors import OutOfResources
 from triton.tools.tensor_descriptor import TensorDescriptor
+
+from . import autotune
 
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = (32, 64, 128, 256)
 SUPPORTED_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
@@ -324,47 +331,27 @@ def _config_dict(c: Sequence[int]) -> dict[str, int]:
     return {**out, "maxnreg": c[4]} if len(c) > 4 else out
 
 
+# fp32 accumulator registers per thread (estimate) a config may need, of the 255 a thread can have. 160 keeps
+# the backward's tiles from spilling. The 16-bit forward's (128, 64, 4, 2) at d = 128 needs 192 and is the
+# fastest d = 128 forward on an H100 (ptxas: 255 registers, 20-26 bytes spilled; two 4-warp programs per SM);
+# the old limit of 160 kept it out of the autotuner's reach (benchmarks/h100-2026-11-22-s4/configs8_wg.json,
+# BENCHMARKS.md). fp32 inputs (FMA dots, no tensor cores) keep 160.
+def register_budget(kind: str, elem: int) -> int:
+    return 192 if kind == "fwd" and elem <= 2 else 160
+
+
 def _fits(kind: str, bm: int, bn: int, warps: int, stages: int, d: int, elem: int, smem_limit: int) -> bool:
     smem, regs = estimate(kind, bm, bn, warps, stages, d, elem)
-    # 160 fp32 registers per thread for the accumulators leaves room for pointers and temporaries before
-    # the compiler spills (the limit is 255 per thread).
-    return smem <= smem_limit and regs <= 160
+    return smem <= smem_limit and regs <= register_budget(kind, elem)
 
 
-def _make_prune(kind: str) -> Callable[..., list[triton.Config]]:
-    def prune(configs: list[triton.Config], named_args: dict[str, Any], **kwargs: Any) -> list[triton.Config]:
-        args = {**named_args, **kwargs}
-        d = int(args["HEAD_DIM"])
-        elem = args["Q"].element_size()
-        limit = _max_shared_mem()
-        kept = [
-            c
-            for c in configs
-            if _fits(
-                kind, c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, d, elem, limit
-            )
-        ]
-        if kept:
-            return kept
-        # Nothing passes the estimate: keep the smallest tiles and let the compiler decide.
-        return [min(configs, key=lambda c: (c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"], c.num_stages))]
-
-    return prune
-
-
-def _configs(
-    space: Sequence[tuple[int, ...]], extra: dict[str, Any], pre_hook: Callable | None = None
-) -> list[triton.Config]:
-    return [
-        triton.Config(
-            {"BLOCK_M": c[0], "BLOCK_N": c[1], **extra},
-            num_warps=c[2],
-            num_stages=c[3],
-            maxnreg=c[4] if len(c) > 4 else None,
-            pre_hook=pre_hook,
-        )
-        for c in space
-    ]
+def _candidates(
+    kind: str, space: Sequence[tuple[int, ...]], d: int, elem: int, smem_limit: int
+) -> list[dict[str, int]]:
+    """The configs of `space` the autotuner tries: those whose estimate fits; if none does, the smallest tile
+    (the compiler decides)."""
+    kept = [_config_dict(c) for c in space if _fits(kind, *c[:4], d, elem, smem_limit)]
+    return kept or [_config_dict(min(space, key=lambda c: (c[0] * c[1], c[3])))]
 
 
 def default_config(
@@ -428,8 +415,10 @@ def normalize_config(
 # Launching
 # ----------------------------------------------------------------------------------------------------------
 
-# Autotuners are built lazily on the first CUDA launch (never under the interpreter), one per kernel.
-_AUTOTUNERS: dict[str, Any] = {}
+# A config that does not fit the GPU fails to compile with one of these.
+_UNFIT: tuple[type[BaseException], ...] = tuple(
+    e for e in (OutOfResources, getattr(triton_errors, "PTXASError", None)) if isinstance(e, type)
+)
 
 
 def launch(
@@ -450,11 +439,10 @@ def launch(
 
     `args` are positional (the autotune key `N_BUCKET` and the `Q` tensor must be among the kernel's
     positional parameters); `constexprs` are the non-tuned compile-time arguments; `extra` are tuned-space
-    constants that are not block sizes (e.g. Q_SPLIT). `name` keys the autotuner cache (one per kernel);
+    constants that are not block sizes (e.g. Q_SPLIT). `name` keys the autotune cache (one per kernel);
     `kind` selects the prune estimate ("fwd", "dkdv", "dq"). `pre_hook(args)` runs before every launch with
     the kernel's arguments by name, the config's included (host tensor descriptors take their block shape).
-    The autotuner of a name is built once, with the pre_hook of its first call: a kernel passes the same
-    pre_hook on every call (block_shape_hook leaves non-descriptor arguments alone), whichever path it takes.
+    Autotuning: kernels/autotune.py (candidates timed in rotation, the pick cached on disk).
     """
     extra = dict(extra or {})
     candidates: list[dict[str, Any]] = []  # configs to try in order; the first that compiles runs
@@ -480,37 +468,67 @@ def launch(
         rest = [_config_dict(c) for c in sorted(space, key=lambda c: -c[0] * c[1] * c[3])]
         candidates = [{**c, **extra} for c in [first, *[c for c in rest if c != first]]]
     for config in candidates:
-        meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
-        options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
-        if pre_hook is not None:
-            pre_hook({**dict(zip(kernel.arg_names, args, strict=False)), **constexprs, **meta})
         try:
-            kernel[grid(meta)](*args, **constexprs, **meta, **options)
-        except OutOfResources as exc:
+            _run_config(kernel, grid, args, constexprs, config, pre_hook)
+        except _UNFIT as exc:
             if user_forced or config is candidates[-1]:
                 raise KernelUnsupported(f"config {config} does not fit this GPU: {exc}") from None
             continue
         return dict(config)
-    tuner = _AUTOTUNERS.get(name)
-    if tuner is not None and tuner.configs[0].pre_hook is not pre_hook:
-        raise AssertionError(f"launch({name!r}): pre_hook differs from the one its autotuner was built with")
-    if tuner is None:
-        tuner = triton.autotune(
-            configs=_configs(space, extra, pre_hook),
-            key=["N_BUCKET", *sorted(constexprs)],
-            cache_results=True,
-            prune_configs_by={"early_config_prune": _make_prune(kind)},
-        )(kernel)
-        _AUTOTUNERS[name] = tuner
+    d, elem = constexprs["HEAD_DIM"], args[0].element_size()
+    named = dict(zip(kernel.arg_names, args, strict=False))
+    pool = [{**c, **extra} for c in _candidates(kind, space, d, elem, _max_shared_mem())]
+    device = _device_name(args[0].device.index or 0)
+    key = (
+        name,
+        int(named["N_BUCKET"]),
+        tuple(sorted(constexprs.items())),
+        tuple(str(a.dtype) for a in args if isinstance(a, torch.Tensor)),
+        device,
+    )
+    identity = (name, kind, _source_key(kernel), triton.__version__, device, json.dumps(pool, sort_keys=True))
     try:
-        tuner[grid](*args, **constexprs)
-    except OutOfResources as exc:  # every pruned config failed to compile on this GPU
-        raise KernelUnsupported(
-            f"no config of {name} fits this GPU for head_dim {constexprs.get('HEAD_DIM')}: {exc}"
-        ) from None
-    best = tuner.best_config
-    cap = {"maxnreg": best.maxnreg} if best.maxnreg else {}
-    return {**best.kwargs, "num_warps": best.num_warps, "num_stages": best.num_stages, **cap}
+        config = autotune.tune(
+            key,
+            pool,
+            lambda c: _run_config(kernel, grid, args, constexprs, c, pre_hook),
+            unfit=_UNFIT,
+            path=autotune.cache_file(name, identity),
+        )
+    except _UNFIT as exc:  # every candidate failed to compile on this GPU
+        raise KernelUnsupported(f"no config of {name} fits this GPU for head_dim {d}: {exc}") from None
+    _run_config(kernel, grid, args, constexprs, config, pre_hook)
+    return config
+
+
+def _run_config(
+    kernel: Any,
+    grid: Callable[[dict[str, Any]], tuple[int, ...]],
+    args: Sequence[Any],
+    constexprs: dict[str, Any],
+    config: dict[str, Any],
+    pre_hook: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """Launch `kernel` once with `config` (block sizes and flags as kernel arguments, the rest as options)."""
+    meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
+    options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+    if pre_hook is not None:
+        pre_hook({**dict(zip(kernel.arg_names, args, strict=False)), **constexprs, **meta})
+    kernel[grid(meta)](*args, **constexprs, **meta, **options)
+
+
+@functools.cache
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def _source_key(kernel: Any) -> str:
+    """Triton's hash of a @triton.jit function's source and the jit functions it calls (under the interpreter,
+    a hash of the function's own source)."""
+    key = getattr(kernel, "cache_key", None)
+    if key is None:
+        key = hashlib.sha256(inspect.getsource(getattr(kernel, "fn", kernel)).encode()).hexdigest()
+    return str(key)
 
 
 # ----------------------------------------------------------------------------------------------------------
