@@ -91,6 +91,12 @@ def _bench_ms(fn: Callable[[], None]) -> float:
     return float(triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median"))
 
 
+def lookup(key: tuple) -> dict[str, Any] | None:
+    """The pick for `key` made or read earlier in this process (no disk access: the per-call fast path)."""
+    config = _MEMORY.get(key)
+    return None if config is None else dict(config)
+
+
 def tune(
     key: tuple,
     candidates: Sequence[dict[str, Any]],
@@ -109,7 +115,7 @@ def tune(
     """
     if key in _MEMORY:
         return dict(_MEMORY[key])
-    skey = json.dumps(key, default=str)
+    skey = json.dumps([str(part) for part in key])
     if path is not None:
         hit = _read(path).get(skey)
         if isinstance(hit, dict) and _valid(hit.get("config"), candidates):
