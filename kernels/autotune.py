@@ -1,18 +1,21 @@
-"""Config autotuning for the bundled kernels: the candidates timed in rotation, the pick cached on disk.
+"""Config autotuning for the bundled kernels: the candidates timed interleaved, the pick cached on disk.
 
-Why not `triton.autotune`: it times the candidates one after another, once each, so a GPU that heats up and
-lowers its clocks while it tunes favours whichever configs come first (on an H100 the pick for one shape
-changed from one run to the next, BENCHMARKS.md); and it silently skips its on-disk cache when a config has a
-pre-hook, which the host tensor descriptors need (triton/runtime/autotuner.py, `check_disk_cache`).
+Why not `triton.autotune`: it times the candidates one after another (do_bench, ~100 ms each), so when the GPU
+changes its clocks while it tunes (an H100 near its power limit does, by 10-20% within a second) each
+candidate is measured under different clocks; on an H100 the pick for one shape changed from run to run, and
+a rotation of whole do_bench rounds still picked tiles 5-8% slower than the best (BENCHMARKS.md). It also
+silently skips its on-disk cache when a config has a pre-hook, which the host tensor descriptors need
+(triton/runtime/autotuner.py, `check_disk_cache`).
 
-Per key (kernel name, sequence-length bucket, compile-time arguments, argument dtypes, GPU):
+Per key (kernel name, sequence-length bucket, compile-time arguments, Q's dtype, GPU):
   1. every candidate is compiled and run once; one that does not fit the GPU (out of shared memory or
      registers, a ptxas failure) is dropped;
-  2. ROUNDS rounds time every remaining candidate with triton.testing.do_bench (median of its samples, L2
-     flushed before each), the order reversed every other round, so each candidate is sampled across the
-     whole tuning window rather than in one slice of it;
-  3. the candidate with the lowest median of its round medians wins (ties: the earlier in the space).
-The pick and every candidate's round times are kept in memory and in a JSON file per kernel under
+  2. the remaining candidates are timed interleaved, one sample each per cycle (L2 flushed before every
+     sample, CUDA events around the call), the order reversed every other cycle, for as many cycles as fit
+     in about BUDGET_S seconds of GPU time (at least MIN_SAMPLES, at most MAX_SAMPLES): neighbouring samples
+     of different candidates run under the same clocks;
+  3. the candidate with the lowest median sample wins (ties: the earlier in the space).
+The pick and every candidate's sample summary are kept in memory and in a JSON file per kernel under
 $FLASHBENCH_HOME/autotune (else ${XDG_CACHE_HOME:-~/.cache}/flashbench/autotune), named by a hash of the
 kernel's source (Triton's cache key), the Triton version, the GPU name and the candidate list, so an edited
 kernel, another Triton or another GPU tunes afresh. FLASHBENCH_AUTOTUNE_CACHE=0 keeps picks in memory only.
@@ -32,13 +35,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROUNDS = 3
-WARMUP_MS = 10  # per candidate and round, do_bench's warmup and measuring windows
-REP_MS = 40
+BUDGET_S = 1.0  # GPU time per key spent on timing samples (besides the compile-and-run pass)
+MIN_SAMPLES = 5
+MAX_SAMPLES = 100
+FLUSH_BYTES = 256 * 1024 * 1024  # written before each sample: more than any GPU's L2
 
 # key -> the tuned config; one process-wide table for every kernel (the key starts with the kernel's name)
 _MEMORY: dict[tuple, dict[str, Any]] = {}
-# key -> {"config": ..., "rounds_ms": [[...] per candidate]} of the most recent tuning in this process
+# key -> {"config": ..., "median_ms": [...], ...} of the most recent tuning in this process
 _REPORTS: dict[tuple, dict[str, Any]] = {}
 
 
@@ -85,10 +89,34 @@ def _valid(config: Any, candidates: Sequence[dict[str, Any]]) -> bool:
     return isinstance(config, dict) and config in candidates
 
 
-def _bench_ms(fn: Callable[[], None]) -> float:
-    import triton.testing
+def _interleaved_ms(fns: Sequence[Callable[[], None]]) -> list[list[float]]:
+    """Milliseconds per sample of each zero-argument CUDA callable, sampled interleaved (see the module doc)."""
+    import torch
 
-    return float(triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median"))
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+    def cycles(count: int, first: int = 0) -> list[list[float]]:
+        marks = []
+        for c in range(first, first + count):
+            order = range(len(fns)) if c % 2 == 0 else range(len(fns) - 1, -1, -1)
+            for i in order:
+                flush.zero_()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fns[i]()
+                end.record()
+                marks.append((i, start, end))
+        torch.cuda.synchronize()
+        out: list[list[float]] = [[] for _ in fns]
+        for i, start, end in marks:
+            out[i].append(start.elapsed_time(end))
+        return out
+
+    probe = cycles(1)  # one cycle sizes the rest
+    per_cycle_s = sum(t[0] for t in probe) / 1e3 + len(fns) * FLUSH_BYTES / 2e12
+    count = int(min(MAX_SAMPLES, max(MIN_SAMPLES, BUDGET_S / max(per_cycle_s, 1e-6)))) - 1
+    rest = cycles(count, first=1)
+    return [p + r for p, r in zip(probe, rest, strict=True)]
 
 
 def lookup(key: tuple) -> dict[str, Any] | None:
@@ -104,14 +132,14 @@ def tune(
     *,
     unfit: tuple[type[BaseException], ...],
     path: Path | None,
-    bench: Callable[[Callable[[], None]], float] | None = None,
+    bench: Callable[[Sequence[Callable[[], None]]], list[list[float]]] | None = None,
 ) -> dict[str, Any]:
     """The best of `candidates` for `key`; `run(config)` launches the kernel once with a config.
 
     `unfit` are the exceptions that mean "this config does not fit the GPU" (the candidate is dropped);
     `path` is the kernel's cache file (None: memory only). Raises the last `unfit` exception when no
-    candidate runs. `bench(fn)` replaces the do_bench timing (tests): fn is functools.partial(run, config),
-    the result milliseconds.
+    candidate runs. `bench(fns)` replaces the timing (tests): fns are functools.partial(run, config) of the
+    candidates that run, the result a list of samples (milliseconds) per fn.
     """
     if key in _MEMORY:
         return dict(_MEMORY[key])
@@ -121,7 +149,7 @@ def tune(
         if isinstance(hit, dict) and _valid(hit.get("config"), candidates):
             _MEMORY[key] = dict(hit["config"])
             return dict(hit["config"])
-    bench = bench or _bench_ms
+    bench = bench or _interleaved_ms
     alive: list[int] = []
     failure: BaseException | None = None
     for i, config in enumerate(candidates):  # compile and run each once
@@ -134,17 +162,17 @@ def tune(
     if not alive:
         assert failure is not None
         raise failure
-    rounds: dict[int, list[float]] = {i: [] for i in alive}
-    for r in range(ROUNDS):
-        for i in alive if r % 2 == 0 else reversed(alive):
-            rounds[i].append(bench(functools.partial(run, candidates[i])))
-    best = min(alive, key=lambda i: (statistics.median(rounds[i]), i))
-    config = dict(candidates[best])
+    samples = bench([functools.partial(run, candidates[i]) for i in alive])
+    medians = [statistics.median(t) for t in samples]
+    best = min(range(len(alive)), key=lambda j: (medians[j], j))
+    config = dict(candidates[alive[best]])
     _MEMORY[key] = config
     report = {
         "config": config,
         "candidates": [candidates[i] for i in alive],
-        "rounds_ms": [rounds[i] for i in alive],
+        "median_ms": medians,
+        "p20_p80_ms": [_quantiles(t) for t in samples],
+        "samples": len(samples[0]),
     }
     _REPORTS[key] = report
     if path is not None and disk_cache_enabled():
@@ -152,8 +180,13 @@ def tune(
     return dict(config)
 
 
+def _quantiles(samples: list[float]) -> list[float]:
+    ordered = sorted(samples)
+    return [ordered[int(0.2 * (len(ordered) - 1))], ordered[int(0.8 * (len(ordered) - 1))]]
+
+
 def last_report(name: str) -> dict[str, Any] | None:
-    """The most recent tuning of kernel `name` in this process (its pick, candidates and round times)."""
+    """The most recent tuning of kernel `name` in this process (its pick, candidates and sample summary)."""
     hits = [v for k, v in _REPORTS.items() if k and k[0] == name]
     return hits[-1] if hits else None
 

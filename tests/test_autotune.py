@@ -5,6 +5,7 @@ the GPU timing replaced by a fixed table)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -26,8 +27,8 @@ def _fresh(tmp_path, monkeypatch):
 
 
 class Fake:
-    """run(config) records launches; bench(fn) launches once and returns the table's time for the config,
-    one entry per round."""
+    """run(config) records launches; bench(fns) launches each candidate once and returns the table's samples
+    for it."""
 
     def __init__(self, times: dict[str, list[float]], unfit: tuple[str, ...] = ()):
         self.times = times
@@ -47,11 +48,14 @@ class Fake:
             raise OutOfResources(300000, 232448, "shared memory")
         self.runs.append(name)
 
-    def bench(self, fn) -> float:
-        fn()
-        name = self.name(fn.args[0])
-        self.benched.append(name)
-        return self.times[name][self.benched.count(name) - 1]
+    def bench(self, fns) -> list[list[float]]:
+        out = []
+        for fn in fns:
+            fn()
+            name = self.name(fn.args[0])
+            self.benched.append(name)
+            out.append(self.times[name])
+        return out
 
 
 def tune(fake: Fake, key=("k", 1), path="default", candidates=(A, B, C)):
@@ -62,14 +66,14 @@ def tune(fake: Fake, key=("k", 1), path="default", candidates=(A, B, C)):
     )
 
 
-def test_candidates_run_once_then_are_timed_in_rotation_and_the_lowest_median_wins():
-    # B has the lowest median (2.0) though A has the single fastest round; C is never best.
+def test_candidates_run_once_then_the_lowest_median_sample_wins():
+    # B has the lowest median (2.0) though A has the single fastest sample; C is never best.
     fake = Fake({"A": [1.0, 3.0, 3.0], "B": [2.0, 2.0, 2.5], "C": [4.0, 4.0, 4.0]})
     assert tune(fake) == B
-    assert fake.runs[:3] == ["A", "B", "C"]  # compile-and-run pass
-    assert fake.benched == ["A", "B", "C", "C", "B", "A", "A", "B", "C"]  # order reversed every other round
+    assert fake.runs[:3] == ["A", "B", "C"]  # the compile-and-run pass, then the timing
+    assert fake.benched == ["A", "B", "C"]
     report = autotune.last_report("k")
-    assert report["config"] == B and report["rounds_ms"][1] == [2.0, 2.0, 2.5]
+    assert report["config"] == B and report["median_ms"] == [3.0, 2.0, 4.0] and report["samples"] == 3
 
 
 def test_ties_go_to_the_earlier_candidate():
@@ -82,7 +86,9 @@ def test_the_pick_is_kept_in_memory_and_on_disk():
     assert tune(Fake(times)) == B
     again = Fake(times)
     assert tune(again) == B and again.runs == [] and again.benched == []  # memory
+    assert autotune.lookup(("k", 1)) == B
     autotune.forget()
+    assert autotune.lookup(("k", 1)) is None
     from_disk = Fake(times)
     assert tune(from_disk) == B and from_disk.runs == []  # disk
     other_key = Fake(times)
@@ -145,15 +151,18 @@ def test_launch_tunes_the_forward_kernel_and_reports_the_pick(monkeypatch):
     monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "1")
     timed = []
 
-    def bench(fn):
-        fn()
-        timed.append(fn.args[0])
-        return 1.0 if fn.args[0]["BLOCK_M"] == 16 else 2.0
+    def bench(fns):
+        out = []
+        for fn in fns:
+            fn()
+            timed.append(fn.args[0])
+            out.append([1.0 if fn.args[0]["BLOCK_M"] == 16 else 2.0] * 3)
+        return out
 
-    monkeypatch.setattr(autotune, "_bench_ms", bench)
+    monkeypatch.setattr(autotune, "_interleaved_ms", bench)
     out, _, config = flash_v2.attention_forward(q, k, v, True, scale)
     assert config == small and last_config() == small
-    assert len(timed) == 3 * 2 and {json.dumps(c, sort_keys=True) for c in timed} == {
+    assert len(timed) == 2 and {json.dumps(c, sort_keys=True) for c in timed} == {
         json.dumps(c, sort_keys=True) for c in (small, big)
     }
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
@@ -163,3 +172,25 @@ def test_launch_tunes_the_forward_kernel_and_reports_the_pick(monkeypatch):
     timed.clear()
     assert flash_v2.attention_forward(q, k, v, True, scale)[2] == small  # same key: no tuning
     assert timed == []
+
+
+@pytest.mark.gpu
+def test_gpu_interleaved_timing_alternates_and_ranks_the_work():
+    """The GPU timer samples the candidates interleaved (the order reversed every other cycle), sizes the
+    sample count to its budget, and a 64x larger matmul measures larger."""
+    order: list[int] = []
+    x = torch.randn(2048, 2048, device="cuda")
+
+    def small():
+        order.append(0)
+        x[:512, :512] @ x[:512, :512]
+
+    def big():
+        order.append(1)
+        x @ x
+
+    samples = autotune._interleaved_ms([small, big])
+    count = len(samples[0])
+    assert autotune.MIN_SAMPLES <= count <= autotune.MAX_SAMPLES and len(samples[1]) == count
+    assert order[:6] == [0, 1, 1, 0, 0, 1] and len(order) == 2 * count
+    assert statistics.median(samples[1]) > 2 * statistics.median(samples[0])
