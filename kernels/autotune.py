@@ -1,21 +1,21 @@
-"""Config autotuning for the bundled kernels: the candidates timed interleaved, the pick cached on disk.
+"""Config autotuning for the bundled kernels: candidates timed as the sweep times a case, in rotation; the
+pick cached on disk.
 
-Why not `triton.autotune`: it times the candidates one after another (do_bench, ~100 ms each), so when the GPU
-changes its clocks while it tunes (an H100 near its power limit does, by 10-20% within a second) each
-candidate is measured under different clocks; on an H100 the pick for one shape changed from run to run, and
-a rotation of whole do_bench rounds still picked tiles 5-8% slower than the best (BENCHMARKS.md). It also
+Why not `triton.autotune`: it times the candidates one after another with short do_bench windows, and it
 silently skips its on-disk cache when a config has a pre-hook, which the host tensor descriptors need
-(triton/runtime/autotuner.py, `check_disk_cache`).
+(triton/runtime/autotuner.py, `check_disk_cache`). What an H100 showed (BENCHMARKS.md, session 4): near its
+power limit it lowers its clocks by 10-15% within a second of sustained attention work, and tiles differ in
+how much they lose; 50 ms windows (do_bench's) and samples interleaved across candidates both ranked tiles
+by their boost-clock speed and picked ones that the sweep then measured 2-12% slower than another candidate.
 
 Per key (kernel name, sequence-length bucket, compile-time arguments, Q's dtype, GPU):
   1. every candidate is compiled and run once; one that does not fit the GPU (out of shared memory or
      registers, a ptxas failure) is dropped;
-  2. the remaining candidates are timed interleaved, one sample each per cycle (L2 flushed before every
-     sample, CUDA events around the call), the order reversed every other cycle, for as many cycles as fit
-     in about BUDGET_S seconds of GPU time (at least MIN_SAMPLES, at most MAX_SAMPLES): neighbouring samples
-     of different candidates run under the same clocks;
-  3. the candidate with the lowest median sample wins (ties: the earlier in the space).
-The pick and every candidate's sample summary are kept in memory and in a JSON file per kernel under
+  2. ROUNDS rounds, the order reversed every other round, each timing every candidate exactly as the sweep
+     times a case (flashbench.timing.time_cuda: WARMUP_MS of warm-up, then REP_MS of samples, L2 flushed
+     before each, CUDA events), so each candidate is judged at the clocks it sustains;
+  3. the candidate with the lowest mean of its round medians wins (ties: the earlier in the space).
+The pick and every candidate's round medians are kept in memory and in a JSON file per kernel under
 $FLASHBENCH_HOME/autotune (else ${XDG_CACHE_HOME:-~/.cache}/flashbench/autotune), named by a hash of the
 kernel's source (Triton's cache key), the Triton version, the GPU name and the candidate list, so an edited
 kernel, another Triton or another GPU tunes afresh. FLASHBENCH_AUTOTUNE_CACHE=0 keeps picks in memory only.
@@ -35,14 +35,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-BUDGET_S = 1.0  # GPU time per key spent on timing samples (besides the compile-and-run pass)
-MIN_SAMPLES = 5
-MAX_SAMPLES = 100
-FLUSH_BYTES = 256 * 1024 * 1024  # written before each sample: more than any GPU's L2
+ROUNDS = 2
+WARMUP_MS = 50.0  # per candidate and round: the sweep's defaults (flashbench.timing.time_cuda)
+REP_MS = 100.0
 
 # key -> the tuned config; one process-wide table for every kernel (the key starts with the kernel's name)
 _MEMORY: dict[tuple, dict[str, Any]] = {}
-# key -> {"config": ..., "median_ms": [...], ...} of the most recent tuning in this process
+# key -> {"config": ..., "mean_ms": [...], "rounds_ms": [...]} of the most recent tuning in this process
 _REPORTS: dict[tuple, dict[str, Any]] = {}
 
 
@@ -89,34 +88,19 @@ def _valid(config: Any, candidates: Sequence[dict[str, Any]]) -> bool:
     return isinstance(config, dict) and config in candidates
 
 
-def _interleaved_ms(fns: Sequence[Callable[[], None]]) -> list[list[float]]:
-    """Milliseconds per sample of each zero-argument CUDA callable, sampled interleaved (see the module doc)."""
+def _rotated_ms(fns: Sequence[Callable[[], None]]) -> list[list[float]]:
+    """Per zero-argument CUDA callable, its median sample (ms) in each of ROUNDS rounds (see the module doc)."""
     import torch
 
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    from flashbench.timing import L2Flusher, time_cuda
 
-    def cycles(count: int, first: int = 0) -> list[list[float]]:
-        marks = []
-        for c in range(first, first + count):
-            order = range(len(fns)) if c % 2 == 0 else range(len(fns) - 1, -1, -1)
-            for i in order:
-                flush.zero_()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fns[i]()
-                end.record()
-                marks.append((i, start, end))
-        torch.cuda.synchronize()
-        out: list[list[float]] = [[] for _ in fns]
-        for i, start, end in marks:
-            out[i].append(start.elapsed_time(end))
-        return out
-
-    probe = cycles(1)  # one cycle sizes the rest
-    per_cycle_s = sum(t[0] for t in probe) / 1e3 + len(fns) * FLUSH_BYTES / 2e12
-    count = int(min(MAX_SAMPLES, max(MIN_SAMPLES, BUDGET_S / max(per_cycle_s, 1e-6)))) - 1
-    rest = cycles(count, first=1)
-    return [p + r for p, r in zip(probe, rest, strict=True)]
+    flush = L2Flusher(torch.cuda.current_device())
+    out: list[list[float]] = [[] for _ in fns]
+    for r in range(ROUNDS):
+        for i in range(len(fns)) if r % 2 == 0 else range(len(fns) - 1, -1, -1):
+            samples = time_cuda(fns[i], flush=flush, warmup_ms=WARMUP_MS, rep_ms=REP_MS, min_samples=5)
+            out[i].append(statistics.median(samples))
+    return out
 
 
 def lookup(key: tuple) -> dict[str, Any] | None:
@@ -139,7 +123,7 @@ def tune(
     `unfit` are the exceptions that mean "this config does not fit the GPU" (the candidate is dropped);
     `path` is the kernel's cache file (None: memory only). Raises the last `unfit` exception when no
     candidate runs. `bench(fns)` replaces the timing (tests): fns are functools.partial(run, config) of the
-    candidates that run, the result a list of samples (milliseconds) per fn.
+    candidates that run, the result a list of round times (milliseconds) per fn.
     """
     if key in _MEMORY:
         return dict(_MEMORY[key])
@@ -149,7 +133,7 @@ def tune(
         if isinstance(hit, dict) and _valid(hit.get("config"), candidates):
             _MEMORY[key] = dict(hit["config"])
             return dict(hit["config"])
-    bench = bench or _interleaved_ms
+    bench = bench or _rotated_ms
     alive: list[int] = []
     failure: BaseException | None = None
     for i, config in enumerate(candidates):  # compile and run each once
@@ -162,17 +146,16 @@ def tune(
     if not alive:
         assert failure is not None
         raise failure
-    samples = bench([functools.partial(run, candidates[i]) for i in alive])
-    medians = [statistics.median(t) for t in samples]
-    best = min(range(len(alive)), key=lambda j: (medians[j], j))
+    rounds = bench([functools.partial(run, candidates[i]) for i in alive])
+    means = [statistics.fmean(t) for t in rounds]
+    best = min(range(len(alive)), key=lambda j: (means[j], j))
     config = dict(candidates[alive[best]])
     _MEMORY[key] = config
     report = {
         "config": config,
         "candidates": [candidates[i] for i in alive],
-        "median_ms": medians,
-        "p20_p80_ms": [_quantiles(t) for t in samples],
-        "samples": len(samples[0]),
+        "mean_ms": means,
+        "rounds_ms": rounds,
     }
     _REPORTS[key] = report
     if path is not None and disk_cache_enabled():
@@ -180,13 +163,8 @@ def tune(
     return dict(config)
 
 
-def _quantiles(samples: list[float]) -> list[float]:
-    ordered = sorted(samples)
-    return [ordered[int(0.2 * (len(ordered) - 1))], ordered[int(0.8 * (len(ordered) - 1))]]
-
-
 def last_report(name: str) -> dict[str, Any] | None:
-    """The most recent tuning of kernel `name` in this process (its pick, candidates and sample summary)."""
+    """The most recent tuning of kernel `name` in this process (its pick, candidates and round times)."""
     hits = [v for k, v in _REPORTS.items() if k and k[0] == name]
     return hits[-1] if hits else None
 
