@@ -14,7 +14,9 @@ Per key (kernel name, sequence-length bucket, compile-time arguments, Q's dtype,
   2. ROUNDS rounds, the order reversed every other round, each timing every candidate exactly as the sweep
      times a case (flashbench.timing.time_cuda: WARMUP_MS of warm-up, then REP_MS of samples, L2 flushed
      before each, CUDA events), so each candidate is judged at the clocks it sustains;
-  3. the candidate with the lowest mean of its round medians wins (ties: the earlier in the space).
+  3. the candidate with the lowest median of its round medians wins (ties: the earlier in the space): one
+     round disturbed by a clock change does not decide (seen on an H100 with two rounds: one candidate's
+     rounds 2.42 / 2.72 ms).
 The pick and every candidate's round medians are kept in memory and in a JSON file per kernel under
 $FLASHBENCH_HOME/autotune (else ${XDG_CACHE_HOME:-~/.cache}/flashbench/autotune), named by a hash of the
 kernel's source (Triton's cache key), the Triton version, the GPU name and the candidate list, so an edited
@@ -35,13 +37,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROUNDS = 2
+ROUNDS = 3
 WARMUP_MS = 50.0  # per candidate and round: the sweep's defaults (flashbench.timing.time_cuda)
 REP_MS = 100.0
 
 # key -> the tuned config; one process-wide table for every kernel (the key starts with the kernel's name)
 _MEMORY: dict[tuple, dict[str, Any]] = {}
-# key -> {"config": ..., "mean_ms": [...], "rounds_ms": [...]} of the most recent tuning in this process
+# key -> {"config": ..., "median_ms": [...], "rounds_ms": [...]} of the most recent tuning in this process
 _REPORTS: dict[tuple, dict[str, Any]] = {}
 
 
@@ -147,14 +149,14 @@ def tune(
         assert failure is not None
         raise failure
     rounds = bench([functools.partial(run, candidates[i]) for i in alive])
-    means = [statistics.fmean(t) for t in rounds]
-    best = min(range(len(alive)), key=lambda j: (means[j], j))
+    medians = [statistics.median(t) for t in rounds]
+    best = min(range(len(alive)), key=lambda j: (medians[j], j))
     config = dict(candidates[alive[best]])
     _MEMORY[key] = config
     report = {
         "config": config,
         "candidates": [candidates[i] for i in alive],
-        "mean_ms": means,
+        "median_ms": medians,
         "rounds_ms": rounds,
     }
     _REPORTS[key] = report
