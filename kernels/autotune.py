@@ -4,7 +4,7 @@ pick cached on disk.
 Why not `triton.autotune`: it times the candidates one after another with short do_bench windows, and it
 silently skips its on-disk cache when a config has a pre-hook, which the host tensor descriptors need
 (triton/runtime/autotuner.py, `check_disk_cache`). What an H100 showed (BENCHMARKS.md, session 4): near its
-power limit it lowers its clocks by 10-15% within a second of sustained attention work, and tiles differ in
+power limit it lowers its clocks by 10-15% within about 0.1 s of sustained attention work, and tiles differ in
 how much they lose; 50 ms windows (do_bench's) and samples interleaved across candidates both ranked tiles
 by their boost-clock speed and picked ones that the sweep then measured 2-12% slower than another candidate.
 
@@ -20,7 +20,8 @@ Per key (kernel name, sequence-length bucket, compile-time arguments, Q's dtype,
 The pick and every candidate's round medians are kept in memory and in a JSON file per kernel under
 $FLASHBENCH_HOME/autotune (else ${XDG_CACHE_HOME:-~/.cache}/flashbench/autotune), named by a hash of the
 kernel's source (Triton's cache key), the Triton version, the GPU name and the candidate list, so an edited
-kernel, another Triton or another GPU tunes afresh. FLASHBENCH_AUTOTUNE_CACHE=0 keeps picks in memory only.
+kernel, another Triton or another GPU tunes afresh. FLASHBENCH_AUTOTUNE_CACHE=0 neither reads nor writes the
+files (picks stay in memory).
 A corrupt or unreadable cache file is ignored (tuned again and rewritten); writes are atomic (os.replace), so
 processes tuning side by side can lose each other's entries but never corrupt the file.
 """
@@ -130,6 +131,8 @@ def tune(
     if key in _MEMORY:
         return dict(_MEMORY[key])
     skey = json.dumps([str(part) for part in key])
+    if path is not None and not disk_cache_enabled():
+        path = None
     if path is not None:
         hit = _read(path).get(skey)
         if isinstance(hit, dict) and _valid(hit.get("config"), candidates):
@@ -160,7 +163,7 @@ def tune(
         "rounds_ms": rounds,
     }
     _REPORTS[key] = report
-    if path is not None and disk_cache_enabled():
+    if path is not None:
         _write(path, skey, report)
     return dict(config)
 

@@ -9,9 +9,10 @@ Config selection, decided at call time (never at import):
   - TRITON_INTERPRET=1   -> one fixed config (timing the interpreter would pick nothing useful);
   - FLASHBENCH_AUTOTUNE=0 -> the first config of the space that fits (`default_config`), no autotuning;
   - otherwise (CUDA)     -> autotune.tune over a small space, keyed on the sequence-length bucket, the
-                            compile-time arguments (head dim, causal, TMA, ...), the tensors' dtypes and the
+                            compile-time arguments (head dim, causal, TMA, ...), Q's dtype and the
                             GPU, with configs pruned when their shared-memory or register estimate cannot fit;
-                            candidates timed in rotation, the pick cached on disk (kernels/autotune.py).
+                            candidates timed as sweep cases in rotation, the pick cached on disk
+                            (kernels/autotune.py).
 """
 
 from __future__ import annotations
@@ -442,7 +443,7 @@ def launch(
     constants that are not block sizes (e.g. Q_SPLIT). `name` keys the autotune cache (one per kernel);
     `kind` selects the prune estimate ("fwd", "dkdv", "dq"). `pre_hook(args)` runs before every launch with
     the kernel's arguments by name, the config's included (host tensor descriptors take their block shape).
-    Autotuning: kernels/autotune.py (candidates timed in rotation, the pick cached on disk).
+    Autotuning: kernels/autotune.py (candidates timed as sweep cases in rotation, the pick cached on disk).
     """
     extra = dict(extra or {})
     candidates: list[dict[str, Any]] = []  # configs to try in order; the first that compiles runs

@@ -110,9 +110,17 @@ def test_another_kernel_build_or_gpu_tunes_afresh():
 
 
 def test_disk_cache_can_be_switched_off(monkeypatch):
+    times = {"A": [3.0] * 3, "B": [1.0] * 3, "C": [2.0] * 3}
     monkeypatch.setenv("FLASHBENCH_AUTOTUNE_CACHE", "0")
-    tune(Fake({"A": [3.0] * 3, "B": [1.0] * 3, "C": [2.0] * 3}))
-    assert not autotune.cache_file("k", ("identity",)).exists()
+    tune(Fake(times))
+    assert not autotune.cache_file("k", ("identity",)).exists()  # not written
+    monkeypatch.delenv("FLASHBENCH_AUTOTUNE_CACHE")
+    tune(Fake(times), key=("k", 2))
+    autotune.forget()
+    monkeypatch.setenv("FLASHBENCH_AUTOTUNE_CACHE", "0")
+    again = Fake(times)
+    tune(again, key=("k", 2))
+    assert again.benched  # not read either
 
 
 @pytest.mark.parametrize(
