@@ -362,10 +362,7 @@ def default_config(
 
     The default shared-memory limit is an H100's opt-in 227 KiB per block.
     """
-    for c in space:
-        if _fits(kind, *c[:4], d, elem, smem_limit):
-            return _config_dict(c)
-    return _config_dict(min(space, key=lambda c: (c[0] * c[1], c[3])))
+    return _candidates(kind, space, d, elem, smem_limit)[0]
 
 
 def seq_bucket(n: int) -> int:
