@@ -253,13 +253,19 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", normalize_name(name)).strip("-") or "gpu"
 
 
-def calibration_dir() -> Path:
-    """Where calibrate stores its JSON: $FLASHBENCH_HOME/calibration, else the user cache directory."""
+def state_dir(name: str) -> Path:
+    """flashbench's per-user folder `name` (calibration, autotune): $FLASHBENCH_HOME/name, else
+    ${XDG_CACHE_HOME:-~/.cache}/flashbench/name."""
     home = os.environ.get("FLASHBENCH_HOME")
     if home:
-        return Path(home) / "calibration"
+        return Path(home) / name
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "flashbench" / "calibration"
+    return Path(cache) / "flashbench" / name
+
+
+def calibration_dir() -> Path:
+    """Where calibrate stores its JSON: $FLASHBENCH_HOME/calibration, else the user cache directory."""
+    return state_dir("calibration")
 
 
 def calibration_file(spec: GpuSpec) -> Path:

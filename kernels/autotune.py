@@ -53,10 +53,9 @@ def disk_cache_enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    home = os.environ.get("FLASHBENCH_HOME")
-    if home:
-        return Path(home) / "autotune"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flashbench" / "autotune"
+    from flashbench.hardware import state_dir  # on a tuning miss only: keeps `import kernels` light
+
+    return state_dir("autotune")
 
 
 def cache_file(kernel_name: str, identity: Sequence[str]) -> Path:
