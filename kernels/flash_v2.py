@@ -39,12 +39,13 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import common, flash_ws
 from .backward import attention_backward
 from .common import (
     FWD_SPACE,
     INTERPRET_FWD,
     LOG2E,
+    KernelUnsupported,
     _set_last_config,
     block_shape_hook,
     check_inputs,
@@ -365,7 +366,19 @@ def attention_forward(
     sm_scale: float,
     config: dict[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """Launch the FA2 forward on checked inputs. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used)."""
+    """Launch the FA2 forward on checked inputs. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used).
+
+    On Hopper, fp16/bf16 at the head dims of flash_ws.GLUON_HEAD_DIMS (and shapes it supports), the forward
+    is flash_ws's warp-specialized Gluon kernel unless a Triton config is forced or FLASHBENCH_GLUON=0; a
+    config with "kernel": "gluon-ws" forces it. Both write the same O and base-2 LSE.
+    """
+    if config.get("kernel") == "gluon-ws" if config else flash_ws.preferred(q, k, v, causal):
+        try:
+            o, lse, cfg = flash_ws.attention_forward(q, k, v, causal, sm_scale, config)
+        except ValueError as exc:
+            raise KernelUnsupported(f"flash_attn: {exc}") from None
+        _set_last_config(cfg)
+        return o, lse, cfg
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
@@ -434,6 +447,6 @@ def flash_attn(
     Raises KernelUnsupported naming what is unsupported.
     """
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
-    if config is not None:
+    if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
         config = normalize_config("flash_attn", config, flags=("WS", "OV"))
     return RecomputeAttention.apply(q, k, v, causal, sm_scale, config)

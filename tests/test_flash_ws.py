@@ -1,0 +1,138 @@
+"""The Gluon warp-specialized forward (kernels/flash_ws.py) against a float64 reference.
+
+Budget as in test_kernels.py (flash-attn's rule): rel_err(kernel, ref64) <= 2 * rel_err(torch attention in the
+same dtype, ref64) + eps, relative Frobenius norm; the base-2 LSE within 1e-3 of the reference. Hopper only:
+elsewhere `supported` must refuse, with a reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from flashbench.kernels import KernelUnsupported, flash_attn, flash_ws, last_config
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+EPS = {torch.float16: 1e-4, torch.bfloat16: 1e-3}
+
+
+def reference(q, k, v, causal: bool, sm_scale: float):
+    """(output, base-2 LSE) of attention in q's dtype (softmax in fp32); bottom-right causal, GQA by repeat."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    s = (q @ k.transpose(-1, -2)).float() * sm_scale
+    if causal:
+        nq, nk = q.shape[2], k.shape[2]
+        keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
+        s = s.masked_fill(~keep, float("-inf"))
+    return (torch.softmax(s, dim=-1).to(q.dtype) @ v), torch.logsumexp(s, dim=-1) / math.log(2)
+
+
+def rel(a, b) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 4, 4, 256, 256, 128), (1, 8, 2, 1024, 1024, 64), (2, 4, 1, 384, 640, 128), (1, 2, 2, 128, 128, 64)],
+    ids=["d128", "d64-gqa4", "nk>nq-mqa", "one-block"],
+)
+@pytest.mark.parametrize(
+    "config",
+    [{}, {"PINGPONG": 0}, {"BLOCK_N": 64, "STAGES": 4}, {"STAGES": 3}],
+    ids=["default", "nopp", "n64", "s3"],
+)
+def test_forward_matches_reference(shape, dtype, causal, config):
+    b, h, hkv, nq, nk, d = shape
+    g = torch.Generator(device="cuda").manual_seed(nq + nk + d)
+    q = torch.randn(b, h, nq, d, device="cuda", dtype=dtype, generator=g)
+    k = torch.randn(b, hkv, nk, d, device="cuda", dtype=dtype, generator=g)
+    v = torch.randn(b, hkv, nk, d, device="cuda", dtype=dtype, generator=g)
+    scale = d**-0.5
+    o, lse, cfg = flash_ws.attention_forward(q, k, v, causal, scale, config)
+    ref_o, ref_lse = reference(q.double(), k.double(), v.double(), causal, scale)
+    torch_o, _ = reference(q, k, v, causal, scale)
+    assert torch.isfinite(o).all()
+    assert rel(o, ref_o) <= 2 * rel(torch_o, ref_o) + EPS[dtype]
+    assert (lse - ref_lse).abs().max().item() < 1e-3
+    assert cfg["kernel"] == "gluon-ws" and all(cfg[key] == val for key, val in config.items())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+def test_refusals_name_the_reason():
+    def t(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    q = t(1, 2, 256, 128)
+    assert "fp16 or bf16" in flash_ws.supported(q.float(), q.float(), q.float(), False)
+    assert "head dim 96" in flash_ws.supported(t(1, 2, 256, 96), t(1, 2, 256, 96), t(1, 2, 256, 96), False)
+    assert "seq_q % 128" in flash_ws.supported(t(1, 2, 200, 128), t(1, 2, 256, 128), t(1, 2, 256, 128), False)
+    assert "contiguous" in flash_ws.supported(q.transpose(1, 2).contiguous().transpose(1, 2), q, q, False)
+    assert "seq_k >= seq_q" in flash_ws.supported(
+        t(1, 2, 512, 128), t(1, 2, 256, 128), t(1, 2, 256, 128), True
+    )
+    assert flash_ws.supported(q, q, q, True) is None
+    with pytest.raises(ValueError, match="head dim 96"):
+        flash_ws.attention_forward(t(1, 2, 256, 96), t(1, 2, 256, 96), t(1, 2, 256, 96), False, 0.1)
+
+
+@pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")
+def test_refused_off_hopper():
+    q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
+    why = flash_ws.supported(q, q, q, False)
+    assert why in ("needs a Hopper GPU (capability 9.x)", "this Triton has no Gluon")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_flash_attn_takes_gluon_at_d128_and_backward_agrees(monkeypatch, causal):
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v, do = (
+        torch.randn(2, 4, 512, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4)
+    )
+    grads = {}
+    for gluon in ("1", "0"):
+        monkeypatch.setenv("FLASHBENCH_GLUON", gluon)
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        o = flash_attn(qq, kk, vv, causal=causal)
+        assert (last_config().get("kernel") == "gluon-ws") == (gluon == "1")
+        o.backward(do)
+        grads[gluon] = (o, qq.grad, kk.grad, vv.grad)
+    for a, b in zip(grads["1"], grads["0"], strict=True):
+        assert rel(a, b) < 1e-2  # two bf16 forwards: outputs agree to bf16 rounding, so do the gradients
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+def test_reported_gluon_config_can_be_forced_back():
+    q = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.float16)
+    flash_attn(q, q, q, config={"kernel": "gluon-ws", "STAGES": 2, "PINGPONG": 0})
+    cfg = last_config()
+    assert cfg["kernel"] == "gluon-ws" and cfg["STAGES"] == 2 and cfg["PINGPONG"] == 0
+    flash_attn(q, q, q, config=cfg)
+    assert last_config() == cfg
+
+
+def test_forced_gluon_config_is_checked():
+    with pytest.raises(ValueError, match="unknown key 'BLOCK_K'"):
+        flash_ws.check_config({"BLOCK_K": 64})
+    with pytest.raises(ValueError, match="STAGES=5 must be one of"):
+        flash_ws.check_config({"STAGES": 5})
+    assert flash_ws.check_config({"STAGES": 2, "PINGPONG": 0}) == {"STAGES": 2, "PINGPONG": 0}
+
+
+@pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")
+def test_forcing_gluon_off_hopper_is_a_clear_refusal():
+    q = torch.randn(
+        1, 2, 256, 128, dtype=torch.float16, device="cuda" if torch.cuda.is_available() else "cpu"
+    )
+    with pytest.raises(KernelUnsupported, match="flash_attn: flash_ws forward: needs a Hopper GPU"):
+        flash_attn(q, q, q, config={"kernel": "gluon-ws"})
