@@ -49,6 +49,9 @@ DEFAULT_CONFIG = {64: {"BLOCK_N": 128, "STAGES": 3}, 128: {"BLOCK_N": 128, "STAG
 
 
 GLUON_HEAD_DIMS = (128,)  # where flash_attn's forward takes this kernel by default (BENCHMARKS.md, session 5)
+# Causal problems shorter than this stay on the tl kernel: at N = 1024 a query tile sees 1-8 key blocks, too few
+# to fill the ping-pong pipeline (ws_quick on an H100: 279 vs 344 TFLOP/s at d=128; from 2048 on, 449 vs 398).
+GLUON_MIN_CAUSAL_SEQ = 2048
 CONFIG_KEYS = {"kernel": None, "BLOCK_M": (BLOCK_M,), "BLOCK_N": (64, 128), "STAGES": (2, 3, 4), "PINGPONG": (0, 1),
                "EARLY_K": (0, 1), "HEAVY_FIRST": (0, 1)}  # fmt: skip
 
@@ -63,6 +66,8 @@ def enabled() -> bool:
 
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether flash_attn's forward should take this kernel for these inputs (no forced config)."""
+    if causal and q.shape[2] < GLUON_MIN_CAUSAL_SEQ:
+        return False
     return enabled() and q.shape[-1] in GLUON_HEAD_DIMS and supported(q, k, v, causal) is None
 
 

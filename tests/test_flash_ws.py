@@ -96,7 +96,7 @@ def test_refused_off_hopper():
 def test_flash_attn_takes_gluon_at_d128_and_backward_agrees(monkeypatch, causal):
     g = torch.Generator(device="cuda").manual_seed(7)
     q, k, v, do = (
-        torch.randn(2, 4, 512, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4)
+        torch.randn(1, 2, 2048, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4)
     )
     grads = {}
     for gluon in ("1", "0"):
@@ -136,3 +136,13 @@ def test_forcing_gluon_off_hopper_is_a_clear_refusal():
     )
     with pytest.raises(KernelUnsupported, match="flash_attn: flash_ws forward: needs a Hopper GPU"):
         flash_attn(q, q, q, config={"kernel": "gluon-ws"})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+def test_short_causal_stays_on_the_tl_kernel():
+    q = torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    flash_attn(q, q, q, causal=True)
+    assert "kernel" not in last_config()
+    flash_attn(q, q, q, causal=False)
+    assert last_config()["kernel"] == "gluon-ws"
