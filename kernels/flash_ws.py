@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .common import LOG2E
+
 try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -41,7 +43,6 @@ try:  # Gluon is experimental and its API moves between Triton releases; written
 except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GLUON = False
 
-LOG2E = 1.4426950408889634
 BLOCK_M = 128  # query rows per CTA: 64 per consumer warpgroup
 CONSUMER_REGS = 240  # setmaxnreg for the second consumer (FA3's split: 240 / 240 / 24)
 PRODUCER_REGS = 24
