@@ -1,11 +1,13 @@
 """Nsight Compute: where the forward's cycles go (tensor pipe, MUFU, FMA/ALU, issue slots, stalls) for the
-bundled kernel beside SDPA flash and cuDNN, at one of issue 7's shapes (bf16, d = 128, N = 8192, hidden 2048).
+bundled kernel beside SDPA flash and cuDNN, at one of issue 7's shapes (bf16, hidden 2048 so heads = 2048 / d,
+16k tokens per batch; default d = 128, N = 8192).
 
-    python3 benchmarks/ncu_pipes.py drive [--ncu ncu] [--causal] [--providers P,...]   # one child per provider
+    python3 benchmarks/ncu_pipes.py drive [--ncu ncu] [--causal] [--dim D] [--seq N] [--providers P,...]
     python3 benchmarks/ncu_pipes.py parse DIR                       # table from the saved raw CSVs
 
-A provider is triton (autotuned), triton@BM.BN.W.S (that forced config; a fifth number 1 adds the "OV" flag:
-P V overlapped with the next block's softmax), sdpa-flash or sdpa-cudnn.
+A provider is triton (flash_attn as the sweep runs it), triton@BM.BN.W.S (that forced tl config; a fifth
+number 1 adds the "OV" flag: P V overlapped with the next block's softmax), gluon@BM (flash_ws forced, BLOCK_M
+128 or 192), sdpa-flash or sdpa-cudnn.
 Each child warms up (Triton compile and autotune happen there, unprofiled), then brackets one forward call
 with cudaProfilerStart/Stop. ncu runs with --page raw and the SpeedOfLight, ComputeWorkloadAnalysis and
 WarpStateStats sections; the raw CSV of each provider is saved to $OUT (or results/ncu_pipes/).
@@ -43,14 +45,18 @@ SHOW = (
 )
 
 
-def one(provider: str, causal: bool) -> None:
+def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192) -> None:
     import torch
     from flashbench.kernels import flash_attn
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-    q, k, v = (torch.randn((2, 16, 8192, 128), device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    if provider.startswith("triton"):
+    shape = (max(1, 16384 // seq), 2048 // dim, seq, dim)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if provider.startswith("gluon"):
+        config = {"kernel": "gluon-ws", "BLOCK_M": int(provider.split("@")[1]) if "@" in provider else 128}
+        call = lambda: flash_attn(q, k, v, causal=causal, config=config)  # noqa: E731
+    elif provider.startswith("triton"):
         config = None
         if "@" in provider:
             bm, bn, w, st, *ov = (int(x) for x in provider.split("@")[1].split("."))
@@ -78,16 +84,19 @@ def one(provider: str, causal: bool) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def drive(ncu: str, causal: bool, providers: tuple[str, ...] = PROVIDERS) -> None:
+def drive(
+    ncu: str, causal: bool, providers: tuple[str, ...] = PROVIDERS, dim: int = 128, seq: int = 8192
+) -> None:
     out = Path(os.environ.get("OUT") or "results/ncu_pipes")
     out.mkdir(parents=True, exist_ok=True)
     for provider in providers:
         cmd = [ncu, "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base"]
         for section in SECTIONS:
             cmd += ["--section", section]
-        cmd += [sys.executable, __file__, "one", provider] + (["--causal"] if causal else [])
+        cmd += [sys.executable, __file__, "one", provider, "--dim", str(dim), "--seq", str(seq)]
+        cmd += ["--causal"] if causal else []
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        (out / f"{provider}.ncu.csv").write_text(res.stdout)
+        (out / f"{provider.replace('@', '_')}.ncu.csv").write_text(res.stdout)
         if res.returncode:
             print(
                 f"{provider}: ncu exit {res.returncode}: {res.stderr.strip().splitlines()[-1:]}", flush=True
@@ -120,11 +129,13 @@ def main() -> None:
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--providers", default=",".join(PROVIDERS))
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--seq", type=int, default=8192)
     args = ap.parse_args()
     if args.what == "one":
-        one(args.arg, args.causal)
+        one(args.arg, args.causal, args.dim, args.seq)
     elif args.what == "drive":
-        drive(args.ncu, args.causal, tuple(args.providers.split(",")))
+        drive(args.ncu, args.causal, tuple(args.providers.split(",")), args.dim, args.seq)
     else:
         parse(Path(args.arg))
 

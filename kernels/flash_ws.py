@@ -1,10 +1,10 @@
-"""FlashAttention-3-style forward for Hopper, written in Gluon: warp-specialized, two consumer warpgroups in ping-pong.
+"""FlashAttention-3-style forward for Hopper, written in Gluon: warp-specialized, consumer warpgroups in ping-pong.
 
 Origin: Shah et al., "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision" (2024),
-sections 3.1-3.2: a producer warp streams K/V tiles with TMA into a ring of shared-memory stages, two consumer
-warpgroups each own half of the query tile, and
-  - inter-warpgroup ping-pong: a consumer issues its matmuls only on its turn (an mbarrier pair), so one
-    warpgroup's softmax runs while the other's matmuls keep the tensor cores busy;
+sections 3.1-3.2: a producer warp streams K/V tiles with TMA into a ring of shared-memory stages, two or three
+consumer warpgroups each own 64 rows of the query tile (BLOCK_M = 128 or 192, FA3's tiles for d = 128 and 64), and
+  - inter-warpgroup ping-pong: a consumer issues its matmuls only on its turn (a ring of mbarriers, one per
+    warpgroup), so one warpgroup's softmax runs while another's matmuls keep the tensor cores busy;
   - intra-warpgroup overlap: in iteration j a consumer issues S_j = Q K_j^T and then P_{j-1} V_{j-1}, and runs
     the softmax of S_j while P_{j-1} V_{j-1} is still in flight.
 Triton 3.6 does not generate either schedule from a tl.dot loop (BENCHMARKS.md, session 3-4 ncu numbers), which
@@ -13,9 +13,12 @@ is why this kernel spells them out with Gluon's explicit layouts, barriers and w
 Same contract as flash_v2._attn_fwd: q [B, H, Nq, D], k/v [B, Hkv, Nk, D], O in q's dtype, LSE2 (base-2
 log-sum-exp, fp32) per row, exp2 with the scale folded in, causal aligned bottom-right, GQA by h // (H // Hkv).
 
+Query tiles are aligned to the end of the sequence: when BLOCK_M does not divide Nq, the first tile starts
+before row 0 and its warpgroups that own no row only keep the barrier protocol (no math, no store).
+
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
-contiguous inputs, Nq % 128 == 0 and Nk % BLOCK_N == 0 (the 2-D descriptors span all heads, so a partial
-tile would read the next head's rows), and for causal Nk >= Nq (every row sees a key).
+contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (the 2-D descriptors span all heads, so a partial
+64-row slice would read or write the next head's rows), and for causal Nk >= Nq (every row sees a key).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 from typing import Any
 
 import torch
+import triton
 
 from .common import LOG2E
 
@@ -43,17 +47,22 @@ try:  # Gluon is experimental and its API moves between Triton releases; written
 except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GLUON = False
 
-BLOCK_M = 128  # query rows per CTA: 64 per consumer warpgroup
-CONSUMER_REGS = 240  # setmaxnreg for the second consumer (FA3's split: 240 / 240 / 24)
-PRODUCER_REGS = 24
-DEFAULT_CONFIG = {64: {"BLOCK_N": 128, "STAGES": 3}, 128: {"BLOCK_N": 128, "STAGES": 3}}
+ROWS = 64  # query rows per consumer warpgroup
+# Registers per thread (setmaxnreg) of the consumer warpgroups and of the producer, by consumer count: FA3's
+# splits (240 / 240 / 24 with two consumers, 160 x 3 / 32 with three) fill the 64K-register file.
+CONSUMER_REGS = {2: 240, 3: 160}
+PRODUCER_REGS = {2: 24, 3: 32}
+DEFAULT_CONFIG = {
+    64: {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3},
+    128: {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3},
+}
 
 
 GLUON_HEAD_DIMS = (128,)  # where flash_attn's forward takes this kernel by default (BENCHMARKS.md, session 5)
 # Causal problems shorter than this stay on the tl kernel: at N = 1024 a query tile sees 1-8 key blocks, too few
 # to fill the ping-pong pipeline (ws_quick on an H100: 279 vs 344 TFLOP/s at d=128; from 2048 on, 449 vs 398).
 GLUON_MIN_CAUSAL_SEQ = 2048
-CONFIG_KEYS = {"kernel": None, "BLOCK_M": (BLOCK_M,), "BLOCK_N": (64, 128), "STAGES": (2, 3, 4), "PINGPONG": (0, 1),
+CONFIG_KEYS = {"kernel": None, "BLOCK_M": (128, 192), "BLOCK_N": (64, 128), "STAGES": (2, 3, 4), "PINGPONG": (0, 1),
                "EARLY_K": (0, 1), "HEAVY_FIRST": (0, 1)}  # fmt: skip
 
 
@@ -69,7 +78,10 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     """Whether flash_attn's forward should take this kernel for these inputs (no forced config)."""
     if causal and q.shape[2] < GLUON_MIN_CAUSAL_SEQ:
         return False
-    return enabled() and q.shape[-1] in GLUON_HEAD_DIMS and supported(q, k, v, causal) is None
+    if not enabled() or q.shape[-1] not in GLUON_HEAD_DIMS:
+        return False
+    cfg = DEFAULT_CONFIG[q.shape[-1]]
+    return supported(q, k, v, causal, cfg["BLOCK_N"], cfg["BLOCK_M"]) is None
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +95,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def supported(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block_n: int = 128
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block_n: int = 128, block_m: int = 128
 ) -> str | None:
     """None if the Gluon forward can run these inputs, else why not (one line)."""
     if not HAVE_GLUON:
@@ -95,11 +107,13 @@ def supported(
     D = q.shape[-1]
     if D not in DEFAULT_CONFIG:
         return f"head dim {D} (64 or 128 only)"
+    if block_m == 192 and D != 64:
+        return "BLOCK_M 192 (three consumer warpgroups) only at head dim 64 (at 128 it spills and overflows smem)"
     if not all(t.is_contiguous() for t in (q, k, v)):
         return "needs contiguous q, k, v"
     nq, nk = q.shape[2], k.shape[2]
-    if nq % BLOCK_M or nk % block_n:
-        return f"needs seq_q % {BLOCK_M} == 0 and seq_k % {block_n} == 0"
+    if nq % ROWS or nk % block_n:
+        return f"needs seq_q % {ROWS} == 0 and seq_k % {block_n} == 0"
     if causal and nk < nq:
         return "causal needs seq_k >= seq_q"
     if q.shape[0] * q.shape[1] * nq >= 2**31:
@@ -112,14 +126,15 @@ if HAVE_GLUON:
     @gluon.jit
     def _load_partition(
         qd, kd, vd, q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, q_row, kv_row, n_blocks,
-        BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr,
     ):  # fmt: skip
-        """Producer (one warp): both query halves once, then K_j and V_j into stage j % STAGES, each as soon as
-        both consumers have released that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer."""
+        """Producer (one warp): the query slices once, then K_j and V_j into stage j % STAGES, each as soon as
+        every consumer has released that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer."""
         ROWS: gl.constexpr = qd.block_type.shape[0]
-        mbarrier.expect(q_bar, 2 * qd.block_type.nbytes)
-        tma.async_copy_global_to_shared(qd, [q_row, 0], q_bar, q_smem.index(0))
-        tma.async_copy_global_to_shared(qd, [q_row + ROWS, 0], q_bar, q_smem.index(1))
+        mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
+        # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
+        for i in gl.static_range(NUM_WG):
+            tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
         for j in range(n_blocks):
             s = j % STAGES
             # A fresh barrier counts as having completed the phase before phase 0, so the first pass is free.
@@ -145,7 +160,7 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _consumer_step(
-        j, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, other_turn, s_zero, rows,
+        j, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, next_turn, s_zero, rows,
         causal_off, qk_scale, MASK: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         PINGPONG: gl.constexpr, FLIP: gl.constexpr, EARLY_K: gl.constexpr,
     ):  # fmt: skip
@@ -159,7 +174,7 @@ if HAVE_GLUON:
         mbarrier.wait(v_bars.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
         if PINGPONG:
-            mbarrier.arrive(other_turn)
+            mbarrier.arrive(next_turn)
         s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_j is done, P_{j-1} V_{j-1} may not be
         if EARLY_K:
             mbarrier.arrive(empty_bars.index(s_idx))  # K_j is no longer read
@@ -173,12 +188,51 @@ if HAVE_GLUON:
         return acc, p, m_i, l_i
 
     @gluon.jit
+    def _consumer_idle(
+        k_bars, v_bars, empty_bars, my_turn, next_turn, n_blocks, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+        FLIP: gl.constexpr,
+    ):  # fmt: skip
+        """A consumer that owns no query row (a first partial tile): its turns and buffer releases, no math."""
+        for j in range(n_blocks):
+            s_idx = j % STAGES
+            if PINGPONG:
+                mbarrier.wait(my_turn, (j & 1) ^ FLIP)
+                mbarrier.arrive(next_turn)
+            mbarrier.wait(k_bars.index(s_idx), (j // STAGES) & 1)
+            mbarrier.arrive(empty_bars.index(s_idx))
+            mbarrier.wait(v_bars.index(s_idx), (j // STAGES) & 1)
+            mbarrier.arrive(empty_bars.index(STAGES + s_idx))
+
+    @gluon.jit
     def _consumer(
         q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row, q_pos, n_blocks,
-        full_blocks, causal_off, qk_scale, HALF: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-        STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EARLY_K: gl.constexpr,
+        full_blocks, causal_off, qk_scale, WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+        EARLY_K: gl.constexpr,
     ):  # fmt: skip
-        """One consumer warpgroup: rows [HALF * 64, HALF * 64 + 64) of the CTA's query tile."""
+        """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of the CTA's query tile."""
+        ROWS: gl.constexpr = od.block_type.shape[0]
+        my_turn = turns.index(WG)
+        next_turn = turns.index((WG + 1) % NUM_WG)
+        # Turns: consumer 0's k-th matmul issue waits for the last consumer's (k-1)-th (the first is free: a
+        # fresh barrier passes a wait on parity 1), consumer w's k-th waits for consumer w-1's k-th.
+        FLIP: gl.constexpr = 1 if WG == 0 else 0
+        if q_pos + WG * ROWS < 0:
+            _consumer_idle(k_bars, v_bars, empty_bars, my_turn, next_turn, n_blocks, STAGES, PINGPONG, FLIP)
+        else:
+            _consumer_rows(
+                q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, my_turn, next_turn, od, LSE, q_row,
+                q_pos, n_blocks, full_blocks, causal_off, qk_scale, WG, FLIP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
+                PINGPONG, EARLY_K,
+            )  # fmt: skip
+
+    @gluon.jit
+    def _consumer_rows(
+        q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, my_turn, next_turn, od, LSE, q_row, q_pos,
+        n_blocks, full_blocks, causal_off, qk_scale, WG: gl.constexpr, FLIP: gl.constexpr, HEAD_DIM: gl.constexpr,
+        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+        EARLY_K: gl.constexpr,
+    ):  # fmt: skip
         ROWS: gl.constexpr = od.block_type.shape[0]
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
@@ -189,11 +243,9 @@ if HAVE_GLUON:
         p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
         row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        my_turn = turns.index(HALF)
-        other_turn = turns.index(1 - HALF)
 
-        q = q_smem.index(HALF)
-        rows = q_pos + HALF * ROWS + gl.arange(0, ROWS, row_s)
+        q = q_smem.index(WG)
+        rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
         s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
         l_i = gl.full([ROWS], 0.0, gl.float32, row_s)
@@ -201,15 +253,12 @@ if HAVE_GLUON:
         mbarrier.wait(q_bar, 0)
 
         # Block 0: S_0 and its softmax; its P V is issued in the next step.
-        # Turns: consumer 0's k-th matmul issue waits for consumer 1's (k-1)-th (the first is free: a fresh
-        # barrier passes a wait on parity 1), consumer 1's k-th waits for consumer 0's k-th.
-        FLIP: gl.constexpr = 1 - HALF
         if PINGPONG:
             mbarrier.wait(my_turn, FLIP)
         mbarrier.wait(k_bars.index(0), 0)
         s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         if PINGPONG:
-            mbarrier.arrive(other_turn)
+            mbarrier.arrive(next_turn)
         s = warpgroup_mma_wait(0, deps=[s])
         if EARLY_K:
             mbarrier.arrive(empty_bars.index(0))
@@ -218,12 +267,12 @@ if HAVE_GLUON:
 
         for j in range(1, full_blocks):
             acc, p, m_i, l_i = _consumer_step(
-                j, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, other_turn, s_zero,
+                j, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, next_turn, s_zero,
                 rows, causal_off, qk_scale, False, BLOCK_N, STAGES, PINGPONG, FLIP, EARLY_K,
             )  # fmt: skip
         for j in range(gl.maximum(full_blocks, 1), n_blocks):
             acc, p, m_i, l_i = _consumer_step(
-                j, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, other_turn, s_zero,
+                j, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, next_turn, s_zero,
                 rows, causal_off, qk_scale, CAUSAL, BLOCK_N, STAGES, PINGPONG, FLIP, EARLY_K,
             )  # fmt: skip
 
@@ -234,80 +283,99 @@ if HAVE_GLUON:
 
         # Every row saw at least one key (Nk >= Nq for causal), so l > 0.
         lse = m_i + gl.log2(l_i)
-        gl.store(LSE + q_row + HALF * ROWS + gl.arange(0, ROWS, row_s), lse)
+        gl.store(LSE + q_row + WG * ROWS + gl.arange(0, ROWS, row_s), lse)
         out = acc / gl.convert_layout(l_i, row_o)[:, None]
-        o_smem = q  # this half of Q is no longer read: the output leaves through its buffer
+        o_smem = q  # this slice of Q is no longer read: the output leaves through its buffer
         o_smem.store(out.to(od.dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(od, [q_row + HALF * ROWS, 0], o_smem)
+        tma.async_copy_shared_to_global(od, [q_row + WG * ROWS, 0], o_smem)
         tma.store_wait(0)
 
     @gluon.jit
     def _attn_fwd_ws(
         qd, kd, vd, od, LSE, H, GROUP, N_Q, N_K, qk_scale,
         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-        PINGPONG: gl.constexpr, EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-        PRODUCER_REGS: gl.constexpr,
+        PINGPONG: gl.constexpr, EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr, NUM_WG: gl.constexpr,
+        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     ):  # fmt: skip
         ROWS: gl.constexpr = qd.block_type.shape[0]
-        BM: gl.constexpr = 2 * ROWS
+        BM: gl.constexpr = NUM_WG * ROWS
         pid_m = gl.program_id(0)
         if CAUSAL and HEAVY_FIRST:
             pid_m = gl.num_programs(0) - 1 - pid_m  # the last query blocks see the most keys: run them first
         pid_bh = gl.program_id(1)
         kv_bh = (pid_bh // H) * (H // GROUP) + (pid_bh % H) // GROUP
-        q_pos = pid_m * BM
+        q_pos = N_Q - (gl.num_programs(0) - pid_m) * BM  # tiles end at N_Q; the first may start before row 0
         q_row = pid_bh * N_Q + q_pos
         kv_row = kv_bh * N_K
         causal_off = N_K - N_Q
         if CAUSAL:
             n_blocks = gl.cdiv(gl.minimum(N_K, q_pos + BM + causal_off), BLOCK_N)
-            full_blocks = gl.minimum((q_pos + causal_off + 1) // BLOCK_N, n_blocks)
+            full_blocks = gl.minimum(gl.maximum(q_pos + causal_off + 1, 0) // BLOCK_N, n_blocks)
         else:
             n_blocks = N_K // BLOCK_N
             full_blocks = n_blocks
 
-        q_smem = gl.allocate_shared_memory(qd.dtype, [2, ROWS, HEAD_DIM], qd.layout)
+        q_smem = gl.allocate_shared_memory(qd.dtype, [NUM_WG, ROWS, HEAD_DIM], qd.layout)
         k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, HEAD_DIM], kd.layout)
         v_smem = gl.allocate_shared_memory(vd.dtype, [STAGES, BLOCK_N, HEAD_DIM], vd.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty_bars = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
-        turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_bars.index(i), count=1)
             mbarrier.init(v_bars.index(i), count=1)
-            mbarrier.init(empty_bars.index(i), count=2)  # K of stage i: both consumers release it
-            mbarrier.init(empty_bars.index(STAGES + i), count=2)  # V of stage i
-        for i in gl.static_range(2):
+            mbarrier.init(empty_bars.index(i), count=NUM_WG)  # K of stage i: every consumer releases it
+            mbarrier.init(empty_bars.index(STAGES + i), count=NUM_WG)  # V of stage i
+        for i in gl.static_range(NUM_WG):
             mbarrier.init(turns.index(i), count=1)
         fence_async_shared()
 
         # Constexprs go through the tuples as written here (a tuple held in a variable turns them into tensors).
         # fmt: off
-        gl.warp_specialize(
-            [
-                (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row, q_pos,
-                             n_blocks, full_blocks, causal_off, qk_scale, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                             PINGPONG, EARLY_K)),
-                (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row, q_pos,
-                             n_blocks, full_blocks, causal_off, qk_scale, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                             PINGPONG, EARLY_K)),
-                (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, q_row,
-                                   kv_row, n_blocks, BLOCK_N, STAGES)),
-            ],
-            [4, 1],
-            [CONSUMER_REGS, PRODUCER_REGS],
-        )
+        if NUM_WG == 3:
+            gl.warp_specialize(
+                [
+                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
+                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 0, 3, HEAD_DIM, BLOCK_N, STAGES,
+                                 CAUSAL, PINGPONG, EARLY_K)),
+                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
+                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 1, 3, HEAD_DIM, BLOCK_N, STAGES,
+                                 CAUSAL, PINGPONG, EARLY_K)),
+                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
+                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 2, 3, HEAD_DIM, BLOCK_N, STAGES,
+                                 CAUSAL, PINGPONG, EARLY_K)),
+                    (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, q_row,
+                                       kv_row, n_blocks, BLOCK_N, STAGES, 3)),
+                ],
+                [4, 4, 1],
+                [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
+            )
+        else:
+            gl.warp_specialize(
+                [
+                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
+                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 0, 2, HEAD_DIM, BLOCK_N, STAGES,
+                                 CAUSAL, PINGPONG, EARLY_K)),
+                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
+                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 1, 2, HEAD_DIM, BLOCK_N, STAGES,
+                                 CAUSAL, PINGPONG, EARLY_K)),
+                    (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, q_row,
+                                       kv_row, n_blocks, BLOCK_N, STAGES, 2)),
+                ],
+                [4, 1],
+                [CONSUMER_REGS, PRODUCER_REGS],
+            )
         # fmt: on
 
 
 def _descriptors(q, k, v, o, block_n):
     D = q.shape[-1]
     dt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-    rows = BLOCK_M // 2
+    rows = ROWS
     q_layout = gl.NVMMASharedLayout.get_default_for([rows, D], dt)
     kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, D], dt)
     flat = [t.view(-1, D) for t in (q, k, v, o)]
@@ -330,10 +398,8 @@ def attention_forward(
     `supported` refuses the inputs."""
     D = q.shape[-1]
     cfg = dict(DEFAULT_CONFIG.get(D, DEFAULT_CONFIG[128]), PINGPONG=1, EARLY_K=1, HEAVY_FIRST=1)
-    cfg.update(
-        check_config({key: val for key, val in (config or {}).items() if key not in ("kernel", "BLOCK_M")})
-    )
-    why = supported(q, k, v, causal, cfg["BLOCK_N"])
+    cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
+    why = supported(q, k, v, causal, cfg["BLOCK_N"], cfg["BLOCK_M"])
     if why:
         raise ValueError(f"flash_ws forward: {why}")
     B, H, Nq, _ = q.shape
@@ -341,11 +407,12 @@ def attention_forward(
     o = torch.empty_like(q)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     qd, kd, vd, od = _descriptors(q, k, v, o, cfg["BLOCK_N"])
-    grid = (Nq // BLOCK_M, B * H)
+    num_wg = cfg["BLOCK_M"] // ROWS
+    grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
     _attn_fwd_ws[grid](
         qd, kd, vd, od, lse, H, H // Hkv, Nq, Nk, sm_scale * LOG2E,
         HEAD_DIM=D, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=bool(causal),
-        PINGPONG=bool(cfg["PINGPONG"]), EARLY_K=bool(cfg["EARLY_K"]), HEAVY_FIRST=bool(cfg["HEAVY_FIRST"]), CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, num_warps=4,
+        PINGPONG=bool(cfg["PINGPONG"]), EARLY_K=bool(cfg["EARLY_K"]), HEAVY_FIRST=bool(cfg["HEAVY_FIRST"]),
+        NUM_WG=num_wg, CONSUMER_REGS=CONSUMER_REGS[num_wg], PRODUCER_REGS=PRODUCER_REGS[num_wg], num_warps=4,
     )  # fmt: skip
-    return o, lse, dict(cfg, BLOCK_M=BLOCK_M, kernel="gluon-ws")
+    return o, lse, dict(cfg, kernel="gluon-ws")
