@@ -41,6 +41,12 @@ VARIANTS = {  # "ws" is flash_ws's default for the head dim; "ws3" three consume
     "ws3-lateK": {"BLOCK_M": 192, "EARLY_K": 0},
     "ws3-nopp": {"BLOCK_M": 192, "PINGPONG": 0},
     "ws3-n64": {"BLOCK_M": 192, "BLOCK_N": 64, "STAGES": 4},
+    # persistent: one program per SM walks tiles; the output has its own buffers (fewer K/V stages at d = 128)
+    "ws2p": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2},
+    "ws3p": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2},
+    "ws3p-s3": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 3},
+    "ws3p-h16": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 16},
+    "ws3p-n64": {"BLOCK_M": 192, "PERSISTENT": 1, "BLOCK_N": 64, "STAGES": 4},
 }
 
 

@@ -23,6 +23,7 @@ contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (the 2-D descriptors span 
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -52,9 +53,10 @@ ROWS = 64  # query rows per consumer warpgroup
 # splits (240 / 240 / 24 with two consumers, 160 x 3 / 32 with three) fill the 64K-register file.
 CONSUMER_REGS = {2: 240, 3: 160}
 PRODUCER_REGS = {2: 24, 3: 32}
+_BASE = {"PINGPONG": 1, "EARLY_K": 1, "HEAVY_FIRST": 1, "PERSISTENT": 0, "SCHED_HEADS": 1}
 DEFAULT_CONFIG = {
-    64: {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3},
-    128: {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3},
+    64: {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3, **_BASE},
+    128: {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3, **_BASE},
 }
 
 
@@ -63,7 +65,12 @@ GLUON_HEAD_DIMS = (128,)  # where flash_attn's forward takes this kernel by defa
 # to fill the ping-pong pipeline (ws_quick on an H100: 279 vs 344 TFLOP/s at d=128; from 2048 on, 449 vs 398).
 GLUON_MIN_CAUSAL_SEQ = 2048
 CONFIG_KEYS = {"kernel": None, "BLOCK_M": (128, 192), "BLOCK_N": (64, 128), "STAGES": (2, 3, 4), "PINGPONG": (0, 1),
-               "EARLY_K": (0, 1), "HEAVY_FIRST": (0, 1)}  # fmt: skip
+               "EARLY_K": (0, 1), "HEAVY_FIRST": (0, 1), "PERSISTENT": (0, 1), "SCHED_HEADS": (1, 4, 16),
+               "PROGRAMS": None}  # fmt: skip
+# PERSISTENT: one program per SM (or PROGRAMS of them, for tests) walks its share of the tiles, and the output
+# gets its own shared-memory buffers so the next tile's loads overlap this tile's epilogue.
+# SCHED_HEADS: tiles are walked in groups of this many heads (see _tile).
+SMEM_LIMIT = 232448 - 1024  # an H100's opt-in shared memory per block, less the barriers
 
 
 def enabled() -> bool:
@@ -91,7 +98,21 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"gluon-ws config: unknown key {key!r} (allowed: {sorted(CONFIG_KEYS)})")
         if CONFIG_KEYS[key] is not None and val not in CONFIG_KEYS[key]:
             raise ValueError(f"gluon-ws config: {key}={val!r} must be one of {list(CONFIG_KEYS[key])}")
+    programs = config.get("PROGRAMS", 0)
+    if not isinstance(programs, int) or isinstance(programs, bool) or programs < 0:
+        raise ValueError(f"gluon-ws config: PROGRAMS={programs!r} must be a count >= 0 (0: one per SM)")
     return config
+
+
+def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
+    """Shared memory of a config: Q (and O when persistent) slices of 64 rows, and the K/V ring."""
+    q_o = cfg["BLOCK_M"] * head_dim * 2 * (2 if cfg.get("PERSISTENT") else 1)
+    return q_o + 2 * cfg["STAGES"] * cfg["BLOCK_N"] * head_dim * 2
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 def supported(
@@ -124,27 +145,74 @@ def supported(
 if HAVE_GLUON:
 
     @gluon.jit
-    def _load_partition(
-        qd, kd, vd, q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, q_row, kv_row, n_blocks,
-        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr,
+    def _tile(
+        t, num_m, BH, H, GROUP, N_Q, N_K, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+        HEAVY_FIRST: gl.constexpr, SCHED_HEADS: gl.constexpr,
     ):  # fmt: skip
-        """Producer (one warp): the query slices once, then K_j and V_j into stage j % STAGES, each as soon as
-        every consumer has released that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer."""
+        """Tile t of the schedule: (q_pos, q_row, kv_row, n_blocks, full_blocks).
+
+        Tiles go by groups of SCHED_HEADS heads (whose K/V stay in L2 together), and within a group by query
+        block (the last, which sees the most keys under a causal mask, first with HEAVY_FIRST), then head.
+        Query tiles end at N_Q: the first may start before row 0."""
+        per_group = num_m * SCHED_HEADS
+        grp = t // per_group
+        base = grp * SCHED_HEADS
+        heads = gl.minimum(BH - base, SCHED_HEADS)
+        r = t - grp * per_group
+        m = r // heads
+        if CAUSAL and HEAVY_FIRST:
+            m = num_m - 1 - m
+        bh = base + r % heads
+        kv_bh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
+        q_pos = N_Q - (num_m - m) * BM
+        causal_off = N_K - N_Q
+        if CAUSAL:
+            n_blocks = gl.cdiv(gl.minimum(N_K, q_pos + BM + causal_off), BLOCK_N)
+            full_blocks = gl.minimum(gl.maximum(q_pos + causal_off + 1, 0) // BLOCK_N, n_blocks)
+        else:
+            n_blocks = N_K // BLOCK_N
+            full_blocks = n_blocks
+        return q_pos, bh * N_Q + q_pos, kv_bh * N_K, n_blocks, full_blocks
+
+    @gluon.jit
+    def _load_partition(
+        qd, kd, vd, q_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, num_m, BH, H, GROUP, N_Q,
+        N_K, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr, CAUSAL: gl.constexpr,
+        HEAVY_FIRST: gl.constexpr, SCHED_HEADS: gl.constexpr,
+    ):  # fmt: skip
+        """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
+        (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
+        that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
+        the program's tiles, so the ring and its barrier phases run on from one tile into the next."""
         ROWS: gl.constexpr = qd.block_type.shape[0]
-        mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
-        # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
-        for i in gl.static_range(NUM_WG):
-            tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
-        for j in range(n_blocks):
-            s = j % STAGES
-            # A fresh barrier counts as having completed the phase before phase 0, so the first pass is free.
-            free_phase = ((j // STAGES) & 1) ^ 1
-            mbarrier.wait(empty_bars.index(s), free_phase)
-            mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
-            tma.async_copy_global_to_shared(kd, [kv_row + j * BLOCK_N, 0], k_bars.index(s), k_smem.index(s))
-            mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
-            mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
-            tma.async_copy_global_to_shared(vd, [kv_row + j * BLOCK_N, 0], v_bars.index(s), v_smem.index(s))
+        BM: gl.constexpr = NUM_WG * ROWS
+        it = 0
+        n_tiles = num_m * BH
+        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            tc = (t - gl.program_id(0)) // gl.num_programs(0)
+            _, q_row, kv_row, n_blocks, _ = _tile(
+                t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, HEAVY_FIRST, SCHED_HEADS
+            )
+            # A fresh barrier counts as having completed the phase before phase 0, so the first waits are free.
+            mbarrier.wait(q_empty, (tc & 1) ^ 1)
+            mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
+            # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
+            for i in gl.static_range(NUM_WG):
+                tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
+            for j in range(n_blocks):
+                s = (it + j) % STAGES
+                free_phase = (((it + j) // STAGES) & 1) ^ 1
+                mbarrier.wait(empty_bars.index(s), free_phase)
+                mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    kd, [kv_row + j * BLOCK_N, 0], k_bars.index(s), k_smem.index(s)
+                )
+                mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
+                mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    vd, [kv_row + j * BLOCK_N, 0], v_bars.index(s), v_smem.index(s)
+                )
+            it += n_blocks
 
     @gluon.jit
     def _softmax(s, m_i, l_i, rows, start_n, causal_off, qk_scale, MASK: gl.constexpr, BLOCK_N: gl.constexpr):
@@ -160,79 +228,85 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _consumer_step(
-        j, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, next_turn, s_zero, rows,
-        causal_off, qk_scale, MASK: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+        g, start_n, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, next_turn, s_zero,
+        rows, causal_off, qk_scale, MASK: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
         PINGPONG: gl.constexpr, FLIP: gl.constexpr, EARLY_K: gl.constexpr,
     ):  # fmt: skip
-        """Block j >= 1: issue S_j and P_{j-1} V_{j-1}, softmax S_j while the second matmul runs."""
-        s_idx = j % STAGES
-        prev = (j - 1) % STAGES
+        """Key block number g (counted over the program's tiles; not the tile's first): issue S_g and
+        P_{g-1} V_{g-1}, softmax S_g while the second matmul runs."""
+        s_idx = g % STAGES
+        prev = (g - 1) % STAGES
         if PINGPONG:
-            mbarrier.wait(my_turn, (j & 1) ^ FLIP)
-        mbarrier.wait(k_bars.index(s_idx), (j // STAGES) & 1)
+            mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+        mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        mbarrier.wait(v_bars.index(prev), ((j - 1) // STAGES) & 1)
+        mbarrier.wait(v_bars.index(prev), ((g - 1) // STAGES) & 1)
         acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
         if PINGPONG:
             mbarrier.arrive(next_turn)
-        s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_j is done, P_{j-1} V_{j-1} may not be
+        s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_g is done, P_{g-1} V_{g-1} may not be
         if EARLY_K:
-            mbarrier.arrive(empty_bars.index(s_idx))  # K_j is no longer read
-        p_new, alpha, l_i, m_i = _softmax(s, m_i, l_i, rows, j * BLOCK_N, causal_off, qk_scale, MASK, BLOCK_N)
+            mbarrier.arrive(empty_bars.index(s_idx))  # K_g is no longer read
+        p_new, alpha, l_i, m_i = _softmax(s, m_i, l_i, rows, start_n, causal_off, qk_scale, MASK, BLOCK_N)
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         if not EARLY_K:
-            mbarrier.arrive(empty_bars.index(prev))  # K_{j-1} is no longer read
-        mbarrier.arrive(empty_bars.index(STAGES + prev))  # nor V_{j-1}
+            mbarrier.arrive(empty_bars.index(prev))  # K_{g-1} is no longer read
+        mbarrier.arrive(empty_bars.index(STAGES + prev))  # nor V_{g-1}
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
         p = gl.convert_layout(p_new.to(q.dtype), p.type.layout)
         return acc, p, m_i, l_i
 
     @gluon.jit
-    def _consumer_idle(
-        k_bars, v_bars, empty_bars, my_turn, next_turn, n_blocks, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-        FLIP: gl.constexpr,
-    ):  # fmt: skip
-        """A consumer that owns no query row (a first partial tile): its turns and buffer releases, no math."""
-        for j in range(n_blocks):
-            s_idx = j % STAGES
-            if PINGPONG:
-                mbarrier.wait(my_turn, (j & 1) ^ FLIP)
-                mbarrier.arrive(next_turn)
-            mbarrier.wait(k_bars.index(s_idx), (j // STAGES) & 1)
-            mbarrier.arrive(empty_bars.index(s_idx))
-            mbarrier.wait(v_bars.index(s_idx), (j // STAGES) & 1)
-            mbarrier.arrive(empty_bars.index(STAGES + s_idx))
-
-    @gluon.jit
     def _consumer(
-        q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row, q_pos, n_blocks,
-        full_blocks, causal_off, qk_scale, WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr,
+        q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od, LSE, num_m, BH, H,
+        GROUP, N_Q, N_K, qk_scale, WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr,
         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-        EARLY_K: gl.constexpr,
+        EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr, SCHED_HEADS: gl.constexpr, SEP_O: gl.constexpr,
     ):  # fmt: skip
-        """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of the CTA's query tile."""
+        """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
         ROWS: gl.constexpr = od.block_type.shape[0]
+        BM: gl.constexpr = NUM_WG * ROWS
         my_turn = turns.index(WG)
         next_turn = turns.index((WG + 1) % NUM_WG)
         # Turns: consumer 0's k-th matmul issue waits for the last consumer's (k-1)-th (the first is free: a
-        # fresh barrier passes a wait on parity 1), consumer w's k-th waits for consumer w-1's k-th.
+        # fresh barrier passes a wait on parity 1), consumer w's k-th waits for consumer w-1's k-th. Every
+        # consumer takes one turn per key block, so k is the program's key-block count `it`.
         FLIP: gl.constexpr = 1 if WG == 0 else 0
-        if q_pos + WG * ROWS < 0:
-            _consumer_idle(k_bars, v_bars, empty_bars, my_turn, next_turn, n_blocks, STAGES, PINGPONG, FLIP)
-        else:
-            _consumer_rows(
-                q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, my_turn, next_turn, od, LSE, q_row,
-                q_pos, n_blocks, full_blocks, causal_off, qk_scale, WG, FLIP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                PINGPONG, EARLY_K,
-            )  # fmt: skip
+        it = 0
+        n_tiles = num_m * BH
+        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+            tc = (t - gl.program_id(0)) // gl.num_programs(0)
+            q_pos, q_row, _, n_blocks, full_blocks = _tile(
+                t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, HEAVY_FIRST, SCHED_HEADS
+            )
+            if q_pos + WG * ROWS < 0:  # owns no row of this tile: turns and releases only
+                for j in range(n_blocks):
+                    g = it + j
+                    if PINGPONG:
+                        mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+                        mbarrier.arrive(next_turn)
+                    mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
+                    mbarrier.arrive(empty_bars.index(g % STAGES))
+                    mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
+                    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+                mbarrier.arrive(q_empty)
+            else:
+                _consumer_tile(
+                    q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, my_turn, next_turn,
+                    od, LSE, q_row, q_pos, n_blocks, full_blocks, N_K - N_Q, qk_scale, it, tc, WG, FLIP, HEAD_DIM,
+                    BLOCK_N, STAGES, CAUSAL, PINGPONG, EARLY_K, SEP_O,
+                )  # fmt: skip
+            it += n_blocks
+        tma.store_wait(0)
 
     @gluon.jit
-    def _consumer_rows(
-        q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, my_turn, next_turn, od, LSE, q_row, q_pos,
-        n_blocks, full_blocks, causal_off, qk_scale, WG: gl.constexpr, FLIP: gl.constexpr, HEAD_DIM: gl.constexpr,
-        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-        EARLY_K: gl.constexpr,
+    def _consumer_tile(
+        q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, my_turn, next_turn, od, LSE,
+        q_row, q_pos, n_blocks, full_blocks, causal_off, qk_scale, it, tc, WG: gl.constexpr, FLIP: gl.constexpr,
+        HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+        PINGPONG: gl.constexpr, EARLY_K: gl.constexpr, SEP_O: gl.constexpr,
     ):  # fmt: skip
+        """One tile's rows of this warpgroup; its key blocks are the program's it, it + 1, ..."""
         ROWS: gl.constexpr = od.block_type.shape[0]
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
@@ -250,81 +324,81 @@ if HAVE_GLUON:
         m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
         l_i = gl.full([ROWS], 0.0, gl.float32, row_s)
         acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-        mbarrier.wait(q_bar, 0)
+        mbarrier.wait(q_bar, tc & 1)
 
         # Block 0: S_0 and its softmax; its P V is issued in the next step.
         if PINGPONG:
-            mbarrier.wait(my_turn, FLIP)
-        mbarrier.wait(k_bars.index(0), 0)
-        s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            mbarrier.wait(my_turn, (it & 1) ^ FLIP)
+        mbarrier.wait(k_bars.index(it % STAGES), (it // STAGES) & 1)
+        s = warpgroup_mma(q, k_smem.index(it % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         if PINGPONG:
             mbarrier.arrive(next_turn)
         s = warpgroup_mma_wait(0, deps=[s])
         if EARLY_K:
-            mbarrier.arrive(empty_bars.index(0))
+            mbarrier.arrive(empty_bars.index(it % STAGES))
         p_new, alpha, l_i, m_i = _softmax(s, m_i, l_i, rows, 0, causal_off, qk_scale, CAUSAL, BLOCK_N)
         p = gl.convert_layout(p_new.to(q.dtype), p_layout)
 
         for j in range(1, full_blocks):
             acc, p, m_i, l_i = _consumer_step(
-                j, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, next_turn, s_zero,
-                rows, causal_off, qk_scale, False, BLOCK_N, STAGES, PINGPONG, FLIP, EARLY_K,
+                it + j, j * BLOCK_N, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn,
+                next_turn, s_zero, rows, causal_off, qk_scale, False, BLOCK_N, STAGES, PINGPONG, FLIP, EARLY_K,
             )  # fmt: skip
         for j in range(gl.maximum(full_blocks, 1), n_blocks):
             acc, p, m_i, l_i = _consumer_step(
-                j, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, next_turn, s_zero,
-                rows, causal_off, qk_scale, CAUSAL, BLOCK_N, STAGES, PINGPONG, FLIP, EARLY_K,
+                it + j, j * BLOCK_N, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn,
+                next_turn, s_zero, rows, causal_off, qk_scale, CAUSAL, BLOCK_N, STAGES, PINGPONG, FLIP, EARLY_K,
             )  # fmt: skip
+        if SEP_O:
+            mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
 
-        last = n_blocks - 1
+        last = it + n_blocks - 1
         mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
         acc = warpgroup_mma(p, v_smem.index(last % STAGES), acc, is_async=True)
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+        if not EARLY_K:
+            mbarrier.arrive(empty_bars.index(last % STAGES))
+        mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))
 
         # Every row saw at least one key (Nk >= Nq for causal), so l > 0.
         lse = m_i + gl.log2(l_i)
         gl.store(LSE + q_row + WG * ROWS + gl.arange(0, ROWS, row_s), lse)
         out = acc / gl.convert_layout(l_i, row_o)[:, None]
-        o_smem = q  # this slice of Q is no longer read: the output leaves through its buffer
-        o_smem.store(out.to(od.dtype))
+        o_buf = o_smem.index(WG)  # without SEP_O, this is the warpgroup's Q buffer, no longer read
+        tma.store_wait(0)  # the previous tile's output has left this buffer
+        o_buf.store(out.to(od.dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(od, [q_row + WG * ROWS, 0], o_smem)
-        tma.store_wait(0)
+        tma.async_copy_shared_to_global(od, [q_row + WG * ROWS, 0], o_buf)
+        if not SEP_O:
+            tma.store_wait(0)
+            mbarrier.arrive(q_empty)
 
     @gluon.jit
     def _attn_fwd_ws(
-        qd, kd, vd, od, LSE, H, GROUP, N_Q, N_K, qk_scale,
+        qd, kd, vd, od, LSE, H, GROUP, N_Q, N_K, num_m, BH, qk_scale,
         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
         PINGPONG: gl.constexpr, EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr, NUM_WG: gl.constexpr,
-        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+        SCHED_HEADS: gl.constexpr, SEP_O: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     ):  # fmt: skip
+        """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
         ROWS: gl.constexpr = qd.block_type.shape[0]
-        BM: gl.constexpr = NUM_WG * ROWS
-        pid_m = gl.program_id(0)
-        if CAUSAL and HEAVY_FIRST:
-            pid_m = gl.num_programs(0) - 1 - pid_m  # the last query blocks see the most keys: run them first
-        pid_bh = gl.program_id(1)
-        kv_bh = (pid_bh // H) * (H // GROUP) + (pid_bh % H) // GROUP
-        q_pos = N_Q - (gl.num_programs(0) - pid_m) * BM  # tiles end at N_Q; the first may start before row 0
-        q_row = pid_bh * N_Q + q_pos
-        kv_row = kv_bh * N_K
-        causal_off = N_K - N_Q
-        if CAUSAL:
-            n_blocks = gl.cdiv(gl.minimum(N_K, q_pos + BM + causal_off), BLOCK_N)
-            full_blocks = gl.minimum(gl.maximum(q_pos + causal_off + 1, 0) // BLOCK_N, n_blocks)
-        else:
-            n_blocks = N_K // BLOCK_N
-            full_blocks = n_blocks
-
         q_smem = gl.allocate_shared_memory(qd.dtype, [NUM_WG, ROWS, HEAD_DIM], qd.layout)
+        if (
+            SEP_O
+        ):  # the output gets its own buffers, so the next tile's Q can load during this tile's epilogue
+            o_smem = gl.allocate_shared_memory(od.dtype, [NUM_WG, ROWS, HEAD_DIM], od.layout)
+        else:
+            o_smem = q_smem
         k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, HEAD_DIM], kd.layout)
         v_smem = gl.allocate_shared_memory(vd.dtype, [STAGES, BLOCK_N, HEAD_DIM], vd.layout)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty_bars = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
         turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
+        mbarrier.init(q_empty, count=NUM_WG)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_bars.index(i), count=1)
             mbarrier.init(v_bars.index(i), count=1)
@@ -339,17 +413,18 @@ if HAVE_GLUON:
         if NUM_WG == 3:
             gl.warp_specialize(
                 [
-                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
-                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 0, 3, HEAD_DIM, BLOCK_N, STAGES,
-                                 CAUSAL, PINGPONG, EARLY_K)),
-                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
-                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 1, 3, HEAD_DIM, BLOCK_N, STAGES,
-                                 CAUSAL, PINGPONG, EARLY_K)),
-                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
-                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 2, 3, HEAD_DIM, BLOCK_N, STAGES,
-                                 CAUSAL, PINGPONG, EARLY_K)),
-                    (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, q_row,
-                                       kv_row, n_blocks, BLOCK_N, STAGES, 3)),
+                    (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
+                                 LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 0, 3, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                    (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
+                                 LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 1, 3, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                    (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
+                                 LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 2, 3, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                    (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars,
+                                       num_m, BH, H, GROUP, N_Q, N_K, BLOCK_N, STAGES, 3, CAUSAL, HEAVY_FIRST,
+                                       SCHED_HEADS)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -357,14 +432,15 @@ if HAVE_GLUON:
         else:
             gl.warp_specialize(
                 [
-                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
-                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 0, 2, HEAD_DIM, BLOCK_N, STAGES,
-                                 CAUSAL, PINGPONG, EARLY_K)),
-                    (_consumer, (q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, turns, od, LSE, q_row,
-                                 q_pos, n_blocks, full_blocks, causal_off, qk_scale, 1, 2, HEAD_DIM, BLOCK_N, STAGES,
-                                 CAUSAL, PINGPONG, EARLY_K)),
-                    (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, k_bars, v_bars, empty_bars, q_row,
-                                       kv_row, n_blocks, BLOCK_N, STAGES, 2)),
+                    (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
+                                 LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 0, 2, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                    (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
+                                 LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 1, 2, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                    (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars,
+                                       num_m, BH, H, GROUP, N_Q, N_K, BLOCK_N, STAGES, 2, CAUSAL, HEAVY_FIRST,
+                                       SCHED_HEADS)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
@@ -397,22 +473,34 @@ def attention_forward(
     """Run the Gluon forward. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used); raises ValueError if
     `supported` refuses the inputs."""
     D = q.shape[-1]
-    cfg = dict(DEFAULT_CONFIG.get(D, DEFAULT_CONFIG[128]), PINGPONG=1, EARLY_K=1, HEAVY_FIRST=1)
+    cfg = dict(DEFAULT_CONFIG.get(D, DEFAULT_CONFIG[128]))
     cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
     why = supported(q, k, v, causal, cfg["BLOCK_N"], cfg["BLOCK_M"])
     if why:
         raise ValueError(f"flash_ws forward: {why}")
+    if smem_bytes(cfg, D) > SMEM_LIMIT:
+        raise ValueError(
+            f"flash_ws forward: config needs {smem_bytes(cfg, D) // 1024} KiB of shared memory at head dim {D} "
+            f"(at most {SMEM_LIMIT // 1024}): fewer STAGES, or PERSISTENT=0"
+        )
     B, H, Nq, _ = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     o = torch.empty_like(q)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     qd, kd, vd, od = _descriptors(q, k, v, o, cfg["BLOCK_N"])
     num_wg = cfg["BLOCK_M"] // ROWS
-    grid = (triton.cdiv(Nq, cfg["BLOCK_M"]), B * H)
+    num_m = triton.cdiv(Nq, cfg["BLOCK_M"])
+    tiles = num_m * B * H
+    if cfg["PERSISTENT"]:
+        programs = cfg.get("PROGRAMS") or _sm_count(q.device.index if q.device.index is not None else 0)
+        grid = (min(tiles, programs),)
+    else:
+        grid = (tiles,)
     _attn_fwd_ws[grid](
-        qd, kd, vd, od, lse, H, H // Hkv, Nq, Nk, sm_scale * LOG2E,
+        qd, kd, vd, od, lse, H, H // Hkv, Nq, Nk, num_m, B * H, sm_scale * LOG2E,
         HEAD_DIM=D, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=bool(causal),
         PINGPONG=bool(cfg["PINGPONG"]), EARLY_K=bool(cfg["EARLY_K"]), HEAVY_FIRST=bool(cfg["HEAVY_FIRST"]),
-        NUM_WG=num_wg, CONSUMER_REGS=CONSUMER_REGS[num_wg], PRODUCER_REGS=PRODUCER_REGS[num_wg], num_warps=4,
+        NUM_WG=num_wg, SCHED_HEADS=cfg["SCHED_HEADS"], SEP_O=bool(cfg["PERSISTENT"]),
+        CONSUMER_REGS=CONSUMER_REGS[num_wg], PRODUCER_REGS=PRODUCER_REGS[num_wg], num_warps=4,
     )  # fmt: skip
     return o, lse, dict(cfg, kernel="gluon-ws")

@@ -51,8 +51,8 @@ def rel(a, b) -> float:
 )
 @pytest.mark.parametrize(
     "config",
-    [{}, {"PINGPONG": 0}, {"BLOCK_N": 64, "STAGES": 4}, {"STAGES": 3}],
-    ids=["default", "nopp", "n64", "s3"],
+    [{}, {"PINGPONG": 0}, {"BLOCK_N": 64, "STAGES": 4}, {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2}],
+    ids=["default", "nopp", "n64", "persistent"],
 )
 def test_forward_matches_reference(shape, dtype, causal, config):
     check_forward(shape, dtype, causal, config)
@@ -69,12 +69,20 @@ def test_forward_matches_reference(shape, dtype, causal, config):
 )
 @pytest.mark.parametrize(
     "config",
-    [{}, {"PINGPONG": 0}, {"BLOCK_N": 64, "STAGES": 4}, {"STAGES": 2}],
-    ids=["default", "nopp", "n64", "s2"],
+    [
+        {},
+        {"PINGPONG": 0},
+        {"BLOCK_N": 64, "STAGES": 4},
+        {"STAGES": 2},
+        {"PERSISTENT": 1, "PROGRAMS": 3},
+        {"PERSISTENT": 1, "PROGRAMS": 2, "SCHED_HEADS": 4, "STAGES": 2, "EARLY_K": 0},
+    ],
+    ids=["default", "nopp", "n64", "s2", "persistent", "persistent-grouped-lateK"],
 )
 def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config):
     """192-row tiles (d = 64): tiles end at seq_q, so the first one's leading warpgroups own no row and only
-    keep the barrier protocol; a wrong turn or release count hangs or corrupts the rows after it."""
+    keep the barrier protocol; a wrong turn or release count hangs or corrupts the rows after it. Persistent
+    configs with 2-3 programs walk many tiles each: the ring, turn and Q/O barriers carry over between tiles."""
     check_forward(shape, dtype, causal, {"BLOCK_M": 192, **config})
 
 
@@ -112,6 +120,8 @@ def test_refusals_name_the_reason():
     assert flash_ws.supported(q, q, q, True) is None
     with pytest.raises(ValueError, match="head dim 96"):
         flash_ws.attention_forward(t(1, 2, 256, 96), t(1, 2, 256, 96), t(1, 2, 256, 96), False, 0.1)
+    with pytest.raises(ValueError, match="KiB of shared memory"):
+        flash_ws.attention_forward(q, q, q, False, 0.1, {"PERSISTENT": 1, "STAGES": 3})
 
 
 @pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")
@@ -159,6 +169,11 @@ def test_forced_gluon_config_is_checked():
         flash_ws.check_config({"STAGES": 5})
     with pytest.raises(ValueError, match="BLOCK_M=256 must be one of"):
         flash_ws.check_config({"BLOCK_M": 256})
+    with pytest.raises(ValueError, match="PROGRAMS=-1 must be a count"):
+        flash_ws.check_config({"PROGRAMS": -1})
+    assert flash_ws.smem_bytes({"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3, "PERSISTENT": 1}, 128) > (
+        flash_ws.SMEM_LIMIT
+    )
     assert flash_ws.check_config({"STAGES": 2, "PINGPONG": 0}) == {"STAGES": 2, "PINGPONG": 0}
 
 
