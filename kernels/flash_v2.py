@@ -368,9 +368,9 @@ def attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Launch the FA2 forward on checked inputs. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used).
 
-    On Hopper, fp16/bf16 at the head dims of flash_ws.GLUON_HEAD_DIMS (and shapes it supports), the forward
-    is flash_ws's warp-specialized Gluon kernel unless a Triton config is forced or FLASHBENCH_GLUON=0; a
-    config with "kernel": "gluon-ws" forces it. Both write the same O and base-2 LSE.
+    On Hopper, fp16/bf16 at the head dims and lengths of flash_ws.GLUON_MIN_SEQ (and shapes it supports), the
+    forward is flash_ws's warp-specialized Gluon kernel unless a Triton config is forced or FLASHBENCH_GLUON=0;
+    a config with "kernel": "gluon-ws" forces it. Both write the same O and base-2 LSE.
     """
     if config.get("kernel") == "gluon-ws" if config else flash_ws.preferred(q, k, v, causal):
         try:

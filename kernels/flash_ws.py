@@ -53,17 +53,24 @@ ROWS = 64  # query rows per consumer warpgroup
 # splits (240 / 240 / 24 with two consumers, 160 x 3 / 32 with three) fill the 64K-register file.
 CONSUMER_REGS = {2: 240, 3: 160}
 PRODUCER_REGS = {2: 24, 3: 32}
-_BASE = {"PINGPONG": 1, "EARLY_K": 1, "HEAVY_FIRST": 1, "PERSISTENT": 0, "SCHED_HEADS": 1}
+_BASE = {"BLOCK_N": 128, "PINGPONG": 1, "EARLY_K": 1, "HEAVY_FIRST": 1, "SCHED_HEADS": 1}
+# Default config per (head dim, causal), from benchmarks/ws_quick.py on an H100 (BENCHMARKS.md, sessions 5-6):
+# d = 64 takes FA3's 192-row tiles (three consumers), persistent when not causal (+0-3%); a causal persistent
+# walk is unbalanced (round-robin tiles of unequal length), so causal tiles are one program each.
 DEFAULT_CONFIG = {
-    64: {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3, **_BASE},
-    128: {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3, **_BASE},
+    (64, False): {**_BASE, "BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1},
+    (64, True): {**_BASE, "BLOCK_M": 192, "STAGES": 3, "PERSISTENT": 0},
+    (128, False): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
+    (128, True): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
 }
+HEAD_DIMS = (64, 128)
 
-
-GLUON_HEAD_DIMS = (128,)  # where flash_attn's forward takes this kernel by default (BENCHMARKS.md, session 5)
-# Causal problems shorter than this stay on the tl kernel: at N = 1024 a query tile sees 1-8 key blocks, too few
-# to fill the ping-pong pipeline (ws_quick on an H100: 279 vs 344 TFLOP/s at d=128; from 2048 on, 449 vs 398).
-GLUON_MIN_CAUSAL_SEQ = 2048
+# Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
+# problems stay on the tl kernel, which was as fast or faster there (ws_quick on an H100, TFLOP/s):
+#   d=128 causal N=1024: 279 vs 344 (a tile sees 1-8 key blocks, too few to fill the ping-pong pipeline);
+#   d=64 not causal N=1024: 396 vs 394 (a tie); d=64 causal: 254-288 vs 347-365 at N=2048, 367-385 vs 394-395
+#   at 4096 (192-row tiles waste 12% of their work on the causal diagonal at 2048, the tl kernel's 64-row ones 6%).
+GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, True): 2048}
 CONFIG_KEYS = {"kernel": None, "BLOCK_M": (128, 192), "BLOCK_N": (64, 128), "STAGES": (2, 3, 4), "PINGPONG": (0, 1),
                "EARLY_K": (0, 1), "HEAVY_FIRST": (0, 1), "PERSISTENT": (0, 1), "SCHED_HEADS": (1, 4, 16),
                "PROGRAMS": None}  # fmt: skip
@@ -81,13 +88,16 @@ def enabled() -> bool:
     )
 
 
+def default_config(head_dim: int, causal: bool) -> dict[str, Any]:
+    return dict(DEFAULT_CONFIG[(head_dim if head_dim in HEAD_DIMS else 128, bool(causal))])
+
+
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether flash_attn's forward should take this kernel for these inputs (no forced config)."""
-    if causal and q.shape[2] < GLUON_MIN_CAUSAL_SEQ:
+    D = q.shape[-1]
+    if not enabled() or D not in HEAD_DIMS or q.shape[2] < GLUON_MIN_SEQ[(D, bool(causal))]:
         return False
-    if not enabled() or q.shape[-1] not in GLUON_HEAD_DIMS:
-        return False
-    cfg = DEFAULT_CONFIG[q.shape[-1]]
+    cfg = default_config(D, causal)
     return supported(q, k, v, causal, cfg["BLOCK_N"], cfg["BLOCK_M"]) is None
 
 
@@ -126,7 +136,7 @@ def supported(
     if q.dtype not in (torch.float16, torch.bfloat16):
         return f"needs fp16 or bf16, not {q.dtype}"
     D = q.shape[-1]
-    if D not in DEFAULT_CONFIG:
+    if D not in HEAD_DIMS:
         return f"head dim {D} (64 or 128 only)"
     if block_m == 192 and D != 64:
         return "BLOCK_M 192 (three consumer warpgroups) only at head dim 64 (at 128 it spills and overflows smem)"
@@ -473,7 +483,7 @@ def attention_forward(
     """Run the Gluon forward. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used); raises ValueError if
     `supported` refuses the inputs."""
     D = q.shape[-1]
-    cfg = dict(DEFAULT_CONFIG.get(D, DEFAULT_CONFIG[128]))
+    cfg = default_config(D, causal)
     cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
     why = supported(q, k, v, causal, cfg["BLOCK_N"], cfg["BLOCK_M"])
     if why:

@@ -134,10 +134,11 @@ def test_refused_off_hopper():
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_flash_attn_takes_gluon_at_d128_and_backward_agrees(monkeypatch, causal):
+@pytest.mark.parametrize("d, n", [(128, 2048), (64, 8192)], ids=["d128", "d64"])
+def test_flash_attn_takes_gluon_and_backward_agrees(monkeypatch, causal, d, n):
     g = torch.Generator(device="cuda").manual_seed(7)
     q, k, v, do = (
-        torch.randn(1, 2, 2048, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4)
+        torch.randn(1, 2, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4)
     )
     grads = {}
     for gluon in ("1", "0"):
@@ -194,3 +195,21 @@ def test_short_causal_stays_on_the_tl_kernel():
     assert "kernel" not in last_config()
     flash_attn(q, q, q, causal=False)
     assert last_config()["kernel"] == "gluon-ws"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+def test_d64_dispatch_follows_the_measured_thresholds():
+    """d = 64: Gluon (192-row tiles) from N = 2048 without a mask, from 8192 with one (flash_ws.GLUON_MIN_SEQ)."""
+    for n, causal, gluon in [
+        (1024, False, False),
+        (2048, False, True),
+        (2048, True, False),
+        (8192, True, True),
+    ]:
+        q = torch.randn(1, 2, n, 64, device="cuda", dtype=torch.bfloat16)
+        flash_attn(q, q, q, causal=causal)
+        cfg = last_config()
+        assert (cfg.get("kernel") == "gluon-ws") == gluon, (n, causal, cfg)
+        if gluon:
+            assert cfg["BLOCK_M"] == 192 and cfg["PERSISTENT"] == (0 if causal else 1)
