@@ -15,6 +15,10 @@ log-sum-exp, fp32) per row, exp2 with the scale folded in, causal aligned bottom
 
 Query tiles are aligned to the end of the sequence: when BLOCK_M does not divide Nq, the first tile starts
 before row 0 and its warpgroups that own no row only keep the barrier protocol (no math, no store).
+PERSISTENT=1 launches one program per SM; each walks tiles t = pid, pid + programs, ... (_tile's order), and
+the K/V ring, the turns and the Q barriers keep counting across its tiles (`it`: key blocks so far, `tc`: tiles
+so far). The output then has its own shared-memory buffers, so the next tile's Q can load during this tile's
+epilogue. The walk is static round-robin: balanced for equal tiles (no mask), not for causal ones.
 
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
 contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (the 2-D descriptors span all heads, so a partial
