@@ -197,7 +197,8 @@ def test_host_and_per_program_descriptors_agree(monkeypatch):
     q, k, v = inputs(2, 4, 2, 150, 130, 64, torch.float16, seed=12)
     check(flash_attn, q, k, v, causal=True)
     qs, kvs = tuple(q.shape), tuple(k.shape)
-    assert made == [kvs, kvs, qs, qs] + [qs, qs, kvs, kvs]  # forward K V Q O, backward Q dO K V
+    # forward K V Q O and the half-height K V of the causal diagonal, backward Q dO K V
+    assert made == [kvs, kvs, qs, qs, kvs, kvs] + [qs, qs, kvs, kvs]
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     do = make(qs, torch.float16, seed=99)
     host = [
@@ -212,6 +213,29 @@ def test_host_and_per_program_descriptors_agree(monkeypatch):
     per_program += torch.autograd.grad(per_program[0], leaves, do)
     for a, b in zip(host, per_program, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(("nq", "nk"), [(64, 64), (150, 150), (96, 200), (200, 96), (17, 130)])
+def test_half_width_diagonal_blocks(monkeypatch, nq, nk):
+    """Causal: the masked key range runs in blocks of BLOCK_N // 2 (common.CAUSAL_HALF_DIAG, or a forced
+    config's "DIAG"), through half-height descriptors on the TMA path; full-width blocks give the same
+    attention. Diagonal offsets (nk != nq), ragged tails and rows that see no key (nq > nk) included."""
+    from flashbench.kernels import common
+
+    q, k, v = inputs(1, 2, 1, nq, nk, 32, torch.float16, seed=14)
+    config = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
+    outs = {}
+    for diag in (0, 1):
+        check(flash_attn, q, k, v, causal=True, config={**config, "DIAG": diag})
+        assert last_config()["DIAG"] == diag
+        outs[diag] = flash_attn(q, k, v, causal=True, config={**config, "DIAG": diag})
+    torch.testing.assert_close(outs[0], outs[1], atol=2e-3, rtol=0)
+    # Without a forced DIAG the module switch decides; the pointer path takes the half-width blocks too.
+    assert torch.equal(flash_attn(q, k, v, causal=True, config=config), outs[1])
+    monkeypatch.setattr(common, "CAUSAL_HALF_DIAG", False)
+    assert torch.equal(flash_attn(q, k, v, causal=True, config=config), outs[0])
+    monkeypatch.setenv("FLASHBENCH_TMA", "0")
+    check(flash_attn, q, k, v, causal=True, config={**config, "DIAG": 1})
 
 
 @pytest.mark.parametrize(("nq", "nk"), [(1, 1), (64, 64), (150, 150), (17, 130), (130, 17)])
