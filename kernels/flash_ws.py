@@ -57,7 +57,7 @@ ROWS = 64  # query rows per consumer warpgroup
 # splits (240 / 240 / 24 with two consumers, 160 x 3 / 32 with three) fill the 64K-register file.
 CONSUMER_REGS = {2: 240, 3: 160}
 PRODUCER_REGS = {2: 24, 3: 32}
-_BASE = {"BLOCK_N": 128, "PINGPONG": 1, "EARLY_K": 1, "HEAVY_FIRST": 1, "SCHED_HEADS": 1}
+_BASE = {"BLOCK_N": 128, "PINGPONG": 1, "EARLY_K": 1, "HEAVY_FIRST": 1, "SCHED_HEADS": 1, "WALK": "cyclic"}
 # Default config per (head dim, causal), from benchmarks/ws_quick.py on an H100 (BENCHMARKS.md, sessions 5-6):
 # d = 64 takes FA3's 192-row tiles (three consumers), persistent when not causal (+0-3%); a causal persistent
 # walk is unbalanced (round-robin tiles of unequal length), so causal tiles are one program each.
@@ -76,11 +76,14 @@ HEAD_DIMS = (64, 128)
 #   at 4096 (192-row tiles waste 12% of their work on the causal diagonal at 2048, the tl kernel's 64-row ones 6%).
 GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, True): 2048}
 CONFIG_KEYS = {"kernel": None, "BLOCK_M": (128, 192), "BLOCK_N": (64, 128), "STAGES": (2, 3, 4), "PINGPONG": (0, 1),
-               "EARLY_K": (0, 1), "HEAVY_FIRST": (0, 1), "PERSISTENT": (0, 1), "SCHED_HEADS": (1, 4, 16),
-               "PROGRAMS": None}  # fmt: skip
+               "EARLY_K": (0, 1), "HEAVY_FIRST": (0, 1), "PERSISTENT": (0, 1), "SCHED_HEADS": (1, 4, 16, 32, 64),
+               "WALK": ("cyclic", "snake"), "PROGRAMS": None}  # fmt: skip
 # PERSISTENT: one program per SM (or PROGRAMS of them, for tests) walks its share of the tiles, and the output
 # gets its own shared-memory buffers so the next tile's loads overlap this tile's epilogue.
 # SCHED_HEADS: tiles are walked in groups of this many heads (see _tile).
+# WALK (persistent): "cyclic" gives program p the tiles p, p + P, p + 2P, ...; "snake" runs the lanes backward
+# on every other round (_walk), which balances causal tiles of unequal length: simulated makespan over the mean
+# program's work at d = 64, N = 2048, 132 programs, 16 heads a group: 1.21 cyclic, 1.04 snake.
 SMEM_LIMIT = 232448 - 1024  # an H100's opt-in shared memory per block, less the barriers
 
 
@@ -189,10 +192,23 @@ if HAVE_GLUON:
         return q_pos, bh * N_Q + q_pos, kv_bh * N_K, n_blocks, full_blocks
 
     @gluon.jit
+    def _walk(tc, SNAKE: gl.constexpr):
+        """The tile of this program's round tc: t = tc * programs + lane, where the lane runs forward on even
+        rounds and, with SNAKE, backward on odd ones (a zigzag over the heavy-first tile order: the program
+        that took round tc's heaviest tile takes round tc + 1's lightest). May be past the last tile in the
+        last round."""
+        pid = gl.program_id(0)
+        programs = gl.num_programs(0)
+        lane = pid
+        if SNAKE:
+            lane = pid + (tc % 2) * (programs - 1 - 2 * pid)
+        return tc * programs + lane
+
+    @gluon.jit
     def _load_partition(
         qd, kd, vd, q_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, num_m, BH, H, GROUP, N_Q,
         N_K, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr, CAUSAL: gl.constexpr,
-        HEAVY_FIRST: gl.constexpr, SCHED_HEADS: gl.constexpr,
+        HEAVY_FIRST: gl.constexpr, SCHED_HEADS: gl.constexpr, SNAKE: gl.constexpr,
     ):  # fmt: skip
         """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
         (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
@@ -202,31 +218,32 @@ if HAVE_GLUON:
         BM: gl.constexpr = NUM_WG * ROWS
         it = 0
         n_tiles = num_m * BH
-        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-            tc = (t - gl.program_id(0)) // gl.num_programs(0)
-            _, q_row, kv_row, n_blocks, _ = _tile(
-                t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, HEAVY_FIRST, SCHED_HEADS
-            )
-            # A fresh barrier counts as having completed the phase before phase 0, so the first waits are free.
-            mbarrier.wait(q_empty, (tc & 1) ^ 1)
-            mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
-            # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
-            for i in gl.static_range(NUM_WG):
-                tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
-            for j in range(n_blocks):
-                s = (it + j) % STAGES
-                free_phase = (((it + j) // STAGES) & 1) ^ 1
-                mbarrier.wait(empty_bars.index(s), free_phase)
-                mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    kd, [kv_row + j * BLOCK_N, 0], k_bars.index(s), k_smem.index(s)
+        for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
+            t = _walk(tc, SNAKE)
+            if t < n_tiles:
+                _, q_row, kv_row, n_blocks, _ = _tile(
+                    t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, HEAVY_FIRST, SCHED_HEADS
                 )
-                mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
-                mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    vd, [kv_row + j * BLOCK_N, 0], v_bars.index(s), v_smem.index(s)
-                )
-            it += n_blocks
+                # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
+                mbarrier.wait(q_empty, (tc & 1) ^ 1)
+                mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
+                # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
+                for i in gl.static_range(NUM_WG):
+                    tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
+                for j in range(n_blocks):
+                    s = (it + j) % STAGES
+                    free_phase = (((it + j) // STAGES) & 1) ^ 1
+                    mbarrier.wait(empty_bars.index(s), free_phase)
+                    mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
+                    tma.async_copy_global_to_shared(
+                        kd, [kv_row + j * BLOCK_N, 0], k_bars.index(s), k_smem.index(s)
+                    )
+                    mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
+                    mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
+                    tma.async_copy_global_to_shared(
+                        vd, [kv_row + j * BLOCK_N, 0], v_bars.index(s), v_smem.index(s)
+                    )
+                it += n_blocks
 
     @gluon.jit
     def _softmax(s, m_i, l_i, rows, start_n, causal_off, qk_scale, MASK: gl.constexpr, BLOCK_N: gl.constexpr):
@@ -276,6 +293,7 @@ if HAVE_GLUON:
         GROUP, N_Q, N_K, qk_scale, WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr,
         BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
         EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr, SCHED_HEADS: gl.constexpr, SEP_O: gl.constexpr,
+        SNAKE: gl.constexpr,
     ):  # fmt: skip
         """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
         ROWS: gl.constexpr = od.block_type.shape[0]
@@ -288,29 +306,30 @@ if HAVE_GLUON:
         FLIP: gl.constexpr = 1 if WG == 0 else 0
         it = 0
         n_tiles = num_m * BH
-        for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-            tc = (t - gl.program_id(0)) // gl.num_programs(0)
-            q_pos, q_row, _, n_blocks, full_blocks = _tile(
-                t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, HEAVY_FIRST, SCHED_HEADS
-            )
-            if q_pos + WG * ROWS < 0:  # owns no row of this tile: turns and releases only
-                for j in range(n_blocks):
-                    g = it + j
-                    if PINGPONG:
-                        mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-                        mbarrier.arrive(next_turn)
-                    mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
-                    mbarrier.arrive(empty_bars.index(g % STAGES))
-                    mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
-                    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
-                mbarrier.arrive(q_empty)
-            else:
-                _consumer_tile(
-                    q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, my_turn, next_turn,
-                    od, LSE, q_row, q_pos, n_blocks, full_blocks, N_K - N_Q, qk_scale, it, tc, WG, FLIP, HEAD_DIM,
-                    BLOCK_N, STAGES, CAUSAL, PINGPONG, EARLY_K, SEP_O,
-                )  # fmt: skip
-            it += n_blocks
+        for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
+            t = _walk(tc, SNAKE)
+            if t < n_tiles:
+                q_pos, q_row, _, n_blocks, full_blocks = _tile(
+                    t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, HEAVY_FIRST, SCHED_HEADS
+                )
+                if q_pos + WG * ROWS < 0:  # owns no row of this tile: turns and releases only
+                    for j in range(n_blocks):
+                        g = it + j
+                        if PINGPONG:
+                            mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+                            mbarrier.arrive(next_turn)
+                        mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
+                        mbarrier.arrive(empty_bars.index(g % STAGES))
+                        mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
+                        mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+                    mbarrier.arrive(q_empty)
+                else:
+                    _consumer_tile(
+                        q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, my_turn,
+                        next_turn, od, LSE, q_row, q_pos, n_blocks, full_blocks, N_K - N_Q, qk_scale, it, tc, WG, FLIP,
+                        HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PINGPONG, EARLY_K, SEP_O,
+                    )  # fmt: skip
+                it += n_blocks
         tma.store_wait(0)
 
     @gluon.jit
@@ -393,6 +412,7 @@ if HAVE_GLUON:
         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
         PINGPONG: gl.constexpr, EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr, NUM_WG: gl.constexpr,
         SCHED_HEADS: gl.constexpr, SEP_O: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+        SNAKE: gl.constexpr,
     ):  # fmt: skip
         """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
         ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -429,16 +449,16 @@ if HAVE_GLUON:
                 [
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 0, 3, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 1, 3, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 2, 3, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
                     (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars,
                                        num_m, BH, H, GROUP, N_Q, N_K, BLOCK_N, STAGES, 3, CAUSAL, HEAVY_FIRST,
-                                       SCHED_HEADS)),
+                                       SCHED_HEADS, SNAKE)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -448,13 +468,13 @@ if HAVE_GLUON:
                 [
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 0, 2, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 1, 2, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O)),
+                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
                     (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars,
                                        num_m, BH, H, GROUP, N_Q, N_K, BLOCK_N, STAGES, 2, CAUSAL, HEAVY_FIRST,
-                                       SCHED_HEADS)),
+                                       SCHED_HEADS, SNAKE)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
@@ -515,6 +535,7 @@ def attention_forward(
         HEAD_DIM=D, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=bool(causal),
         PINGPONG=bool(cfg["PINGPONG"]), EARLY_K=bool(cfg["EARLY_K"]), HEAVY_FIRST=bool(cfg["HEAVY_FIRST"]),
         NUM_WG=num_wg, SCHED_HEADS=cfg["SCHED_HEADS"], SEP_O=bool(cfg["PERSISTENT"]),
-        CONSUMER_REGS=CONSUMER_REGS[num_wg], PRODUCER_REGS=PRODUCER_REGS[num_wg], num_warps=4,
+        CONSUMER_REGS=CONSUMER_REGS[num_wg], PRODUCER_REGS=PRODUCER_REGS[num_wg],
+        SNAKE=bool(cfg["PERSISTENT"] and cfg["WALK"] == "snake"), num_warps=4,
     )  # fmt: skip
     return o, lse, dict(cfg, kernel="gluon-ws")

@@ -51,8 +51,14 @@ def rel(a, b) -> float:
 )
 @pytest.mark.parametrize(
     "config",
-    [{}, {"PINGPONG": 0}, {"BLOCK_N": 64, "STAGES": 4}, {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2}],
-    ids=["default", "nopp", "n64", "persistent"],
+    [
+        {},
+        {"PINGPONG": 0},
+        {"BLOCK_N": 64, "STAGES": 4},
+        {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2},
+        {"PERSISTENT": 1, "PROGRAMS": 4, "STAGES": 2, "SCHED_HEADS": 4, "WALK": "snake"},
+    ],
+    ids=["default", "nopp", "n64", "persistent", "snake"],
 )
 def test_forward_matches_reference(shape, dtype, causal, config):
     check_forward(shape, dtype, causal, config)
@@ -76,8 +82,10 @@ def test_forward_matches_reference(shape, dtype, causal, config):
         {"STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 3},
         {"PERSISTENT": 1, "PROGRAMS": 2, "SCHED_HEADS": 4, "STAGES": 2, "EARLY_K": 0},
+        {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "WALK": "snake"},
+        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 16, "STAGES": 2, "WALK": "snake"},
     ],
-    ids=["default", "nopp", "n64", "s2", "persistent", "persistent-grouped-lateK"],
+    ids=["default", "nopp", "n64", "s2", "persistent", "persistent-grouped-lateK", "snake", "snake-h16-p5"],
 )
 def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config):
     """192-row tiles (d = 64): tiles end at seq_q, so the first one's leading warpgroups own no row and only
@@ -172,6 +180,9 @@ def test_forced_gluon_config_is_checked():
         flash_ws.check_config({"BLOCK_M": 256})
     with pytest.raises(ValueError, match="PROGRAMS=-1 must be a count"):
         flash_ws.check_config({"PROGRAMS": -1})
+    with pytest.raises(ValueError, match="WALK='zigzag' must be one of"):
+        flash_ws.check_config({"WALK": "zigzag"})
+    assert flash_ws.check_config({"WALK": "snake", "SCHED_HEADS": 64}) == {"WALK": "snake", "SCHED_HEADS": 64}
     assert flash_ws.smem_bytes({"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3, "PERSISTENT": 1}, 128) > (
         flash_ws.SMEM_LIMIT
     )
