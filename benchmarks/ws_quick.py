@@ -20,7 +20,7 @@ import statistics
 import sys
 
 import torch
-from flashbench.kernels import flash_ws
+from flashbench.kernels import common, flash_ws
 from flashbench.kernels.flash_v2 import attention_forward as triton_forward
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -47,6 +47,13 @@ VARIANTS = {  # "ws" is flash_ws's default for the head dim; "ws3" three consume
     "ws3p-s3": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 3},
     "ws3p-h16": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 16},
     "ws3p-n64": {"BLOCK_M": 192, "PERSISTENT": 1, "BLOCK_N": 64, "STAGES": 4},
+    # persistent with the snake walk (causal tiles of unequal length balanced across programs)
+    "ws3p-snake": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "WALK": "snake"},
+    "ws3p-snake-h16": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 16, "WALK": "snake"},
+    "ws3p-snake-h64": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 64, "WALK": "snake"},
+    "ws3p-s3-snake-h16": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 3, "SCHED_HEADS": 16, "WALK": "snake"},
+    "ws2p-snake-h16": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 16, "WALK": "snake"},
+    "ws2p-s3-snake-h16": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 3, "SCHED_HEADS": 16, "WALK": "snake"},
 }
 
 
@@ -106,15 +113,21 @@ def providers(causal: bool):
 
         return fn
 
-    def tl_forward(q, k, v):  # flash_v2's autotuned tl kernel, not the Gluon one it now prefers at d=128
+    def tl_forward(q, k, v, half_diag=True):
+        """flash_v2's autotuned tl kernel (not the Gluon one flash_attn may prefer); half_diag: the causal
+        diagonal in half-width blocks (common.CAUSAL_HALF_DIAG)."""
         os.environ["FLASHBENCH_GLUON"] = "0"
+        common.CAUSAL_HALF_DIAG = half_diag
         try:
             return triton_forward(q, k, v, causal, q.shape[-1] ** -0.5)
         finally:
             del os.environ["FLASHBENCH_GLUON"]
+            common.CAUSAL_HALF_DIAG = True
 
     out = {
         "triton": tl_forward,
+        # the same autotuned tl kernel with the causal diagonal in full-width blocks (before session 7)
+        "triton-fulldiag": functools.partial(tl_forward, half_diag=False),
         "flash_attn": lambda q, k, v: triton_forward(q, k, v, causal, q.shape[-1] ** -0.5),
     }
     out.update({name: ws(cfg) for name, cfg in VARIANTS.items()})
