@@ -51,10 +51,11 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 # its order. A switch so that benchmarks/schedule_ab.py can measure both orders in one run.
 CAUSAL_HEAVY_FIRST = True
 
-# The causal FA2 forward runs its masked key range (the diagonal) in blocks of BLOCK_N // 2: with 64-row query
-# tiles and 128-key blocks, every other tile's diagonal block lies half past the diagonal, so half-width blocks
-# halve the work wasted there (6% -> 3% of the forward at N = 2048). A switch so that both can be measured in one
-# run (benchmarks/ws_quick.py); a forced config's "DIAG" overrides it.
+# The causal FA2 forward runs its masked key range (the diagonal) in blocks of BLOCK_N // 2 when BLOCK_N >
+# BLOCK_M: with 64-row query tiles and 128-key blocks, every other tile's diagonal block lies half past the
+# diagonal, so half-width blocks halve the work wasted there (6% -> 3% at N = 2048): +4.5% at d = 64 causal
+# N = 2048 on an H100 (BENCHMARKS.md, session 7). A switch so that both can be measured in one run
+# (benchmarks/ws_quick.py); a forced config's "DIAG" overrides it.
 CAUSAL_HALF_DIAG = True
 
 # With TMA on, the FA2 forward and the backward passes move their tiles through 4-D tensor descriptors built
@@ -214,6 +215,15 @@ def host_descriptor(t: torch.Tensor) -> TensorDescriptor:
     """A 4-D [B, H, N, D] tensor descriptor of `t` (checked by `use_tma`). Its block is [1, 1, rows, D], rows
     set per config by `block_shape_hook`; loads past N are zero-filled within each head, stores are clipped."""
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[-1]])
+
+
+def twin_descriptor(d: TensorDescriptor) -> TensorDescriptor:
+    """A second host descriptor of d's tensor, with a block shape of its own (set by `block_shape_hook`): a
+    shallow copy, 1 us on the CPU machine against 4 us for `host_descriptor` (host time shows in eager timings of
+    short problems)."""
+    twin = object.__new__(type(d))
+    twin.__dict__.update(d.__dict__)
+    return twin
 
 
 def block_shape_hook(nargs: dict[str, Any]) -> None:

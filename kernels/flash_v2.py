@@ -54,6 +54,7 @@ from .common import (
     launch,
     normalize_config,
     seq_bucket,
+    twin_descriptor,
     use_tma,
 )
 
@@ -142,9 +143,10 @@ def _online_softmax(
     """One online-softmax step. Returns (p fp32, alpha = the rescale of the old accumulator, l, m)."""
     if MASK:
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        valid = offs_n[None, :] < N_K
-        if CAUSAL:
-            valid = valid & (offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :])
+        if CAUSAL:  # implies key < N_K for every row < N_Q (rows past N_Q are never stored)
+            valid = offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :]
+        else:
+            valid = offs_n[None, :] < N_K
         qk = tl.where(valid, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         # A row with every key masked so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
@@ -252,7 +254,7 @@ def _attn_fwd(
     HEAVY_FIRST: tl.constexpr,  # causal: walk query blocks from the last (see common.CAUSAL_HEAVY_FIRST)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    DIAG: tl.constexpr = False,  # causal: the masked key range in blocks of BLOCK_N // 2 (common.CAUSAL_HALF_DIAG)
+    DIAG: tl.constexpr = False,  # causal, BLOCK_N > BLOCK_M: the masked key range in blocks of BLOCK_N // 2
     WS: tl.constexpr = False,  # ask Triton to warp-specialize the key loops
     OV: tl.constexpr = False,  # issue each block's P V after the next block's Q K^T (_fwd_block_overlapped)
 ):
@@ -282,7 +284,7 @@ def _attn_fwd(
         # Per-head 2-D descriptors: loads past N_K are zero-filled by the hardware, never another head's rows.
         k_src = tl.make_tensor_descriptor(k_base, [N_K, HEAD_DIM], [stride_kn, 1], [BLOCK_N, HEAD_DIM])
         v_src = tl.make_tensor_descriptor(v_base, [N_K, HEAD_DIM], [stride_vn, 1], [BLOCK_N, HEAD_DIM])
-        if CAUSAL and DIAG and BLOCK_N >= 32:
+        if CAUSAL and DIAG and BLOCK_N > BLOCK_M:
             k_half = tl.make_tensor_descriptor(k_base, [N_K, HEAD_DIM], [stride_kn, 1], [HALF_N, HEAD_DIM])
             v_half = tl.make_tensor_descriptor(v_base, [N_K, HEAD_DIM], [stride_vn, 1], [HALF_N, HEAD_DIM])
         else:
@@ -350,9 +352,10 @@ def _attn_fwd(
                 acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
                 N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
             )  # fmt: skip
-        if CAUSAL and DIAG and BLOCK_N >= 32:
+        if CAUSAL and DIAG and BLOCK_N > BLOCK_M:
             # The diagonal in half-width blocks: a 128-key block over a 64-row tile's diagonal is half past it
-            # for every other tile; half-width blocks skip that half (6% -> 3% of the work at N = 2048).
+            # for every other tile; half-width blocks skip that half (6% -> 3% of the work at N = 2048). Keys
+            # wider than the query tile only: otherwise no block reaches past the diagonal's last key.
             for start_n in tl.range(full_end, hi, HALF_N, warp_specialize=WS):
                 acc, l_i, m_i = _fwd_block(
                     acc, l_i, m_i, q, k_half, v_half, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n,
@@ -413,7 +416,7 @@ def attention_forward(
         tma = 2
         kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
         if diag:
-            kd2, vd2 = host_descriptor(k), host_descriptor(v)
+            kd2, vd2 = twin_descriptor(kd), twin_descriptor(vd)
     args = (
         q, k, v, o, lse, kd, vd, kd2, vd2, qd, od, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),

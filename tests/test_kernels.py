@@ -197,8 +197,8 @@ def test_host_and_per_program_descriptors_agree(monkeypatch):
     q, k, v = inputs(2, 4, 2, 150, 130, 64, torch.float16, seed=12)
     check(flash_attn, q, k, v, causal=True)
     qs, kvs = tuple(q.shape), tuple(k.shape)
-    # forward K V Q O and the half-height K V of the causal diagonal, backward Q dO K V
-    assert made == [kvs, kvs, qs, qs, kvs, kvs] + [qs, qs, kvs, kvs]
+    # forward K V Q O, backward Q dO K V (the causal diagonal's half-height K V are twins of K V, not new ones)
+    assert made == [kvs, kvs, qs, qs] + [qs, qs, kvs, kvs]
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     do = make(qs, torch.float16, seed=99)
     host = [
@@ -236,6 +236,10 @@ def test_half_width_diagonal_blocks(monkeypatch, nq, nk):
     assert torch.equal(flash_attn(q, k, v, causal=True, config=config), outs[0])
     monkeypatch.setenv("FLASHBENCH_TMA", "0")
     check(flash_attn, q, k, v, causal=True, config={**config, "DIAG": 1})
+    # Key blocks no wider than the query tile never reach past the diagonal: DIAG leaves them as they were.
+    square = {**config, "BLOCK_N": 32}
+    assert torch.equal(flash_attn(q, k, v, causal=True, config={**square, "DIAG": 1}),
+                       flash_attn(q, k, v, causal=True, config={**square, "DIAG": 0}))  # fmt: skip
 
 
 @pytest.mark.parametrize(("nq", "nk"), [(1, 1), (64, 64), (150, 150), (17, 130), (130, 17)])
