@@ -26,12 +26,17 @@ a)
     timeout 300 python3 benchmarks/kernel_configs.py warm --jobs 14 --kinds fwd,dkdv,dq --tma 1 >"$OUT/warm.log" 2>&1
     tail -2 "$OUT/warm.log" | tee -a "$OUT/stage.log"
     log "speed sweep started in the background"
-    setsid nohup flashbench sweep --preset speed --out "$RUNS/speed" --force >"$RUNS/speed.log" 2>&1 </dev/null &
+    # shellcheck disable=SC2086  # SWEEP_ARGS: extra sweep flags, word-split on purpose (e.g. "--order provider")
+    setsid nohup flashbench sweep --preset speed --out "$RUNS/speed" --force ${SWEEP_ARGS:-} >"$RUNS/speed.log" 2>&1 </dev/null &
     sleep 5
     # Use the rest of this call (a device call may last 10 minutes) watching it; stage b waits for the end.
     while pgrep -f "preset speed" >/dev/null && [ "$SECONDS" -lt "${STAGE_A_S:-540}" ]; do sleep 5; done
     tail -3 "$RUNS/speed.log" | tee -a "$OUT/stage.log"
     if ! pgrep -f "preset speed" >/dev/null; then tar czf "$OUT/speed.tgz" -C "$RUNS" speed speed.log; fi
+    # The autotuner's picks, so that a later call can sweep with them (FLASHBENCH_HOME set by the caller).
+    if [ -n "${FLASHBENCH_HOME:-}" ] && [ -d "$FLASHBENCH_HOME/autotune" ]; then
+        tar czf "$OUT/autotune.tgz" -C "$FLASHBENCH_HOME" autotune
+    fi
     ;;
 b)
     log "waiting for the speed sweep"

@@ -21,6 +21,9 @@ from flashbench.configfiles import config_path, read_toml
 from flashbench.errors import FlashbenchError
 
 DEVICES = ("cuda", "cpu")
+# The order cases run in: "provider" (each provider's cases together, the default) or "case" (per shape, every
+# provider back to back, the direction alternating from shape to shape). See SweepSpec.order.
+ORDERS = ("provider", "case")
 # Aliases people type for dtypes; the canonical names are cases.DTYPES.
 _DTYPE_ALIASES = {
     "float16": "fp16",
@@ -157,6 +160,10 @@ class SweepSpec:
     causal: tuple[bool, ...] = (False, True)
     mode: tuple[str, ...] = ("fwd",)
     device: str = "cuda"
+    # "case" interleaves the providers shape by shape, so that side-by-side ratios are taken at like GPU
+    # temperatures and clocks: run provider-major, the first provider's cases heat the GPU for minutes (an H100
+    # power-capped from 1980 to 1740 MHz) while the later ones start cool (BENCHMARKS.md, session 7).
+    order: str = "provider"
     # --- measurement ---
     warmup_ms: float = 50.0  # warm-up by time (after the first, compile, call)
     rep_ms: float = 100.0  # time budget for the samples
@@ -198,6 +205,7 @@ _PARSERS: dict[str, Any] = {
     "causal": lambda v: tuple(parse_causal(v)),
     "mode": lambda v: tuple(parse_modes(v)),
     "device": lambda v: _parse_choices(v, DEVICES, "device")[0],
+    "order": lambda v: _parse_choices(v, ORDERS, "order")[0],
     "warmup_ms": lambda v: _float(v, "warmup_ms", allow_zero=True),
     "rep_ms": lambda v: _float(v, "rep_ms"),
     "min_samples": lambda v: _single(v, "min_samples"),

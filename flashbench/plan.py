@@ -73,7 +73,21 @@ def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
                                             mode,
                                         )
                                         cases.append(case)
+    if spec.order == "case":
+        return interleave(cases)
     return cases
+
+
+def interleave(cases: list[Case]) -> list[Case]:
+    """Provider-major cases regrouped shape by shape (shapes in the first provider's order), each shape's
+    providers in the given order on even shapes and reversed on odd ones: no provider always runs first after
+    another's heavy case, and every provider's lengths still ascend (the OOM / timeout skips rely on that)."""
+    shapes: dict[str, list[Case]] = {}
+    for case in cases:
+        shapes.setdefault(case.shape_key, []).append(case)
+    return [
+        case for j, group in enumerate(shapes.values()) for case in (group if j % 2 == 0 else group[::-1])
+    ]
 
 
 def input_bytes(case: Case) -> int:

@@ -36,6 +36,23 @@ def test_tokens_give_batch_and_cases_run_in_ascending_n():
     assert all(c.seq_k == c.seq_q and c.kv_heads == c.heads for c in cases)
 
 
+def test_case_order_interleaves_providers_shape_by_shape():
+    """order = "case": per shape every provider back to back, the direction alternating from shape to shape;
+    each provider's lengths still ascend (the skips after an OOM rely on it). The default keeps providers
+    together."""
+    over = {"seq": "512..2048", "tokens": 2048, "causal": "false", "providers": "fast,slow"}
+    by_provider = expand(load_spec(overrides=over), ["fast", "slow"])
+    assert [c.provider for c in by_provider] == ["fast"] * 3 + ["slow"] * 3
+    by_case = expand(load_spec(overrides={**over, "order": "case"}), ["fast", "slow"])
+    assert [(c.provider, c.seq_q) for c in by_case] == [
+        ("fast", 512), ("slow", 512), ("slow", 1024), ("fast", 1024), ("fast", 2048), ("slow", 2048),
+    ]  # fmt: skip
+    assert sorted(by_case, key=lambda c: c.key) == sorted(by_provider, key=lambda c: c.key)
+    assert load_spec(preset="speed").order == "case" and load_spec().order == "provider"
+    with pytest.raises(FlashbenchError, match="unknown order 'random'"):
+        load_spec(overrides={"order": "random"})
+
+
 def test_hidden_sets_heads_per_head_dim():
     """--hidden 2048 sweeps 32 heads at d = 64 and 16 at d = 128 (FlashAttention's benchmark convention)."""
     spec = load_spec(overrides={"seq": "1024", "hidden": 2048, "head_dim": "64,128", "causal": "false"})

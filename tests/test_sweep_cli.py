@@ -35,6 +35,7 @@ def _error_line(capsys) -> str:
         (["--preset", "defualt"], "did you mean 'default'"),
         (["--kernel", "/nonexistent/k.py"], "kernel file not found"),
         (["--batch", "2", "--tokens", "4096"], "either batch or tokens"),
+        (["--order", "shape"], "unknown order 'shape'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
@@ -78,9 +79,21 @@ def test_cpu_sweep_writes_every_expected_row(tmp_path, capsys):
         assert len(row.samples_ms) >= 10 and row.median_ms > 0 and row.flops > 0 and row.rel_err is not None
     env = read_env(out)
     assert env["device"] == "cpu" and env["spec"]["providers"] == ["naive", "sdpa-math", "sdpa-cudnn"]
+    assert [r.provider for r in rows[:4]] == ["naive"] * 4  # provider-major by default
     assert env["status_counts"] == {"ok": 16, "unsupported": 8} and env["torch"] and "git_sha" in env
     table = capsys.readouterr().out
     assert "CPU ms (median)" in table and "naive" in table and "unsup" in table
+
+
+def test_case_order_runs_providers_side_by_side(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["sweep", *TINY, "--providers", "naive,sdpa-math", "--seq", "16,32", "--causal", "false"]
+    assert main([*args, "--mode", "fwd", "--order", "case", "--out", str(out)]) == 0
+    rows = read_rows(out, latest_only=False)
+    assert [(r.provider, r.seq_q) for r in rows] == [
+        ("naive", 16), ("sdpa-math", 16), ("sdpa-math", 32), ("naive", 32),
+    ]  # fmt: skip
+    assert all(r.status == "ok" for r in rows) and read_env(out)["spec"]["order"] == "case"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("flashbench.kernels") is None, reason="bundled kernels missing")

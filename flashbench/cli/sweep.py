@@ -65,6 +65,12 @@ def sweep_command(
     device: Annotated[
         str | None, typer.Option(help="cuda | cpu (cpu: Triton interpreter, CPU times)")
     ] = None,
+    order: Annotated[
+        str | None,
+        typer.Option(
+            help="provider (each provider's cases together) | case (per shape, all providers back to back)"
+        ),
+    ] = None,
     timeout: Annotated[
         float | None, typer.Option(help="per-case timeout in seconds, compile included")
     ] = None,
@@ -105,6 +111,7 @@ def sweep_command(
         mode=mode,
         providers=providers,
         device=device,
+        order=order,
         timeout=timeout,
         cuda_graph=cuda_graph,
         ncu=ncu,
