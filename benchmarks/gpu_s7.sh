@@ -17,23 +17,6 @@ clocks() {
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
         --format=csv,noheader | tee -a "$OUT/stage.log"
 }
-# Run pytest over `JOBS` processes (FLASHBENCH_TEST_SHARD, tests/conftest.py); $1 log name, the rest pytest args.
-shards() {
-    local name=$1 status=0 pids=()
-    shift
-    for ((i = 0; i < JOBS; i++)); do
-        FLASHBENCH_TEST_SHARD="$i/$JOBS" timeout "${TEST_TIMEOUT_S:-400}" python3 -m pytest -q -rfE --tb=short \
-            -p no:cacheprovider "$@" >"$OUT/$name-$i.log" 2>&1 &
-        pids+=($!)
-    done
-    for ((i = 0; i < JOBS; i++)); do
-        wait "${pids[$i]}" || status=1
-        echo "$name shard $i/$JOBS: $(tail -1 "$OUT/$name-$i.log")" | tee -a "$OUT/stage.log"
-    done
-    grep -h "^FAILED\|^ERROR" "$OUT/$name"-*.log | tee -a "$OUT/stage.log"
-    return $status
-}
-
 case "${1:-ab}" in
 ab)
     clocks
@@ -43,12 +26,14 @@ ab)
         2>&1 | tee "$OUT/ab.log"
     clocks
     log "GPU tests of the changes (snake walk, half-width diagonal)"
-    JOBS=${JOBS:-12} shards pytest-new tests/test_flash_ws.py tests/test_kernels.py \
-        -k "snake or half_width or forced_gluon or d64_dispatch or causal_block_order or descriptors_agree"
+    TESTS="tests/test_flash_ws.py tests/test_kernels.py" NAME=pytest-new JOBS=${JOBS:-12} \
+        bash benchmarks/gpu_tests.sh \
+        "snake or half_width or forced_gluon or d64_dispatch or causal_block_order or descriptors_agree" |
+        tee -a "$OUT/stage.log"
     ;;
 tests)
-    JOBS=${JOBS:-12} shards pytest-ws tests/test_flash_ws.py
-    JOBS=${JOBS:-12} shards pytest-kernels tests/test_kernels.py tests/test_kernels_api.py -k "not gpu_large"
+    TESTS=tests/test_flash_ws.py NAME=pytest-ws JOBS=${JOBS:-12} bash benchmarks/gpu_tests.sh | tee -a "$OUT/stage.log"
+    JOBS=${JOBS:-12} bash benchmarks/gpu_tests.sh "not gpu_large" | tee -a "$OUT/stage.log"
     ;;
 esac
 log "stage ${1:-ab} done"

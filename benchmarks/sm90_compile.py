@@ -4,7 +4,7 @@ No device time: Triton compiles through a stub driver that reports an sm_90 targ
 the Triton wheel do the rest. Use the GPU machine's Triton (3.6; Gluon's API differs in later releases), e.g.
 in a separate environment: `python3 -m venv /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0 torch`.
 
-    /tmp/t36/bin/python benchmarks/sm90_compile.py ws   '{"BLOCK_M": 192, "PERSISTENT": 1, "WALK": 1}' --causal
+    /tmp/t36/bin/python benchmarks/sm90_compile.py ws   '{"BLOCK_M": 192, "PERSISTENT": 1, "WALK": "snake"}' --causal
     /tmp/t36/bin/python benchmarks/sm90_compile.py tl   '{"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}' --causal
 Prints one line (registers, spill stores/loads, shared memory, MUFU.EX2 / HGMMA counts); --sass FILE writes
 the SASS.

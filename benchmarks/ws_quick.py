@@ -117,12 +117,12 @@ def providers(causal: bool):
         """flash_v2's autotuned tl kernel (not the Gluon one flash_attn may prefer); half_diag: the causal
         diagonal in half-width blocks (common.CAUSAL_HALF_DIAG)."""
         os.environ["FLASHBENCH_GLUON"] = "0"
-        common.CAUSAL_HALF_DIAG = half_diag
+        before, common.CAUSAL_HALF_DIAG = common.CAUSAL_HALF_DIAG, half_diag
         try:
             return triton_forward(q, k, v, causal, q.shape[-1] ** -0.5)
         finally:
             del os.environ["FLASHBENCH_GLUON"]
-            common.CAUSAL_HALF_DIAG = True
+            common.CAUSAL_HALF_DIAG = before
 
     out = {
         "triton": tl_forward,

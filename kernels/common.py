@@ -205,10 +205,17 @@ def use_tma(*tensors: torch.Tensor) -> bool:
     return True
 
 
-# Host descriptor argument names and the block dimension that sizes their tiles' rows.
-_DESCRIPTOR_ROWS = {"QD": "BLOCK_M", "OD": "BLOCK_M", "DOD": "BLOCK_M", "KD": "BLOCK_N", "VD": "BLOCK_N"}
-# ... and those whose tiles are half as tall (the FA2 forward's half-width diagonal blocks).
-_HALF_DESCRIPTOR_ROWS = {"KD2": "BLOCK_N", "VD2": "BLOCK_N"}
+# Host descriptor argument names -> (the block dimension that sizes their tiles' rows, its divisor): KD2 / VD2
+# are the FA2 forward's half-width diagonal blocks.
+_DESCRIPTOR_ROWS = {
+    "QD": ("BLOCK_M", 1),
+    "OD": ("BLOCK_M", 1),
+    "DOD": ("BLOCK_M", 1),
+    "KD": ("BLOCK_N", 1),
+    "VD": ("BLOCK_N", 1),
+    "KD2": ("BLOCK_N", 2),
+    "VD2": ("BLOCK_N", 2),
+}
 
 
 def host_descriptor(t: torch.Tensor) -> TensorDescriptor:
@@ -229,10 +236,9 @@ def twin_descriptor(d: TensorDescriptor) -> TensorDescriptor:
 def block_shape_hook(nargs: dict[str, Any]) -> None:
     """Give a launch's host descriptors (arguments named in _DESCRIPTOR_ROWS) the tile of the config about to
     run; `launch` and the autotuner call it before every launch."""
-    for names, div in ((_DESCRIPTOR_ROWS, 1), (_HALF_DESCRIPTOR_ROWS, 2)):
-        for name, rows in names.items():
-            if isinstance(nargs.get(name), TensorDescriptor):
-                nargs[name].block_shape = [1, 1, nargs[rows] // div, nargs["HEAD_DIM"]]
+    for name, (rows, div) in _DESCRIPTOR_ROWS.items():
+        if isinstance(nargs.get(name), TensorDescriptor):
+            nargs[name].block_shape = [1, 1, nargs[rows] // div, nargs["HEAD_DIM"]]
 
 
 @functools.cache

@@ -272,29 +272,38 @@ def _attn_fwd(
     k_base = K + b * stride_kz + hkv * stride_kh
     v_base = V + b * stride_vz + hkv * stride_vh
     o_base = O + b * stride_oz + h * stride_oh
-    HALF_N: tl.constexpr = BLOCK_N // 2
+    # The masked key range (the causal diagonal, a ragged tail) in blocks of MASK_N keys: half-width blocks where
+    # keys are wider than the query tile (a 128-key block over a 64-row tile's diagonal is half past it for
+    # every other tile: 6% -> 3% of the work at N = 2048); otherwise no block reaches past the diagonal's last
+    # key and the masked blocks are the full BLOCK_N. k_mask / v_mask stream them.
+    HALVE: tl.constexpr = CAUSAL and DIAG and BLOCK_N > BLOCK_M
+    MASK_N: tl.constexpr = BLOCK_N // 2 if HALVE else BLOCK_N
     if TMA == 2:
         # The host's 4-D descriptors (no per-program descriptor to build): loads past N_K are zero-filled
         # per head, never another head's rows.
         k_src = KD
         v_src = VD
-        k_half = KD2
-        v_half = VD2
+        if HALVE:
+            k_mask = KD2
+            v_mask = VD2
+        else:
+            k_mask = KD
+            v_mask = VD
     elif TMA:
         # Per-head 2-D descriptors: loads past N_K are zero-filled by the hardware, never another head's rows.
         k_src = tl.make_tensor_descriptor(k_base, [N_K, HEAD_DIM], [stride_kn, 1], [BLOCK_N, HEAD_DIM])
         v_src = tl.make_tensor_descriptor(v_base, [N_K, HEAD_DIM], [stride_vn, 1], [BLOCK_N, HEAD_DIM])
-        if CAUSAL and DIAG and BLOCK_N > BLOCK_M:
-            k_half = tl.make_tensor_descriptor(k_base, [N_K, HEAD_DIM], [stride_kn, 1], [HALF_N, HEAD_DIM])
-            v_half = tl.make_tensor_descriptor(v_base, [N_K, HEAD_DIM], [stride_vn, 1], [HALF_N, HEAD_DIM])
+        if HALVE:
+            k_mask = tl.make_tensor_descriptor(k_base, [N_K, HEAD_DIM], [stride_kn, 1], [MASK_N, HEAD_DIM])
+            v_mask = tl.make_tensor_descriptor(v_base, [N_K, HEAD_DIM], [stride_vn, 1], [MASK_N, HEAD_DIM])
         else:
-            k_half = k_src
-            v_half = v_src
+            k_mask = k_src
+            v_mask = v_src
     else:
         k_src = k_base
         v_src = v_base
-        k_half = k_base
-        v_half = v_base
+        k_mask = k_base
+        v_mask = v_base
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -352,21 +361,11 @@ def _attn_fwd(
                 acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
                 N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
             )  # fmt: skip
-        if CAUSAL and DIAG and BLOCK_N > BLOCK_M:
-            # The diagonal in half-width blocks: a 128-key block over a 64-row tile's diagonal is half past it
-            # for every other tile; half-width blocks skip that half (6% -> 3% of the work at N = 2048). Keys
-            # wider than the query tile only: otherwise no block reaches past the diagonal's last key.
-            for start_n in tl.range(full_end, hi, HALF_N, warp_specialize=WS):
-                acc, l_i, m_i = _fwd_block(
-                    acc, l_i, m_i, q, k_half, v_half, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n,
-                    offs_m, N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, HALF_N, CAUSAL, True, IEEE, TMA,
-                )  # fmt: skip
-        else:
-            for start_n in tl.range(full_end, hi, BLOCK_N, warp_specialize=WS):
-                acc, l_i, m_i = _fwd_block(
-                    acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n,
-                    offs_m, N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE, TMA,
-                )  # fmt: skip
+        for start_n in tl.range(full_end, hi, MASK_N, warp_specialize=WS):
+            acc, l_i, m_i = _fwd_block(
+                acc, l_i, m_i, q, k_mask, v_mask, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
+                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, MASK_N, CAUSAL, True, IEEE, TMA,
+            )  # fmt: skip
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
     l_safe = tl.where(empty, 1.0, l_i)
