@@ -107,11 +107,10 @@ def main() -> int:
         common.use_tma = lambda *t: True
         common._max_shared_mem = lambda: 232448
 
-        def run_config(kernel, grid, args, constexprs, config, pre_hook):
+        def run_config(kernel, grid, args, constexprs, config):
             meta = {key: val for key, val in config.items() if key not in common.LAUNCH_OPTIONS}
             options = {key: val for key, val in config.items() if key in common.LAUNCH_OPTIONS}
-            if pre_hook is not None:
-                pre_hook({**dict(zip(kernel.arg_names, args, strict=False)), **constexprs, **meta})
+            common.size_descriptors(kernel, args, constexprs, meta)
             captured["k"] = kernel.warmup(*args, grid=grid(meta), **constexprs, **meta, **options)
 
         common._run_config = run_config

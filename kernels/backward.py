@@ -43,7 +43,7 @@ from .common import (
     BWD_DQ_SPACE,
     INTERPRET_BWD,
     LOG2E,
-    block_shape_hook,
+    cdiv,
     dot,
     host_descriptor,
     launch,
@@ -502,7 +502,7 @@ def attention_backward(
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     pre_m = 64
-    _bwd_preprocess[(triton.cdiv(Nq, pre_m), B * H)](
+    _bwd_preprocess[(cdiv(Nq, pre_m), B * H)](
         o, do, delta, *o.stride(), *do.stride(), H, Nq, HEAD_DIM=D, BLOCK_M=pre_m
     )
     stored = p is not None
@@ -528,16 +528,16 @@ def attention_backward(
         *p_strides, *dk.stride(), *dv.stride(), H, Hkv, H // Hkv, Nq, Nk, qk_scale, sm_scale, bucket,
     )  # fmt: skip
     cfg_kv = launch(
-        f"dkdv_{name}", "dkdv", _bwd_dkdv, lambda meta: (triton.cdiv(Nk, meta["BLOCK_N"]), B * Hkv), dkdv_args,
-        constexprs, space=BWD_DKDV_SPACE, forced=dkdv_config, interpret_config=INTERPRET_BWD, pre_hook=block_shape_hook,
+        f"dkdv_{name}", "dkdv", _bwd_dkdv, lambda meta: (cdiv(Nk, meta["BLOCK_N"]), B * Hkv), dkdv_args,
+        constexprs, space=BWD_DKDV_SPACE, forced=dkdv_config, interpret_config=INTERPRET_BWD,
     )  # fmt: skip
     dq_args = (
         q, k, v, do, lse, delta, p_arg, dq, *streamed[2:], *q.stride(), *k.stride(), *v.stride(), *do.stride(),
         *p_strides, *dq.stride(), H, H // Hkv, Nq, Nk, qk_scale, sm_scale, bucket,
     )  # fmt: skip
     cfg_q = launch(
-        f"dq_{name}", "dq", _bwd_dq, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), dq_args,
-        constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD, pre_hook=block_shape_hook,
+        f"dq_{name}", "dq", _bwd_dq, lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H), dq_args,
+        constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD,
     )  # fmt: skip
     _LAST_BWD_CONFIG.clear()
     _LAST_BWD_CONFIG.update({"dkdv": cfg_kv, "dq": cfg_q})

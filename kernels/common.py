@@ -190,17 +190,22 @@ def use_tma(*tensors: torch.Tensor) -> bool:
     if os.environ.get("FLASHBENCH_TMA", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
     first = tensors[0]
-    if any(t.shape[-2] < 16 for t in tensors):
-        # Triton turns an int argument equal to 1 into a constant; a descriptor over a length-1 sequence made
-        # ptxas crash (SIGSEGV, triton 3.6, H200). Short sequences gain nothing from TMA: pointer path.
-        return False
-    if not interpreting():
-        if first.device.type != "cuda" or _capability_major(first.device.index) < 9:
-            return False
     for t in tensors:
-        if t.data_ptr() % 16 or any(s * t.element_size() % 16 for s in t.stride()[:-1]):
+        if t.shape[-2] < 16:
+            # Triton turns an int argument equal to 1 into a constant; a descriptor over a length-1 sequence made
+            # ptxas crash (SIGSEGV, triton 3.6, H200). Short sequences gain nothing from TMA: pointer path.
             return False
-    if not interpreting():
+    interpret = interpreting()
+    if not interpret and (first.device.type != "cuda" or _capability_major(first.device.index) < 9):
+        return False
+    for t in tensors:
+        if t.data_ptr() % 16:
+            return False
+        elem = t.element_size()
+        for s in t.stride()[:-1]:
+            if s * elem % 16:
+                return False
+    if not interpret:
         _ensure_allocator()
     return True
 
@@ -218,27 +223,56 @@ _DESCRIPTOR_ROWS = {
 }
 
 
+# (shape, strides, dtype) -> the attributes of a descriptor of that layout, made and validated once; its base is
+# replaced per call (host_descriptor).
+_DESCRIPTOR_LAYOUTS: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
 def host_descriptor(t: torch.Tensor) -> TensorDescriptor:
     """A 4-D [B, H, N, D] tensor descriptor of `t` (checked by `use_tma`). Its block is [1, 1, rows, D], rows
-    set per config by `block_shape_hook`; loads past N are zero-filled within each head, stores are clipped."""
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[-1]])
+    set per config by `size_descriptors`; loads past N are zero-filled within each head, stores are clipped.
+
+    Per call this copies a descriptor made (and validated by Triton) once per shape, strides and dtype, with `t`
+    as its base: Triton's checks hold for every tensor of that layout, or `use_tma` has made them (alignment).
+    0.5 us on the CPU machine against 3.6 us for a new TensorDescriptor (benchmarks/host_path.py).
+    """
+    key = (tuple(t.shape), t.stride(), t.dtype)
+    layout = _DESCRIPTOR_LAYOUTS.get(key)
+    if layout is None:
+        if len(_DESCRIPTOR_LAYOUTS) >= 256:  # a sweep has tens of layouts; a long-lived caller may have more
+            _DESCRIPTOR_LAYOUTS.pop(next(iter(_DESCRIPTOR_LAYOUTS)))
+        layout = dict(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[-1]]).__dict__)
+        del layout["base"]  # kept per layout, not per tensor: the cache holds no tensor alive
+        _DESCRIPTOR_LAYOUTS[key] = layout
+    d = object.__new__(TensorDescriptor)
+    d.__dict__.update(layout)
+    d.base = t
+    d.block_shape = [1, 1, 16, t.shape[-1]]
+    return d
 
 
 def twin_descriptor(d: TensorDescriptor) -> TensorDescriptor:
-    """A second host descriptor of d's tensor, with a block shape of its own (set by `block_shape_hook`): a
-    shallow copy, 1 us on the CPU machine against 4 us for `host_descriptor` (host time shows in eager timings of
-    short problems)."""
+    """A second host descriptor of d's tensor, with a block shape of its own (set by `size_descriptors`): a
+    shallow copy."""
     twin = object.__new__(type(d))
     twin.__dict__.update(d.__dict__)
     return twin
 
 
-def block_shape_hook(nargs: dict[str, Any]) -> None:
-    """Give a launch's host descriptors (arguments named in _DESCRIPTOR_ROWS) the tile of the config about to
-    run; `launch` and the autotuner call it before every launch."""
-    for name, (rows, div) in _DESCRIPTOR_ROWS.items():
-        if isinstance(nargs.get(name), TensorDescriptor):
-            nargs[name].block_shape = [1, 1, nargs[rows] // div, nargs["HEAD_DIM"]]
+def size_descriptors(
+    kernel: Any, args: Sequence[Any], constexprs: dict[str, Any], meta: dict[str, Any]
+) -> None:
+    """Give a launch's host descriptors (positional arguments named in _DESCRIPTOR_ROWS) the tile of the config
+    about to run; `_run_config` calls it before every launch, the autotuner's included."""
+    for i, rows, div in _descriptor_args(kernel):
+        if i < len(args) and isinstance(args[i], TensorDescriptor):
+            args[i].block_shape = [1, 1, meta[rows] // div, constexprs["HEAD_DIM"]]
+
+
+@functools.cache
+def _descriptor_args(kernel: Any) -> tuple[tuple[int, str, int], ...]:
+    """(position, rows key, divisor) of each of `kernel`'s parameters named in _DESCRIPTOR_ROWS."""
+    return tuple((i, *_DESCRIPTOR_ROWS[n]) for i, n in enumerate(kernel.arg_names) if n in _DESCRIPTOR_ROWS)
 
 
 @functools.cache
@@ -390,6 +424,12 @@ def default_config(
     return _candidates(kind, space, d, elem, smem_limit)[0]
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for a host grid: triton.cdiv is a constexpr function, whose argument unwrapping costs a few us
+    per call on the host."""
+    return -(-a // b)
+
+
 def seq_bucket(n: int) -> int:
     """Autotune key for a sequence length: the next power of two (at least 64)."""
     return max(64, 1 << (max(n, 1) - 1).bit_length())
@@ -456,15 +496,14 @@ def launch(
     forced: dict[str, Any] | None = None,
     interpret_config: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
-    pre_hook: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Launch `kernel` (a @triton.jit function) and return the config it ran with.
 
     `args` are positional (the autotune key `N_BUCKET` and the `Q` tensor must be among the kernel's
     positional parameters); `constexprs` are the non-tuned compile-time arguments; `extra` are tuned-space
     constants that are not block sizes (e.g. Q_SPLIT). `name` keys the autotune cache (one per kernel);
-    `kind` selects the prune estimate ("fwd", "dkdv", "dq"). `pre_hook(args)` runs before every launch with
-    the kernel's arguments by name, the config's included (host tensor descriptors take their block shape).
+    `kind` selects the prune estimate ("fwd", "dkdv", "dq"). Before every launch, host tensor descriptors among
+    `args` take the block shape of the config about to run (`size_descriptors`).
     Autotuning: kernels/autotune.py (candidates timed as sweep cases in rotation, the pick cached on disk).
     """
     extra = dict(extra or {})
@@ -492,7 +531,7 @@ def launch(
         candidates = [{**c, **extra} for c in [first, *[c for c in rest if c != first]]]
     for config in candidates:
         try:
-            _run_config(kernel, grid, args, constexprs, config, pre_hook)
+            _run_config(kernel, grid, args, constexprs, config)
         except _UNFIT as exc:
             if user_forced or config is candidates[-1]:
                 raise KernelUnsupported(f"config {config} does not fit this GPU: {exc}") from None
@@ -524,13 +563,13 @@ def launch(
             config = autotune.tune(
                 key,
                 pool,
-                lambda c: _run_config(kernel, grid, args, constexprs, c, pre_hook),
+                lambda c: _run_config(kernel, grid, args, constexprs, c),
                 unfit=_UNFIT,
                 path=autotune.cache_file(name, identity),
             )
         except _UNFIT as exc:  # every candidate failed to compile on this GPU
             raise KernelUnsupported(f"no config of {name} fits this GPU for head_dim {d}: {exc}") from None
-    _run_config(kernel, grid, args, constexprs, config, pre_hook)
+    _run_config(kernel, grid, args, constexprs, config)
     return config
 
 
@@ -545,13 +584,11 @@ def _run_config(
     args: Sequence[Any],
     constexprs: dict[str, Any],
     config: dict[str, Any],
-    pre_hook: Callable[[dict[str, Any]], None] | None,
 ) -> None:
     """Launch `kernel` once with `config` (block sizes and flags as kernel arguments, the rest as options)."""
     meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
     options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
-    if pre_hook is not None:
-        pre_hook({**dict(zip(kernel.arg_names, args, strict=False)), **constexprs, **meta})
+    size_descriptors(kernel, args, constexprs, meta)
     kernel[grid(meta)](*args, **constexprs, **meta, **options)
 
 

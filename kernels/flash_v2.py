@@ -47,7 +47,7 @@ from .common import (
     LOG2E,
     KernelUnsupported,
     _set_last_config,
-    block_shape_hook,
+    cdiv,
     check_inputs,
     dot,
     host_descriptor,
@@ -430,8 +430,8 @@ def attention_forward(
     if config is None or "DIAG" not in config:  # a forced config's DIAG goes in as a config key
         constexprs["DIAG"] = diag
     cfg = launch(
-        "fwd_v2", "fwd", _attn_fwd, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
-        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD, pre_hook=block_shape_hook,
+        "fwd_v2", "fwd", _attn_fwd, lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
+        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
     )  # fmt: skip
     _set_last_config(cfg)
     return o, lse, cfg
@@ -479,4 +479,7 @@ def flash_attn(
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
         config = normalize_config("flash_attn", config, flags=("WS", "OV", "DIAG"))
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        # Nothing to differentiate: no autograd node (its bookkeeping is host time on every eager call).
+        return attention_forward(q, k, v, causal, sm_scale, config)[0]
     return RecomputeAttention.apply(q, k, v, causal, sm_scale, config)

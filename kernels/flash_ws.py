@@ -32,9 +32,8 @@ import os
 from typing import Any
 
 import torch
-import triton
 
-from .common import LOG2E
+from .common import LOG2E, cdiv
 
 try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
     from triton.experimental import gluon
@@ -102,7 +101,7 @@ def default_config(head_dim: int, causal: bool) -> dict[str, Any]:
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether flash_attn's forward should take this kernel for these inputs (no forced config)."""
     D = q.shape[-1]
-    if not enabled() or D not in HEAD_DIMS or q.shape[2] < GLUON_MIN_SEQ[(D, bool(causal))]:
+    if D not in HEAD_DIMS or q.shape[2] < GLUON_MIN_SEQ[(D, bool(causal))] or not enabled():
         return False
     cfg = default_config(D, causal)
     return supported(q, k, v, causal, cfg["BLOCK_N"], cfg["BLOCK_M"]) is None
@@ -523,7 +522,7 @@ def attention_forward(
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     qd, kd, vd, od = _descriptors(q, k, v, o, cfg["BLOCK_N"])
     num_wg = cfg["BLOCK_M"] // ROWS
-    num_m = triton.cdiv(Nq, cfg["BLOCK_M"])
+    num_m = cdiv(Nq, cfg["BLOCK_M"])
     tiles = num_m * B * H
     if cfg["PERSISTENT"]:
         programs = cfg.get("PROGRAMS") or _sm_count(q.device.index if q.device.index is not None else 0)

@@ -38,6 +38,7 @@ from .common import (
     VARIANT_FWD_SPACE,
     KernelUnsupported,
     _set_last_config,
+    cdiv,
     check_inputs,
     dot,
     launch,
@@ -219,7 +220,7 @@ def attention_forward_stored_p(
     )  # fmt: skip
     constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32}
     cfg = launch(
-        "fwd_stored_p", "fwd", _attn_fwd_stored_p, lambda meta: (triton.cdiv(Nq, meta["BLOCK_M"]), B * H),
+        "fwd_stored_p", "fwd", _attn_fwd_stored_p, lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
         args, constexprs, space=VARIANT_FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
     )  # fmt: skip
     _set_last_config(cfg)

@@ -182,23 +182,32 @@ def test_tma_and_pointer_paths_agree(monkeypatch):
 
 def test_host_and_per_program_descriptors_agree(monkeypatch):
     """With TMA the FA2 forward (Q, K, V, O) and both backward passes (Q, dO; K, V) move their tiles through
-    4-D descriptors made on the host (the default); the per-head descriptors every program can build instead
-    (common.HOST_DESCRIPTORS = False) give the same numbers."""
+    4-D descriptors made on the host (the default), each launch's sized to the config it runs with; the per-head
+    descriptors every program can build instead (common.HOST_DESCRIPTORS = False) give the same numbers."""
     from flashbench.kernels import common
 
-    made = []
+    launched = []  # (argument, its tensor's shape, block shape) of every host descriptor a launch passes
+    size = common.size_descriptors
 
-    class Spy(common.TensorDescriptor):
-        def __post_init__(self):
-            made.append(tuple(self.base.shape))
-            super().__post_init__()
+    def spy(kernel, args, constexprs, meta):
+        size(kernel, args, constexprs, meta)
+        launched.extend(
+            (name, tuple(a.base.shape), tuple(a.block_shape))
+            for name, a in zip(kernel.arg_names, args, strict=False)
+            if isinstance(a, common.TensorDescriptor)
+        )
 
-    monkeypatch.setattr(common, "TensorDescriptor", Spy)
+    monkeypatch.setattr(common, "size_descriptors", spy)
     q, k, v = inputs(2, 4, 2, 150, 130, 64, torch.float16, seed=12)
     check(flash_attn, q, k, v, causal=True)
     qs, kvs = tuple(q.shape), tuple(k.shape)
-    # forward K V Q O, backward Q dO K V (the causal diagonal's half-height K V are twins of K V, not new ones)
-    assert made == [kvs, kvs, qs, qs] + [qs, qs, kvs, kvs]
+    m, n = common.INTERPRET_FWD["BLOCK_M"], common.INTERPRET_FWD["BLOCK_N"]
+    bm, bn = common.INTERPRET_BWD["BLOCK_M"], common.INTERPRET_BWD["BLOCK_N"]
+    assert launched == [  # the causal diagonal's half-height K and V (twins of K, V) included
+        ("KD", kvs, (1, 1, n, 64)), ("VD", kvs, (1, 1, n, 64)), ("KD2", kvs, (1, 1, n // 2, 64)),
+        ("VD2", kvs, (1, 1, n // 2, 64)), ("QD", qs, (1, 1, m, 64)), ("OD", qs, (1, 1, m, 64)),
+        ("QD", qs, (1, 1, bm, 64)), ("DOD", qs, (1, 1, bm, 64)), ("KD", kvs, (1, 1, bn, 64)), ("VD", kvs, (1, 1, bn, 64)),
+    ]  # fmt: skip
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     do = make(qs, torch.float16, seed=99)
     host = [
@@ -206,13 +215,35 @@ def test_host_and_per_program_descriptors_agree(monkeypatch):
         *torch.autograd.grad(flash_attn(*leaves, causal=True), leaves, do),
     ]
     monkeypatch.setattr(common, "HOST_DESCRIPTORS", False)
-    made.clear()
+    launched.clear()
     check(flash_attn, q, k, v, causal=True)
-    assert not made
+    assert not launched
     per_program = [flash_attn(*leaves, causal=True)]
     per_program += torch.autograd.grad(per_program[0], leaves, do)
     for a, b in zip(host, per_program, strict=True):
         assert torch.equal(a, b)
+
+
+def test_host_descriptors_of_one_layout_are_separate():
+    """host_descriptor copies a descriptor validated once per (shape, strides, dtype): each call's has its own
+    tensor and block shape, and the cache keeps no tensor alive."""
+    import gc
+    import weakref
+
+    from flashbench.kernels import common
+
+    a, b = (make((1, 2, 64, 32), torch.float16, seed=s) for s in (1, 2))
+    da, db = common.host_descriptor(a), common.host_descriptor(b)
+    assert da.base is a and db.base is b
+    assert (da.shape, da.strides, da.block_shape) == ([1, 2, 64, 32], [4096, 2048, 32, 1], [1, 1, 16, 32])
+    da.block_shape = [1, 1, 64, 32]
+    assert db.block_shape == [1, 1, 16, 32]
+    t = common.host_descriptor(a.transpose(1, 2).contiguous().transpose(1, 2))  # same shape, other strides
+    assert t.strides == [4096, 32, 64, 1]
+    gone = weakref.ref(a)
+    del a, da
+    gc.collect()
+    assert gone() is None
 
 
 @pytest.mark.parametrize(("nq", "nk"), [(64, 64), (150, 150), (96, 200), (200, 96), (17, 130)])
