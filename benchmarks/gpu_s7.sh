@@ -5,6 +5,11 @@
 #                                     # causal diagonal in half-width blocks vs full-width, the Gluon forward
 #                                     # persistent with the snake walk, SDPA; then the GPU tests of both changes
 #   bash benchmarks/gpu_s7.sh tests   # the kernel suite and test_flash_ws.py on CUDA, sharded
+#   bash benchmarks/gpu_s7.sh host    # session 8's leaner eager launch path (written on a day no GPU was lent,
+#                                     # not yet run): the GPU tests of the launch path, then the host time per
+#                                     # call (launch_overhead.py; sessions 3-4: 94-239 us per forward)
+# Session 8's plan for the next GPU: `host`, then `tests`, then the speed sweep
+# (FLASHBENCH_HOME=$(mktemp -d) STAGE_A_S=420 bash benchmarks/gpu_speed.sh a).
 #
 # Logs and JSON go to $OUT. Nothing here changes clocks or power settings.
 set -uo pipefail
@@ -34,6 +39,14 @@ ab)
 tests)
     TESTS=tests/test_flash_ws.py NAME=pytest-ws JOBS=${JOBS:-12} bash benchmarks/gpu_tests.sh | tee -a "$OUT/stage.log"
     JOBS=${JOBS:-12} bash benchmarks/gpu_tests.sh "not gpu_large" | tee -a "$OUT/stage.log"
+    ;;
+host)
+    log "GPU tests of the launch path (descriptors, TMA, dispatch, gradients)"
+    TESTS="tests/test_kernels.py tests/test_kernels_api.py" NAME=pytest-host JOBS=${JOBS:-12} \
+        bash benchmarks/gpu_tests.sh "descriptor or tma or half_width or dispatch or grad or gqa" |
+        tee -a "$OUT/stage.log"
+    log "host time per call"
+    FLASHBENCH_HOME=$(mktemp -d) timeout 300 python3 benchmarks/launch_overhead.py 2>&1 | tee "$OUT/launch_overhead.txt"
     ;;
 esac
 log "stage ${1:-ab} done"
