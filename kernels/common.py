@@ -234,7 +234,7 @@ def host_descriptor(t: torch.Tensor) -> TensorDescriptor:
 
     Per call this copies a descriptor made (and validated by Triton) once per shape, strides and dtype, with `t`
     as its base: Triton's checks hold for every tensor of that layout, or `use_tma` has made them (alignment).
-    0.5 us on the CPU machine against 3.6 us for a new TensorDescriptor (benchmarks/host_path.py).
+    About 2 us on the CPU machine against 3-4 us for a new TensorDescriptor (timeit).
     """
     key = (tuple(t.shape), t.stride(), t.dtype)
     layout = _DESCRIPTOR_LAYOUTS.get(key)
@@ -244,19 +244,20 @@ def host_descriptor(t: torch.Tensor) -> TensorDescriptor:
         layout = dict(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[-1]]).__dict__)
         del layout["base"]  # kept per layout, not per tensor: the cache holds no tensor alive
         _DESCRIPTOR_LAYOUTS[key] = layout
-    d = object.__new__(TensorDescriptor)
-    d.__dict__.update(layout)
-    d.base = t
-    d.block_shape = [1, 1, 16, t.shape[-1]]
-    return d
+    return _descriptor_from(layout, base=t, block_shape=[1, 1, 16, t.shape[-1]])
 
 
 def twin_descriptor(d: TensorDescriptor) -> TensorDescriptor:
     """A second host descriptor of d's tensor, with a block shape of its own (set by `size_descriptors`): a
-    shallow copy."""
-    twin = object.__new__(type(d))
-    twin.__dict__.update(d.__dict__)
-    return twin
+    shallow copy, cheaper than `host_descriptor` again (no layout lookup)."""
+    return _descriptor_from(d.__dict__)
+
+
+def _descriptor_from(attrs: dict[str, Any], **changes: Any) -> TensorDescriptor:
+    """A TensorDescriptor with these attributes, not validated again (its __init__ is not run)."""
+    d = object.__new__(TensorDescriptor)
+    d.__dict__.update(attrs, **changes)
+    return d
 
 
 def size_descriptors(
@@ -295,6 +296,26 @@ def _ensure_allocator() -> None:
 def unit_stride(t: torch.Tensor) -> torch.Tensor:
     """`t` itself when its last dimension is unit-stride (any other strides are fine), else a contiguous copy."""
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def attend(
+    function: type[torch.autograd.Function],
+    forward: Callable[..., tuple[Any, ...]],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    sm_scale: float,
+    config: dict[str, Any] | None,
+    *extra: Any,
+) -> torch.Tensor:
+    """The attention output of checked inputs: through the autograd Function `function` (`function.apply(q, k, v,
+    causal, sm_scale, config, *extra)`) when a gradient may be asked for, else the forward launcher alone
+    (`forward(q, k, v, causal, sm_scale, config)[0]`): with nothing to differentiate the autograd node is only
+    host time, on every eager call (benchmarks/host_path.py)."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return function.apply(q, k, v, causal, sm_scale, config, *extra)
+    return forward(q, k, v, causal, sm_scale, config)[0]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from .common import (
     LOG2E,
     VARIANT_FWD_SPACE,
     _set_last_config,
+    attend,
     check_inputs,
     dot,
     launch,
@@ -228,4 +229,6 @@ def flash_attn_v1(
     q, k, v, sm_scale = check_inputs("flash_attn_v1", q, k, v, causal, sm_scale)
     if config is not None:
         config = normalize_config("flash_attn_v1", config, extra_keys={"Q_SPLIT": 1})
-    return RecomputeAttention.apply(q, k, v, causal, sm_scale, config, attention_forward_v1)
+    return attend(
+        RecomputeAttention, attention_forward_v1, q, k, v, causal, sm_scale, config, attention_forward_v1
+    )

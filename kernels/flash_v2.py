@@ -47,6 +47,7 @@ from .common import (
     LOG2E,
     KernelUnsupported,
     _set_last_config,
+    attend,
     cdiv,
     check_inputs,
     dot,
@@ -479,7 +480,4 @@ def flash_attn(
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
         config = normalize_config("flash_attn", config, flags=("WS", "OV", "DIAG"))
-    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
-        # Nothing to differentiate: no autograd node (its bookkeeping is host time on every eager call).
-        return attention_forward(q, k, v, causal, sm_scale, config)[0]
-    return RecomputeAttention.apply(q, k, v, causal, sm_scale, config)
+    return attend(RecomputeAttention, attention_forward, q, k, v, causal, sm_scale, config)

@@ -38,6 +38,7 @@ from .common import (
     VARIANT_FWD_SPACE,
     KernelUnsupported,
     _set_last_config,
+    attend,
     cdiv,
     check_inputs,
     dot,
@@ -261,4 +262,4 @@ def flash_attn_stored_p(
         )
     if config is not None:
         config = normalize_config("flash_attn_stored_p", config)
-    return _FlashAttnStoredP.apply(q, k, v, causal, sm_scale, config)
+    return attend(_FlashAttnStoredP, attention_forward_stored_p, q, k, v, causal, sm_scale, config)

@@ -203,7 +203,7 @@ def test_host_and_per_program_descriptors_agree(monkeypatch):
     qs, kvs = tuple(q.shape), tuple(k.shape)
     m, n = common.INTERPRET_FWD["BLOCK_M"], common.INTERPRET_FWD["BLOCK_N"]
     bm, bn = common.INTERPRET_BWD["BLOCK_M"], common.INTERPRET_BWD["BLOCK_N"]
-    assert launched == [  # the causal diagonal's half-height K and V (twins of K, V) included
+    assert launched == [  # the causal diagonal's half-height K and V included
         ("KD", kvs, (1, 1, n, 64)), ("VD", kvs, (1, 1, n, 64)), ("KD2", kvs, (1, 1, n // 2, 64)),
         ("VD2", kvs, (1, 1, n // 2, 64)), ("QD", qs, (1, 1, m, 64)), ("OD", qs, (1, 1, m, 64)),
         ("QD", qs, (1, 1, bm, 64)), ("DOD", qs, (1, 1, bm, 64)), ("KD", kvs, (1, 1, bn, 64)), ("VD", kvs, (1, 1, bn, 64)),
@@ -222,6 +222,27 @@ def test_host_and_per_program_descriptors_agree(monkeypatch):
     per_program += torch.autograd.grad(per_program[0], leaves, do)
     for a, b in zip(host, per_program, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_forward_without_gradients_makes_no_autograd_node(name, monkeypatch):
+    """Every bundled entry point runs the forward launcher alone when nothing needs a gradient (inputs that do not
+    require one, or torch.no_grad), through its autograd Function otherwise; the output is the same."""
+    applied = []
+    apply = torch.autograd.Function.__dict__["apply"].__func__
+    monkeypatch.setattr(
+        torch.autograd.Function, "apply", classmethod(lambda cls, *a: applied.append(cls) or apply(cls, *a))
+    )
+    fn = KERNELS[name]
+    q, k, v = inputs(1, 2, 1, 80, 80, 32, torch.float16, seed=21)
+    plain = fn(q, k, v, causal=True)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    with torch.no_grad():
+        untracked = fn(*leaves, causal=True)
+    assert not applied and plain.grad_fn is None and untracked.grad_fn is None
+    tracked = fn(*leaves, causal=True)
+    assert len(applied) == 1 and tracked.grad_fn is not None
+    assert torch.equal(plain, tracked.detach()) and torch.equal(plain, untracked)
 
 
 def test_host_descriptors_of_one_layout_are_separate():
