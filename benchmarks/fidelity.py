@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 import triton.testing
 
-from flashbench.cases import Case
-from flashbench.measure import Context, Options, measure_case, prepare
+from flashbench.engine.measure import Context, Options, measure_case, prepare
 from flashbench.providers import registry
+from flashbench.spec.cases import Case
 
 TOLERANCE_PCT = 3.0
 

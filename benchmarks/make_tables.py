@@ -360,7 +360,7 @@ def ncu_tables(path: Path) -> str:
 
 
 def calibrate_table(path: Path, env_path: Path) -> str:
-    from flashbench import hardware
+    from flashbench.gpu import hardware
 
     cal = json.loads(path.read_text())
     facts = json.loads(env_path.read_text())["gpus"][0]

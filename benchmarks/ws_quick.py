@@ -25,8 +25,8 @@ from flashbench.kernels.flash_v2 import attention_forward as triton_forward
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+from flashbench.engine.timing import L2Flusher, time_cuda
 from flashbench.models.flops import attention_flops
-from flashbench.timing import L2Flusher, time_cuda
 
 VARIANTS = {  # "ws" is flash_ws's default for the head dim; "ws3" three consumer warpgroups (d = 64 only)
     "ws": {},

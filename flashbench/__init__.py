@@ -10,16 +10,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from flashbench.cases import Case
+from flashbench.api import SweepResult, sweep
 from flashbench.errors import FlashbenchError
-from flashbench.results import load
+from flashbench.results.rows import load
+from flashbench.spec.cases import Case
 
-
-def sweep(**kwargs):  # noqa: ANN003, ANN201  (the signature and docs live in flashbench.api.sweep)
-    """Run a sweep: see flashbench.api.sweep. Imported lazily so `import flashbench` stays light."""
-    from flashbench.api import sweep as _sweep
-
-    return _sweep(**kwargs)
-
-
-__all__ = ["Case", "FlashbenchError", "load", "sweep", "__version__"]
+__all__ = ["Case", "FlashbenchError", "SweepResult", "load", "sweep", "__version__"]

@@ -19,16 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import flashbench
-from flashbench import environment, parallel, runner
-from flashbench import shard as shards
-from flashbench.config import SweepSpec, load_spec
+from flashbench.engine import parallel, runner
+from flashbench.engine import shard as shards
+from flashbench.engine.progress import Progress
 from flashbench.errors import EXIT_NO_GPU, FlashbenchError
-from flashbench.plan import plan, resolve_providers
-from flashbench.progress import Progress
+from flashbench.gpu import environment
 from flashbench.providers import registry
 from flashbench.providers.registry import ProviderInfo
 from flashbench.providers.user import check_paths
-from flashbench.results import ENV_FILE, Row, read_env, write_env
+from flashbench.results.rows import ENV_FILE, Row, read_env, write_env
+from flashbench.spec.config import SweepSpec, load_spec
+from flashbench.spec.plan import plan, resolve_providers
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,7 +44,7 @@ class SweepResult:
     env: dict[str, Any] = field(default_factory=dict)
 
     def frame(self) -> pd.DataFrame:
-        from flashbench.results import load
+        from flashbench.results.rows import load
 
         return load(self.run_dir)
 
@@ -107,7 +108,7 @@ def sweep(
 ) -> SweepResult:
     """Plan and run a sweep; rows are appended to `out`/rows.jsonl as each case ends (see module docstring).
 
-    `shard="i/n"` (1-based) runs one slice of the planned cases (flashbench.shard: by shape); `gpus="all"` or
+    `shard="i/n"` (1-based) runs one slice of the planned cases (flashbench.engine.shard: by shape); `gpus="all"` or
     "0,1" runs one worker per device, each on its share of the shapes (with device="cpu": that many CPU
     workers). `measure` may set warmup_ms, rep_ms, min_samples, max_samples, ref_flops_limit.
     Raises FlashbenchError (exit_code 2 for bad input, 3 when device="cuda" finds no GPU).
@@ -194,7 +195,7 @@ def sweep(
         write_env(run_dir, env)
         ncu_fn = None
         if spec.ncu:
-            from flashbench import ncu as ncu_mod
+            from flashbench.gpu import ncu as ncu_mod
 
             if spec.device != "cuda":
                 _note("flashbench: --ncu needs --device cuda; ignored", progress)

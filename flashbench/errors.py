@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 # Exit codes, documented in README.md ("Exit codes").
 EXIT_OK = 0
 EXIT_REGRESSION = 1  # gate: a real slowdown or a newly failing case
@@ -19,3 +21,8 @@ class FlashbenchError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def warn(message: str) -> None:
+    """A user-facing warning: one line on stderr, `flashbench: warning: ...` (the form errors take)."""
+    print(f"flashbench: warning: {message}", file=sys.stderr)

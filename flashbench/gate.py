@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from flashbench.baseline import ENV_FIELDS, CaseResult, Side, load_side
 from flashbench.configfiles import config_path, read_toml
 from flashbench.errors import EXIT_OK, EXIT_REGRESSION, FlashbenchError
-from flashbench.results import OK
+from flashbench.results.baseline import ENV_FIELDS, CaseResult, Side, load_side
+from flashbench.results.rows import OK
 
 # Verdicts. The first two fail the gate.
 REGRESSION = "regression"

@@ -53,7 +53,7 @@ def disk_cache_enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    from flashbench.hardware import state_dir  # on a tuning miss only: keeps `import kernels` light
+    from flashbench.gpu.hardware import state_dir  # on a tuning miss only: keeps `import kernels` light
 
     return state_dir("autotune")
 
@@ -94,7 +94,7 @@ def _rotated_ms(fns: Sequence[Callable[[], None]]) -> list[list[float]]:
     """Per zero-argument CUDA callable, its median sample (ms) in each of ROUNDS rounds (see the module doc)."""
     import torch
 
-    from flashbench.timing import L2Flusher, time_cuda
+    from flashbench.engine.timing import L2Flusher, time_cuda
 
     flush = L2Flusher(torch.cuda.current_device())
     out: list[list[float]] = [[] for _ in fns]

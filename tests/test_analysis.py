@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from flashbench import analysis, comparison
-from flashbench.cases import Case
+from flashbench.analysis import comparison
+from flashbench.analysis import runs as analysis
 from flashbench.errors import FlashbenchError
-from flashbench.results import Row, append_row, write_env
+from flashbench.results.rows import Row, append_row, write_env
+from flashbench.spec.cases import Case
 
 FIXTURES = Path(__file__).resolve().parents[1] / "results" / "fixtures"
 SYNTHETIC = FIXTURES / "synthetic-h100"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flashbench.config import (
+from flashbench.errors import FlashbenchError
+from flashbench.spec.config import (
     SweepSpec,
     load_spec,
     parse_causal,
@@ -13,7 +14,6 @@ from flashbench.config import (
     parse_range,
     preset_names,
 )
-from flashbench.errors import FlashbenchError
 
 
 @pytest.mark.parametrize(

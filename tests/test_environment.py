@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from flashbench import environment
+from flashbench.gpu import environment
 
 
 def test_env_record_copies_the_calibration_of_the_gpu_that_ran(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from flashbench.cli.app import main
-from flashbench.results import ENV_FILE, ROWS_FILE, Row, append_row, read_rows, write_env
+from flashbench.results.rows import ENV_FILE, ROWS_FILE, Row, append_row, read_rows, write_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "results" / "fixtures"
@@ -224,8 +224,8 @@ def test_version_differences_are_shown_not_refused(capsys, tmp_path):
 
 
 def test_env_summary_reads_the_sweep_environment_record():
-    from flashbench.baseline import summarize_env
-    from flashbench.environment import collect
+    from flashbench.gpu.environment import collect
+    from flashbench.results.baseline import summarize_env
 
     facts = {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu128", "cuda": "12.8", "cudnn": 91002}
     env = collect("cuda", worker_facts={**facts, "triton": "3.6.0"})

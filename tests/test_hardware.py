@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flashbench import hardware, nvml
 from flashbench.errors import FlashbenchError
+from flashbench.gpu import hardware, nvml
 
 # Names as NVML / nvidia-smi / torch.cuda.get_device_name() print them.
 DOCUMENTED_NAMES = {

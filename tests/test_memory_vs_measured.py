@@ -15,7 +15,7 @@ import pytest
 
 from flashbench.models.memory import predicted_peak_bytes
 from flashbench.providers import registry
-from flashbench.results import read_rows
+from flashbench.results.rows import read_rows
 
 RUN = Path(__file__).resolve().parents[1] / "results" / "examples" / "h200-default"
 TOLERANCE = {"sdpa-math": 0.25}

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from flashbench.cli.app import main
-from flashbench.results import ENV_FILE, read_env, read_rows
+from flashbench.results.rows import ENV_FILE, read_env, read_rows
 
 SWEEP = [
     "sweep",

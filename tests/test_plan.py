@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from flashbench import plan as plan_mod
-from flashbench.cases import Case
-from flashbench.config import load_spec
 from flashbench.errors import FlashbenchError
-from flashbench.plan import expand, input_bytes, plan
 from flashbench.providers.registry import ProviderInfo
+from flashbench.spec import plan as plan_mod
+from flashbench.spec.cases import Case
+from flashbench.spec.config import load_spec
+from flashbench.spec.plan import expand, input_bytes, plan
 
 
 def _infos(**extra):

@@ -7,10 +7,10 @@ import contextlib
 import pytest
 import torch
 
-from flashbench import correctness, timing
-from flashbench.cases import Case
-from flashbench.measure import Context, Options, classify, measure_case, prepare
+from flashbench.engine import correctness, timing
+from flashbench.engine.measure import Context, Options, classify, measure_case, prepare
 from flashbench.providers import registry
+from flashbench.spec.cases import Case
 
 registry.load_builtins()
 FAST = Options(warmup_ms=0, rep_ms=1, min_samples=10, max_samples=10)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from flashbench.cases import Case
 from flashbench.errors import FlashbenchError
 from flashbench.providers import registry
+from flashbench.spec.cases import Case
 
 FIXTURES = Path(__file__).parent / "fixtures_providers"
 EXAMPLE = Path(__file__).parent.parent / "examples" / "my_attention.py"
@@ -92,10 +92,10 @@ def test_bad_kernel_files_are_one_line_errors(tmp_path):
 
 def test_parent_side_modules_never_import_torch():
     code = (
-        "import sys, flashbench, flashbench.api, flashbench.runner, flashbench.plan, flashbench.cli.sweep\n"
+        "import sys, flashbench, flashbench.api, flashbench.engine.runner, flashbench.spec.plan, flashbench.cli.sweep\n"
         "from flashbench.providers import registry\n"
         "registry.load_builtins()\n"
-        "from flashbench.config import load_spec\n"
+        "from flashbench.spec.config import load_spec\n"
         "load_spec(preset='default')\n"
         "bad = [m for m in ('torch', 'triton') if m in sys.modules]\n"
         "assert not bad, bad\n"

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from flashbench.cli.app import main
-from flashbench.results import read_rows
+from flashbench.results.rows import read_rows
 
 FIXTURES = Path(__file__).resolve().parents[1] / "results" / "fixtures"
 FIXTURE_DIRS = sorted(p.parent for p in FIXTURES.glob("*/rows.jsonl"))
@@ -259,7 +259,7 @@ def derived_h100_run(src: Path, dest: Path) -> Path:
 
 
 def test_cross_gpu_comparison_labels_both_gpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from flashbench import analysis
+    from flashbench.analysis import runs as analysis
     from flashbench.report import model_figures
 
     h100 = derived_h100_run(FIXTURES / "aa-run1", tmp_path / "h100-derived")

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from flashbench import shard
 from flashbench.cli.app import main
-from flashbench.config import load_spec
-from flashbench.plan import expand
-from flashbench.results import read_env, read_rows
+from flashbench.engine import shard
+from flashbench.results.rows import read_env, read_rows
+from flashbench.spec.config import load_spec
+from flashbench.spec.plan import expand
 
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
 _SPEC = {
@@ -52,7 +52,7 @@ def test_shards_partition_the_cases_and_never_split_a_shape(count):
 def test_partition_is_the_same_in_another_process_with_another_hash_seed():
     here = {i: [c.key for c in shard.select(_cases(), (i, 3), case_of=lambda c: c)] for i in (1, 2, 3)}
     script = (
-        "import json, sys; sys.path.insert(0, 'tests'); import test_shard as t; from flashbench import shard; "
+        "import json, sys; sys.path.insert(0, 'tests'); import test_shard as t; from flashbench.engine import shard; "
         "print(json.dumps({i: [c.key for c in shard.select(t._cases(), (i, 3), case_of=lambda c: c)] "
         "for i in (1, 2, 3)}))"
     )

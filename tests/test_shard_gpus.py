@@ -7,7 +7,7 @@ from collections import defaultdict
 import pytest
 
 from flashbench.cli.app import main
-from flashbench.results import read_env, read_rows
+from flashbench.results.rows import read_env, read_rows
 
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
 

@@ -8,9 +8,9 @@ import json
 import pytest
 
 import flashbench
-from flashbench import environment
 from flashbench.cli.app import main
-from flashbench.results import read_env, read_rows
+from flashbench.gpu import environment
+from flashbench.results.rows import read_env, read_rows
 
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
 

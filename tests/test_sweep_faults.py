@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from flashbench.cli.app import main
-from flashbench.results import read_env, read_rows
+from flashbench.results.rows import read_env, read_rows
 
 FIXTURES = Path(__file__).parent / "fixtures_providers"
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]

@@ -289,7 +289,7 @@ def save(
     ] = False,
 ) -> None:
     """Save RUN as results/baselines/NAME.json: env summary + per case status, samples, median."""
-    from flashbench.baseline import save_baseline
+    from flashbench.results.baseline import save_baseline
 
     path = save_baseline(run, name, out_dir, force=force)
     print(f"saved {path}")

@@ -1,7 +1,6 @@
 """`flashbench memory`: what attention costs in memory for a model preset, standard against flash.
 
-Needs no GPU (it reads configs/models.toml); `--gpu` names a GPU of configs/gpus.toml to check the totals
-against its memory. build_memory is the library call behind the command.
+Needs no GPU (it reads configs/models.toml); the library call is flashbench.analysis.memory_plan.build_memory.
 """
 
 from __future__ import annotations
@@ -11,65 +10,9 @@ from typing import Annotated, Any
 
 import typer
 
-from flashbench.cli.roofline import split_choices
-from flashbench.errors import FlashbenchError
-
-
-def _model_presets() -> dict[str, Any]:
-    from flashbench.configfiles import config_path, read_toml
-
-    return read_toml(config_path("models.toml"))
-
-
-def build_memory(
-    model: str,
-    seqs: list[int],
-    dtype: str = "fp16",
-    batch: int = 1,
-    checkpointing: bool = False,
-    check_docs: bool = False,
-    gpu: str = "a100",
-) -> dict[str, Any]:
-    """The memory planner's figures per sequence length, and optionally the documents' claims recomputed."""
-    import difflib
-
-    from flashbench.cases import DTYPE_BYTES
-    from flashbench.models import memory
-
-    presets = _model_presets()
-    key = model.strip().lower()
-    cfg = presets.get(key) or next((c for c in presets.values() if key in c.get("aliases", [])), None)
-    if cfg is None:
-        close = difflib.get_close_matches(key, list(presets), n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise FlashbenchError(f"unknown model {model!r}{hint} (known: {', '.join(presets)})")
-    shape = {k: cfg[k] for k in ("layers", "heads", "kv_heads", "head_dim", "hidden")}
-    rows = []
-    for n in seqs:
-        plan = memory.plan_model_memory(
-            **shape, seq=n, elem_bytes=DTYPE_BYTES[dtype], batch=batch, checkpointing=checkpointing
-        )
-        rows.append({"seq": n, **plan})
-    out: dict[str, Any] = {
-        "model": key,
-        "name": cfg.get("name", key),
-        "source": cfg.get("source", ""),
-        **shape,
-        "dtype": dtype,
-        "batch": batch,
-        "checkpointing": checkpointing,
-        "rows": rows,
-    }
-    if check_docs:
-        from flashbench import hardware
-        from flashbench.models import roofline as rl
-
-        spec = hardware.lookup(gpu)
-        peak = spec.peak_flops("fp16")
-        if not peak or not spec.bw_bytes_s:
-            raise FlashbenchError(f"{spec.name} has no fp16 peak or bandwidth in configs/gpus.toml")
-        out["document_checks"] = rl.document_checks(peak, spec.bw_bytes_s, spec.name)
-    return out
+from flashbench.analysis.memory_plan import build_memory
+from flashbench.spec.cases import DTYPES
+from flashbench.spec.config import parse_range, split_choices
 
 
 def _bytes(n: float) -> str:
@@ -118,15 +61,6 @@ def render_memory(report: dict[str, Any]) -> None:
         "checkpointing keeps one layer's state plus each layer's input.",
         style="dim",
     )
-    checks = report.get("document_checks")
-    if checks:
-        c = Table(title="The source documents' numbers, recomputed")
-        for col in ("doc", "claim", "recomputed", "verdict"):
-            c.add_column(col)
-        for e in checks:
-            style = "green" if e["verdict"] == "right" else "red"
-            c.add_row(e["source"], e["claim"], e["recomputed"], f"[{style}]{e['verdict']}")
-        console.print(c)
 
 
 def memory_cmd(
@@ -145,34 +79,20 @@ def memory_cmd(
         bool,
         typer.Option("--checkpointing", help="Activation checkpointing: one layer's state alive at a time."),
     ] = False,
-    check_docs: Annotated[
-        bool, typer.Option("--check-docs", help="Recompute the source documents' worked numbers.")
-    ] = False,
-    gpu: Annotated[
-        str, typer.Option(help="GPU for --check-docs' speedup check (003 used an A100).")
-    ] = "a100",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
 ) -> None:
     """Attention memory per head, layer and model: standard attention's N x N matrices vs FlashAttention's statistics."""
-    from flashbench.cases import DTYPES
-    from flashbench.config import parse_range
-
     report = build_memory(
         model,
         parse_range(seq, "--seq"),
         dtype=split_choices(dtype, "--dtype", DTYPES)[0],
         batch=batch,
         checkpointing=checkpointing,
-        check_docs=check_docs,
-        gpu=gpu,
     )
     if as_json:
         print(json.dumps(report, indent=2))
     else:
         render_memory(report)
-
-
-# ------------------------------------------------------------------------------------------ calibrate
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ def merge_command(
     force: Annotated[bool, typer.Option("--force", help="Replace the results in a non-empty --out.")] = False,
 ) -> None:
     """Combine shard runs of one sweep; refuses runs of other sweeps or flashbench versions."""
-    from flashbench.merge import merge
+    from flashbench.results.merge import merge
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

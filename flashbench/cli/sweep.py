@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from flashbench.results import OK, Row
+from flashbench.results.rows import OK, Row
 
 _SHORT = {
     "wrong": "WRONG",
@@ -232,7 +232,7 @@ def _dims(dims: tuple[int, ...]) -> str:
 @list_app.command("presets")
 def list_presets_command() -> None:
     """The sweep presets shipped in configs/sweeps/ (use with --preset NAME)."""
-    from flashbench.config import preset_file, preset_names, read_preset
+    from flashbench.spec.config import preset_file, preset_names, read_preset
 
     for name in preset_names():
         values = read_preset(preset_file(name))
@@ -242,10 +242,10 @@ def list_presets_command() -> None:
 @list_app.command("gpus")
 def list_gpus_command() -> None:
     """GPUs known to flashbench's spec table (where present) and the GPUs on this machine."""
-    from flashbench import environment
+    from flashbench.gpu import environment
 
     try:
-        from flashbench import hardware  # the spec table (another command group's module)
+        from flashbench.gpu import hardware  # the spec table (another command group's module)
 
         for attr in ("list_gpus", "gpu_names", "known_gpus"):
             fn = getattr(hardware, attr, None)

@@ -11,9 +11,9 @@ import json
 import os
 from typing import Any
 
-from flashbench.cases import Case
 from flashbench.errors import FlashbenchError
 from flashbench.providers.registry import register
+from flashbench.spec.cases import Case
 
 # Force the bundled kernels' forward config for a whole sweep (block-size studies, the gate's injected
 # slowdown): FLASHBENCH_TRITON_CONFIG='{"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}'.

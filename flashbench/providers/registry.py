@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flashbench.cases import DTYPES, Case
 from flashbench.errors import FlashbenchError
+from flashbench.spec.cases import DTYPES, Case
 
 # Memory families known to flashbench.models.memory (how a provider's peak memory grows with N).
 MEMORY_FAMILIES = ("naive", "flash", "stored-p", "flash-v1")
@@ -242,7 +242,7 @@ def get(name: str) -> Provider:
     try:
         return _REGISTRY[name]
     except KeyError:
-        from flashbench.config import suggest
+        from flashbench.spec.config import suggest
 
         raise FlashbenchError(f"unknown provider {name!r}{suggest(name, _REGISTRY)}") from None
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from flashbench.cases import Case
 from flashbench.providers.registry import Unsupported, register
+from flashbench.spec.cases import Case
 
 _FLASH_HEAD_DIMS = tuple(range(8, 257, 8))  # flash-attn 2/3: multiples of 8 up to 256
 

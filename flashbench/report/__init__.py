@@ -28,7 +28,7 @@ def build(
     baseline: another run directory to compare with case by case. speedup_vs: the provider speedups are
     taken against (default: naive, else sdpa-math, else sdpa, else the first provider with ok rows).
     """
-    from flashbench import analysis
+    from flashbench.analysis import runs as analysis
 
     if fmt not in FORMATS:
         raise FlashbenchError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")

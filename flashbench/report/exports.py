@@ -6,13 +6,13 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from flashbench.cases import CASE_FIELDS
-from flashbench.results import FLOP_CONVENTION, SCHEMA_VERSION
+from flashbench.results.rows import FLOP_CONVENTION, SCHEMA_VERSION
+from flashbench.spec.cases import CASE_FIELDS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from flashbench.analysis import Run
+    from flashbench.analysis.runs import Run
 
 # Column order of the exports: the case, the outcome, timing, speed, models, memory, GPU state, ncu.
 COLUMNS = [
@@ -70,7 +70,7 @@ COLUMNS = [
 
 def tidy(run: Run, baseline_provider: str | None) -> pd.DataFrame:
     """The run's measurements with the speedup over `baseline_provider` joined in, in COLUMNS order."""
-    from flashbench.analysis import speedups
+    from flashbench.analysis.runs import speedups
 
     frame = run.frame.copy()
     frame["speedup"] = float("nan")

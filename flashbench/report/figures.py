@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from flashbench.analysis import Run
+    from flashbench.analysis.runs import Run
 
 PALETTE = (
     "#1f77b4",
@@ -192,7 +192,7 @@ def speedup(run: Run, baseline: str) -> go.Figure | None:
     """Speedup against the baseline provider on the same shape, per provider, faceted."""
     import plotly.graph_objects as go
 
-    from flashbench.analysis import speedups
+    from flashbench.analysis.runs import speedups
 
     df = speedups(run.frame, baseline)
     df = df[df["provider"] != baseline].sort_values("seq_q")

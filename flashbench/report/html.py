@@ -10,13 +10,13 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from flashbench.results import FLOP_CONVENTION
+from flashbench.results.rows import FLOP_CONVENTION
 
 if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from flashbench.analysis import Run
+    from flashbench.analysis.runs import Run
 
 PLOTLY_CONFIG = {
     "displaylogo": False,
@@ -62,8 +62,8 @@ def render(
     import plotly.offline
 
     from flashbench import __version__
-    from flashbench import analysis as an
-    from flashbench import comparison as cmp
+    from flashbench.analysis import comparison as cmp
+    from flashbench.analysis import runs as an
     from flashbench.report import figures, model_figures
 
     sections: list[str] = []
@@ -288,7 +288,7 @@ def _header(run: Run, baseline_provider: str | None, baseline_run: Run | None) -
     if run.env.get("synthetic"):
         banners += '<div class="banner warn">SYNTHETIC results: generated for tests, not measured.</div>'
     if baseline_run is not None:
-        from flashbench.comparison import cross_gpu_note
+        from flashbench.analysis.comparison import cross_gpu_note
 
         banners += f'<div class="banner info">Compared with {html.escape(str(baseline_run.path))}.</div>'
         note = cross_gpu_note(run, baseline_run)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashbench.results import FLOP_CONVENTION
+from flashbench.results.rows import FLOP_CONVENTION
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from flashbench.analysis import Run
+    from flashbench.analysis.runs import Run
 
 MAX_LINES = 15  # longest list of cases shown in full
 
@@ -17,8 +17,8 @@ MAX_LINES = 15  # longest list of cases shown in full
 def render(
     run: Run, baseline_provider: str | None, baseline_run: Run | None = None, verdicts: Any = None
 ) -> str:
-    from flashbench import analysis as an
-    from flashbench import comparison as cmp
+    from flashbench.analysis import comparison as cmp
+    from flashbench.analysis import runs as an
 
     f = run.frame
     counts = f["status"].value_counts()

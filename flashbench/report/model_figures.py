@@ -16,12 +16,12 @@ from flashbench.report.figures import (
     _time_word,
     colors,
 )
-from flashbench.results import OOM, PREDICTED_OOM
+from flashbench.results.rows import OOM, PREDICTED_OOM
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from flashbench.analysis import Run
+    from flashbench.analysis.runs import Run
 
 
 def roofline(run: Run, dtype: str) -> go.Figure | None:
@@ -118,7 +118,7 @@ def roofline_compare(runs: list[Run], dtype: str) -> go.Figure | None:
 
 
 def _roof_label(source: str) -> str:
-    from flashbench.modelled import ROOF_LABELS
+    from flashbench.analysis.modelled import ROOF_LABELS
 
     return ROOF_LABELS.get(source, source)
 
@@ -344,7 +344,7 @@ def memory(run: Run) -> go.Figure | None:
 
 def _gpu_memory(env: dict[str, Any]) -> float | None:
     """The GPU's memory from the NVML facts the sweep recorded (env "gpus"[0], or "gpu" as a dict)."""
-    from flashbench.modelled import gpu_facts
+    from flashbench.analysis.modelled import gpu_facts
 
     facts = gpu_facts(env) or {}
     total = facts.get("memory_total_bytes")
@@ -356,7 +356,7 @@ def recompute(run: Run) -> go.Figure | None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from flashbench.analysis import recompute_overhead
+    from flashbench.analysis.runs import recompute_overhead
 
     df = recompute_overhead(run.frame)
     if df.empty:

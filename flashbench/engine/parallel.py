@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flashbench.cases import Case
-from flashbench.plan import PlannedCase
-from flashbench.results import Row
-from flashbench.runner import Worker, finished_rows, run_cases
+from flashbench.engine.runner import Worker, finished_rows, run_cases
+from flashbench.results.rows import Row
+from flashbench.spec.cases import Case
+from flashbench.spec.plan import PlannedCase
 
 
 class Shared:
@@ -55,7 +55,7 @@ def run_parallel(
     `worker`, when given, must already be pinned to devices[0]; it runs the first share. Rows from every
     thread are appended by this process under one lock. A failure in one thread stops the others.
     """
-    from flashbench import shard
+    from flashbench.engine import shard
 
     done = finished_rows(run_dir)
     shares = shard.split(planned, len(devices))

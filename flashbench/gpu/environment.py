@@ -49,7 +49,7 @@ def git_info() -> dict[str, Any]:
 
 def nvml_gpus() -> list[dict[str, Any]]:
     try:
-        from flashbench import nvml
+        from flashbench.gpu import nvml
     except ImportError:
         return []
     try:
@@ -114,7 +114,7 @@ def _calibration(gpu_name: str | None) -> dict[str, Any] | None:
     measured ceiling of the machine that ran it (None: no GPU, an unknown model, or never calibrated)."""
     if not gpu_name:
         return None
-    from flashbench import hardware
+    from flashbench.gpu import hardware
 
     try:
         spec = hardware.match_nvml_name(gpu_name)

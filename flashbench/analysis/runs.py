@@ -4,7 +4,7 @@ Every frame here has one row per measured case (or per pair of cases) and plain 
 markdown summary and the CSV/JSON exports all read the same numbers. Rules that hold in every frame:
 - a row whose status is not "ok" has no speed: median_ms, tflops and everything derived from them are NaN;
 - CPU rows (device == "cpu") keep their times but are labelled "CPU time" (time_label), never mixed up with GPU;
-- model columns (bytes, roofline; flashbench.modelled) are NaN where the model or the GPU's ceilings are not
+- model columns (bytes, roofline; flashbench.analysis.modelled) are NaN where the model or the GPU's ceilings are not
   known.
 Two runs compared case by case: flashbench.comparison.
 """
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flashbench import modelled
-from flashbench.cases import CASE_FIELDS
+from flashbench.analysis import modelled
 from flashbench.errors import FlashbenchError
-from flashbench.results import FLOP_CONVENTION, OK, load, read_env
+from flashbench.results.rows import FLOP_CONVENTION, OK, load, read_env
+from flashbench.spec.cases import CASE_FIELDS
 
 if TYPE_CHECKING:
     import pandas as pd

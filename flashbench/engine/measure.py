@@ -1,6 +1,6 @@
 """One case, in this process: inputs, first (compile) call, correctness, peak memory, timing, NVML.
 
-The worker process (flashbench.worker) calls measure_case() for each case it is sent; benchmarks/fidelity.py
+The worker process (flashbench.engine.worker) calls measure_case() for each case it is sent; benchmarks/fidelity.py
 calls prepare() and measure_case() directly to compare with triton.testing.do_bench in one process.
 Everything here may import torch and touch CUDA: only ever run it in a worker (or a script), never in the
 sweep's parent process.
@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashbench import correctness, timing
-from flashbench.cases import Case
+from flashbench.engine import correctness, timing
 from flashbench.models.flops import attention_flops
 from flashbench.providers import registry
-from flashbench.results import CRASH, OK, OOM, UNAVAILABLE, UNSUPPORTED, WRONG, Row
+from flashbench.results.rows import CRASH, OK, OOM, UNAVAILABLE, UNSUPPORTED, WRONG, Row
+from flashbench.spec.cases import Case
 
 # Errors after which the CUDA context is unusable: the worker reports the row and exits (a fresh one starts).
 _FATAL = re.compile(
@@ -151,7 +151,7 @@ def _nvml_sample(ctx: Context) -> dict[str, Any] | None:
     if ctx.device != "cuda":
         return None
     try:
-        from flashbench import nvml
+        from flashbench.gpu import nvml
 
         return nvml.sample(ctx.nvml_index)
     except Exception:

@@ -1,6 +1,6 @@
 """The worker process: owns CUDA, runs cases sent by the runner, answers in JSON lines.
 
-    python -m flashbench.worker --device cuda|cpu [--kernel FILE]... [--describe] [--parent-pid PID]
+    python -m flashbench.engine.worker --device cuda|cpu [--kernel FILE]... [--describe] [--parent-pid PID]
 
 Protocol (one JSON object per line; stdout carries only these, everything else the process or a provider
 prints goes to stderr, which the runner keeps a tail of):
@@ -117,10 +117,10 @@ def _load_providers(kernels: list[str]) -> None:
 
 
 def serve(args: argparse.Namespace, proto: IO[str]) -> int:
-    from flashbench.cases import Case
+    from flashbench.engine.measure import Context, Options, measure_case
     from flashbench.errors import FlashbenchError
-    from flashbench.measure import Context, Options, measure_case
     from flashbench.providers import registry
+    from flashbench.spec.cases import Case
 
     try:
         _load_providers(args.kernel)
@@ -163,8 +163,8 @@ def ncu_case(args: argparse.Namespace) -> int:
     """One case for Nsight Compute: unprofiled compile + warm-up, then one profiled call of the mode."""
     import torch
 
-    from flashbench.cases import Case
-    from flashbench.measure import prepare
+    from flashbench.engine.measure import prepare
+    from flashbench.spec.cases import Case
 
     _load_providers(args.kernel)
     case = Case.from_dict(json.loads(args.ncu_case))
@@ -186,7 +186,7 @@ def ncu_case(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flashbench.worker")
+    parser = argparse.ArgumentParser(prog="python -m flashbench.engine.worker")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--kernel", action="append", default=[])
     parser.add_argument("--describe", action="store_true", help="print the ready message and exit")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from flashbench.results import OK, Row
+from flashbench.results.rows import OK, Row
 
 
 def describe_case(row: Row) -> str:

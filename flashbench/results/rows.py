@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flashbench.cases import CASE_FIELDS, Case
+from flashbench.spec.cases import CASE_FIELDS, Case
 from flashbench.errors import FlashbenchError
 
 if TYPE_CHECKING:

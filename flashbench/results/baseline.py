@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from flashbench.errors import FlashbenchError
-from flashbench.results import OK, ROWS_FILE, SCHEMA_VERSION, STATUSES, Row, read_env, read_rows
+from flashbench.results.rows import OK, ROWS_FILE, SCHEMA_VERSION, STATUSES, Row, read_env, read_rows
 
 BASELINE_FORMAT = "flashbench-baseline"
 BASELINES_DIR = Path("results") / "baselines"

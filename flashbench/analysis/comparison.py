@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis import CASE_COLUMNS, Run
-from flashbench.results import OK
+from flashbench.analysis.runs import CASE_COLUMNS, Run
+from flashbench.results.rows import OK
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,7 +35,7 @@ def compare_runs(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
 
 def same_gpu(a: Run, b: Run) -> bool:
     """Whether two runs ran on the same GPU model (by name; two CPU runs count as the same)."""
-    from flashbench.hardware import normalize_name
+    from flashbench.gpu.hardware import normalize_name
 
     return normalize_name(a.gpu_name) == normalize_name(b.gpu_name)
 

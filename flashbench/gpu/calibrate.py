@@ -126,7 +126,7 @@ def calibrate(
 ) -> dict[str, Any]:
     """Measure, store (hardware.save_calibration) and return the calibration record for GPU `index`."""
     torch = _require_cuda()
-    from flashbench import hardware, nvml
+    from flashbench.gpu import hardware, nvml
 
     torch.cuda.set_device(index)
     name = torch.cuda.get_device_name(index)

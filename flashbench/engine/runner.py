@@ -1,6 +1,6 @@
 """The runner: schedules planned cases over worker processes and turns whatever happens into rows.
 
-The parent process (this module) never imports torch: CUDA lives in `python -m flashbench.worker`
+The parent process (this module) never imports torch: CUDA lives in `python -m flashbench.engine.worker`
 subprocesses (protocol in worker.py). Per case:
     ok / wrong / oom / unsupported / crash(provider raised)   the worker's answer
     crash   the worker died (segfault, abort, illegal memory access...): stderr tail in the reason
@@ -28,10 +28,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from flashbench.cases import Case
 from flashbench.errors import EXIT_NO_GPU, FlashbenchError
-from flashbench.plan import PlannedCase
-from flashbench.results import (
+from flashbench.results.rows import (
     CRASH,
     ENV_FILE,
     OOM,
@@ -43,9 +41,11 @@ from flashbench.results import (
     append_row,
     read_rows,
 )
+from flashbench.spec.cases import Case
+from flashbench.spec.plan import PlannedCase
 
 if TYPE_CHECKING:
-    from flashbench.parallel import Shared
+    from flashbench.engine.parallel import Shared
 
 STARTUP_TIMEOUT_S = 180.0  # import torch + CUDA init (+ user kernel files) on a cold machine
 _TAIL_BYTES = 6000
@@ -61,7 +61,7 @@ class WorkerError(Exception):
 
 
 class Worker:
-    """One `python -m flashbench.worker` subprocess, in its own session (Ctrl-C and kills are ours to send)."""
+    """One `python -m flashbench.engine.worker` subprocess, in its own session (Ctrl-C and kills are ours to send)."""
 
     def __init__(
         self,
@@ -80,7 +80,7 @@ class Worker:
         cmd = [
             sys.executable,
             "-m",
-            "flashbench.worker",
+            "flashbench.engine.worker",
             "--device",
             device,
             "--parent-pid",

@@ -1,7 +1,7 @@
 """`sweep --ncu`: re-run an ok case under Nsight Compute and record the DRAM bytes it really moved.
 
     ncu --clock-control none --profile-from-start off --metrics dram__bytes_read.sum,dram__bytes_write.sum
-        -o REPORT python -m flashbench.worker --device cuda --ncu-case CASE
+        -o REPORT python -m flashbench.engine.worker --device cuda --ncu-case CASE
 The worker compiles and warms up outside the profiled range, then runs the mode once between
 cudaProfilerStart/Stop; the bytes of every kernel in that range are summed. ncu flushes caches before
 each kernel it profiles (its default --cache-control all), matching the timed runs' L2 flush.
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flashbench.cases import Case
+from flashbench.spec.cases import Case
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 _UNITS = {
@@ -76,7 +76,7 @@ def measure(case: Case, kernels: tuple[str, ...], timeout_s: float) -> dict[str,
     with tempfile.TemporaryDirectory(prefix="flashbench-ncu-") as tmp:
         report = Path(tmp) / "report"
         cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(METRICS)]
-        cmd += ["-f", "-o", str(report), sys.executable, "-m", "flashbench.worker", "--device", "cuda"]
+        cmd += ["-f", "-o", str(report), sys.executable, "-m", "flashbench.engine.worker", "--device", "cuda"]
         cmd += ["--ncu-case", json.dumps(case.to_dict())]
         for path in kernels:
             cmd += ["--kernel", path]

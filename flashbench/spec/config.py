@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from flashbench.cases import DTYPES, MODES
 from flashbench.configfiles import config_path, read_toml
 from flashbench.errors import FlashbenchError
+from flashbench.spec.cases import DTYPES, MODES
 
 DEVICES = ("cuda", "cpu")
 # The order cases run in: "provider" (each provider's cases together, the default) or "case" (per shape, every
@@ -346,3 +346,14 @@ def validate(spec: SweepSpec) -> None:
 def heads_for(spec: SweepSpec, head_dim: int) -> tuple[int, ...]:
     """The query-head counts swept at one head dim: --heads as given, or hidden // head_dim."""
     return (spec.hidden // head_dim,) if spec.hidden is not None else spec.heads
+
+
+def split_choices(text: str, what: str, allowed: tuple[str, ...]) -> list[str]:
+    """A comma list of choices, lower-cased; a one-line error naming what is not understood."""
+    items = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in allowed]
+    if bad or not items:
+        raise FlashbenchError(
+            f"{what}: {', '.join(bad) or 'nothing'} not understood; expected {', '.join(allowed)}"
+        )
+    return items

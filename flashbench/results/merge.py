@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flashbench import shard as shards
+from flashbench.engine import shard as shards
 from flashbench.errors import FlashbenchError
-from flashbench.results import ENV_FILE, ROWS_FILE, Row, read_env, read_rows, write_env, write_rows
+from flashbench.results.rows import ENV_FILE, ROWS_FILE, Row, read_env, read_rows, write_env, write_rows
 
 # Per-shard facts kept in the merged env.json's `shards` list.
 _SUMMARY_KEYS = (

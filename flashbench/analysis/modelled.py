@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from flashbench.cases import CASE_FIELDS, DTYPE_BYTES
 from flashbench.errors import FlashbenchError
+from flashbench.spec.cases import CASE_FIELDS, DTYPE_BYTES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,7 +96,7 @@ def ceilings(env: dict[str, Any], frame: pd.DataFrame, gpu: str) -> tuple[Any, l
     if len(frame) and (frame["device"] == "cpu").all():
         return None, []  # a CPU run has no GPU roofline
     try:
-        from flashbench import hardware
+        from flashbench.gpu import hardware
     except ImportError:
         return None, []
     facts = gpu_facts(env)

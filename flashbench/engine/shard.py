@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from flashbench.cases import Case
 from flashbench.errors import FlashbenchError
+from flashbench.spec.cases import Case
 
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 

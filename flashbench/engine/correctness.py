@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from flashbench.cases import Case
 from flashbench.models.flops import attention_flops
+from flashbench.spec.cases import Case
 
 # eps per dtype. fp32 allows TF32 tensor-core math (10-bit mantissa, relative error ~1e-3), which Triton's
 # tl.dot and the fused fp32 kernels use by default; fp16/bf16 budgets come from the 2x rule.

@@ -223,7 +223,7 @@ def derived_spec(facts: dict[str, Any]) -> GpuSpec:
 
 def detect(index: int = 0) -> tuple[GpuSpec, dict[str, Any]]:
     """The spec of GPU `index` as NVML names it, and NVML's facts. No NVML -> FlashbenchError (exit 3)."""
-    from flashbench import nvml
+    from flashbench.gpu import nvml
 
     facts = nvml.gpu_facts(index)
     if facts is None:

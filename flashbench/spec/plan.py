@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flashbench.cases import Case
-from flashbench.config import SweepSpec, heads_for, suggest
 from flashbench.errors import FlashbenchError
 from flashbench.providers.registry import ProviderInfo
-from flashbench.results import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
+from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
+from flashbench.spec.cases import Case
+from flashbench.spec.config import SweepSpec, heads_for, suggest
 
 GIB = 2**30
 
