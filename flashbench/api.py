@@ -14,7 +14,8 @@ import datetime as _dt
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +28,17 @@ from flashbench.gpu import environment
 from flashbench.providers import registry
 from flashbench.providers.registry import ProviderInfo
 from flashbench.providers.user import check_paths
-from flashbench.results.rows import ENV_FILE, Row, read_env, write_env
+from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
+from flashbench.results.rows import Row, load
 from flashbench.spec.config import SweepSpec, load_spec
 from flashbench.spec.plan import plan, resolve_providers
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# What a sweep argument takes: the CLI's text ("512..32768", "64,128", "bf16,fp16") or Python values.
+Ints = str | int | Sequence[int] | None
+Choices = str | Sequence[str] | None
 
 
 @dataclass
@@ -41,11 +47,9 @@ class SweepResult:
     spec: SweepSpec
     rows: list[Row]
     wall_s: float
-    env: dict[str, Any] = field(default_factory=dict)
+    env: Environment = field(default_factory=Environment)
 
     def frame(self) -> pd.DataFrame:
-        from flashbench.results.rows import load
-
         return load(self.run_dir)
 
     def counts(self) -> dict[str, int]:
@@ -68,7 +72,7 @@ def resolve_spec(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     base = None
     if resume and out is not None and (Path(out) / ENV_FILE).is_file():
-        stored = read_env(out).get("spec")
+        stored = read_env(out).spec
         if isinstance(stored, dict):
             base = SweepSpec.from_dict(stored)
     if base is None and preset is None and config is None:
@@ -81,17 +85,17 @@ def sweep(
     *,
     preset: str | None = None,
     config: str | Path | None = None,
-    seq: Any = None,
-    batch: Any = None,
-    tokens: Any = None,
-    heads: Any = None,
-    hidden: Any = None,
-    kv_heads: Any = None,
-    head_dim: Any = None,
-    dtype: Any = None,
-    causal: Any = None,
-    mode: Any = None,
-    providers: Any = None,
+    seq: Ints = None,
+    batch: Ints = None,
+    tokens: Ints = None,
+    heads: Ints = None,
+    hidden: Ints = None,
+    kv_heads: Ints = None,
+    head_dim: Ints = None,
+    dtype: Choices = None,
+    causal: str | bool | Sequence[bool] | None = None,
+    mode: Choices = None,
+    providers: Choices = None,
     device: str | None = None,
     order: str | None = None,
     timeout: float | None = None,
@@ -142,7 +146,7 @@ def sweep(
         resolve_providers(spec.providers, registry.names())
     run_dir = Path(out) if out is not None else default_run_dir(spec)
     if resume and (run_dir / ENV_FILE).is_file():  # a resumed shard stays the same shard
-        stored = shards.parse_shard(read_env(run_dir).get("shard"))
+        stored = shards.parse_shard(read_env(run_dir).shard)
         if shard_t is None:
             shard_t = stored
         elif stored is not None and stored != shard_t:
@@ -163,7 +167,7 @@ def sweep(
             )
     devices = shards.parse_gpus(gpus, spec.device, _gpu_count(gpus, spec.device))
     show: Progress | None = None
-    env: dict[str, Any] | None = None
+    env: Environment | None = None
     earlier_wall = 0.0  # a resumed run's earlier sessions (kill -9 loses a session's wall time)
     worker = runner.Worker(spec.device, kernels_t, None, visible=devices[0] if devices else None)
     try:
@@ -177,8 +181,8 @@ def sweep(
         if shard_t is not None:
             planned = shards.select(planned, shard_t)
         runner.prepare_run_dir(run_dir, resume, force)
-        env = environment.collect(spec.device, facts)
-        env.update(
+        env = replace(
+            environment.collect(spec.device, facts),
             spec=spec.to_dict(),
             preset=spec.name,
             planned_cases=len(planned),
@@ -190,8 +194,8 @@ def sweep(
         )
         if resume and (run_dir / ENV_FILE).is_file():
             previous = read_env(run_dir)
-            env["previous_runs"] = [*previous.get("previous_runs", []), previous.get("started")]
-            earlier_wall = float(previous.get("wall_s_total") or previous.get("wall_s") or 0.0)
+            env.previous_runs = [*previous.previous_runs, previous.started]
+            earlier_wall = float(previous.wall_s_total or previous.wall_s or 0.0)
         write_env(run_dir, env)
         ncu_fn = None
         if spec.ncu:
@@ -224,7 +228,9 @@ def sweep(
     except KeyboardInterrupt:
         if env is not None:  # Ctrl-C (or `timeout -s INT`): keep the wall time of this session
             wall = time.monotonic() - started
-            env.update(interrupted=True, wall_s=round(wall, 3), wall_s_total=round(earlier_wall + wall, 3))
+            env = replace(
+                env, interrupted=True, wall_s=round(wall, 3), wall_s_total=round(earlier_wall + wall, 3)
+            )
             write_env(run_dir, env)
         raise
     finally:
@@ -235,7 +241,8 @@ def sweep(
     wall = time.monotonic() - started
     counts = dict(Counter(r.status for r in rows))
     compile_s = sum((r.compile_ms or 0.0) for r in rows) / 1e3
-    env.update(
+    env = replace(
+        env,
         finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         interrupted=False,
         wall_s=round(wall, 3),
@@ -267,7 +274,7 @@ def list_providers(
     return [ProviderInfo.from_dict(d) for d in worker.providers]
 
 
-def environment_record(device: str | None = None) -> dict[str, Any]:
+def environment_record(device: str | None = None) -> Environment:
     """The environment record (what env.json holds), with torch's view from a short-lived worker."""
     if device is None:
         device = "cuda" if environment.gpu_present()[0] else "cpu"

@@ -10,7 +10,8 @@ import pytest
 from flashbench.analysis import comparison
 from flashbench.analysis import runs as analysis
 from flashbench.errors import FlashbenchError
-from flashbench.results.rows import Row, append_row, write_env
+from flashbench.results.env import Environment, write_env
+from flashbench.results.rows import Row, append_row
 from flashbench.spec.cases import Case
 
 FIXTURES = Path(__file__).resolve().parents[1] / "results" / "fixtures"
@@ -20,7 +21,7 @@ GPU = "NVIDIA H100 80GB HBM3"
 
 def make_run(run_dir: Path, rows: list[Row], gpu: str = GPU) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_env(run_dir, {"gpu": {"name": gpu}} if gpu else {})
+    write_env(run_dir, Environment(gpu=gpu or ""))
     for row in rows:
         append_row(run_dir, row)
     return run_dir

@@ -8,7 +8,8 @@ import shutil
 import pytest
 
 from flashbench.cli.app import main
-from flashbench.results.rows import ENV_FILE, read_env, read_rows
+from flashbench.results.env import ENV_FILE, read_env
+from flashbench.results.rows import read_rows
 
 SWEEP = [
     "sweep",
@@ -55,11 +56,11 @@ def test_merged_shards_equal_the_unsharded_run(runs, tmp_path, capsys):
     assert merged == whole and len(merged) == 8
     assert len(read_rows(tmp_path / "m", latest_only=False)) == 8  # no duplicates
     env = read_env(tmp_path / "m")
-    assert env["sweep_id"] == read_env(runs / "whole")["sweep_id"]
-    assert env["shard_count"] == 2 and env["shards_present"] == [1, 2] and env["shards_missing"] == []
-    assert [s["shard"] for s in env["shards"]] == ["1/2", "2/2"]
-    assert env["planned_cases"] == 8 and env["status_counts"] == {"ok": 8}
-    assert env["wall_s_sum"] >= env["wall_s"] > 0
+    assert env.sweep_id == read_env(runs / "whole").sweep_id
+    assert env.shard_count == 2 and env.shards_present == [1, 2] and env.shards_missing == []
+    assert [s["shard"] for s in env.shards] == ["1/2", "2/2"]
+    assert env.planned_cases == 8 and env.status_counts == {"ok": 8}
+    assert env.wall_s_sum >= env.wall_s > 0
     assert "merged 2/2 shards: 8 cases" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "m"), "--format", "md"]) == 0  # a merged run is a run
 
@@ -68,7 +69,7 @@ def test_missing_shard_is_a_warning_not_a_refusal(runs, tmp_path, capsys):
     assert main(["merge", str(runs / "s1"), "--out", str(tmp_path / "m")]) == 0
     assert "shard 2/2 missing" in capsys.readouterr().err
     env = read_env(tmp_path / "m")
-    assert env["shards_present"] == [1] and env["shards_missing"] == [2]
+    assert env.shards_present == [1] and env.shards_missing == [2]
 
 
 def test_merge_rejects_runs_of_another_sweep(runs, tmp_path, capsys):

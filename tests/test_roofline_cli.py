@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from flashbench.cli.app import main
-from flashbench.results.rows import OK, Row, append_row, write_env
+from flashbench.results.env import Environment, write_env
+from flashbench.results.rows import OK, Row, append_row
 
 
 def test_roofline_json_parses_and_needs_no_gpu(capsys, monkeypatch, tmp_path):
@@ -66,7 +67,7 @@ def test_overlay_flags_a_point_above_the_roofline(capsys, tmp_path, monkeypatch)
     monkeypatch.setenv("FLASHBENCH_HOME", str(tmp_path / "home"))
     run = tmp_path / "run"
     run.mkdir()
-    write_env(run, {"gpu": "NVIDIA H100 80GB HBM3"})
+    write_env(run, Environment(gpu="NVIDIA H100 80GB HBM3"))
     append_row(run, _row("sdpa-flash", 0.5))  # ~0.14 ms is the floor: plausible
     append_row(run, _row("bundled", 0.01))  # 14x faster than the GPU allows: an error
     assert main(["roofline", "--gpu", "h100", "--seq", "4096", "--results", str(run), "--json"]) == 0

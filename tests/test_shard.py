@@ -11,7 +11,8 @@ import pytest
 
 from flashbench.cli.app import main
 from flashbench.engine import shard
-from flashbench.results.rows import read_env, read_rows
+from flashbench.results.env import read_env
+from flashbench.results.rows import read_rows
 from flashbench.spec.config import load_spec
 from flashbench.spec.plan import expand
 
@@ -88,6 +89,6 @@ def test_shard_run_records_its_slice_and_the_sweep_id(tmp_path, capsys):
     assert main([*args, "--causal", "false", "--shard", "2/2", "--out", str(tmp_path / "s2")]) == 0
     env = read_env(tmp_path / "s2")
     rows = read_rows(tmp_path / "s2")
-    assert env["shard"] == "2/2" and len(env["sweep_id"]) == 16
-    assert env["sweep_planned_cases"] == 4 and env["planned_cases"] == 2 == len(rows)
+    assert env.shard == "2/2" and len(env.sweep_id) == 16
+    assert env.sweep_planned_cases == 4 and env.planned_cases == 2 == len(rows)
     assert {r.seq_k for r in rows} == {32} and {r.provider for r in rows} == {"naive", "sdpa-math"}

@@ -7,7 +7,8 @@ from collections import defaultdict
 import pytest
 
 from flashbench.cli.app import main
-from flashbench.results.rows import read_env, read_rows
+from flashbench.results.env import read_env
+from flashbench.results.rows import read_rows
 
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
 
@@ -25,8 +26,8 @@ def test_gpus_with_device_cpu_runs_two_workers_and_writes_every_case_once(tmp_pa
     assert all(len(devices) == 1 for devices in by_shape.values())  # a shape's providers on one worker
     assert {d for devices in by_shape.values() for d in devices} == {0, 1}  # both workers ran cases
     env = read_env(out)
-    assert env["devices_used"] == [0, 1] and env["planned_cases"] == len(rows)
-    assert env["status_counts"] == {"ok": len(rows)}
+    assert env.devices_used == [0, 1] and env.planned_cases == len(rows)
+    assert env.status_counts == {"ok": len(rows)}
     assert main([*args, "--mode", "fwd", "--gpus", "0,1", "--out", str(out), "--resume"]) == 0
     assert len(read_rows(out, latest_only=False)) == len(rows)  # resume: nothing run twice
 

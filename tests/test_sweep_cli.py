@@ -10,7 +10,8 @@ import pytest
 import flashbench
 from flashbench.cli.app import main
 from flashbench.gpu import environment
-from flashbench.results.rows import read_env, read_rows
+from flashbench.results.env import read_env
+from flashbench.results.rows import read_rows
 
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
 
@@ -78,9 +79,9 @@ def test_cpu_sweep_writes_every_expected_row(tmp_path, capsys):
         assert row.status == "ok", row.reason
         assert len(row.samples_ms) >= 10 and row.median_ms > 0 and row.flops > 0 and row.rel_err is not None
     env = read_env(out)
-    assert env["device"] == "cpu" and env["spec"]["providers"] == ["naive", "sdpa-math", "sdpa-cudnn"]
+    assert env.device == "cpu" and env.spec["providers"] == ["naive", "sdpa-math", "sdpa-cudnn"]
     assert [r.provider for r in rows[:4]] == ["naive"] * 4  # provider-major by default
-    assert env["status_counts"] == {"ok": 16, "unsupported": 8} and env["torch"] and "git_sha" in env
+    assert env.status_counts == {"ok": 16, "unsupported": 8} and env.torch and env.git_sha
     table = capsys.readouterr().out
     assert "CPU ms (median)" in table and "naive" in table and "unsup" in table
 
@@ -93,7 +94,7 @@ def test_case_order_runs_providers_side_by_side(tmp_path, capsys):
     assert [(r.provider, r.seq_q) for r in rows] == [
         ("naive", 16), ("sdpa-math", 16), ("sdpa-math", 32), ("naive", 32),
     ]  # fmt: skip
-    assert all(r.status == "ok" for r in rows) and read_env(out)["spec"]["order"] == "case"
+    assert all(r.status == "ok" for r in rows) and read_env(out).spec["order"] == "case"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("flashbench.kernels") is None, reason="bundled kernels missing")
@@ -154,7 +155,7 @@ def test_library_sweep_returns_rows_and_a_frame(tmp_path):
     assert result.counts() == {"ok": 2}
     frame = result.frame()
     assert list(frame["seq_k"]) == [16, 32] and (frame["status"] == "ok").all()
-    assert result.env["wall_s"] > 0
+    assert result.env.wall_s > 0
 
 
 def test_list_and_env_commands(capsys):

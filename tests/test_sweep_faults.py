@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from flashbench.cli.app import main
-from flashbench.results.rows import read_env, read_rows
+from flashbench.results.env import read_env
+from flashbench.results.rows import read_rows
 
 FIXTURES = Path(__file__).parent / "fixtures_providers"
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
@@ -96,7 +97,7 @@ def test_kill_9_mid_sweep_then_resume_finishes_without_duplicates_or_losses(tmp_
     proc.wait()
     finished = len(read_rows(out, latest_only=False))
     assert 4 <= finished < 16
-    worker_pid = read_env(out)["worker"]["pid"]
+    worker_pid = read_env(out).worker["pid"]
     for _ in range(100):  # the worker dies with its parent (PR_SET_PDEATHSIG)
         if not _alive(worker_pid):
             break
@@ -151,4 +152,4 @@ def test_ctrl_c_exits_130_and_keeps_every_finished_row(tmp_path):
     assert proc.returncode == 130 and "interrupted" in err
     rows = read_rows(out, latest_only=False)
     assert len(rows) >= 2 and all(r.status == "ok" for r in rows)
-    assert not _alive(read_env(out)["worker"]["pid"])
+    assert not _alive(read_env(out).worker["pid"])

@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from flashbench.errors import FlashbenchError
+from flashbench.results.env import Environment
 from flashbench.spec.cases import CASE_FIELDS, DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -78,15 +79,7 @@ def _series(values: list[float], index: Any) -> pd.Series:
     return pd.Series(values, index=index, dtype=float)
 
 
-def gpu_facts(env: dict[str, Any]) -> dict[str, Any] | None:
-    """NVML facts as the sweep recorded them (nvml.gpu_facts()), wherever in env.json they are."""
-    for value in (env.get("gpu"), env.get("gpu_facts"), *(env.get("gpus") or [])[:1]):
-        if isinstance(value, dict) and value.get("name"):
-            return value
-    return None
-
-
-def ceilings(env: dict[str, Any], frame: pd.DataFrame, gpu: str) -> tuple[Any, list[Any]]:
+def ceilings(env: Environment, frame: pd.DataFrame, gpu: str) -> tuple[Any, list[Any]]:
     """(hardware.GpuSpec or None, [hardware.Ceiling]) of the GPU named `gpu`: datasheet, NVML-derived and
     measured, where known.
 
@@ -99,14 +92,14 @@ def ceilings(env: dict[str, Any], frame: pd.DataFrame, gpu: str) -> tuple[Any, l
         from flashbench.gpu import hardware
     except ImportError:
         return None, []
-    facts = gpu_facts(env)
+    facts = env.gpu_facts
     try:
         spec = hardware.match_nvml_name(gpu)
         if spec is None and facts and facts.get("derived_bw_bytes_s"):
             spec = hardware.derived_spec(facts)
         if spec is None:
             return None, []
-        calibration = env.get("calibration")
+        calibration = env.calibration
         if not isinstance(calibration, dict) or "error" in calibration:
             calibration = hardware.load_calibration(spec)
     except (

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from flashbench.analysis import modelled
 from flashbench.errors import FlashbenchError
-from flashbench.results.rows import FLOP_CONVENTION, OK, load, read_env
+from flashbench.results.env import Environment, read_env
+from flashbench.results.rows import FLOP_CONVENTION, OK, load
 from flashbench.spec.cases import CASE_FIELDS
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class Run:
     """One results directory: its environment record, its tidy measurements and its GPU's ceilings."""
 
     path: Path
-    env: dict[str, Any]
+    env: Environment
     frame: pd.DataFrame  # measurements() + the roofline columns: one row per case
     ceilings: list[Any] = field(default_factory=list)  # hardware.Ceiling: datasheet, nvml, measured
     gpu_spec: Any = None  # hardware.GpuSpec, or None (CPU run, unknown GPU)
@@ -73,19 +74,10 @@ def load_run(path: str | Path) -> Run:
     return Run(path=path, env=env, frame=frame, ceilings=ceilings, gpu_spec=spec)
 
 
-def gpu_name(env: dict[str, Any], frame: pd.DataFrame | None = None) -> str:
-    """The GPU's name from the environment record (any of the shapes the sweep writes), else from the rows."""
-    gpu = env.get("gpu")
-    if isinstance(gpu, dict) and gpu.get("name"):
-        return str(gpu["name"])
-    if isinstance(gpu, str) and gpu:
-        return gpu
-    for key in ("gpus", "gpu_facts"):
-        value = env.get(key)
-        if isinstance(value, list) and value and isinstance(value[0], dict) and value[0].get("name"):
-            return str(value[0]["name"])
-    if env.get("gpu_name"):
-        return str(env["gpu_name"])
+def gpu_name(env: Environment, frame: pd.DataFrame | None = None) -> str:
+    """The GPU's name from the environment record, else from the rows."""
+    if env.gpu_name:
+        return env.gpu_name
     if frame is not None and len(frame):
         names = [g for g in frame["gpu"].dropna().unique() if g]
         if names:
@@ -95,7 +87,7 @@ def gpu_name(env: dict[str, Any], frame: pd.DataFrame | None = None) -> str:
     return "unknown GPU"
 
 
-def measurements(raw: pd.DataFrame, env: dict[str, Any] | None = None) -> pd.DataFrame:
+def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFrame:
     """results.load()'s frame -> the tidy frame every output reads (see the module docstring)."""
     import numpy as np
     import pandas as pd

@@ -23,10 +23,10 @@ def merge_command(
         result = merge([str(r) for r in runs], out, force=force)
     for warning in caught:
         print(f"flashbench: warning: {warning.message}", file=sys.stderr)
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.env.get("status_counts", {}).items()))
-    present = len(result.env.get("shards_present") or [])
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(result.env.status_counts.items()))
+    present = len(result.env.shards_present)
     print(
-        f"merged {present}/{result.env.get('shard_count')} shards: {len(result.rows)} cases ({counts}) "
+        f"merged {present}/{result.env.shard_count} shards: {len(result.rows)} cases ({counts}) "
         f"in {result.run_dir}"
     )
 

@@ -271,16 +271,15 @@ def env_command(
 
     record = environment_record(device)
     if json_out:
-        print(json.dumps(record, indent=2, default=str))
+        print(json.dumps(record.to_dict(), indent=2, default=str))
         return
     keys = ("flashbench", "git_sha", "git_dirty", "python", "platform", "device", "gpu", "driver")
     for key in (*keys, "cuda", "cudnn", "torch", "triton"):
-        print(f"{key:12s} {record.get(key)}")
-    for i, gpu in enumerate(record.get("gpus") or []):
+        print(f"{key:12s} {getattr(record, key)}")
+    for i, gpu in enumerate(record.gpus):
         print(f"{'gpu ' + str(i):12s} " + ", ".join(f"{k}={v}" for k, v in gpu.items()))
-    worker = record.get("worker") or {}
-    if worker.get("error"):
-        print(f"{'worker':12s} {worker['error']}")
+    if record.worker.get("error"):
+        print(f"{'worker':12s} {record.worker['error']}")
 
 
 def register(app: typer.Typer) -> None:

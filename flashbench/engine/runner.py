@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from flashbench.errors import EXIT_NO_GPU, FlashbenchError
+from flashbench.results.env import ENV_FILE
 from flashbench.results.rows import (
     CRASH,
-    ENV_FILE,
     OOM,
     RETRY_STATUSES,
     ROWS_FILE,

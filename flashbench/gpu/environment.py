@@ -18,6 +18,8 @@ from typing import Any
 
 import flashbench
 from flashbench.errors import FlashbenchError
+from flashbench.gpu import hardware, nvml
+from flashbench.results.env import Environment
 
 
 def _version(package: str) -> str | None:
@@ -49,10 +51,6 @@ def git_info() -> dict[str, Any]:
 
 def nvml_gpus() -> list[dict[str, Any]]:
     try:
-        from flashbench.gpu import nvml
-    except ImportError:
-        return []
-    try:
         return list(nvml.all_gpus() or [])
     except Exception:
         return []
@@ -81,32 +79,33 @@ def gpu_present() -> tuple[bool, list[dict[str, Any]]]:
     return bool(lines), [{"nvidia_smi": line} for line in lines]
 
 
-def collect(device: str = "cuda", worker_facts: dict[str, Any] | None = None) -> dict[str, Any]:
+def collect(device: str = "cuda", worker_facts: dict[str, Any] | None = None) -> Environment:
     """The environment record. `worker_facts` is the worker's ready message "facts" (torch's own view)."""
     facts = dict(worker_facts or {})
     _, gpus = gpu_present() if device == "cuda" else (False, nvml_gpus())
     driver = next((g.get("driver") or g.get("driver_version") for g in gpus if isinstance(g, dict)), None)
-    return {
-        "flashbench": flashbench.__version__,
+    cudnn = facts.get("cudnn")
+    return Environment(
+        flashbench=flashbench.__version__,
         **git_info(),
-        "python": platform.python_version(),
-        "python_executable": sys.executable,
-        "platform": platform.platform(),
-        "hostname": socket.gethostname(),
-        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "argv": list(sys.argv),
-        "device": device,
-        "gpus": gpus,
-        "driver": driver,
-        "torch": facts.get("torch") or _version("torch"),
-        "cuda": facts.get("cuda"),
-        "cudnn": facts.get("cudnn"),
-        "triton": facts.get("triton") or _version("triton"),
-        "gpu": facts.get("gpu"),
-        "worker": facts,
-        "packages": {p: _version(p) for p in ("flash-attn", "flash_attn_3", "nvidia-ml-py", "pandas")},
-        "calibration": _calibration(facts.get("gpu") or next((g.get("name") for g in gpus), None)),
-    }
+        python=platform.python_version(),
+        python_executable=sys.executable,
+        platform=platform.platform(),
+        hostname=socket.gethostname(),
+        started=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        argv=list(sys.argv),
+        device=device,
+        gpus=gpus,
+        driver=driver,
+        torch=facts.get("torch") or _version("torch"),
+        cuda=facts.get("cuda"),
+        cudnn=str(cudnn) if cudnn is not None else None,
+        triton=facts.get("triton") or _version("triton"),
+        gpu=str(facts.get("gpu") or ""),
+        worker=facts,
+        packages={p: _version(p) for p in ("flash-attn", "flash_attn_3", "nvidia-ml-py", "pandas")},
+        calibration=_calibration(facts.get("gpu") or next((g.get("name") for g in gpus), None)),
+    )
 
 
 def _calibration(gpu_name: str | None) -> dict[str, Any] | None:
@@ -114,8 +113,6 @@ def _calibration(gpu_name: str | None) -> dict[str, Any] | None:
     measured ceiling of the machine that ran it (None: no GPU, an unknown model, or never calibrated)."""
     if not gpu_name:
         return None
-    from flashbench.gpu import hardware
-
     try:
         spec = hardware.match_nvml_name(gpu_name)
         return hardware.load_calibration(spec) if spec is not None else None

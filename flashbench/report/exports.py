@@ -96,7 +96,7 @@ def to_json(run: Run, baseline_provider: str | None) -> str:
         "run": str(run.path),
         "gpu": run.gpu_name,
         "flop_convention": FLOP_CONVENTION,
-        "env": run.env,
+        "env": run.env.to_dict(),
         "rows": rows,
     }
     return json.dumps(doc, indent=1, allow_nan=False, default=str) + "\n"

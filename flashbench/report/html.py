@@ -231,7 +231,7 @@ def render(
         "NVML reported a clock-event reason other than idle during these cases: their speed is suspect.",
         _table(thr) if len(thr) else "<p>None.</p>",
     )
-    add("env", "Environment", "", _table(_env_table(run.env), header=False))
+    add("env", "Environment", "", _table(_env_table(run.env.to_dict()), header=False))
 
     head = _header(run, baseline_provider, baseline_run)
     nav_html = "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t in nav)
@@ -285,7 +285,7 @@ def _header(run: Run, baseline_provider: str | None, baseline_run: Run | None) -
         banners += (
             '<div class="banner warn">Some rows are CPU times (device = cpu): they are labelled so.</div>'
         )
-    if run.env.get("synthetic"):
+    if run.env.synthetic:
         banners += '<div class="banner warn">SYNTHETIC results: generated for tests, not measured.</div>'
     if baseline_run is not None:
         from flashbench.analysis.comparison import cross_gpu_note
@@ -305,24 +305,10 @@ def _facts(run: Run) -> list[str]:
     """The header line: where the run is, the GPU, and the versions the environment record has."""
     out = [str(run.path), "CPU" if run.is_cpu else run.gpu_name]
     for key, label in (("driver", "driver"), ("cuda", "CUDA"), ("torch", "torch"), ("triton", "triton")):
-        value = _find(run.env, key)
+        value = getattr(run.env, key)
         if value:
             out.append(f"{label} {value}")
     return out
-
-
-def _find(env: Any, key: str) -> str | None:
-    """The first scalar stored under `key` anywhere in the environment record (breadth first)."""
-    queue = [env]
-    while queue:
-        node = queue.pop(0)
-        if isinstance(node, dict):
-            if key in node and isinstance(node[key], str | int | float) and node[key] != "":
-                return str(node[key])
-            queue.extend(v for v in node.values() if isinstance(v, dict | list))
-        elif isinstance(node, list):
-            queue.extend(v for v in node if isinstance(v, dict | list))
-    return None
 
 
 def _details(summary: str, body: str) -> str:

@@ -33,7 +33,7 @@ def render(
             "",
             "> **CPU run**: all times are CPU times (torch on CPU, Triton interpreter), not GPU speeds.",
         ]
-    if run.env.get("synthetic"):
+    if run.env.synthetic:
         out += ["", "> **SYNTHETIC results**: generated for tests, not measured."]
     out += ["", f"FLOPs: {FLOP_CONVENTION}.", ""]
 

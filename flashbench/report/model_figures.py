@@ -16,6 +16,7 @@ from flashbench.report.figures import (
     _time_word,
     colors,
 )
+from flashbench.results.env import Environment
 from flashbench.results.rows import OOM, PREDICTED_OOM
 
 if TYPE_CHECKING:
@@ -342,11 +343,9 @@ def memory(run: Run) -> go.Figure | None:
     return fig
 
 
-def _gpu_memory(env: dict[str, Any]) -> float | None:
-    """The GPU's memory from the NVML facts the sweep recorded (env "gpus"[0], or "gpu" as a dict)."""
-    from flashbench.analysis.modelled import gpu_facts
-
-    facts = gpu_facts(env) or {}
+def _gpu_memory(env: Environment) -> float | None:
+    """The GPU's memory from the NVML facts the sweep recorded."""
+    facts = env.gpu_facts or {}
     total = facts.get("memory_total_bytes")
     return float(total) if total else None
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from flashbench.errors import FlashbenchError
-from flashbench.results.rows import OK, ROWS_FILE, SCHEMA_VERSION, STATUSES, Row, read_env, read_rows
+from flashbench.results.env import Environment, read_env
+from flashbench.results.rows import OK, ROWS_FILE, SCHEMA_VERSION, STATUSES, Row, read_rows
 
 BASELINE_FORMAT = "flashbench-baseline"
 BASELINES_DIR = Path("results") / "baselines"
@@ -24,19 +25,6 @@ BASELINES_DIR = Path("results") / "baselines"
 ENV_FIELDS: tuple[str, ...] = (
     "gpu", "device", "driver", "cuda", "cudnn", "torch", "triton", "flashbench", "commit", "preset",
 )  # fmt: skip
-# Where each fact may sit in env.json (dotted paths, first hit wins): tolerant of the environment module's layout.
-_ENV_PATHS: dict[str, tuple[str, ...]] = {
-    "gpu": ("gpu", "gpu_name", "gpus.0.name", "device_name"),  # "gpu": torch's name of the device used
-    "device": ("device",),
-    "driver": ("driver", "driver_version", "gpu.driver", "gpus.0.driver", "nvml.driver", "nvidia_driver"),
-    "cuda": ("cuda", "cuda_version", "torch_cuda", "versions.cuda", "torch.cuda"),
-    "torch": ("torch", "torch_version", "versions.torch"),
-    "cudnn": ("cudnn", "cudnn_version", "versions.cudnn", "torch.cudnn"),
-    "triton": ("triton", "triton_version", "versions.triton"),
-    "flashbench": ("flashbench", "flashbench_version", "versions.flashbench", "version"),
-    "commit": ("git_sha", "git.sha", "commit"),
-    "preset": ("preset", "spec.preset", "sweep.preset", "config.preset", "spec.name", "sweep.name"),
-}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # A baseline keeps at most this many values per case: a longer sample list is stored as that many evenly spaced
 # quantiles (the median exactly among them) plus the original count n, and the gate's bootstrap draws n values
@@ -124,10 +112,21 @@ def _quantiles(samples: tuple[float, ...], count: int) -> tuple[float, ...]:
     return tuple(out)
 
 
-def summarize_env(env: dict[str, Any], rows: list[Row]) -> dict[str, str]:
+def summarize_env(env: Environment, rows: list[Row]) -> dict[str, str]:
     """The compared environment facts as strings ("" where unknown). GPU and device fall back to the rows'."""
-    out = {name: _stringify(_lookup(env, _ENV_PATHS[name])) for name in ENV_FIELDS}
-    out["commit"] = out["commit"][:12] + ("+dirty" if out["commit"] and env.get("git_dirty") else "")
+    facts = {
+        "gpu": env.gpu_name,
+        "device": env.device,
+        "driver": env.driver,
+        "cuda": env.cuda,
+        "cudnn": env.cudnn,
+        "torch": env.torch,
+        "triton": env.triton,
+        "flashbench": env.flashbench,
+        "commit": env.git_sha[:12] + ("+dirty" if env.git_sha and env.git_dirty else ""),
+        "preset": env.preset,
+    }
+    out = {name: _stringify(facts[name]) for name in ENV_FIELDS}
     # The GPU the rows ran on beats env.json's first GPU: on a multi-GPU host they can differ.
     measured = [r for r in rows if r.status == OK] or rows
     gpus = Counter(r.gpu for r in measured if r.gpu)
@@ -137,25 +136,6 @@ def summarize_env(env: dict[str, Any], rows: list[Row]) -> dict[str, str]:
     if devices and not out["device"]:
         out["device"] = devices.most_common(1)[0][0]
     return out
-
-
-def _lookup(env: dict[str, Any], paths: tuple[str, ...]) -> Any:
-    for dotted in paths:
-        node: Any = env
-        for part in dotted.split("."):
-            if isinstance(node, dict):
-                node = node.get(part)
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                node = None
-            if node is None:
-                break
-        if isinstance(node, dict):  # e.g. "torch": {"version": ..., "cuda": ...}
-            node = node.get("version", node.get("name"))
-        if node not in (None, "", [], {}):
-            return node
-    return None
 
 
 def _stringify(value: Any) -> str:

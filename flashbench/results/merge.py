@@ -16,13 +16,14 @@ import datetime as _dt
 import json
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from flashbench.engine import shard as shards
 from flashbench.errors import FlashbenchError
-from flashbench.results.rows import ENV_FILE, ROWS_FILE, Row, read_env, read_rows, write_env, write_rows
+from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
+from flashbench.results.rows import ROWS_FILE, Row, read_rows, write_rows
 
 # Per-shard facts kept in the merged env.json's `shards` list.
 _SUMMARY_KEYS = (
@@ -49,7 +50,7 @@ _SUMMARY_KEYS = (
 class MergeResult:
     run_dir: Path
     rows: list[Row]
-    env: dict[str, Any]
+    env: Environment
     missing: list[int] = field(default_factory=list)  # 1-based shard indices not among the inputs
 
 
@@ -64,12 +65,12 @@ def merge(runs: list[str | Path], out: str | Path, force: bool = False) -> Merge
     envs = [read_env(p) for p in paths]
     _check_same(paths, envs, "flashbench", "flashbench versions")
     for path, env in zip(paths, envs, strict=True):
-        if not env.get("sweep_id"):
+        if not env.sweep_id:
             raise FlashbenchError(
                 f"merge: {path} has no sweep_id (a run from before --shard): cannot merge it"
             )
     _check_same(paths, envs, "sweep_id", "sweeps (sweep_id)")
-    parsed = [shards.parse_shard(env.get("shard")) or (1, 1) for env in envs]
+    parsed = [shards.parse_shard(env.shard) or (1, 1) for env in envs]
     counts = {n for _, n in parsed}
     if len(counts) > 1:
         what = ", ".join(f"{p} is {shards.format_shard(s)}" for p, s in zip(paths, parsed, strict=True))
@@ -95,45 +96,46 @@ def merge(runs: list[str | Path], out: str | Path, force: bool = False) -> Merge
             latest[row.key] = row
     rows = list(latest.values())
     env = _merged_env([paths[j] for j in order], [envs[j] for j in order], rows, count, missing)
-    env["run_dir"] = str(out)
+    env.run_dir = str(out)
     _prepare_out(out, force)
     write_rows(out, rows)
     write_env(out, env)
     return MergeResult(out, rows, env, missing)
 
 
-def _check_same(paths: list[Path], envs: list[dict[str, Any]], key: str, what: str) -> None:
-    values = {str(env.get(key)) for env in envs}
+def _check_same(paths: list[Path], envs: list[Environment], key: str, what: str) -> None:
+    values = {str(getattr(env, key)) for env in envs}
     if len(values) > 1:
-        listed = ", ".join(f"{env.get(key)} ({path})" for path, env in zip(paths, envs, strict=True))
+        listed = ", ".join(f"{getattr(env, key)} ({path})" for path, env in zip(paths, envs, strict=True))
         raise FlashbenchError(f"merge: runs of different {what}: {listed}")
 
 
 def _merged_env(
-    paths: list[Path], envs: list[dict[str, Any]], rows: list[Row], count: int, missing: list[int]
-) -> dict[str, Any]:
-    env = dict(envs[0])
-    for key in ("schema", "flop_convention", "previous_runs", "argv", "run_dir"):
-        env.pop(key, None)
+    paths: list[Path], envs: list[Environment], rows: list[Row], count: int, missing: list[int]
+) -> Environment:
     summaries = []
     for path, shard_env in zip(paths, envs, strict=True):
-        summary = {key: shard_env.get(key) for key in _SUMMARY_KEYS}
+        summary = {key: getattr(shard_env, key) for key in _SUMMARY_KEYS}
         summary.update(
-            shard=shard_env.get("shard") or "1/1", run_dir=str(path), gpus=shard_env.get("gpus") or []
+            shard=shard_env.shard or "1/1", run_dir=str(path), gpus=shard_env.gpus
         )
         summaries.append(summary)
     gpus: list[Any] = []
     for shard_env in envs:
-        for gpu in shard_env.get("gpus") or []:
+        for gpu in shard_env.gpus:
             if json.dumps(gpu, sort_keys=True, default=str) not in {
                 json.dumps(g, sort_keys=True, default=str) for g in gpus
             }:
                 gpus.append(gpu)
-    names = list(dict.fromkeys(str(e.get("gpu")) for e in envs if e.get("gpu")))
-    walls = [float(e.get("wall_s_total") or e.get("wall_s") or 0.0) for e in envs]
-    starts = [str(e["started"]) for e in envs if e.get("started")]
-    ends = [str(e["finished"]) for e in envs if e.get("finished")]
-    env.update(
+    names = list(dict.fromkeys(e.gpu for e in envs if e.gpu))
+    walls = [float(e.wall_s_total or e.wall_s or 0.0) for e in envs]
+    starts = [e.started for e in envs if e.started]
+    ends = [e.finished for e in envs if e.finished]
+    return replace(
+        envs[0],
+        previous_runs=[],
+        argv=[],
+        run_dir=None,
         shard=None,
         shard_count=count,
         shards_present=sorted(shards.parse_shard(s["shard"])[0] for s in summaries),
@@ -141,19 +143,18 @@ def _merged_env(
         shards=summaries,
         merged=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         gpus=gpus,
-        gpu=names[0] if len(names) == 1 else (" + ".join(names) if names else env.get("gpu")),
-        hostname=", ".join(dict.fromkeys(str(e.get("hostname")) for e in envs)),
+        gpu=" + ".join(names),
+        hostname=", ".join(dict.fromkeys(e.hostname for e in envs)),
         started=min(starts) if starts else None,
         finished=max(ends) if ends else None,
         wall_s=round(max(walls), 3),
         wall_s_total=round(max(walls), 3),
         wall_s_sum=round(sum(walls), 3),
-        planned_cases=sum(int(e.get("planned_cases") or 0) for e in envs),
+        planned_cases=sum(e.planned_cases or 0 for e in envs),
         status_counts=dict(Counter(r.status for r in rows)),
-        compile_s_total=round(sum(float(e.get("compile_s_total") or 0.0) for e in envs), 3),
-        interrupted=any(bool(e.get("interrupted")) for e in envs),
+        compile_s_total=round(sum(e.compile_s_total or 0.0 for e in envs), 3),
+        interrupted=any(bool(e.interrupted) for e in envs),
     )
-    return env
 
 
 def _prepare_out(out: Path, force: bool) -> None:

@@ -1,7 +1,7 @@
-"""Results on disk: the Row schema, append-only rows.jsonl, the environment record, resume, load.
+"""Results on disk: the Row schema, append-only rows.jsonl, resume, load.
 
 A run directory holds:
-    env.json     the environment record (GPU, driver, versions, sweep spec), written when the run starts
+    env.json     the environment record (results/env.py: GPU, driver, versions, sweep spec)
     rows.jsonl   one JSON object per finished case, appended and fsync'ed as each case ends
 
 A row is never rewritten. A retried case appends a new row; readers keep the last row per case key.
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 ROWS_FILE = "rows.jsonl"
-ENV_FILE = "env.json"
 
 # Row statuses. Only "ok" rows carry a speed.
 OK = "ok"
@@ -151,28 +150,6 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "item"):  # numpy / torch scalars
         return obj.item()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def write_env(run_dir: str | Path, env: dict[str, Any]) -> None:
-    env = {"schema": SCHEMA_VERSION, "flop_convention": FLOP_CONVENTION, **env}
-    path = Path(run_dir) / ENV_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(env, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def read_env(run_dir: str | Path) -> dict[str, Any]:
-    path = Path(run_dir) / ENV_FILE
-    if not path.is_file():
-        raise FlashbenchError(f"{run_dir}: no {ENV_FILE} (not a flashbench run directory?)")
-    try:
-        env = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FlashbenchError(f"{path} is corrupt: {exc}") from None
-    if not isinstance(env, dict):
-        raise FlashbenchError(f"{path} is corrupt: expected a JSON object")
-    _check_schema(env.get("schema"), path)
-    return env
 
 
 def _check_schema(schema: Any, where: Path) -> None:
