@@ -12,7 +12,7 @@ from flashbench.cases import Case
 from flashbench.errors import FlashbenchError
 from flashbench.results import Row, append_row, write_env
 
-FIXTURES = Path(__file__).resolve().parents[1] / "results" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SYNTHETIC = FIXTURES / "synthetic-h100"
 GPU = "NVIDIA H100 80GB HBM3"
 
