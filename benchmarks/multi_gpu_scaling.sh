@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Issue 8's evidence on a machine with two GPUs (one device call): the same sweep on one GPU, on both with
-# --gpus all, and as two --shard slices run side by side (one per GPU, as a scheduler would run them) merged
-# with `flashbench merge`. Each run gets an empty Triton cache, so every run pays its own compiles and the
-# wall times compare like for like. Run directories and logs are packed into $OUT/multi_gpu.tgz.
+# How a sweep scales over the GPUs of one host: the same sweep on one GPU, on all with --gpus all, and as two
+# --shard slices run side by side (one per GPU, as a scheduler would run them) merged with `flashbench merge`.
+# Each run gets an empty Triton cache, so every run pays its own compiles and the wall times compare like for
+# like. Needs two GPUs; run directories and logs are packed into $OUT/multi_gpu.tgz. About 4 minutes on
+# 2 x H200: the multi-GPU table of docs/benchmarks.md.
 #
-#   bash benchmarks/multi_gpu.sh
+#   bash benchmarks/multi_gpu_scaling.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
