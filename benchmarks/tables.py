@@ -39,9 +39,7 @@ def speed(runs: list[str]) -> None:
     first = frames[0][frames[0].provider == "triton"].set_index(KEY)
     print("| mode | d | causal | N | triton | sdpa-flash | sdpa-cudnn | x flash | x cuDNN | forward kernel |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    order = pivots[0].sort_index(
-        level=["mode", "head_dim", "causal", "seq_q"], ascending=[False, True, True, True]
-    )
+    order = pivots[0].sort_index(level=["mode", "head_dim", "causal", "seq_q"])  # fwd before fwd+bwd
     for key, r in order.iterrows():
         d, causal, mode, n = key
         x_flash = " / ".join(f"{p.loc[key, 'triton'] / p.loc[key, 'sdpa-flash']:.2f}" for p in pivots)
