@@ -42,7 +42,7 @@ IMPL_FAMILY = {
     "bundled-stored-p": "stored-p",
     "bundled-v1": "flash-v1",
 }
-OFF_THRESHOLD = 0.25  # issue 4: explain any case where the model is off by more than 25%
+OFF_THRESHOLD = 0.25  # a case where the model is off by more than 25% is flagged for an explanation
 _SCALE = {
     "byte": 1,
     "kbyte": 1e3,

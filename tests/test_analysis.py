@@ -14,7 +14,7 @@ from flashbench.results.env import Environment, write_env
 from flashbench.results.rows import Row, append_row
 from flashbench.spec.cases import Case
 
-FIXTURES = Path(__file__).resolve().parents[1] / "results" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SYNTHETIC = FIXTURES / "synthetic-h100"
 GPU = "NVIDIA H100 80GB HBM3"
 

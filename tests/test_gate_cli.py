@@ -1,8 +1,8 @@
 """`flashbench gate` and `flashbench baseline save` end to end, through main() as a user runs them.
 
-Fixtures: results/fixtures/gate-synthetic-aa{1,2}/ are SYNTHETIC runs of the ci preset's shape (two "same code"
+Fixtures: tests/fixtures/gate-synthetic-aa{1,2}/ are SYNTHETIC runs of the ci preset's shape (two "same code"
 runs with 1-2% drift), made by `python tests/test_gate_cli.py` below. The real A/A pairs from two H100 runs
-(results/fixtures/aa-run1/, aa-run2/, aa-*.json) are picked up automatically when they exist, and the injected
+(tests/fixtures/aa-run1/, aa-run2/, aa-*.json) are picked up automatically when they exist, and the injected
 slowdowns are derived from a real run when there is one.
 """
 
@@ -23,7 +23,7 @@ from flashbench.results.env import ENV_FILE, Environment, write_env
 from flashbench.results.rows import ROWS_FILE, Row, append_row, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "results" / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 GOLDEN = Path(__file__).parent / "golden"
 SYNTH = [FIXTURES / "gate-synthetic-aa1", FIXTURES / "gate-synthetic-aa2"]
 REAL_RUNS = sorted(p for p in FIXTURES.glob("aa-run*") if (p / ROWS_FILE).is_file())
@@ -125,7 +125,7 @@ def test_kernel_forced_to_a_worse_config_fails_on_that_case(capsys, tmp_path):
 
 @pytest.mark.skipif(not (FIXTURES / "aa-worse" / ROWS_FILE).is_file(), reason="no real worse-config run")
 def test_real_run_with_triton_forced_to_a_worse_config_fails(capsys):
-    """results/fixtures/aa-worse: the ci preset on the same H200 right after aa-run1/2, with
+    """tests/fixtures/aa-worse: the ci preset on the same H200 right after aa-run1/2, with
     FLASHBENCH_TRITON_CONFIG forcing 64x32 tiles, 4 warps, 2 stages on the bundled forward."""
     for base in REAL_RUNS:
         rc, out, _ = gate(capsys, base, FIXTURES / "aa-worse", "--format", "json")

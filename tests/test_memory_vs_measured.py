@@ -17,7 +17,7 @@ from flashbench.models.memory import predicted_peak_bytes
 from flashbench.providers import registry
 from flashbench.results.rows import read_rows
 
-RUN = Path(__file__).resolve().parents[1] / "results" / "examples" / "h200-default"
+RUN = Path(__file__).resolve().parent / "measured" / "h200-default"
 TOLERANCE = {"sdpa-math": 0.25}
 
 

@@ -14,7 +14,7 @@ import pytest
 from flashbench.cli.app import main
 from flashbench.results.rows import read_rows
 
-FIXTURES = Path(__file__).resolve().parents[1] / "results" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FIXTURE_DIRS = sorted(p.parent for p in FIXTURES.glob("*/rows.jsonl"))
 # Any tag that makes the browser fetch something: <script src>, <link href>, <img src>, <iframe src>, ...
 FETCHING_TAG = re.compile(r"<(script|link|img|iframe|source|video|audio|embed|object)\b[^>]*>", re.IGNORECASE)

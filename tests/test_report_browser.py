@@ -23,7 +23,7 @@ import pytest
 from flashbench.report import build
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE_DIRS = sorted(p.parent for p in (ROOT / "results" / "fixtures").glob("*/rows.jsonl"))
+FIXTURE_DIRS = sorted(p.parent for p in (ROOT / "tests" / "fixtures").glob("*/rows.jsonl"))
 SVG_ROOTS_PER_FIGURE = 3  # plotly draws main-svg for the plot, the hover layer and the modebar layer
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -112,7 +112,7 @@ def test_every_figure_renders_offline(chromium: str, fixture: Path, tmp_path: Pa
 
 def test_synthetic_report_with_baseline_renders_offline(chromium: str, tmp_path: Path) -> None:
     page = tmp_path / "report.html"
-    fixture = ROOT / "results" / "fixtures" / "synthetic-h100"
+    fixture = ROOT / "tests" / "fixtures" / "synthetic-h100"
     build(fixture, fmt="html", out=page, baseline=fixture)
     # roofline, TFLOP/s, latency, speedup, memory, recompute, HBM bytes, comparison
     assert assert_renders_offline(chromium, page) == 8
@@ -172,9 +172,9 @@ def test_cross_gpu_report_renders_offline(chromium: str, tmp_path: Path) -> None
     """An H200 run against a DERIVED H100 run (the real aa-run1 relabelled, times scaled: see test_report)."""
     from test_report import H100, derived_h100_run
 
-    h100 = derived_h100_run(ROOT / "results" / "fixtures" / "aa-run1", tmp_path / "h100-derived")
+    h100 = derived_h100_run(ROOT / "tests" / "fixtures" / "aa-run1", tmp_path / "h100-derived")
     page = tmp_path / "report.html"
-    html = build(ROOT / "results" / "fixtures" / "aa-run2", fmt="html", out=page, baseline=h100)
+    html = build(ROOT / "tests" / "fixtures" / "aa-run2", fmt="html", out=page, baseline=h100)
     assert f"Roofline (bf16): NVIDIA H200 vs {H100}" in html
     assert "different GPUs: ratios compare machines, not code" in html
     # roofline (both GPUs), TFLOP/s, latency, speedup, memory, comparison at least: every one drawn

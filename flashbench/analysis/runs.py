@@ -6,7 +6,7 @@ markdown summary and the CSV/JSON exports all read the same numbers. Rules that 
 - CPU rows (device == "cpu") keep their times but are labelled "CPU time" (time_label), never mixed up with GPU;
 - model columns (bytes, roofline; flashbench.analysis.modelled) are NaN where the model or the GPU's ceilings are not
   known.
-Two runs compared case by case: flashbench.comparison.
+Two runs compared case by case: flashbench.analysis.comparison.
 """
 
 from __future__ import annotations

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# How a sweep scales over the GPUs of one host: the same sweep on one GPU, on all with --gpus all, and as two
+# --shard slices run side by side (one per GPU, as a scheduler would run them) merged with `flashbench merge`.
+# Each run gets an empty Triton cache, so every run pays its own compiles and the wall times compare like for
+# like. Needs two GPUs; run directories and logs are packed into $OUT/multi_gpu.tgz. About 4 minutes on
+# 2 x H200: the multi-GPU table of docs/benchmarks.md.
+#
+#   bash benchmarks/multi_gpu_scaling.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-$PWD/out}
+RUNS=${RUNS:-/root/flashbench-runs}
+mkdir -p "$OUT" "$RUNS"
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "Running pip as" || true
+log() { echo "== $(date +%T) $*" | tee -a "$RUNS/multi_gpu.log"; }
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,power.draw --format=csv | tee -a "$RUNS/multi_gpu.log"
+SWEEP=(--providers triton,sdpa-flash,sdpa-cudnn,sdpa-efficient,sdpa-math,naive --seq 1024..8192 --tokens 16384
+    --hidden 2048 --head-dim 64,128 --dtype bf16 --causal both --mode fwd --device cuda)
+LIMIT=${RUN_LIMIT_S:-200}
+
+timed() {  # timed NAME CMD...: run with a fresh Triton cache, record wall seconds
+    local name=$1
+    shift
+    local t0=$SECONDS
+    TRITON_CACHE_DIR="$RUNS/triton-cache-$name" timeout "$LIMIT" "$@" >"$RUNS/$name.log" 2>&1
+    local rc=$?
+    log "$name: rc=$rc wall=$((SECONDS - t0)) s"
+    tail -1 "$RUNS/$name.log" | tee -a "$RUNS/multi_gpu.log"
+}
+
+log "one GPU"
+timed one flashbench sweep "${SWEEP[@]}" --gpus 0 --out "$RUNS/one" --force
+log "two GPUs (--gpus all)"
+timed two flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/two" --force
+log "two shards side by side, one per GPU, then merge"
+t0=$SECONDS
+for i in 1 2; do
+    CUDA_VISIBLE_DEVICES=$((i - 1)) TRITON_CACHE_DIR="$RUNS/triton-cache-shard$i" timeout "$LIMIT" \
+        flashbench sweep "${SWEEP[@]}" --shard "$i/2" --out "$RUNS/shard$i" --force >"$RUNS/shard$i.log" 2>&1 &
+done
+wait
+log "shards: wall=$((SECONDS - t0)) s"
+flashbench merge "$RUNS/shard1" "$RUNS/shard2" --out "$RUNS/merged" --force 2>&1 | tee -a "$RUNS/multi_gpu.log"
+tar czf "$OUT/multi_gpu.tgz" -C "$RUNS" one two shard1 shard2 merged one.log two.log shard1.log shard2.log \
+    multi_gpu.log
+log "done"

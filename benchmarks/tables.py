@@ -1,0 +1,107 @@
+"""The markdown tables of docs/benchmarks.md, printed from run directories (no GPU needed).
+
+    python benchmarks/tables.py speed RUN [RUN ...]     # a `--preset speed` sweep: the bundled kernel vs SDPA
+    python benchmarks/tables.py recompute RUN           # a `--preset recompute` sweep: recompute vs stored P
+    python benchmarks/tables.py providers RUN [--seq N] # any sweep: TFLOP/s of every provider at one N
+
+Every ratio is between medians measured in the same run. With several runs, `speed` takes the TFLOP/s from the
+first and prints each run's ratios side by side (run-to-run spread).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+import flashbench
+
+KEY = ["head_dim", "causal", "mode", "seq_q"]
+
+
+def ok_rows(run: str) -> pd.DataFrame:
+    df = flashbench.load(run)
+    return df[df.status == "ok"]
+
+
+def kernel_name(config: object) -> str:
+    """Which bundled forward ran, from the row's kernel_config: "tl 64x128" or "Gluon 192 persistent"."""
+    if not isinstance(config, dict):
+        return ""
+    if config.get("kernel") == "gluon-ws":
+        return f"Gluon {config.get('BLOCK_M')}" + (" persistent" if config.get("PERSISTENT") else "")
+    return f"tl {config.get('BLOCK_M')}x{config.get('BLOCK_N')}"
+
+
+def speed(runs: list[str]) -> None:
+    frames = [ok_rows(r) for r in runs]
+    pivots = [f.pivot_table(index=KEY, columns="provider", values="tflops") for f in frames]
+    first = frames[0][frames[0].provider == "triton"].set_index(KEY)
+    print("| mode | d | causal | N | triton | sdpa-flash | sdpa-cudnn | x flash | x cuDNN | forward kernel |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    order = pivots[0].sort_index(level=["mode", "head_dim", "causal", "seq_q"])  # fwd before fwd+bwd
+    for key, r in order.iterrows():
+        d, causal, mode, n = key
+        x_flash = " / ".join(f"{p.loc[key, 'triton'] / p.loc[key, 'sdpa-flash']:.2f}" for p in pivots)
+        x_cudnn = " / ".join(f"{p.loc[key, 'triton'] / p.loc[key, 'sdpa-cudnn']:.2f}" for p in pivots)
+        kernel = kernel_name(first.loc[key, "kernel_config"])
+        print(
+            f"| {mode} | {d} | {'yes' if causal else 'no'} | {n} | {r['triton']:.0f} | {r['sdpa-flash']:.0f} "
+            f"| {r['sdpa-cudnn']:.0f} | {x_flash} | {x_cudnn} | {kernel} |"
+        )
+
+
+def recompute(run: str) -> None:
+    df = ok_rows(run)
+    index = ["head_dim", "causal", "seq_q"]
+    ms = df.pivot_table(index=index, columns="provider", values="median_ms")
+    mem = df.pivot_table(index=index, columns="provider", values="peak_mem_bytes")
+    tflops = df.pivot_table(index=index, columns="provider", values="tflops")
+    print(
+        "| d | causal | N | recompute ms | stored-P ms | recompute / stored-P | recompute GiB | stored-P GiB "
+        "| recompute TFLOP/s | x sdpa-flash | x sdpa-cudnn |"
+    )
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for key, r in ms.iterrows():
+        m, t = mem.loc[key] / 2**30, tflops.loc[key]
+        print(
+            f"| {key[0]} | {'yes' if key[1] else 'no'} | {key[2]} | {r['triton']:.3f} | {r['triton-stored-p']:.3f} "
+            f"| {r['triton'] / r['triton-stored-p']:.2f} | {m['triton']:.2f} | {m['triton-stored-p']:.2f} "
+            f"| {t['triton']:.0f} | {t['triton'] / t['sdpa-flash']:.2f} | {t['triton'] / t['sdpa-cudnn']:.2f} |"
+        )
+
+
+def providers(run: str, seq: int) -> None:
+    all_rows = flashbench.load(run)
+    df = all_rows[(all_rows.status == "ok") & (all_rows.seq_q == seq)]
+    columns = [(m, d, c) for m in ("fwd", "fwd+bwd") for d in (64, 128) for c in (False, True)]
+    heads = [f"{m} d={d} {'causal' if c else 'full'}" for m, d, c in columns]
+    print("| provider | " + " | ".join(heads) + " | peak GiB (fwd+bwd d=128 full) |")
+    print("| --- |" + " ---: |" * (len(columns) + 1))
+    for provider in dict.fromkeys(all_rows.provider):  # sweep order
+        mine = df[df.provider == provider].set_index(["mode", "head_dim", "causal"])
+        cells = [f"{mine.loc[c, 'tflops']:.0f}" if c in mine.index else "n/a" for c in columns]
+        peak = ("fwd+bwd", 128, False)
+        gib = f"{mine.loc[peak, 'peak_mem_bytes'] / 2**30:.2f}" if peak in mine.index else "n/a"
+        print(f"| {provider} | " + " | ".join(cells) + f" | {gib} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="table", required=True)
+    sub.add_parser("speed").add_argument("runs", nargs="+")
+    sub.add_parser("recompute").add_argument("run")
+    p = sub.add_parser("providers")
+    p.add_argument("run")
+    p.add_argument("--seq", type=int, default=16384)
+    args = ap.parse_args()
+    if args.table == "speed":
+        speed(args.runs)
+    elif args.table == "recompute":
+        recompute(args.run)
+    else:
+        providers(args.run, args.seq)
+
+
+if __name__ == "__main__":
+    main()
