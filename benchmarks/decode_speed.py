@@ -1,0 +1,238 @@
+"""flash_decode against the SDPA backends on one GPU, in one process: checks, times, tunes (bf16, Nq = 1).
+
+Per shape (batch, query heads, KV heads, context, page size): builds a full-length KV cache, checks flash_decode
+against float64 attention (err <= 2 * err(SDPA math in bf16) + 1e-3), then times it (heuristic splits, and with
+--tune every (config, num_splits) pair) and the SDPA backends with triton.testing.do_bench (median, L2 flushed
+between repetitions). TB/s = bytes of K and V read / time (GQA: the Hkv heads, as stored). SDPA runs with
+enable_gqa=True; a backend that refuses it gets K/V expanded to Hq heads (marked "x"; TB/s still over the
+stored bytes). Also the host time of one flash_decode call (validate=False, no sync) in a loop.
+
+    python3 benchmarks/decode_speed.py [--tune] [--budget-s 330]   # JSON to $OUT/decode_speed.json
+
+Not the benchmark of record (that is `flashbench sweep` once decode cases land); its numbers decide the
+kernel's configs and split heuristic (kernels/decode.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+
+import torch
+import triton
+from flashbench.kernels import decode as decode_module
+from flashbench.kernels import flash_decode
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+SDPA = {
+    "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+    "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+    "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+TUNE_CONFIGS = [
+    (32, 4, 3),
+    (64, 4, 2),
+    (64, 4, 3),
+    (64, 4, 4),
+    (64, 8, 3),
+    (128, 4, 2),
+    (128, 4, 3),
+    (128, 8, 3),
+]
+TUNE_SPLITS = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    batch: int
+    heads: int
+    kv_heads: int
+    context: int
+    page: int | None = None  # None: contiguous cache
+    head_dim: int = 128
+
+    @property
+    def kv_bytes(self) -> int:
+        return 2 * self.batch * self.kv_heads * self.context * self.head_dim * 2  # K and V, bf16
+
+    def label(self) -> str:
+        kind = "mha" if self.heads == self.kv_heads else f"gqa{self.heads}/{self.kv_heads}"
+        return f"{kind} b{self.batch} n{self.context // 1024}k " + (
+            f"page{self.page}" if self.page else "contig"
+        )
+
+
+SHAPES = [
+    Shape(1, 32, 8, 8192),
+    Shape(1, 32, 8, 32768),
+    Shape(4, 32, 8, 8192),
+    Shape(1, 32, 32, 8192),
+    Shape(4, 32, 8, 32768),
+    Shape(16, 32, 8, 8192),
+    Shape(4, 32, 32, 8192),
+    Shape(64, 32, 8, 8192),
+    Shape(16, 32, 32, 8192),
+    Shape(1, 32, 8, 131072),
+    Shape(1, 32, 8, 32768, page=16),
+    Shape(1, 32, 8, 32768, page=256),
+    Shape(16, 32, 8, 8192, page=16),
+    Shape(16, 32, 8, 8192, page=64),
+    Shape(4, 32, 32, 8192, page=16),
+]
+
+
+def build(s: Shape, gen: torch.Generator):
+    """q, contiguous k/v, and when paged the pool (pages shuffled) and its table."""
+    q = torch.randn((s.batch, s.heads, 1, s.head_dim), device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (
+        torch.randn(
+            (s.batch, s.kv_heads, s.context, s.head_dim), device="cuda", dtype=torch.bfloat16, generator=gen
+        )
+        for _ in range(2)
+    )
+    if s.page is None:
+        return q, k, v, None, None
+    blocks = s.context // s.page
+    order = torch.randperm(s.batch * blocks, device="cuda", generator=gen)
+    table = order.view(s.batch, blocks).to(torch.int32)
+    pool = []
+    for t in (k, v):
+        pages = t.view(s.batch, s.kv_heads, blocks, s.page, s.head_dim).permute(0, 2, 1, 3, 4)
+        p = torch.empty((s.batch * blocks, s.kv_heads, s.page, s.head_dim), device="cuda", dtype=t.dtype)
+        p[order] = pages.reshape(-1, s.kv_heads, s.page, s.head_dim)
+        pool.append(p)
+    return q, k, v, *pool, table
+
+
+def sdpa_call(backend, q, k, v):
+    def call():
+        with sdpa_kernel(backend):
+            return sdpa(q, k, v, enable_gqa=k.shape[1] != q.shape[1])
+
+    return call
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.double() - ref).norm() / ref.norm()).item()
+
+
+def bench(fn) -> float:
+    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+
+
+def clocks() -> dict[str, int]:
+    try:
+        import pynvml  # deferred: only for the clock record
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        return {"sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, 0), "mem_mhz": pynvml.nvmlDeviceGetClockInfo(h, 2)}
+    except Exception as exc:  # noqa: BLE001 - the record notes why no clock was read
+        return {"error": str(exc)}
+
+
+def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float | None) -> None:
+    """Check and time one shape; with tune_until, also sweep (config, num_splits) until that time."""
+    q, k, v, *paged = build(s, gen)
+    kc, vc, table = (paged[0], paged[1], paged[2]) if s.page else (k, v, None)
+    base = {"shape": s.label(), **dataclasses.asdict(s)}
+    lens = torch.full((s.batch,), s.context, dtype=torch.int32, device="cuda")
+
+    def ours(splits=None, config=None):
+        return lambda: flash_decode(q, kc, vc, lens, table, num_splits=splits, validate=False, config=config)
+
+    if tune_until is not None:
+        for bn, warps, stages in TUNE_CONFIGS:
+            cfg = {"BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
+            for splits in TUNE_SPLITS:
+                if time.time() > tune_until or (splits > 1 and s.context // splits < bn):
+                    continue
+                ms = bench(ours(splits, cfg))
+                rows.append({**base, "provider": "tune", "config": cfg, "splits": splits, "ms": ms})
+        tuned = [r for r in rows if r["provider"] == "tune" and r["shape"] == s.label()]
+        if tuned:
+            best = min(tuned, key=lambda r: r["ms"])
+            print(f"{s.label():28s} tuned best {tuple(best['config'].values())} s{best['splits']}: "
+                  f"{best['ms'] * 1e3:.1f} us {s.kv_bytes / best['ms'] / 1e9:.2f} TB/s", flush=True)  # fmt: skip
+        return
+    # Correctness on this shape (the checked call runs with validation on).
+    ref = sdpa_call(SDPBackend.MATH, q.double(), k.double(), v.double())()
+    lowp = rel_err(sdpa_call(SDPBackend.MATH, q, k, v)(), ref)
+    err = rel_err(flash_decode(q, kc, vc, lens, table), ref)
+    ok = err <= 2 * lowp + 1e-3
+    del ref
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, sms)
+    timed = {"flash_decode": ours(), **{name: sdpa_call(b, q, k, v) for name, b in SDPA.items()}}
+    results = {}
+    for name, fn in timed.items():
+        try:
+            ms = bench(fn)
+        except RuntimeError as exc:  # a backend that refuses GQA: expanded K/V
+            group = s.heads // s.kv_heads
+            kx, vx = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+            try:
+                ms, name = bench(sdpa_call(SDPA[name], q, kx, vx)), name + " x"
+            except RuntimeError:
+                rows.append({**base, "provider": name, "error": str(exc).splitlines()[0][:200]})
+                continue
+            finally:
+                del kx, vx
+        results[name] = ms
+        rows.append({**base, "provider": name, "ms": ms, "tbps": s.kv_bytes / ms / 1e9})
+    call = ours()
+    for _ in range(5):
+        call()
+    torch.cuda.synchronize()
+    h0 = time.perf_counter()
+    for _ in range(50):
+        call()
+    host_us = (time.perf_counter() - h0) / 50 * 1e6
+    torch.cuda.synchronize()
+    sdpa_ms, sdpa_name = min((ms, n) for n, ms in results.items() if n != "flash_decode")
+    ours_ms = results["flash_decode"]
+    cudnn = next((ms for n, ms in results.items() if n.startswith("sdpa-cudnn")), float("nan"))
+    line = (
+        f"{s.label():28s} {s.kv_bytes / 1e6:7.1f} MB ok={ok} err={err:.1e} (lowp {lowp:.1e}) splits={heuristic:3d} "
+        f"ours {ours_ms * 1e3:7.1f} us {s.kv_bytes / ours_ms / 1e9:4.2f} TB/s host {host_us:4.1f} us | "
+        f"best sdpa {sdpa_name} {s.kv_bytes / sdpa_ms / 1e9:4.2f} TB/s | x{sdpa_ms / ours_ms:4.2f} best, "
+        f"x{cudnn / ours_ms:4.2f} cudnn"
+    )
+    print(line, flush=True)
+    rows.append({**base, "provider": "summary", "ok": ok, "err": err, "lowp_err": lowp, "heuristic_splits": heuristic,
+                 "host_us": host_us, "line": line, "clocks": clocks()})  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tune", action="store_true", help="then time every (config, num_splits) pair per shape")
+    ap.add_argument("--budget-s", type=float, default=330.0, help="stop tuning after this many seconds")
+    ap.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
+    args = ap.parse_args()
+    t0, gen = time.time(), torch.Generator(device="cuda").manual_seed(0)
+    path = os.path.join(os.environ.get("OUT", "."), "decode_speed.json")
+    rows: list[dict] = []
+    record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+    record["clocks_start"] = clocks()
+    picks = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    for tune in [False, True] if args.tune else [False]:
+        for i, s in enumerate(picks):
+            # Tuning: each remaining shape gets an equal share of the time left.
+            until = time.time() + (t0 + args.budget_s - time.time()) / (len(picks) - i) if tune else None
+            measure(s, gen, rows, until)
+            torch.cuda.empty_cache()
+            with open(path, "w") as fh:
+                json.dump({**record, "rows": rows}, fh, indent=1)
+    record["clocks_end"] = clocks()
+    with open(path, "w") as fh:
+        json.dump({**record, "rows": rows}, fh, indent=1)
+    print(f"done in {time.time() - t0:.0f} s; {sum(r['provider'] == 'tune' for r in rows)} tuned points")
+
+
+if __name__ == "__main__":
+    main()
