@@ -83,6 +83,13 @@ SHAPES = [
     Shape(16, 32, 8, 8192, page=16),
     Shape(16, 32, 8, 8192, page=64),
     Shape(4, 32, 32, 8192, page=16),
+    Shape(1, 32, 8, 8192, page=16),
+    Shape(4, 32, 8, 8192, page=64),
+    Shape(1, 32, 32, 8192, page=16),
+    Shape(1, 32, 8, 32768, head_dim=64),
+    Shape(16, 32, 8, 8192, head_dim=64),
+    Shape(1, 32, 8, 32768, head_dim=256),
+    Shape(16, 32, 8, 8192, head_dim=256),
 ]
 
 
@@ -147,11 +154,14 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
         return lambda: flash_decode(q, kc, vc, lens, table, num_splits=splits, validate=False, config=config)
 
     if tune_until is not None:
-        for bn, warps, stages in TUNE_CONFIGS:
-            cfg = {"BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
-            for splits in TUNE_SPLITS:
-                if time.time() > tune_until or (splits > 1 and s.context // splits < bn):
-                    continue
+        default = decode_module.GPU_CONFIGS[s.head_dim]
+        pick = next(
+            r["heuristic_splits"] for r in rows if r["provider"] == "summary" and r["shape"] == s.label()
+        )
+        points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
+        points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
+        for cfg, splits in points:
+            if time.time() < tune_until:
                 ms = bench(ours(splits, cfg))
                 rows.append({**base, "provider": "tune", "config": cfg, "splits": splits, "ms": ms})
         tuned = [r for r in rows if r["provider"] == "tune" and r["shape"] == s.label()]
@@ -167,7 +177,9 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
     ok = err <= 2 * lowp + 1e-3
     del ref
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, sms)
+    cfg = decode_module.GPU_CONFIGS[s.head_dim]
+    slots = sms * decode_module.resident_programs(cfg, s.head_dim, 2)
+    heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, slots)
     timed = {"flash_decode": ours(), **{name: sdpa_call(b, q, k, v) for name, b in SDPA.items()}}
     results = {}
     for name, fn in timed.items():

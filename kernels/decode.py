@@ -10,20 +10,14 @@ page table). Written here for Triton's block language.
     paged cache       k, v [pages, Hkv, PAGE, D] (a pool), block_table [B, max_pages] int32: page p of
                       sequence b holds its tokens [p * PAGE, (p + 1) * PAGE)
 
-Loop order (two passes):
-  1. _decode_split: one program per (key split s, query-row block, sequence b x KV head h). Its Q tile holds
-     the G * Nq query rows of that KV head (G = Hq / Hkv; row r = g * Nq + i is query head h * G + g, query
-     i), padded to a power of two >= 16 rows for tl.dot, so K/V are read once per KV head. It walks its share
-     of the sequence's keys in BLOCK_N blocks with the online softmax (exp2, log2(e) folded into the scale),
-     and writes its normalised partial output (fp32) and log2-sum-exp per row; with one split it writes the
-     output directly and pass 2 is skipped.
-  2. _decode_combine: one program per (query row, sequence x KV head): reads the splits' log2-sum-exps,
-     weights the partial outputs by exp2(lse_s - max) and writes their normalised sum.
-
-Splits: each sequence cuts its own length L_b into `num_splits` runs of whole key blocks, so a short sequence
-of a ragged batch gets short runs; a run past its end writes lse = -inf and weighs nothing in the combine.
-`num_splits` is chosen on the host from the cache capacity (Nmax, or max_pages * PAGE), never from
-cache_seqlens, which would need a device sync (`choose_num_splits`).
+Loop order: one kernel, _decode, one program per (key split s, query-row block, sequence b x KV head h). Its Q
+tile holds the G * Nq query rows of that KV head (G = Hq / Hkv; row r = g * Nq + i is query head h * G + g,
+query i), padded to a power of two >= 16 rows for tl.dot, so K/V are read once per KV head. It walks its
+share of the sequence's keys in BLOCK_N blocks with the online softmax (exp2, log2(e) folded into the scale).
+With one split it writes the output. Otherwise it writes its normalised partial output (fp32) and
+log2-sum-exp per row, and bumps its group's counter; the program that bumps it last combines the group's
+partials (weights exp2(lse_s - max)) into the output and zeroes the counter (_combine; flash-attn runs a second
+kernel for this, but a launch costs host time that short decodes pay in full).
 
 Cautions:
   - validate=True (the default) reads cache_seqlens and block_table on the host, one device sync, to check that
@@ -36,6 +30,9 @@ Cautions:
   - P is cast to the input dtype before P @ V (as flash-attn does); acc, m, l, the partials stay fp32; fp32
     inputs use IEEE dots (no TF32).
   - Sequence, page and head bases are int64: a cache of B * Hkv * Nmax * D elements can pass 2^31.
+  - The counters (one int32 per group, kept per device and stream, zero between launches) order the combine
+    after the other programs' partial stores: a CTA barrier, then an acq_rel atomic at GPU scope; the combine
+    reads the partials through L2 (.cg).
   - Keys are gathered row by row through the page table (one int32 per key, from L1/L2), so any page size
     works with any BLOCK_N; rows are D contiguous elements, loaded as 16-byte vectors.
 """
@@ -50,58 +47,97 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LOG2E, KernelUnsupported, cdiv, interpreting
+from .common import LOG2E, KernelUnsupported, interpreting
 
 DECODE_HEAD_DIMS: tuple[int, ...] = (16, 32, 64, 128, 256)
 DECODE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
-# The split kernel's tile per head dim on CUDA: BLOCK_N keys per step, num_warps, num_stages.
+# The kernel's tile per head dim on CUDA: BLOCK_N keys per step, num_warps, num_stages. At d = 128 (bf16, H100)
+# (128, 4, 3) was the best or within 2% of the best of 8 tiles at every shape from 537 MB of KV up: 2.76-3.05
+# TB/s where (64, 4, 3) gave 2.36-3.01 (`python3 benchmarks/decode_speed.py --tune`).
 GPU_CONFIGS: dict[int, dict[str, int]] = {
     16: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
     32: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
     64: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
-    128: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
-    256: {"BLOCK_N": 32, "num_warps": 4, "num_stages": 3},
+    128: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+    256: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
 }
 # Under the interpreter: small key blocks, so small test shapes cross many blocks and split boundaries.
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
 MAX_ROWS = 64  # query rows per tile (G * Nq beyond this takes more row blocks, each reading K/V again)
 MAX_SPLITS = 128
-# The split heuristic: aim for PROGRAMS_PER_SM programs per SM, each with at least MIN_SPLIT_KEYS keys.
-PROGRAMS_PER_SM = 2
-MIN_SPLIT_KEYS = 256
+MIN_SPLIT_KEYS = 256  # the split heuristic gives every split at least this many keys of the capacity
+SMEM_PER_SM = 228 * 1024  # H100: programs resident per SM = SMEM_PER_SM // the tile's K/V stage buffers
 INTERPRET_SMS = 8  # the SM count assumed under the interpreter
-COMBINE_CHUNK = 32  # splits the combine reads per step
+COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per step (64 registers per thread)
+
+# Split counters, one int32 per (sequence, KV head, row block), zero between launches: the last split program
+# of a group combines and resets its counter. Per (device, stream), so concurrent streams never share one.
+_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
 
 
 @triton.jit
-def _decode_split(
-    Q,  # [B, Hq, Nq, D] queries
+def _combine(
+    Out,  # [B, Hq, Nq, D] output
+    Part,  # fp32 workspace: normalised partial outputs [B, Hkv, splits, ROWS, D], then their log2-sum-exps
+    Lse,  # [B, Hkv, splits, ROWS] part of Part
+    first_part,  # index of (this sequence, KV head, split 0, row 0) in [B, Hkv, splits, ROWS]
+    first_row,  # this tile's first row
+    out_base,  # int64 offset of Out[b, h * G, 0, 0]
+    splits,
+    ROWS: tl.constexpr,  # G * Nq rows per KV head (unused rows are masked)
+    HEAD_DIM: tl.constexpr,
+    ROWS_P2: tl.constexpr,  # rows this tile combines, a power of two
+    S_CHUNK: tl.constexpr,  # splits per step
+):
+    """Out rows = sum_s exp2(lse_s - max) * O_s / sum_s exp2(lse_s - max), over the splits of this tile."""
+    rows = first_row + tl.arange(0, ROWS_P2)
+    row_ok = rows < ROWS
+    offs_s = tl.arange(0, S_CHUNK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    top = tl.zeros([ROWS_P2], dtype=tl.float32) - float("inf")
+    for c in range(0, splits, S_CHUNK):  # pass 1: the largest lse per row
+        idx = first_part + (c + offs_s)[:, None] * ROWS + rows[None, :]
+        ok = ((c + offs_s) < splits)[:, None] & row_ok[None, :]
+        top = tl.maximum(
+            top, tl.max(tl.load(Lse + idx, mask=ok, other=float("-inf"), cache_modifier=".cg"), 0)
+        )
+    top = tl.where(top == float("-inf"), 0.0, top)  # no split saw a key: every weight is 0, the row 0
+    acc = tl.zeros([ROWS_P2, HEAD_DIM], dtype=tl.float32)
+    total = tl.zeros([ROWS_P2], dtype=tl.float32)
+    for c in range(0, splits, S_CHUNK):  # pass 2: weighted sum
+        idx = first_part + (c + offs_s)[:, None] * ROWS + rows[None, :]
+        ok = ((c + offs_s) < splits)[:, None] & row_ok[None, :]
+        w = tl.exp2(tl.load(Lse + idx, mask=ok, other=float("-inf"), cache_modifier=".cg") - top[None, :])
+        o = tl.load(Part + idx[:, :, None] * HEAD_DIM + offs_d[None, None, :], mask=(w > 0.0)[:, :, None],
+                    other=0.0, cache_modifier=".cg")  # fmt: skip
+        acc += tl.sum(w[:, :, None] * o, 0)
+        total += tl.sum(w, 0)
+    out = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+    o_ptrs = Out + out_base + rows[:, None] * HEAD_DIM + offs_d[None, :]  # row r = g * Nq + i: contiguous
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _decode(
+    Q,  # [B, Hq, Nq, D] queries, contiguous
     K,  # contiguous [B, Hkv, Nmax, D], or paged [pages, Hkv, PAGE, D]
     V,  # same layout as K
     Seqlens,  # [B] int32 keys per sequence (read when HAS_SEQLENS)
-    Table,  # [B, max_pages] int32 page table (read when PAGED)
-    Out,  # [B, Hq, Nq, D] output, written when DIRECT (one split)
-    OPart,  # [B, Hkv, splits, ROWS, D] fp32 normalised partial outputs, written when not DIRECT
-    LsePart,  # [B, Hkv, splits, ROWS] fp32 partial log2-sum-exps (-inf: the split saw no key)
+    Table,  # [B, capacity / PAGE] int32 page table, contiguous (read when PAGED)
+    Out,  # [B, Hq, Nq, D] output, contiguous
+    Part,  # fp32 workspace (not DIRECT): partial outputs [B, Hkv, splits, ROWS, D], then lse [B, Hkv, splits, ROWS]
+    Counter,  # [B * Hkv * row blocks] int32 split counters, zero on entry and on exit (not DIRECT)
     qk_scale,  # sm_scale * log2(e)
     capacity,  # keys the cache holds per sequence: Nmax, or max_pages * PAGE
     splits,  # key splits per sequence
     Hkv,  # KV heads
     Nq,  # queries per sequence
-    ROWS,  # G * Nq query rows per KV head
-    stride_qb,  # q strides: sequence, head, query (the last is 1)
-    stride_qh,
-    stride_qn,
     stride_kb,  # K strides: sequence (contiguous) or page (paged), head, token
     stride_kh,
     stride_kn,
     stride_vb,
     stride_vh,
     stride_vn,
-    stride_tb,  # page-table row stride
-    stride_ob,  # output strides: sequence, head, query
-    stride_oh,
-    stride_on,
     GROUP: tl.constexpr,  # G = Hq / Hkv query heads per KV head
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per tile, a power of two >= 16
@@ -110,14 +146,17 @@ def _decode_split(
     PAGED: tl.constexpr,
     HAS_SEQLENS: tl.constexpr,
     CAUSAL: tl.constexpr,
-    DIRECT: tl.constexpr,  # one split: normalise and write Out, no partials
+    DIRECT: tl.constexpr,  # one split: normalise and write Out, no partials, no combine
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots, not TF32
+    ROWS_P2: tl.constexpr,  # the combine's rows per tile (a power of two)
+    S_CHUNK: tl.constexpr,  # the combine's splits per step
 ):
     pid_s = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_bh = tl.program_id(2)
     b = pid_bh // Hkv
     h = pid_bh % Hkv
+    ROWS = GROUP * Nq
     L = capacity
     if HAS_SEQLENS:
         L = tl.minimum(tl.load(Seqlens + b), capacity)
@@ -126,24 +165,22 @@ def _decode_split(
     lo = pid_s * per
     hi = tl.minimum(lo + per, L)
 
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # row r = g * Nq + i
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # row r = g * Nq + i: query head h * G + g, query i
     row_ok = rows < ROWS
-    g = rows // Nq
-    i = rows % Nq
     offs_d = tl.arange(0, HEAD_DIM)
-    head = (h * GROUP + g).to(tl.int64)  # query head of each row
-    q_rows = Q + b.to(tl.int64) * stride_qb + head * stride_qh + i * stride_qn
-    q = tl.load(q_rows[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    # Q and Out are contiguous: the rows of one KV head's group are consecutive [G * Nq, D] rows.
+    q_base = pid_bh.to(tl.int64) * ROWS * HEAD_DIM
+    q = tl.load(Q + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
     # Last key each row sees within this split (bottom-right causal alignment).
     if CAUSAL:
-        last = tl.minimum(L - Nq + i, hi - 1)
+        last = tl.minimum(L - Nq + rows % Nq, hi - 1)
     else:
         last = tl.zeros([BLOCK_M], dtype=tl.int32) + (hi - 1)
 
     if PAGED:
         k_head = K + h.to(tl.int64) * stride_kh
         v_head = V + h.to(tl.int64) * stride_vh
-        pages = Table + b.to(tl.int64) * stride_tb
+        pages = Table + b.to(tl.int64) * (capacity // PAGE)
     else:
         k_head = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
         v_head = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
@@ -182,54 +219,24 @@ def _decode_split(
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
     if DIRECT:
-        o_rows = Out + b.to(tl.int64) * stride_ob + head * stride_oh + i * stride_on
-        tl.store(o_rows[:, None] + offs_d[None, :], o.to(Out.dtype.element_ty), mask=row_ok[:, None])
+        o_ptrs = Out + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None])
     else:
-        part = (pid_bh.to(tl.int64) * splits + pid_s) * ROWS + rows  # [B, Hkv, splits, ROWS] index
-        tl.store(OPart + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
+        Lse = Part + tl.num_programs(2).to(tl.int64) * splits * ROWS * HEAD_DIM
+        first_part = pid_bh.to(tl.int64) * splits * ROWS
+        part = first_part + pid_s * ROWS + rows
+        tl.store(Part + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
         lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
-        tl.store(LsePart + part, lse, mask=row_ok)
-
-
-@triton.jit
-def _decode_combine(
-    OPart,  # [B, Hkv, splits, ROWS, D] fp32 normalised partial outputs
-    LsePart,  # [B, Hkv, splits, ROWS] fp32 partial log2-sum-exps
-    Out,  # [B, Hq, Nq, D] output
-    splits,
-    Hkv,
-    Nq,
-    ROWS,  # G * Nq query rows per KV head
-    stride_ob,  # output strides: sequence, head, query
-    stride_oh,
-    stride_on,
-    GROUP: tl.constexpr,  # G = Hq / Hkv
-    HEAD_DIM: tl.constexpr,
-    SPLITS_POW2: tl.constexpr,  # splits rounded up to a power of two
-    CHUNK: tl.constexpr,  # splits read per step
-):
-    row = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // Hkv
-    h = pid_bh % Hkv
-    first = pid_bh.to(tl.int64) * splits * ROWS + row  # (b, h, split 0, row)
-    offs_s = tl.arange(0, SPLITS_POW2)
-    lse = tl.load(LsePart + first + offs_s * ROWS, mask=offs_s < splits, other=float("-inf"))
-    top = tl.max(lse, 0)
-    top = tl.where(top == float("-inf"), 0.0, top)  # no split saw a key: all weights 0, output 0
-    total = tl.sum(tl.exp2(lse - top), 0)
-    offs_d = tl.arange(0, HEAD_DIM)
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
-    for c in range(0, splits, CHUNK):
-        offs_c = c + tl.arange(0, CHUNK)
-        w = tl.exp2(tl.load(LsePart + first + offs_c * ROWS, mask=offs_c < splits, other=float("-inf")) - top)
-        idx = first + offs_c * ROWS
-        o = tl.load(OPart + idx[:, None] * HEAD_DIM + offs_d[None, :], mask=(w > 0.0)[:, None], other=0.0)
-        acc += tl.sum(w[:, None] * o, 0)
-    out = acc / tl.where(total > 0.0, total, 1.0)
-    head = (h * GROUP + row // Nq).to(tl.int64)
-    o_row = Out + b.to(tl.int64) * stride_ob + head * stride_oh + (row % Nq) * stride_on
-    tl.store(o_row + offs_d, out.to(Out.dtype.element_ty))
+        tl.store(Lse + part, lse, mask=row_ok)
+        # Every thread's partial is stored before the counter moves (release); the program that moves it last
+        # combines (acquire) and puts it back to 0 for the next launch.
+        tl.debug_barrier()
+        counter = Counter + pid_bh * tl.num_programs(1) + pid_m
+        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
+            _combine(Out=Out, Part=Part, Lse=Lse, first_part=first_part, first_row=pid_m * BLOCK_M,
+                     out_base=q_base, splits=splits, ROWS=ROWS, HEAD_DIM=HEAD_DIM, ROWS_P2=ROWS_P2,
+                     S_CHUNK=S_CHUNK)  # fmt: skip
+            tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
 
 
 @functools.cache
@@ -237,76 +244,97 @@ def _sm_count(index: int) -> int:
     return int(torch.cuda.get_device_properties(index).multi_processor_count)
 
 
-def choose_num_splits(programs: int, capacity: int, num_sms: int) -> int:
-    """Key splits per sequence when the caller gives none (flash-attn's idea, simplified).
+@functools.lru_cache(maxsize=1024)
+def choose_num_splits(programs: int, capacity: int, slots: int) -> int:
+    """Key splits per sequence when the caller gives none: flash-attn's num_splits_heuristic, in short.
 
-    `programs`: split-kernel programs without splitting (sequences x KV heads x query-row blocks). Enough
-    programs already fill the GPU: 1 split. Otherwise split until there are about PROGRAMS_PER_SM programs per
-    SM (several resident programs keep enough loads in flight to stream HBM), but give each split at least
-    MIN_SPLIT_KEYS keys of the capacity (a split's fixed cost: its Q load, partial write and combine read) and
-    never more than MAX_SPLITS. The capacity, not cache_seqlens, sizes the splits: reading the lengths would
-    sync the device.
+    `programs`: kernel programs without splitting (sequences x KV heads x query-row blocks); `slots`: programs
+    the GPU runs at once (SMs x programs resident per SM). If the programs nearly fill the slots (80%), one
+    split. Otherwise a split count s costs waves(s) / s (waves of programs, each streaming 1/s of the keys);
+    the pick is the fewest splits within 10% of the cheapest: at d = 128 on an H100 one resident program per SM
+    streams KV at 2.76 TB/s once 128 of the 132 SMs have one (KV of 537 MB, batch 1 or 4,
+    `benchmarks/decode_speed.py --tune`), and a part-filled second wave doubles the time of its programs.
+    Every split keeps at least MIN_SPLIT_KEYS keys of the capacity (each split costs its Q load, partial write
+    and combine read), at most MAX_SPLITS. The capacity, not cache_seqlens, sizes the splits: reading the
+    lengths would sync the device.
     """
-    target = PROGRAMS_PER_SM * num_sms
-    if programs >= target:
+    if programs >= 0.8 * slots:
         return 1
-    by_length = max(1, capacity // MIN_SPLIT_KEYS)
-    return max(1, min(cdiv(target, programs), by_length, MAX_SPLITS))
+    top = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_KEYS))
+    cost = [-(-programs * s // slots) / s for s in range(1, top + 1)]
+    best = min(cost)
+    return next(s for s, c in enumerate(cost, start=1) if c * 0.9 <= best)
 
 
-def _need(ok: bool, message: str) -> None:
-    if not ok:
-        raise KernelUnsupported(f"flash_decode: {message}")
+def resident_programs(config: dict[str, int], head_dim: int, elem: int) -> int:
+    """Programs of `config` an SM holds at once, by their K/V stage buffers (the kernel's shared memory)."""
+    return max(1, SMEM_PER_SM // (2 * config["BLOCK_N"] * head_dim * elem * max(1, config["num_stages"])))
 
 
-def _check_tensors(q: Any, k: Any, v: Any, lens: Any, table: Any) -> torch.Tensor:
-    """Shapes, dtypes, devices, layouts (no device data read). Returns q with a unit last stride."""
+def _pow2(n: int) -> int:
+    """The next power of two >= n (triton.next_power_of_2 costs ~5 us per call on the host in Triton 3.6)."""
+    return 1 << (n - 1).bit_length()
+
+
+def _refuse(message: str) -> None:
+    raise KernelUnsupported(f"flash_decode: {message}")
+
+
+# The checks below build their messages only on failure: the host path is part of every timed call (a call's
+# launch path longer than its GPU time is measured as host time).
+def _check_tensors(q: Any, k: Any, v: Any, lens: Any, table: Any) -> None:
+    """Shapes, dtypes, devices, layouts: no device data read."""
     for label, t in (("q", q), ("k_cache", k), ("v_cache", v)):
-        _need(isinstance(t, torch.Tensor), f"{label} must be a torch.Tensor, got {type(t).__name__}")
-        _need(t.dim() == 4, f"{label} must be 4-D, got shape {tuple(t.shape)}")
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            _refuse(f"{label} must be a 4-D torch.Tensor, got {getattr(t, 'shape', type(t).__name__)}")
     for label, t in (("cache_seqlens", lens), ("block_table", table)):
-        _need(t is None or isinstance(t, torch.Tensor), f"{label} must be a torch.Tensor or None")
-        _need(t is None or t.dtype == torch.int32, f"{label} must be int32, got {getattr(t, 'dtype', '')}")
-    _need(
-        q.dtype == k.dtype == v.dtype, f"q, k_cache, v_cache dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})"
-    )
-    _need(q.dtype in DECODE_DTYPES, f"dtype {q.dtype} unsupported (fp16, bf16, fp32 are)")
-    devices = sorted({str(t.device) for t in (q, k, v, lens, table) if t is not None})
-    _need(len(devices) == 1, f"inputs are on different devices ({', '.join(devices)})")
-    if q.device.type == "cuda":
-        _need(not interpreting(), "CUDA tensors while TRITON_INTERPRET=1 (the interpreter runs on CPU)")
-    else:
-        _need(
-            q.device.type == "cpu", f"device {q.device.type} unsupported (cuda, or cpu under the interpreter)"
-        )
-        _need(
-            interpreting(),
-            "device cpu needs Triton's interpreter (TRITON_INTERPRET=1 before importing triton)",
-        )
-        # The interpreter's bf16 tl.dot is silently wrong (relative error ~1e9 seen with triton 3.9).
-        _need(q.dtype != torch.bfloat16, "bf16 under the Triton interpreter (its bf16 tl.dot is wrong)")
+        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.int32):
+            _refuse(
+                f"{label} must be an int32 torch.Tensor or None, got {getattr(t, 'dtype', type(t).__name__)}"
+            )
+    if not q.dtype == k.dtype == v.dtype:
+        _refuse(f"q, k_cache, v_cache dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    if q.dtype not in DECODE_DTYPES:
+        _refuse(f"dtype {q.dtype} unsupported (fp16, bf16, fp32 are)")
+    dev = q.device
+    if not (k.device == dev and v.device == dev and (lens is None or lens.device == dev)) or (
+        table is not None and table.device != dev
+    ):
+        devices = sorted({str(t.device) for t in (q, k, v, lens, table) if t is not None})
+        _refuse(f"inputs are on different devices ({', '.join(devices)})")
+    if dev.type == "cuda":
+        if interpreting():
+            _refuse("CUDA tensors while TRITON_INTERPRET=1 (the interpreter runs on CPU)")
+    elif dev.type != "cpu":
+        _refuse(f"device {dev.type} unsupported (cuda, or cpu under the interpreter)")
+    elif not interpreting():
+        _refuse("device cpu needs Triton's interpreter (TRITON_INTERPRET=1 before importing triton)")
+    elif q.dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is silently wrong (rel. error ~1e9, 3.9)
+        _refuse("bf16 under the Triton interpreter (its bf16 tl.dot is wrong)")
     B, Hq, Nq, D = q.shape
-    _need(k.shape == v.shape, f"k_cache and v_cache shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})")
-    _need(k.shape[3] == D, f"head_dim differs between q ({D}) and the cache ({k.shape[3]})")
-    _need(D in DECODE_HEAD_DIMS, f"head_dim {D} unsupported (supported: {DECODE_HEAD_DIMS})")
-    _need(min(*q.shape, *k.shape) >= 1, f"empty input (q {tuple(q.shape)}, cache {tuple(k.shape)})")
-    _need(Hq % k.shape[1] == 0, f"KV heads {k.shape[1]} do not divide query heads {Hq}")
-    _need(k.stride(3) == 1 and v.stride(3) == 1, "k_cache and v_cache need a unit stride in head_dim")
-    if lens is not None:
-        _need(tuple(lens.shape) == (B,), f"cache_seqlens must be [batch={B}], got {tuple(lens.shape)}")
+    if k.shape != v.shape:
+        _refuse(f"k_cache and v_cache shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})")
+    if k.shape[3] != D:
+        _refuse(f"head_dim differs between q ({D}) and the cache ({k.shape[3]})")
+    if D not in DECODE_HEAD_DIMS:
+        _refuse(f"head_dim {D} unsupported (supported: {DECODE_HEAD_DIMS})")
+    if min(*q.shape, *k.shape) < 1:
+        _refuse(f"empty input (q {tuple(q.shape)}, cache {tuple(k.shape)})")
+    if Hq % k.shape[1]:
+        _refuse(f"KV heads {k.shape[1]} do not divide query heads {Hq}")
+    if k.stride(3) != 1 or v.stride(3) != 1:
+        _refuse("k_cache and v_cache need a unit stride in head_dim")
+    if lens is not None and lens.shape != (B,):
+        _refuse(f"cache_seqlens must be [batch={B}], got {tuple(lens.shape)}")
     if table is None:
-        _need(k.shape[0] == B, f"batch differs between q ({B}) and the contiguous cache ({k.shape[0]})")
-    else:
-        _need(
-            table.dim() == 2 and table.shape[0] == B,
-            f"block_table must be [{B}, blocks], got {tuple(table.shape)}",
-        )
-        page = k.shape[2]
-        _need(
-            page >= 16 and page & (page - 1) == 0,
-            f"page size {page} (k_cache.shape[2]) must be a power of two >= 16",
-        )
-    return q if q.stride(3) == 1 else q.contiguous()
+        if k.shape[0] != B:
+            _refuse(f"batch differs between q ({B}) and the contiguous cache ({k.shape[0]})")
+        return
+    if table.dim() != 2 or table.shape[0] != B:
+        _refuse(f"block_table must be [{B}, blocks], got {tuple(table.shape)}")
+    page = k.shape[2]
+    if page < 16 or page & (page - 1):
+        _refuse(f"page size {page} (k_cache.shape[2]) must be a power of two >= 16")
 
 
 def _check_data(
@@ -323,14 +351,23 @@ def _check_data(
     values = torch.stack([x for t in stats for x in (t.min(), t.max())]).tolist()  # the sync
     if lens is not None:
         low, high, *values = values
-        _need(low >= 0, f"cache_seqlens holds a negative length ({low})")
-        _need(high <= capacity, f"cache_seqlens holds {high}, past the cache capacity {capacity}")
-    if table is not None:
-        low, high = values
-        _need(
-            low >= 0 and high < pool,
-            f"block_table holds page {low if low < 0 else high}, outside the pool of {pool}",
+        if low < 0:
+            _refuse(f"cache_seqlens holds a negative length ({low})")
+        if high > capacity:
+            _refuse(f"cache_seqlens holds {high}, past the cache capacity {capacity}")
+    if table is not None and (values[0] < 0 or values[1] >= pool):
+        _refuse(
+            f"block_table holds page {values[0] if values[0] < 0 else values[1]}, outside the pool of {pool}"
         )
+
+
+def _counters(device: torch.device, size: int) -> torch.Tensor:
+    """Zeroed split counters for `device`'s current stream (grown on demand; the kernel leaves them 0)."""
+    key = (str(device), torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < size:
+        buf = _COUNTERS[key] = torch.zeros(max(size, 1024), dtype=torch.int32, device=device)
+    return buf
 
 
 def flash_decode(
@@ -352,67 +389,60 @@ def flash_decode(
     [num_blocks, Hkv, block_size, D]. cache_seqlens: int32 [B] valid keys per sequence (default: the capacity).
     causal: query i sees keys j <= L_b - Nq + i (else all L_b keys). num_splits: key splits per sequence
     (None: `choose_num_splits`; 1: one pass, no combine). validate: check cache_seqlens and block_table
-    against the cache on the host (one device sync; see the module docstring). config: force the split
-    kernel's {"BLOCK_N", "num_warps", "num_stages"} (default: GPU_CONFIGS per head dim).
+    against the cache on the host (one device sync; see the module docstring). config: force the kernel's
+    {"BLOCK_N", "num_warps", "num_stages"} (default: GPU_CONFIGS per head dim).
     Raises KernelUnsupported (a ValueError) naming what it refuses.
     """
-    q, k, v = _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table), k_cache, v_cache
-    _need(isinstance(causal, bool), f"causal must be a bool, got {causal!r}")
+    _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table)
+    k, v, paged = k_cache, v_cache, block_table is not None
+    if not isinstance(causal, bool):
+        _refuse(f"causal must be a bool, got {causal!r}")
     B, Hq, Nq, D = q.shape
-    Hkv, paged = k.shape[1], block_table is not None
+    Hkv = k.shape[1]
     page = k.shape[2] if paged else 1
     capacity = block_table.shape[1] * page if paged else k.shape[2]
     scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
-    _need(
-        isinstance(scale, int | float) and math.isfinite(scale),
-        f"sm_scale must be a finite number, got {scale!r}",
-    )
+    if not isinstance(scale, int | float) or not math.isfinite(scale):
+        _refuse(f"sm_scale must be a finite number, got {scale!r}")
     if validate:
         _check_data(cache_seqlens, block_table, capacity, k.shape[0], page)
-    cfg = dict(INTERPRET_CONFIG if interpreting() else GPU_CONFIGS[D])
+    cfg = INTERPRET_CONFIG if interpreting() else GPU_CONFIGS[D]
     if config is not None:
-        _need(
-            isinstance(config, dict) and set(config) <= set(cfg), f"config keys must be among {sorted(cfg)}"
-        )
-        cfg.update(config)
-        bn = cfg["BLOCK_N"]
-        _need(bn in (16, 32, 64, 128, 256), f"config BLOCK_N={bn!r} must be a power of two in 16..256")
+        if not isinstance(config, dict) or not set(config) <= set(cfg):
+            _refuse(f"config keys must be among {sorted(cfg)}, got {config!r}")
+        cfg = {**cfg, **config}
+        if cfg["BLOCK_N"] not in (16, 32, 64, 128, 256):
+            _refuse(f"config BLOCK_N={cfg['BLOCK_N']!r} must be a power of two in 16..256")
     rows = (Hq // Hkv) * Nq
-    block_m = min(MAX_ROWS, max(16, triton.next_power_of_2(rows)))
-    row_blocks = cdiv(rows, block_m)
+    block_m = min(MAX_ROWS, max(16, _pow2(rows)))
+    row_blocks = -(-rows // block_m)
     if num_splits is None:
         sms = INTERPRET_SMS if interpreting() else _sm_count(q.device.index or 0)
-        num_splits = choose_num_splits(B * Hkv * row_blocks, capacity, sms)
-    ok = isinstance(num_splits, int) and not isinstance(num_splits, bool) and 1 <= num_splits <= MAX_SPLITS
-    _need(ok, f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
+        stage_bytes = 2 * cfg["BLOCK_N"] * D * k.element_size() * max(1, cfg["num_stages"])
+        num_splits = choose_num_splits(
+            B * Hkv * row_blocks, capacity, sms * max(1, SMEM_PER_SM // stage_bytes)
+        )
+    elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
+        _refuse(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
 
+    q = q if q.is_contiguous() else q.contiguous()
     out = torch.empty((B, Hq, Nq, D), dtype=q.dtype, device=q.device)
     direct = num_splits == 1
     if direct:  # no partials: Out stands in for the unused pointers
-        o_part = lse_part = out
-    else:
-        o_part = torch.empty((B, Hkv, num_splits, rows, D), dtype=torch.float32, device=q.device)
-        lse_part = torch.empty((B, Hkv, num_splits, rows), dtype=torch.float32, device=q.device)
-    seqlens = cache_seqlens if cache_seqlens is not None else out
-    table = block_table if paged else out
-    _decode_split[(num_splits, row_blocks, B * Hkv)](
-        Q=q, K=k, V=v, Seqlens=seqlens, Table=table, Out=out, OPart=o_part, LsePart=lse_part,
-        qk_scale=float(scale) * LOG2E, capacity=capacity, splits=num_splits, Hkv=Hkv, Nq=Nq, ROWS=rows,
-        stride_qb=q.stride(0), stride_qh=q.stride(1), stride_qn=q.stride(2),
+        part = counters = out
+    else:  # partial outputs, then their lse
+        part = torch.empty(B * Hkv * num_splits * rows * (D + 1), dtype=torch.float32, device=q.device)
+        counters = _counters(q.device, B * Hkv * row_blocks)
+    rows_p2 = min(block_m, _pow2(rows))
+    s_chunk = max(1, min(_pow2(num_splits), COMBINE_ELEMENTS // (rows_p2 * D)))
+    _decode[(num_splits, row_blocks, B * Hkv)](
+        Q=q, K=k, V=v, Seqlens=out if cache_seqlens is None else cache_seqlens,
+        Table=block_table.contiguous() if paged else out, Out=out, Part=part, Counter=counters,
+        qk_scale=float(scale) * LOG2E, capacity=capacity, splits=num_splits, Hkv=Hkv, Nq=Nq,
         stride_kb=k.stride(0), stride_kh=k.stride(1), stride_kn=k.stride(2),
         stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vn=v.stride(2),
-        stride_tb=block_table.stride(0) if paged else 0,
-        stride_ob=out.stride(0), stride_oh=out.stride(1), stride_on=out.stride(2),
         GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], PAGE=page, PAGED=paged,
         HAS_SEQLENS=cache_seqlens is not None, CAUSAL=causal, DIRECT=direct, IEEE=q.dtype == torch.float32,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        ROWS_P2=rows_p2, S_CHUNK=s_chunk, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )  # fmt: skip
-    if not direct:
-        chunk = min(COMBINE_CHUNK, triton.next_power_of_2(num_splits))
-        _decode_combine[(rows, B * Hkv)](
-            OPart=o_part, LsePart=lse_part, Out=out, splits=num_splits, Hkv=Hkv, Nq=Nq, ROWS=rows,
-            stride_ob=out.stride(0), stride_oh=out.stride(1), stride_on=out.stride(2),
-            GROUP=Hq // Hkv, HEAD_DIM=D, SPLITS_POW2=triton.next_power_of_2(num_splits), CHUNK=chunk,
-            num_warps=4 if chunk * D <= 4096 else 8,
-        )  # fmt: skip
     return out

@@ -162,22 +162,42 @@ def test_forced_num_splits_match_reference(device, paged, num_splits):
 
 
 def test_heuristic_splits_a_long_lone_sequence(device):
+    # One sequence, one KV head, 16 interpreter key blocks of 16: 8 slots (the interpreter's SM count, one
+    # program per SM) ask for 8 splits, the capacity allows 4 (MIN_SPLIT_KEYS each): the case runs 4 splits.
     capacity = 4 * decode_module.MIN_SPLIT_KEYS
-    assert decode_module.choose_num_splits(1, capacity, 8) == 4  # the case below runs 4 splits
+    assert decode_module.choose_num_splits(1, capacity, decode_module.INTERPRET_SMS) == 4
     prob = Problem(2, 1, 1, 32, [capacity - 5], torch.float32, nmax=capacity, seed=4, device=device)
     prob.check(prob.run())
 
 
 def test_choose_num_splits_fills_the_gpu_within_bounds():
-    choose, min_keys = decode_module.choose_num_splits, decode_module.MIN_SPLIT_KEYS
-    sms, target = 132, decode_module.PROGRAMS_PER_SM * 132
-    assert choose(target, 1 << 20, sms) == 1  # enough programs already
-    assert choose(10 * target, 1 << 20, sms) == 1
-    assert choose(8, 1 << 20, sms) == min(decode_module.MAX_SPLITS, -(-target // 8))  # batch 1, 8 KV heads
-    assert choose(8, 1 << 20, sms) * 8 >= target
-    assert choose(8, 8 * min_keys, sms) == 8  # capped so that every split gets MIN_SPLIT_KEYS keys
-    assert choose(8, min_keys - 1, sms) == 1  # short cache: no split
-    assert choose(1, 1 << 30, sms) == decode_module.MAX_SPLITS
+    choose, min_keys, top = (
+        decode_module.choose_num_splits,
+        decode_module.MIN_SPLIT_KEYS,
+        decode_module.MAX_SPLITS,
+    )
+    long = 1 << 20
+    assert choose(106, long, 132) == 1 and choose(1000, long, 132) == 1  # 80% of the slots already
+    assert choose(8, long, 132) == 15  # batch 1, 8 KV heads: 120 programs on 132 slots (91%), one wave
+    assert choose(32, long, 132) == 4  # batch 4: 128 of 132
+    assert choose(100, long, 132) == 5  # 1 split fills 76% of a wave; 5 fill 3.8 of 4 waves (95%)
+    assert choose(8, 8 * min_keys, 132) == 8  # capped so that every split keeps MIN_SPLIT_KEYS keys
+    assert choose(8, min_keys - 1, 132) == 1  # short cache: no split
+    assert 0.9 * top <= choose(1, 1 << 30, 10_000) <= top  # never past MAX_SPLITS
+    for programs in range(1, 140):  # waves / splits within 10% of the cheapest split count, the fewest such
+        s = choose(programs, long, 132)
+        cost = [math.ceil(programs * n / 132) / n for n in range(1, top + 1)]
+        assert programs >= 0.8 * 132 or (
+            0.9 * cost[s - 1] <= min(cost) and 0.9 * min(cost[: s - 1], default=9) > min(cost)
+        )
+
+
+def test_split_counters_are_zero_after_a_call_and_results_repeat(device):
+    prob = Problem(4, 2, 2, 32, [9, 70], torch.float16, page=16, seed=13, device=device)
+    first = prob.run(paged=True, num_splits=3)
+    counters = [t for (dev, _), t in decode_module._COUNTERS.items() if dev == str(torch.device(device))]
+    assert counters and all((t == 0).all() for t in counters)
+    assert torch.equal(prob.run(paged=True, num_splits=3), first)
 
 
 @pytest.mark.parametrize("d", [32, 128])
@@ -242,7 +262,7 @@ def _bad_cases(device):
     lens, table = prob.seqlens.to(device), prob.table.to(device)
     pool = kp.shape[0]
     return {
-        "k 3-D": ((q, k[0], v, lens), "k_cache must be 4-D"),
+        "k 3-D": ((q, k[0], v, lens), "k_cache must be a 4-D torch.Tensor"),
         "dtype mix": ((q, k.float(), v, lens), "dtypes differ"),
         "int dtype": ((q.long(), k.long(), v.long(), lens), "dtype torch.int64 unsupported"),
         "k != v": ((q, k, v[:, :, :20], lens), "shapes differ"),
@@ -250,11 +270,11 @@ def _bad_cases(device):
         "head dim mismatch": ((q[..., :32], k, v, lens), "head_dim differs"),
         "heads": ((q[:, :3], k, v, lens), "do not divide query heads 3"),
         "batch": ((q[:1], k, v), "batch differs"),
-        "lens dtype": ((q, k, v, lens.long()), "cache_seqlens must be int32"),
+        "lens dtype": ((q, k, v, lens.long()), "cache_seqlens must be an int32 torch.Tensor or None"),
         "lens shape": ((q, k, v, lens[:1]), "cache_seqlens must be [batch=2]"),
         "lens negative": ((q, k, v, -lens), "negative length"),
         "lens too long": ((q, k, v, lens + 30), "past the cache capacity 32"),
-        "table dtype": ((q, kp, vp, lens, table.long()), "block_table must be int32"),
+        "table dtype": ((q, kp, vp, lens, table.long()), "block_table must be an int32 torch.Tensor"),
         "table shape": ((q, kp, vp, lens, table[:1]), "block_table must be [2, blocks]"),
         "page past pool": (
             (q, kp, vp, lens, torch.where(table == table[1, 1], pool, table)),
@@ -275,7 +295,7 @@ def _bad_cases(device):
         "scale": ((q, k, v, lens, None, True, float("inf")), "sm_scale must be a finite number"),
         "splits 0": ((q, k, v, lens, None, True, None, 0), "num_splits must be an int in 1..128"),
         "splits big": ((q, k, v, lens, None, True, None, 129), "num_splits must be an int in 1..128"),
-        "not a tensor": ((q.tolist(), k, v), "q must be a torch.Tensor"),
+        "not a tensor": ((q.tolist(), k, v), "q must be a 4-D torch.Tensor"),
     }
 
 
@@ -302,15 +322,25 @@ def test_bf16_refused_under_the_interpreter():
 # ---------------------------------------------------------------------------------------------------------
 
 
+GPU_LAYOUTS = {  # heads, kv heads, page size (None: contiguous)
+    "gqa-contig": (32, 8, None),
+    "gqa-page16": (32, 8, 16),
+    "gqa-page256": (32, 8, 256),
+    "mha-page64": (32, 32, 64),
+    "mqa-contig": (16, 1, None),
+    "mqa-page16": (16, 1, 16),
+}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("page", [None, 16, 64, 256])
 @pytest.mark.parametrize("nq", [1, 4])
-@pytest.mark.parametrize("heads", [(32, 8), (32, 32), (16, 1)], ids=["gqa", "mha", "mqa"])
+@pytest.mark.parametrize("layout", list(GPU_LAYOUTS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_gpu_ragged_batch_matches_reference(dtype, heads, nq, page):
-    lengths = [1, 257, 1000, 4093, 4096, 3]
-    prob = Problem(*heads, nq, 128, lengths, dtype, nmax=4096, page=page, seed=11, device="cuda")
-    for splits in (None, 1, 7):
+def test_gpu_ragged_batch_matches_reference(dtype, layout, nq):
+    heads, kv_heads, page = GPU_LAYOUTS[layout]
+    lengths = [1, 257, 1000, 2045, 2048, 3]
+    prob = Problem(heads, kv_heads, nq, 128, lengths, dtype, nmax=2048, page=page, seed=11, device="cuda")
+    for splits in (None, 1, 7, 128):
         prob.check(prob.run(paged=page is not None, num_splits=splits))
     prob.check(prob.run(paged=page is not None, causal=False), causal=False)
 
