@@ -1,11 +1,13 @@
 """flash_decode against the SDPA backends on one GPU, in one process: checks, times, tunes (bf16, Nq = 1).
 
-Per shape (batch, query heads, KV heads, context, page size): builds a full-length KV cache, checks flash_decode
-against float64 attention (err <= 2 * err(SDPA math in bf16) + 1e-3), then times it (heuristic splits, and with
---tune every (config, num_splits) pair) and the SDPA backends with triton.testing.do_bench (median, L2 flushed
-between repetitions). TB/s = bytes of K and V read / time (GQA: the Hkv heads, as stored). SDPA runs with
-enable_gqa=True; a backend that refuses it gets K/V expanded to Hq heads (marked "x"; TB/s still over the
-stored bytes). Also the host time of one flash_decode call (validate=False, no sync) in a loop.
+Per shape (head dim, batch, query heads, KV heads, context, page size): builds a full-length KV cache, checks
+flash_decode against float64 attention (err <= 2 * err(SDPA math in bf16) + 1e-3; then that the cached launch
+path gives the same bits), then times it (heuristic splits) and the SDPA backends with triton.testing.do_bench
+(median, L2 flushed between repetitions), eagerly and as a CUDA graph of one call (device time, no host launch
+path). TB/s = bytes of K and V read / time (GQA: the Hkv heads, as stored). SDPA runs with enable_gqa=True; a
+backend that refuses it gets K/V expanded to Hq heads (marked "x"; TB/s still over the stored bytes). Also the
+host time of one flash_decode call (validate=False, no sync) in a loop. --tune then sweeps num_splits at the
+default tile and the tiles of TUNE_CONFIGS at the heuristic's num_splits, shape by shape, within the budget.
 
     python3 benchmarks/decode_speed.py [--tune] [--budget-s 330]   # JSON to $OUT/decode_speed.json
 
@@ -27,6 +29,7 @@ from flashbench.kernels import decode as decode_module
 from flashbench.kernels import flash_decode
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
+from triton.runtime.errors import OutOfResources
 
 SDPA = {
     "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -34,17 +37,10 @@ SDPA = {
     "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
 }
-TUNE_CONFIGS = [
-    (32, 4, 3),
-    (64, 4, 2),
-    (64, 4, 3),
-    (64, 4, 4),
-    (64, 8, 3),
-    (128, 4, 2),
-    (128, 4, 3),
-    (128, 8, 3),
-]
-TUNE_SPLITS = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
+# --tune: num_splits swept at the default tile, then these tiles (BLOCK_N, num_warps, num_stages) at the
+# heuristic's num_splits.
+TUNE_CONFIGS = [(64, 4, 3), (64, 4, 4), (128, 4, 2), (128, 4, 3), (128, 8, 3)]
+TUNE_SPLITS = [1, 2, 4, 8, 12, 16, 24, 32, 64]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +58,8 @@ class Shape:
 
     def label(self) -> str:
         kind = "mha" if self.heads == self.kv_heads else f"gqa{self.heads}/{self.kv_heads}"
-        return f"{kind} b{self.batch} n{self.context // 1024}k " + (
-            f"page{self.page}" if self.page else "contig"
-        )
+        layout = f"page{self.page}" if self.page else "contig"
+        return f"d{self.head_dim} {kind} b{self.batch} n{self.context // 1024}k {layout}"
 
 
 SHAPES = [
@@ -143,8 +138,44 @@ def clocks() -> dict[str, int]:
         return {"error": str(exc)}
 
 
+def graph_ms(fn) -> float:
+    """do_bench median of a CUDA graph of one call: device time without the host's launch path."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()  # warm-up on the capture stream (compiles, allocates the stream's scratch)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        fn()
+    return bench(graph.replay)
+
+
+def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
+    """num_splits swept at the default config, then TUNE_CONFIGS at the heuristic's num_splits."""
+    default = decode_module.GPU_CONFIGS[s.head_dim]
+    pick = next(r["heuristic_splits"] for r in rows if r["provider"] == "summary" and r["shape"] == s.label())
+    points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
+    points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
+    for cfg, splits in points:
+        if time.time() > until:
+            break
+        try:
+            ms = bench(ours(splits, cfg))
+        except OutOfResources as exc:
+            rows.append(
+                {**base, "provider": "tune", "config": cfg, "splits": splits, "error": str(exc)[:200]}
+            )
+            continue
+        rows.append({**base, "provider": "tune", "config": cfg, "splits": splits, "ms": ms})
+    tuned = [r for r in rows if r["provider"] == "tune" and r["shape"] == s.label() and "ms" in r]
+    if tuned:
+        best = min(tuned, key=lambda r: r["ms"])
+        print(f"{s.label():30s} tuned best {tuple(best['config'].values())} s{best['splits']}: "
+              f"{best['ms'] * 1e3:.1f} us {s.kv_bytes / best['ms'] / 1e9:.2f} TB/s", flush=True)  # fmt: skip
+
+
 def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float | None) -> None:
-    """Check and time one shape; with tune_until, also sweep (config, num_splits) until that time."""
+    """Check and time one shape (eager and as a CUDA graph) beside SDPA; with tune_until, tune instead."""
     q, k, v, *paged = build(s, gen)
     kc, vc, table = (paged[0], paged[1], paged[2]) if s.page else (k, v, None)
     base = {"shape": s.label(), **dataclasses.asdict(s)}
@@ -154,34 +185,20 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
         return lambda: flash_decode(q, kc, vc, lens, table, num_splits=splits, validate=False, config=config)
 
     if tune_until is not None:
-        default = decode_module.GPU_CONFIGS[s.head_dim]
-        pick = next(
-            r["heuristic_splits"] for r in rows if r["provider"] == "summary" and r["shape"] == s.label()
-        )
-        points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
-        points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
-        for cfg, splits in points:
-            if time.time() < tune_until:
-                ms = bench(ours(splits, cfg))
-                rows.append({**base, "provider": "tune", "config": cfg, "splits": splits, "ms": ms})
-        tuned = [r for r in rows if r["provider"] == "tune" and r["shape"] == s.label()]
-        if tuned:
-            best = min(tuned, key=lambda r: r["ms"])
-            print(f"{s.label():28s} tuned best {tuple(best['config'].values())} s{best['splits']}: "
-                  f"{best['ms'] * 1e3:.1f} us {s.kv_bytes / best['ms'] / 1e9:.2f} TB/s", flush=True)  # fmt: skip
+        tune(s, ours, base, rows, tune_until)
         return
-    # Correctness on this shape (the checked call runs with validation on).
+    # Correctness on this shape: the checked call (validation on, Triton's JIT launch) against float64.
     ref = sdpa_call(SDPBackend.MATH, q.double(), k.double(), v.double())()
     lowp = rel_err(sdpa_call(SDPBackend.MATH, q, k, v)(), ref)
-    err = rel_err(flash_decode(q, kc, vc, lens, table), ref)
+    checked = flash_decode(q, kc, vc, lens, table)
+    err = rel_err(checked, ref)
     ok = err <= 2 * lowp + 1e-3
     del ref
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cfg = decode_module.GPU_CONFIGS[s.head_dim]
-    slots = sms * decode_module.resident_programs(cfg, s.head_dim, 2)
-    heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, slots)
+    block_n = decode_module.GPU_CONFIGS[s.head_dim]["BLOCK_N"]
+    heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, block_n, sms)
     timed = {"flash_decode": ours(), **{name: sdpa_call(b, q, k, v) for name, b in SDPA.items()}}
-    results = {}
+    results, graphs = {}, {}
     for name, fn in timed.items():
         try:
             ms = bench(fn)
@@ -189,14 +206,20 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
             group = s.heads // s.kv_heads
             kx, vx = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
             try:
-                ms, name = bench(sdpa_call(SDPA[name], q, kx, vx)), name + " x"
+                fn, name = sdpa_call(SDPA[name], q, kx, vx), name + " x"
+                ms = bench(fn)
             except RuntimeError:
                 rows.append({**base, "provider": name, "error": str(exc).splitlines()[0][:200]})
                 continue
-            finally:
-                del kx, vx
         results[name] = ms
-        rows.append({**base, "provider": name, "ms": ms, "tbps": s.kv_bytes / ms / 1e9})
+        if name != "math" and not name.endswith(" x"):
+            try:
+                graphs[name] = graph_ms(fn)
+            except RuntimeError as exc:
+                rows.append({**base, "provider": name + " graph", "error": str(exc).splitlines()[0][:200]})
+        row = {**base, "provider": name, "ms": ms, "tbps": s.kv_bytes / ms / 1e9}
+        rows.append({**row, "graph_ms": graphs.get(name)})
+    same = torch.equal(ours()(), checked)  # the cached compiled kernel (no validation) gives the same bits
     call = ours()
     for _ in range(5):
         call()
@@ -207,23 +230,27 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
     host_us = (time.perf_counter() - h0) / 50 * 1e6
     torch.cuda.synchronize()
     sdpa_ms, sdpa_name = min((ms, n) for n, ms in results.items() if n != "flash_decode")
-    ours_ms = results["flash_decode"]
+    ours_ms, tb = results["flash_decode"], lambda ms: s.kv_bytes / ms / 1e9
     cudnn = next((ms for n, ms in results.items() if n.startswith("sdpa-cudnn")), float("nan"))
+    g_ours = graphs.get("flash_decode", float("nan"))
+    g_sdpa = min((ms for n, ms in graphs.items() if n != "flash_decode"), default=float("nan"))
     line = (
-        f"{s.label():28s} {s.kv_bytes / 1e6:7.1f} MB ok={ok} err={err:.1e} (lowp {lowp:.1e}) splits={heuristic:3d} "
-        f"ours {ours_ms * 1e3:7.1f} us {s.kv_bytes / ours_ms / 1e9:4.2f} TB/s host {host_us:4.1f} us | "
-        f"best sdpa {sdpa_name} {s.kv_bytes / sdpa_ms / 1e9:4.2f} TB/s | x{sdpa_ms / ours_ms:4.2f} best, "
+        f"{s.label():30s} {s.kv_bytes / 1e6:7.1f} MB ok={ok}/{same} err={err:.1e}/{lowp:.1e} s={heuristic:3d} "
+        f"ours {ours_ms * 1e3:6.1f} us {tb(ours_ms):4.2f} TB/s (graph {tb(g_ours):4.2f}) host {host_us:5.1f} us | "
+        f"{sdpa_name} {tb(sdpa_ms):4.2f} (best graph {tb(g_sdpa):4.2f}) | x{sdpa_ms / ours_ms:4.2f} best "
         f"x{cudnn / ours_ms:4.2f} cudnn"
     )
     print(line, flush=True)
-    rows.append({**base, "provider": "summary", "ok": ok, "err": err, "lowp_err": lowp, "heuristic_splits": heuristic,
-                 "host_us": host_us, "line": line, "clocks": clocks()})  # fmt: skip
+    rows.append({**base, "provider": "summary", "ok": ok, "same_bits": same, "err": err, "lowp_err": lowp,
+                 "heuristic_splits": heuristic, "host_us": host_us, "line": line, "clocks": clocks()})  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tune", action="store_true", help="then time every (config, num_splits) pair per shape")
-    ap.add_argument("--budget-s", type=float, default=330.0, help="stop tuning after this many seconds")
+    ap.add_argument(
+        "--budget-s", type=float, default=330.0, help="stop tuning this many seconds after the start"
+    )
     ap.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
     args = ap.parse_args()
     t0, gen = time.time(), torch.Generator(device="cuda").manual_seed(0)

@@ -30,7 +30,8 @@ Cautions:
   - P is cast to the input dtype before P @ V (as flash-attn does); acc, m, l, the partials stay fp32; fp32
     inputs use IEEE dots (no TF32).
   - Sequence, page and head bases are int64: a cache of B * Hkv * Nmax * D elements can pass 2^31.
-  - The counters (one int32 per group, kept per device and stream, zero between launches) order the combine
+  - The counters (one int32 per group, kept per device and stream with the partials workspace, zero between
+    launches; CUDA-graph captures keep using the capture stream's) order the combine
     after the other programs' partial stores: a CTA barrier, then an acq_rel atomic at GPU scope; the combine
     reads the partials through L2 (.cg).
   - Keys are gathered row by row through the page table (one int32 per key, from L1/L2), so any page size
@@ -66,13 +67,17 @@ INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages":
 MAX_ROWS = 64  # query rows per tile (G * Nq beyond this takes more row blocks, each reading K/V again)
 MAX_SPLITS = 128
 MIN_SPLIT_KEYS = 256  # the split heuristic gives every split at least this many keys of the capacity
-SMEM_PER_SM = 228 * 1024  # H100: programs resident per SM = SMEM_PER_SM // the tile's K/V stage buffers
 INTERPRET_SMS = 8  # the SM count assumed under the interpreter
 COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per step (64 registers per thread)
 
-# Split counters, one int32 per (sequence, KV head, row block), zero between launches: the last split program
-# of a group combines and resets its counter. Per (device, stream), so concurrent streams never share one.
-_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
+# Per (device, stream): split counters (int32, one per sequence x KV head x row block, zero between launches: the
+# last split program of a group combines and resets its counter) and the fp32 partials workspace. Each launch
+# consumes its workspace before the next launch on its stream starts; streams never share one.
+_SCRATCH: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
+# Compiled kernels by everything Triton specializes them on (and more: exact integer values), so that a repeated
+# call skips Triton's JIT dispatch: 25 -> 4 us of host time per launch (Triton 3.6, launch stubbed, on the CPU
+# machine), which a short decode pays in full.
+_COMPILED: dict[tuple, Any] = {}
 
 
 @triton.jit
@@ -94,24 +99,24 @@ def _combine(
     row_ok = rows < ROWS
     offs_s = tl.arange(0, S_CHUNK)
     offs_d = tl.arange(0, HEAD_DIM)
-    top = tl.zeros([ROWS_P2], dtype=tl.float32) - float("inf")
-    for c in range(0, splits, S_CHUNK):  # pass 1: the largest lse per row
-        idx = first_part + (c + offs_s)[:, None] * ROWS + rows[None, :]
-        ok = ((c + offs_s) < splits)[:, None] & row_ok[None, :]
-        top = tl.maximum(
-            top, tl.max(tl.load(Lse + idx, mask=ok, other=float("-inf"), cache_modifier=".cg"), 0)
-        )
-    top = tl.where(top == float("-inf"), 0.0, top)  # no split saw a key: every weight is 0, the row 0
+    top = tl.zeros([ROWS_P2], dtype=tl.float32) - float("inf")  # running max lse per row
     acc = tl.zeros([ROWS_P2, HEAD_DIM], dtype=tl.float32)
     total = tl.zeros([ROWS_P2], dtype=tl.float32)
-    for c in range(0, splits, S_CHUNK):  # pass 2: weighted sum
-        idx = first_part + (c + offs_s)[:, None] * ROWS + rows[None, :]
+    # One pass, lse and partials loaded together (one round trip when splits <= S_CHUNK); every split wrote
+    # its rows (0 and -inf when it saw no key).
+    for c in range(0, splits, S_CHUNK):
+        idx = first_part + (c + offs_s)[:, None] * ROWS + rows[None, :]  # [S_CHUNK, ROWS_P2]
         ok = ((c + offs_s) < splits)[:, None] & row_ok[None, :]
-        w = tl.exp2(tl.load(Lse + idx, mask=ok, other=float("-inf"), cache_modifier=".cg") - top[None, :])
-        o = tl.load(Part + idx[:, :, None] * HEAD_DIM + offs_d[None, None, :], mask=(w > 0.0)[:, :, None],
-                    other=0.0, cache_modifier=".cg")  # fmt: skip
-        acc += tl.sum(w[:, :, None] * o, 0)
-        total += tl.sum(w, 0)
+        lse = tl.load(Lse + idx, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        o = tl.load(Part + idx[:, :, None] * HEAD_DIM + offs_d[None, None, :], mask=ok[:, :, None], other=0.0,
+                    cache_modifier=".cg")  # fmt: skip
+        new = tl.maximum(top, tl.max(lse, 0))
+        safe = tl.where(new == float("-inf"), 0.0, new)  # no split saw a key yet: weights 0, not NaN
+        w = tl.exp2(lse - safe[None, :])
+        rescale = tl.exp2(top - safe)
+        acc = acc * rescale[:, None] + tl.sum(w[:, :, None] * o, 0)
+        total = total * rescale + tl.sum(w, 0)
+        top = new
     out = acc / tl.where(total > 0.0, total, 1.0)[:, None]
     o_ptrs = Out + out_base + rows[:, None] * HEAD_DIM + offs_d[None, :]  # row r = g * Nq + i: contiguous
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None])
@@ -245,30 +250,26 @@ def _sm_count(index: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def choose_num_splits(programs: int, capacity: int, slots: int) -> int:
+def choose_num_splits(programs: int, capacity: int, block_n: int, sms: int) -> int:
     """Key splits per sequence when the caller gives none: flash-attn's num_splits_heuristic, in short.
 
-    `programs`: kernel programs without splitting (sequences x KV heads x query-row blocks); `slots`: programs
-    the GPU runs at once (SMs x programs resident per SM). If the programs nearly fill the slots (80%), one
-    split. Otherwise a split count s costs waves(s) / s (waves of programs, each streaming 1/s of the keys);
-    the pick is the fewest splits within 10% of the cheapest: at d = 128 on an H100 one resident program per SM
-    streams KV at 2.76 TB/s once 128 of the 132 SMs have one (KV of 537 MB, batch 1 or 4,
-    `benchmarks/decode_speed.py --tune`), and a part-filled second wave doubles the time of its programs.
-    Every split keeps at least MIN_SPLIT_KEYS keys of the capacity (each split costs its Q load, partial write
-    and combine read), at most MAX_SPLITS. The capacity, not cache_seqlens, sizes the splits: reading the
-    lengths would sync the device.
+    `programs`: kernel programs without splitting (sequences x KV heads x query-row blocks). One program per SM
+    already streams HBM at full speed: at d = 128 on an H100, 128 programs on the 132 SMs read 537 MB of KV
+    at 2.78-2.84 TB/s, with 1 split (batch 16) or 4 (batch 4), and more splits only add work (2.6 TB/s at 32)
+    (`benchmarks/decode_speed.py --tune`). So: if the programs nearly fill the SMs (80%), one split. Otherwise
+    s splits cost waves(s) x blocks per split (the critical path: waves of programs over the SMs, each
+    streaming whole blocks of `block_n` keys of the `capacity`), and the pick is the fewest splits within 10%
+    of the cheapest. Every split keeps at least MIN_SPLIT_KEYS keys (each split costs its Q load, partial
+    write and combine read), at most MAX_SPLITS. The capacity, not cache_seqlens, sizes the splits: reading
+    the lengths would sync the device.
     """
-    if programs >= 0.8 * slots:
+    if programs >= 0.8 * sms:
         return 1
-    top = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_KEYS))
-    cost = [-(-programs * s // slots) / s for s in range(1, top + 1)]
+    blocks = -(-capacity // block_n)
+    top = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_KEYS, blocks))
+    cost = [-(-programs * s // sms) * -(-blocks // s) for s in range(1, top + 1)]
     best = min(cost)
     return next(s for s, c in enumerate(cost, start=1) if c * 0.9 <= best)
-
-
-def resident_programs(config: dict[str, int], head_dim: int, elem: int) -> int:
-    """Programs of `config` an SM holds at once, by their K/V stage buffers (the kernel's shared memory)."""
-    return max(1, SMEM_PER_SM // (2 * config["BLOCK_N"] * head_dim * elem * max(1, config["num_stages"])))
 
 
 def _pow2(n: int) -> int:
@@ -361,13 +362,47 @@ def _check_data(
         )
 
 
-def _counters(device: torch.device, size: int) -> torch.Tensor:
-    """Zeroed split counters for `device`'s current stream (grown on demand; the kernel leaves them 0)."""
-    key = (str(device), torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < size:
-        buf = _COUNTERS[key] = torch.zeros(max(size, 1024), dtype=torch.int32, device=device)
-    return buf
+def _scratch(device: torch.device, counters: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zeroed counters and a partials workspace (fp32 elements) for `device`'s current stream, grown on demand."""
+    key = (
+        str(device),
+        triton.runtime.driver.active.get_current_stream(device.index) if device.type == "cuda" else 0,
+    )
+    have = _SCRATCH.get(key)
+    if have is None or have[0].numel() < counters or have[1].numel() < partials:
+        have = _SCRATCH[key] = (
+            torch.zeros(max(counters, 1024), dtype=torch.int32, device=device),
+            torch.empty(max(partials, 1 << 16), dtype=torch.float32, device=device),
+        )
+    return have
+
+
+def _launch(grid: tuple[int, int, int], args: tuple, pointers: int, warps: int, stages: int) -> None:
+    """_decode[grid](*args): through Triton's JIT the first time per key, then straight to the compiled kernel.
+
+    The key holds the device, every argument but the float scale (exact integers, constexprs, the dtype) and the
+    16-byte alignment of each of the `pointers` leading tensor arguments: at least what Triton specializes on.
+    """
+    if interpreting():
+        _decode[grid](*args, num_warps=warps, num_stages=stages)
+        return
+    ptrs = args[:pointers]
+    key = (
+        ptrs[0].dtype,
+        ptrs[0].device.index,
+        warps,
+        stages,
+        *(t.data_ptr() % 16 for t in ptrs),
+        *args[pointers + 1 :],
+    )
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = _decode[grid](*args, num_warps=warps, num_stages=stages)
+        if len(_COMPILED) >= 4096:
+            _COMPILED.clear()
+        _COMPILED[key] = compiled
+    else:
+        compiled[grid](*args)
 
 
 def flash_decode(
@@ -418,10 +453,7 @@ def flash_decode(
     row_blocks = -(-rows // block_m)
     if num_splits is None:
         sms = INTERPRET_SMS if interpreting() else _sm_count(q.device.index or 0)
-        stage_bytes = 2 * cfg["BLOCK_N"] * D * k.element_size() * max(1, cfg["num_stages"])
-        num_splits = choose_num_splits(
-            B * Hkv * row_blocks, capacity, sms * max(1, SMEM_PER_SM // stage_bytes)
-        )
+        num_splits = choose_num_splits(B * Hkv * row_blocks, capacity, cfg["BLOCK_N"], sms)
     elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
         _refuse(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
 
@@ -429,20 +461,18 @@ def flash_decode(
     out = torch.empty((B, Hq, Nq, D), dtype=q.dtype, device=q.device)
     direct = num_splits == 1
     if direct:  # no partials: Out stands in for the unused pointers
-        part = counters = out
-    else:  # partial outputs, then their lse
-        part = torch.empty(B * Hkv * num_splits * rows * (D + 1), dtype=torch.float32, device=q.device)
-        counters = _counters(q.device, B * Hkv * row_blocks)
+        counters = part = out
+    else:  # partial outputs [B, Hkv, splits, rows, D], then their lse [B, Hkv, splits, rows]
+        counters, part = _scratch(q.device, B * Hkv * row_blocks, B * Hkv * num_splits * rows * (D + 1))
     rows_p2 = min(block_m, _pow2(rows))
     s_chunk = max(1, min(_pow2(num_splits), COMBINE_ELEMENTS // (rows_p2 * D)))
-    _decode[(num_splits, row_blocks, B * Hkv)](
-        Q=q, K=k, V=v, Seqlens=out if cache_seqlens is None else cache_seqlens,
-        Table=block_table.contiguous() if paged else out, Out=out, Part=part, Counter=counters,
-        qk_scale=float(scale) * LOG2E, capacity=capacity, splits=num_splits, Hkv=Hkv, Nq=Nq,
-        stride_kb=k.stride(0), stride_kh=k.stride(1), stride_kn=k.stride(2),
-        stride_vb=v.stride(0), stride_vh=v.stride(1), stride_vn=v.stride(2),
-        GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], PAGE=page, PAGED=paged,
-        HAS_SEQLENS=cache_seqlens is not None, CAUSAL=causal, DIRECT=direct, IEEE=q.dtype == torch.float32,
-        ROWS_P2=rows_p2, S_CHUNK=s_chunk, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    args = (  # _decode's arguments in order: 8 tensors, the float scale, then integers and constexprs
+        q, k, v, out if cache_seqlens is None else cache_seqlens, block_table.contiguous() if paged else out,
+        out, part, counters,
+        float(scale) * LOG2E,
+        capacity, num_splits, Hkv, Nq, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+        Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, cache_seqlens is not None, causal, direct,
+        q.dtype == torch.float32, rows_p2, s_chunk,
     )  # fmt: skip
+    _launch((num_splits, row_blocks, B * Hkv), args, 8, cfg["num_warps"], cfg["num_stages"])
     return out
