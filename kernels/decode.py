@@ -201,9 +201,9 @@ def _decode(
             slot = offs_n % PAGE
             k_rows = k_head + page * stride_kb + slot * stride_kn
             v_rows = v_head + page * stride_vb + slot * stride_vn
-        else:
-            k_rows = k_head + offs_n * stride_kn
-            v_rows = v_head + offs_n * stride_vn
+        else:  # int64: a token stride times a long context can pass 2^31
+            k_rows = k_head + offs_n.to(tl.int64) * stride_kn
+            v_rows = v_head + offs_n.to(tl.int64) * stride_vn
         k = tl.load(k_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         if IEEE:
