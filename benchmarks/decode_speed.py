@@ -196,7 +196,8 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
     del ref
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     block_n = decode_module.GPU_CONFIGS[s.head_dim]["BLOCK_N"]
-    heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, block_n, sms)
+    slots = sms * (decode_module.PAGED_PROGRAMS_PER_SM if s.page else 1)
+    heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, block_n, slots)
     timed = {"flash_decode": ours(), **{name: sdpa_call(b, q, k, v) for name, b in SDPA.items()}}
     results, graphs = {}, {}
     for name, fn in timed.items():

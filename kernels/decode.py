@@ -47,14 +47,17 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from .common import LOG2E, KernelUnsupported, interpreting
 
 DECODE_HEAD_DIMS: tuple[int, ...] = (16, 32, 64, 128, 256)
 DECODE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
-# The kernel's tile per head dim on CUDA: BLOCK_N keys per step, num_warps, num_stages. At d = 128 (bf16, H100)
-# (128, 4, 3) was the best or within 2% of the best of 8 tiles at every shape from 537 MB of KV up: 2.76-3.05
-# TB/s where (64, 4, 3) gave 2.36-3.01 (`python3 benchmarks/decode_speed.py --tune`).
+# The kernel's tile per head dim on CUDA: BLOCK_N keys per step, num_warps, num_stages. On an H100 (bf16,
+# `python3 benchmarks/decode_speed.py --tune`): at d = 128, (128, 4, 3) was the best or within 3% of the best of
+# the tiles tried at every contiguous shape (2.78-3.04 TB/s from 537 MB of KV up), where (64, 4, 3) fell to
+# 2.76-2.87 at s = 1; at d = 64 (128, 4, 3) led too (2.58-2.60 TB/s at 268 MB); at d = 256 (64, 4, 2) was within
+# 2% of (64, 4, 3) and (128, 4, 2), and (128, 4, 3) does not fit (274 KB of shared memory).
 GPU_CONFIGS: dict[int, dict[str, int]] = {
     16: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
     32: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
@@ -67,6 +70,7 @@ INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages":
 MAX_ROWS = 64  # query rows per tile (G * Nq beyond this takes more row blocks, each reading K/V again)
 MAX_SPLITS = 128
 MIN_SPLIT_KEYS = 256  # the split heuristic gives every split at least this many keys of the capacity
+PAGED_PROGRAMS_PER_SM = 2  # programs per SM the split heuristic aims for on a paged cache (choose_num_splits)
 INTERPRET_SMS = 8  # the SM count assumed under the interpreter
 COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per step (64 registers per thread)
 
@@ -250,24 +254,27 @@ def _sm_count(index: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def choose_num_splits(programs: int, capacity: int, block_n: int, sms: int) -> int:
+def choose_num_splits(programs: int, capacity: int, block_n: int, slots: int) -> int:
     """Key splits per sequence when the caller gives none: flash-attn's num_splits_heuristic, in short.
 
-    `programs`: kernel programs without splitting (sequences x KV heads x query-row blocks). One program per SM
-    already streams HBM at full speed: at d = 128 on an H100, 128 programs on the 132 SMs read 537 MB of KV
-    at 2.78-2.84 TB/s, with 1 split (batch 16) or 4 (batch 4), and more splits only add work (2.6 TB/s at 32)
-    (`benchmarks/decode_speed.py --tune`). So: if the programs nearly fill the SMs (80%), one split. Otherwise
-    s splits cost waves(s) x blocks per split (the critical path: waves of programs over the SMs, each
-    streaming whole blocks of `block_n` keys of the `capacity`), and the pick is the fewest splits within 10%
-    of the cheapest. Every split keeps at least MIN_SPLIT_KEYS keys (each split costs its Q load, partial
-    write and combine read), at most MAX_SPLITS. The capacity, not cache_seqlens, sizes the splits: reading
-    the lengths would sync the device.
+    `programs`: kernel programs without splitting (sequences x KV heads x query-row blocks); `slots`: programs
+    that keep HBM busy: one per SM on a contiguous cache, two per SM on a paged one (PAGED_PROGRAMS_PER_SM).
+    One contiguous-cache program per SM already streams HBM at full speed: at d = 128 on an H100, 128 programs
+    on the 132 SMs read 537 MB of KV at 2.78-2.84 TB/s, with 1 split (batch 16) or 4 (batch 4), and more splits
+    only add work (2.47-2.68 TB/s at 32). The paged kernel keeps fewer loads in flight (Triton pipelines the
+    page-table load too: 74 KB of shared memory, not 139 KB), and the same 128 programs read 2.46-2.62 TB/s
+    with 1 split but 2.73 with 2 (`python3 benchmarks/decode_speed.py --tune`, H100, bf16).
+    So: if the programs nearly fill the slots (80%), one split. Otherwise s splits cost waves(s) x blocks per
+    split (the critical path: waves of programs over the slots, each streaming whole blocks of `block_n` keys
+    of the `capacity`), and the pick is the fewest splits within 10% of the cheapest. Every split keeps at
+    least MIN_SPLIT_KEYS keys (each split costs its Q load, partial write and combine read), at most
+    MAX_SPLITS. The capacity, not cache_seqlens, sizes the splits: reading the lengths would sync the device.
     """
-    if programs >= 0.8 * sms:
+    if programs >= 0.8 * slots:
         return 1
     blocks = -(-capacity // block_n)
     top = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_KEYS, blocks))
-    cost = [-(-programs * s // sms) * -(-blocks // s) for s in range(1, top + 1)]
+    cost = [-(-programs * s // slots) * -(-blocks // s) for s in range(1, top + 1)]
     best = min(cost)
     return next(s for s, c in enumerate(cost, start=1) if c * 0.9 <= best)
 
@@ -453,7 +460,8 @@ def flash_decode(
     row_blocks = -(-rows // block_m)
     if num_splits is None:
         sms = INTERPRET_SMS if interpreting() else _sm_count(q.device.index or 0)
-        num_splits = choose_num_splits(B * Hkv * row_blocks, capacity, cfg["BLOCK_N"], sms)
+        slots = sms * (PAGED_PROGRAMS_PER_SM if paged else 1)
+        num_splits = choose_num_splits(B * Hkv * row_blocks, capacity, cfg["BLOCK_N"], slots)
     elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
         _refuse(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
 
@@ -474,5 +482,8 @@ def flash_decode(
         Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, cache_seqlens is not None, causal, direct,
         q.dtype == torch.float32, rows_p2, s_chunk,
     )  # fmt: skip
-    _launch((num_splits, row_blocks, B * Hkv), args, 8, cfg["num_warps"], cfg["num_stages"])
+    try:
+        _launch((num_splits, row_blocks, B * Hkv), args, 8, cfg["num_warps"], cfg["num_stages"])
+    except OutOfResources as exc:  # a forced config too large for this GPU (the defaults fit an H100)
+        _refuse(f"config {cfg} does not fit this GPU at head_dim {D}: {exc}")
     return out

@@ -74,7 +74,7 @@ class Problem:
 
     def __init__(self, heads, kv_heads, nq, d, lengths, dtype, *, nmax=None, page=None, seed=0, device="cpu"):
         gen = torch.Generator().manual_seed(seed)
-        self.lengths, self.dtype, self.device = list(lengths), dtype, device
+        self.lengths, self.dtype, self.device, self.refs = list(lengths), dtype, device, {}
         b, nmax = len(lengths), nmax or max(lengths)
         self.q = make((b, heads, nq, d), dtype, gen)
         self.k = make((b, kv_heads, nmax, d), dtype, gen)
@@ -116,8 +116,13 @@ class Problem:
             "NaN/Inf in the output (an unwritten element, or a poisoned key read)"
         )
         scale = 1.0 / math.sqrt(self.q.shape[-1]) if sm_scale is None else sm_scale
-        args = (self.q, self.k, self.v, self.lengths, causal, scale)
-        ref, lowp = decode_reference(*args, torch.float64), decode_reference(*args, self.dtype)
+        if (causal, scale) not in self.refs:  # the references, once per problem and mask
+            args = (self.q, self.k, self.v, self.lengths, causal, scale)
+            self.refs[causal, scale] = (
+                decode_reference(*args, torch.float64),
+                decode_reference(*args, self.dtype),
+            )
+        ref, lowp = self.refs[causal, scale]
         for b, n in enumerate(self.lengths):
             err, base = rel_err(out[b], ref[b]), rel_err(lowp[b], ref[b])
             assert err <= 2 * base + EPS[self.dtype], f"seq {b} (L={n}): rel err {err:.3e} > 2 * {base:.3e}"
@@ -182,6 +187,7 @@ def test_choose_num_splits_fills_the_gpu_within_bounds():
     assert choose(8, n32k, 128, 132) == 16  # batch 1, 8 KV heads: 128 programs, 16 blocks each
     assert choose(8, 8192, 128, 132) == 16  # 4 blocks each; 15 splits would leave some with 5
     assert choose(32, n32k, 128, 132) == 4  # batch 4: 128 of 132
+    assert choose(128, 8192, 128, 132) == 1 and choose(128, 8192, 128, 2 * 132) == 2  # contiguous, paged
     assert choose(8, 8 * min_keys, 128, 132) == 8  # capped so that every split keeps MIN_SPLIT_KEYS keys
     assert choose(8, min_keys - 1, 128, 132) == 1  # short cache: no split
     assert 0.9 * top <= choose(1, 1 << 30, 128, 132) <= top  # never past MAX_SPLITS
@@ -356,3 +362,11 @@ def test_gpu_head_dims_match_reference(d):
     prob = Problem(8, 2, 2, d, [100, 2048, 777], torch.bfloat16, page=32, seed=12, device="cuda")
     prob.check(prob.run())
     prob.check(prob.run(paged=True, num_splits=1))
+
+
+@pytest.mark.gpu
+def test_gpu_forced_config_too_large_is_refused():
+    # d = 256 with 128-key blocks in 3 stages needs 274 KB of shared memory (an H100 has 227 KB per block).
+    prob = Problem(4, 2, 1, 256, [300], torch.bfloat16, seed=14, device="cuda")
+    with pytest.raises(KernelUnsupported, match="does not fit this GPU"):
+        prob.run(num_splits=2, config={"BLOCK_N": 128, "num_warps": 4, "num_stages": 3})
