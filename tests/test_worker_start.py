@@ -97,3 +97,23 @@ def test_a_worker_that_dies_while_starting_is_one_line_with_exit_4(monkeypatch):
     assert caught.value.exit_code == EXIT_WORKER and "\n" not in message
     assert message.startswith("the worker process could not start (it exited with code 1)")
     assert "ModuleNotFoundError: No module named 'flashbench.nonexistent_module_for_this_test'" in message
+
+
+@pytest.mark.gpu
+def test_a_cpu_sweep_on_a_gpu_machine_runs_without_the_gpu(tmp_path):
+    kernel = tmp_path / "sees_cuda.py"
+    kernel.write_text(
+        "import torch\nfrom flashbench.providers import register\n\n\n"
+        "@register('sees-cuda', devices=('cpu',))\n"
+        "def sees_cuda(q, k, v, causal=False, sm_scale=None):\n"
+        "    assert not torch.cuda.is_available(), 'a --device cpu worker saw a GPU'\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)\n"
+    )
+    out = tmp_path / "run"
+    args = [*SWEEP[: SWEEP.index("--providers")], "--providers", "sees-cuda", "--causal", "false"]
+    run = subprocess.run(
+        [sys.executable, str(_launcher(tmp_path)), *args, "--mode", "fwd", "--kernel", str(kernel), "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert [(r.status, r.reason) for r in read_rows(out)] == [("ok", "")]

@@ -26,10 +26,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from flashbench.engine import timing
 from flashbench.engine import worker as worker_process
 from flashbench.errors import EXIT_USAGE, EXIT_WORKER, FlashbenchError
 from flashbench.results.rows import (
@@ -82,6 +83,9 @@ class Worker:
             env["CUDA_VISIBLE_DEVICES"] = visible
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # must be set before the worker imports triton
+            # and no GPU in sight: a CPU sweep on a GPU machine runs what it runs on a CPU machine (the
+            # bundled kernels through the interpreter, whatever they would pick on the GPU)
+            env["CUDA_VISIBLE_DEVICES"] = ""
         cmd = worker_process.command("--device", device, "--parent-pid", str(os.getpid()))
         for path in kernels:
             cmd += ["--kernel", path]
@@ -428,6 +432,6 @@ def run_cases(
 
 def options(spec: Any) -> dict[str, Any]:
     """The measurement options a worker needs, from a SweepSpec."""
-    keys = ("warmup_ms", "rep_ms", "min_samples", "max_samples", "cuda_graph", "ref_flops_limit")
+    keys = (*(f.name for f in fields(timing.Regime)), "cuda_graph", "ref_flops_limit")
     data = asdict(spec)
     return {k: data[k] for k in keys}
