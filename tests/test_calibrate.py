@@ -11,13 +11,18 @@ from flashbench.gpu import calibrate
 def test_throttle_verdict_names_the_reason_the_measurement_and_the_clock():
     measured = {
         "copy": {"sm_clock_mhz": 1980.0, "throttle_reasons": []},
-        "bf16 matmul": {"sm_clock_mhz": 1260.0, "throttle_reasons": ["sw_power_cap"]},
-        "fp16 matmul": {"sm_clock_mhz": 1710.0, "throttle_reasons": ["sw_power_cap", "sw_thermal_slowdown"]},
+        "bf16 matmul": {"sm_clock_mhz": 1260.0, "throttle_reasons": ["sw_power_cap"], "throttled_share": 1.0},
+        "fp16 matmul": {
+            "sm_clock_mhz": 1710.0,
+            "throttle_reasons": ["sw_power_cap", "sw_thermal_slowdown"],
+            "throttled_share": 0.25,
+        },
     }
     verdict = calibrate.throttle_verdict(measured, 1980)
     assert verdict == (
-        "bf16 matmul: sw power cap at 1260 MHz (64% of its 1980 MHz maximum); "
-        "fp16 matmul: sw power cap, sw thermal slowdown at 1710 MHz (86% of its 1980 MHz maximum)"
+        "bf16 matmul: sw power cap (in 100% of its clock readings) at 1260 MHz (64% of its 1980 MHz maximum); "
+        "fp16 matmul: sw power cap, sw thermal slowdown (in 25% of its clock readings) at 1710 MHz "
+        "(86% of its 1980 MHz maximum)"
     )
     assert calibrate.throttle_verdict({"copy": measured["copy"]}, 1980) == ""
 

@@ -74,6 +74,12 @@ def test_settle_rule_needs_two_full_windows():
     assert not timing.settled(step, 0.25, 1.0)
 
 
+def test_samples_continue_while_the_clock_moves():
+    assert timing.clock_steady([1695, 1710, 1710, 1695], 1.0)  # one 15 MHz step: steady
+    assert not timing.clock_steady([1605, 1605, 1440, 1425], 1.0)  # a power-cap swing: sample on
+    assert not timing.clock_steady([], 1.0)
+
+
 def test_window_summary_gives_the_clock_the_samples_ran_at():
     readings = [
         {
@@ -103,6 +109,7 @@ def test_window_summary_gives_the_clock_the_samples_ran_at():
     assert summary["sm_clock_max_mhz"] == 1740 and summary["power_w"] == 690.0
     assert summary["clock_readings_mhz"] == [1710, 1695, 1740]
     assert summary["throttle_reasons"] == ["sw_power_cap"]  # idle is not throttling
+    assert summary["throttled_share"] == pytest.approx(2 / 3, abs=1e-3)
     many = nvml.window_summary([{"sm_clock_mhz": 1000 + i} for i in range(1000)])
     assert len(many["clock_readings_mhz"]) == 200 and many["clock_readings_mhz"][0] == 1000
     assert nvml.window_summary([]) == {}

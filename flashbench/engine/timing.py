@@ -11,8 +11,12 @@ The regime (measure_cuda; every GPU preset shares it, its knobs are SweepSpec's 
        On an H100 at its software power cap the SM clock falls from ~1965 to ~1710 MHz within the first few
        hundred ms of sustained attention work: a case timed before that (a short warm-up) reads ~11% faster
        than the same case timed after a long one (692 vs 624 TFLOP/s, bundled d=128 N=8192 fwd).
-    4. samples: max(min_samples, rep_ms / estimate) (capped at max_samples), each one
+    4. samples, in chunks of max(min_samples, rep_ms / estimate), each sample
        [hold] setup() [untimed: e.g. the forward of a bwd-only case], flush L2, event, call(), event [release]
+       until the SM clock read during them stayed within settle_pct of its median (clock_steady), or
+       rep_max_ms of samples, or max_samples. Under a power cap the controller steps the clock by 5-15%
+       every few tens of ms (H100, d=128 N=8192 forward: 1320-1680 MHz within 200 ms): 200 ms of samples
+       caught one phase of that, and the same case's median moved by 10% from run to run.
        With a LaunchBlocker (engine/blocking.py, NVBench's blocking kernel), a spin kernel holds the stream
        while the host enqueues the sample and is released after, so the GPU runs each sample without host
        launch gaps inside the events. The NVML thread keeps reading through the samples: the row stores the
@@ -46,6 +50,7 @@ class Regime:
     settle_window_ms: float = SweepSpec.settle_window_ms
     settle_pct: float = SweepSpec.settle_pct
     rep_ms: float = SweepSpec.rep_ms
+    rep_max_ms: float = SweepSpec.rep_max_ms
     min_samples: int = SweepSpec.min_samples
     max_samples: int = SweepSpec.max_samples
     block_launches: bool = SweepSpec.block_launches
@@ -103,6 +108,13 @@ def settled(readings: Sequence[tuple[float, float]], window_s: float, tol_pct: f
         return False
     a, b = statistics.median(last), statistics.median(before)
     return abs(a - b) <= tol_pct / 100.0 * b
+
+
+def clock_steady(mhz: Sequence[float], tol_pct: float) -> bool:
+    """True when the SM clock readings span at most tol_pct of their median (and there are any)."""
+    if not mhz:
+        return False
+    return max(mhz) - min(mhz) <= tol_pct / 100.0 * statistics.median(mhz)
 
 
 def steady_warmup(
@@ -290,6 +302,7 @@ def measure_cuda(
             if held is not None:
                 held.release()  # also after an exception: a held stream would stall the next synchronize
 
+    one()  # first launches in this flow (the spin kernel's, lazily loaded modules) stall the host once
     torch.cuda.synchronize()
     if blocker is not None:
         blocker.reset()
@@ -318,8 +331,7 @@ def measure_cuda(
             pending.pop(0).synchronize()
 
     n = sample_count(estimate, regime.rep_ms, regime.min_samples, regime.max_samples)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    events: list[tuple[Any, Any]] = []
     if sampler is not None:
         sampler.start()
     try:
@@ -328,16 +340,31 @@ def measure_cuda(
             blocker.reset()
         if sampler is not None:
             sampler.mark()
-        for i in range(n):
-            one(starts[i], ends[i])
-        torch.cuda.synchronize()
+        began = time.monotonic()
+        while True:
+            chunk = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)
+            ]
+            for start, end in chunk:
+                one(start, end)
+            events += chunk
+            torch.cuda.synchronize()
+            if sampler is None or len(events) >= regime.max_samples:
+                break
+            if (time.monotonic() - began) * 1e3 >= regime.rep_max_ms:
+                break
+            if clock_steady(
+                [r["sm_clock_mhz"] for r in sampler.window() if r.get("sm_clock_mhz")], regime.settle_pct
+            ):
+                break
+            n = min(n, regime.max_samples - len(events))
     finally:
         window = sampler.stop() if sampler is not None else []
     missed = blocker.missed() if blocker is not None else 0
     if missed:
-        note = f"launch blocking: {missed} of {n} spins ran out before their release; host time included"
+        note = f"launch blocking: {missed} of {len(events)} spins ran out before release; host time included"
     return Timing(
-        samples_ms=[s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)],
+        samples_ms=[start.elapsed_time(end) for start, end in events],
         warmup_s=warm_s,
         warmup_settled=warm_settled,
         window=window,

@@ -47,7 +47,9 @@ def bench_ms(fn: Callable[[], Any], seconds: float = 0.5, index: int = 0) -> dic
     warm-up, and the clocks of the timed window (nvml.window_summary)."""
     _require_cuda()
     fn()
-    regime = timing.Regime(rep_ms=seconds * 1e3, min_samples=10, block_launches=False)
+    regime = timing.Regime(
+        rep_ms=seconds * 1e3, rep_max_ms=4 * seconds * 1e3, min_samples=10, block_launches=False
+    )
     sampler = nvml.ClockSampler(lambda: nvml.sample(index)) if nvml.sample(index) else None
     took = timing.measure_cuda(fn, flush=lambda: None, regime=regime, sampler=sampler)
     return {
@@ -180,5 +182,7 @@ def throttle_verdict(measured: dict[str, dict[str, Any]], max_sm_clock_mhz: floa
         at = f" at {clock:.0f} MHz" if clock else ""
         if clock and max_sm_clock_mhz:
             at += f" ({clock / max_sm_clock_mhz:.0%} of its {max_sm_clock_mhz:.0f} MHz maximum)"
-        parts.append(f"{what}: {', '.join(r.replace('_', ' ') for r in reasons)}{at}")
+        share = result.get("throttled_share")
+        during = f" (in {share:.0%} of its clock readings)" if share is not None else ""
+        parts.append(f"{what}: {', '.join(r.replace('_', ' ') for r in reasons)}{during}{at}")
     return "; ".join(parts)

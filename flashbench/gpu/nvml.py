@@ -195,20 +195,25 @@ class ClockSampler:
         self._take()
         self._mark = len(self._readings)
 
+    def window(self) -> list[dict[str, Any]]:
+        """The readings taken since mark(), so far."""
+        return list(self._readings[self._mark :])
+
     def stop(self) -> list[dict[str, Any]]:
         """Stop the thread (after one last reading); the readings taken since mark()."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self._take()
-        return self._readings[self._mark :]
+        return self.window()
 
 
 def window_summary(readings: list[dict[str, Any]]) -> dict[str, Any]:
     """Row fields from the NVML readings of a timed window (sample() dicts); {} when there are none.
 
     Medians for the SM clock, memory clock, power and temperature; the SM clock's range and its raw readings
-    (at most MAX_KEPT_READINGS, evenly spaced); the clock-event reasons other than idle seen in any reading.
+    (at most MAX_KEPT_READINGS, evenly spaced); the clock-event reasons other than idle seen in any reading,
+    and the share of readings in which one was.
     """
     if not readings:
         return {}
@@ -219,10 +224,10 @@ def window_summary(readings: list[dict[str, Any]]) -> dict[str, Any]:
 
     sm = [int(r["sm_clock_mhz"]) for r in readings if r.get("sm_clock_mhz") is not None]
     step = max(1, -(-len(sm) // MAX_KEPT_READINGS))
+    held = [int(r.get("clock_event_reasons") or 0) & ~NOT_THROTTLING for r in readings]
     reasons = 0
-    for r in readings:
-        reasons |= int(r.get("clock_event_reasons") or 0)
-    reasons &= ~NOT_THROTTLING
+    for bits in held:
+        reasons |= bits
     return {
         "sm_clock_mhz": median("sm_clock_mhz"),
         "sm_clock_min_mhz": min(sm) if sm else None,
@@ -232,4 +237,5 @@ def window_summary(readings: list[dict[str, Any]]) -> dict[str, Any]:
         "temp_c": median("temp_c"),
         "clock_readings_mhz": sm[::step],
         "throttle_reasons": reason_names(reasons),
+        "throttled_share": round(sum(1 for bits in held if bits) / len(held), 3),
     }

@@ -101,6 +101,7 @@ class Row:
     temp_c: float | None = None  # median GPU temperature
     clock_readings_mhz: list[int] = field(default_factory=list)  # the raw SM clock readings (at most 200)
     throttle_reasons: list[str] = field(default_factory=list)  # clock-event reasons seen, idle excepted
+    throttled_share: float | None = None  # the share of the readings in which one of them was active
     # --- GPU state around the case: sm_clock_mhz, mem_clock_mhz, power_w, temp_c, clock_event_reasons ---
     nvml_before: dict[str, Any] | None = None
     nvml_after: dict[str, Any] | None = None

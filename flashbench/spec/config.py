@@ -171,7 +171,10 @@ class SweepSpec:
     warmup_max_ms: float = 3000.0
     settle_window_ms: float = 250.0
     settle_pct: float = 1.0
-    rep_ms: float = 200.0  # time budget for the samples
+    rep_ms: float = 200.0  # time budget for the samples while the SM clock holds still
+    # while it moves (a power cap's controller steps it by 5-15% every few tens of ms), sampling goes on in
+    # rep_ms chunks up to rep_max_ms, so that the median spans its swings rather than one phase of them
+    rep_max_ms: float = 2000.0
     min_samples: int = 20
     max_samples: int = 1000
     # hold the GPU with a spin kernel while each sample is enqueued, so host launch gaps are not timed
@@ -218,6 +221,7 @@ _PARSERS: dict[str, Any] = {
     "settle_window_ms": lambda v: _float(v, "settle_window_ms"),
     "settle_pct": lambda v: _float(v, "settle_pct"),
     "rep_ms": lambda v: _float(v, "rep_ms"),
+    "rep_max_ms": lambda v: _float(v, "rep_max_ms"),
     "block_launches": lambda v: _bool(v, "block_launches"),
     "min_samples": lambda v: _single(v, "min_samples"),
     "max_samples": lambda v: _single(v, "max_samples"),
@@ -352,6 +356,8 @@ def validate(spec: SweepSpec) -> None:
         raise FlashbenchError("min_samples must be >= 1 and <= max_samples")
     if spec.warmup_max_ms < spec.warmup_ms:
         raise FlashbenchError("warmup_max_ms must be >= warmup_ms (the warm-up's bound and its minimum)")
+    if spec.rep_max_ms < spec.rep_ms:
+        raise FlashbenchError("rep_max_ms must be >= rep_ms (the samples' bound and their budget)")
     if spec.cuda_graph and spec.device == "cpu":
         raise FlashbenchError("--cuda-graph needs --device cuda")
 
