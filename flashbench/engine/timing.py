@@ -16,7 +16,8 @@ The regime (measure_cuda; every GPU preset shares it, its knobs are SweepSpec's 
        until the SM clock read during them stayed within settle_pct of its median (clock_steady), or
        rep_max_ms of samples, or max_samples. Under a power cap the controller steps the clock by 5-15%
        every few tens of ms (H100, d=128 N=8192 forward: 1320-1680 MHz within 200 ms): 200 ms of samples
-       caught one phase of that, and the same case's median moved by 10% from run to run.
+       caught one phase of that, and the same case's median moved by 10% from run to run; sampled up to
+       2 s, it moved by 1.2% over four runs of two presets (`python benchmarks/preset_agreement.py`, H100).
        With a LaunchBlocker (engine/blocking.py, NVBench's blocking kernel), a spin kernel holds the stream
        while the host enqueues the sample and is released after, so the GPU runs each sample without host
        launch gaps inside the events. The NVML thread keeps reading through the samples: the row stores the
