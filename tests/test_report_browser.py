@@ -22,6 +22,10 @@ import pytest
 
 from flashbench.report import build
 
+pytest.importorskip(
+    "plotly", reason="plotly is not installed (the HTML report needs it; the GPU machine has none)"
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIRS = sorted(p.parent for p in (ROOT / "tests" / "fixtures").glob("*/rows.jsonl"))
 SVG_ROOTS_PER_FIGURE = 3  # plotly draws main-svg for the plot, the hover layer and the modebar layer

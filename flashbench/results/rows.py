@@ -87,10 +87,24 @@ class Row:
     predicted_mem_bytes: int | None = None  # the memory model's prediction for the same quantity
     # --- kernel configuration (block sizes, warps, stages) where the provider exposes it ---
     kernel_config: dict[str, Any] | None = None
+    # --- the measurement regime (engine/timing.py); None on the CPU, or where NVML is absent ---
+    warmup_s: float | None = None  # how long the steady warm-up ran before the samples
+    warmup_settled: bool | None = None  # the SM clock settled (False: stopped at the bound; None: no clock)
+    host_time_included: bool | None = None  # False: a spin kernel held the GPU while each sample was enqueued
+    # --- GPU state during the timed samples (NVML read every ~10 ms from the first sample to the last) ---
+    sm_clock_mhz: float | None = None  # median SM clock: the clock the speed above was measured at
+    sm_clock_min_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    mem_clock_mhz: float | None = None  # median memory clock
+    power_w: float | None = None  # median board power
+    temp_c: float | None = None  # median GPU temperature
+    clock_readings_mhz: list[int] = field(default_factory=list)  # the raw SM clock readings (at most 200)
+    throttle_reasons: list[str] = field(default_factory=list)  # clock-event reasons seen, idle excepted
+    throttled_share: float | None = None  # the share of the readings in which one of them was active
     # --- GPU state around the case: sm_clock_mhz, mem_clock_mhz, power_w, temp_c, clock_event_reasons ---
     nvml_before: dict[str, Any] | None = None
     nvml_after: dict[str, Any] | None = None
-    throttled: bool = False
+    throttled: bool = False  # a clock-event reason other than idle was active during (or around) the samples
     # --- Nsight Compute (sweep --ncu) ---
     ncu_dram_read_bytes: int | None = None
     ncu_dram_write_bytes: int | None = None
