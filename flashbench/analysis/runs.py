@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from flashbench.analysis import modelled
 from flashbench.errors import FlashbenchError
 from flashbench.results.rows import FLOP_CONVENTION, OK, load, read_env
-from flashbench.spec.cases import CASE_FIELDS
+from flashbench.spec.cases import CASE_FIELDS, mask_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -29,6 +29,11 @@ CASE_COLUMNS = list(CASE_FIELDS)  # the Case fields, in their order
 NVML_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "clock_event_reasons")
 # Baseline providers tried in this order when --speedup-vs is not given (the paper's "standard attention" first).
 DEFAULT_BASELINES = ("naive", "sdpa-math", "sdpa")
+SPEEDUP_VS_HELP = (
+    "The provider speedups are taken against. Default: the first of "
+    + ", ".join(DEFAULT_BASELINES)
+    + " that has an ok row in the run, else the first provider that has one."
+)
 # Recompute backward vs stored-P backward: the stored-P variant's name is the recompute provider's + this suffix.
 STORED_P_SUFFIX = "-stored-p"
 
@@ -128,7 +133,7 @@ def measurements(raw: pd.DataFrame, env: dict[str, Any] | None = None) -> pd.Dat
         "d="
         + df["head_dim"].astype(str)
         + " · "
-        + np.where(df["causal"], "causal", "full")
+        + df["causal"].map(mask_label)
         + " · "
         + df["mode"]
         + np.where(df["dtype"].nunique() > 1, " · " + df["dtype"], "")
@@ -145,7 +150,7 @@ def providers(frame: pd.DataFrame) -> list[str]:
 
 
 def pick_baseline(frame: pd.DataFrame, wanted: str | None = None) -> str | None:
-    """The provider speedups are taken against: `wanted`, else the first of DEFAULT_BASELINES with ok rows."""
+    """The provider speedups are taken against: `wanted`, else SPEEDUP_VS_HELP's default rule."""
     names = providers(frame)
     if wanted:
         if wanted not in names:
@@ -290,7 +295,7 @@ def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
                 "time_label": top["time_label"],
                 "cases": len(grp),
                 "max_tflops": float(top["tflops"]),
-                "at": f"N={top['seq_q']} d={top['head_dim']} {'causal' if top['causal'] else 'full'}",
+                "at": f"N={top['seq_q']} d={top['head_dim']} {mask_label(top['causal'])}",
                 "median_pct_of_roofline": float(pct.median()) if len(pct) else float("nan"),
             }
         )

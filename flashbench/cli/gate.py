@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from flashbench.cli.render import console as make_console
+from flashbench.cli.render import folding_column, name_column
 from flashbench.errors import FlashbenchError
 from flashbench.gate import (
     CURRENT_ONLY,
@@ -103,12 +105,9 @@ def gate(
 
 
 def _print_table(result: GateResult) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
-    if not console.is_terminal:  # CI logs: do not fold case keys into 80 columns
-        console = Console(highlight=False, width=200)
+    console = make_console()
     style = {REGRESSION: "bold red", NEWLY_FAILING: "bold red", NOISY: "yellow", IMPROVEMENT: "green"}
     style[FIXED] = "green"
     if not result.allow_missing:
@@ -122,12 +121,12 @@ def _print_table(result: GateResult) -> None:
         )
     console.print(env)
     cases = Table(title="cases (change = current / baseline - 1)", title_justify="left")
-    cases.add_column("case", no_wrap=True)
-    cases.add_column("verdict", no_wrap=True)
+    name_column(cases, "case", [show_key(c.key) for c in result.cases])
+    folding_column(cases, "verdict")
     for col in ("base ms", "cur ms", "change"):
-        cases.add_column(col, justify="right")
-    cases.add_column("interval", no_wrap=True)
-    cases.add_column("note")
+        folding_column(cases, col, justify="right")
+    folding_column(cases, "interval")
+    folding_column(cases, "note")
     order = {REGRESSION: 0, NEWLY_FAILING: 1, MISSING: 2, NOISY: 3, IMPROVEMENT: 4, FIXED: 5}
     for c in sorted(result.cases, key=lambda c: (order.get(c.verdict, 9), c.key)):
         note = "; ".join(filter(None, [c.note, f"throttled: {c.throttled}" if c.throttled else ""]))
@@ -144,8 +143,9 @@ def _print_table(result: GateResult) -> None:
     console.print(cases)
     if result.ratios:
         ratios = Table(title="in-run ratios (bundled / reference)", title_justify="left")
-        for col in ("shape", "ratio", "verdict", "baseline", "current", "change", "interval"):
-            ratios.add_column(col, no_wrap=col != "ratio")
+        name_column(ratios, "shape", [show_key(r.shape) for r in result.ratios])
+        for col in ("ratio", "verdict", "baseline", "current", "change", "interval"):
+            folding_column(ratios, col)
         for r in result.ratios:
             verdict = f"[{style[r.verdict]}]{r.verdict}[/]" if r.verdict in style else r.verdict
             ratios.add_row(
