@@ -112,7 +112,24 @@ def test_roofline_columns_from_the_gpu_table_and_models() -> None:
     assert (
         ok["ai_no_l2"] <= ok["ai_compulsory"] * (1 + 1e-9)
     ).all()  # no model moves fewer bytes than the floor
-    assert set(ok["bound"]) <= {"memory", "compute"}
+    assert set(ok["bound"]) <= {"memory-bound", "compute-bound"}
+
+
+def test_bound_and_pct_of_roofline_follow_the_one_rule() -> None:
+    # BOUND_RULE: at the family's modelled intensity with L2 reuse (ai_provider), against the ceiling used.
+    ok = analysis.load_run(SYNTHETIC).frame.query("ok")
+    assert len(ok) > 10
+    compute = ok["ai_provider"] >= ok["ridge_ai"]
+    assert (ok["bound"] == compute.map({True: "compute-bound", False: "memory-bound"})).all()
+    attainable = (ok["ai_provider"] * ok["bw_bytes_s"] / 1e12).clip(upper=ok["peak_tflops"])
+    assert ok["attainable_tflops"].to_numpy() == pytest.approx(attainable.to_numpy())
+    assert ok["pct_of_roofline"].to_numpy() == pytest.approx((100 * ok["tflops"] / attainable).to_numpy())
+    floor = (ok["ai_compulsory"] * ok["bw_bytes_s"] / 1e12).clip(upper=ok["peak_tflops"])
+    assert ok["pct_of_floor_roofline"].to_numpy() == pytest.approx((100 * ok["tflops"] / floor).to_numpy())
+    assert (ok["pct_of_floor_roofline"] <= ok["pct_of_roofline"] * (1 + 1e-9)).all()
+    long_flash = ok[(ok["family"] == "flash") & (ok["seq_q"] >= 4096)]
+    assert len(long_flash) and (long_flash["bound"] == "compute-bound").all()  # the L2 serves K/V re-reads
+    assert (ok.loc[ok["family"] == "naive", "bound"] == "memory-bound").all()
 
 
 def test_a_time_faster_than_the_roofline_allows_is_flagged_not_reported() -> None:

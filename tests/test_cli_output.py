@@ -14,6 +14,7 @@ from flashbench.cli.roofline import render_roofline
 from flashbench.cli.sweep import render_tables
 from flashbench.engine.progress import describe_case
 from flashbench.gpu import environment
+from flashbench.models.roofline import BOUND_RULE
 from flashbench.results.rows import OK, Row
 from flashbench.spec.cases import Case
 
@@ -66,6 +67,7 @@ def test_provider_names_are_never_cut_in_the_roofline_overlay(capsys, monkeypatc
         "shape": {"batch": 1, "heads": 16, "kv_heads": 16, "causal": False},
         "roof_used": "datasheet",
         "flop_convention": "forward = 4*B*H*d*pairs",
+        "bound_rule": BOUND_RULE,
         "predictions": [],
         "measured": [
             {
@@ -76,6 +78,7 @@ def test_provider_names_are_never_cut_in_the_roofline_overlay(capsys, monkeypatc
                 "head_dim": 128,
                 "median_ms": 12.5,
                 "achieved_tflops": 512.3,
+                "ai": 2048.0,
                 "pct_of_roofline": 51.8,
                 "bound": "compute-bound",
                 "valid": True,

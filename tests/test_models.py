@@ -205,7 +205,7 @@ def test_roofline_arithmetic():
     assert rl.ridge_point(peak, bw) == pytest.approx(295.3, abs=0.1)
     assert rl.attainable_flops_s(100, peak, bw) == pytest.approx(335e12)
     assert rl.attainable_flops_s(1000, peak, bw) == peak
-    assert rl.bound_kind(100, peak, bw) == "memory" and rl.bound_kind(300, peak, bw) == "compute"
+    assert rl.bound_kind(100, peak, bw) == "memory-bound" and rl.bound_kind(300, peak, bw) == "compute-bound"
     assert rl.min_time_s(1e12, 1e9, peak, bw) == pytest.approx(max(1e12 / peak, 1e9 / bw))
     assert rl.attainable_flops_s(10, None, bw) == 10 * bw
 

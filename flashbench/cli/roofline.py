@@ -80,7 +80,7 @@ def render_roofline(report: dict[str, Any]) -> None:
                 f"{e['compulsory']['ai']:.0f}",
                 f"{e['model']['ai']:.1f}",
                 f"{e['no_l2']['ai']:.1f}",
-                e["model"]["bound"],
+                e["bound"],
                 f"{e['model']['min_time_s'] * 1e3:.3g}",
                 f"{e['no_l2']['min_time_s'] * 1e3:.3g}",
             )
@@ -90,10 +90,11 @@ def render_roofline(report: dict[str, Any]) -> None:
         "AI model: the family's own traffic with L2 reuse; AI no-L2: with none.",
         style="dim",
     )
+    console.print(report["bound_rule"], style="dim")
     if report["measured"]:
         m = Table(title="Measured against the roofline")
         name_column(m, "provider", [e["provider"] for e in report["measured"]])
-        for col in ("case", "ms", "TFLOP/s", "% of roofline", "bound", "note"):
+        for col in ("case", "ms", "TFLOP/s", "AI", "% of roofline", "bound", "note"):
             folding_column(m, col)
         for e in report["measured"]:
             case = (
@@ -107,6 +108,7 @@ def render_roofline(report: dict[str, Any]) -> None:
                     "-",
                     "-",
                     "-",
+                    "-",
                     f"[red]ERROR: {e['error']}",
                 )
                 continue
@@ -116,6 +118,7 @@ def render_roofline(report: dict[str, Any]) -> None:
                 case,
                 f"{e['median_ms']:.4g}",
                 f"{e['achieved_tflops']:.1f}",
+                f"{e['ai']:.0f}",
                 f"{e['pct_of_roofline']:.1f}%",
                 e["bound"],
                 note,

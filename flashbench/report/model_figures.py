@@ -199,8 +199,10 @@ def _roofline_traces(
         traces.append(_roof_line(xs, c, cdt, prefix + label, color, dash))
     extra = [
         ("compulsory intensity", "ai_compulsory", ".3g"),
+        ("modelled intensity (L2 reuse)", "ai_provider", ".3g"),
         ("no-L2 intensity", "ai_no_l2", ".3g"),
-        ("% of roofline (compulsory)", "pct_of_roofline", ".1f"),
+        ("% of roofline (at the modelled intensity)", "pct_of_roofline", ".1f"),
+        ("% of roofline (at the compulsory intensity)", "pct_of_floor_roofline", ".1f"),
         ("% of family no-L2 bound", "pct_of_family_bound", ".1f"),
         ("bound", "bound", "s"),
         ("compute dtype", "compute_dtype", "s"),
