@@ -89,7 +89,27 @@ def test_recompute_overhead_pairs_the_stored_p_variant_with_its_recompute_kernel
     r = rc.iloc[0]
     assert r["time_overhead"] == pytest.approx(0.5)  # 3 ms vs 2 ms: recomputing costs 50% here
     assert r["mem_saved_bytes"] == 4_000
-    assert r["flop_share_recompute"] == pytest.approx(0.2)  # 0.5 / 2.5 of the credited backward
+
+
+def test_recompute_overhead_is_the_backward_alone_with_its_flops_stated(tmp_path: Path) -> None:
+    # fwd+bwd rows time each kernel's own forward too (the stored-P forward does one more Q K^T): not used.
+    rows = [
+        ok_row("triton", 256, 1.4, mode="bwd"),
+        ok_row("triton-stored-p", 256, 1.0, mode="bwd"),
+        ok_row("triton", 256, 2.0, mode="fwd+bwd"),
+        ok_row("triton-stored-p", 256, 2.6, mode="fwd+bwd"),
+    ]
+    rc = analysis.recompute_overhead(analysis.load_run(make_run(tmp_path / "r", rows)).frame)
+    assert list(rc["mode"]) == ["bwd"] and rc["time_overhead"].iloc[0] == pytest.approx(0.4)
+    fwd = 4 * 1 * 4 * 64 * 256 * 256  # one forward of the shape (ok_row: B 1, H 4, d 64, N 256)
+    r = rc.iloc[0]
+    assert (r["credited_flops_recompute"], r["credited_flops_stored"]) == (2.5 * fwd, 2.0 * fwd)
+    assert (r["executed_flops_recompute"], r["executed_flops_stored"]) == (3.5 * fwd, 2.5 * fwd)
+    refs = {round(ref.value, 6): ref.label for ref in analysis.recompute_references()}
+    assert set(refs) == {0.25, 0.4}  # what the axis (recompute / stored-P - 1) compares with; not 0.5 / 2.5
+    assert "credited" in refs[0.25] and "2.5" in refs[0.25] and "2.0" in refs[0.25]
+    assert "executed" in refs[0.4] and "7" in refs[0.4] and "5" in refs[0.4]
+    assert analysis.RECOMPUTE_OVERHEAD.startswith("recompute overhead = ")
 
 
 def test_compare_runs_ratio_and_newly_failing_cases(tmp_path: Path) -> None:

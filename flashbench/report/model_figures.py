@@ -354,11 +354,12 @@ def _gpu_memory(env: dict[str, Any]) -> float | None:
 
 
 def recompute(run: Run) -> go.Figure | None:
-    """Recompute backward vs stored-P backward: time overhead (beside the FLOP share) and peak memory."""
+    """Recompute backward vs stored-P backward (--mode bwd): time overhead beside its labelled references
+    (analysis.recompute_references: credited and executed FLOPs) and peak memory."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from flashbench.analysis.runs import recompute_overhead
+    from flashbench.analysis.runs import recompute_overhead, recompute_references
 
     df = recompute_overhead(run.frame)
     if df.empty:
@@ -370,7 +371,7 @@ def recompute(run: Run) -> go.Figure | None:
         rows=1,
         cols=2,
         subplot_titles=(
-            "time: recompute / stored-P − 1 (dotted: the recompute's FLOP share)",
+            "backward time: recompute / stored-P − 1 (dotted: if time followed FLOPs)",
             "peak memory (solid: recompute, dashed: stored-P)",
         ),
         horizontal_spacing=0.1,
@@ -394,11 +395,11 @@ def recompute(run: Run) -> go.Figure | None:
             row=1,
             col=1,
         )
-    for mode, share in df.groupby("mode")["flop_share_recompute"].first().items():
+    for ref in recompute_references():
         fig.add_hline(
-            y=100 * share,
+            y=100 * ref.value,
             line={"color": "#666", "dash": "dot", "width": 1},
-            annotation_text=f"FLOP share, {mode}: {100 * share:.1f}%",
+            annotation_text=ref.label,
             annotation_position="top left",
             row=1,
             col=1,
