@@ -40,7 +40,7 @@ def add_model_columns(df: pd.DataFrame) -> None:
         k: []
         for k in ("family", "compute_dtype", "model_mem_bytes", "bytes_c", "bytes_f", "bytes_n", "flops_m")
     }
-    for r in df[[*CASE_COLUMNS, "kernel_config"]].itertuples(index=False):
+    for r in df[[*CASE_COLUMNS, "kernel_config", "device"]].itertuples(index=False):
         family = io_model.family_for_provider(r.provider)
         shape = (r.batch, r.heads, r.kv_heads, r.seq_q, r.seq_k, r.head_dim, dtype_bytes(r.dtype))
         try:
@@ -48,7 +48,9 @@ def add_model_columns(df: pd.DataFrame) -> None:
             values = [
                 family,
                 io_model.compute_dtype(family, r.dtype),
-                memory.predicted_peak_bytes(memory.family_for_provider(r.provider), *shape, r.causal, r.mode),
+                memory.predicted_peak_bytes(
+                    memory.family_for_provider(r.provider), *shape, r.causal, r.mode, device=r.device
+                ),
                 io_model.compulsory_traffic(*shape, r.mode).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, blocks=blocks).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, blocks=blocks).total,

@@ -109,7 +109,9 @@ def input_bytes(case: Case) -> int:
     return (q + kv + do) * case.elem_bytes
 
 
-def predicted_mem_bytes(case: Case, family: str | None, bwd_workspace_q: float = 0.0) -> int | None:
+def predicted_mem_bytes(
+    case: Case, family: str | None, bwd_workspace_q: float = 0.0, device: str = "cuda"
+) -> int | None:
     """The memory model's bytes above the inputs, or None (no family, or no model installed)."""
     if family is None:
         return None
@@ -133,6 +135,7 @@ def predicted_mem_bytes(case: Case, family: str | None, bwd_workspace_q: float =
                 case.causal,
                 case.mode,
                 bwd_workspace_q=bwd_workspace_q,
+                device=device,
             )
         )
     except Exception:
@@ -155,7 +158,7 @@ def plan(
     planned: list[PlannedCase] = []
     for case in expand(spec, names):
         info = infos[case.provider]
-        predicted = predicted_mem_bytes(case, info.memory_family, info.bwd_workspace_q)
+        predicted = predicted_mem_bytes(case, info.memory_family, info.bwd_workspace_q, spec.device)
         if not info.available:
             planned.append(PlannedCase(case, UNAVAILABLE, info.reason, predicted))
             continue
