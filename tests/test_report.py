@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from flashbench.cli.app import main
+from flashbench.models.roofline import BOUND_RULE
 from flashbench.results.rows import read_rows
 
 # The GPU machine has no network and no plotly: the HTML report's tests skip there, the rest run.
@@ -144,6 +145,7 @@ def test_json_is_strict_and_tidy(fixture: Path, tmp_path: Path, capsys: pytest.C
     assert run_cli(["report", str(fixture), "--format", "json", "-o", str(out)], capsys)[0] == 0
     doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert doc["schema"] == 1 and "forward = 4*B*H*d" in doc["flop_convention"]
+    assert doc["bound_rule"] == BOUND_RULE  # the one definition of the rows' "bound"
     assert len(doc["rows"]) == len(read_rows(fixture))
     ok = [r for r in doc["rows"] if r["status"] == "ok" and r["tflops"] is not None]
     assert ok and all(isinstance(r["samples_ms"], list) for r in ok)

@@ -174,3 +174,13 @@ def test_list_and_env_commands(capsys):
     assert main(["env", "--device", "cpu", "--json"]) == 0
     env = json.loads(capsys.readouterr().out)
     assert env["flashbench"] == flashbench.__version__ and env["torch"] and env["python"]
+
+
+@pytest.mark.parametrize("out", ["missing", None], ids=["no-such-dir", "no-out"])
+def test_resume_with_nothing_to_resume_exits_2(tmp_path, capsys, out):
+    args = ["sweep", *TINY, "--providers", "naive", "--seq", "16", "--causal", "false", "--mode", "fwd"]
+    target = [] if out is None else ["--out", str(tmp_path / out)]
+    assert main([*args, *target, "--resume"]) == 2
+    line = _error_line(capsys)
+    assert line.startswith("flashbench: error: ") and "nothing to resume" in line
+    assert not (tmp_path / "missing").exists()

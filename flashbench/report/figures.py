@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from flashbench.spec.cases import mask_label
+
 if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
@@ -47,7 +49,7 @@ def _hover(df: pd.DataFrame, extra: list[tuple[str, str, str]] = ()) -> list[str
             f"<b>{r['provider']}</b> · {r['time_label']}",
             f"N={r['seq_q']}"
             + (f"×{r['seq_k']}" if r["seq_k"] != r["seq_q"] else "")
-            + f" d={r['head_dim']} {r['dtype']} {'causal' if r['causal'] else 'full'} {r['mode']}",
+            + f" d={r['head_dim']} {r['dtype']} {mask_label(r['causal'])} {r['mode']}",
             f"batch={r['batch']} heads={r['heads']}"
             + (f" kv={r['kv_heads']}" if r["kv_heads"] != r["heads"] else ""),
         ]

@@ -200,8 +200,10 @@ def _roofline_traces(
         traces.append(_roof_line(xs, c, cdt, prefix + label, color, dash))
     extra = [
         ("compulsory intensity", "ai_compulsory", ".3g"),
+        ("modelled intensity (L2 reuse)", "ai_provider", ".3g"),
         ("no-L2 intensity", "ai_no_l2", ".3g"),
-        ("% of roofline (compulsory)", "pct_of_roofline", ".1f"),
+        ("% of roofline (at the modelled intensity)", "pct_of_roofline", ".1f"),
+        ("% of roofline (at the compulsory intensity)", "pct_of_floor_roofline", ".1f"),
         ("% of family no-L2 bound", "pct_of_family_bound", ".1f"),
         ("bound", "bound", "s"),
         ("compute dtype", "compute_dtype", "s"),
@@ -351,11 +353,12 @@ def _gpu_memory(env: Environment) -> float | None:
 
 
 def recompute(run: Run) -> go.Figure | None:
-    """Recompute backward vs stored-P backward: time overhead (beside the FLOP share) and peak memory."""
+    """Recompute backward vs stored-P backward (--mode bwd): time overhead beside its labelled references
+    (analysis.recompute_references: credited and executed FLOPs) and peak memory."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from flashbench.analysis.runs import recompute_overhead
+    from flashbench.analysis.runs import recompute_overhead, recompute_references
 
     df = recompute_overhead(run.frame)
     if df.empty:
@@ -367,7 +370,7 @@ def recompute(run: Run) -> go.Figure | None:
         rows=1,
         cols=2,
         subplot_titles=(
-            "time: recompute / stored-P − 1 (dotted: the recompute's FLOP share)",
+            "backward time: recompute / stored-P − 1 (dotted: if time followed FLOPs)",
             "peak memory (solid: recompute, dashed: stored-P)",
         ),
         horizontal_spacing=0.1,
@@ -391,11 +394,11 @@ def recompute(run: Run) -> go.Figure | None:
             row=1,
             col=1,
         )
-    for mode, share in df.groupby("mode")["flop_share_recompute"].first().items():
+    for ref in recompute_references():
         fig.add_hline(
-            y=100 * share,
+            y=100 * ref.value,
             line={"color": "#666", "dash": "dot", "width": 1},
-            annotation_text=f"FLOP share, {mode}: {100 * share:.1f}%",
+            annotation_text=ref.label,
             annotation_position="top left",
             row=1,
             col=1,

@@ -5,21 +5,23 @@ A run directory holds:
     rows.jsonl   one JSON object per finished case, appended and fsync'ed as each case ends
 
 A row is never rewritten. A retried case appends a new row; readers keep the last row per case key.
-A half-written last line (the process was killed mid-write) is dropped with a warning; any other
-unreadable line means the file is corrupt and is reported as a one-line error.
+A half-written last line (the process was killed mid-write) is dropped with a one-line warning that names its
+case where the written part shows it (a Row starts with the Case fields); the case then counts as not run
+(`--resume` runs it again, the gate reports it missing). Any other unreadable line means the file is corrupt and
+is reported as a one-line error.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import warnings
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flashbench.spec.cases import CASE_FIELDS, Case
-from flashbench.errors import FlashbenchError
+from flashbench.errors import FlashbenchError, warn
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -197,7 +199,9 @@ def read_rows(run_dir: str | Path, latest_only: bool = True) -> list[Row]:
         except (ValueError, TypeError) as exc:
             is_torn_tail = lineno == len(lines) and not text.endswith("}")
             if is_torn_tail:
-                warnings.warn(f"{path}: dropped a half-written last line", stacklevel=2)
+                case = _torn_case_key(text)
+                what = f" (case {case.replace('|', ' ')}: counted as not run)" if case else ""
+                warn(f"{path}: dropped a half-written last line{what}")
                 continue
             raise FlashbenchError(f"{path} line {lineno} is corrupt: {exc}") from None
         rows.append(row)
@@ -208,6 +212,20 @@ def read_rows(run_dir: str | Path, latest_only: bool = True) -> list[Row]:
         latest.pop(row.key, None)  # keep first-seen order of the newest answer
         latest[row.key] = row
     return list(latest.values())
+
+
+_FIELD_RE = re.compile(r'"(\w+)":("[^"]*"|true|false|-?\d+)')
+
+
+def _torn_case_key(text: str) -> str | None:
+    """The case key of a torn row when all the Case fields were written before the cut, else None."""
+    found: dict[str, Any] = {}
+    for name, value in _FIELD_RE.findall(text):
+        found.setdefault(name, json.loads(value))  # the first: a Row writes the Case fields first
+    try:
+        return Case(**{name: found[name] for name in CASE_FIELDS}).key
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def load(path: str | Path) -> pd.DataFrame:
