@@ -20,7 +20,7 @@ import statistics
 import sys
 
 import torch
-from flashbench.kernels import common, flash_ws
+from flashbench.kernels import flash_ws
 from flashbench.kernels.flash_v2 import attention_forward as triton_forward
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -113,21 +113,16 @@ def providers(causal: bool):
 
         return fn
 
-    def tl_forward(q, k, v, half_diag=True):
-        """flash_v2's autotuned tl kernel (not the Gluon one flash_attn may prefer); half_diag: the causal
-        diagonal in half-width blocks (common.CAUSAL_HALF_DIAG)."""
+    def tl_forward(q, k, v):
+        """flash_v2's autotuned tl kernel (not the Gluon one flash_attn may prefer)."""
         os.environ["FLASHBENCH_GLUON"] = "0"
-        before, common.CAUSAL_HALF_DIAG = common.CAUSAL_HALF_DIAG, half_diag
         try:
             return triton_forward(q, k, v, causal, q.shape[-1] ** -0.5)
         finally:
             del os.environ["FLASHBENCH_GLUON"]
-            common.CAUSAL_HALF_DIAG = before
 
     out = {
         "triton": tl_forward,
-        # the same autotuned tl kernel with the causal diagonal in full-width blocks (before session 7)
-        "triton-fulldiag": functools.partial(tl_forward, half_diag=False),
         "flash_attn": lambda q, k, v: triton_forward(q, k, v, causal, q.shape[-1] ** -0.5),
     }
     out.update({name: ws(cfg) for name, cfg in VARIANTS.items()})

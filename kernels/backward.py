@@ -19,8 +19,9 @@ buffer to zero and convert, and the kernels can be autotuned (the autotuner re-r
 accumulate across its runs). The cost is recomputing Q K^T, exp2 and dO V^T in the dQ pass: 7 block matmuls
 per (query block, key block) instead of 5. The stored-P variant skips Q K^T and exp2 in both passes.
 
-Streamed tiles (Q and dO in the dK/dV pass, K and V in the dQ pass) come through per-head tensor descriptors
-(TMA on Hopper and newer) when `use_tma` allows, else through pointers; the resident tiles are loaded once.
+Streamed tiles (Q and dO in the dK/dV pass, K and V in the dQ pass) come through 4-D [B, H, N, D] tensor
+descriptors built on the host (TMA on Hopper and newer) when `use_tma` allows, else through pointers; the
+resident tiles are loaded once.
 
 Cautions:
   - Rows that see no key have LSE2 = +inf: exp2(s - LSE2) = 0, so their P, dS and contributions are 0.
@@ -37,7 +38,6 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
 from .common import (
     BWD_DKDV_SPACE,
     BWD_DQ_SPACE,
@@ -106,7 +106,7 @@ def _dkdv_block(
     dv,  # [BLOCK_N, HEAD_DIM] fp32 accumulator
     k,  # [BLOCK_N, HEAD_DIM] key tile
     v,  # [BLOCK_N, HEAD_DIM] value tile
-    q_src,  # TMA 2: host descriptor of Q ([B, H, N_Q, D]); TMA 1: of Q[b, h] ([N_Q, D]); 0: pointer to Q[b, h]
+    q_src,  # TMA: host descriptor of Q ([B, H, N_Q, D]); else pointer to Q[b, h, 0, 0]
     do_src,  # the same for dO
     desc_b,  # batch and head: the first coordinates of a host descriptor
     desc_h,
@@ -136,12 +136,9 @@ def _dkdv_block(
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
-    if TMA == 2:  # rows past N_Q arrive as zeros
+    if TMA:  # rows past N_Q arrive as zeros
         q = q_src.load([desc_b, desc_h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
         do = do_src.load([desc_b, desc_h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
-    elif TMA:
-        q = q_src.load([start_m, 0])
-        do = do_src.load([start_m, 0])
     else:
         q = tl.load(
             q_src + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=row_ok[:, None], other=0.0
@@ -182,7 +179,7 @@ def _bwd_dkdv(
     P,  # [B, H, N_Q, N_K] stored probabilities (STORED_P) or any placeholder
     DK,  # [B, H_KV, N_K, D] out
     DV,  # [B, H_KV, N_K, D] out
-    QD,  # TMA == 2: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q again (unused)
+    QD,  # TMA: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q again (unused)
     DOD,  # the same for dO
     stride_qz,
     stride_qh,
@@ -224,7 +221,7 @@ def _bwd_dkdv(
     CAUSAL: tl.constexpr,
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
-    TMA: tl.constexpr,  # stream Q/dO (dK/dV pass) or K/V (dQ pass): 0 pointers, 1 per-head descriptors, 2 host
+    TMA: tl.constexpr,  # stream Q and dO through the host descriptors QD, DOD
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -264,12 +261,9 @@ def _bwd_dkdv(
         bh = b * H + h
         q_src = Q + b * stride_qz + h * stride_qh
         do_src = DO + b * stride_doz + h * stride_doh
-        if TMA == 2:
+        if TMA:
             q_src = QD
             do_src = DOD
-        elif TMA:
-            q_src = tl.make_tensor_descriptor(q_src, [N_Q, HEAD_DIM], [stride_qm, 1], [BLOCK_M, HEAD_DIM])
-            do_src = tl.make_tensor_descriptor(do_src, [N_Q, HEAD_DIM], [stride_dom, 1], [BLOCK_M, HEAD_DIM])
         p_base = P + b * stride_pz + h * stride_ph
         for start_m in range(lo, masked_end, BLOCK_M):
             dk, dv = _dkdv_block(
@@ -303,7 +297,7 @@ def _dq_block(
     do,  # [BLOCK_M, HEAD_DIM] dO tile
     lse,  # [BLOCK_M] fp32 LSE2 (+inf past N_Q)
     delta,  # [BLOCK_M] fp32 rowsum(dO * O)
-    k_src,  # TMA 2: host descriptor of K ([B, H_KV, N_K, D]); 1: of K[b, hkv] ([N_K, D]); 0: pointer to K[b, hkv]
+    k_src,  # TMA: host descriptor of K ([B, H_KV, N_K, D]); else pointer to K[b, hkv, 0, 0]
     v_src,  # the same for V
     desc_b,  # batch and K/V head: the first coordinates of a host descriptor
     desc_h,
@@ -334,12 +328,9 @@ def _dq_block(
     valid = offs_n[None, :] < N_K
     if CAUSAL:
         valid = valid & (offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :])
-    if TMA == 2:  # rows past N_K arrive as zeros
+    if TMA:  # rows past N_K arrive as zeros
         k = k_src.load([desc_b, desc_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         v = v_src.load([desc_b, desc_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
-    elif TMA:
-        k = k_src.load([start_n, 0])
-        v = v_src.load([start_n, 0])
     else:
         k_ptrs = k_src + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
         v_ptrs = v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
@@ -376,7 +367,7 @@ def _bwd_dq(
     DELTA,  # [B, H, N_Q] fp32 contiguous
     P,  # [B, H, N_Q, N_K] stored probabilities (STORED_P) or any placeholder
     DQ,  # [B, H, N_Q, D] out
-    KD,  # TMA == 2: host descriptor of K ([B, H_KV, N_K, D], block [1, 1, BLOCK_N, D]); else K again (unused)
+    KD,  # TMA: host descriptor of K ([B, H_KV, N_K, D], block [1, 1, BLOCK_N, D]); else K again (unused)
     VD,  # the same for V
     stride_qz,
     stride_qh,
@@ -413,7 +404,7 @@ def _bwd_dq(
     CAUSAL: tl.constexpr,
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
-    TMA: tl.constexpr,  # stream K/V: 0 pointers, 1 per-head descriptors, 2 host descriptors (KD, VD)
+    TMA: tl.constexpr,  # stream K and V through the host descriptors KD, VD
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -439,12 +430,9 @@ def _bwd_dq(
     delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
     k_src = K + b * stride_kz + hkv * stride_kh
     v_src = V + b * stride_vz + hkv * stride_vh
-    if TMA == 2:
+    if TMA:
         k_src = KD
         v_src = VD
-    elif TMA:
-        k_src = tl.make_tensor_descriptor(k_src, [N_K, HEAD_DIM], [stride_kn, 1], [BLOCK_N, HEAD_DIM])
-        v_src = tl.make_tensor_descriptor(v_src, [N_K, HEAD_DIM], [stride_vn, 1], [BLOCK_N, HEAD_DIM])
     p_base = P + b * stride_pz + h * stride_ph
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
@@ -510,10 +498,9 @@ def attention_backward(
     p_strides = p.stride() if stored else (0, 0, 0, 0)
     qk_scale = sm_scale * LOG2E
     bucket = seq_bucket(max(Nq, Nk))
-    tma = int(use_tma(q, k, v, do))
+    tma = use_tma(q, k, v, do)
     streamed = (q, do, k, v)  # what each pass streams (dK/dV: Q, dO; dQ: K, V), as descriptors or not
-    if tma and common.HOST_DESCRIPTORS:
-        tma = 2
+    if tma:
         streamed = tuple(host_descriptor(t) for t in streamed)
     constexprs = {
         "HEAD_DIM": D,

@@ -45,26 +45,6 @@ CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 
 
-# The causal FA2 forward walks its query blocks from the last, heaviest one, so that the light ones fill the
-# tail of the grid (longest-processing-time-first, as flash-attn does): +5% at d=128, N=16384 on an H100, within
-# noise elsewhere (benchmarks/h100-2026-11-22/schedule_ab.json). The dQ pass gained nothing from it and keeps
-# its order. A switch so that benchmarks/schedule_ab.py can measure both orders in one run.
-CAUSAL_HEAVY_FIRST = True
-
-# The causal FA2 forward runs its masked key range (the diagonal) in blocks of BLOCK_N // 2 when BLOCK_N >
-# BLOCK_M: with 64-row query tiles and 128-key blocks, every other tile's diagonal block lies half past the
-# diagonal, so half-width blocks halve the work wasted there (6% -> 3% at N = 2048): +4.5% at d = 64 causal
-# N = 2048 on an H100 (BENCHMARKS.md, session 7). A switch so that both can be measured in one run
-# (benchmarks/ws_quick.py); a forced config's "DIAG" overrides it.
-CAUSAL_HALF_DIAG = True
-
-# With TMA on, the FA2 forward and the backward passes move their tiles through 4-D tensor descriptors built
-# once on the host (True), not through per-head descriptors that every program builds in the kernel (False):
-# +1 to +3% for the forward on an H100 (benchmarks/h100-2026-11-22-s3/, BENCHMARKS.md). A switch so that both
-# can be measured in one run.
-HOST_DESCRIPTORS = True
-
-
 class KernelUnsupported(ValueError):
     """A bundled kernel refuses these inputs; the message names what is unsupported."""
 
@@ -184,8 +164,7 @@ def use_tma(*tensors: torch.Tensor) -> bool:
     Yes when FLASHBENCH_TMA is not 0, the GPU is Hopper or newer (or Triton's interpreter runs, which
     emulates descriptors, so the CPU tests cover this path), every sequence length is at least 16, and every
     base address and every stride but the last is a multiple of 16 bytes (TMA's alignment rule; a view sliced
-    at an odd offset takes the pointer path). On CUDA this also installs the global-memory allocator Triton
-    needs for descriptors made in the kernel, unless one is already set.
+    at an odd offset takes the pointer path).
     """
     if os.environ.get("FLASHBENCH_TMA", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
@@ -205,8 +184,6 @@ def use_tma(*tensors: torch.Tensor) -> bool:
         for s in t.stride()[:-1]:
             if s * elem % 16:
                 return False
-    if not interpret:
-        _ensure_allocator()
     return True
 
 
@@ -279,18 +256,6 @@ def _descriptor_args(kernel: Any) -> tuple[tuple[int, str, int], ...]:
 @functools.cache
 def _capability_major(index: int | None) -> int:
     return torch.cuda.get_device_capability(index)[0]
-
-
-def _ensure_allocator() -> None:
-    """Give Triton a scratch allocator for in-kernel tensor descriptors (128 bytes per descriptor)."""
-    from triton.runtime import _allocation
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-
-        def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-            return torch.empty(size, dtype=torch.int8, device="cuda")
-
-        triton.set_allocator(alloc)
 
 
 def unit_stride(t: torch.Tensor) -> torch.Tensor:
@@ -456,19 +421,17 @@ def seq_bucket(n: int) -> int:
     return max(64, 1 << (max(n, 1) - 1).bit_length())
 
 
-def normalize_config(
-    name: str, config: Any, extra_keys: dict[str, int] | None = None, flags: tuple[str, ...] = ()
-) -> dict[str, Any]:
+def normalize_config(name: str, config: Any, extra_keys: dict[str, int] | None = None) -> dict[str, Any]:
     """Validate a forced forward config; fill num_warps / num_stages (and `extra_keys`) defaults.
 
-    `flags` are optional 0/1 keys the kernel accepts (left out when not given). Raises KernelUnsupported.
+    Raises KernelUnsupported.
     """
     extra_keys = extra_keys or {}
     if not isinstance(config, dict):
         raise KernelUnsupported(
             f"{name}: config must be a dict like {{'BLOCK_M': 64, 'BLOCK_N': 64}}, got {config!r}"
         )
-    allowed = set(CONFIG_KEYS) | {"maxnreg"} | set(extra_keys) | set(flags)
+    allowed = set(CONFIG_KEYS) | {"maxnreg"} | set(extra_keys)
     unknown = sorted(set(config) - allowed)
     if unknown:
         raise KernelUnsupported(f"{name}: unknown config keys {unknown} (allowed: {sorted(allowed)})")
@@ -489,9 +452,6 @@ def normalize_config(
     for key in extra_keys:
         if not isinstance(cfg[key], int) or cfg[key] < 1:
             raise KernelUnsupported(f"{name}: config {key}={cfg[key]!r} must be a positive int")
-    for key in flags:
-        if key in cfg and cfg[key] not in (0, 1):
-            raise KernelUnsupported(f"{name}: config {key}={cfg[key]!r} must be 0 or 1")
     return cfg
 
 
