@@ -56,15 +56,18 @@ ROWS = 64  # query rows per consumer warpgroup
 # splits (240 / 240 / 24 with two consumers, 160 x 3 / 32 with three) fill the 64K-register file.
 CONSUMER_REGS = {2: 240, 3: 160}
 PRODUCER_REGS = {2: 24, 3: 32}
-_BASE = {"BLOCK_N": 128, "PINGPONG": 1, "EARLY_K": 1, "HEAVY_FIRST": 1, "SCHED_HEADS": 1, "WALK": "cyclic"}
-# Default config per (head dim, causal), from benchmarks/ws_quick.py on an H100 (BENCHMARKS.md, sessions 5-6):
-# d = 64 takes FA3's 192-row tiles (three consumers), persistent when not causal (+0-3%); a causal persistent
-# walk is unbalanced (round-robin tiles of unequal length), so causal tiles are one program each.
+# Keys per K/V tile: 64-key tiles were 5-16% slower than 128-key ones at d = 128 on an H100
+# (`python3 benchmarks/ws_quick.py speed --rounds 2`, variant "ws-n64" at commit 1a61f90).
+BLOCK_N = 128
+# Default config per (head dim, causal), from `python3 benchmarks/ws_quick.py speed` on an H100: d = 64 takes
+# FA3's 192-row tiles (three consumers), persistent when not causal (458 vs 437-445 TFLOP/s at N = 2048); a
+# causal persistent walk is unbalanced (round-robin tiles of unequal length: 197 TFLOP/s at N = 2048), so
+# causal tiles are one program each. Three K/V stages were up to 14% ahead of two at d = 128.
 DEFAULT_CONFIG = {
-    (64, False): {**_BASE, "BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1},
-    (64, True): {**_BASE, "BLOCK_M": 192, "STAGES": 3, "PERSISTENT": 0},
-    (128, False): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
-    (128, True): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
+    (64, False): {"BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1, "SCHED_HEADS": 1},
+    (64, True): {"BLOCK_M": 192, "STAGES": 3, "PERSISTENT": 0, "SCHED_HEADS": 1},
+    (128, False): {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0, "SCHED_HEADS": 1},
+    (128, True): {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0, "SCHED_HEADS": 1},
 }
 HEAD_DIMS = (64, 128)
 
@@ -74,15 +77,11 @@ HEAD_DIMS = (64, 128)
 #   d=64 not causal N=1024: 396 vs 394 (a tie); d=64 causal: 254-288 vs 347-365 at N=2048, 367-385 vs 394-395
 #   at 4096 (192-row tiles waste 12% of their work on the causal diagonal at 2048, the tl kernel's 64-row ones 6%).
 GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, True): 2048}
-CONFIG_KEYS = {"kernel": None, "BLOCK_M": (128, 192), "BLOCK_N": (64, 128), "STAGES": (2, 3, 4), "PINGPONG": (0, 1),
-               "EARLY_K": (0, 1), "HEAVY_FIRST": (0, 1), "PERSISTENT": (0, 1), "SCHED_HEADS": (1, 4, 16, 32, 64),
-               "WALK": ("cyclic", "snake"), "PROGRAMS": None}  # fmt: skip
+CONFIG_KEYS = {"kernel": None, "BLOCK_M": (128, 192), "STAGES": (2, 3), "PERSISTENT": (0, 1),
+               "SCHED_HEADS": (1, 4, 16, 32, 64), "PROGRAMS": None}  # fmt: skip
 # PERSISTENT: one program per SM (or PROGRAMS of them, for tests) walks its share of the tiles, and the output
 # gets its own shared-memory buffers so the next tile's loads overlap this tile's epilogue.
 # SCHED_HEADS: tiles are walked in groups of this many heads (see _tile).
-# WALK (persistent): "cyclic" gives program p the tiles p, p + P, p + 2P, ...; "snake" runs the lanes backward
-# on every other round (_walk), which balances causal tiles of unequal length: simulated makespan over the mean
-# program's work at d = 64, N = 2048, 132 programs, 16 heads a group: 1.21 cyclic, 1.04 snake.
 SMEM_LIMIT = 232448 - 1024  # an H100's opt-in shared memory per block, less the barriers
 
 
@@ -103,8 +102,7 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     D = q.shape[-1]
     if D not in HEAD_DIMS or q.shape[2] < GLUON_MIN_SEQ[(D, bool(causal))] or not enabled():
         return False
-    cfg = default_config(D, causal)
-    return supported(q, k, v, causal, cfg["BLOCK_N"], cfg["BLOCK_M"]) is None
+    return supported(q, k, v, causal, default_config(D, causal)["BLOCK_M"]) is None
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +121,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
     """Shared memory of a config: Q (and O when persistent) slices of 64 rows, and the K/V ring."""
     q_o = cfg["BLOCK_M"] * head_dim * 2 * (2 if cfg.get("PERSISTENT") else 1)
-    return q_o + 2 * cfg["STAGES"] * cfg["BLOCK_N"] * head_dim * 2
+    return q_o + 2 * cfg["STAGES"] * BLOCK_N * head_dim * 2
 
 
 @functools.cache
@@ -132,7 +130,7 @@ def _sm_count(device_index: int) -> int:
 
 
 def supported(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block_n: int = 128, block_m: int = 128
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block_m: int = 128
 ) -> str | None:
     """None if the Gluon forward can run these inputs, else why not (one line)."""
     if not HAVE_GLUON:
@@ -149,8 +147,8 @@ def supported(
     if not all(t.is_contiguous() for t in (q, k, v)):
         return "needs contiguous q, k, v"
     nq, nk = q.shape[2], k.shape[2]
-    if nq % ROWS or nk % block_n:
-        return f"needs seq_q % {ROWS} == 0 and seq_k % {block_n} == 0"
+    if nq % ROWS or nk % BLOCK_N:
+        return f"needs seq_q % {ROWS} == 0 and seq_k % {BLOCK_N} == 0"
     if causal and nk < nq:
         return "causal needs seq_k >= seq_q"
     if q.shape[0] * q.shape[1] * nq >= 2**31:
@@ -163,12 +161,12 @@ if HAVE_GLUON:
     @gluon.jit
     def _tile(
         t, num_m, BH, H, GROUP, N_Q, N_K, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-        HEAVY_FIRST: gl.constexpr, SCHED_HEADS: gl.constexpr,
+        SCHED_HEADS: gl.constexpr,
     ):  # fmt: skip
         """Tile t of the schedule: (q_pos, q_row, kv_row, n_blocks, full_blocks).
 
         Tiles go by groups of SCHED_HEADS heads (whose K/V stay in L2 together), and within a group by query
-        block (the last, which sees the most keys under a causal mask, first with HEAVY_FIRST), then head.
+        block (the last, which sees the most keys under a causal mask, first), then head.
         Query tiles end at N_Q: the first may start before row 0."""
         per_group = num_m * SCHED_HEADS
         grp = t // per_group
@@ -176,7 +174,7 @@ if HAVE_GLUON:
         heads = gl.minimum(BH - base, SCHED_HEADS)
         r = t - grp * per_group
         m = r // heads
-        if CAUSAL and HEAVY_FIRST:
+        if CAUSAL:
             m = num_m - 1 - m
         bh = base + r % heads
         kv_bh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
@@ -191,23 +189,18 @@ if HAVE_GLUON:
         return q_pos, bh * N_Q + q_pos, kv_bh * N_K, n_blocks, full_blocks
 
     @gluon.jit
-    def _walk(tc, SNAKE: gl.constexpr):
-        """The tile of this program's round tc: t = tc * programs + lane, where the lane runs forward on even
-        rounds and, with SNAKE, backward on odd ones (a zigzag over the heavy-first tile order: the program
-        that took round tc's heaviest tile takes round tc + 1's lightest). May be past the last tile in the
-        last round."""
+    def _round_tile(tc):
+        """The tile of this program's round tc: tiles go round-robin over the programs (t = tc * programs + pid);
+        may be past the last tile in the last round."""
         pid = gl.program_id(0)
         programs = gl.num_programs(0)
-        lane = pid
-        if SNAKE:
-            lane = pid + (tc % 2) * (programs - 1 - 2 * pid)
-        return tc * programs + lane
+        return tc * programs + pid
 
     @gluon.jit
     def _load_partition(
         qd, kd, vd, q_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, num_m, BH, H, GROUP, N_Q,
         N_K, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr, CAUSAL: gl.constexpr,
-        HEAVY_FIRST: gl.constexpr, SCHED_HEADS: gl.constexpr, SNAKE: gl.constexpr,
+        SCHED_HEADS: gl.constexpr,
     ):  # fmt: skip
         """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
         (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
@@ -218,10 +211,10 @@ if HAVE_GLUON:
         it = 0
         n_tiles = num_m * BH
         for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-            t = _walk(tc, SNAKE)
+            t = _round_tile(tc)
             if t < n_tiles:
                 _, q_row, kv_row, n_blocks, _ = _tile(
-                    t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, HEAVY_FIRST, SCHED_HEADS
+                    t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, SCHED_HEADS
                 )
                 # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
                 mbarrier.wait(q_empty, (tc & 1) ^ 1)
@@ -260,28 +253,23 @@ if HAVE_GLUON:
     def _consumer_step(
         g, start_n, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn, next_turn, s_zero,
         rows, causal_off, qk_scale, MASK: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-        PINGPONG: gl.constexpr, FLIP: gl.constexpr, EARLY_K: gl.constexpr,
+        FLIP: gl.constexpr,
     ):  # fmt: skip
         """Key block number g (counted over the program's tiles; not the tile's first): issue S_g and
         P_{g-1} V_{g-1}, softmax S_g while the second matmul runs."""
         s_idx = g % STAGES
         prev = (g - 1) % STAGES
-        if PINGPONG:
-            mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+        mbarrier.wait(my_turn, (g & 1) ^ FLIP)
         mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_bars.index(prev), ((g - 1) // STAGES) & 1)
         acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(next_turn)
+        mbarrier.arrive(next_turn)
         s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_g is done, P_{g-1} V_{g-1} may not be
-        if EARLY_K:
-            mbarrier.arrive(empty_bars.index(s_idx))  # K_g is no longer read
+        mbarrier.arrive(empty_bars.index(s_idx))  # K_g is no longer read
         p_new, alpha, l_i, m_i = _softmax(s, m_i, l_i, rows, start_n, causal_off, qk_scale, MASK, BLOCK_N)
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-        if not EARLY_K:
-            mbarrier.arrive(empty_bars.index(prev))  # K_{g-1} is no longer read
-        mbarrier.arrive(empty_bars.index(STAGES + prev))  # nor V_{g-1}
+        mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
         acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
         p = gl.convert_layout(p_new.to(q.dtype), p.type.layout)
         return acc, p, m_i, l_i
@@ -290,9 +278,8 @@ if HAVE_GLUON:
     def _consumer(
         q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od, LSE, num_m, BH, H,
         GROUP, N_Q, N_K, qk_scale, WG: gl.constexpr, NUM_WG: gl.constexpr, HEAD_DIM: gl.constexpr,
-        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-        EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr, SCHED_HEADS: gl.constexpr, SEP_O: gl.constexpr,
-        SNAKE: gl.constexpr,
+        BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr,
+        SEP_O: gl.constexpr,
     ):  # fmt: skip
         """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
         ROWS: gl.constexpr = od.block_type.shape[0]
@@ -306,17 +293,16 @@ if HAVE_GLUON:
         it = 0
         n_tiles = num_m * BH
         for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-            t = _walk(tc, SNAKE)
+            t = _round_tile(tc)
             if t < n_tiles:
                 q_pos, q_row, _, n_blocks, full_blocks = _tile(
-                    t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, HEAVY_FIRST, SCHED_HEADS
+                    t, num_m, BH, H, GROUP, N_Q, N_K, BM, BLOCK_N, CAUSAL, SCHED_HEADS
                 )
                 if q_pos + WG * ROWS < 0:  # owns no row of this tile: turns and releases only
                     for j in range(n_blocks):
                         g = it + j
-                        if PINGPONG:
-                            mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-                            mbarrier.arrive(next_turn)
+                        mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+                        mbarrier.arrive(next_turn)
                         mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
                         mbarrier.arrive(empty_bars.index(g % STAGES))
                         mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
@@ -326,7 +312,7 @@ if HAVE_GLUON:
                     _consumer_tile(
                         q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, my_turn,
                         next_turn, od, LSE, q_row, q_pos, n_blocks, full_blocks, N_K - N_Q, qk_scale, it, tc, WG, FLIP,
-                        HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PINGPONG, EARLY_K, SEP_O,
+                        HEAD_DIM, BLOCK_N, STAGES, CAUSAL, SEP_O,
                     )  # fmt: skip
                 it += n_blocks
         tma.store_wait(0)
@@ -336,7 +322,7 @@ if HAVE_GLUON:
         q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, my_turn, next_turn, od, LSE,
         q_row, q_pos, n_blocks, full_blocks, causal_off, qk_scale, it, tc, WG: gl.constexpr, FLIP: gl.constexpr,
         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-        PINGPONG: gl.constexpr, EARLY_K: gl.constexpr, SEP_O: gl.constexpr,
+        SEP_O: gl.constexpr,
     ):  # fmt: skip
         """One tile's rows of this warpgroup; its key blocks are the program's it, it + 1, ..."""
         ROWS: gl.constexpr = od.block_type.shape[0]
@@ -359,27 +345,24 @@ if HAVE_GLUON:
         mbarrier.wait(q_bar, tc & 1)
 
         # Block 0: S_0 and its softmax; its P V is issued in the next step.
-        if PINGPONG:
-            mbarrier.wait(my_turn, (it & 1) ^ FLIP)
+        mbarrier.wait(my_turn, (it & 1) ^ FLIP)
         mbarrier.wait(k_bars.index(it % STAGES), (it // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(it % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        if PINGPONG:
-            mbarrier.arrive(next_turn)
+        mbarrier.arrive(next_turn)
         s = warpgroup_mma_wait(0, deps=[s])
-        if EARLY_K:
-            mbarrier.arrive(empty_bars.index(it % STAGES))
+        mbarrier.arrive(empty_bars.index(it % STAGES))
         p_new, alpha, l_i, m_i = _softmax(s, m_i, l_i, rows, 0, causal_off, qk_scale, CAUSAL, BLOCK_N)
         p = gl.convert_layout(p_new.to(q.dtype), p_layout)
 
         for j in range(1, full_blocks):
             acc, p, m_i, l_i = _consumer_step(
                 it + j, j * BLOCK_N, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn,
-                next_turn, s_zero, rows, causal_off, qk_scale, False, BLOCK_N, STAGES, PINGPONG, FLIP, EARLY_K,
+                next_turn, s_zero, rows, causal_off, qk_scale, False, BLOCK_N, STAGES, FLIP,
             )  # fmt: skip
         for j in range(gl.maximum(full_blocks, 1), n_blocks):
             acc, p, m_i, l_i = _consumer_step(
                 it + j, j * BLOCK_N, acc, p, m_i, l_i, q, k_smem, v_smem, k_bars, v_bars, empty_bars, my_turn,
-                next_turn, s_zero, rows, causal_off, qk_scale, CAUSAL, BLOCK_N, STAGES, PINGPONG, FLIP, EARLY_K,
+                next_turn, s_zero, rows, causal_off, qk_scale, CAUSAL, BLOCK_N, STAGES, FLIP,
             )  # fmt: skip
         if SEP_O:
             mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
@@ -388,8 +371,6 @@ if HAVE_GLUON:
         mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
         acc = warpgroup_mma(p, v_smem.index(last % STAGES), acc, is_async=True)
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-        if not EARLY_K:
-            mbarrier.arrive(empty_bars.index(last % STAGES))
         mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))
 
         # Every row saw at least one key (Nk >= Nq for causal), so l > 0.
@@ -409,9 +390,8 @@ if HAVE_GLUON:
     def _attn_fwd_ws(
         qd, kd, vd, od, LSE, H, GROUP, N_Q, N_K, num_m, BH, qk_scale,
         HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-        PINGPONG: gl.constexpr, EARLY_K: gl.constexpr, HEAVY_FIRST: gl.constexpr, NUM_WG: gl.constexpr,
-        SCHED_HEADS: gl.constexpr, SEP_O: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-        SNAKE: gl.constexpr,
+        NUM_WG: gl.constexpr, SCHED_HEADS: gl.constexpr, SEP_O: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+        PRODUCER_REGS: gl.constexpr,
     ):  # fmt: skip
         """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
         ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -448,16 +428,16 @@ if HAVE_GLUON:
                 [
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 0, 3, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
+                                 SCHED_HEADS, SEP_O)),
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 1, 3, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
+                                 SCHED_HEADS, SEP_O)),
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 2, 3, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
+                                 SCHED_HEADS, SEP_O)),
                     (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars,
-                                       num_m, BH, H, GROUP, N_Q, N_K, BLOCK_N, STAGES, 3, CAUSAL, HEAVY_FIRST,
-                                       SCHED_HEADS, SNAKE)),
+                                       num_m, BH, H, GROUP, N_Q, N_K, BLOCK_N, STAGES, 3, CAUSAL,
+                                       SCHED_HEADS)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -467,13 +447,13 @@ if HAVE_GLUON:
                 [
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 0, 2, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
+                                 SCHED_HEADS, SEP_O)),
                     (_consumer, (q_smem, o_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars, turns, od,
                                  LSE, num_m, BH, H, GROUP, N_Q, N_K, qk_scale, 1, 2, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
-                                 PINGPONG, EARLY_K, HEAVY_FIRST, SCHED_HEADS, SEP_O, SNAKE)),
+                                 SCHED_HEADS, SEP_O)),
                     (_load_partition, (qd, kd, vd, q_smem, k_smem, v_smem, q_bar, q_empty, k_bars, v_bars, empty_bars,
-                                       num_m, BH, H, GROUP, N_Q, N_K, BLOCK_N, STAGES, 2, CAUSAL, HEAVY_FIRST,
-                                       SCHED_HEADS, SNAKE)),
+                                       num_m, BH, H, GROUP, N_Q, N_K, BLOCK_N, STAGES, 2, CAUSAL,
+                                       SCHED_HEADS)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
@@ -508,7 +488,7 @@ def attention_forward(
     D = q.shape[-1]
     cfg = default_config(D, causal)
     cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
-    why = supported(q, k, v, causal, cfg["BLOCK_N"], cfg["BLOCK_M"])
+    why = supported(q, k, v, causal, cfg["BLOCK_M"])
     if why:
         raise ValueError(f"flash_ws forward: {why}")
     if smem_bytes(cfg, D) > SMEM_LIMIT:
@@ -520,7 +500,7 @@ def attention_forward(
     Hkv, Nk = k.shape[1], k.shape[2]
     o = torch.empty_like(q)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-    qd, kd, vd, od = _descriptors(q, k, v, o, cfg["BLOCK_N"])
+    qd, kd, vd, od = _descriptors(q, k, v, o, BLOCK_N)
     num_wg = cfg["BLOCK_M"] // ROWS
     num_m = cdiv(Nq, cfg["BLOCK_M"])
     tiles = num_m * B * H
@@ -531,10 +511,8 @@ def attention_forward(
         grid = (tiles,)
     _attn_fwd_ws[grid](
         qd, kd, vd, od, lse, H, H // Hkv, Nq, Nk, num_m, B * H, sm_scale * LOG2E,
-        HEAD_DIM=D, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"], CAUSAL=bool(causal),
-        PINGPONG=bool(cfg["PINGPONG"]), EARLY_K=bool(cfg["EARLY_K"]), HEAVY_FIRST=bool(cfg["HEAVY_FIRST"]),
-        NUM_WG=num_wg, SCHED_HEADS=cfg["SCHED_HEADS"], SEP_O=bool(cfg["PERSISTENT"]),
-        CONSUMER_REGS=CONSUMER_REGS[num_wg], PRODUCER_REGS=PRODUCER_REGS[num_wg],
-        SNAKE=bool(cfg["PERSISTENT"] and cfg["WALK"] == "snake"), num_warps=4,
+        HEAD_DIM=D, BLOCK_N=BLOCK_N, STAGES=cfg["STAGES"], CAUSAL=bool(causal), NUM_WG=num_wg,
+        SCHED_HEADS=cfg["SCHED_HEADS"], SEP_O=bool(cfg["PERSISTENT"]), CONSUMER_REGS=CONSUMER_REGS[num_wg],
+        PRODUCER_REGS=PRODUCER_REGS[num_wg], num_warps=4,
     )  # fmt: skip
     return o, lse, dict(cfg, kernel="gluon-ws")
