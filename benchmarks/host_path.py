@@ -98,10 +98,10 @@ def sm90_stub(calls: int, repeats: int) -> None:
     drv = sm90_compile._Sm90Driver()
     drv.utils, drv.launcher_cls = Utils(), Launcher
     triton.runtime.driver.set_active(drv)
-    from flashbench.kernels import autotune, common, flash_v2
+    from flashbench.kernels import autotune, flash_v2, launch
 
-    common.use_tma = flash_v2.use_tma = lambda *t: True
-    common._max_shared_mem = lambda: 232448
+    flash_v2.use_tma = lambda *t: True
+    launch._max_shared_mem = lambda: 232448
     pick = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
     autotune.lookup = lambda key: dict(pick)  # the per-call path of an autotuned key: an in-memory pick
     q, k, v = (torch.randn((1, 2, 2048, 64), dtype=torch.bfloat16) for _ in range(3))

@@ -31,7 +31,7 @@ import torch
 import triton
 from flashbench.kernels import flash_attn, flash_v2
 from flashbench.kernels.backward import attention_backward
-from flashbench.kernels.common import FWD_SPACE
+from flashbench.kernels.configs import FWD_SPACE
 from flashbench.kernels.flash_v2 import attention_forward
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa

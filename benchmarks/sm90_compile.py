@@ -169,14 +169,14 @@ def variant_forward(name: str, config: dict[str, Any], dim: int, causal: bool) -
 
 
 def _spaces() -> dict[str, Any]:
-    from flashbench.kernels import common
+    from flashbench.kernels import configs
 
     return {
-        "fwd": common.FWD_SPACE,
-        "variant": common.VARIANT_FWD_SPACE,
-        "dkdv": common.BWD_DKDV_SPACE,
-        "dq": common.BWD_DQ_SPACE,
-        "candidates": common._candidates,
+        "fwd": configs.FWD_SPACE,
+        "variant": configs.VARIANT_FWD_SPACE,
+        "dkdv": configs.BWD_DKDV_SPACE,
+        "dq": configs.BWD_DQ_SPACE,
+        "candidates": configs.candidates,
     }
 
 

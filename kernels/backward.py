@@ -38,19 +38,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (
-    BWD_DKDV_SPACE,
-    BWD_DQ_SPACE,
-    INTERPRET_BWD,
-    LOG2E,
-    cdiv,
-    dot,
-    host_descriptor,
-    launch,
-    seq_bucket,
-    unit_stride,
-    use_tma,
-)
+from .common import LOG2E, cdiv, dot, seq_bucket, unit_stride
+from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, INTERPRET_BWD
+from .descriptors import host_descriptor, use_tma
+from .launch import launch
 
 # Backward configs of the most recent backward launch (dkdv, dq), for whoever wants to record them.
 _LAST_BWD_CONFIG: dict[str, Any] = {}
@@ -515,17 +506,31 @@ def attention_backward(
         *p_strides, *dk.stride(), *dv.stride(), H, Hkv, H // Hkv, Nq, Nk, qk_scale, sm_scale, bucket,
     )  # fmt: skip
     cfg_kv = launch(
-        f"dkdv_{name}", "dkdv", _bwd_dkdv, lambda meta: (cdiv(Nk, meta["BLOCK_N"]), B * Hkv), dkdv_args,
-        constexprs, space=BWD_DKDV_SPACE, forced=dkdv_config, interpret_config=INTERPRET_BWD,
-    )  # fmt: skip
+        name=f"dkdv_{name}",
+        kind="dkdv",
+        kernel=_bwd_dkdv,
+        grid=lambda meta: (cdiv(Nk, meta["BLOCK_N"]), B * Hkv),
+        args=dkdv_args,
+        constexprs=constexprs,
+        space=BWD_DKDV_SPACE,
+        forced=dkdv_config,
+        interpret_config=INTERPRET_BWD,
+    )
     dq_args = (
         q, k, v, do, lse, delta, p_arg, dq, *streamed[2:], *q.stride(), *k.stride(), *v.stride(), *do.stride(),
         *p_strides, *dq.stride(), H, H // Hkv, Nq, Nk, qk_scale, sm_scale, bucket,
     )  # fmt: skip
     cfg_q = launch(
-        f"dq_{name}", "dq", _bwd_dq, lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H), dq_args,
-        constexprs, space=BWD_DQ_SPACE, forced=dq_config, interpret_config=INTERPRET_BWD,
-    )  # fmt: skip
+        name=f"dq_{name}",
+        kind="dq",
+        kernel=_bwd_dq,
+        grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
+        args=dq_args,
+        constexprs=constexprs,
+        space=BWD_DQ_SPACE,
+        forced=dq_config,
+        interpret_config=INTERPRET_BWD,
+    )
     _LAST_BWD_CONFIG.clear()
     _LAST_BWD_CONFIG.update({"dkdv": cfg_kv, "dq": cfg_q})
     return dq, dk, dv

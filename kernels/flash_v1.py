@@ -35,19 +35,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (
-    INTERPRET_FWD,
-    LOG2E,
-    VARIANT_FWD_SPACE,
-    _set_last_config,
-    attend,
-    check_inputs,
-    dot,
-    launch,
-    normalize_config,
-    seq_bucket,
-)
+from .common import LOG2E, _set_last_config, check_inputs, dot, seq_bucket
+from .configs import INTERPRET_FWD, VARIANT_FWD_SPACE, normalize_config
 from .flash_v2 import RecomputeAttention
+from .launch import attend, launch
 
 
 @triton.jit
@@ -209,9 +200,17 @@ def attention_forward_v1(
     )  # fmt: skip
     constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32}
     cfg = launch(
-        "fwd_v1", "fwd", _attn_fwd_v1, lambda meta: (B * H, meta["Q_SPLIT"]), args, constexprs,
-        space=VARIANT_FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD, extra={"Q_SPLIT": q_split},
-    )  # fmt: skip
+        name="fwd_v1",
+        kind="fwd",
+        kernel=_attn_fwd_v1,
+        grid=lambda meta: (B * H, meta["Q_SPLIT"]),
+        args=args,
+        constexprs=constexprs,
+        space=VARIANT_FWD_SPACE,
+        forced=config,
+        interpret_config=INTERPRET_FWD,
+        extra={"Q_SPLIT": q_split},
+    )
     _set_last_config(cfg)
     return o, lse, cfg
 

@@ -51,23 +51,10 @@ import triton.language as tl
 
 from . import flash_ws
 from .backward import attention_backward
-from .common import (
-    FWD_SPACE,
-    INTERPRET_FWD,
-    LOG2E,
-    KernelUnsupported,
-    _set_last_config,
-    attend,
-    cdiv,
-    check_inputs,
-    dot,
-    host_descriptor,
-    launch,
-    normalize_config,
-    seq_bucket,
-    twin_descriptor,
-    use_tma,
-)
+from .common import LOG2E, KernelUnsupported, _set_last_config, cdiv, check_inputs, dot, seq_bucket
+from .configs import FWD_SPACE, INTERPRET_FWD, normalize_config
+from .descriptors import host_descriptor, twin_descriptor, use_tma
+from .launch import attend, launch
 
 
 @triton.jit
@@ -362,9 +349,16 @@ def attention_forward(
         "TMA": tma,
     }
     cfg = launch(
-        "fwd_v2", "fwd", _attn_fwd, lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
-        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
-    )  # fmt: skip
+        name="fwd_v2",
+        kind="fwd",
+        kernel=_attn_fwd,
+        grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
+        args=args,
+        constexprs=constexprs,
+        space=FWD_SPACE,
+        forced=config,
+        interpret_config=INTERPRET_FWD,
+    )
     _set_last_config(cfg)
     return o, lse, cfg
 

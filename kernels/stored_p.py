@@ -32,20 +32,9 @@ import triton
 import triton.language as tl
 
 from .backward import attention_backward
-from .common import (
-    INTERPRET_FWD,
-    LOG2E,
-    VARIANT_FWD_SPACE,
-    KernelUnsupported,
-    _set_last_config,
-    attend,
-    cdiv,
-    check_inputs,
-    dot,
-    launch,
-    normalize_config,
-    seq_bucket,
-)
+from .common import LOG2E, KernelUnsupported, _set_last_config, cdiv, check_inputs, dot, seq_bucket
+from .configs import INTERPRET_FWD, VARIANT_FWD_SPACE, normalize_config
+from .launch import attend, launch
 
 
 @triton.jit
@@ -221,9 +210,16 @@ def attention_forward_stored_p(
     )  # fmt: skip
     constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32}
     cfg = launch(
-        "fwd_stored_p", "fwd", _attn_fwd_stored_p, lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
-        args, constexprs, space=VARIANT_FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
-    )  # fmt: skip
+        name="fwd_stored_p",
+        kind="fwd",
+        kernel=_attn_fwd_stored_p,
+        grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
+        args=args,
+        constexprs=constexprs,
+        space=VARIANT_FWD_SPACE,
+        forced=config,
+        interpret_config=INTERPRET_FWD,
+    )
     _set_last_config(cfg)
     return o, lse, p, cfg
 

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, flash_attn, flash_attn_stored_p, flash_attn_v1, last_config
-from flashbench.kernels.common import use_tma
+from flashbench.kernels.descriptors import use_tma
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
@@ -173,25 +173,25 @@ def test_host_descriptors_take_the_tile_of_each_launch(monkeypatch):
     """With TMA the FA2 forward (Q, K, V, O, and the causal diagonal's half-height K and V) and both backward
     passes (Q, dO; K, V) move their tiles through 4-D descriptors made on the host, each launch's sized to the
     config it runs with."""
-    from flashbench.kernels import common
+    from flashbench.kernels import configs, descriptors, launch
 
     launched = []  # (argument, its tensor's shape, block shape) of every host descriptor a launch passes
-    size = common.size_descriptors
+    size = descriptors.size_descriptors
 
     def spy(kernel, args, constexprs, meta):
         size(kernel, args, constexprs, meta)
         launched.extend(
             (name, tuple(a.base.shape), tuple(a.block_shape))
             for name, a in zip(kernel.arg_names, args, strict=False)
-            if isinstance(a, common.TensorDescriptor)
+            if isinstance(a, descriptors.TensorDescriptor)
         )
 
-    monkeypatch.setattr(common, "size_descriptors", spy)
+    monkeypatch.setattr(launch, "size_descriptors", spy)
     q, k, v = inputs(2, 4, 2, 150, 130, 64, torch.float16, seed=12)
     check(flash_attn, q, k, v, causal=True)
     qs, kvs = tuple(q.shape), tuple(k.shape)
-    m, n = common.INTERPRET_FWD["BLOCK_M"], common.INTERPRET_FWD["BLOCK_N"]
-    bm, bn = common.INTERPRET_BWD["BLOCK_M"], common.INTERPRET_BWD["BLOCK_N"]
+    m, n = configs.INTERPRET_FWD["BLOCK_M"], configs.INTERPRET_FWD["BLOCK_N"]
+    bm, bn = configs.INTERPRET_BWD["BLOCK_M"], configs.INTERPRET_BWD["BLOCK_N"]
     assert launched == [  # the causal diagonal's half-height K and V included
         ("KD", kvs, (1, 1, n, 64)), ("VD", kvs, (1, 1, n, 64)), ("KD2", kvs, (1, 1, n // 2, 64)),
         ("VD2", kvs, (1, 1, n // 2, 64)), ("QD", qs, (1, 1, m, 64)), ("OD", qs, (1, 1, m, 64)),
@@ -226,15 +226,15 @@ def test_host_descriptors_of_one_layout_are_separate():
     import gc
     import weakref
 
-    from flashbench.kernels import common
+    from flashbench.kernels.descriptors import host_descriptor
 
     a, b = (make((1, 2, 64, 32), torch.float16, seed=s) for s in (1, 2))
-    da, db = common.host_descriptor(a), common.host_descriptor(b)
+    da, db = host_descriptor(a), host_descriptor(b)
     assert da.base is a and db.base is b
     assert (da.shape, da.strides, da.block_shape) == ([1, 2, 64, 32], [4096, 2048, 32, 1], [1, 1, 16, 32])
     da.block_shape = [1, 1, 64, 32]
     assert db.block_shape == [1, 1, 16, 32]
-    t = common.host_descriptor(a.transpose(1, 2).contiguous().transpose(1, 2))  # same shape, other strides
+    t = host_descriptor(a.transpose(1, 2).contiguous().transpose(1, 2))  # same shape, other strides
     assert t.strides == [4096, 32, 64, 1]
     gone = weakref.ref(a)
     del a, da
@@ -367,7 +367,7 @@ def test_gpu_head_dim_256_and_ragged(kernel, dtype):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_gpu_autotuned_config(kernel, monkeypatch):
     """config=None autotunes on CUDA; the chosen config is reported, comes from the space, and can be forced."""
-    from flashbench.kernels.common import FWD_SPACE
+    from flashbench.kernels.configs import FWD_SPACE
 
     monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "1")
     monkeypatch.setenv(
