@@ -134,6 +134,12 @@ def unit_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def row_strides(*tensors: torch.Tensor) -> tuple[int, ...]:
+    """The batch, head and row strides of each [B, H, N, D] tensor, in order: the kernels take every last
+    dimension as unit-stride (`check_inputs` and `unit_stride` make it so, outputs are allocated so)."""
+    return tuple(s for t in tensors for s in t.stride()[:3])
+
+
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for a host grid: triton.cdiv is a constexpr function, whose argument unwrapping costs a few us
     per call on the host."""

@@ -22,23 +22,20 @@ Cautions:
   - GQA: query head h reads K/V head h // (heads // kv_heads).
   - Offsets of batch/head bases are int64 (B*H*N*D can pass 2^31 elements).
   - Hopper and newer (`use_tma`): Q, K, V and O move through 4-D [B, H, N, D] tensor descriptors built on the
-    host; loads past N are zero-filled within the head, stores past N clipped. Against per-head descriptors
-    built by every program: forward median +2.5% over 70 config x shape pairs, +5.7% for (64, 64, 4, 3)
-    causal d=128 N=4096 on an H100 (`python3 benchmarks/kernel_configs.py run --kinds variants,sdpa --tma 1`
-    at commit 1a61f90, which still had the per-program path). Elsewhere (pre-Hopper, misaligned views,
-    FLASHBENCH_TMA=0) every tile moves through pointers.
-  - Causal grids run their query blocks from the last, heaviest one, so the light ones fill the tail of the
-    grid (longest-processing-time first, as flash-attn does): d=128 N=16384 2.450 -> 2.325 ms (+5.4%), d=64
-    N=4096 +2.5%, within the rounds' spread elsewhere, on an H100 (forced config, both orders in rotation;
-    benchmarks/schedule_ab.py at commit 1a61f90). The dQ pass gained nothing from it and keeps its order.
-  - Causal, BLOCK_N > BLOCK_M: the masked key range (the diagonal) runs in blocks of BLOCK_N // 2. With 64-row
-    query tiles and 128-key blocks every other tile's diagonal block lies half past the diagonal; half-width
-    blocks halve that waste (6.25% -> 3.1% of the work at N = 2048): d=64 causal N=2048 356 -> 372 TFLOP/s on
-    an H100 (`python3 benchmarks/ws_quick.py speed --rounds 2 --dims 64` at commit 1a61f90).
-  - Tried on this kernel and left out (docs/benchmarks.md, H100): each block's P V issued after the next
-    block's Q K^T (FlashAttention-3's intra-warpgroup overlap), median 0.95-0.96x with host descriptors and
-    never better than the best plain tile; Triton's warp_specialize on the key loop, within 1% for the
-    8-warp tiles and not compiling for 4-warp ones on Triton 3.6. flash_ws.py writes that schedule out.
+    host (loads past N zero-filled within the head, stores clipped); elsewhere through pointers. Against
+    per-head descriptors built by every program: forward median +2.5% over 70 config x shape pairs, +5.7% for
+    (64, 64, 4, 3) causal d=128 N=4096 on an H100 (`python3 benchmarks/kernel_configs.py run --kinds
+    variants,sdpa --tma 1` at commit 1a61f90, which had both paths).
+  - Causal grids run their query blocks from the last, heaviest one, so the light ones fill the grid's tail:
+    d=128 N=16384 2.450 -> 2.325 ms (+5.4%), d=64 N=4096 +2.5%, within the rounds' spread elsewhere, on an
+    H100 (both orders in rotation, benchmarks/schedule_ab.py at commit 1a61f90). The dQ pass gained nothing.
+  - Causal, BLOCK_N > BLOCK_M: the masked key range (the diagonal) runs in blocks of BLOCK_N // 2: with 64-row
+    query tiles and 128-key blocks every other tile's diagonal block lies half past the diagonal (6.25% ->
+    3.1% of the work wasted at N = 2048): d=64 causal N=2048 356 -> 372 TFLOP/s on an H100 (`python3
+    benchmarks/ws_quick.py speed --rounds 2 --dims 64` at commit 1a61f90).
+  - Tried here and left out (docs/benchmarks.md, H100): each block's P V issued after the next block's Q K^T
+    (FlashAttention-3's intra-warpgroup overlap; 0.95-0.96x median, never better than the best plain tile);
+    Triton's warp_specialize on the key loop (within 1%; 4-warp tiles do not compile on Triton 3.6).
 """
 
 from __future__ import annotations
@@ -51,7 +48,16 @@ import triton.language as tl
 
 from . import flash_ws
 from .backward import attention_backward
-from .common import LOG2E, KernelUnsupported, _set_last_config, cdiv, check_inputs, dot, seq_bucket
+from .common import (
+    LOG2E,
+    KernelUnsupported,
+    _set_last_config,
+    cdiv,
+    check_inputs,
+    dot,
+    row_strides,
+    seq_bucket,
+)
 from .configs import FWD_SPACE, INTERPRET_FWD, normalize_config
 from .descriptors import host_descriptor, twin_descriptor, use_tma
 from .launch import attend, launch
@@ -62,7 +68,6 @@ def _scores(
     q,  # [BLOCK_M, HEAD_DIM] query tile, input dtype
     k_src,  # TMA: host descriptor of K ([B, H_KV, N_K, HEAD_DIM]); else pointer to K[b, hkv, 0, 0]
     stride_kn,
-    stride_kd,
     kv_b,  # batch and K/V head: the first coordinates of the descriptor
     kv_h,
     start_n,  # first key of this block
@@ -80,10 +85,10 @@ def _scores(
     if TMA:
         kt = tl.trans(k_src.load([kv_b, kv_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))  # past N_K: zeros
     elif MASK:
-        kt_ptrs = k_src + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # K^T tile [D, BN]
+        kt_ptrs = k_src + offs_n[None, :] * stride_kn + offs_d[:, None]  # K^T tile [D, BN]
         kt = tl.load(kt_ptrs, mask=offs_n[None, :] < N_K, other=0.0)
     else:
-        kt = tl.load(k_src + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd)
+        kt = tl.load(k_src + offs_n[None, :] * stride_kn + offs_d[:, None])
     return dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
 
 
@@ -93,7 +98,6 @@ def _add_pv(
     p,  # [BLOCK_M, BLOCK_N] probabilities of one key block, input dtype
     v_src,  # as k_src in _scores, for V
     stride_vn,
-    stride_vd,
     kv_b,
     kv_h,
     start_n,
@@ -111,12 +115,12 @@ def _add_pv(
         v = v_src.load([kv_b, kv_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
     elif MASK:
         v = tl.load(
-            v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            v_src + offs_n[:, None] * stride_vn + offs_d[None, :],
             mask=offs_n[:, None] < N_K,
             other=0.0,
         )
     else:
-        v = tl.load(v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd)
+        v = tl.load(v_src + offs_n[:, None] * stride_vn + offs_d[None, :])
     return dot(p, v, acc, IEEE)
 
 
@@ -158,22 +162,75 @@ def _online_softmax(
 
 @triton.jit
 def _fwd_block(
-    acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
-    N_K, CAUSAL_OFF, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr,
-):  # fmt: skip
+    acc,  # [BLOCK_M, HEAD_DIM] fp32 accumulator
+    l_i,  # [BLOCK_M] fp32 running sum
+    m_i,  # [BLOCK_M] fp32 running max
+    q,  # [BLOCK_M, HEAD_DIM] query tile
+    k_src,  # as in _scores
+    v_src,  # as in _add_pv
+    stride_kn,
+    stride_vn,
+    kv_b,
+    kv_h,
+    start_n,  # first key of this block
+    offs_m,  # [BLOCK_M] query rows
+    N_K,
+    CAUSAL_OFF,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASK: tl.constexpr,  # the tail / causal mask is needed in this block
+    IEEE: tl.constexpr,
+    TMA: tl.constexpr,
+):
     """One key block in FA2 order: S = Q K^T, softmax, rescale, acc += P V (the tensor cores wait for the
     softmax)."""
     qk = _scores(
-        q, k_src, stride_kn, stride_kd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, MASK, IEEE, TMA
+        q=q,
+        k_src=k_src,
+        stride_kn=stride_kn,
+        kv_b=kv_b,
+        kv_h=kv_h,
+        start_n=start_n,
+        N_K=N_K,
+        HEAD_DIM=HEAD_DIM,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        MASK=MASK,
+        IEEE=IEEE,
+        TMA=TMA,
     )
     p, alpha, l_i, m_new = _online_softmax(
-        qk, l_i, m_i, start_n, offs_m, N_K, CAUSAL_OFF, qk_scale, BLOCK_N, CAUSAL, MASK
+        qk=qk,
+        l_i=l_i,
+        m_i=m_i,
+        start_n=start_n,
+        offs_m=offs_m,
+        N_K=N_K,
+        CAUSAL_OFF=CAUSAL_OFF,
+        qk_scale=qk_scale,
+        BLOCK_N=BLOCK_N,
+        CAUSAL=CAUSAL,
+        MASK=MASK,
     )
     acc = acc * alpha[:, None]
     acc = _add_pv(
-        acc, p.to(q.dtype), v_src, stride_vn, stride_vd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_N, MASK, IEEE, TMA,
-    )  # fmt: skip
+        acc=acc,
+        p=p.to(q.dtype),
+        v_src=v_src,
+        stride_vn=stride_vn,
+        kv_b=kv_b,
+        kv_h=kv_h,
+        start_n=start_n,
+        N_K=N_K,
+        HEAD_DIM=HEAD_DIM,
+        BLOCK_N=BLOCK_N,
+        MASK=MASK,
+        IEEE=IEEE,
+        TMA=TMA,
+    )
     return acc, l_i, m_new
 
 
@@ -193,19 +250,15 @@ def _attn_fwd(
     stride_qz,
     stride_qh,
     stride_qm,
-    stride_qd,
     stride_kz,
     stride_kh,
     stride_kn,
-    stride_kd,
     stride_vz,
     stride_vh,
     stride_vn,
-    stride_vd,
     stride_oz,
     stride_oh,
     stride_om,
-    stride_od,
     H,  # query heads
     GROUP,  # H // H_KV: query heads per K/V head
     N_Q,  # query length
@@ -233,10 +286,8 @@ def _attn_fwd(
     k_base = K + b * stride_kz + hkv * stride_kh
     v_base = V + b * stride_vz + hkv * stride_vh
     o_base = O + b * stride_oz + h * stride_oh
-    # The masked key range (the causal diagonal, a ragged tail) in blocks of MASK_N keys: half-width blocks where
-    # keys are wider than the query tile (a 128-key block over a 64-row tile's diagonal is half past it for
-    # every other tile: 6% -> 3% of the work at N = 2048); otherwise no block reaches past the diagonal's last
-    # key and the masked blocks are the full BLOCK_N. k_mask / v_mask stream them.
+    # The masked key range (the causal diagonal, a ragged tail) in blocks of MASK_N keys, streamed by k_mask and
+    # v_mask: half-width where keys are wider than the query tile (see the module docstring), else BLOCK_N.
     HALVE: tl.constexpr = CAUSAL and BLOCK_N > BLOCK_M
     MASK_N: tl.constexpr = BLOCK_N // 2 if HALVE else BLOCK_N
     if TMA:
@@ -262,7 +313,7 @@ def _attn_fwd(
         q = QD.load([kv_b, q_h, pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
     else:
         q = tl.load(
-            q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+            q_base + offs_m[:, None] * stride_qm + offs_d[None, :],
             mask=offs_m[:, None] < N_Q,
             other=0.0,
         )
@@ -282,14 +333,54 @@ def _attn_fwd(
     full_end = (full_end // BLOCK_N) * BLOCK_N
     for start_n in tl.range(0, full_end, BLOCK_N):
         acc, l_i, m_i = _fwd_block(
-            acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
-            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
-        )  # fmt: skip
+            acc=acc,
+            l_i=l_i,
+            m_i=m_i,
+            q=q,
+            k_src=k_src,
+            v_src=v_src,
+            stride_kn=stride_kn,
+            stride_vn=stride_vn,
+            kv_b=kv_b,
+            kv_h=kv_h,
+            start_n=start_n,
+            offs_m=offs_m,
+            N_K=N_K,
+            CAUSAL_OFF=causal_off,
+            qk_scale=qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            CAUSAL=CAUSAL,
+            MASK=False,
+            IEEE=IEEE,
+            TMA=TMA,
+        )
     for start_n in tl.range(full_end, hi, MASK_N):
         acc, l_i, m_i = _fwd_block(
-            acc, l_i, m_i, q, k_mask, v_mask, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
-            N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, MASK_N, CAUSAL, True, IEEE, TMA,
-        )  # fmt: skip
+            acc=acc,
+            l_i=l_i,
+            m_i=m_i,
+            q=q,
+            k_src=k_mask,
+            v_src=v_mask,
+            stride_kn=stride_kn,
+            stride_vn=stride_vn,
+            kv_b=kv_b,
+            kv_h=kv_h,
+            start_n=start_n,
+            offs_m=offs_m,
+            N_K=N_K,
+            CAUSAL_OFF=causal_off,
+            qk_scale=qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=MASK_N,
+            CAUSAL=CAUSAL,
+            MASK=True,
+            IEEE=IEEE,
+            TMA=TMA,
+        )
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
     l_safe = tl.where(empty, 1.0, l_i)
@@ -301,7 +392,7 @@ def _attn_fwd(
         OD.store([kv_b, q_h, pid_m * BLOCK_M, 0], out.to(O.dtype.element_ty).reshape(1, 1, BLOCK_M, HEAD_DIM))
     else:
         tl.store(
-            o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+            o_base + offs_m[:, None] * stride_om + offs_d[None, :],
             out.to(O.dtype.element_ty),
             mask=row_ok[:, None],
         )
@@ -338,10 +429,9 @@ def attention_forward(
         kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
         if causal:  # the half-width diagonal blocks' descriptors (used where BLOCK_N > BLOCK_M)
             kd2, vd2 = twin_descriptor(kd), twin_descriptor(vd)
-    args = (
-        q, k, v, o, lse, kd, vd, kd2, vd2, qd, od, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),
-    )  # fmt: skip
+    tensors = (q, k, v, o, lse, kd, vd, kd2, vd2, qd, od)
+    strides = row_strides(q, k, v, o)
+    sizes = (H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)))
     constexprs = {
         "HEAD_DIM": D,
         "CAUSAL": causal,
@@ -353,7 +443,7 @@ def attention_forward(
         kind="fwd",
         kernel=_attn_fwd,
         grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
-        args=args,
+        args=(*tensors, *strides, *sizes),
         constexprs=constexprs,
         space=FWD_SPACE,
         forced=config,
