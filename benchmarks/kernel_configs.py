@@ -283,9 +283,13 @@ def summary(rows: list[dict[str, Any]]) -> None:
                     print(f"    {kind:5} best with tma={tma}: {t[0]['ms']:.3f} ms {t[0]['config']}")
             best_ms[kind] = cand[0]["ms"] if cand else float("nan")
         fwd = best_ms["fwd"]
-        print(f"    triton best fwd {fwd:.3f} ms; sdpa-flash/triton fwd = "
-              f"{base.get(('sdpa-flash', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}; "
-              f"sdpa-cudnn/triton fwd = {base.get(('sdpa-cudnn', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}")  # fmt: skip
+        flash_ms, cudnn_ms = (
+            base.get((p, "fwd"), {}).get("ms", float("nan")) for p in ("sdpa-flash", "sdpa-cudnn")
+        )
+        print(
+            f"    triton best fwd {fwd:.3f} ms; sdpa-flash/triton fwd = {flash_ms / fwd:.2f}; "
+            f"sdpa-cudnn/triton fwd = {cudnn_ms / fwd:.2f}"
+        )
     var = [r for r in ok if r.get("study") == "variants"]
     if var:
         print("forward variants, TFLOP/s per variant [regs/spill bytes], max error vs cuDNN:")
@@ -300,8 +304,8 @@ def summary(rows: list[dict[str, Any]]) -> None:
             )
             err = max(r["max_err"] for r in pr.values())
             print(f"    d={d} causal={causal!s:5} N={n:5} {c}: {cells} err<={err:.1e}")
-        base = {r["provider"]: r["tflops"] for r in ok if "provider" in r and r["kind"] == "fwd"
-                and (r["d"], r["causal"], r["n"]) == (d, causal, n)}  # fmt: skip
+        shape_fwd = [r for r in ok if r["kind"] == "fwd" and (r["d"], r["causal"], r["n"]) == (d, causal, n)]
+        base = {r["provider"]: r["tflops"] for r in shape_fwd if "provider" in r}
         best: dict[str, dict] = {}
         for r in var:
             name = _variant_name(r["variant"])

@@ -107,10 +107,11 @@ def _disassemble(kernel: Any) -> tuple[str, int | None]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
-        sass = subprocess.run([os.path.join(bin_dir, "nvdisasm"), "-c", f.name], capture_output=True, text=True,
-                              check=True).stdout  # fmt: skip
-        usage = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", f.name], capture_output=True,
-                               text=True, check=True).stdout  # fmt: skip
+        nvdisasm, cuobjdump = (os.path.join(bin_dir, tool) for tool in ("nvdisasm", "cuobjdump"))
+        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run(
+            [cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
     regs = re.search(r"REG:(\d+)", usage)
     return sass, int(regs.group(1)) if regs else None
 

@@ -81,8 +81,9 @@ def check() -> int:
                     err_l = (lse - ref_lse).abs().max().item()
                     ok = err_o < 2e-2 and err_l < 1e-3
                     failures += not ok
-                    print(f"{'ok ' if ok else 'BAD'} {name:8s} {str(dtype)[6:]:8s} b{b} h{h}/{hkv} nq{nq} nk{nk} "
-                          f"d{d} causal={int(causal)} max|do|={err_o:.2e} max|dlse|={err_l:.2e}", flush=True)  # fmt: skip
+                    shape = f"{str(dtype)[6:]:8s} b{b} h{h}/{hkv} nq{nq} nk{nk} d{d} causal={int(causal)}"
+                    errors = f"max|do|={err_o:.2e} max|dlse|={err_l:.2e}"
+                    print(f"{'ok ' if ok else 'BAD'} {name:8s} {shape} {errors}", flush=True)
     print(f"{failures} failures")
     return 1 if failures else 0
 
@@ -162,8 +163,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.what == "check":
         return check()
-    rows = speed(a.rounds, [int(s) for s in a.seqs.split(",")], [int(s) for s in a.dims.split(",")],
-                 [p for p in a.providers.split(",") if p])  # fmt: skip
+    seqs, dims = [int(s) for s in a.seqs.split(",")], [int(s) for s in a.dims.split(",")]
+    rows = speed(a.rounds, seqs, dims, [p for p in a.providers.split(",") if p])
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "ws_quick.json"), "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

@@ -193,10 +193,17 @@ def test_host_descriptors_take_the_tile_of_each_launch(monkeypatch):
     m, n = configs.INTERPRET_FWD["BLOCK_M"], configs.INTERPRET_FWD["BLOCK_N"]
     bm, bn = configs.INTERPRET_BWD["BLOCK_M"], configs.INTERPRET_BWD["BLOCK_N"]
     assert launched == [  # the causal diagonal's half-height K and V included
-        ("KD", kvs, (1, 1, n, 64)), ("VD", kvs, (1, 1, n, 64)), ("KD2", kvs, (1, 1, n // 2, 64)),
-        ("VD2", kvs, (1, 1, n // 2, 64)), ("QD", qs, (1, 1, m, 64)), ("OD", qs, (1, 1, m, 64)),
-        ("QD", qs, (1, 1, bm, 64)), ("DOD", qs, (1, 1, bm, 64)), ("KD", kvs, (1, 1, bn, 64)), ("VD", kvs, (1, 1, bn, 64)),
-    ]  # fmt: skip
+        ("KD", kvs, (1, 1, n, 64)),
+        ("VD", kvs, (1, 1, n, 64)),
+        ("KD2", kvs, (1, 1, n // 2, 64)),
+        ("VD2", kvs, (1, 1, n // 2, 64)),
+        ("QD", qs, (1, 1, m, 64)),
+        ("OD", qs, (1, 1, m, 64)),
+        ("QD", qs, (1, 1, bm, 64)),
+        ("DOD", qs, (1, 1, bm, 64)),
+        ("KD", kvs, (1, 1, bn, 64)),
+        ("VD", kvs, (1, 1, bn, 64)),
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
