@@ -42,12 +42,6 @@ def _set_last_config(cfg: dict[str, Any]) -> None:
     _LAST_CONFIG = dict(cfg)
 
 
-def autotune_enabled() -> bool:
-    """False when FLASHBENCH_AUTOTUNE=0: CUDA launches then use `default_config` (no autotuning, one compile
-    per shape class; the GPU test suite uses this to keep its compile time down)."""
-    return os.environ.get("FLASHBENCH_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
 def interpreting() -> bool:
     """True when Triton's interpreter is on (read from the environment at call time)."""
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")

@@ -247,7 +247,7 @@ def _attn_fwd(
     VD2,  # else K, V again (unused)
     QD,  # TMA: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q again (unused)
     OD,  # the same for O
-    stride_qz,
+    stride_qz,  # strides of B, H and N (row_strides); the last dimension is unit-stride
     stride_qh,
     stride_qm,
     stride_kz,
@@ -486,8 +486,9 @@ def flash_attn(
     (fp32 and the CPU interpreter are for testing). causal is aligned bottom-right when Nq != Nk. sm_scale
     defaults to 1/sqrt(D). config forces the forward config ({"BLOCK_M", "BLOCK_N", "num_warps",
     "num_stages"}, optionally "maxnreg"; {"kernel": "gluon-ws", ...} forces flash_ws's Gluon forward);
-    otherwise it is autotuned on CUDA (one fixed config under TRITON_INTERPRET=1). On Hopper and newer, Q, K, V and O move through tensor descriptors (TMA) when
-    the inputs are 16-byte aligned; FLASHBENCH_TMA=0 turns that off.
+    otherwise it is autotuned on CUDA (one fixed config under TRITON_INTERPRET=1). On Hopper and newer, Q, K,
+    V and O move through tensor descriptors (TMA) when the inputs are 16-byte aligned; FLASHBENCH_TMA=0 turns
+    that off.
     Differentiable: the backward recomputes P from Q, K and the saved log-sum-exp.
     Raises KernelUnsupported naming what is unsupported.
     """

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import inspect
 import json
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from triton.runtime import errors as triton_errors
 from triton.runtime.errors import OutOfResources
 
 from . import autotune
-from .common import KernelUnsupported, autotune_enabled, interpreting
+from .common import KernelUnsupported, interpreting
 from .configs import INTERPRET_FWD, LAUNCH_OPTIONS, candidates, config_dict, default_config, estimate
 from .descriptors import size_descriptors
 
@@ -34,6 +35,12 @@ from .descriptors import size_descriptors
 _UNFIT: tuple[type[BaseException], ...] = tuple(
     e for e in (OutOfResources, getattr(triton_errors, "PTXASError", None)) if isinstance(e, type)
 )
+
+
+def autotune_enabled() -> bool:
+    """False when FLASHBENCH_AUTOTUNE=0: CUDA launches then use `default_config` (no autotuning, one compile
+    per shape class; the GPU test suite uses this to keep its compile time down)."""
+    return os.environ.get("FLASHBENCH_AUTOTUNE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def launch(
