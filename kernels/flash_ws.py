@@ -59,11 +59,12 @@ BLOCK_N = 128
 # FA3's 192-row tiles (three consumers), persistent when not causal (458 vs 437-445 TFLOP/s at N = 2048); a
 # causal persistent walk is unbalanced (round-robin tiles of unequal length: 197 TFLOP/s at N = 2048), so
 # causal tiles are one program each. Three K/V stages were up to 14% ahead of two at d = 128.
+_BASE = {"BLOCK_N": BLOCK_N, "SCHED_HEADS": 1}  # reported with every config (the byte model reads the tiles)
 DEFAULT_CONFIG = {
-    (64, False): {"BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1, "SCHED_HEADS": 1},
-    (64, True): {"BLOCK_M": 192, "STAGES": 3, "PERSISTENT": 0, "SCHED_HEADS": 1},
-    (128, False): {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0, "SCHED_HEADS": 1},
-    (128, True): {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0, "SCHED_HEADS": 1},
+    (64, False): {**_BASE, "BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1},
+    (64, True): {**_BASE, "BLOCK_M": 192, "STAGES": 3, "PERSISTENT": 0},
+    (128, False): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
+    (128, True): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
 }
 HEAD_DIMS = (64, 128)
 
@@ -81,6 +82,7 @@ GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, Tru
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
+    "BLOCK_N": (BLOCK_N,),
     "STAGES": (2, 3),
     "PERSISTENT": (0, 1),
     "SCHED_HEADS": (1, 4, 16, 32, 64),

@@ -178,9 +178,21 @@ def test_forced_gluon_config_is_checked():
         flash_ws.check_config({"PROGRAMS": -1})
     with pytest.raises(ValueError, match="SCHED_HEADS=3 must be one of"):
         flash_ws.check_config({"SCHED_HEADS": 3})
+    with pytest.raises(ValueError, match="BLOCK_N=64 must be one of"):
+        flash_ws.check_config({"BLOCK_N": 64})
     assert flash_ws.check_config({"PERSISTENT": 1, "SCHED_HEADS": 64}) == {"PERSISTENT": 1, "SCHED_HEADS": 64}
     assert flash_ws.smem_bytes({"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}, 128) > flash_ws.SMEM_LIMIT
     assert flash_ws.check_config({"STAGES": 2, "PERSISTENT": 0}) == {"STAGES": 2, "PERSISTENT": 0}
+
+
+def test_default_configs_report_their_tiles_to_the_byte_model():
+    """A sweep row's kernel_config is the config flash_ws reports: it names BLOCK_M and BLOCK_N, which the byte
+    model reads (io_model.Blocks), and it passes check_config so that it can be forced back."""
+    from flashbench.models.io_model import Blocks
+
+    for (d, causal), cfg in flash_ws.DEFAULT_CONFIG.items():
+        assert Blocks.from_config(cfg) == Blocks(fwd_m=cfg["BLOCK_M"], fwd_n=128), (d, causal)
+        assert flash_ws.check_config(dict(cfg)) == cfg
 
 
 @pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")
