@@ -53,12 +53,11 @@ def rel(a, b) -> float:
     "config",
     [
         {},
-        {"PINGPONG": 0},
-        {"BLOCK_N": 64, "STAGES": 4},
+        {"STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2},
-        {"PERSISTENT": 1, "PROGRAMS": 4, "STAGES": 2, "SCHED_HEADS": 4, "WALK": "snake"},
+        {"PERSISTENT": 1, "PROGRAMS": 4, "STAGES": 2, "SCHED_HEADS": 4},
     ],
-    ids=["default", "nopp", "n64", "persistent", "snake"],
+    ids=["default", "s2", "persistent", "persistent-grouped"],
 )
 def test_forward_matches_reference(shape, dtype, causal, config):
     check_forward(shape, dtype, causal, config)
@@ -77,15 +76,12 @@ def test_forward_matches_reference(shape, dtype, causal, config):
     "config",
     [
         {},
-        {"PINGPONG": 0},
-        {"BLOCK_N": 64, "STAGES": 4},
         {"STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 3},
-        {"PERSISTENT": 1, "PROGRAMS": 2, "SCHED_HEADS": 4, "STAGES": 2, "EARLY_K": 0},
-        {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "WALK": "snake"},
-        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 16, "STAGES": 2, "WALK": "snake"},
+        {"PERSISTENT": 1, "PROGRAMS": 2, "SCHED_HEADS": 4, "STAGES": 2},
+        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 16, "STAGES": 2},
     ],
-    ids=["default", "nopp", "n64", "s2", "persistent", "persistent-grouped-lateK", "snake", "snake-h16-p5"],
+    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-h16-p5"],
 )
 def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config):
     """192-row tiles (d = 64): tiles end at seq_q, so the first one's leading warpgroups own no row and only
@@ -164,9 +160,9 @@ def test_flash_attn_takes_gluon_and_backward_agrees(monkeypatch, causal, d, n):
 @pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
 def test_reported_gluon_config_can_be_forced_back():
     q = torch.randn(1, 2, 256, 128, device="cuda", dtype=torch.float16)
-    flash_attn(q, q, q, config={"kernel": "gluon-ws", "STAGES": 2, "PINGPONG": 0})
+    flash_attn(q, q, q, config={"kernel": "gluon-ws", "STAGES": 2})
     cfg = last_config()
-    assert cfg["kernel"] == "gluon-ws" and cfg["STAGES"] == 2 and cfg["PINGPONG"] == 0
+    assert cfg["kernel"] == "gluon-ws" and cfg["STAGES"] == 2
     flash_attn(q, q, q, config=cfg)
     assert last_config() == cfg
 
@@ -180,13 +176,23 @@ def test_forced_gluon_config_is_checked():
         flash_ws.check_config({"BLOCK_M": 256})
     with pytest.raises(ValueError, match="PROGRAMS=-1 must be a count"):
         flash_ws.check_config({"PROGRAMS": -1})
-    with pytest.raises(ValueError, match="WALK='zigzag' must be one of"):
-        flash_ws.check_config({"WALK": "zigzag"})
-    assert flash_ws.check_config({"WALK": "snake", "SCHED_HEADS": 64}) == {"WALK": "snake", "SCHED_HEADS": 64}
-    assert flash_ws.smem_bytes({"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 3, "PERSISTENT": 1}, 128) > (
-        flash_ws.SMEM_LIMIT
-    )
-    assert flash_ws.check_config({"STAGES": 2, "PINGPONG": 0}) == {"STAGES": 2, "PINGPONG": 0}
+    with pytest.raises(ValueError, match="SCHED_HEADS=3 must be one of"):
+        flash_ws.check_config({"SCHED_HEADS": 3})
+    with pytest.raises(ValueError, match="BLOCK_N=64 must be one of"):
+        flash_ws.check_config({"BLOCK_N": 64})
+    assert flash_ws.check_config({"PERSISTENT": 1, "SCHED_HEADS": 64}) == {"PERSISTENT": 1, "SCHED_HEADS": 64}
+    assert flash_ws.smem_bytes({"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}, 128) > flash_ws.SMEM_LIMIT
+    assert flash_ws.check_config({"STAGES": 2, "PERSISTENT": 0}) == {"STAGES": 2, "PERSISTENT": 0}
+
+
+def test_default_configs_report_their_tiles_to_the_byte_model():
+    """A sweep row's kernel_config is the config flash_ws reports: it names BLOCK_M and BLOCK_N, which the byte
+    model reads (io_model.Blocks), and it passes check_config so that it can be forced back."""
+    from flashbench.models.io_model import Blocks
+
+    for (d, causal), cfg in flash_ws.DEFAULT_CONFIG.items():
+        assert Blocks.from_config(cfg) == Blocks(fwd_m=cfg["BLOCK_M"], fwd_n=128), (d, causal)
+        assert flash_ws.check_config(dict(cfg)) == cfg
 
 
 @pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")

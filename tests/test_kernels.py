@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, flash_attn, flash_attn_stored_p, flash_attn_v1, last_config
-from flashbench.kernels.common import use_tma
+from flashbench.kernels.descriptors import use_tma
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
@@ -156,17 +156,6 @@ def test_negative_sm_scale(kernel):
     check(KERNELS[kernel], *inputs(1, 2, 1, 45, 45, 32, torch.float16, seed=6), causal=True, sm_scale=-0.4)
 
 
-def test_causal_block_order_does_not_change_results(monkeypatch):
-    """Causal grids run their heaviest query blocks first by default; the other order gives the same numbers."""
-    from flashbench.kernels import common
-
-    q, k, v = inputs(1, 2, 1, 150, 150, 32, torch.float16, seed=11)
-    heavy_first = flash_attn(q, k, v, causal=True)
-    monkeypatch.setattr(common, "CAUSAL_HEAVY_FIRST", False)
-    check(flash_attn, q, k, v, causal=True)
-    assert torch.equal(flash_attn(q, k, v, causal=True), heavy_first)
-
-
 def test_tma_and_pointer_paths_agree(monkeypatch):
     """The FA2 forward streams K/V through tensor descriptors where it may (emulated by the interpreter) and
     through pointers otherwise; both are held to the budget and must agree to rounding."""
@@ -180,48 +169,41 @@ def test_tma_and_pointer_paths_agree(monkeypatch):
     torch.testing.assert_close(flash_attn(q, k, v, causal=True), with_tma, atol=2e-3, rtol=0)
 
 
-def test_host_and_per_program_descriptors_agree(monkeypatch):
-    """With TMA the FA2 forward (Q, K, V, O) and both backward passes (Q, dO; K, V) move their tiles through
-    4-D descriptors made on the host (the default), each launch's sized to the config it runs with; the per-head
-    descriptors every program can build instead (common.HOST_DESCRIPTORS = False) give the same numbers."""
-    from flashbench.kernels import common
+def test_host_descriptors_take_the_tile_of_each_launch(monkeypatch):
+    """With TMA the FA2 forward (Q, K, V, O, and the causal diagonal's half-height K and V) and both backward
+    passes (Q, dO; K, V) move their tiles through 4-D descriptors made on the host, each launch's sized to the
+    config it runs with."""
+    from flashbench.kernels import configs, descriptors, launch
 
     launched = []  # (argument, its tensor's shape, block shape) of every host descriptor a launch passes
-    size = common.size_descriptors
+    size = descriptors.size_descriptors
 
     def spy(kernel, args, constexprs, meta):
         size(kernel, args, constexprs, meta)
         launched.extend(
             (name, tuple(a.base.shape), tuple(a.block_shape))
             for name, a in zip(kernel.arg_names, args, strict=False)
-            if isinstance(a, common.TensorDescriptor)
+            if isinstance(a, descriptors.TensorDescriptor)
         )
 
-    monkeypatch.setattr(common, "size_descriptors", spy)
+    monkeypatch.setattr(launch, "size_descriptors", spy)
     q, k, v = inputs(2, 4, 2, 150, 130, 64, torch.float16, seed=12)
     check(flash_attn, q, k, v, causal=True)
     qs, kvs = tuple(q.shape), tuple(k.shape)
-    m, n = common.INTERPRET_FWD["BLOCK_M"], common.INTERPRET_FWD["BLOCK_N"]
-    bm, bn = common.INTERPRET_BWD["BLOCK_M"], common.INTERPRET_BWD["BLOCK_N"]
+    m, n = configs.INTERPRET_FWD["BLOCK_M"], configs.INTERPRET_FWD["BLOCK_N"]
+    bm, bn = configs.INTERPRET_BWD["BLOCK_M"], configs.INTERPRET_BWD["BLOCK_N"]
     assert launched == [  # the causal diagonal's half-height K and V included
-        ("KD", kvs, (1, 1, n, 64)), ("VD", kvs, (1, 1, n, 64)), ("KD2", kvs, (1, 1, n // 2, 64)),
-        ("VD2", kvs, (1, 1, n // 2, 64)), ("QD", qs, (1, 1, m, 64)), ("OD", qs, (1, 1, m, 64)),
-        ("QD", qs, (1, 1, bm, 64)), ("DOD", qs, (1, 1, bm, 64)), ("KD", kvs, (1, 1, bn, 64)), ("VD", kvs, (1, 1, bn, 64)),
-    ]  # fmt: skip
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    do = make(qs, torch.float16, seed=99)
-    host = [
-        flash_attn(*leaves, causal=True),
-        *torch.autograd.grad(flash_attn(*leaves, causal=True), leaves, do),
+        ("KD", kvs, (1, 1, n, 64)),
+        ("VD", kvs, (1, 1, n, 64)),
+        ("KD2", kvs, (1, 1, n // 2, 64)),
+        ("VD2", kvs, (1, 1, n // 2, 64)),
+        ("QD", qs, (1, 1, m, 64)),
+        ("OD", qs, (1, 1, m, 64)),
+        ("QD", qs, (1, 1, bm, 64)),
+        ("DOD", qs, (1, 1, bm, 64)),
+        ("KD", kvs, (1, 1, bn, 64)),
+        ("VD", kvs, (1, 1, bn, 64)),
     ]
-    monkeypatch.setattr(common, "HOST_DESCRIPTORS", False)
-    launched.clear()
-    check(flash_attn, q, k, v, causal=True)
-    assert not launched
-    per_program = [flash_attn(*leaves, causal=True)]
-    per_program += torch.autograd.grad(per_program[0], leaves, do)
-    for a, b in zip(host, per_program, strict=True):
-        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
@@ -251,15 +233,15 @@ def test_host_descriptors_of_one_layout_are_separate():
     import gc
     import weakref
 
-    from flashbench.kernels import common
+    from flashbench.kernels.descriptors import host_descriptor
 
     a, b = (make((1, 2, 64, 32), torch.float16, seed=s) for s in (1, 2))
-    da, db = common.host_descriptor(a), common.host_descriptor(b)
+    da, db = host_descriptor(a), host_descriptor(b)
     assert da.base is a and db.base is b
     assert (da.shape, da.strides, da.block_shape) == ([1, 2, 64, 32], [4096, 2048, 32, 1], [1, 1, 16, 32])
     da.block_shape = [1, 1, 64, 32]
     assert db.block_shape == [1, 1, 16, 32]
-    t = common.host_descriptor(a.transpose(1, 2).contiguous().transpose(1, 2))  # same shape, other strides
+    t = host_descriptor(a.transpose(1, 2).contiguous().transpose(1, 2))  # same shape, other strides
     assert t.strides == [4096, 32, 64, 1]
     gone = weakref.ref(a)
     del a, da
@@ -269,39 +251,19 @@ def test_host_descriptors_of_one_layout_are_separate():
 
 @pytest.mark.parametrize(("nq", "nk"), [(64, 64), (150, 150), (96, 200), (200, 96), (17, 130)])
 def test_half_width_diagonal_blocks(monkeypatch, nq, nk):
-    """Causal: the masked key range runs in blocks of BLOCK_N // 2 (common.CAUSAL_HALF_DIAG, or a forced
-    config's "DIAG"), through half-height descriptors on the TMA path; full-width blocks give the same
-    attention. Diagonal offsets (nk != nq), ragged tails and rows that see no key (nq > nk) included."""
-    from flashbench.kernels import common
-
+    """Causal with key blocks wider than the query tile: the masked key range runs in blocks of BLOCK_N // 2,
+    through half-height descriptors on the TMA path and through pointers otherwise; a square tile (full-width
+    diagonal blocks) gives the same attention. Diagonal offsets (nk != nq), ragged tails and rows that see no
+    key (nq > nk) included."""
     q, k, v = inputs(1, 2, 1, nq, nk, 32, torch.float16, seed=14)
-    config = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
-    outs = {}
-    for diag in (0, 1):
-        check(flash_attn, q, k, v, causal=True, config={**config, "DIAG": diag})
-        assert last_config()["DIAG"] == diag
-        outs[diag] = flash_attn(q, k, v, causal=True, config={**config, "DIAG": diag})
-    torch.testing.assert_close(outs[0], outs[1], atol=2e-3, rtol=0)
-    # Without a forced DIAG the module switch decides; the pointer path takes the half-width blocks too.
-    assert torch.equal(flash_attn(q, k, v, causal=True, config=config), outs[1])
-    monkeypatch.setattr(common, "CAUSAL_HALF_DIAG", False)
-    assert torch.equal(flash_attn(q, k, v, causal=True, config=config), outs[0])
+    wide = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
+    square = {**wide, "BLOCK_N": 32}
+    check(flash_attn, q, k, v, causal=True, config=wide)
+    half_width = flash_attn(q, k, v, causal=True, config=wide)
+    torch.testing.assert_close(half_width, flash_attn(q, k, v, causal=True, config=square), atol=2e-3, rtol=0)
     monkeypatch.setenv("FLASHBENCH_TMA", "0")
-    check(flash_attn, q, k, v, causal=True, config={**config, "DIAG": 1})
-    # Key blocks no wider than the query tile never reach past the diagonal: DIAG leaves them as they were.
-    square = {**config, "BLOCK_N": 32}
-    assert torch.equal(flash_attn(q, k, v, causal=True, config={**square, "DIAG": 1}),
-                       flash_attn(q, k, v, causal=True, config={**square, "DIAG": 0}))  # fmt: skip
-
-
-@pytest.mark.parametrize(("nq", "nk"), [(1, 1), (64, 64), (150, 150), (17, 130), (130, 17)])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_overlapped_key_loop(causal, nq, nk):
-    """config "OV": each block's P V matmul is issued after the next block's Q K^T (a prologue block, a
-    pipelined loop, an epilogue P V). One-block, exact-multiple, ragged and empty-row cases."""
-    config = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "OV": 1}
-    check(flash_attn, *inputs(1, 2, 1, nq, nk, 32, torch.float16, seed=13), causal=causal, config=config)
-    assert last_config() == config
+    check(flash_attn, q, k, v, causal=True, config=wide)
+    torch.testing.assert_close(flash_attn(q, k, v, causal=True, config=wide), half_width, atol=2e-3, rtol=0)
 
 
 def test_register_cap_is_a_launch_option():
@@ -412,7 +374,7 @@ def test_gpu_head_dim_256_and_ragged(kernel, dtype):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_gpu_autotuned_config(kernel, monkeypatch):
     """config=None autotunes on CUDA; the chosen config is reported, comes from the space, and can be forced."""
-    from flashbench.kernels.common import FWD_SPACE
+    from flashbench.kernels.configs import FWD_SPACE
 
     monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "1")
     monkeypatch.setenv(
