@@ -144,13 +144,13 @@ def test_host_descriptors_take_the_tile_of_each_launch(monkeypatch):
     config it runs with."""
     from flashbench.kernels import configs, descriptors, launch
 
-    launched = []  # (argument, its tensor's shape, block shape) of every host descriptor a launch passes
+    launched = []  # (argument, its tensor's shape, block shape, the launch's BLOCK_M and BLOCK_N) per descriptor
     size = descriptors.size_descriptors
 
     def spy(kernel, args, constexprs, meta):
         size(kernel, args, constexprs, meta)
         launched.extend(
-            (name, tuple(a.base.shape), tuple(a.block_shape))
+            (name, tuple(a.base.shape), tuple(a.block_shape), meta["BLOCK_M"], meta["BLOCK_N"])
             for name, a in zip(kernel.arg_names, args, strict=False)
             if isinstance(a, descriptors.TensorDescriptor)
         )
@@ -159,20 +159,32 @@ def test_host_descriptors_take_the_tile_of_each_launch(monkeypatch):
     q, k, v = inputs(2, 4, 2, 150, 130, 64, torch.float16, seed=12)
     check(flash_attn, q, k, v, causal=True)
     qs, kvs = tuple(q.shape), tuple(k.shape)
-    m, n = configs.INTERPRET_FWD["BLOCK_M"], configs.INTERPRET_FWD["BLOCK_N"]
-    bm, bn = configs.INTERPRET_BWD["BLOCK_M"], configs.INTERPRET_BWD["BLOCK_N"]
-    assert launched == [  # the causal diagonal's half-height K and V included
-        ("KD", kvs, (1, 1, n, 64)),
-        ("VD", kvs, (1, 1, n, 64)),
-        ("KD2", kvs, (1, 1, n // 2, 64)),
-        ("VD2", kvs, (1, 1, n // 2, 64)),
-        ("QD", qs, (1, 1, m, 64)),
-        ("OD", qs, (1, 1, m, 64)),
-        ("QD", qs, (1, 1, bm, 64)),
-        ("DOD", qs, (1, 1, bm, 64)),
-        ("KD", kvs, (1, 1, bn, 64)),
-        ("VD", kvs, (1, 1, bn, 64)),
-    ]
+    # Which tile dimension sizes each descriptor: the forward walks BLOCK_M query rows over BLOCK_N keys (the
+    # causal diagonal in half-width key blocks), the backward's dK/dV pass BLOCK_N keys over BLOCK_M query rows.
+    rows = {"KD": ("n", 1), "VD": ("n", 1), "KD2": ("n", 2), "VD2": ("n", 2), "QD": ("m", 1), "OD": ("m", 1)}
+    rows |= {"DOD": ("m", 1)}
+    fwd = last_config() if HAS_CUDA else configs.INTERPRET_FWD  # what the forward ran with
+    assert [x[0] for x in launched] == ["KD", "VD", "KD2", "VD2", "QD", "OD", "QD", "DOD", "KD", "VD"]
+    assert launched[0][3:] == (fwd["BLOCK_M"], fwd["BLOCK_N"])
+    for name, shape, block, bm, bn in launched:
+        dim, div = rows[name]
+        assert shape == (kvs if name[0] in "KV" else qs), name
+        assert block == (1, 1, (bn if dim == "n" else bm) // div, 64), (name, block, bm, bn)
+    if not HAS_CUDA:  # the interpreter's fixed configs: the whole list, literally
+        m, n = configs.INTERPRET_FWD["BLOCK_M"], configs.INTERPRET_FWD["BLOCK_N"]
+        bm, bn = configs.INTERPRET_BWD["BLOCK_M"], configs.INTERPRET_BWD["BLOCK_N"]
+        assert [x[:3] for x in launched] == [
+            ("KD", kvs, (1, 1, n, 64)),
+            ("VD", kvs, (1, 1, n, 64)),
+            ("KD2", kvs, (1, 1, n // 2, 64)),
+            ("VD2", kvs, (1, 1, n // 2, 64)),
+            ("QD", qs, (1, 1, m, 64)),
+            ("OD", qs, (1, 1, m, 64)),
+            ("QD", qs, (1, 1, bm, 64)),
+            ("DOD", qs, (1, 1, bm, 64)),
+            ("KD", kvs, (1, 1, bn, 64)),
+            ("VD", kvs, (1, 1, bn, 64)),
+        ]
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
