@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from flashbench.analysis.runs import DEFAULT_BASELINES
+
 
 def report(
     run: Annotated[
@@ -27,7 +29,11 @@ def report(
     fmt: Annotated[str, typer.Option("--format", "-f", help="html | md | csv | json.")] = "html",
     speedup_vs: Annotated[
         str | None,
-        typer.Option(help="Provider speedups are taken against. Default: naive, else sdpa-math, else sdpa."),
+        typer.Option(
+            help="Provider speedups are taken against. Default: the first of "
+            + ", ".join(DEFAULT_BASELINES)
+            + " in the run."
+        ),
     ] = None,
 ) -> None:
     """Write the report of a run: figures (roofline, TFLOP/s, memory, recompute), tables, comparisons."""
