@@ -22,6 +22,8 @@ import pytest
 
 from flashbench.report import build
 
+pytest.importorskip("plotly", reason="the HTML report needs plotly (the GPU machine has none)")
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIRS = sorted(p.parent for p in (ROOT / "tests" / "fixtures").glob("*/rows.jsonl"))
 SVG_ROOTS_PER_FIGURE = 3  # plotly draws main-svg for the plot, the hover layer and the modebar layer
