@@ -63,6 +63,12 @@ def hover(df: pd.DataFrame, extra: Any = ()) -> list[str]:
         if _num(r.get("clock_mhz")):
             why = f"; throttled: {r['reasons']}" if r.get("throttled") else ""
             lines.append(f"SM clock {r['clock_mhz']:.0f} MHz ({r['clock_source']}){why}")
+        if (
+            r.get("warmup_settled") is False
+        ):  # the measurement regime's own flags, where the sweep recorded them
+            lines.append("the warm-up stopped before the SM clock settled")
+        if r.get("host_time_included") is True:
+            lines.append("host launch gaps may be counted in this GPU time")
         if r.get("status") != "ok":
             lines.append(f"status: {r['status']} {str(r.get('reason', ''))[:80]}")
         out.append("<br>".join(lines))

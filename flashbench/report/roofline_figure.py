@@ -295,6 +295,7 @@ def _note(x: float, y: float, text: str, color: str, side: str, above: bool = Tr
         "xanchor": side,
         "yanchor": "bottom" if above else "top",
         "font": {"size": 11, "color": color},
+        "bgcolor": "rgba(255,255,255,0.75)",  # legible over the points it may cross
     }
 
 

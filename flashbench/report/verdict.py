@@ -129,9 +129,9 @@ def _reference_line(frame: Any, reference: str) -> str:
         ]
         parts.append(f"{mode}: " + ", ".join(each))
     return (
-        f"**Speedup over {reference}** ({reference}'s median time / the provider's, same shape; "
-        f"above 1 = faster than {reference}; geometric mean over the cases, then the range; "
-        f"the reference is {_reference_rule(frame, reference)}): " + "; ".join(parts) + "."
+        f"**Speedup over {reference}** (above 1 = faster than {reference}: its median time over the provider's "
+        f"on the same shape, geometric mean over the cases, then the range; {reference} is "
+        f"{_reference_rule(frame, reference)}): " + "; ".join(parts) + "."
     )
 
 
@@ -141,8 +141,10 @@ def _reference_rule(frame: Any, reference: str) -> str:
     if pick_baseline(frame) != reference:
         return "named by `--speedup-vs`"
     if reference in DEFAULT_BASELINES:
-        return f"the first of {', '.join(DEFAULT_BASELINES)} in this run (`--speedup-vs` picks another)"
-    return "the first provider measured: none of the usual references ran (`--speedup-vs` picks another)"
+        return f"the first of {', '.join(DEFAULT_BASELINES)} that ran; `--speedup-vs` picks another"
+    return (
+        "the first provider measured, none of the usual references having run; `--speedup-vs` picks another"
+    )
 
 
 def _failure_blocks(frame: Any) -> list[Block]:
