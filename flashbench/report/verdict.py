@@ -230,7 +230,12 @@ def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
     threshold = getattr(getattr(gate, "config", None), "threshold", None)
     thr = f" (threshold {threshold:.0%} slower)" if threshold is not None else ""
     word = "PASS" if gate.passed else "FAIL"
-    text = f"**Gate against `{name}`: {word}**{thr}. {gate.headline().split(': ', 1)[-1]}."
+    # The gate's headline counts every key; cases not ok on either side (a provider not installed) compare nothing.
+    compared = sum(c.verdict not in ("not-ok-both", "baseline-only", "current-only") for c in gate.cases)
+    counts = gate.headline().split("; ", 1)[1:]
+    text = f"**Gate against `{name}`: {word}**{thr}. {compared} cases compared" + (
+        f"; {counts[0]}." if counts else "."
+    )
     lines = [text]
     keys = run.frame.set_index("key")
     worst = sorted(
@@ -252,8 +257,8 @@ def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
             lines += [""]
             for r in sorted(moved, key=lambda r: -r.change)[:MAX_WORST]:
                 lines.append(
-                    f"- {r.bundled} / {r.reference} at {r.shape}: {r.baseline_ratio:.3f} before, "
-                    f"{r.current_ratio:.3f} now ({r.change - 1:+.1%}, {r.verdict})"
+                    f"- {r.bundled} / {r.reference} at {_shape_of(run.frame, r.shape)}: {r.baseline_ratio:.3f} "
+                    f"before, {r.current_ratio:.3f} now ({r.change - 1:+.1%}, {r.verdict})"
                 )
     return [Block("pass" if gate.passed else "fail", "\n".join(lines))]
 
@@ -264,3 +269,12 @@ def _case_of(keys: Any, key: str) -> str:
         return f"`{key}`"
     r = keys.loc[key]
     return f"{r['provider']} {summary.case_words(r)} {r['mode']}"
+
+
+def _shape_of(frame: Any, shape: str) -> str:
+    """A shape key in words (N, d, mask, mode), or the key itself where the run lacks it."""
+    rows = frame[frame["shape_key"] == shape]
+    if rows.empty:
+        return f"`{shape}`"
+    r = rows.iloc[0]
+    return f"{summary.case_words(r)} {r['mode']}"
