@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from flashbench.analysis.runs import Run
 
 MAX_WORST = 5  # worst gate cases named
+# Gate verdicts (flashbench.gate) of cases that compare nothing, and of the cases worth naming, worst kinds first.
+# "baseline-only" became "missing" when the gate learnt to fail on cases the current run lost: both are read.
+NOT_COMPARED = ("not-ok-both", "baseline-only", "missing", "current-only")
+WORST = ("regression", "newly-failing", "missing", "slower-within-noise")
 # What the gate's in-run ratio is, for readers who never opened docs/gate.md.
 IN_RUN_RATIO = (
     "*In-run ratio*: the bundled kernel's time over its reference provider's for one shape in the same run "
@@ -78,7 +82,7 @@ def _what_ran(run: Run) -> str:
     if missing:
         text += f" Not installed, so neither cases nor providers here: {', '.join(missing)}."
     if run.is_cpu:
-        text += " **CPU run**: every time is a CPU time (torch on CPU, Triton interpreter), not a GPU speed."
+        text += " **CPU run**: all times are CPU times (torch on CPU, Triton interpreter), not GPU speeds."
     if run.env.synthetic:
         text += " **SYNTHETIC results**: generated for tests, not measured."
     return text
@@ -231,7 +235,7 @@ def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
     thr = f" (threshold {threshold:.0%} slower)" if threshold is not None else ""
     word = "PASS" if gate.passed else "FAIL"
     # The gate's headline counts every key; cases not ok on either side (a provider not installed) compare nothing.
-    compared = sum(c.verdict not in ("not-ok-both", "baseline-only", "current-only") for c in gate.cases)
+    compared = sum(c.verdict not in NOT_COMPARED for c in gate.cases)
     counts = gate.headline().split("; ", 1)[1:]
     text = f"**Gate against `{name}`: {word}**{thr}. {compared} cases compared" + (
         f"; {counts[0]}." if counts else "."
@@ -239,13 +243,13 @@ def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
     lines = [text]
     keys = run.frame.set_index("key")
     worst = sorted(
-        (c for c in gate.cases if c.verdict in ("regression", "newly-failing", "slower-within-noise")),
+        (c for c in gate.cases if c.verdict in WORST),
         key=lambda c: (c.verdict == "slower-within-noise", -(c.ratio or float("inf"))),
     )[:MAX_WORST]
     if worst:
         lines += ["", "Worst cases (now / before, median time):", ""]
         for c in worst:
-            ratio = f"{_x(c.ratio)} slower" if c.ratio else c.current_status or "not ok"
+            ratio = f"{_x(c.ratio)} slower" if c.ratio else c.current_status or "not in this run"
             ci = f", interval {c.ci_low:.3f}–{c.ci_high:.3f}" if c.ci_low is not None else ""
             lines.append(f"- {_case_of(keys, c.key)}: {ratio} ({c.verdict}{ci})")
     ratios = getattr(gate, "ratios", [])
