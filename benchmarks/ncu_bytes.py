@@ -3,7 +3,13 @@
     python3 benchmarks/ncu_bytes.py drive [--impls naive,sdpa-math,sdpa-flash,bundled] [--seq 1024,4096,8192]
                                           [--batch 1] [--heads 16] [--head-dim 128] [--dtype bf16]
                                           [--modes fwd,bwd] [--causal] [--cache-control all|none]
+                                          [--kernels]
     python3 benchmarks/ncu_bytes.py parse LOG.csv      # sum an existing `ncu --csv` log per metric
+
+The naive backward's softmax step (io_model: CUDA's `tmp = grad * output` pass, then the softmax backward
+kernel) is checked with
+    python3 benchmarks/ncu_bytes.py drive --impls naive,sdpa-math --modes bwd --seq 4096,8192 --kernels
+which prints each profiled kernel's DRAM bytes beside the model's parts, in launch order.
 
 `drive` runs, for every (impl, N, mode), one profiled process under
     ncu --profile-from-start off --clock-control none --cache-control all --csv --print-units base
@@ -282,7 +288,36 @@ def drive(args: argparse.Namespace) -> int:
     )
     _write_csv(out_dir / "ncu_bytes.csv", results)
     _print_table(results, meta)
+    if args.kernels:
+        _print_kernels(results, args)
     return 0 if all("error" not in r for r in results) else 1
+
+
+def _print_kernels(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """Per case: the measured kernels (launch order) and the model's parts, bytes read / written in MB."""
+    from flashbench.models import io_model
+
+    e = {"fp16": 2, "bf16": 2, "fp32": 4}[args.dtype]
+    for r in results:
+        if "error" in r:
+            continue
+        print(f"\n{r['impl']} N={r['seq']} {r['mode']}: measured kernels | model parts (MB read / written)")
+        for k in r["measured"]["kernels"]:
+            read, write = k["dram__bytes_read.sum"] / 1e6, k["dram__bytes_write.sum"] / 1e6
+            print(f"  ncu    {read:10.1f} {write:10.1f}  {k['kernel'][:90]}")
+        shape = (
+            args.batch,
+            args.heads,
+            args.heads,
+            r["seq"],
+            r["seq"],
+            args.head_dim,
+            e,
+            args.causal,
+            r["mode"],
+        )
+        for part in io_model.hbm_traffic(r["family"], *shape, blocks=_blocks(r.get("config") or {})).parts:
+            print(f"  model  {part.read / 1e6:10.1f} {part.write / 1e6:10.1f}  {part.name}")
 
 
 def _write_csv(path: Path, results: list[dict[str, Any]]) -> None:
@@ -369,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--cache-control", default="all", choices=("all", "none"))
             p.add_argument("--ncu", default="ncu")
             p.add_argument("--timeout", type=int, default=300)
+            p.add_argument(
+                "--kernels", action="store_true", help="also list each kernel beside the model's parts"
+            )
         else:
             p.add_argument("--impl", required=True, choices=sorted(IMPL_FAMILY))
             p.add_argument("--seq", type=int, required=True)

@@ -31,7 +31,7 @@ from flashbench.providers.user import check_paths
 from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
 from flashbench.results.rows import Row, load
 from flashbench.spec.config import SweepSpec, load_spec
-from flashbench.spec.plan import plan, resolve_providers
+from flashbench.spec.plan import check_resumable, plan, resolve_providers
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,6 +118,8 @@ def sweep(
     Raises FlashbenchError (exit_code 2 for bad input, 3 when device="cuda" finds no GPU).
     """
     started = time.monotonic()
+    if resume:
+        check_resumable(out)
     shard_t = shards.parse_shard(shard)
     overrides = {
         "seq": seq,
@@ -267,11 +269,23 @@ def _note(message: str, enabled: bool) -> None:
 def list_providers(
     device: str | None = None, kernels: list[str] | tuple[str, ...] = ()
 ) -> list[ProviderInfo]:
-    """Every provider with its availability on this machine (asks a worker; device default: cuda if present)."""
+    """Every provider with its availability on `device` here (asks a worker; default: cuda if a GPU is present).
+
+    A provider that does not run on that device is unavailable, with the devices it runs on as the reason
+    ("cuda only (no GPU here)"): installed is not the same as usable.
+    """
+    gpu = environment.gpu_present()[0]
     if device is None:
-        device = "cuda" if environment.gpu_present()[0] else "cpu"
+        device = "cuda" if gpu else "cpu"
     worker = runner.describe(device, check_paths(list(kernels)) if kernels else ())
-    return [ProviderInfo.from_dict(d) for d in worker.providers]
+    infos = [ProviderInfo.from_dict(d) for d in worker.providers]
+    return [i if not i.available or device in i.devices else _elsewhere(i, device, gpu) for i in infos]
+
+
+def _elsewhere(info: ProviderInfo, device: str, gpu: bool) -> ProviderInfo:
+    why = "no GPU here" if "cuda" in info.devices and not gpu else f"listed for --device {device}"
+    reason = f"{' and '.join(info.devices)} only ({why})"
+    return ProviderInfo.from_dict({**info.to_dict(), "available": False, "reason": reason})
 
 
 def environment_record(device: str | None = None) -> Environment:

@@ -9,6 +9,7 @@ EXIT_OK = 0
 EXIT_REGRESSION = 1  # gate: a real slowdown or a newly failing case
 EXIT_USAGE = 2  # bad input: malformed range, unknown provider/GPU, corrupt results, mismatch
 EXIT_NO_GPU = 3  # a command that needs a GPU found none
+EXIT_WORKER = 4  # the measuring worker process could not start (the message names the cause)
 EXIT_INTERRUPTED = 130  # Ctrl-C; every finished row is already on disk
 
 

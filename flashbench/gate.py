@@ -20,6 +20,10 @@ which sees only that run's samples, called it significant. p20 was tried first a
 stretch covered over 20% of the samples: p20 moved +6.6%). Requiring p10 to move as well keeps such a case
 "slower-within-noise" while a real 10% slowdown or a worse kernel config (aa-worse) still fails.
 
+A baseline case absent from the current run fails the gate too (a crashed or truncated sweep, a row torn by a
+kill -9): a gate that compares only what is left would pass a run that lost most of its cases. `allow_missing`
+(`--allow-missing`) is for the deliberate case (a shard, a narrower sweep); the cases are still listed.
+
 The in-run ratio gate applies the same rule to (bundled / reference) in the current run over the same ratio in the
 baseline, e.g. triton over sdpa-flash for one shape: a slower machine slows both and leaves the ratio alone.
 A case that was ok and now is not (wrong, oom, crash, timeout, unsupported, ...) fails the gate.
@@ -49,9 +53,10 @@ IMPROVEMENT = "improvement"
 FIXED = "now-ok"
 UNCHANGED = "unchanged"
 NOT_MEASURED = "not-ok-both"
-BASELINE_ONLY = "baseline-only"
+MISSING = "missing"  # in the baseline, absent from the current run: fails unless allow_missing
 CURRENT_ONLY = "current-only"
 FAILING = (REGRESSION, NEWLY_FAILING)
+SHOW_MISSING = 3  # missing keys named in the headline
 # The env facts that must match: another GPU model (or CPU vs CUDA) makes every ratio meaningless.
 MUST_MATCH = ("gpu", "device")
 
@@ -248,9 +253,15 @@ class GateResult:
     cases: list[CaseVerdict]
     ratios: list[RatioVerdict]
     notes: list[str]
+    allow_missing: bool = False
 
     def count(self, verdict: str) -> int:
         return sum(c.verdict == verdict for c in self.cases)
+
+    @property
+    def missing(self) -> list[str]:
+        """Keys of the baseline cases the current run lacks (sorted)."""
+        return [c.key for c in self.cases if c.verdict == MISSING]
 
     @property
     def ratio_regressions(self) -> list[RatioVerdict]:
@@ -258,7 +269,8 @@ class GateResult:
 
     @property
     def passed(self) -> bool:
-        return not any(c.verdict in FAILING for c in self.cases) and not self.ratio_regressions
+        failing = any(c.verdict in FAILING for c in self.cases) or self.ratio_regressions
+        return not failing and (self.allow_missing or not self.missing)
 
     @property
     def exit_code(self) -> int:
@@ -270,6 +282,7 @@ class GateResult:
             for n, label in [
                 (self.count(REGRESSION), "regressed"),
                 (self.count(NEWLY_FAILING), "newly failing"),
+                (len(self.missing), "baseline cases missing from the current run" + self._first_missing()),
                 (len(self.ratio_regressions), "in-run ratio regressed"),
                 (self.count(IMPROVEMENT), "improved"),
                 (self.count(FIXED), "now ok"),
@@ -277,15 +290,24 @@ class GateResult:
             ]
             if n
         ]
-        compared = sum(c.verdict not in (BASELINE_ONLY, CURRENT_ONLY) for c in self.cases)
+        compared = sum(c.verdict not in (MISSING, CURRENT_ONLY) for c in self.cases)
         verdict = "PASS" if self.passed else "FAIL"
         return f"{verdict}: {compared} cases compared" + (f"; {', '.join(parts)}" if parts else "")
+
+    def _first_missing(self) -> str:
+        keys = self.missing
+        if self.allow_missing or not keys:
+            return " (allowed by --allow-missing)" if keys else ""
+        more = f", +{len(keys) - SHOW_MISSING} more" if len(keys) > SHOW_MISSING else ""
+        return f" ({', '.join(k.replace('|', ' ') for k in keys[:SHOW_MISSING])}{more})"
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["config"]["provider_thresholds"] = dict(self.config.provider_thresholds)
         out["env"] = [{**asdict(e), "differs": e.differs} for e in self.env]
-        out.update(passed=self.passed, exit_code=self.exit_code, headline=self.headline())
+        out.update(
+            passed=self.passed, exit_code=self.exit_code, headline=self.headline(), missing=self.missing
+        )
         return out
 
 
@@ -295,10 +317,14 @@ def run_gate(
     *,
     threshold: float | None = None,
     allow_mismatch: bool = False,
+    allow_missing: bool = False,
     config: str | Path | None = None,
     preset: str | None = None,
 ) -> GateResult:
-    """Load both sides, refuse another GPU model unless allowed, and decide. Raises FlashbenchError (exit 2)."""
+    """Load both sides, refuse another GPU model unless allowed, and decide. Raises FlashbenchError (exit 2).
+
+    Baseline cases absent from the current run fail the gate unless `allow_missing` (see the module docstring).
+    """
     base, cur = load_side(baseline), load_side(current)
     env = [EnvLine(name, base.env.get(name, ""), cur.env.get(name, "")) for name in ENV_FIELDS]
     notes: list[str] = []
@@ -318,7 +344,14 @@ def run_gate(
     cases = _case_verdicts(base, cur, cfg, ratios)
     if cfg.absolute is False:
         notes.append("Absolute per-case gate disabled in the config: only in-run ratios and failures gate.")
-    return GateResult(base.label, cur.label, env, cfg, cases, ratios, notes)
+    missing = sum(c.verdict == MISSING for c in cases)
+    if missing and not allow_missing:
+        notes.append(
+            f"{missing} of the baseline's {len(base.cases)} cases are missing from the current run (a crashed or "
+            "truncated sweep?): finish it with `flashbench sweep --resume --out DIR`, or pass --allow-missing "
+            "if they were left out on purpose."
+        )
+    return GateResult(base.label, cur.label, env, cfg, cases, ratios, notes, allow_missing)
 
 
 def _case_verdicts(base: Side, cur: Side, cfg: GateConfig, ratios: list[RatioVerdict]) -> list[CaseVerdict]:
@@ -346,7 +379,7 @@ def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateCon
     if b is None or c is None:
         only = c if b is None else b
         assert only is not None
-        verdict = CURRENT_ONLY if b is None else BASELINE_ONLY
+        verdict = CURRENT_ONLY if b is None else MISSING
         side = {"current_status": only.status} if b is None else {"baseline_status": only.status}
         return CaseVerdict(key, verdict, **side)
     throttled = {(True, True): "both", (True, False): "baseline", (False, True): "current"}.get(

@@ -3,12 +3,16 @@
     flash_attn(q, k, v, causal=False, sm_scale=None, config=None)           FlashAttention-2 loop order, recompute backward
     flash_attn_stored_p(q, k, v, causal=False, sm_scale=None, config=None)  forward stores P (N x N), backward reads it
     flash_attn_v1(q, k, v, causal=False, sm_scale=None, config=None)        FlashAttention-1 loop order, v2's backward
+    flash_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=True, sm_scale=None,
+                 num_splits=None)                                           split-KV decode over a contiguous or paged cache
 
-q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D]; all three are autograd functions. `last_config()` returns the forward
-config of the most recent launch; launchers raise `KernelUnsupported` (a ValueError) naming what they refuse.
+q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D]; the first three are autograd functions (flash_decode: forward only,
+kernels/decode.py). `last_config()` returns the forward config of the most recent launch of the first three;
+launchers raise `KernelUnsupported` (a ValueError) naming what they refuse.
 """
 
 from .common import SUPPORTED_HEAD_DIMS, KernelUnsupported, last_config
+from .decode import flash_decode
 from .flash_v1 import flash_attn_v1
 from .flash_v2 import flash_attn
 from .stored_p import flash_attn_stored_p
@@ -19,5 +23,6 @@ __all__ = [
     "flash_attn",
     "flash_attn_stored_p",
     "flash_attn_v1",
+    "flash_decode",
     "last_config",
 ]

@@ -90,7 +90,27 @@ def test_recompute_overhead_pairs_the_stored_p_variant_with_its_recompute_kernel
     r = rc.iloc[0]
     assert r["time_overhead"] == pytest.approx(0.5)  # 3 ms vs 2 ms: recomputing costs 50% here
     assert r["mem_saved_bytes"] == 4_000
-    assert r["flop_share_recompute"] == pytest.approx(0.2)  # 0.5 / 2.5 of the credited backward
+
+
+def test_recompute_overhead_is_the_backward_alone_with_its_flops_stated(tmp_path: Path) -> None:
+    # fwd+bwd rows time each kernel's own forward too (the stored-P forward does one more Q K^T): not used.
+    rows = [
+        ok_row("triton", 256, 1.4, mode="bwd"),
+        ok_row("triton-stored-p", 256, 1.0, mode="bwd"),
+        ok_row("triton", 256, 2.0, mode="fwd+bwd"),
+        ok_row("triton-stored-p", 256, 2.6, mode="fwd+bwd"),
+    ]
+    rc = analysis.recompute_overhead(analysis.load_run(make_run(tmp_path / "r", rows)).frame)
+    assert list(rc["mode"]) == ["bwd"] and rc["time_overhead"].iloc[0] == pytest.approx(0.4)
+    fwd = 4 * 1 * 4 * 64 * 256 * 256  # one forward of the shape (ok_row: B 1, H 4, d 64, N 256)
+    r = rc.iloc[0]
+    assert (r["credited_flops_recompute"], r["credited_flops_stored"]) == (2.5 * fwd, 2.0 * fwd)
+    assert (r["executed_flops_recompute"], r["executed_flops_stored"]) == (3.5 * fwd, 2.5 * fwd)
+    refs = {round(ref.value, 6): ref.label for ref in analysis.recompute_references()}
+    assert set(refs) == {0.25, 0.4}  # what the axis (recompute / stored-P - 1) compares with; not 0.5 / 2.5
+    assert "credited" in refs[0.25] and "2.5" in refs[0.25] and "2.0" in refs[0.25]
+    assert "executed" in refs[0.4] and "7" in refs[0.4] and "5" in refs[0.4]
+    assert analysis.RECOMPUTE_OVERHEAD.startswith("recompute overhead = ")
 
 
 def test_compare_runs_ratio_and_newly_failing_cases(tmp_path: Path) -> None:
@@ -113,7 +133,24 @@ def test_roofline_columns_from_the_gpu_table_and_models() -> None:
     assert (
         ok["ai_no_l2"] <= ok["ai_compulsory"] * (1 + 1e-9)
     ).all()  # no model moves fewer bytes than the floor
-    assert set(ok["bound"]) <= {"memory", "compute"}
+    assert set(ok["bound"]) <= {"memory-bound", "compute-bound"}
+
+
+def test_bound_and_pct_of_roofline_follow_the_one_rule() -> None:
+    # BOUND_RULE: at the family's modelled intensity with L2 reuse (ai_provider), against the ceiling used.
+    ok = analysis.load_run(SYNTHETIC).frame.query("ok")
+    assert len(ok) > 10
+    compute = ok["ai_provider"] >= ok["ridge_ai"]
+    assert (ok["bound"] == compute.map({True: "compute-bound", False: "memory-bound"})).all()
+    attainable = (ok["ai_provider"] * ok["bw_bytes_s"] / 1e12).clip(upper=ok["peak_tflops"])
+    assert ok["attainable_tflops"].to_numpy() == pytest.approx(attainable.to_numpy())
+    assert ok["pct_of_roofline"].to_numpy() == pytest.approx((100 * ok["tflops"] / attainable).to_numpy())
+    floor = (ok["ai_compulsory"] * ok["bw_bytes_s"] / 1e12).clip(upper=ok["peak_tflops"])
+    assert ok["pct_of_floor_roofline"].to_numpy() == pytest.approx((100 * ok["tflops"] / floor).to_numpy())
+    assert (ok["pct_of_floor_roofline"] <= ok["pct_of_roofline"] * (1 + 1e-9)).all()
+    long_flash = ok[(ok["family"] == "flash") & (ok["seq_q"] >= 4096)]
+    assert len(long_flash) and (long_flash["bound"] == "compute-bound").all()  # the L2 serves K/V re-reads
+    assert (ok.loc[ok["family"] == "naive", "bound"] == "memory-bound").all()
 
 
 def test_a_time_faster_than_the_roofline_allows_is_flagged_not_reported() -> None:

@@ -178,14 +178,50 @@ def test_improvements_and_one_sided_cases_are_reported_and_pass(capsys, tmp_path
         tmp_path / "faster",
         lambda r: None if r.key == dropped.key else slow_provider(others[0], 0.85)(r),
     )
-    rc, out, _ = gate(capsys, base, faster, "--format", "json")
+    rc, out, _ = gate(capsys, base, faster, "--format", "json", "--allow-missing")
     result = json.loads(out)
     assert rc == 0
     improved = {c["key"] for c in result["cases"] if c["verdict"] == "improvement"}
     assert improved and all(k.startswith(f"{others[0]}|") for k in improved)
-    assert [c["key"] for c in result["cases"] if c["verdict"] == "baseline-only"] == [dropped.key]
-    _, md, _ = gate(capsys, base, faster, "--format", "md")
-    assert "### Improvements" in md and "### Only in one run (1)" in md
+    assert [c["key"] for c in result["cases"] if c["verdict"] == "missing"] == [dropped.key]
+    _, md, _ = gate(capsys, base, faster, "--format", "md", "--allow-missing")
+    assert "### Improvements" in md and "### Missing from the current run (1)" in md
+
+
+# ---------------------------------------------------------------------------------------------- missing cases
+def test_gate_fails_when_baseline_cases_are_missing_from_the_current_run(capsys, tmp_path):
+    base, src = SYNTH
+    keys = [r.key for r in read_rows(base)]
+    kept = keys[0]
+    truncated = derive_run(src, tmp_path / "crashed", lambda r: r if r.key == kept else None)
+    rc, out, err = gate(capsys, base, truncated)
+    assert rc == 1 and not err
+    lost = len(keys) - 1
+    assert "FAIL: 1 cases compared" in out and f"{lost} baseline cases missing from the current run" in out
+    assert show(sorted(keys)[1]) in out  # the first few missing keys are named
+    result = json.loads(gate(capsys, base, truncated, "--format", "json")[1])
+    assert not result["passed"] and len(result["missing"]) == lost and kept not in result["missing"]
+    # Deliberately fewer cases (a shard, a narrower sweep): --allow-missing, and the report still says so.
+    rc, md, _ = gate(capsys, base, truncated, "--format", "md", "--allow-missing")
+    assert rc == 0 and f"### Missing from the current run ({lost})" in md and "--allow-missing" in md
+
+
+def test_torn_last_row_is_a_one_line_warning_and_counts_as_missing(capsys, tmp_path):
+    base, src = SYNTH
+    run = derive_run(src, tmp_path / "killed", lambda r: r)
+    rows_file = run / ROWS_FILE
+    lines = rows_file.read_text().splitlines(keepends=True)
+    torn_key = read_rows(run)[-1].key
+    rows_file.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # killed mid-write
+    rc, out, err = gate(capsys, base, run, "--format", "json")
+    assert rc == 1
+    assert err.count("\n") == 1 and err.startswith("flashbench: warning: ") and "half-written" in err
+    assert show(torn_key) in err  # the torn row's case, recovered from what was written
+    assert json.loads(out)["missing"] == [torn_key]
+
+
+def show(key: str) -> str:
+    return key.replace("|", " ")
 
 
 # ---------------------------------------------------------------------------------------------- environment

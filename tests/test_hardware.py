@@ -144,3 +144,22 @@ def test_calibration_round_trip(tmp_path, monkeypatch):
     path.write_text("{not json")
     with pytest.raises(FlashbenchError):
         hardware.load_calibration(spec)
+
+
+def _reported_l2() -> dict[str, int]:
+    """L2 sizes the devices of committed runs reported (torch.cuda.get_device_properties().L2_cache_size)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    seen: dict[str, int] = {}
+    for env_file in sorted([*root.glob("results/**/env.json"), *root.glob("benchmarks/**/env.json")]):
+        worker = json.loads(env_file.read_text()).get("worker") or {}
+        if worker.get("name") and worker.get("l2_cache_bytes"):
+            seen[worker["name"]] = int(worker["l2_cache_bytes"])
+    return seen
+
+
+@pytest.mark.parametrize(("name", "l2"), sorted(_reported_l2().items()))
+def test_spec_table_l2_matches_what_the_device_reported(name, l2):
+    assert hardware.match_nvml_name(name).l2_bytes == l2

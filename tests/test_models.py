@@ -73,21 +73,48 @@ def test_llama70b_plan_and_checkpointing():
     assert ck["flash_lse_per_model"] == 64 * N128K * 4 + boundary
 
 
-def test_naive_peak_memory_hand_computed():
-    # fp16 forward, no autograd: s (2) + s.float() (4) + fp32 softmax (4) = 10 bytes/element, + O
+def test_naive_forward_peak_is_inside_softmax_before_o_exists():
     b, h, n, d = 2, 4, 256, 64
-    E = b * h * n * n
+    E, mask = b * h * n * n, n * n
+    o32 = b * h * n * d * 4
+    # fp16: s (2) + s.float() (4) + the fp32 softmax (4) = 10 bytes/element; O comes later, when s (2) and P (2)
+    # are what is left: max(10 E, 4 E + O)
+    assert memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 2, False, "fwd") == 10 * E
+    assert memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 2, True, "fwd") == 10 * E + mask
+    tiny = memory.predicted_peak_bytes("naive", 1, 1, 1, 4, 4, 64, 2, False, "fwd")  # O larger than 6 E
+    assert tiny == 4 * 16 + 4 * 64 * 2
+    # fp32: .float() and .to() are no-ops, so s (4) and P (4) are still alive when O is written: 8 E + O
+    assert memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 4, False, "fwd") == 8 * E + o32
+
+
+def test_naive_backward_peak_is_16_bytes_per_element_on_cuda_and_12_on_the_cpu():
+    # At the softmax backward: the saved fp32 P (4) + dP.float() (4) + its result dS (4) live together with, on
+    # CUDA, softmax_backward's fp32 `grad * output` temporary (4): 16 E (measured 16.0-16.3 on an H200). The CPU
+    # kernel needs no temporary: 12 E (measured 12.2-12.3 here, test_memory_vs_measured.py). Beside them O and
+    # dV (dQ and dK do not exist yet); causal adds one bool mask.
+    b, h, n, d = 2, 4, 256, 64
+    E, o_dv = b * h * n * n, 2 * b * h * n * d * 2
+    for mode in ("bwd", "fwd+bwd"):
+        cuda = memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 2, True, mode)
+        cpu = memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 2, True, mode, device="cpu")
+        assert (cuda, cpu) == (16 * E + n * n + o_dv, 12 * E + n * n + o_dv)
+    fp32 = memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 4, False, "bwd", device="cpu")
+    assert fp32 == 12 * E + 2 * o_dv
+
+
+def test_sdpa_math_peak_memory_hand_computed():
+    # torch's math backend on bf16: fp32 copies of q, k, v and the scaled q (4 x 16 KiB here) live through the
+    # call; the peak is in _safe_softmax: 9 bytes/element + 1 byte per row (+ an fp32 causal mask).
+    b, h, n, d = 1, 2, 64, 32
+    E, rows, t32 = b * h * n * n, b * h * n, b * h * n * d * 4
     assert (
-        memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 2, False, "fwd") == 10 * E + b * h * n * d * 2
+        memory.predicted_peak_bytes("sdpa-math", b, h, h, n, n, d, 2, False, "fwd") == 9 * E + rows + 4 * t32
     )
-    # fp32 forward: s (4) + softmax (4)
-    assert (
-        memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 4, False, "fwd") == 8 * E + b * h * n * d * 4
-    )
-    # backward: p32 + p + dP + dP32 + dS32 = 16 bytes/element (measured on an H200: 16.0-16.3), + O and dV
-    # (dQ and dK do not exist yet at the softmax backward's peak); causal adds one bool mask
-    got = memory.predicted_peak_bytes("naive", b, h, h, n, n, d, 2, True, "bwd")
-    assert got == 16 * E + n * n + 2 * b * h * n * d * 2
+    causal = memory.predicted_peak_bytes("sdpa-math", b, h, h, n, n, d, 2, True, "fwd")
+    assert causal == 9 * E + rows + 4 * t32 + 4 * n * n
+    # fwd+bwd: the softmax backward's 16 E beside the scaled q and k, dV in fp32 and O in bf16
+    bwd = memory.predicted_peak_bytes("sdpa-math", b, h, h, n, n, d, 2, True, "fwd+bwd")
+    assert bwd == 16 * E + 3 * t32 + t32 // 2
 
 
 def test_flash_peak_memory_is_linear_in_n():
@@ -133,8 +160,19 @@ def test_naive_fp16_forward_moves_28_bytes_per_element():
     assert per_element == 28 * n * n
     t32 = io_model.hbm_traffic("naive", b, h, h, n, n, d, 4, False, "fwd")
     assert t32.total - 4 * n * d * 4 == 24 * n * n
-    bwd = io_model.hbm_traffic("naive", b, h, h, n, n, d, e, False, "bwd")
-    assert bwd.total - 8 * n * d * e == 36 * n * n  # minus dO, V, dO, Q, K read and dV, dQ, dK written
+
+
+def test_naive_fp16_backward_moves_48_bytes_per_element_with_the_softmax_backward_temporary():
+    # dP = dO V^T (2 written), dV = P^T dO (2 read), dP.float() (2 + 4), CUDA's softmax backward: first
+    # tmp = grad * output (4 + 4 read, 4 written), then its kernel over tmp and the output (8 read, 4 written),
+    # dS.to() (4 + 2), dS * scale (2 + 2), dQ = dS K and dK = dS^T Q (2 read each): 48 bytes per element.
+    n, d, e = 4096, 64, 2
+    bwd = io_model.hbm_traffic("naive", 1, 1, 1, n, n, d, e, False, "bwd")
+    assert bwd.total - 8 * n * d * e == 48 * n * n  # minus dO, V, dO, Q, K read and dV, dQ, dK written
+    temporary = [p for p in bwd.parts if "grad * output" in p.name]
+    assert [(p.read, p.write) for p in temporary] == [(8 * n * n, 4 * n * n)]
+    math = io_model.hbm_traffic("sdpa-math", 1, 1, 1, n, n, d, e, False, "bwd")
+    assert [(p.read, p.write) for p in math.parts if "grad * output" in p.name] == [(8 * n * n, 4 * n * n)]
 
 
 def test_flash_no_l2_rereads_kv_once_per_query_block():
@@ -192,7 +230,7 @@ def test_provider_families():
     assert io_model.family_for_provider("naive") == "naive"
     assert io_model.family_for_provider("sdpa-flash") == "flash"
     assert io_model.family_for_provider("flashbench-stored-p") == "stored-p"
-    assert memory.family_for_provider("sdpa-math") == "naive"
+    assert memory.family_for_provider("sdpa-math") == "sdpa-math"
     assert io_model.compute_dtype("sdpa-math", "bf16") == "fp32"
     assert io_model.compute_dtype("flash", "fp32") == "tf32"
 
@@ -205,7 +243,7 @@ def test_roofline_arithmetic():
     assert rl.ridge_point(peak, bw) == pytest.approx(295.3, abs=0.1)
     assert rl.attainable_flops_s(100, peak, bw) == pytest.approx(335e12)
     assert rl.attainable_flops_s(1000, peak, bw) == peak
-    assert rl.bound_kind(100, peak, bw) == "memory" and rl.bound_kind(300, peak, bw) == "compute"
+    assert rl.bound_kind(100, peak, bw) == "memory-bound" and rl.bound_kind(300, peak, bw) == "compute-bound"
     assert rl.min_time_s(1e12, 1e9, peak, bw) == pytest.approx(max(1e12 / peak, 1e9 / bw))
     assert rl.attainable_flops_s(10, None, bw) == 10 * bw
 

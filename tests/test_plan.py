@@ -97,7 +97,9 @@ def test_unsupported_and_unavailable_are_marked_with_the_reason():
 
 def test_predicted_oom_skips_up_front_with_the_bytes(monkeypatch):
     monkeypatch.setattr(
-        plan_mod, "predicted_mem_bytes", lambda case, family, workspace=0.0: case.seq_q**2 * 1000
+        plan_mod,
+        "predicted_mem_bytes",
+        lambda case, family, workspace=0.0, device="cuda": case.seq_q**2 * 1000,
     )
     spec = load_spec(
         overrides={

@@ -94,3 +94,27 @@ def test_quantiles_and_sample_counts():
     assert stats == {"median_ms": 3.0, "p20_ms": pytest.approx(1.8), "p80_ms": pytest.approx(4.2)}
     assert timing.sample_count(0.01, 100, 10, 1000) == 1000
     assert timing.sample_count(50.0, 100, 10, 1000) == 10
+
+
+_TIMING_OOM = {"calls": 0, "fail_from": 0, "fail_until": 0}
+
+
+@registry.register("test-oom-in-timing", devices=("cpu",), description="OOM in the timing loop (tests)")
+def _oom_in_timing(q, k, v, causal=False, sm_scale=None):
+    _TIMING_OOM["calls"] += 1
+    if _TIMING_OOM["fail_from"] <= _TIMING_OOM["calls"] < _TIMING_OOM["fail_until"]:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (test provider)")
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+
+@pytest.mark.parametrize(("fails", "status", "words"), [
+    (1, "ok", "ran out of memory once; it ran after emptying the allocator cache"),
+    (10**6, "oom", "out of memory in the timing loop, again after emptying the allocator cache"),
+])  # fmt: skip
+def test_timing_loop_out_of_memory_is_retried_once_after_emptying_the_cache(fails, status, words):
+    # call 1 is the first (compile) call whose result is checked; the timing loop's calls follow
+    _TIMING_OOM.update(calls=0, fail_from=3, fail_until=3 + fails)
+    case = Case("test-oom-in-timing", 1, 2, 2, 16, 16, 16, "fp32", False, "fwd")
+    row, fatal = measure_case(case, FAST, Context(device="cpu", gpu="cpu"))
+    assert not fatal and row.status == status and words in row.reason
+    assert (len(row.samples_ms) == 10) is (status == "ok") and row.rel_err is not None

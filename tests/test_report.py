@@ -13,7 +13,11 @@ import pandas as pd
 import pytest
 
 from flashbench.cli.app import main
+from flashbench.models.roofline import BOUND_RULE
 from flashbench.results.rows import read_rows
+
+# The GPU machine has no network and no plotly: the HTML report's tests skip there, the rest run.
+NO_PLOTLY = "plotly is not installed (the HTML report needs it; the GPU machine has none)"
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FIXTURE_DIRS = sorted(p.parent for p in FIXTURES.glob("*/rows.jsonl"))
@@ -54,6 +58,7 @@ def test_every_fixture_is_found() -> None:
 def test_html_report_is_one_offline_page(
     fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pytest.importorskip("plotly", reason=NO_PLOTLY)
     out = tmp_path / "report.html"
     code, _, err = run_cli(["report", str(fixture), "-o", str(out)], capsys)
     assert code == 0, err
@@ -68,6 +73,7 @@ def test_html_report_is_one_offline_page(
 def test_html_report_sections_of_the_synthetic_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pytest.importorskip("plotly", reason=NO_PLOTLY)
     out = tmp_path / "r.html"
     assert run_cli(["report", str(FIXTURES / "synthetic-h100"), "-o", str(out)], capsys)[0] == 0
     page = out.read_text(encoding="utf-8")
@@ -96,6 +102,7 @@ def in_page(text: str, page: str) -> bool:
 def test_default_html_output_goes_into_the_run_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    pytest.importorskip("plotly", reason=NO_PLOTLY)
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "synthetic-h100", run)
     code, _, err = run_cli(["report", str(run)], capsys)
@@ -148,6 +155,7 @@ def test_json_is_strict_and_tidy(fixture: Path, tmp_path: Path, capsys: pytest.C
     assert run_cli(["report", str(fixture), "--format", "json", "-o", str(out)], capsys)[0] == 0
     doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert doc["schema"] == 1 and "forward = 4*B*H*d" in doc["flop_convention"]
+    assert doc["bound_rule"] == BOUND_RULE  # the one definition of the rows' "bound"
     assert len(doc["rows"]) == len(read_rows(fixture))
     ok = [r for r in doc["rows"] if r["status"] == "ok" and r["tflops"] is not None]
     assert ok and all(isinstance(r["samples_ms"], list) for r in ok)
@@ -175,6 +183,7 @@ def test_baseline_run_compared_case_by_case(tmp_path: Path, capsys: pytest.Captu
     section = md.split("### Against `before`", 1)[1]
     triton = next(line for line in section.splitlines() if line.startswith("| triton |"))
     assert "| 1.1 | 1.1 | 1.1 | 0 |" in triton  # median, worst, best ratio; no newly failing case
+    pytest.importorskip("plotly", reason=NO_PLOTLY)
     html_out = tmp_path / "cmp.html"
     assert run_cli(["report", str(cur), "--baseline", str(base), "-o", str(html_out)], capsys)[0] == 0
     assert "Against before" in html_out.read_text()
@@ -294,6 +303,7 @@ def test_cross_gpu_comparison_labels_both_gpus(tmp_path: Path, capsys: pytest.Ca
     assert code == 0 and "This run: **NVIDIA H200** · `aa-run1`: **NVIDIA H200**" in md
     assert "different GPUs" not in md
 
+    pytest.importorskip("plotly", reason=NO_PLOTLY)
     # each GPU's roofline: both GPUs' ceilings in one figure, each run's points in its own GPU's panel
     runs = [analysis.load_run(h200), analysis.load_run(h100)]
     assert [r.gpu_spec.name for r in runs][1] != runs[0].gpu_spec.name

@@ -22,7 +22,9 @@ import pytest
 
 from flashbench.report import build
 
-pytest.importorskip("plotly", reason="the HTML report needs plotly (the GPU machine has none)")
+pytest.importorskip(
+    "plotly", reason="plotly is not installed (the HTML report needs it; the GPU machine has none)"
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIRS = sorted(p.parent for p in (ROOT / "tests" / "fixtures").glob("*/rows.jsonl"))

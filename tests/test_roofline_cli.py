@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from flashbench.cli.app import main
 from flashbench.results.env import Environment, write_env
 from flashbench.results.rows import OK, Row, append_row
@@ -20,7 +22,7 @@ def test_roofline_json_parses_and_needs_no_gpu(capsys, monkeypatch, tmp_path):
     fams = {p["family"] for p in report["predictions"]}
     assert {"naive", "flash", "stored-p", "flash-v1", "sdpa-math"} == fams
     naive = next(p for p in report["predictions"] if p["family"] == "naive" and p["seq"] == 4096)
-    assert naive["model"]["bound"] == "memory"
+    assert naive["bound"] == "memory-bound"
 
 
 def test_roofline_table_renders(capsys):
@@ -98,3 +100,35 @@ def test_calibrate_without_gpu_exits_3(capsys):
         return
     assert main(["calibrate"]) == 3
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_one_bound_rule_in_the_modelled_table_the_overlay_and_the_json(capsys, tmp_path, monkeypatch):
+    """A bundled forward at 646 TFLOP/s (65% of the H100's bf16 roof) is compute-bound wherever it is shown,
+    and the modelled table gives its family the same bound at the same N; naive at N = 4096 is memory-bound."""
+    from flashbench.models.flops import attention_flops
+    from flashbench.models.roofline import BOUND_RULE
+
+    monkeypatch.setenv("FLASHBENCH_HOME", str(tmp_path / "home"))
+    run = tmp_path / "run"
+    run.mkdir()
+    write_env(run, Environment(gpu="NVIDIA H100 80GB HBM3"))
+    flops = attention_flops(1, 16, 4096, 4096, 128, False, "fwd")
+    append_row(run, _row("triton", flops / 646e12 * 1e3))
+    append_row(run, _row("naive", flops / 60e12 * 1e3))
+    args = ["roofline", "--gpu", "h100", "--seq", "4096", "--families", "flash,naive", "--results", str(run)]
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bound_rule"] == BOUND_RULE
+    modelled = {p["family"]: p["bound"] for p in report["predictions"]}
+    measured = {m["provider"]: m for m in report["measured"]}
+    assert modelled == {"flash": "compute-bound", "naive": "memory-bound"}
+    assert measured["triton"]["bound"] == modelled["flash"]
+    assert measured["triton"]["pct_of_roofline"] == pytest.approx(646 / 989.4 * 100, rel=1e-3)
+    assert measured["naive"]["bound"] == modelled["naive"]
+    naive_attainable = measured["naive"]["ai"] * 3.35e12  # the memory roof at naive's own intensity
+    assert measured["naive"]["pct_of_roofline"] == pytest.approx(60e12 / naive_attainable * 100, rel=1e-3)
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    lines = [line for line in text.splitlines() if "triton" in line]
+    assert lines and "compute-bound" in lines[0] and "memory" not in lines[0]
+    assert " ".join(BOUND_RULE.split()) in " ".join(text.split())

@@ -41,7 +41,7 @@ def add_model_columns(df: pd.DataFrame) -> None:
         k: []
         for k in ("family", "compute_dtype", "model_mem_bytes", "bytes_c", "bytes_f", "bytes_n", "flops_m")
     }
-    for r in df[[*CASE_COLUMNS, "kernel_config"]].itertuples(index=False):
+    for r in df[[*CASE_COLUMNS, "kernel_config", "device"]].itertuples(index=False):
         family = io_model.family_for_provider(r.provider)
         shape = (r.batch, r.heads, r.kv_heads, r.seq_q, r.seq_k, r.head_dim, dtype_bytes(r.dtype))
         try:
@@ -49,7 +49,9 @@ def add_model_columns(df: pd.DataFrame) -> None:
             values = [
                 family,
                 io_model.compute_dtype(family, r.dtype),
-                memory.predicted_peak_bytes(memory.family_for_provider(r.provider), *shape, r.causal, r.mode),
+                memory.predicted_peak_bytes(
+                    memory.family_for_provider(r.provider), *shape, r.causal, r.mode, device=r.device
+                ),
                 io_model.compulsory_traffic(*shape, r.mode).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, blocks=blocks).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, blocks=blocks).total,
@@ -112,7 +114,9 @@ def ceilings(env: Environment, frame: pd.DataFrame, gpu: str) -> tuple[Any, list
 def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
     """models.roofline per case under the first ceiling (datasheet first), with the validity guard.
 
-    pct_of_roofline: achieved / attainable at the compulsory intensity (what the GPU allows any kernel);
+    bound, attainable_tflops, pct_of_roofline: models.roofline.BOUND_RULE, at ai_provider (the family's
+    modelled bytes with L2 reuse): compute-bound or memory-bound, min(peak, AI x bandwidth), achieved / that;
+    pct_of_floor_roofline: achieved / attainable at the compulsory intensity (what any exact attention could do);
     pct_of_family_bound: the family's no-L2 minimum time / measured (above 100%: the L2 cache saved traffic);
     roofline_error: set when the measured time beats the compulsory minimum under the most permissive ceiling
     (a measurement or model error): such a case is never shown as a speed (ok is False).
@@ -124,9 +128,11 @@ def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
         "peak_tflops",
         "bw_bytes_s",
         "attainable_tflops",
+        "attainable_floor_tflops",
         "attainable_no_l2_tflops",
         "ridge_ai",
         "pct_of_roofline",
+        "pct_of_floor_roofline",
         "pct_of_family_bound",
         "bound",
         "roofline_error",
@@ -135,7 +141,7 @@ def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
     if ceilings:
         from flashbench.models import roofline
     for r in df[[*CASE_COLUMNS, "device", "ok", "median_ms", "kernel_config"]].itertuples(index=False):
-        values: list[Any] = [nan] * 7 + ["", ""]
+        values: list[Any] = [nan] * 9 + ["", ""]
         if ceilings and r.device != "cpu":
             try:
                 blocks = blocks_of(r.kernel_config)
@@ -162,30 +168,33 @@ def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
                 values = [
                     p.peak_flops_s / 1e12 if p.peak_flops_s else nan,
                     p.bw_bytes_s,
+                    p.model.attainable_flops_s / 1e12,
                     p.compulsory.attainable_flops_s / 1e12,
                     p.no_l2.attainable_flops_s / 1e12,
                     p.ridge if p.ridge else nan,
                     nan,
                     nan,
-                    p.no_l2.bound,
+                    nan,
+                    p.bound,
                     "",
                 ]
                 if r.ok and r.median_ms == r.median_ms and r.median_ms > 0:
                     guard = min(q.compulsory.min_time_s for q in preds)
                     a = roofline.assess(r.median_ms * 1e-3, p, guard_min_time_s=guard)
-                    values[5], values[6], values[7], values[8] = (
+                    values[6:] = [
                         a.pct_of_roofline,
+                        a.pct_of_floor_roofline,
                         a.pct_of_family_bound,
                         a.bound,
                         a.error,
-                    )
+                    ]
         for key, value in zip(names, values, strict=True):
             out[key].append(value)
     for key in names:
         df[key] = out[key] if key in ("bound", "roofline_error") else np.array(out[key], dtype=float)
     df["above_roofline"] = df["roofline_error"] != ""
     df["ok"] = df["ok"] & ~df["above_roofline"]
-    for col in ("tflops", "pct_of_roofline", "pct_of_family_bound"):
+    for col in ("tflops", "pct_of_roofline", "pct_of_floor_roofline", "pct_of_family_bound"):
         df.loc[df["above_roofline"], col] = nan
 
 

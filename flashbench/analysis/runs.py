@@ -19,9 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from flashbench.analysis import modelled
 from flashbench.errors import FlashbenchError
+from flashbench.models.flops import (
+    BWD_BLOCK_MATMULS,
+    MODE_MULTIPLIER,
+    RECOMPUTE_MULTIPLIER,
+    Reference,
+    forward_flops,
+    recompute_overhead_references,
+)
 from flashbench.results.env import Environment, read_env
 from flashbench.results.rows import FLOP_CONVENTION, OK, load
-from flashbench.spec.cases import CASE_FIELDS
+from flashbench.spec.cases import CASE_FIELDS, mask_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,6 +40,11 @@ NVML_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "clock_even
 # then PyTorch's own SDPA backends, so "> 1 = faster than the reference" reads as a kernel beating a baseline (a
 # bundled or user kernel is never the default reference while a baseline ran).
 DEFAULT_BASELINES = ("naive", "sdpa-math", "sdpa", "sdpa-flash", "sdpa-efficient", "flex", "sdpa-cudnn")
+SPEEDUP_VS_HELP = (
+    "The provider speedups are taken against. Default: the first of "
+    + ", ".join(DEFAULT_BASELINES)
+    + " that has an ok row in the run, else the first provider that has one."
+)
 # Recompute backward vs stored-P backward: the stored-P variant's name is the recompute provider's + this suffix.
 STORED_P_SUFFIX = "-stored-p"
 
@@ -122,7 +135,7 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
         "d="
         + df["head_dim"].astype(str)
         + " · "
-        + np.where(df["causal"], "causal", "full")
+        + df["causal"].map(mask_label)
         + " · "
         + df["mode"]
         + np.where(df["dtype"].nunique() > 1, " · " + df["dtype"], "")
@@ -139,7 +152,7 @@ def providers(frame: pd.DataFrame) -> list[str]:
 
 
 def pick_baseline(frame: pd.DataFrame, wanted: str | None = None) -> str | None:
-    """The provider speedups are taken against: `wanted`, else the first of DEFAULT_BASELINES with ok rows."""
+    """The provider speedups are taken against: `wanted`, else SPEEDUP_VS_HELP's default rule."""
     names = providers(frame)
     if wanted:
         if wanted not in names:
@@ -168,24 +181,35 @@ def speedups(frame: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return out
 
 
+RECOMPUTE_OVERHEAD = (
+    "recompute overhead = median time of the recompute backward / median time of the stored-P backward - 1, "
+    "per shape, from --mode bwd rows: the backward alone (each forward runs outside the timed region, so the "
+    "stored-P forward's extra Q K^T does not enter). FLOPs: credited 2.5x forward (recompute) vs 2.0x (reads "
+    "P); executed by the bundled kernels 3.5x vs 2.5x (7 vs 5 block matmuls)."
+)
+
+
+def recompute_references() -> tuple[Reference, ...]:
+    """The reference values of the recompute overhead, with their labels (models.flops)."""
+    return recompute_overhead_references()
+
+
 def recompute_overhead(frame: pd.DataFrame) -> pd.DataFrame:
-    """Recompute backward vs stored-P backward (bwd and fwd+bwd modes), time and memory, per shape.
+    """RECOMPUTE_OVERHEAD per shape, with the time, the memory and the FLOPs of both backwards.
 
     time_overhead = recompute time / stored-P time - 1 (what recomputing P costs, or saves if negative);
-    mem_saved_bytes = stored-P peak - recompute peak (the O(N^2) buffer that recomputation avoids).
-    The FLOP accounting column is models.flops.recompute_share(): the recompute's credited share of the work.
+    mem_saved_bytes = stored-P peak - recompute peak (the O(N^2) buffer that recomputation avoids);
+    credited_flops_* / executed_flops_*: see RECOMPUTE_OVERHEAD; recompute_references() gives what the
+    overhead would be if time followed either count. Pairs of fwd+bwd rows are not used: each times its own
+    forward, and the stored-P forward does one more Q K^T.
     """
     import pandas as pd
 
-    from flashbench.models.flops import recompute_share
-
-    share = recompute_share()
-    shares = {"bwd": share["of_backward_credited_2.5x"], "fwd+bwd": share["of_fwd_bwd_credited_3.5x"]}
     parts = []
     for stored in [p for p in providers(frame) if p.endswith(STORED_P_SUFFIX)]:
         recompute = stored[: -len(STORED_P_SUFFIX)]
         cols = ["shape_key", "median_ms", "peak_mem_bytes", "status"]
-        a = frame[(frame["provider"] == recompute) & frame["mode"].isin(list(shares))]
+        a = frame[(frame["provider"] == recompute) & (frame["mode"] == "bwd")]
         b = frame[frame["provider"] == stored][cols]
         pair = a.merge(b, on="shape_key", suffixes=("", "_stored"))
         if pair.empty:
@@ -206,7 +230,15 @@ def recompute_overhead(frame: pd.DataFrame) -> pd.DataFrame:
     out["time_overhead"] = out["recompute_ms"] / out["stored_ms"] - 1.0
     out["mem_saved_bytes"] = out["stored_mem_bytes"] - out["recompute_mem_bytes"]
     out["mem_ratio"] = out["stored_mem_bytes"] / out["recompute_mem_bytes"]
-    out["flop_share_recompute"] = out["mode"].map(shares)
+    fwd = [
+        float(forward_flops(r.batch, r.heads, r.seq_q, r.seq_k, r.head_dim, r.causal))
+        for r in out.itertuples(index=False)
+    ]
+    bwd, matmuls = MODE_MULTIPLIER["bwd"], BWD_BLOCK_MATMULS
+    out["credited_flops_recompute"] = [bwd * f for f in fwd]
+    out["credited_flops_stored"] = [(bwd - RECOMPUTE_MULTIPLIER) * f for f in fwd]
+    out["executed_flops_recompute"] = [0.5 * matmuls["recompute"] * f for f in fwd]
+    out["executed_flops_stored"] = [0.5 * matmuls["stored-p"] * f for f in fwd]
     keep = [
         "recompute_provider",
         "stored_provider",
@@ -223,7 +255,10 @@ def recompute_overhead(frame: pd.DataFrame) -> pd.DataFrame:
         "stored_mem_bytes",
         "mem_saved_bytes",
         "mem_ratio",
-        "flop_share_recompute",
+        "credited_flops_recompute",
+        "credited_flops_stored",
+        "executed_flops_recompute",
+        "executed_flops_stored",
     ]
     return out[keep]
 
@@ -284,7 +319,7 @@ def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
                 "time_label": top["time_label"],
                 "cases": len(grp),
                 "max_tflops": float(top["tflops"]),
-                "at": f"N={top['seq_q']} d={top['head_dim']} {'causal' if top['causal'] else 'full'}",
+                "at": f"N={top['seq_q']} d={top['head_dim']} {mask_label(top['causal'])}",
                 "median_pct_of_roofline": float(pct.median()) if len(pct) else float("nan"),
             }
         )
@@ -304,7 +339,9 @@ __all__ = [
     "load_run",
     "measurements",
     "pick_baseline",
+    "RECOMPUTE_OVERHEAD",
     "recompute_overhead",
+    "recompute_references",
     "speedups",
     "throttled",
 ]

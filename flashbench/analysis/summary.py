@@ -31,6 +31,7 @@ from flashbench.results.rows import (
     UNSUPPORTED,
     WRONG,
 )
+from flashbench.spec.cases import mask_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,10 +73,6 @@ def n_label(seq_q: int, seq_k: int) -> str:
         return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
     return short(seq_q) if seq_q == seq_k else f"{short(seq_q)}×{short(seq_k)}"
-
-
-def mask_word(causal: bool) -> str:
-    return "causal" if causal else "non-causal"
 
 
 # ------------------------------------------------------------------------------------------- bound
@@ -139,7 +136,7 @@ class Lead:
 
     @property
     def group(self) -> str:
-        return f"{self.mode} · d={self.head_dim} · {mask_word(self.causal)}"
+        return f"{self.mode} · d={self.head_dim} · {mask_label(self.causal)}"
 
     @property
     def geomean(self) -> float:
@@ -271,7 +268,7 @@ def _mode_then_desc(col: pd.Series) -> pd.Series:
 
 
 def case_words(row: Any) -> str:
-    return f"N={n_label(int(row['seq_q']), int(row['seq_k']))} d={row['head_dim']} {mask_word(bool(row['causal']))}"
+    return f"N={n_label(int(row['seq_q']), int(row['seq_k']))} d={row['head_dim']} {mask_label(bool(row['causal']))}"
 
 
 def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
@@ -366,6 +363,6 @@ def description(frame: pd.DataFrame) -> list[str]:
     kv = df[df["kv_heads"] != df["heads"]]
     if len(kv):
         out.append("GQA: kv heads " + ", ".join(str(k) for k in sorted(kv["kv_heads"].astype(int).unique())))
-    out.append(" and ".join(mask_word(c) for c in sorted(df["causal"].unique(), reverse=True)))
+    out.append(" and ".join(mask_label(c) for c in sorted(df["causal"].unique(), reverse=True)))
     out.append(", ".join(sorted(dict.fromkeys(df["mode"]), key=lambda m: MODE_ORDER.get(m, 9))))
     return out

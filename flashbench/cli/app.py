@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from flashbench.errors import EXIT_INTERRUPTED, FlashbenchError
+from flashbench.errors import EXIT_INTERRUPTED, EXIT_USAGE, FlashbenchError
 
 app = typer.Typer(
     name="flashbench",
@@ -57,8 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # Click's usage errors (typer vendors click in some versions, so match by shape, not class).
         if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()
-            return exc.exit_code
+            if type(exc).__name__ == "NoArgsIsHelpError" or not hasattr(exc, "format_message"):
+                exc.show()  # a bare group (`flashbench list`): its help is the answer
+                return exc.exit_code
+            print(f"flashbench: error: {_usage_line(exc)}", file=sys.stderr)
+            return EXIT_USAGE
         if type(exc).__name__ == "Abort":
             print("flashbench: aborted", file=sys.stderr)
             return EXIT_INTERRUPTED
@@ -69,6 +72,14 @@ def main(argv: list[str] | None = None) -> int:
             print("flashbench: interrupted; finished rows are on disk (use --resume)", file=sys.stderr)
         return result
     return 0
+
+
+def _usage_line(exc: Exception) -> str:
+    """Click's usage error (its 4-line block: usage, hint, blank, message) as one line naming the help."""
+    message = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "flashbench"
+    return f"{message} (see `{command} --help`)"
 
 
 def entry() -> None:

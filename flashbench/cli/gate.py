@@ -1,7 +1,8 @@
 """`flashbench gate` (did this change make a kernel slower?) and `flashbench baseline save` (promote a run).
 
-Exit codes: 0 pass, 1 regression (a real slowdown or a newly failing case), 2 usage or mismatch (bad paths,
-corrupt files, another GPU model without --allow-mismatch).
+Exit codes: 0 pass, 1 fail (a real slowdown, a newly failing case, or baseline cases missing from the current run
+without --allow-missing), 2 usage or mismatch (bad paths, corrupt files, another GPU model without
+--allow-mismatch).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from typing import Annotated
 
 import typer
 
+from flashbench.cli.render import console as make_console
+from flashbench.cli.render import folding_column, name_column
 from flashbench.errors import FlashbenchError
 from flashbench.gate import (
-    BASELINE_ONLY,
     CURRENT_ONLY,
     FIXED,
     IMPROVEMENT,
+    MISSING,
     NEWLY_FAILING,
     NOISY,
     REGRESSION,
@@ -49,6 +52,13 @@ def gate(
     allow_mismatch: Annotated[
         bool, typer.Option("--allow-mismatch", help="Compare even when the GPU model or device differs.")
     ] = False,
+    allow_missing: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing",
+            help="Pass even when baseline cases are missing from the current run (a deliberately smaller sweep).",
+        ),
+    ] = False,
     fmt: Annotated[Format, typer.Option("--format", help="Output on stdout.")] = Format.table,
     md_out: Annotated[
         Path | None, typer.Option("--md-out", help="Also write the markdown report here.")
@@ -60,14 +70,20 @@ def gate(
         str | None, typer.Option(help="Preset whose thresholds apply (default: the current run's preset).")
     ] = None,
 ) -> None:
-    """Compare a run with a baseline: exit 0 pass, 1 regression, 2 usage or mismatch.
+    """Compare a run with a baseline: exit 0 pass, 1 regression or missing cases, 2 usage or mismatch.
 
     The markdown report is also appended to $GITHUB_STEP_SUMMARY when that is set.
     """
     from flashbench.gate import run_gate, to_json
 
     result = run_gate(
-        baseline, current, threshold=threshold, allow_mismatch=allow_mismatch, config=config, preset=preset
+        baseline,
+        current,
+        threshold=threshold,
+        allow_mismatch=allow_mismatch,
+        allow_missing=allow_missing,
+        config=config,
+        preset=preset,
     )
     markdown = render_markdown(result)
     if fmt is Format.md:
@@ -89,14 +105,13 @@ def gate(
 
 
 def _print_table(result: GateResult) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
-    if not console.is_terminal:  # CI logs: do not fold case keys into 80 columns
-        console = Console(highlight=False, width=200)
+    console = make_console()
     style = {REGRESSION: "bold red", NEWLY_FAILING: "bold red", NOISY: "yellow", IMPROVEMENT: "green"}
     style[FIXED] = "green"
+    if not result.allow_missing:
+        style[MISSING] = "bold red"
     env = Table(title=f"baseline {result.baseline}  vs  current {result.current}", title_justify="left")
     for col in ("environment", "baseline", "current"):
         env.add_column(col)
@@ -106,13 +121,13 @@ def _print_table(result: GateResult) -> None:
         )
     console.print(env)
     cases = Table(title="cases (change = current / baseline - 1)", title_justify="left")
-    cases.add_column("case", no_wrap=True)
-    cases.add_column("verdict", no_wrap=True)
+    name_column(cases, "case", [show_key(c.key) for c in result.cases])
+    folding_column(cases, "verdict")
     for col in ("base ms", "cur ms", "change"):
-        cases.add_column(col, justify="right")
-    cases.add_column("interval", no_wrap=True)
-    cases.add_column("note")
-    order = {REGRESSION: 0, NEWLY_FAILING: 1, NOISY: 2, IMPROVEMENT: 3, FIXED: 4}
+        folding_column(cases, col, justify="right")
+    folding_column(cases, "interval")
+    folding_column(cases, "note")
+    order = {REGRESSION: 0, NEWLY_FAILING: 1, MISSING: 2, NOISY: 3, IMPROVEMENT: 4, FIXED: 5}
     for c in sorted(result.cases, key=lambda c: (order.get(c.verdict, 9), c.key)):
         note = "; ".join(filter(None, [c.note, f"throttled: {c.throttled}" if c.throttled else ""]))
         verdict = f"[{style[c.verdict]}]{c.verdict}[/]" if c.verdict in style else c.verdict
@@ -128,8 +143,9 @@ def _print_table(result: GateResult) -> None:
     console.print(cases)
     if result.ratios:
         ratios = Table(title="in-run ratios (bundled / reference)", title_justify="left")
-        for col in ("shape", "ratio", "verdict", "baseline", "current", "change", "interval"):
-            ratios.add_column(col, no_wrap=col != "ratio")
+        name_column(ratios, "shape", [show_key(r.shape) for r in result.ratios])
+        for col in ("ratio", "verdict", "baseline", "current", "change", "interval"):
+            folding_column(ratios, col)
         for r in result.ratios:
             verdict = f"[{style[r.verdict]}]{r.verdict}[/]" if r.verdict in style else r.verdict
             ratios.add_row(
@@ -253,17 +269,22 @@ def render_markdown(result: GateResult) -> str:
     if fixed:
         rows = [[f"`{show_key(c.key)}`", c.baseline_status, fmt_ms(c.current_ms)] for c in fixed]
         lines += [f"### Now ok ({len(fixed)})", "", *_md_table(["case", "baseline", "current ms"], rows, {2})]
-    one_side = [c for c in result.cases if c.verdict in (BASELINE_ONLY, CURRENT_ONLY)]
-    if one_side:
-        rows = [[f"`{show_key(c.key)}`", c.verdict, c.baseline_status or c.current_status] for c in one_side]
-        lines += [f"### Only in one run ({len(one_side)})", "", *_md_table(["case", "where", "status"], rows)]
+    for title, verdict, status in (
+        ("Missing from the current run", MISSING, "baseline_status"),
+        ("Only in the current run", CURRENT_ONLY, "current_status"),
+    ):
+        only = [c for c in result.cases if c.verdict == verdict]
+        if only:
+            allowed = " (allowed by --allow-missing)" if verdict == MISSING and result.allow_missing else ""
+            rows = [[f"`{show_key(c.key)}`", getattr(c, status)] for c in only]
+            lines += [f"### {title} ({len(only)}){allowed}", "", *_md_table(["case", "status there"], rows)]
     throttled = [c for c in result.cases if c.throttled]
     if throttled:
         lines += [f"### Throttled ({len(throttled)})", ""]
         lines += [f"- `{show_key(c.key)}`: {c.throttled}" for c in throttled] + [""]
     if result.notes:
         lines += ["### Notes", "", *(f"- {n}" for n in result.notes), ""]
-    compared = [c for c in result.cases if c.verdict not in (BASELINE_ONLY, CURRENT_ONLY)]
+    compared = [c for c in result.cases if c.verdict not in (MISSING, CURRENT_ONLY)]
     lines += [f"<details><summary>All {len(compared)} compared cases</summary>", ""]
     lines += _md_table(*_timing_rows(compared, with_verdict=True), {2, 3, 4, 6})
     lines += ["</details>", ""]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from flashbench.analysis.runs import DEFAULT_BASELINES
+from flashbench.analysis.runs import SPEEDUP_VS_HELP
 
 
 def report(
@@ -29,11 +29,7 @@ def report(
     fmt: Annotated[str, typer.Option("--format", "-f", help="html | md | csv | json.")] = "html",
     speedup_vs: Annotated[
         str | None,
-        typer.Option(
-            help="Provider speedups are taken against. Default: the first of "
-            + ", ".join(DEFAULT_BASELINES)
-            + " in the run."
-        ),
+        typer.Option(help=SPEEDUP_VS_HELP),
     ] = None,
 ) -> None:
     """Write the report of a run: figures (roofline, TFLOP/s, memory, recompute), tables, comparisons."""

@@ -13,9 +13,11 @@ from typing import Annotated, Any
 import typer
 
 from flashbench.analysis.roofline import ROOF_DTYPES, build_roofline, parse_families
+from flashbench.cli.render import console as make_console
+from flashbench.cli.render import folding_column, name_column
 from flashbench.errors import warn
 from flashbench.gpu.calibrate import calibrate
-from flashbench.spec.cases import DTYPES, MODES
+from flashbench.spec.cases import DTYPES, MODES, mask_label
 from flashbench.spec.config import parse_range, split_choices
 
 DEFAULT_SEQ = "1024..32768"
@@ -29,10 +31,9 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 
 def render_roofline(report: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     gpu = report["gpu"]
     title = f"{gpu['name']}" + (" (derived from NVML)" if gpu["derived"] else "")
     t = Table(title=f"Ceilings: {title} (TF/s = dense TFLOP/s; ridge in FLOP/byte)")
@@ -53,7 +54,7 @@ def render_roofline(report: dict[str, Any]) -> None:
     shape = report["shape"]
     console.print(
         f"Cases: batch {shape['batch']}, heads {shape['heads']} (kv {shape['kv_heads']}), "
-        f"{'causal' if shape['causal'] else 'full'}; roof: {report['roof_used']}. FLOPs: {report['flop_convention']}",
+        f"{mask_label(shape['causal'])}; roof: {report['roof_used']}. FLOPs: {report['flop_convention']}",
         style="dim",
     )
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
@@ -79,7 +80,7 @@ def render_roofline(report: dict[str, Any]) -> None:
                 f"{e['compulsory']['ai']:.0f}",
                 f"{e['model']['ai']:.1f}",
                 f"{e['no_l2']['ai']:.1f}",
-                e["model"]["bound"],
+                e["bound"],
                 f"{e['model']['min_time_s'] * 1e3:.3g}",
                 f"{e['no_l2']['min_time_s'] * 1e3:.3g}",
             )
@@ -89,10 +90,12 @@ def render_roofline(report: dict[str, Any]) -> None:
         "AI model: the family's own traffic with L2 reuse; AI no-L2: with none.",
         style="dim",
     )
+    console.print(report["bound_rule"], style="dim")
     if report["measured"]:
         m = Table(title="Measured against the roofline")
-        for col in ("provider", "case", "ms", "TFLOP/s", "% of roofline", "bound", "note"):
-            m.add_column(col)
+        name_column(m, "provider", [e["provider"] for e in report["measured"]])
+        for col in ("case", "ms", "TFLOP/s", "AI", "% of roofline", "bound", "note"):
+            folding_column(m, col)
         for e in report["measured"]:
             case = (
                 f"{e.get('dtype', '')} {e.get('mode', '')} N={e.get('seq_q', '')} d={e.get('head_dim', '')}"
@@ -105,6 +108,7 @@ def render_roofline(report: dict[str, Any]) -> None:
                     "-",
                     "-",
                     "-",
+                    "-",
                     f"[red]ERROR: {e['error']}",
                 )
                 continue
@@ -114,6 +118,7 @@ def render_roofline(report: dict[str, Any]) -> None:
                 case,
                 f"{e['median_ms']:.4g}",
                 f"{e['achieved_tflops']:.1f}",
+                f"{e['ai']:.0f}",
                 f"{e['pct_of_roofline']:.1f}%",
                 e["bound"],
                 note,
@@ -172,18 +177,24 @@ def calibrate_cmd(
     seconds: Annotated[float, typer.Option(help="Target GPU time per measurement, seconds.")] = 0.5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON on stdout.")] = False,
 ) -> None:
-    """Measure this GPU's copy bandwidth and matmul TFLOP/s; store them as the 'measured' ceiling. Exit 3 without a GPU."""
+    """Measure this GPU's copy and read bandwidth and matmul TFLOP/s (clock settled first); store them as the
+    'measured' ceiling. Exit 3 without a GPU."""
     record = calibrate(index=device, n=n, copy_bytes=copy_mib << 20, seconds=seconds)
     if as_json:
         print(json.dumps(record, indent=2, default=str))
         return
     print(f"{record['gpu']}: copy {record['copy_bw_gb_s']:.0f} GB/s (read + write)")
+    print(f"  read {record['read_bw_gb_s']:.0f} GB/s (a reduction: bytes read)")
     for d, r in record["details"]["matmul"].items():
         print(
             f"  {d:5s} " + (f"{r['tflops']:.1f} TFLOP/s" if "tflops" in r else f"not measured: {r['error']}")
         )
+    if record.get("sm_clock_mhz"):
+        print(
+            f"  measured at SM clock {record['sm_clock_mhz']:.0f} MHz (max {record['max_sm_clock_mhz']} MHz)"
+        )
     if record["throttled"]:
-        warn("the GPU reported a throttling clock-event reason during calibration; re-run when idle")
+        warn(f"throttled calibration: {record['throttle_reason']}")
     print(f"stored: {record.get('path')}")
 
 

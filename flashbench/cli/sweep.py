@@ -10,7 +10,10 @@ from typing import Annotated, Any
 
 import typer
 
+from flashbench.cli.render import console as make_console
+from flashbench.cli.render import folding_column, name_column
 from flashbench.results.rows import OK, Row
+from flashbench.spec.cases import mask_label
 
 _SHORT = {
     "wrong": "WRONG",
@@ -150,10 +153,9 @@ def _cell(row: Row) -> str:
 
 def render_tables(rows: list[Row], tokens: int | None = None) -> None:
     """One table per shape group: providers x N, TFLOP/s (median) or the status."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = make_console()
     groups: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
     for row in rows:
         groups[(row.dtype, row.head_dim, row.heads, row.kv_heads, row.causal, row.mode)].append(row)
@@ -161,21 +163,26 @@ def render_tables(rows: list[Row], tokens: int | None = None) -> None:
         cpu = all(r.device == "cpu" for r in members)
         seqs = sorted({r.seq_k for r in members})
         gqa = f"/kv{kv}" if kv != h else ""
-        title = f"{dtype} d={d} H={h}{gqa} {'causal' if causal else 'non-causal'} {mode}"
+        title = f"{dtype} d={d} H={h}{gqa} {mask_label(causal)} {mode}"
         table = Table(title=title, title_justify="left")
-        table.add_column("CPU ms (median)" if cpu else "TFLOP/s (median)")
-        for n in seqs:
-            table.add_column(f"N={n}", justify="right")
         by_provider: dict[str, dict[int, Row]] = defaultdict(dict)
         for r in members:
             by_provider[r.provider][r.seq_k] = r
+        name_column(table, "CPU ms (median)" if cpu else "TFLOP/s (median)", by_provider)
+        for n in seqs:
+            folding_column(table, f"N={n}", justify="right")
         for provider, cells in by_provider.items():
             table.add_row(provider, *(_cell(cells[n]) if n in cells else "" for n in seqs))
         console.print(table)
-    if rows:
+    if not rows:
+        return
+    batch = f"; batch = max(1, {tokens} // N)" if tokens else ""
+    if all(r.device == "cpu" for r in rows):
+        console.print(f"CPU ms: median time per call on the CPU{batch}")
+    else:
         console.print(
             "FLOPs: forward 4*B*H*d*(unmasked pairs), bwd 2.5x, fwd+bwd 3.5x; * = GPU throttled during the case"
-            + (f"; batch = max(1, {tokens} // N)" if tokens else "")
+            + batch
         )
 
 
@@ -197,12 +204,12 @@ def list_providers_command(
     if json_out:
         print(json.dumps([i.to_dict() for i in infos]))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="providers")
-    for col in ("name", "available", "dtypes", "head dims", "causal", "bwd", "GQA", "devices", "source"):
-        table.add_column(col)
+    name_column(table, "name", [i.name for i in infos])
+    for col in ("available", "dtypes", "head dims", "causal", "bwd", "GQA", "devices", "source"):
+        folding_column(table, col)
     for i in infos:
         dims = "any" if i.head_dims is None else _dims(i.head_dims)
         table.add_row(
@@ -216,7 +223,7 @@ def list_providers_command(
             ",".join(i.devices),
             i.source if i.source in ("builtin", "bundled") else Path(i.source).name,
         )
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    make_console().print(table)
 
 
 def _yes(flag: bool) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flashbench.engine import correctness, timing
+from flashbench.gpu import nvml
 from flashbench.models.flops import attention_flops
 from flashbench.providers import registry
 from flashbench.results.rows import CRASH, OK, OOM, UNAVAILABLE, UNSUPPORTED, WRONG, Row
@@ -35,14 +36,10 @@ _FATAL = re.compile(
 _SDPA_REFUSAL = re.compile(r"No available kernel|No viable backend", re.I)
 
 
-@dataclass
-class Options:
-    """How to measure (from the SweepSpec)."""
+@dataclass(frozen=True)
+class Options(timing.Regime):
+    """How to measure (from the SweepSpec): the timing regime, plus CUDA graphs and the reference's budget."""
 
-    warmup_ms: float = 50.0
-    rep_ms: float = 100.0
-    min_samples: int = 10
-    max_samples: int = 1000
     cuda_graph: bool = False
     ref_flops_limit: float | None = None
 
@@ -53,12 +50,16 @@ class Options:
 
 @dataclass
 class Context:
-    """Per-process state: device, the L2 flush buffer, the GPU's name, the NVML index."""
+    """Per-process state: device, the L2 flush buffer, the GPU's name, the NVML index, the clock sampler and
+    the launch blocker (made on first use)."""
 
     device: str
     gpu: str = ""
     nvml_index: int = 0
     flusher: Any = None
+    sampler: Any = None  # nvml.ClockSampler, or False where NVML gives no reading
+    blocker: Any = None  # blocking.LaunchBlocker, or False where it cannot work (block_note says why)
+    block_note: str = ""
     phase: Callable[[str], None] = lambda _phase: None
     infos: dict[str, registry.ProviderInfo] = field(default_factory=dict)
 
@@ -150,23 +151,17 @@ def prepare(case: Case, device: str, stack: contextlib.ExitStack) -> Prepared:
 def _nvml_sample(ctx: Context) -> dict[str, Any] | None:
     if ctx.device != "cuda":
         return None
-    try:
-        from flashbench.gpu import nvml
-
-        return nvml.sample(ctx.nvml_index)
-    except Exception:
-        return None
+    return nvml.sample(ctx.nvml_index)
 
 
 def classify(exc: BaseException, caught: list[str]) -> tuple[str, str, bool]:
     """(status, reason, fatal) for an exception raised while running a case."""
-    import torch
 
     name = type(exc).__name__
     text = " ".join(str(exc).split())
     if isinstance(exc, registry.Unsupported) or name in ("KernelUnsupported", "Unsupported"):
         return UNSUPPORTED, text or name, False
-    if isinstance(exc, torch.OutOfMemoryError) or re.search(r"\bout of memory\b", text, re.I):
+    if _is_oom(exc):
         return OOM, text[:500], False
     if _SDPA_REFUSAL.search(text):
         reasons = [" ".join(w.split()) for w in caught if w.strip()]
@@ -261,36 +256,41 @@ def _measure(prepared: Prepared, opts: Options, ctx: Context, base: dict[str, An
         torch.cuda.synchronize()
         base["peak_mem_bytes"] = int(torch.cuda.max_memory_allocated() - floor)
         del kept
-    # 4. samples
+        gc.collect()
+        torch.cuda.empty_cache()  # the timing loop starts from an unfragmented cache
+    # 4. samples (a timing loop that runs out of memory is retried once with the allocator cache emptied: a
+    # case whose measured run fitted can still fail to find a contiguous block in a fragmented cache)
     ctx.phase("timing")
     before = _nvml_sample(ctx)
-    knobs = {
-        "warmup_ms": opts.warmup_ms,
-        "rep_ms": opts.rep_ms,
-        "min_samples": opts.min_samples,
-        "max_samples": opts.max_samples,
-    }
-    if device == "cuda":
-        if ctx.flusher is None:
-            ctx.flusher = timing.L2Flusher(torch.cuda.current_device())
-        if opts.cuda_graph:
-            try:
-                call, setup = prepared.graphed(), None
-            except Exception as exc:
-                reason = f"CUDA graph capture failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
-                return Row.for_case(case, UNSUPPORTED, reason=reason[:800], **base)
-        else:
-            call, setup = prepared.timed()
-        samples = timing.time_cuda(call, flush=ctx.flusher, setup=setup, **knobs)
-    else:
-        call, setup = prepared.timed()
-        samples = timing.time_cpu(call, setup=setup, **knobs)
+    held: str | None = None
+    try:
+        samples, regime = _time(prepared, opts, ctx)
+    except CaseRefused as refusal:
+        return Row.for_case(case, UNSUPPORTED, reason=str(refusal), **base)
+    except Exception as exc:
+        if not _is_oom(exc):
+            raise
+        held = _allocator_state(device)  # the retry runs outside this block: exc's frames hold tensors
+    if held is not None:
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        try:
+            samples, regime = _time(prepared, opts, ctx)
+        except Exception as again:
+            if not _is_oom(again):
+                raise
+            reason = f"out of memory in the timing loop, again after emptying the allocator cache{held}: "
+            return Row.for_case(case, OOM, reason=(reason + " ".join(str(again).split()))[:800], **base)
+        note = f"the timing loop ran out of memory once{held}; it ran after emptying the allocator cache"
+        regime["reason"] = "; ".join(x for x in (regime.get("reason", ""), note) if x)
     after = _nvml_sample(ctx)
     fallback = _check_compiled(prepared)
     if fallback:
         return Row.for_case(case, CRASH, reason=f"compile fallback detected: {fallback}", **base)
     stats = timing.summarize(samples)
-    throttled = bool((before or {}).get("throttled")) or bool((after or {}).get("throttled"))
+    throttled = bool(regime.pop("throttled", False))
+    throttled |= bool((before or {}).get("throttled")) or bool((after or {}).get("throttled"))
     return Row.for_case(
         case,
         OK,
@@ -300,8 +300,87 @@ def _measure(prepared: Prepared, opts: Options, ctx: Context, base: dict[str, An
         nvml_before=before,
         nvml_after=after,
         throttled=throttled,
+        **regime,
         **base,
     )
+
+
+class CaseRefused(Exception):
+    """The case cannot be timed as asked (a CUDA graph that does not capture): an `unsupported` row."""
+
+
+def _time(prepared: Prepared, opts: Options, ctx: Context) -> tuple[list[float], dict[str, Any]]:
+    """The samples and the row fields that say how they were taken (the regime, the clocks of the window)."""
+    import torch
+
+    if ctx.device != "cuda":
+        call, setup = prepared.timed()
+        knobs = {k: getattr(opts, k) for k in ("warmup_ms", "rep_ms", "min_samples", "max_samples")}
+        return timing.time_cpu(call, setup=setup, **knobs), {}
+    if ctx.flusher is None:
+        ctx.flusher = timing.L2Flusher(torch.cuda.current_device())
+    if opts.cuda_graph:
+        try:
+            call, setup = prepared.graphed(), None
+        except Exception as exc:
+            raise CaseRefused(
+                f"CUDA graph capture failed: {type(exc).__name__}: {' '.join(str(exc).split())}"[:800]
+            ) from None
+    else:
+        call, setup = prepared.timed()
+    blocker = _blocker(ctx) if opts.block_launches else None
+    took = timing.measure_cuda(
+        call, flush=ctx.flusher, setup=setup, regime=opts, sampler=_sampler(ctx), blocker=blocker
+    )
+    fields: dict[str, Any] = {
+        "warmup_s": round(took.warmup_s, 3) if took.warmup_s is not None else None,
+        "warmup_settled": took.warmup_settled,
+        "host_time_included": took.host_time_included,
+        **nvml.window_summary(took.window),
+    }
+    fields["throttled"] = bool(fields.get("throttle_reasons"))
+    note = took.note or (ctx.block_note if opts.block_launches and blocker is None else "")
+    if note:
+        fields["reason"] = note
+    return took.samples_ms, fields
+
+
+def _sampler(ctx: Context) -> Any:
+    """The worker's NVML clock sampler, or None where NVML gives no reading."""
+    if ctx.sampler is None:
+        index = ctx.nvml_index
+        ctx.sampler = nvml.ClockSampler(lambda: nvml.sample(index)) if nvml.sample(index) else False
+    return ctx.sampler or None
+
+
+def _blocker(ctx: Context) -> Any:
+    """The worker's launch blocker, or None where it cannot work here (ctx.block_note says why)."""
+    if ctx.blocker is None:
+        try:
+            from flashbench.engine import blocking  # imports triton: only where a GPU case is timed
+
+            ctx.blocker, ctx.block_note = blocking.make_blocker()
+        except Exception as exc:
+            ctx.blocker, ctx.block_note = None, f"launch blocking off: {type(exc).__name__}: {exc}"[:300]
+        ctx.blocker = ctx.blocker or False
+    return ctx.blocker or None
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or bool(re.search(r"\bout of memory\b", str(exc), re.I))
+
+
+def _allocator_state(device: str) -> str:
+    """' (X GiB reserved, Y GiB allocated)' from torch's caching allocator, or '' on the CPU."""
+    if device != "cuda":
+        return ""
+    import torch
+
+    gib = 2**30
+    reserved, allocated = torch.cuda.memory_reserved() / gib, torch.cuda.memory_allocated() / gib
+    return f" ({reserved:.1f} GiB reserved, {allocated:.1f} GiB allocated)"
 
 
 def _kernel_config(name: str) -> dict[str, Any] | None:

@@ -6,13 +6,14 @@ import sys
 from typing import Any
 
 from flashbench.results.rows import OK, Row
+from flashbench.spec.cases import mask_label
 
 
 def describe_case(row: Row) -> str:
     return (
         f"{row.provider} b{row.batch} h{row.heads}"
         + (f"/kv{row.kv_heads}" if row.kv_heads != row.heads else "")
-        + f" d{row.head_dim} {row.dtype} {'causal' if row.causal else 'full'} {row.mode} N={row.seq_k}"
+        + f" d{row.head_dim} {row.dtype} {mask_label(row.causal)} {row.mode} N={row.seq_k}"
     )
 
 

@@ -1,7 +1,8 @@
 """The runner: schedules planned cases over worker processes and turns whatever happens into rows.
 
-The parent process (this module) never imports torch: CUDA lives in `python -m flashbench.engine.worker`
-subprocesses (protocol in worker.py). Per case:
+The parent process (this module) never imports torch: CUDA lives in `python -P -m flashbench.engine.worker`
+subprocesses (protocol in worker.py; worker.command and worker.environment make them import flashbench from
+where this process did). A worker that cannot start at all is a one-line error with exit code 4. Per case:
     ok / wrong / oom / unsupported / crash(provider raised)   the worker's answer
     crash   the worker died (segfault, abort, illegal memory access...): stderr tail in the reason
     timeout no answer within the per-case timeout: the worker's process group is killed
@@ -18,17 +19,20 @@ import contextlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from flashbench.errors import EXIT_NO_GPU, FlashbenchError
+from flashbench.engine import timing
+from flashbench.engine import worker as worker_process
+from flashbench.errors import EXIT_USAGE, EXIT_WORKER, FlashbenchError
 from flashbench.results.env import ENV_FILE
 from flashbench.results.rows import (
     CRASH,
@@ -50,6 +54,8 @@ if TYPE_CHECKING:
 STARTUP_TIMEOUT_S = 180.0  # import torch + CUDA init (+ user kernel files) on a cold machine
 _TAIL_BYTES = 6000
 _TAIL_LINES = 30
+# The last line of a Python traceback ("ModuleNotFoundError: No module named 'x'") or a fatal signal
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b|Fatal Python error)")
 
 
 class WorkerError(Exception):
@@ -61,7 +67,7 @@ class WorkerError(Exception):
 
 
 class Worker:
-    """One `python -m flashbench.engine.worker` subprocess, in its own session (Ctrl-C and kills are ours to send)."""
+    """One worker subprocess (worker.command()), in its own session (Ctrl-C and kills are ours to send)."""
 
     def __init__(
         self,
@@ -71,21 +77,16 @@ class Worker:
         describe: bool = False,
         visible: str | None = None,
     ):
-        env = dict(os.environ)
+        env = worker_process.environment(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         if visible is not None:  # --gpus: pin this worker to one device (other CUDA/NCCL settings untouched)
             env["CUDA_VISIBLE_DEVICES"] = visible
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # must be set before the worker imports triton
-        cmd = [
-            sys.executable,
-            "-m",
-            "flashbench.engine.worker",
-            "--device",
-            device,
-            "--parent-pid",
-            str(os.getpid()),
-        ]
+            # and no GPU in sight: a CPU sweep on a GPU machine runs what it runs on a CPU machine (the
+            # bundled kernels through the interpreter, whatever they would pick on the GPU)
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        cmd = worker_process.command("--device", device, "--parent-pid", str(os.getpid()))
         for path in kernels:
             cmd += ["--kernel", path]
         if describe:
@@ -161,16 +162,19 @@ class Worker:
             msg = self._next(time.monotonic() + timeout)
         except TimeoutError:
             self.kill()
+            cause = _headline(self.stderr_tail()) or "no output"
             raise FlashbenchError(
-                f"the worker did not start within {timeout:.0f} s: {self.stderr_tail()}"
+                f"the worker process did not start within {timeout:.0f} s ({cause})", exit_code=EXIT_WORKER
             ) from None
         if msg is None:
-            tail = self.stderr_tail()
-            raise FlashbenchError(f"the worker {self._death()} while starting: {tail or '(no output)'}")
+            how, cause = self._death(), _headline(self.stderr_tail()) or "no output"
+            raise FlashbenchError(
+                f"the worker process could not start (it {how}): {cause} (python: {sys.executable})",
+                exit_code=EXIT_WORKER,
+            )
         if msg.get("error"):
             self.close()
-            code = EXIT_NO_GPU if msg.get("no_gpu") else 2
-            raise FlashbenchError(str(msg["error"]), exit_code=code)
+            raise FlashbenchError(str(msg["error"]), exit_code=int(msg.get("exit_code", EXIT_USAGE)))
         self.facts = msg.get("facts", {})
         self.providers = msg.get("providers", [])
 
@@ -245,12 +249,15 @@ class Worker:
 
 
 def _headline(tail: str) -> str:
-    """The line of a stderr tail that says what went wrong (an error line if there is one)."""
-    lines = tail.splitlines()
+    """The line of a stderr tail that says what went wrong: a traceback's last exception line, a fatal error."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if _EXCEPTION_LINE.match(line):
+            return line[:300]
     for line in lines:
         if "rror" in line or "Fatal" in line or "Abort" in line or "fault" in line:
-            return line.strip()[:200]
-    return lines[-1].strip()[:200] if lines else ""
+            return line[:300]
+    return lines[-1][:300] if lines else ""
 
 
 def describe(device: str, kernels: tuple[str, ...]) -> Worker:
@@ -425,6 +432,6 @@ def run_cases(
 
 def options(spec: Any) -> dict[str, Any]:
     """The measurement options a worker needs, from a SweepSpec."""
-    keys = ("warmup_ms", "rep_ms", "min_samples", "max_samples", "cuda_graph", "ref_flops_limit")
+    keys = (*(f.name for f in fields(timing.Regime)), "cuda_graph", "ref_flops_limit")
     data = asdict(spec)
     return {k: data[k] for k in keys}

@@ -1,24 +1,72 @@
-"""Timing: CUDA events with the L2 flushed before every sample, warm-up by time, raw samples kept.
+"""Timing: CUDA events with the L2 flushed before every sample, in one stated clock regime, raw samples kept.
 
-The method is triton.testing.do_bench's (so the two agree, see benchmarks/fidelity.py), with the raw samples
-kept and a minimum sample count:
+The regime (measure_cuda; every GPU preset shares it, its knobs are SweepSpec's measurement fields):
     1. the first call is timed alone by wall clock (synchronized): JIT compile + autotune + one run -> compile_ms
-    2. five calls estimate the per-call time (flush included, so it errs long)
-    3. warm-up: enough calls to fill `warmup_ms`
-    4. samples: max(min_samples, rep_ms / estimate) calls (capped at max_samples), each one
-       setup() [untimed: e.g. the forward of a bwd-only case], flush L2, event, call(), event
+       (measure.py, before the correctness check and the untimed memory run)
+    2. three samples estimate the per-sample GPU time (flush included, so it errs long)
+    3. steady warm-up: samples run back to back (the host at most one ~20 ms batch ahead) while an NVML thread
+       reads the SM clock every 10 ms; it ends once it has run warmup_ms and the median clock of the last
+       settle_window_ms is within settle_pct of the window before's (settled), or at warmup_max_ms (not
+       settled). Without NVML it runs warmup_ms. Defaults: 0.5 s minimum, 250 ms windows, 1%, 3 s bound.
+       On an H100 at its software power cap the SM clock falls from ~1965 to ~1710 MHz within the first few
+       hundred ms of sustained attention work: a case timed before that (a short warm-up) reads ~11% faster
+       than the same case timed after a long one (692 vs 624 TFLOP/s, bundled d=128 N=8192 fwd).
+    4. samples, in chunks of max(min_samples, rep_ms / estimate), each sample
+       [hold] setup() [untimed: e.g. the forward of a bwd-only case], flush L2, event, call(), event [release]
+       until the SM clock read during them stayed within settle_pct of its median (clock_steady), or
+       rep_max_ms of samples, or max_samples. Under a power cap the controller steps the clock by 5-15%
+       every few tens of ms (H100, d=128 N=8192 forward: 1320-1680 MHz within 200 ms): 200 ms of samples
+       caught one phase of that, and the same case's median moved by 10% from run to run; sampled up to
+       2 s, it moved by 1.2% over four runs of two presets (`python benchmarks/preset_agreement.py`, H100).
+       With a LaunchBlocker (engine/blocking.py, NVBench's blocking kernel), a spin kernel holds the stream
+       while the host enqueues the sample and is released after, so the GPU runs each sample without host
+       launch gaps inside the events. The NVML thread keeps reading through the samples: the row stores the
+       SM clock (median, min, max, raw readings), memory clock, power and clock-event reasons of that window.
     5. median / p20 / p80 from the raw samples
-On the CPU (``--device cpu``) the same loop runs with time.perf_counter and no cache flush: such times are
-labelled device="cpu" and say nothing about a GPU.
+On the CPU (``--device cpu``) the same loop runs with time.perf_counter, a warm-up by time and no cache flush:
+such times are labelled device="cpu" and say nothing about a GPU.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from flashbench.spec.config import SweepSpec
+
 Call = Callable[[], Any]
+# Warm-up: the host enqueues about this much GPU work, then waits for the batch before it (clock check).
+BATCH_MS = 20.0
+
+
+@dataclass(frozen=True)
+class Regime:
+    """How a GPU case is measured (the defaults are SweepSpec's: one regime for every preset)."""
+
+    warmup_ms: float = SweepSpec.warmup_ms  # the steady warm-up's minimum
+    warmup_max_ms: float = SweepSpec.warmup_max_ms  # its bound
+    settle_window_ms: float = SweepSpec.settle_window_ms
+    settle_pct: float = SweepSpec.settle_pct
+    rep_ms: float = SweepSpec.rep_ms
+    rep_max_ms: float = SweepSpec.rep_max_ms
+    min_samples: int = SweepSpec.min_samples
+    max_samples: int = SweepSpec.max_samples
+    block_launches: bool = SweepSpec.block_launches
+
+
+@dataclass
+class Timing:
+    """What measure_cuda took: the samples and the regime they were taken in."""
+
+    samples_ms: list[float]
+    warmup_s: float | None = None  # how long the steady warm-up ran
+    warmup_settled: bool | None = None  # the SM clock settled (False: the bound stopped it; None: no clock)
+    window: list[dict[str, Any]] = field(default_factory=list)  # NVML readings taken during the samples
+    host_time_included: bool = True  # False: each sample ran behind a released spin kernel
+    note: str = ""  # why samples may include host time although blocking was asked for
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -41,6 +89,59 @@ def summarize(samples_ms: list[float]) -> dict[str, float]:
 def sample_count(estimate_ms: float, rep_ms: float, min_samples: int, max_samples: int) -> int:
     n = int(rep_ms / max(estimate_ms, 1e-6))
     return max(min_samples, min(max_samples, n))
+
+
+def settled(readings: Sequence[tuple[float, float]], window_s: float, tol_pct: float) -> bool:
+    """True when the median SM clock of the last `window_s` of `readings` ((seconds, MHz), in time order) is
+    within `tol_pct` percent of the median of the window before it (each window holding two readings or more).
+
+    A drift rule, not a range rule: a clock that dithers by a step or two under a power cap settles, one that
+    still falls by more than tol_pct per window does not.
+    """
+    if len(readings) < 4:
+        return False
+    end = readings[-1][0]
+    if end - readings[0][0] < 2 * window_s:
+        return False
+    last = [mhz for t, mhz in readings if t > end - window_s]
+    before = [mhz for t, mhz in readings if end - 2 * window_s < t <= end - window_s]
+    if len(last) < 2 or len(before) < 2:
+        return False
+    a, b = statistics.median(last), statistics.median(before)
+    return abs(a - b) <= tol_pct / 100.0 * b
+
+
+def clock_steady(mhz: Sequence[float], tol_pct: float) -> bool:
+    """True when the SM clock readings span at most tol_pct of their median (and there are any)."""
+    if not mhz:
+        return False
+    return max(mhz) - min(mhz) <= tol_pct / 100.0 * statistics.median(mhz)
+
+
+def steady_warmup(
+    step: Call,
+    clocks: Callable[[], Sequence[tuple[float, float]]] | None,
+    regime: Regime,
+    now: Callable[[], float] = time.monotonic,
+) -> tuple[float, bool | None]:
+    """Call step() (one batch of warm-up work) until the clock settles, or the bound: (seconds, settled).
+
+    settled is True when the rule held after at least warmup_ms, False when warmup_max_ms ended it, None when
+    `clocks` is None or gave no reading by warmup_ms (no NVML): then the warm-up is warmup_ms by time.
+    """
+    t0 = now()
+    while True:
+        step()
+        elapsed = now() - t0
+        if elapsed * 1e3 < regime.warmup_ms:
+            continue
+        readings = clocks() if clocks is not None else None
+        if not readings:
+            return elapsed, None
+        if settled(readings, regime.settle_window_ms / 1e3, regime.settle_pct):
+            return elapsed, True
+        if elapsed * 1e3 >= regime.warmup_max_ms:
+            return elapsed, False
 
 
 class L2Flusher:
@@ -163,3 +264,111 @@ def time_cpu(
         estimate = min(estimate, timed())
     n = sample_count(estimate, rep_ms, min_samples, max_samples)
     return [timed() for _ in range(n)]
+
+
+def measure_cuda(
+    call: Call,
+    *,
+    flush: Call,
+    setup: Call | None = None,
+    regime: Regime = Regime(),
+    sampler: Any = None,
+    blocker: Any = None,
+) -> Timing:
+    """Samples (ms) of `call` in the steady regime (module docstring, steps 2-5).
+
+    `sampler`: an nvml.ClockSampler (None: no clock readings; the warm-up is then warmup_ms by time).
+    `blocker`: an engine.blocking.LaunchBlocker (None: samples may include host launch gaps).
+    """
+    import torch
+
+    blocker = blocker if regime.block_launches else None
+    note = ""
+
+    def one(start: Any = None, end: Any = None) -> None:
+        """One sample's launches, behind a held spin when blocking; events around call() when given."""
+        held = blocker  # read when called: blocking may be switched off after the estimate
+        if held is not None:
+            held.hold()
+        try:
+            if setup is not None:
+                setup()
+            flush()
+            if start is not None:
+                start.record()
+            call()
+            if end is not None:
+                end.record()
+        finally:
+            if held is not None:
+                held.release()  # also after an exception: a held stream would stall the next synchronize
+
+    one()  # first launches in this flow (the spin kernel's, lazily loaded modules) stall the host once
+    torch.cuda.synchronize()
+    if blocker is not None:
+        blocker.reset()
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    first.record()
+    for _ in range(3):
+        one()
+    last.record()
+    last.synchronize()
+    if blocker is not None and blocker.missed():
+        # the call waited for the GPU while being enqueued (a synchronize, a host copy): the spin ran out
+        # instead of being released, so holding the stream cannot work for this call
+        note = "launch blocking off: the call waits for the GPU while enqueued; samples include host time"
+        blocker = None
+    estimate = first.elapsed_time(last) / 3
+    per_batch = max(1, int(BATCH_MS / max(estimate, 1e-3)))
+    pending: list[Any] = []
+
+    def step() -> None:
+        for _ in range(per_batch):
+            one()
+        event = torch.cuda.Event()
+        event.record()
+        pending.append(event)
+        if len(pending) > 1:
+            pending.pop(0).synchronize()
+
+    n = sample_count(estimate, regime.rep_ms, regime.min_samples, regime.max_samples)
+    events: list[tuple[Any, Any]] = []
+    if sampler is not None:
+        sampler.start()
+    try:
+        warm_s, warm_settled = steady_warmup(step, sampler.sm_clocks if sampler else None, regime)
+        if blocker is not None:
+            blocker.reset()
+        if sampler is not None:
+            sampler.mark()
+        began = time.monotonic()
+        while True:
+            chunk = [
+                (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)
+            ]
+            for start, end in chunk:
+                one(start, end)
+            events += chunk
+            torch.cuda.synchronize()
+            if sampler is None or len(events) >= regime.max_samples:
+                break
+            if (time.monotonic() - began) * 1e3 >= regime.rep_max_ms:
+                break
+            if clock_steady(
+                [r["sm_clock_mhz"] for r in sampler.window() if r.get("sm_clock_mhz")], regime.settle_pct
+            ):
+                break
+            n = min(n, regime.max_samples - len(events))
+    finally:
+        window = sampler.stop() if sampler is not None else []
+    missed = blocker.missed() if blocker is not None else 0
+    if missed:
+        note = f"launch blocking: {missed} of {len(events)} spins ran out before release; host time included"
+    return Timing(
+        samples_ms=[start.elapsed_time(end) for start, end in events],
+        warmup_s=warm_s,
+        warmup_settled=warm_settled,
+        window=window,
+        host_time_included=blocker is None or missed > 0,
+        note=note,
+    )

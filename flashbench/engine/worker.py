@@ -1,11 +1,18 @@
 """The worker process: owns CUDA, runs cases sent by the runner, answers in JSON lines.
 
-    python -m flashbench.engine.worker --device cuda|cpu [--kernel FILE]... [--describe] [--parent-pid PID]
+    python -P -m flashbench.engine.worker --device cuda|cpu [--kernel FILE]... [--describe] [--parent-pid PID]
+
+It is started by command() with environment(): the parent's interpreter with -P (the current folder is not put
+on sys.path, so a folder there named `flashbench`, such as a fresh clone, cannot shadow the package) and, where
+the parent imported flashbench from a sys.path entry that a fresh interpreter would not have (the current
+folder, a script's folder, an entry added at run time), that entry on PYTHONPATH: the worker imports flashbench
+from where its parent did.
 
 Protocol (one JSON object per line; stdout carries only these, everything else the process or a provider
 prints goes to stderr, which the runner keeps a tail of):
     worker -> runner  {"op": "ready", "pid": 123, "facts": {...}, "providers": [ProviderInfo, ...]}
-                      {"op": "ready", "error": "...", "no_gpu": true|false}     (then exits)
+                      {"op": "ready", "error": "...", "exit_code": 2|3|4}     (then exits: a bad kernel
+                       file, no usable GPU, a worker that cannot run at all, e.g. torch fails to import)
     runner -> worker  {"op": "run", "id": 7, "case": {Case fields}, "opts": {Options fields}}
     worker -> runner  {"op": "phase", "id": 7, "phase": "build|compile|check|memory|timing"}
                       {"op": "result", "id": 7, "row": {Row fields}, "fatal": false}
@@ -26,8 +33,46 @@ import json
 import os
 import platform
 import signal
+import site
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import IO, Any
+
+import flashbench
+from flashbench.errors import EXIT_NO_GPU, EXIT_WORKER, FlashbenchError
+
+MODULE = "flashbench.engine.worker"
+
+
+def command(*args: str) -> list[str]:
+    """The command line that starts a worker: this process's interpreter, -P, this module, `args`."""
+    return [sys.executable, "-P", "-m", MODULE, *args]
+
+
+def environment(base: Mapping[str, str]) -> dict[str, str]:
+    """`base` with PYTHONPATH led by package_root() where a fresh interpreter needs it to find this flashbench."""
+    env = dict(base)
+    root = package_root()
+    if root is not None:
+        rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+        env["PYTHONPATH"] = os.pathsep.join([root, *rest])
+    return env
+
+
+def package_root() -> str | None:
+    """The sys.path entry this process imported flashbench from, if a fresh `python -P` would lack it.
+
+    None where it would find the same package anyway: an installed or editable package (site-packages, or the
+    editable install's finder: then the folder is not on sys.path at all), or an entry of PYTHONPATH.
+    """
+    root = Path(flashbench.__file__).resolve().parent.parent
+    on_path = {Path(p or os.getcwd()).resolve() for p in sys.path}  # "" is the current folder
+    inherited = {Path(p).resolve() for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+    sites = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if root not in on_path or root in inherited or root in sites:
+        return None
+    return str(root)
 
 
 def _protocol_stream() -> IO[str]:
@@ -118,21 +163,22 @@ def _load_providers(kernels: list[str]) -> None:
 
 def serve(args: argparse.Namespace, proto: IO[str]) -> int:
     from flashbench.engine.measure import Context, Options, measure_case
-    from flashbench.errors import FlashbenchError
     from flashbench.providers import registry
     from flashbench.spec.cases import Case
 
     try:
         _load_providers(args.kernel)
     except FlashbenchError as exc:
-        _send(proto, {"op": "ready", "error": str(exc), "no_gpu": False})
+        _send(proto, {"op": "ready", "error": str(exc), "exit_code": exc.exit_code})
         return 2
     try:
         facts = device_facts(args.device)
     except Exception as exc:
-        _send(
-            proto, {"op": "ready", "error": f"{type(exc).__name__}: {exc}", "no_gpu": args.device == "cuda"}
-        )
+        no_gpu = args.device == "cuda" and not isinstance(exc, ImportError)
+        error = f"{type(exc).__name__}: {exc}"
+        if not no_gpu:
+            error = f"the worker process could not start: {error} (python: {sys.executable})"
+        _send(proto, {"op": "ready", "error": error, "exit_code": EXIT_NO_GPU if no_gpu else EXIT_WORKER})
         return 3
     ctx = Context(device=args.device, gpu=str(facts.get("gpu", "")), nvml_index=_nvml_index())
     infos = [ctx.info(name).to_dict() for name in registry.names()]
@@ -186,7 +232,7 @@ def ncu_case(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flashbench.engine.worker")
+    parser = argparse.ArgumentParser(prog=f"python -P -m {MODULE}")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--kernel", action="append", default=[])
     parser.add_argument("--describe", action="store_true", help="print the ready message and exit")

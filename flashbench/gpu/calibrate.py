@@ -1,26 +1,33 @@
-"""Measure this GPU's achievable ceilings: device-to-device copy bandwidth and matmul TFLOP/s per dtype.
+"""Measure this GPU's achievable ceilings: copy and read bandwidth, and matmul TFLOP/s per dtype.
 
 The result is the "measured" roof beside the datasheet and NVML-derived ones (hardware.py). It is stored as
 JSON at hardware.calibration_file(spec): ``$FLASHBENCH_HOME/calibration/<gpu-key>.json`` if FLASHBENCH_HOME
 is set, else ``${XDG_CACHE_HOME:-~/.cache}/flashbench/calibration/<gpu-key>.json``.
 
-Method (triton.testing.do_bench style): CUDA events around each repetition, warm-up by time, at least
-`min_reps` repetitions filling about `seconds` of GPU time, median kept with p20/p80. The copy uses buffers
-much larger than L2 (default 1 GiB each way) and counts bytes read + bytes written (2 x size per copy).
-Matmuls are square n x n x n (default n = 8192) and count 2 n^3 FLOPs. fp32 runs with TF32 disabled, tf32
-with it enabled; fp8 uses torch._scaled_mm (e4m3 inputs, bf16 output) where the GPU and torch support it.
-Clocks move (power caps, heat): NVML samples before and after are stored with the numbers.
+Method: the sweep's regime (engine/timing.py): a steady warm-up until the SM clock settles (bounded), then
+CUDA-event-timed repetitions filling about `seconds`, median kept with p20/p80, the SM clock, power and
+clock-event reasons read by NVML during the repetitions and stored with each figure. Measured back to back
+with 0.1 s warm-ups instead, an H100 gave bf16 725 and fp16 687 TFLOP/s (equal rates on that hardware) while
+its clock fell to 1260 MHz at 697 W: each figure must carry the clock it was taken at.
+  copy   device-to-device copy of buffers much larger than L2 (default 1 GiB): bytes read + written (2 x size)
+  read   torch.sum over one such buffer: bytes read (the result is 4 bytes), the figure a decode kernel, which
+         reads the KV cache and hardly writes, is held to
+  matmul square n x n x n (default n = 8192), 2 n^3 FLOPs. fp32 runs with TF32 disabled, tf32 with it
+         enabled; fp8 uses torch._scaled_mm (e4m3 inputs, bf16 output) where the GPU and torch support it.
+A calibration is `throttled` when a clock-event reason other than idle was active during its repetitions
+(on an H100 under sustained matmuls: the software power cap); `throttle_reason` says which, where, and at
+what clock, in words. The ceiling is then what this GPU sustains under that limit, not its boost-clock peak.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from flashbench.engine import timing
 from flashbench.errors import EXIT_NO_GPU, FlashbenchError
+from flashbench.gpu import hardware, nvml
 
 
 def _require_cuda() -> Any:
@@ -35,48 +42,45 @@ def _require_cuda() -> Any:
     return torch
 
 
-def bench_ms(
-    fn: Callable[[], Any], seconds: float = 0.5, min_reps: int = 10, warmup_s: float = 0.1
-) -> dict[str, Any]:
-    """Time fn() on the current CUDA stream: median / p20 / p80 in ms and the raw samples."""
-    torch = _require_cuda()
+def bench_ms(fn: Callable[[], Any], seconds: float = 0.5, index: int = 0) -> dict[str, Any]:
+    """Time fn() on the current CUDA stream in the steady regime: median / p20 / p80 (ms), repetitions, the
+    warm-up, and the clocks of the timed window (nvml.window_summary)."""
+    _require_cuda()
     fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    while time.perf_counter() - start < warmup_s:
-        fn()
-        torch.cuda.synchronize()
-    # Estimate the per-call time to size the run.
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    fn()
-    e1.record()
-    torch.cuda.synchronize()
-    est_ms = max(e0.elapsed_time(e1), 1e-3)
-    reps = max(min_reps, min(1000, int(seconds * 1e3 / est_ms)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    samples = sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
-    q = statistics.quantiles(samples, n=5) if len(samples) >= 5 else [samples[0]] * 4
-    return {"median_ms": statistics.median(samples), "p20_ms": q[0], "p80_ms": q[3], "reps": reps}
+    regime = timing.Regime(
+        rep_ms=seconds * 1e3, rep_max_ms=4 * seconds * 1e3, min_samples=10, block_launches=False
+    )
+    sampler = nvml.ClockSampler(lambda: nvml.sample(index)) if nvml.sample(index) else None
+    took = timing.measure_cuda(fn, flush=lambda: None, regime=regime, sampler=sampler)
+    return {
+        **timing.summarize(took.samples_ms),
+        "reps": len(took.samples_ms),
+        "warmup_s": round(took.warmup_s or 0.0, 3),
+        "warmup_settled": took.warmup_settled,
+        **nvml.window_summary(took.window),
+    }
 
 
-def copy_bandwidth(nbytes: int = 1 << 30, seconds: float = 0.5) -> dict[str, Any]:
+def copy_bandwidth(nbytes: int = 1 << 30, seconds: float = 0.5, index: int = 0) -> dict[str, Any]:
     """Device-to-device copy: bytes read + written per second."""
     torch = _require_cuda()
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    t = bench_ms(lambda: dst.copy_(src), seconds=seconds)
+    t = bench_ms(lambda: dst.copy_(src), seconds=seconds, index=index)
     moved = 2 * nbytes
     return {**t, "bytes_moved": moved, "gb_s": moved / (t["median_ms"] * 1e-3) / 1e9}
 
 
-def matmul_tflops(dtype: str, n: int = 8192, seconds: float = 0.5) -> dict[str, Any]:
+def read_bandwidth(nbytes: int = 1 << 30, seconds: float = 0.5, index: int = 0) -> dict[str, Any]:
+    """A reduction over `nbytes` (torch.sum of fp32): bytes read per second (the 4-byte result aside)."""
+    torch = _require_cuda()
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    t = bench_ms(lambda: torch.sum(src), seconds=seconds, index=index)
+    moved = src.numel() * 4
+    return {**t, "bytes_moved": moved, "gb_s": moved / (t["median_ms"] * 1e-3) / 1e9}
+
+
+def matmul_tflops(dtype: str, n: int = 8192, seconds: float = 0.5, index: int = 0) -> dict[str, Any]:
     """Square matmul rate for one dtype: fp32, tf32, fp16, bf16 or fp8."""
     torch = _require_cuda()
     flops = 2 * n**3
@@ -108,7 +112,7 @@ def matmul_tflops(dtype: str, n: int = 8192, seconds: float = 0.5) -> dict[str, 
             def fn() -> Any:
                 return a @ b
 
-        t = bench_ms(fn, seconds=seconds)
+        t = bench_ms(fn, seconds=seconds, index=index)
     except Exception as exc:  # an unsupported dtype on this GPU is a recorded fact, not a crash
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     finally:
@@ -126,8 +130,6 @@ def calibrate(
 ) -> dict[str, Any]:
     """Measure, store (hardware.save_calibration) and return the calibration record for GPU `index`."""
     torch = _require_cuda()
-    from flashbench.gpu import hardware, nvml
-
     torch.cuda.set_device(index)
     name = torch.cuda.get_device_name(index)
     try:
@@ -135,22 +137,52 @@ def calibrate(
     except FlashbenchError:  # no NVML (unusual with CUDA): name the file after the device name
         spec = hardware.match_nvml_name(name) or hardware.derived_spec({"name": name})
     before = nvml.sample(index)
-    copy = copy_bandwidth(copy_bytes, seconds)
-    matmuls = {d: matmul_tflops(d, n, seconds) for d in dtypes}
+    copy = copy_bandwidth(copy_bytes, seconds, index)
+    read = read_bandwidth(copy_bytes, seconds, index)
+    matmuls = {d: matmul_tflops(d, n, seconds, index) for d in dtypes}
     after = nvml.sample(index)
+    measured = {"copy": copy, "read": read, **{f"{d} matmul": r for d, r in matmuls.items() if "tflops" in r}}
+    max_sm = (nvml.gpu_facts(index) or {}).get("max_sm_clock_mhz")
+    reason = throttle_verdict(measured, max_sm)
+    clocks = [r["sm_clock_mhz"] for r in measured.values() if r.get("sm_clock_mhz")]
     record = {
         "gpu": name,
         "key": spec.key,
         "copy_bw_gb_s": copy["gb_s"],
+        "read_bw_gb_s": read["gb_s"],
         "matmul_tflops": {d: r["tflops"] for d, r in matmuls.items() if "tflops" in r},
-        "details": {"copy": copy, "matmul": matmuls},
+        # the SM clock the figures were taken at: the lowest of the measurements' medians, and the maximum
+        "sm_clock_mhz": min(clocks) if clocks else None,
+        "max_sm_clock_mhz": max_sm,
+        "throttled": bool(reason),
+        "throttle_reason": reason,
+        "details": {"copy": copy, "read": read, "matmul": matmuls},
         "nvml_before": before,
         "nvml_after": after,
-        "throttled": bool((before or {}).get("throttled") or (after or {}).get("throttled")),
         "torch": torch.__version__,
         "timestamp_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "method": "median of CUDA-event-timed repetitions; copy counts read + write bytes; matmul 2*n^3",
+        "method": "steady warm-up (SM clock settled), then the median of CUDA-event-timed repetitions with "
+        "NVML clocks read during them; copy counts read + write bytes, read (torch.sum) the bytes read; "
+        "matmul 2*n^3",
     }
     if save:
         record["path"] = str(hardware.save_calibration(spec, record))
     return record
+
+
+def throttle_verdict(measured: dict[str, dict[str, Any]], max_sm_clock_mhz: float | None) -> str:
+    """In words, which clock-event reasons held the clock down during which measurements, and at what clock;
+    '' when none did. `measured` maps a name ("bf16 matmul") to its bench_ms result."""
+    parts: list[str] = []
+    for what, result in measured.items():
+        reasons = result.get("throttle_reasons") or []
+        if not reasons:
+            continue
+        clock = result.get("sm_clock_mhz")
+        at = f" at {clock:.0f} MHz" if clock else ""
+        if clock and max_sm_clock_mhz:
+            at += f" ({clock / max_sm_clock_mhz:.0%} of its {max_sm_clock_mhz:.0f} MHz maximum)"
+        share = result.get("throttled_share")
+        during = f" (in {share:.0%} of its clock readings)" if share is not None else ""
+        parts.append(f"{what}: {', '.join(r.replace('_', ' ') for r in reasons)}{during}{at}")
+    return "; ".join(parts)

@@ -1,7 +1,7 @@
 """`sweep --ncu`: re-run an ok case under Nsight Compute and record the DRAM bytes it really moved.
 
     ncu --clock-control none --profile-from-start off --metrics dram__bytes_read.sum,dram__bytes_write.sum
-        -o REPORT python -m flashbench.engine.worker --device cuda --ncu-case CASE
+        -o REPORT python -P -m flashbench.engine.worker --device cuda --ncu-case CASE
 The worker compiles and warms up outside the profiled range, then runs the mode once between
 cudaProfilerStart/Stop; the bytes of every kernel in that range are summed. ncu flushes caches before
 each kernel it profiles (its default --cache-control all), matching the timed runs' L2 flush.
@@ -12,13 +12,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from flashbench.engine import worker
 from flashbench.spec.cases import Case
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
@@ -76,12 +77,13 @@ def measure(case: Case, kernels: tuple[str, ...], timeout_s: float) -> dict[str,
     with tempfile.TemporaryDirectory(prefix="flashbench-ncu-") as tmp:
         report = Path(tmp) / "report"
         cmd = [exe, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(METRICS)]
-        cmd += ["-f", "-o", str(report), sys.executable, "-m", "flashbench.engine.worker", "--device", "cuda"]
+        cmd += ["-f", "-o", str(report), *worker.command("--device", "cuda")]
         cmd += ["--ncu-case", json.dumps(case.to_dict())]
         for path in kernels:
             cmd += ["--kernel", path]
         try:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            env = worker.environment(os.environ)
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
             if run.returncode != 0:
                 tail = " ".join((run.stderr or run.stdout).split()[-40:])
                 return {"reason": f"ncu: exited with {run.returncode}: {tail}"}

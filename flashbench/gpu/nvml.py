@@ -1,5 +1,8 @@
 """GPU facts and clock/power/throttle samples from NVML (nvidia-ml-py, imported as ``pynvml``).
 
+ClockSampler reads clocks, power and clock-event reasons in a thread while a case warms up and runs its samples
+(engine/timing.py); window_summary turns the readings of the timed window into a row's fields.
+
 Every public function returns None (or [] for all_gpus) where NVML is absent: no package, no driver, no GPU,
 or a call that fails. Nothing here raises, so the CPU machines and CI can call it freely.
 
@@ -10,6 +13,10 @@ effective data clock per pin / 2 (RTX 4090: 2 x 10501 MHz x 384 / 8 = 1008 GB/s)
 
 from __future__ import annotations
 
+import statistics
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 # Clock-event (formerly "throttle") reason bits, as in nvml.h. Idle and the application-clock setting are not
@@ -139,3 +146,96 @@ def all_gpus() -> list[dict[str, Any]]:
         return []
     count = _call(nv.nvmlDeviceGetCount) or 0
     return [f for f in (gpu_facts(i) for i in range(count)) if f is not None]
+
+
+# The SM clock readings kept per row: all of them up to this many, else evenly spaced ones.
+MAX_KEPT_READINGS = 200
+
+
+class ClockSampler:
+    """Reads `read()` (e.g. `lambda: sample(index)`) every `interval_s` in a daemon thread, from start() to stop().
+
+    NVML calls release the GIL and take tens of microseconds, so a 10 ms period costs the measuring thread
+    nothing it times. mark() starts the timed window: stop() returns the readings taken after it.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[], dict[str, Any] | None],
+        interval_s: float = 0.01,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read, self._interval, self._now = read, interval_s, now
+        self._readings: list[dict[str, Any]] = []
+        self._mark = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _take(self) -> None:
+        reading = self._read()
+        if reading is not None:
+            self._readings.append({**reading, "t": self._now()})
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._take()
+            self._stop.wait(self._interval)
+
+    def start(self) -> None:
+        self._readings, self._mark = [], 0
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="flashbench-nvml", daemon=True)
+        self._thread.start()
+
+    def sm_clocks(self) -> list[tuple[float, float]]:
+        """(time, SM clock MHz) of every reading so far (the warm-up's settle rule reads these)."""
+        return [(r["t"], r["sm_clock_mhz"]) for r in list(self._readings) if r.get("sm_clock_mhz")]
+
+    def mark(self) -> None:
+        self._take()
+        self._mark = len(self._readings)
+
+    def window(self) -> list[dict[str, Any]]:
+        """The readings taken since mark(), so far."""
+        return list(self._readings[self._mark :])
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop the thread (after one last reading); the readings taken since mark()."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._take()
+        return self.window()
+
+
+def window_summary(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """Row fields from the NVML readings of a timed window (sample() dicts); {} when there are none.
+
+    Medians for the SM clock, memory clock, power and temperature; the SM clock's range and its raw readings
+    (at most MAX_KEPT_READINGS, evenly spaced); the clock-event reasons other than idle seen in any reading,
+    and the share of readings in which one was.
+    """
+    if not readings:
+        return {}
+
+    def median(key: str) -> float | None:
+        values = [r[key] for r in readings if r.get(key) is not None]
+        return float(statistics.median(values)) if values else None
+
+    sm = [int(r["sm_clock_mhz"]) for r in readings if r.get("sm_clock_mhz") is not None]
+    step = max(1, -(-len(sm) // MAX_KEPT_READINGS))
+    held = [int(r.get("clock_event_reasons") or 0) & ~NOT_THROTTLING for r in readings]
+    reasons = 0
+    for bits in held:
+        reasons |= bits
+    return {
+        "sm_clock_mhz": median("sm_clock_mhz"),
+        "sm_clock_min_mhz": min(sm) if sm else None,
+        "sm_clock_max_mhz": max(sm) if sm else None,
+        "mem_clock_mhz": median("mem_clock_mhz"),
+        "power_w": median("power_w"),
+        "temp_c": median("temp_c"),
+        "clock_readings_mhz": sm[::step],
+        "throttle_reasons": reason_names(reasons),
+        "throttled_share": round(sum(1 for bits in held if bits) / len(held), 3),
+    }

@@ -13,7 +13,13 @@ Families (hbm_traffic):
                  p = torch.softmax(s.float(), dim=-1).to(q.dtype); o = p @ v
              Every op reads its inputs from and writes its output to DRAM. Per attention-matrix element
              (fp16/bf16) the forward moves 2 (S) + 4 (scale) + 6 (.float) + 8 (softmax) + 6 (.to) + 2 (P@V)
-             = 28 bytes and the autograd backward 36 bytes; fp32 inputs: 24 and 36 (the casts are no-ops).
+             = 28 bytes and the autograd backward 48 bytes; fp32 inputs: 24 and 48 (the casts are no-ops).
+             The backward's softmax step is two passes on CUDA: ATen's softmax_backward_cuda_out first
+             computes `tmp = grad * output` (8 bytes read, 4 written per element, fp32), then its kernel
+             reads tmp and the output and writes dS (8 + 4; the kernel's second read of a row of tmp, after
+             the row's sum, is assumed to hit L2: one row is 4 N bytes). Not yet checked with Nsight Compute:
+             `python3 benchmarks/ncu_bytes.py drive --impls naive,sdpa-math --modes bwd --kernels` lists the
+             measured DRAM bytes per kernel beside these parts.
              The N x N intermediates are assumed to miss L2 (true once B*H*N*N*e exceeds the L2 size).
   sdpa-math  torch >= 2.5's math backend: fp16/bf16 are upcast to fp32 (unless
              torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)), q and k are each scaled by
@@ -267,6 +273,7 @@ def _naive_bwd(s: Shape) -> Traffic:
     ]
     if e < FP32:
         parts.append(Part("dP.float()", E * e, E * FP32))
+    parts.append(_softmax_bwd_temporary(s))
     parts.append(Part("softmax backward (fp32)", 2 * E * FP32, E * FP32))
     if e < FP32:
         parts.append(Part("dS.to(dtype)", E * FP32, E * e))
@@ -278,6 +285,11 @@ def _naive_bwd(s: Shape) -> Traffic:
     if s.kv_heads != s.heads:
         parts.append(Part("sum dK, dV over the group (GQA)", 2 * s.kv_exp, 2 * s.kv))
     return Traffic(tuple(parts))
+
+
+def _softmax_bwd_temporary(s: Shape) -> Part:
+    """CUDA's softmax backward starts with `tmp = grad * output` in fp32 (a pass of its own)."""
+    return Part("softmax backward: tmp = grad * output (fp32)", 2 * s.matrix * FP32, s.matrix * FP32)
 
 
 def _sdpa_math_fwd(s: Shape) -> Traffic:
@@ -313,6 +325,7 @@ def _sdpa_math_bwd(s: Shape) -> Traffic:
     parts.append(Part("dP = dO V^T", q32 + kvx32, E * FP32))
     parts.append(Part("dV = P^T dO", E * FP32 + q32, kvx32))
     parts.append(Part("where backward", E * FP32 + s.rows, E * FP32))
+    parts.append(_softmax_bwd_temporary(s))
     parts.append(Part("softmax backward", 2 * E * FP32, E * FP32))
     parts.append(Part("dQ = dS K, dK = dS^T Q", 2 * E * FP32 + q32 + kvx32, q32 + kvx32))
     if s.kv_heads != s.heads:

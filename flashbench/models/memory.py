@@ -9,7 +9,8 @@ prediction beside the measured peak (Row.predicted_mem_bytes / Row.peak_mem_byte
 Notation: E = B*H*Nq*Nk elements of the attention matrices of all heads, R = B*H*Nq softmax rows,
 e = bytes per element of the input dtype.
 
-naive (also covers sdpa-math, which materialises the same matrices): the reference code assumed is
+naive: the reference code below (the sweep's naive provider is this code, except that with GQA it folds the
+  query heads of a group into rows instead of repeating K and V; GQA was not measured)
 
     k, v = k.repeat_interleave(H // Hkv, 1), ...   # only with GQA: O(N*d) copies
     s = (q @ k.transpose(-2, -1)) * scale          # [B,H,Nq,Nk] in the input dtype
@@ -18,15 +19,30 @@ naive (also covers sdpa-math, which materialises the same matrices): the referen
     o = p @ v
 
   forward, no autograd: the peak is inside softmax, where s (e), s.float() (4) and its fp32 result (4) live
-  together: (e + 8) E for fp16/bf16, 8 E for fp32 (.float() and .to() are then no-ops).
-  with autograd: softmax saves its fp32 output p32 and `p @ v` saves p, so p32 (4) + p (e) survive the
-  forward. The backward's peak is in the softmax backward, 16 E: measured 16.0-16.3 bytes per element for
-  both naive and sdpa-math in bf16 on an H200 with torch 2.11 (results/examples/h200-default), where an
-  earlier count of p32 + dP.float() + dS32 = 12 E undershot by a third: p32 (4) + p (2) + dP (2) + dP.float()
-  (4) + dS32 (4) = 16 E are alive together. fp32 was not measured; 16 E is assumed there too (p32 + dP + dS
-  + the softmax backward's fp32 temporary). The 34.36 GB "per head per layer" of the source documents is one
-  of these E-sized buffers at e = 2, N = 128K: PyTorch's eager path holds eight of them at its peak (in fp16
-  bytes), not one.
+  together: (e + 8) E for fp16/bf16; O does not exist yet, and when it is written only s (e) and P (e) are
+  left, so the peak is max((e + 8) E, 2e E + O). For fp32 .float() and .to() are no-ops: s (4) and P (4) are
+  still alive when O is written, 8 E + O. Measured on an H200 (bf16, torch 2.11, results/examples/h200-default):
+  10.000 E plus the causal mask, at every N from 512 to 16384 (O would have added 0.8-50% of E there).
+  with autograd: softmax saves its fp32 output P32 and `p @ v` saves P. The backward's peak is in the softmax
+  backward, after `p @ v`'s backward has released P and the .to()'s backward has turned dP into fp32: P32 (4)
+  + dP32 (4) + the result dS32 (4), and on CUDA also softmax_backward's fp32 temporary `grad * output` (4:
+  ATen's softmax_backward_cuda_out computes `tmp = grad * output` before its kernel): 16 E on CUDA (measured
+  16.0-16.3 E with O and dV beside it on the H200), 12 E on the CPU (measured 12.2-12.3 E with O and dV in a
+  process's peak RSS, tests/test_memory_vs_measured.py). The same counts hold for fp32 inputs (dP is fp32
+  from the start). The 34.36 GB "per head per layer" of the source documents is one of these E-sized buffers at
+  e = 2, N = 128K: PyTorch's eager path holds eight of them at its peak (in fp16 bytes), not one.
+
+sdpa-math: torch's math backend (`_scaled_dot_product_attention_math`), which materialises the same matrices
+  but in fp32 and on fp32 copies of its inputs (io_model's sdpa-math byte family lists the ops). T32: one
+  q-sized fp32 tensor; K32: one fp32 K/V-sized tensor (expanded to all query heads with GQA); R = B*H*Nq.
+  forward, no autograd: the fp32 copies of q, k, v (fp16/bf16 inputs only) and q scaled by sqrt(scale)
+  live through the call; the peak is in _safe_softmax: 9 E (S and its softmax in fp32, the eq(-inf) bool
+  matrix) + R (its all() over rows) + the causal mask converted to an fp32 additive mask (4 Nq Nk).
+  with autograd: the backward's peak is again the softmax backward (16 E on CUDA, 12 E on the CPU, as for
+  naive), beside the scaled q and scaled k saved for the Q K^T matmul's backward, O in the input dtype, and
+  dV in fp32 (it waits for the upcast's backward, which runs last): T32 + 2 K32 + O.
+  Measured on the H200 (bf16, results/examples/h200-default): forward 9 E + 4 T32 + R (+ 4 Nq Nk causal),
+  fwd+bwd 16 E + 2 T32 + 2 K32 + O, exactly, at every N from 512 to 16384. fp32 inputs and GQA: not measured.
 
 flash (FlashAttention-2, SDPA flash / efficient / cuDNN, FlexAttention, the bundled kernel): O(N). Forward:
   O (e per element) + log-sum-exp (fp32 per row). Backward adds dQ, dK, dV and Delta = rowsum(dO * O) (fp32
@@ -46,7 +62,7 @@ Caching-allocator rounding (512 B blocks) and workspace of a few MB are not mode
 
 from __future__ import annotations
 
-FAMILIES = ("naive", "flash", "stored-p", "flash-v1")
+FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1")
 MODES = ("fwd", "bwd", "fwd+bwd")
 FP32 = 4
 
@@ -70,11 +86,11 @@ def softmax_stats_bytes(batch: int, heads: int, seq_q: int, stats: int = 1) -> i
     return batch * heads * seq_q * stats * FP32
 
 
-def naive_matrix_coefficient(elem_bytes: int, mode: str) -> int:
+def naive_matrix_coefficient(elem_bytes: int, mode: str, device: str = "cuda") -> int:
     """Bytes per attention-matrix element at the naive path's peak (see the module docstring)."""
     if mode == "fwd":
         return 8 if elem_bytes >= FP32 else elem_bytes + 8
-    return 16
+    return 16 if device == "cuda" else 12  # CUDA's softmax backward adds an fp32 `grad * output` temporary
 
 
 def predicted_peak_bytes(
@@ -90,11 +106,13 @@ def predicted_peak_bytes(
     mode: str,
     *,
     bwd_workspace_q: float = 0.0,
+    device: str = "cuda",
 ) -> int:
     """Peak bytes allocated above the inputs (q, k, v and, for a backward, dO) during one call in `mode`.
 
     `bwd_workspace_q`: for the "flash" family, what the implementation's backward allocates beyond O, dQ, dK,
     dV and the row statistics, in q-sized buffers of the input dtype (its provider declares it).
+    `device`: "cuda" or "cpu"; the naive backward differs (see the module docstring), the rest does not.
     """
     _check(family, mode, batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
     e = elem_bytes
@@ -111,7 +129,21 @@ def predicted_peak_bytes(
         # At the backward's peak (the softmax backward) only dV exists of the gradients: dQ and dK come
         # from dS afterwards, when the matrix buffers are being freed (measured: 16 E + 2 q-sized, not 4).
         dv = kv_like if backward else 0
-        return naive_matrix_coefficient(e, mode) * matrix + mask + gqa + q_like + dv
+        peak = naive_matrix_coefficient(e, mode, device) * matrix
+        if not backward:  # O is written after the softmax's peak, beside s and P (see the module docstring)
+            peak = max(peak, 2 * e * matrix + q_like) if e < FP32 else peak + q_like
+            return peak + mask + gqa
+        return peak + mask + gqa + q_like + dv
+
+    if family == "sdpa-math":
+        q32 = q_like * FP32 // e
+        k32 = (kv_expanded or kv_like) * FP32 // e  # K (or dV) in fp32, per query head with GQA
+        if backward:
+            return naive_matrix_coefficient(FP32, mode, device) * matrix + q32 + 2 * k32 + q_like
+        upcast = q32 + 2 * kv_like * FP32 // e if e < FP32 else 0
+        gqa = 2 * k32 if kv_expanded else 0  # K and V expanded to every query head
+        mask = 4 * seq_q * seq_k if causal else 0  # the bool mask converted to an fp32 additive one
+        return 9 * matrix + batch * heads * seq_q + upcast + q32 + gqa + mask
 
     if family == "stored-p":
         lse = softmax_stats_bytes(batch, heads, seq_q)
@@ -145,7 +177,9 @@ def family_for_provider(provider: str) -> str:
         return "stored-p"
     if "v1" in name:
         return "flash-v1"
-    if any(tag in name for tag in ("naive", "math", "eager", "standard", "manual")):
+    if "math" in name:
+        return "sdpa-math"
+    if any(tag in name for tag in ("naive", "eager", "standard", "manual")):
         return "naive"
     return "flash"
 

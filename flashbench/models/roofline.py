@@ -5,13 +5,30 @@ Pure: takes FLOPs, bytes, a peak FLOP/s and a bandwidth; no torch, no hardware l
     AI          = FLOPs / DRAM bytes                      (FLOP/byte)
     attainable  = min(peak, AI x bandwidth)               (FLOP/s)
     ridge       = peak / bandwidth                         (the AI where the two roofs meet)
-    bound       = "memory" if AI < ridge else "compute"
     min time    = max(FLOPs / peak, bytes / bandwidth)
 
-Each case gets two bounds: the compulsory one (the floor for any exact attention: inputs read once, outputs
-written once) and the family's own traffic without L2 reuse (the naive path's N x N round trips, a tiled
-kernel's K/V re-reads per block). A measured time between the two means the L2 cache saved traffic; a
-measured time below the compulsory minimum is impossible and is flagged as an error, never a result.
+The bound (BOUND_RULE, the one definition every output uses: CLI tables, JSON, analysis columns, report):
+the roof that limits a case at its arithmetic intensity over the DRAM bytes its provider's family is modelled
+to move WITH L2 reuse (io_model.hbm_traffic, l2_reuse=True), under the ceilings in use (the first of
+datasheet / NVML-derived / measured, for the family's compute dtype): compute-bound when AI >= ridge, else
+memory-bound; a measured point's % of roofline is its FLOP/s over the attainable FLOP/s at that same AI.
+
+Why those bytes, and not the two other counts each case carries:
+- the compulsory bytes (the floor: inputs read once, outputs written once) are a property of the shape, the
+  same for every provider: at the floor naive attention would be "compute-bound" from N ~ 600 on an H100,
+  though it moves ~28 bytes per attention-matrix element and runs against the memory roof. The floor
+  answers another question, how far a case is from what any exact attention could do on this GPU:
+  Assessment.pct_of_floor_roofline.
+- the no-L2 bytes count every K/V re-read of a tiled kernel as DRAM traffic (32x the floor for 128-row
+  query blocks at N = 8192); they called every FlashAttention row "memory-bound", even at 646 TFLOP/s, 65%
+  of an H100's bf16 compute roof. The L2 serves those re-reads: Nsight Compute measured 0.127 GB of DRAM
+  traffic for the bundled forward at N = 8192, d = 128, bf16, B = 1, H = 16 on an H200 against 0.135 GB
+  modelled with L2 reuse and 4.36 GB without (naive: 30.09 measured, 30.20 modelled;
+  benchmarks/ncu_bytes.py). The no-L2 intensity stays a separate column, to show what the L2 saves.
+The modelled bytes with L2 reuse are the best estimate of what the kernel really moves, which is the intensity
+a roofline is defined on (Williams, Waterman, Patterson 2009: operations per byte of DRAM traffic).
+
+A measured time below the compulsory minimum is impossible and is flagged as an error, never a result.
 """
 
 from __future__ import annotations
@@ -24,6 +41,15 @@ from flashbench.models import io_model
 
 # A measured point may beat the datasheet roof by clock rounding; beyond this it is an error.
 GUARD_TOLERANCE = 0.05
+COMPUTE_BOUND = "compute-bound"
+MEMORY_BOUND = "memory-bound"
+UNKNOWN_BOUND = "unknown"  # no peak FLOP/s known for the compute dtype
+BOUND_RULE = (
+    "bound: the roof that limits a case at its arithmetic intensity AI = credited FLOPs / the DRAM bytes its "
+    "provider's family is modelled to move with L2 reuse; compute-bound if AI >= ridge (peak FLOP/s / "
+    "bandwidth of the ceiling used), else memory-bound; % of roofline = measured FLOP/s / min(peak, AI x "
+    "bandwidth) at that AI."
+)
 
 
 def arithmetic_intensity(flops: float, nbytes: float) -> float:
@@ -43,9 +69,10 @@ def attainable_flops_s(ai: float, peak_flops_s: float | None, bw_bytes_s: float)
 
 
 def bound_kind(ai: float, peak_flops_s: float | None, bw_bytes_s: float) -> str:
+    """The roof that limits intensity `ai` (BOUND_RULE's comparison): COMPUTE_BOUND or MEMORY_BOUND."""
     if peak_flops_s is None:
-        return "unknown"
-    return "memory" if ai < ridge_point(peak_flops_s, bw_bytes_s) else "compute"
+        return UNKNOWN_BOUND
+    return MEMORY_BOUND if ai < ridge_point(peak_flops_s, bw_bytes_s) else COMPUTE_BOUND
 
 
 def min_time_s(flops: float, nbytes: float, peak_flops_s: float | None, bw_bytes_s: float) -> float:
@@ -55,12 +82,11 @@ def min_time_s(flops: float, nbytes: float, peak_flops_s: float | None, bw_bytes
 
 @dataclass(frozen=True)
 class Bound:
-    """One roof applied to one (FLOPs, bytes) pair."""
+    """One roof applied to one (FLOPs, bytes) pair. The case's bound is Prediction.bound (BOUND_RULE)."""
 
     bytes: int
     ai: float
     attainable_flops_s: float
-    bound: str
     min_time_s: float
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,7 +99,6 @@ def evaluate(flops: float, nbytes: int, peak_flops_s: float | None, bw_bytes_s: 
         bytes=nbytes,
         ai=ai,
         attainable_flops_s=attainable_flops_s(ai, peak_flops_s, bw_bytes_s),
-        bound=bound_kind(ai, peak_flops_s, bw_bytes_s),
         min_time_s=min_time_s(flops, nbytes, peak_flops_s, bw_bytes_s),
     )
 
@@ -90,11 +115,16 @@ class Prediction:
     bw_bytes_s: float
     ridge: float | None
     compulsory: Bound  # floor for any exact attention
-    model: Bound  # this family's traffic with L2 reuse (flash: = compulsory + small extras)
+    model: Bound  # this family's traffic with L2 reuse (flash: = compulsory + small extras): BOUND_RULE's
     no_l2: Bound  # this family's traffic with no L2 reuse
 
+    @property
+    def bound(self) -> str:
+        """The case's bound under BOUND_RULE (at the family's modelled intensity with L2 reuse)."""
+        return bound_kind(self.model.ai, self.peak_flops_s, self.bw_bytes_s)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "bound": self.bound}
 
 
 def predict(
@@ -141,9 +171,13 @@ class Assessment:
 
     measured_s: float
     achieved_flops_s: float
-    pct_of_roofline: float  # achieved / attainable under the compulsory bound (what the GPU allows)
+    ai: float  # BOUND_RULE's intensity: FLOPs / the family's modelled bytes with L2 reuse
+    pct_of_roofline: float  # achieved / attainable at `ai` (BOUND_RULE)
+    pct_of_floor_roofline: (
+        float  # achieved / attainable at the compulsory intensity (what any kernel could do)
+    )
     pct_of_family_bound: float  # measured vs the family's own no-L2 minimum time (>100%: L2 saved traffic)
-    bound: str  # the family's predicted bound (no-L2 traffic)
+    bound: str  # BOUND_RULE: compute-bound or memory-bound at `ai`
     valid: bool
     error: str = ""
 
@@ -170,7 +204,7 @@ def assess(
     guard_min_time_s: float | None = None,
     tolerance: float = GUARD_TOLERANCE,
 ) -> Assessment:
-    """Achieved FLOP/s and % of roofline for a measured time, with the validity guard.
+    """Achieved FLOP/s, bound and % of roofline (BOUND_RULE) for a measured time, with the validity guard.
 
     guard_min_time_s: the compulsory minimum time under the most permissive roof available (the highest
     peak and bandwidth among datasheet / NVML / measured); defaults to this prediction's.
@@ -181,9 +215,11 @@ def assess(
     return Assessment(
         measured_s=measured_s,
         achieved_flops_s=achieved,
-        pct_of_roofline=100.0 * achieved / prediction.compulsory.attainable_flops_s,
+        ai=prediction.model.ai,
+        pct_of_roofline=100.0 * achieved / prediction.model.attainable_flops_s,
+        pct_of_floor_roofline=100.0 * achieved / prediction.compulsory.attainable_flops_s,
         pct_of_family_bound=100.0 * prediction.no_l2.min_time_s / measured_s if measured_s > 0 else 0.0,
-        bound=prediction.no_l2.bound,
+        bound=prediction.bound,
         valid=not error,
         error=error,
     )

@@ -31,7 +31,7 @@ from flashbench.errors import FlashbenchError
 from flashbench.spec.cases import DTYPES, Case
 
 # Memory families known to flashbench.models.memory (how a provider's peak memory grows with N).
-MEMORY_FAMILIES = ("naive", "flash", "stored-p", "flash-v1")
+MEMORY_FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1")
 
 
 class Unsupported(Exception):

@@ -90,7 +90,7 @@ def _sdpa_builder(backend_name: str | None) -> Any:
 # dispatch measured like cuDNN there (it picks cuDNN for these shapes); on other GPUs it may differ.
 for _name, _backend, _family, _devices, _what, _workspace in (
     ("sdpa", None, "flash", ("cuda", "cpu"), "default dispatch", 2.0),
-    ("sdpa-math", "MATH", "naive", ("cuda", "cpu"), "forced MATH backend", 0.0),
+    ("sdpa-math", "MATH", "sdpa-math", ("cuda", "cpu"), "forced MATH backend", 0.0),
     ("sdpa-efficient", "EFFICIENT_ATTENTION", "flash", ("cuda",), "forced EFFICIENT_ATTENTION backend", 3.0),
     ("sdpa-flash", "FLASH_ATTENTION", "flash", ("cuda", "cpu"), "forced FLASH_ATTENTION backend", 4.0),
     ("sdpa-cudnn", "CUDNN_ATTENTION", "flash", ("cuda",), "forced CUDNN_ATTENTION backend", 2.0),

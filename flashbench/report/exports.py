@@ -6,6 +6,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from flashbench.models.roofline import BOUND_RULE
 from flashbench.results.rows import FLOP_CONVENTION, SCHEMA_VERSION
 from flashbench.spec.cases import CASE_FIELDS
 
@@ -46,8 +47,10 @@ COLUMNS = [
     "ai_no_l2",
     "ai_provider",
     "attainable_tflops",
+    "attainable_floor_tflops",
     "attainable_no_l2_tflops",
     "pct_of_roofline",
+    "pct_of_floor_roofline",
     "bound",
     "above_roofline",
     "throttled",
@@ -87,7 +90,7 @@ def to_csv(run: Run, baseline_provider: str | None) -> str:
 
 
 def to_json(run: Run, baseline_provider: str | None) -> str:
-    """JSON text: {"schema", "run", "gpu", "flop_convention", "env", "rows": [one object per case]}."""
+    """JSON text: {"schema", "run", "gpu", "flop_convention", "bound_rule", "env", "rows": [one per case]}."""
     frame = tidy(run, baseline_provider)
     frame.insert(frame.columns.get_loc("median_ms"), "samples_ms", run.frame["samples_ms"].to_numpy())
     rows = [{k: _plain(v) for k, v in rec.items()} for rec in frame.to_dict("records")]
@@ -96,6 +99,7 @@ def to_json(run: Run, baseline_provider: str | None) -> str:
         "run": str(run.path),
         "gpu": run.gpu_name,
         "flop_convention": FLOP_CONVENTION,
+        "bound_rule": BOUND_RULE,
         "env": run.env.to_dict(),
         "rows": rows,
     }

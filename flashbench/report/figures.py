@@ -24,6 +24,7 @@ from flashbench.report.style import (
     n_ticks,
 )
 from flashbench.results.rows import OOM, PREDICTED_OOM, SKIPPED
+from flashbench.spec.cases import mask_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +49,7 @@ def hover(df: pd.DataFrame, extra: Any = ()) -> list[str]:
         lines = [
             f"<b>{r['provider']}</b> · {r['time_label']}",
             f"N={summary.n_label(r['seq_q'], r['seq_k'])} d={r['head_dim']} {r['dtype']} "
-            f"{summary.mask_word(r['causal'])} {r['mode']}",
+            f"{mask_label(r['causal'])} {r['mode']}",
             f"batch={r['batch']} heads={r['heads']}"
             + (f" kv={r['kv_heads']}" if r["kv_heads"] != r["heads"] else ""),
         ]

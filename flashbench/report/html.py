@@ -103,9 +103,10 @@ def render(
             "recompute",
             "Recompute overhead",
             "FlashAttention's backward recomputes P from Q, K and the saved log-sum-exp instead of storing it. This "
-            "compares it with the stored-P variant of the same kernel: the time recomputing costs (left; below 0 "
-            "recomputing is faster than reading the stored P back) and the memory it saves (right). An empty "
-            "cell in the table says why (OOM: that side ran out of memory).",
+            "compares the backward alone (--mode bwd) with the stored-P variant of the same kernel: the time "
+            "recomputing costs (left; below 0 recomputing is faster than reading the stored P back; the dotted "
+            "lines are the overhead if time followed the credited or the executed FLOPs) and the memory it saves "
+            "(right). An empty cell in the table says why (OOM: that side ran out of memory).",
             _fig(fig) + details("Recompute overhead table", table(recompute_table(rc))),
         )
     fig = model_figures.hbm_bytes(run)

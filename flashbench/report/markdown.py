@@ -35,6 +35,7 @@ def render(
         out += _table(best.drop(columns=["time", "cases"]))
 
     rc = an.recompute_overhead(f)
+    refs = an.recompute_references()
     rc = rc[rc["recompute_ms"].notna() & rc["stored_ms"].notna()] if len(rc) else rc
     if len(rc):
         pair = f"`{rc['recompute_provider'].iloc[0]}` vs `{rc['stored_provider'].iloc[0]}`"
@@ -43,13 +44,14 @@ def render(
                 "mode": mode,
                 "cases": len(g),
                 "median time overhead %": 100 * g["time_overhead"].median(),
-                "recompute FLOP share %": 100 * g["flop_share_recompute"].iloc[0],
+                **{f"expected from {ref.name} %": 100 * ref.value for ref in refs},
                 "median memory saved": fmt_bytes(g["mem_saved_bytes"].median()),
             }
             for mode, g in rc.groupby("mode", sort=False)
         ]
         out += [
-            f"### Recompute overhead ({pair}: recompute backward against stored P; below 0: recomputing is faster)",
+            f"### Recompute overhead ({pair}, the backward alone from --mode bwd rows; below 0: recomputing is "
+            "faster)",
             "",
         ]
         out += _table(_frame(rows))

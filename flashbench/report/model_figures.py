@@ -145,10 +145,13 @@ def memory(run: Run) -> go.Figure | None:
 
 
 def recompute(run: Run, rc: pd.DataFrame) -> go.Figure | None:
-    """Recompute backward vs stored-P backward (analysis.runs.recompute_overhead's frame `rc`): the time the
-    recomputation costs (below 0: recomputing P is faster than reading the stored P back) and peak memory."""
+    """Recompute backward vs stored-P backward (--mode bwd; analysis.runs.recompute_overhead's frame `rc`): the
+    time the recomputation costs (below 0: recomputing P is faster than reading the stored P back) beside its
+    labelled references (analysis.runs.recompute_references: credited and executed FLOPs), and peak memory."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
+    from flashbench.analysis.runs import recompute_references
 
     if rc.empty:
         return None
@@ -160,7 +163,8 @@ def recompute(run: Run, rc: pd.DataFrame) -> go.Figure | None:
         rows=1,
         cols=2,
         subplot_titles=(
-            "time: recompute / stored-P − 1 (below 0: recomputing P is faster than reading it back)",
+            "backward time: recompute / stored-P − 1 (below 0: recomputing P is faster; dotted: if time "
+            "followed FLOPs)",
             "peak memory (solid: recompute, dashed: stored-P)",
         ),
         horizontal_spacing=0.1,
@@ -198,16 +202,11 @@ def recompute(run: Run, rc: pd.DataFrame) -> go.Figure | None:
             font={"size": 11, "color": "#2a7a2a"},
         )
     fig.add_hline(y=0, line={"color": "#888", "width": 1}, row=1, col=1)
-    label = "reference_label" if "reference_label" in df else None
-    for mode, grp in df.groupby("mode"):
-        share = grp["flop_share_recompute"].iloc[0]
-        if share != share:
-            continue
-        text = grp[label].iloc[0] if label else f"the recompute's share of the credited FLOPs, {mode}"
+    for ref in recompute_references():
         fig.add_hline(
-            y=100 * share,
+            y=100 * ref.value,
             line={"color": "#666", "dash": "dot", "width": 1},
-            annotation_text=f"{text}: {100 * share:.1f}%",
+            annotation_text=ref.label,
             annotation_position="top left",
             annotation_font={"size": 10},
             row=1,

@@ -20,9 +20,10 @@ import html
 import math
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis import clocks, summary
+from flashbench.analysis import clocks
 from flashbench.report.figures import hover, with_context
 from flashbench.report.style import colors, decade_axis, n_tick_label, symbol
+from flashbench.spec.cases import mask_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -313,8 +314,11 @@ def _points(df: pd.DataFrame, run: Run, prefix: str = "", legend: bool = True) -
     extra = [
         ("intensity with L2 reuse (the rule's)", "roof_ai", ".4g"),
         ("bound", "roof_bound", "s"),
-        ("% of roofline", "roof_pct", ".1f"),
+        ("% of roofline (at that intensity)", "roof_pct", ".1f"),
+        ("compulsory intensity", "ai_compulsory", ".4g"),
+        ("% of roofline (at the compulsory intensity)", "pct_of_floor_roofline", ".1f"),
         ("no-L2 intensity", "ai_no_l2", ".4g"),
+        ("% of family no-L2 bound", "pct_of_family_bound", ".1f"),
         ("compute dtype", "compute_dtype", "s"),
     ]
     text = hover(df, extra)
@@ -330,7 +334,7 @@ def _points(df: pd.DataFrame, run: Run, prefix: str = "", legend: bool = True) -
                 x=grp["roof_ai"],
                 y=grp["tflops"],
                 mode="markers",
-                name=f"{provider} {mode} {summary.mask_word(causal)}",
+                name=f"{provider} {mode} {mask_label(causal)}",
                 legendgroup=provider,
                 showlegend=False,
                 marker={
@@ -360,7 +364,7 @@ def _points(df: pd.DataFrame, run: Run, prefix: str = "", legend: bool = True) -
                 x=far["ai_no_l2"],
                 y=far["tflops"],
                 mode="markers",
-                name=f"{provider} {mode} {summary.mask_word(causal)} (no-L2 intensity)",
+                name=f"{provider} {mode} {mask_label(causal)} (no-L2 intensity)",
                 legendgroup=provider,
                 showlegend=False,
                 marker={
@@ -409,7 +413,7 @@ def _legend(df: pd.DataFrame, cmap: dict[str, str], open_points: bool) -> list[g
     ]
     for mode, causal in dict.fromkeys(zip(df["mode"], df["causal"], strict=True)):
         marker = {"color": "#777", "symbol": symbol(mode, causal), "size": 10}
-        out.append(entry(f"{mode} · {summary.mask_word(causal)}", marker, "symbols"))
+        out.append(entry(f"{mode} · {mask_label(causal)}", marker, "symbols"))
     ns = sorted(df["seq_k"].unique())
     out.append(
         entry(

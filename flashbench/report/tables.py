@@ -9,6 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from flashbench.report.style import GIB, fmt_bytes
+from flashbench.spec.cases import mask_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,10 +111,13 @@ def recompute_table(rc: pd.DataFrame) -> pd.DataFrame:
     status_r = rc["status"] if "status" in rc else pd.Series([""] * len(rc), index=rc.index)
     status_s = rc["status_stored"] if "status_stored" in rc else status_r
     out = rc[["seq_q", "head_dim", "causal", "mode"]].copy()
-    out["causal"] = out["causal"].map(lambda c: "causal" if c else "non-causal")
+    out["causal"] = out["causal"].map(mask_label)
     out["recompute ms"] = [cell(v, s, "ms") for v, s in zip(rc["recompute_ms"], status_r, strict=True)]
     out["stored-P ms"] = [cell(v, s, "ms") for v, s in zip(rc["stored_ms"], status_s, strict=True)]
     out["time overhead %"] = [f"{100 * v:+.1f}" if v == v else "" for v in rc["time_overhead"]]
+    # The recompute backward's FLOPs as credited (2.5x forward) and as the bundled kernels execute them.
+    out["credited TFLOP"] = [f"{v / 1e12:.4g}" for v in rc["credited_flops_recompute"]]
+    out["executed TFLOP"] = [f"{v / 1e12:.4g}" for v in rc["executed_flops_recompute"]]
     out["recompute memory"] = [
         cell(v, s, "B") for v, s in zip(rc["recompute_mem_bytes"], status_r, strict=True)
     ]

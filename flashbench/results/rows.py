@@ -5,21 +5,23 @@ A run directory holds:
     rows.jsonl   one JSON object per finished case, appended and fsync'ed as each case ends
 
 A row is never rewritten. A retried case appends a new row; readers keep the last row per case key.
-A half-written last line (the process was killed mid-write) is dropped with a warning; any other
-unreadable line means the file is corrupt and is reported as a one-line error.
+A half-written last line (the process was killed mid-write) is dropped with a one-line warning that names its
+case where the written part shows it (a Row starts with the Case fields); the case then counts as not run
+(`--resume` runs it again, the gate reports it missing). Any other unreadable line means the file is corrupt and
+is reported as a one-line error.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import warnings
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flashbench.spec.cases import CASE_FIELDS, Case
-from flashbench.errors import FlashbenchError
+from flashbench.errors import FlashbenchError, warn
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,10 +89,24 @@ class Row:
     predicted_mem_bytes: int | None = None  # the memory model's prediction for the same quantity
     # --- kernel configuration (block sizes, warps, stages) where the provider exposes it ---
     kernel_config: dict[str, Any] | None = None
+    # --- the measurement regime (engine/timing.py); None on the CPU, or where NVML is absent ---
+    warmup_s: float | None = None  # how long the steady warm-up ran before the samples
+    warmup_settled: bool | None = None  # the SM clock settled (False: stopped at the bound; None: no clock)
+    host_time_included: bool | None = None  # False: a spin kernel held the GPU while each sample was enqueued
+    # --- GPU state during the timed samples (NVML read every ~10 ms from the first sample to the last) ---
+    sm_clock_mhz: float | None = None  # median SM clock: the clock the speed above was measured at
+    sm_clock_min_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    mem_clock_mhz: float | None = None  # median memory clock
+    power_w: float | None = None  # median board power
+    temp_c: float | None = None  # median GPU temperature
+    clock_readings_mhz: list[int] = field(default_factory=list)  # the raw SM clock readings (at most 200)
+    throttle_reasons: list[str] = field(default_factory=list)  # clock-event reasons seen, idle excepted
+    throttled_share: float | None = None  # the share of the readings in which one of them was active
     # --- GPU state around the case: sm_clock_mhz, mem_clock_mhz, power_w, temp_c, clock_event_reasons ---
     nvml_before: dict[str, Any] | None = None
     nvml_after: dict[str, Any] | None = None
-    throttled: bool = False
+    throttled: bool = False  # a clock-event reason other than idle was active during (or around) the samples
     # --- Nsight Compute (sweep --ncu) ---
     ncu_dram_read_bytes: int | None = None
     ncu_dram_write_bytes: int | None = None
@@ -183,7 +199,9 @@ def read_rows(run_dir: str | Path, latest_only: bool = True) -> list[Row]:
         except (ValueError, TypeError) as exc:
             is_torn_tail = lineno == len(lines) and not text.endswith("}")
             if is_torn_tail:
-                warnings.warn(f"{path}: dropped a half-written last line", stacklevel=2)
+                case = _torn_case_key(text)
+                what = f" (case {case.replace('|', ' ')}: counted as not run)" if case else ""
+                warn(f"{path}: dropped a half-written last line{what}")
                 continue
             raise FlashbenchError(f"{path} line {lineno} is corrupt: {exc}") from None
         rows.append(row)
@@ -194,6 +212,20 @@ def read_rows(run_dir: str | Path, latest_only: bool = True) -> list[Row]:
         latest.pop(row.key, None)  # keep first-seen order of the newest answer
         latest[row.key] = row
     return list(latest.values())
+
+
+_FIELD_RE = re.compile(r'"(\w+)":("[^"]*"|true|false|-?\d+)')
+
+
+def _torn_case_key(text: str) -> str | None:
+    """The case key of a torn row when all the Case fields were written before the cut, else None."""
+    found: dict[str, Any] = {}
+    for name, value in _FIELD_RE.findall(text):
+        found.setdefault(name, json.loads(value))  # the first: a Row writes the Case fields first
+    try:
+        return Case(**{name: found[name] for name in CASE_FIELDS}).key
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def load(path: str | Path) -> pd.DataFrame:

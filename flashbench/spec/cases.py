@@ -57,3 +57,8 @@ class Case:
 
 
 CASE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Case))
+
+
+def mask_label(causal: bool) -> str:
+    """The mask as every output names it ("causal" / "non-causal"); Case.key keeps its stable 'full'."""
+    return "causal" if causal else "non-causal"

@@ -164,11 +164,21 @@ class SweepSpec:
     # temperatures and clocks: run provider-major, the first provider's cases heat the GPU for minutes (an H100
     # power-capped from 1980 to 1740 MHz) while the later ones start cool (BENCHMARKS.md, session 7).
     order: str = "provider"
-    # --- measurement ---
-    warmup_ms: float = 50.0  # warm-up by time (after the first, compile, call)
-    rep_ms: float = 100.0  # time budget for the samples
-    min_samples: int = 10
+    # --- measurement: the one regime every GPU preset shares (engine/timing.py; README "How it measures") ---
+    # Steady warm-up: the case runs back to back, at least warmup_ms, until the median SM clock of the last
+    # settle_window_ms differs from the window before by at most settle_pct, or warmup_max_ms has passed.
+    warmup_ms: float = 500.0
+    warmup_max_ms: float = 3000.0
+    settle_window_ms: float = 250.0
+    settle_pct: float = 1.0
+    rep_ms: float = 200.0  # time budget for the samples while the SM clock holds still
+    # while it moves (a power cap's controller steps it by 5-15% every few tens of ms), sampling goes on in
+    # rep_ms chunks up to rep_max_ms, so that the median spans its swings rather than one phase of them
+    rep_max_ms: float = 2000.0
+    min_samples: int = 20
     max_samples: int = 1000
+    # hold the GPU with a spin kernel while each sample is enqueued, so host launch gaps are not timed
+    block_launches: bool = True
     timeout_s: float = 300.0  # per case, compile included
     cuda_graph: bool = False
     ncu: bool = False
@@ -207,7 +217,12 @@ _PARSERS: dict[str, Any] = {
     "device": lambda v: _parse_choices(v, DEVICES, "device")[0],
     "order": lambda v: _parse_choices(v, ORDERS, "order")[0],
     "warmup_ms": lambda v: _float(v, "warmup_ms", allow_zero=True),
+    "warmup_max_ms": lambda v: _float(v, "warmup_max_ms", allow_zero=True),
+    "settle_window_ms": lambda v: _float(v, "settle_window_ms"),
+    "settle_pct": lambda v: _float(v, "settle_pct"),
     "rep_ms": lambda v: _float(v, "rep_ms"),
+    "rep_max_ms": lambda v: _float(v, "rep_max_ms"),
+    "block_launches": lambda v: _bool(v, "block_launches"),
     "min_samples": lambda v: _single(v, "min_samples"),
     "max_samples": lambda v: _single(v, "max_samples"),
     "timeout_s": lambda v: _float(v, "timeout"),
@@ -339,6 +354,10 @@ def validate(spec: SweepSpec) -> None:
                 raise FlashbenchError(f"heads ({h}) must be a multiple of kv-heads ({k})")
     if spec.min_samples < 1 or spec.max_samples < spec.min_samples:
         raise FlashbenchError("min_samples must be >= 1 and <= max_samples")
+    if spec.warmup_max_ms < spec.warmup_ms:
+        raise FlashbenchError("warmup_max_ms must be >= warmup_ms (the warm-up's bound and its minimum)")
+    if spec.rep_max_ms < spec.rep_ms:
+        raise FlashbenchError("rep_max_ms must be >= rep_ms (the samples' bound and their budget)")
     if spec.cuda_graph and spec.device == "cpu":
         raise FlashbenchError("--cuda-graph needs --device cuda")
 

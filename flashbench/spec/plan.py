@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from flashbench.errors import FlashbenchError
 from flashbench.providers.registry import ProviderInfo
+from flashbench.results.env import ENV_FILE
 from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
 from flashbench.spec.cases import Case
 from flashbench.spec.config import SweepSpec, heads_for, suggest
@@ -25,6 +27,16 @@ class PlannedCase:
     status: str | None = None  # None: to be run; else the final status decided up front
     reason: str = ""
     predicted_mem_bytes: int | None = None
+
+
+def check_resumable(out: str | Path | None) -> None:
+    """--resume continues a sweep that was started: `out` must hold its env.json; else a one-line error (exit 2),
+    never a silent new run in a directory the user believes holds their earlier results."""
+    if out is None:
+        raise FlashbenchError("nothing to resume: --resume needs --out DIR, the run directory to continue")
+    if not (Path(out) / ENV_FILE).is_file():
+        what = "does not exist" if not Path(out).exists() else f"holds no {ENV_FILE} (no sweep started there)"
+        raise FlashbenchError(f"nothing to resume: {out} {what}; drop --resume to start a new run")
 
 
 def batch_for(spec: SweepSpec, seq: int) -> list[int]:
@@ -98,7 +110,9 @@ def input_bytes(case: Case) -> int:
     return (q + kv + do) * case.elem_bytes
 
 
-def predicted_mem_bytes(case: Case, family: str | None, bwd_workspace_q: float = 0.0) -> int | None:
+def predicted_mem_bytes(
+    case: Case, family: str | None, bwd_workspace_q: float = 0.0, device: str = "cuda"
+) -> int | None:
     """The memory model's bytes above the inputs, or None (no family, or no model installed)."""
     if family is None:
         return None
@@ -122,6 +136,7 @@ def predicted_mem_bytes(case: Case, family: str | None, bwd_workspace_q: float =
                 case.causal,
                 case.mode,
                 bwd_workspace_q=bwd_workspace_q,
+                device=device,
             )
         )
     except Exception:
@@ -144,7 +159,7 @@ def plan(
     planned: list[PlannedCase] = []
     for case in expand(spec, names):
         info = infos[case.provider]
-        predicted = predicted_mem_bytes(case, info.memory_family, info.bwd_workspace_q)
+        predicted = predicted_mem_bytes(case, info.memory_family, info.bwd_workspace_q, spec.device)
         if not info.available:
             planned.append(PlannedCase(case, UNAVAILABLE, info.reason, predicted))
             continue

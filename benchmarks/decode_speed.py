@@ -1,0 +1,278 @@
+"""flash_decode against the SDPA backends on one GPU, in one process: checks, times, tunes (bf16, Nq = 1).
+
+Per shape (head dim, batch, query heads, KV heads, context, page size): builds a full-length KV cache, checks
+flash_decode against float64 attention (err <= 2 * err(SDPA math in bf16) + 1e-3; then that the cached launch
+path gives the same bits), then times it (heuristic splits) and the SDPA backends with triton.testing.do_bench
+(median, L2 flushed between repetitions), eagerly and as a CUDA graph of one call (device time, no host launch
+path). TB/s = bytes of K and V read / time (GQA: the Hkv heads, as stored). SDPA runs with enable_gqa=True; a
+backend that refuses it gets K/V expanded to Hq heads (marked "x"; TB/s still over the stored bytes). Also the
+host time of one flash_decode call (validate=False, no sync) in a loop. --tune then sweeps num_splits at the
+default tile and the tiles of TUNE_CONFIGS at the heuristic's num_splits, shape by shape, within the budget.
+
+    python3 benchmarks/decode_speed.py [--tune] [--budget-s 330]   # JSON to $OUT/decode_speed.json
+
+Not the benchmark of record (that is `flashbench sweep` once decode cases land); its numbers decide the
+kernel's configs and split heuristic (kernels/decode.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+
+import torch
+import triton
+from flashbench.kernels import decode as decode_module
+from flashbench.kernels import flash_decode
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+from triton.runtime.errors import OutOfResources
+
+SDPA = {
+    "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+    "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+    "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+# --tune: num_splits swept at the default tile, then these tiles (BLOCK_N, num_warps, num_stages) at the
+# heuristic's num_splits.
+TUNE_CONFIGS = [(64, 4, 3), (64, 4, 4), (128, 4, 2), (128, 4, 3), (128, 8, 3)]
+TUNE_SPLITS = [1, 2, 4, 8, 12, 16, 24, 32, 64]
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    batch: int
+    heads: int
+    kv_heads: int
+    context: int
+    page: int | None = None  # None: contiguous cache
+    head_dim: int = 128
+
+    @property
+    def kv_bytes(self) -> int:
+        return 2 * self.batch * self.kv_heads * self.context * self.head_dim * 2  # K and V, bf16
+
+    def label(self) -> str:
+        kind = "mha" if self.heads == self.kv_heads else f"gqa{self.heads}/{self.kv_heads}"
+        layout = f"page{self.page}" if self.page else "contig"
+        return f"d{self.head_dim} {kind} b{self.batch} n{self.context // 1024}k {layout}"
+
+
+SHAPES = [
+    Shape(1, 32, 8, 8192),
+    Shape(1, 32, 8, 32768),
+    Shape(4, 32, 8, 8192),
+    Shape(1, 32, 32, 8192),
+    Shape(4, 32, 8, 32768),
+    Shape(16, 32, 8, 8192),
+    Shape(4, 32, 32, 8192),
+    Shape(64, 32, 8, 8192),
+    Shape(16, 32, 32, 8192),
+    Shape(1, 32, 8, 131072),
+    Shape(1, 32, 8, 32768, page=16),
+    Shape(1, 32, 8, 32768, page=256),
+    Shape(16, 32, 8, 8192, page=16),
+    Shape(16, 32, 8, 8192, page=64),
+    Shape(4, 32, 32, 8192, page=16),
+    Shape(1, 32, 8, 8192, page=16),
+    Shape(4, 32, 8, 8192, page=64),
+    Shape(1, 32, 32, 8192, page=16),
+    Shape(1, 32, 8, 32768, head_dim=64),
+    Shape(16, 32, 8, 8192, head_dim=64),
+    Shape(1, 32, 8, 32768, head_dim=256),
+    Shape(16, 32, 8, 8192, head_dim=256),
+]
+
+
+def build(s: Shape, gen: torch.Generator):
+    """q, contiguous k/v, and when paged the pool (pages shuffled) and its table."""
+    q = torch.randn((s.batch, s.heads, 1, s.head_dim), device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (
+        torch.randn(
+            (s.batch, s.kv_heads, s.context, s.head_dim), device="cuda", dtype=torch.bfloat16, generator=gen
+        )
+        for _ in range(2)
+    )
+    if s.page is None:
+        return q, k, v, None, None
+    blocks = s.context // s.page
+    order = torch.randperm(s.batch * blocks, device="cuda", generator=gen)
+    table = order.view(s.batch, blocks).to(torch.int32)
+    pool = []
+    for t in (k, v):
+        pages = t.view(s.batch, s.kv_heads, blocks, s.page, s.head_dim).permute(0, 2, 1, 3, 4)
+        p = torch.empty((s.batch * blocks, s.kv_heads, s.page, s.head_dim), device="cuda", dtype=t.dtype)
+        p[order] = pages.reshape(-1, s.kv_heads, s.page, s.head_dim)
+        pool.append(p)
+    return q, k, v, *pool, table
+
+
+def sdpa_call(backend, q, k, v):
+    def call():
+        with sdpa_kernel(backend):
+            return sdpa(q, k, v, enable_gqa=k.shape[1] != q.shape[1])
+
+    return call
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.double() - ref).norm() / ref.norm()).item()
+
+
+def bench(fn) -> float:
+    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+
+
+def clocks() -> dict[str, int]:
+    try:
+        import pynvml  # deferred: only for the clock record
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        return {"sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, 0), "mem_mhz": pynvml.nvmlDeviceGetClockInfo(h, 2)}
+    except Exception as exc:  # noqa: BLE001 - the record notes why no clock was read
+        return {"error": str(exc)}
+
+
+def graph_ms(fn) -> float:
+    """do_bench median of a CUDA graph of one call: device time without the host's launch path."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()  # warm-up on the capture stream (compiles, allocates the stream's scratch)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        fn()
+    return bench(graph.replay)
+
+
+def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
+    """num_splits swept at the default config, then TUNE_CONFIGS at the heuristic's num_splits."""
+    default = decode_module.GPU_CONFIGS[s.head_dim]
+    pick = next(r["heuristic_splits"] for r in rows if r["provider"] == "summary" and r["shape"] == s.label())
+    points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
+    points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
+    for cfg, splits in points:
+        if time.time() > until:
+            break
+        try:
+            ms = bench(ours(splits, cfg))
+        except OutOfResources as exc:
+            rows.append(
+                {**base, "provider": "tune", "config": cfg, "splits": splits, "error": str(exc)[:200]}
+            )
+            continue
+        rows.append({**base, "provider": "tune", "config": cfg, "splits": splits, "ms": ms})
+    tuned = [r for r in rows if r["provider"] == "tune" and r["shape"] == s.label() and "ms" in r]
+    if tuned:
+        best = min(tuned, key=lambda r: r["ms"])
+        print(f"{s.label():30s} tuned best {tuple(best['config'].values())} s{best['splits']}: "
+              f"{best['ms'] * 1e3:.1f} us {s.kv_bytes / best['ms'] / 1e9:.2f} TB/s", flush=True)  # fmt: skip
+
+
+def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float | None) -> None:
+    """Check and time one shape (eager and as a CUDA graph) beside SDPA; with tune_until, tune instead."""
+    q, k, v, *paged = build(s, gen)
+    kc, vc, table = (paged[0], paged[1], paged[2]) if s.page else (k, v, None)
+    base = {"shape": s.label(), **dataclasses.asdict(s)}
+    lens = torch.full((s.batch,), s.context, dtype=torch.int32, device="cuda")
+
+    def ours(splits=None, config=None):
+        return lambda: flash_decode(q, kc, vc, lens, table, num_splits=splits, validate=False, config=config)
+
+    if tune_until is not None:
+        tune(s, ours, base, rows, tune_until)
+        return
+    # Correctness on this shape: the checked call (validation on, Triton's JIT launch) against float64.
+    ref = sdpa_call(SDPBackend.MATH, q.double(), k.double(), v.double())()
+    lowp = rel_err(sdpa_call(SDPBackend.MATH, q, k, v)(), ref)
+    checked = flash_decode(q, kc, vc, lens, table)
+    err = rel_err(checked, ref)
+    ok = err <= 2 * lowp + 1e-3
+    del ref
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    block_n = decode_module.GPU_CONFIGS[s.head_dim]["BLOCK_N"]
+    slots = sms * (decode_module.PAGED_PROGRAMS_PER_SM if s.page else 1)
+    heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, block_n, slots)
+    timed = {"flash_decode": ours(), **{name: sdpa_call(b, q, k, v) for name, b in SDPA.items()}}
+    results, graphs = {}, {}
+    for name, fn in timed.items():
+        try:
+            ms = bench(fn)
+        except RuntimeError as exc:  # a backend that refuses GQA: expanded K/V
+            group = s.heads // s.kv_heads
+            kx, vx = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+            try:
+                fn, name = sdpa_call(SDPA[name], q, kx, vx), name + " x"
+                ms = bench(fn)
+            except RuntimeError:
+                rows.append({**base, "provider": name, "error": str(exc).splitlines()[0][:200]})
+                continue
+        results[name] = ms
+        if name != "math" and not name.endswith(" x"):
+            try:
+                graphs[name] = graph_ms(fn)
+            except RuntimeError as exc:
+                rows.append({**base, "provider": name + " graph", "error": str(exc).splitlines()[0][:200]})
+        row = {**base, "provider": name, "ms": ms, "tbps": s.kv_bytes / ms / 1e9}
+        rows.append({**row, "graph_ms": graphs.get(name)})
+    same = torch.equal(ours()(), checked)  # the cached compiled kernel (no validation) gives the same bits
+    call = ours()
+    for _ in range(5):
+        call()
+    torch.cuda.synchronize()
+    h0 = time.perf_counter()
+    for _ in range(50):
+        call()
+    host_us = (time.perf_counter() - h0) / 50 * 1e6
+    torch.cuda.synchronize()
+    sdpa_ms, sdpa_name = min((ms, n) for n, ms in results.items() if n != "flash_decode")
+    ours_ms, tb = results["flash_decode"], lambda ms: s.kv_bytes / ms / 1e9
+    cudnn = next((ms for n, ms in results.items() if n.startswith("sdpa-cudnn")), float("nan"))
+    g_ours = graphs.get("flash_decode", float("nan"))
+    g_sdpa = min((ms for n, ms in graphs.items() if n != "flash_decode"), default=float("nan"))
+    line = (
+        f"{s.label():30s} {s.kv_bytes / 1e6:7.1f} MB ok={ok}/{same} err={err:.1e}/{lowp:.1e} s={heuristic:3d} "
+        f"ours {ours_ms * 1e3:6.1f} us {tb(ours_ms):4.2f} TB/s (graph {tb(g_ours):4.2f}) host {host_us:5.1f} us | "
+        f"{sdpa_name} {tb(sdpa_ms):4.2f} (best graph {tb(g_sdpa):4.2f}) | x{sdpa_ms / ours_ms:4.2f} best "
+        f"x{cudnn / ours_ms:4.2f} cudnn"
+    )
+    print(line, flush=True)
+    rows.append({**base, "provider": "summary", "ok": ok, "same_bits": same, "err": err, "lowp_err": lowp,
+                 "heuristic_splits": heuristic, "host_us": host_us, "line": line, "clocks": clocks()})  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tune", action="store_true", help="then time every (config, num_splits) pair per shape")
+    ap.add_argument(
+        "--budget-s", type=float, default=330.0, help="stop tuning this many seconds after the start"
+    )
+    ap.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
+    args = ap.parse_args()
+    t0, gen = time.time(), torch.Generator(device="cuda").manual_seed(0)
+    path = os.path.join(os.environ.get("OUT", "."), "decode_speed.json")
+    rows: list[dict] = []
+    record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
+    record["clocks_start"] = clocks()
+    picks = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    for tune in [False, True] if args.tune else [False]:
+        for i, s in enumerate(picks):
+            # Tuning: each remaining shape gets an equal share of the time left.
+            until = time.time() + (t0 + args.budget_s - time.time()) / (len(picks) - i) if tune else None
+            measure(s, gen, rows, until)
+            torch.cuda.empty_cache()
+            with open(path, "w") as fh:
+                json.dump({**record, "rows": rows}, fh, indent=1)
+    record["clocks_end"] = clocks()
+    with open(path, "w") as fh:
+        json.dump({**record, "rows": rows}, fh, indent=1)
+    print(f"done in {time.time() - t0:.0f} s; {sum(r['provider'] == 'tune' for r in rows)} tuned points")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,489 @@
+"""Flash-Decoding: attention of a few new query tokens against a KV cache, split over the keys.
+
+Origin: Flash-Decoding (Dao, Haziza, Massa, Sizov, "Flash-Decoding for long-context inference", 2023), as in
+flash-attn's split-KV forward (flash_fwd_splitkv_kernel, then a combine kernel; num_splits_heuristic) and
+FlashInfer's decode kernels (the query heads of one KV head served by one pass over its K/V; pages through a
+page table). Written here for Triton's block language.
+
+    q                 [B, Hq, Nq, D]       the last Nq tokens of each sequence (Hq a multiple of Hkv)
+    contiguous cache  k, v [B, Hkv, Nmax, D], cache_seqlens [B] int32 (default: all Nmax)
+    paged cache       k, v [pages, Hkv, PAGE, D] (a pool), block_table [B, max_pages] int32: page p of
+                      sequence b holds its tokens [p * PAGE, (p + 1) * PAGE)
+
+Loop order: one kernel, _decode, one program per (key split s, query-row block, sequence b x KV head h). Its Q
+tile holds the G * Nq query rows of that KV head (G = Hq / Hkv; row r = g * Nq + i is query head h * G + g,
+query i), padded to a power of two >= 16 rows for tl.dot, so K/V are read once per KV head. It walks its
+share of the sequence's keys in BLOCK_N blocks with the online softmax (exp2, log2(e) folded into the scale).
+With one split it writes the output. Otherwise it writes its normalised partial output (fp32) and
+log2-sum-exp per row, and bumps its group's counter; the program that bumps it last combines the group's
+partials (weights exp2(lse_s - max)) into the output and zeroes the counter (_combine; flash-attn runs a second
+kernel for this, but a launch costs host time that short decodes pay in full).
+
+Cautions:
+  - validate=True (the default) reads cache_seqlens and block_table on the host, one device sync, to check that
+    every length fits the cache and every page a sequence uses lies in the pool; table entries past a
+    sequence's length are never read and may hold anything (-1, say). In a timed loop check once, then pass
+    validate=False: the kernel still clamps lengths to the capacity, but a page id outside the pool then reads
+    out of bounds.
+  - Causal masks are aligned bottom-right: query i sees key j iff j <= L_b - Nq + i. A row that sees no key
+    (Nq > L_b) writes 0, never NaN (its l stays 0; m starts at a finite -1e30, so no exp2(-inf + inf)).
+  - P is cast to the input dtype before P @ V (as flash-attn does); acc, m, l, the partials stay fp32; fp32
+    inputs use IEEE dots (no TF32).
+  - Sequence, page and head bases are int64: a cache of B * Hkv * Nmax * D elements can pass 2^31.
+  - The counters (one int32 per group, kept per device and stream with the partials workspace, zero between
+    launches; CUDA-graph captures keep using the capture stream's) order the combine
+    after the other programs' partial stores: a CTA barrier, then an acq_rel atomic at GPU scope; the combine
+    reads the partials through L2 (.cg).
+  - Keys are gathered row by row through the page table (one int32 per key, from L1/L2), so any page size
+    works with any BLOCK_N; rows are D contiguous elements, loaded as 16-byte vectors.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.errors import OutOfResources
+
+from .common import LOG2E, KernelUnsupported, interpreting
+
+DECODE_HEAD_DIMS: tuple[int, ...] = (16, 32, 64, 128, 256)
+DECODE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
+# The kernel's tile per head dim on CUDA: BLOCK_N keys per step, num_warps, num_stages. On an H100 (bf16,
+# `python3 benchmarks/decode_speed.py --tune`): at d = 128, (128, 4, 3) was the best or within 3% of the best of
+# the tiles tried at every contiguous shape (2.78-3.04 TB/s from 537 MB of KV up), where (64, 4, 3) fell to
+# 2.76-2.87 at s = 1; at d = 64 (128, 4, 3) led too (2.58-2.60 TB/s at 268 MB); at d = 256 (64, 4, 2) was within
+# 2% of (64, 4, 3) and (128, 4, 2), and (128, 4, 3) does not fit (274 KB of shared memory).
+GPU_CONFIGS: dict[int, dict[str, int]] = {
+    16: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+    32: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+    64: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+    128: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+    256: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+}
+# Under the interpreter: small key blocks, so small test shapes cross many blocks and split boundaries.
+INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+MAX_ROWS = 64  # query rows per tile (G * Nq beyond this takes more row blocks, each reading K/V again)
+MAX_SPLITS = 128
+MIN_SPLIT_KEYS = 256  # the split heuristic gives every split at least this many keys of the capacity
+PAGED_PROGRAMS_PER_SM = 2  # programs per SM the split heuristic aims for on a paged cache (choose_num_splits)
+INTERPRET_SMS = 8  # the SM count assumed under the interpreter
+COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per step (64 registers per thread)
+
+# Per (device, stream): split counters (int32, one per sequence x KV head x row block, zero between launches: the
+# last split program of a group combines and resets its counter) and the fp32 partials workspace. Each launch
+# consumes its workspace before the next launch on its stream starts; streams never share one.
+_SCRATCH: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
+# Compiled kernels by everything Triton specializes them on (and more: exact integer values), so that a repeated
+# call skips Triton's JIT dispatch: 25 -> 4 us of host time per launch (Triton 3.6, launch stubbed, on the CPU
+# machine), which a short decode pays in full.
+_COMPILED: dict[tuple, Any] = {}
+
+
+@triton.jit
+def _combine(
+    Out,  # [B, Hq, Nq, D] output
+    Part,  # fp32 workspace: normalised partial outputs [B, Hkv, splits, ROWS, D], then their log2-sum-exps
+    Lse,  # [B, Hkv, splits, ROWS] part of Part
+    first_part,  # index of (this sequence, KV head, split 0, row 0) in [B, Hkv, splits, ROWS]
+    first_row,  # this tile's first row
+    out_base,  # int64 offset of Out[b, h * G, 0, 0]
+    splits,
+    ROWS: tl.constexpr,  # G * Nq rows per KV head (unused rows are masked)
+    HEAD_DIM: tl.constexpr,
+    ROWS_P2: tl.constexpr,  # rows this tile combines, a power of two
+    S_CHUNK: tl.constexpr,  # splits per step
+):
+    """Out rows = sum_s exp2(lse_s - max) * O_s / sum_s exp2(lse_s - max), over the splits of this tile."""
+    rows = first_row + tl.arange(0, ROWS_P2)
+    row_ok = rows < ROWS
+    offs_s = tl.arange(0, S_CHUNK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    top = tl.zeros([ROWS_P2], dtype=tl.float32) - float("inf")  # running max lse per row
+    acc = tl.zeros([ROWS_P2, HEAD_DIM], dtype=tl.float32)
+    total = tl.zeros([ROWS_P2], dtype=tl.float32)
+    # One pass, lse and partials loaded together (one round trip when splits <= S_CHUNK); every split wrote
+    # its rows (0 and -inf when it saw no key).
+    for c in range(0, splits, S_CHUNK):
+        idx = first_part + (c + offs_s)[:, None] * ROWS + rows[None, :]  # [S_CHUNK, ROWS_P2]
+        ok = ((c + offs_s) < splits)[:, None] & row_ok[None, :]
+        lse = tl.load(Lse + idx, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        o = tl.load(Part + idx[:, :, None] * HEAD_DIM + offs_d[None, None, :], mask=ok[:, :, None], other=0.0,
+                    cache_modifier=".cg")  # fmt: skip
+        new = tl.maximum(top, tl.max(lse, 0))
+        safe = tl.where(new == float("-inf"), 0.0, new)  # no split saw a key yet: weights 0, not NaN
+        w = tl.exp2(lse - safe[None, :])
+        rescale = tl.exp2(top - safe)
+        acc = acc * rescale[:, None] + tl.sum(w[:, :, None] * o, 0)
+        total = total * rescale + tl.sum(w, 0)
+        top = new
+    out = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+    o_ptrs = Out + out_base + rows[:, None] * HEAD_DIM + offs_d[None, :]  # row r = g * Nq + i: contiguous
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _decode(
+    Q,  # [B, Hq, Nq, D] queries, contiguous
+    K,  # contiguous [B, Hkv, Nmax, D], or paged [pages, Hkv, PAGE, D]
+    V,  # same layout as K
+    Seqlens,  # [B] int32 keys per sequence (read when HAS_SEQLENS)
+    Table,  # [B, capacity / PAGE] int32 page table, contiguous (read when PAGED)
+    Out,  # [B, Hq, Nq, D] output, contiguous
+    Part,  # fp32 workspace (not DIRECT): partial outputs [B, Hkv, splits, ROWS, D], then lse [B, Hkv, splits, ROWS]
+    Counter,  # [B * Hkv * row blocks] int32 split counters, zero on entry and on exit (not DIRECT)
+    qk_scale,  # sm_scale * log2(e)
+    capacity,  # keys the cache holds per sequence: Nmax, or max_pages * PAGE
+    splits,  # key splits per sequence
+    Hkv,  # KV heads
+    Nq,  # queries per sequence
+    stride_kb,  # K strides: sequence (contiguous) or page (paged), head, token
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    GROUP: tl.constexpr,  # G = Hq / Hkv query heads per KV head
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # query rows per tile, a power of two >= 16
+    BLOCK_N: tl.constexpr,  # keys per step
+    PAGE: tl.constexpr,  # tokens per page (PAGED)
+    PAGED: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DIRECT: tl.constexpr,  # one split: normalise and write Out, no partials, no combine
+    IEEE: tl.constexpr,  # fp32 inputs: IEEE dots, not TF32
+    ROWS_P2: tl.constexpr,  # the combine's rows per tile (a power of two)
+    S_CHUNK: tl.constexpr,  # the combine's splits per step
+):
+    pid_s = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_bh = tl.program_id(2)
+    b = pid_bh // Hkv
+    h = pid_bh % Hkv
+    ROWS = GROUP * Nq
+    L = capacity
+    if HAS_SEQLENS:
+        L = tl.minimum(tl.load(Seqlens + b), capacity)
+    # This split's keys [lo, hi): whole blocks of this sequence's own length.
+    per = tl.cdiv(tl.cdiv(L, BLOCK_N), splits) * BLOCK_N
+    lo = pid_s * per
+    hi = tl.minimum(lo + per, L)
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # row r = g * Nq + i: query head h * G + g, query i
+    row_ok = rows < ROWS
+    offs_d = tl.arange(0, HEAD_DIM)
+    # Q and Out are contiguous: the rows of one KV head's group are consecutive [G * Nq, D] rows.
+    q_base = pid_bh.to(tl.int64) * ROWS * HEAD_DIM
+    q = tl.load(Q + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    # Last key each row sees within this split (bottom-right causal alignment).
+    if CAUSAL:
+        last = tl.minimum(L - Nq + rows % Nq, hi - 1)
+    else:
+        last = tl.zeros([BLOCK_M], dtype=tl.int32) + (hi - 1)
+
+    if PAGED:
+        k_head = K + h.to(tl.int64) * stride_kh
+        v_head = V + h.to(tl.int64) * stride_vh
+        pages = Table + b.to(tl.int64) * (capacity // PAGE)
+    else:
+        k_head = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
+        v_head = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        offs_n = start + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < hi
+        if PAGED:
+            page = tl.load(pages + offs_n // PAGE, mask=key_ok, other=0).to(tl.int64)
+            slot = offs_n % PAGE
+            k_rows = k_head + page * stride_kb + slot * stride_kn
+            v_rows = v_head + page * stride_vb + slot * stride_vn
+        else:  # int64: a token stride times a long context can pass 2^31
+            k_rows = k_head + offs_n.to(tl.int64) * stride_kn
+            v_rows = v_head + offs_n.to(tl.int64) * stride_vn
+        k = tl.load(k_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        v = tl.load(v_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(offs_n[None, :] <= last[:, None], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if IEEE:
+            acc = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
+        else:
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+
+    seen = l_i > 0.0
+    o = acc / tl.where(seen, l_i, 1.0)[:, None]
+    if DIRECT:
+        o_ptrs = Out + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        Lse = Part + tl.num_programs(2).to(tl.int64) * splits * ROWS * HEAD_DIM
+        first_part = pid_bh.to(tl.int64) * splits * ROWS
+        part = first_part + pid_s * ROWS + rows
+        tl.store(Part + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
+        lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+        tl.store(Lse + part, lse, mask=row_ok)
+        # Every thread's partial is stored before the counter moves (release); the program that moves it last
+        # combines (acquire) and puts it back to 0 for the next launch.
+        tl.debug_barrier()
+        counter = Counter + pid_bh * tl.num_programs(1) + pid_m
+        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
+            _combine(Out=Out, Part=Part, Lse=Lse, first_part=first_part, first_row=pid_m * BLOCK_M,
+                     out_base=q_base, splits=splits, ROWS=ROWS, HEAD_DIM=HEAD_DIM, ROWS_P2=ROWS_P2,
+                     S_CHUNK=S_CHUNK)  # fmt: skip
+            tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
+
+
+@functools.lru_cache(maxsize=1024)
+def choose_num_splits(programs: int, capacity: int, block_n: int, slots: int) -> int:
+    """Key splits per sequence when the caller gives none: flash-attn's num_splits_heuristic, in short.
+
+    `programs`: kernel programs without splitting (sequences x KV heads x query-row blocks); `slots`: programs
+    that keep HBM busy: one per SM on a contiguous cache, two per SM on a paged one (PAGED_PROGRAMS_PER_SM).
+    One contiguous-cache program per SM already streams HBM at full speed: at d = 128 on an H100, 128 programs
+    on the 132 SMs read 537 MB of KV at 2.78-2.84 TB/s, with 1 split (batch 16) or 4 (batch 4), and more splits
+    only add work (2.47-2.68 TB/s at 32). The paged kernel keeps fewer loads in flight (Triton pipelines the
+    page-table load too: 74 KB of shared memory, not 139 KB), and the same 128 programs read 2.46-2.62 TB/s
+    with 1 split but 2.73 with 2 (`python3 benchmarks/decode_speed.py --tune`, H100, bf16).
+    So: if the programs nearly fill the slots (80%), one split. Otherwise s splits cost waves(s) x blocks per
+    split (the critical path: waves of programs over the slots, each streaming whole blocks of `block_n` keys
+    of the `capacity`), and the pick is the fewest splits within 10% of the cheapest. Every split keeps at
+    least MIN_SPLIT_KEYS keys (each split costs its Q load, partial write and combine read), at most
+    MAX_SPLITS. The capacity, not cache_seqlens, sizes the splits: reading the lengths would sync the device.
+    """
+    if programs >= 0.8 * slots:
+        return 1
+    blocks = -(-capacity // block_n)
+    top = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_KEYS, blocks))
+    cost = [-(-programs * s // slots) * -(-blocks // s) for s in range(1, top + 1)]
+    best = min(cost)
+    return next(s for s, c in enumerate(cost, start=1) if c * 0.9 <= best)
+
+
+def _pow2(n: int) -> int:
+    """The next power of two >= n (triton.next_power_of_2 costs ~5 us per call on the host in Triton 3.6)."""
+    return 1 << (n - 1).bit_length()
+
+
+def _refuse(message: str) -> None:
+    raise KernelUnsupported(f"flash_decode: {message}")
+
+
+# The checks below build their messages only on failure: the host path is part of every timed call (a call's
+# launch path longer than its GPU time is measured as host time).
+def _check_tensors(q: Any, k: Any, v: Any, lens: Any, table: Any) -> None:
+    """Shapes, dtypes, devices, layouts: no device data read."""
+    for label, t in (("q", q), ("k_cache", k), ("v_cache", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            _refuse(f"{label} must be a 4-D torch.Tensor, got {getattr(t, 'shape', type(t).__name__)}")
+    for label, t in (("cache_seqlens", lens), ("block_table", table)):
+        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.int32):
+            _refuse(
+                f"{label} must be an int32 torch.Tensor or None, got {getattr(t, 'dtype', type(t).__name__)}"
+            )
+    if not q.dtype == k.dtype == v.dtype:
+        _refuse(f"q, k_cache, v_cache dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
+    if q.dtype not in DECODE_DTYPES:
+        _refuse(f"dtype {q.dtype} unsupported (fp16, bf16, fp32 are)")
+    dev = q.device
+    if not (k.device == dev and v.device == dev and (lens is None or lens.device == dev)) or (
+        table is not None and table.device != dev
+    ):
+        devices = sorted({str(t.device) for t in (q, k, v, lens, table) if t is not None})
+        _refuse(f"inputs are on different devices ({', '.join(devices)})")
+    if dev.type == "cuda":
+        if interpreting():
+            _refuse("CUDA tensors while TRITON_INTERPRET=1 (the interpreter runs on CPU)")
+    elif dev.type != "cpu":
+        _refuse(f"device {dev.type} unsupported (cuda, or cpu under the interpreter)")
+    elif not interpreting():
+        _refuse("device cpu needs Triton's interpreter (TRITON_INTERPRET=1 before importing triton)")
+    elif q.dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is silently wrong (rel. error ~1e9, 3.9)
+        _refuse("bf16 under the Triton interpreter (its bf16 tl.dot is wrong)")
+    B, Hq, Nq, D = q.shape
+    if k.shape != v.shape:
+        _refuse(f"k_cache and v_cache shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})")
+    if k.shape[3] != D:
+        _refuse(f"head_dim differs between q ({D}) and the cache ({k.shape[3]})")
+    if D not in DECODE_HEAD_DIMS:
+        _refuse(f"head_dim {D} unsupported (supported: {DECODE_HEAD_DIMS})")
+    if min(*q.shape, *k.shape) < 1:
+        _refuse(f"empty input (q {tuple(q.shape)}, cache {tuple(k.shape)})")
+    if Hq % k.shape[1]:
+        _refuse(f"KV heads {k.shape[1]} do not divide query heads {Hq}")
+    if k.stride(3) != 1 or v.stride(3) != 1:
+        _refuse("k_cache and v_cache need a unit stride in head_dim")
+    if lens is not None and lens.shape != (B,):
+        _refuse(f"cache_seqlens must be [batch={B}], got {tuple(lens.shape)}")
+    if table is None:
+        if k.shape[0] != B:
+            _refuse(f"batch differs between q ({B}) and the contiguous cache ({k.shape[0]})")
+        return
+    if table.dim() != 2 or table.shape[0] != B:
+        _refuse(f"block_table must be [{B}, blocks], got {tuple(table.shape)}")
+    page = k.shape[2]
+    if page < 16 or page & (page - 1):
+        _refuse(f"page size {page} (k_cache.shape[2]) must be a power of two >= 16")
+
+
+def _check_data(
+    lens: torch.Tensor | None, table: torch.Tensor | None, capacity: int, pool: int, page: int
+) -> None:
+    """Every length within the capacity, every page a sequence uses inside the pool: one device sync."""
+    used = None
+    if table is not None:  # table entries past a sequence's length are never read
+        n = lens.clamp(0, capacity) if lens is not None else torch.full_like(table[:, 0], capacity)
+        used = torch.arange(table.shape[1], device=table.device)[None, :] < (n[:, None] + page - 1) // page
+    stats = [t for t in (lens, None if used is None else torch.where(used, table, 0)) if t is not None]
+    if not stats:
+        return
+    values = torch.stack([x for t in stats for x in (t.min(), t.max())]).tolist()  # the sync
+    if lens is not None:
+        low, high, *values = values
+        if low < 0:
+            _refuse(f"cache_seqlens holds a negative length ({low})")
+        if high > capacity:
+            _refuse(f"cache_seqlens holds {high}, past the cache capacity {capacity}")
+    if table is not None and (values[0] < 0 or values[1] >= pool):
+        _refuse(
+            f"block_table holds page {values[0] if values[0] < 0 else values[1]}, outside the pool of {pool}"
+        )
+
+
+def _scratch(device: torch.device, counters: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zeroed counters and a partials workspace (fp32 elements) for `device`'s current stream, grown on demand."""
+    key = (
+        str(device),
+        triton.runtime.driver.active.get_current_stream(device.index) if device.type == "cuda" else 0,
+    )
+    have = _SCRATCH.get(key)
+    if have is None or have[0].numel() < counters or have[1].numel() < partials:
+        have = _SCRATCH[key] = (
+            torch.zeros(max(counters, 1024), dtype=torch.int32, device=device),
+            torch.empty(max(partials, 1 << 16), dtype=torch.float32, device=device),
+        )
+    return have
+
+
+def _launch(grid: tuple[int, int, int], args: tuple, pointers: int, warps: int, stages: int) -> None:
+    """_decode[grid](*args): through Triton's JIT the first time per key, then straight to the compiled kernel.
+
+    The key holds the device, every argument but the float scale (exact integers, constexprs, the dtype) and the
+    16-byte alignment of each of the `pointers` leading tensor arguments: at least what Triton specializes on.
+    """
+    if interpreting():
+        _decode[grid](*args, num_warps=warps, num_stages=stages)
+        return
+    ptrs = args[:pointers]
+    key = (
+        ptrs[0].dtype,
+        ptrs[0].device.index,
+        warps,
+        stages,
+        *(t.data_ptr() % 16 for t in ptrs),
+        *args[pointers + 1 :],
+    )
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = _decode[grid](*args, num_warps=warps, num_stages=stages)
+        if len(_COMPILED) >= 4096:
+            _COMPILED.clear()
+        _COMPILED[key] = compiled
+    else:
+        compiled[grid](*args)
+
+
+def flash_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    causal: bool = True,
+    sm_scale: float | None = None,
+    num_splits: int | None = None,
+    *,
+    validate: bool = True,
+    config: dict[str, int] | None = None,
+) -> torch.Tensor:
+    """Attention of q [B, Hq, Nq, D] (the last Nq tokens of each sequence) over a KV cache; [B, Hq, Nq, D].
+
+    k_cache, v_cache: [B, Hkv, Nmax, D], or with block_table [B, max_blocks] int32 a page pool
+    [num_blocks, Hkv, block_size, D]. cache_seqlens: int32 [B] valid keys per sequence (default: the capacity).
+    causal: query i sees keys j <= L_b - Nq + i (else all L_b keys). num_splits: key splits per sequence
+    (None: `choose_num_splits`; 1: one pass, no combine). validate: check cache_seqlens and block_table
+    against the cache on the host (one device sync; see the module docstring). config: force the kernel's
+    {"BLOCK_N", "num_warps", "num_stages"} (default: GPU_CONFIGS per head dim).
+    Raises KernelUnsupported (a ValueError) naming what it refuses.
+    """
+    _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table)
+    k, v, paged = k_cache, v_cache, block_table is not None
+    if not isinstance(causal, bool):
+        _refuse(f"causal must be a bool, got {causal!r}")
+    B, Hq, Nq, D = q.shape
+    Hkv = k.shape[1]
+    page = k.shape[2] if paged else 1
+    capacity = block_table.shape[1] * page if paged else k.shape[2]
+    scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
+    if not isinstance(scale, int | float) or not math.isfinite(scale):
+        _refuse(f"sm_scale must be a finite number, got {scale!r}")
+    if validate:
+        _check_data(cache_seqlens, block_table, capacity, k.shape[0], page)
+    cfg = INTERPRET_CONFIG if interpreting() else GPU_CONFIGS[D]
+    if config is not None:
+        if not isinstance(config, dict) or not set(config) <= set(cfg):
+            _refuse(f"config keys must be among {sorted(cfg)}, got {config!r}")
+        cfg = {**cfg, **config}
+        if cfg["BLOCK_N"] not in (16, 32, 64, 128, 256):
+            _refuse(f"config BLOCK_N={cfg['BLOCK_N']!r} must be a power of two in 16..256")
+    rows = (Hq // Hkv) * Nq
+    block_m = min(MAX_ROWS, max(16, _pow2(rows)))
+    row_blocks = -(-rows // block_m)
+    if num_splits is None:
+        sms = INTERPRET_SMS if interpreting() else _sm_count(q.device.index or 0)
+        slots = sms * (PAGED_PROGRAMS_PER_SM if paged else 1)
+        num_splits = choose_num_splits(B * Hkv * row_blocks, capacity, cfg["BLOCK_N"], slots)
+    elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
+        _refuse(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
+
+    q = q if q.is_contiguous() else q.contiguous()
+    out = torch.empty((B, Hq, Nq, D), dtype=q.dtype, device=q.device)
+    direct = num_splits == 1
+    if direct:  # no partials: Out stands in for the unused pointers
+        counters = part = out
+    else:  # partial outputs [B, Hkv, splits, rows, D], then their lse [B, Hkv, splits, rows]
+        counters, part = _scratch(q.device, B * Hkv * row_blocks, B * Hkv * num_splits * rows * (D + 1))
+    rows_p2 = min(block_m, _pow2(rows))
+    s_chunk = max(1, min(_pow2(num_splits), COMBINE_ELEMENTS // (rows_p2 * D)))
+    args = (  # _decode's arguments in order: 8 tensors, the float scale, then integers and constexprs
+        q, k, v, out if cache_seqlens is None else cache_seqlens, block_table.contiguous() if paged else out,
+        out, part, counters,
+        float(scale) * LOG2E,
+        capacity, num_splits, Hkv, Nq, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+        Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, cache_seqlens is not None, causal, direct,
+        q.dtype == torch.float32, rows_p2, s_chunk,
+    )  # fmt: skip
+    try:
+        _launch((num_splits, row_blocks, B * Hkv), args, 8, cfg["num_warps"], cfg["num_stages"])
+    except OutOfResources as exc:  # a forced config too large for this GPU (the defaults fit an H100)
+        _refuse(f"config {cfg} does not fit this GPU at head_dim {D}: {exc}")
+    return out

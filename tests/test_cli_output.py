@@ -1,0 +1,141 @@
+"""What the CLI prints: one-line usage errors, whole provider names in narrow tables, one word for the mask,
+nothing about GPUs on the CPU, availability that says where a provider can run, help that matches behaviour."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flashbench.analysis import runs
+from flashbench.cli.app import main
+from flashbench.cli.roofline import render_roofline
+from flashbench.cli.sweep import render_tables
+from flashbench.engine.progress import describe_case
+from flashbench.gpu import environment
+from flashbench.models.roofline import BOUND_RULE
+from flashbench.results.rows import OK, Row
+from flashbench.spec.cases import Case
+
+LONG_NAMES = ["my-flash-attention-kernel-v2", "sdpa-efficient", "triton-stored-p"]
+SEQS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def _row(provider: str, n: int, *, device: str = "cuda", causal: bool = False, **kw: object) -> Row:
+    case = Case(provider, 1, 16, 16, n, n, 128, "bf16", causal, "fwd")
+    return Row.for_case(case, OK, device=device, median_ms=1.234, tflops=456.7, **kw)
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sweep", "--sq", "512"], "No such option: --sq"),
+        (["gate", "--baseline", "x.json"], "Missing option '--current'"),
+        (["roofline", "--batch", "two"], "Invalid value for '--batch'"),
+        (["sweeep"], "No such command 'sweeep'"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_2(capsys, argv, message):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    line = _one_line(captured.err)
+    assert line.startswith("flashbench: error: ") and message in line and "--help" in line
+    assert captured.out == ""
+
+
+def test_provider_names_are_never_cut_in_an_80_column_sweep_table(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    render_tables([_row(p, n) for p in LONG_NAMES for n in SEQS])
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for name in LONG_NAMES:
+        assert name in out
+
+
+def test_provider_names_are_never_cut_in_the_roofline_overlay(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    report = {
+        "gpu": {"name": "H100 SXM5 80GB", "derived": False},
+        "ceilings": [],
+        "shape": {"batch": 1, "heads": 16, "kv_heads": 16, "causal": False},
+        "roof_used": "datasheet",
+        "flop_convention": "forward = 4*B*H*d*pairs",
+        "bound_rule": BOUND_RULE,
+        "predictions": [],
+        "measured": [
+            {
+                "provider": name,
+                "dtype": "bf16",
+                "mode": "fwd+bwd",
+                "seq_q": 32768,
+                "head_dim": 128,
+                "median_ms": 12.5,
+                "achieved_tflops": 512.3,
+                "ai": 2048.0,
+                "pct_of_roofline": 51.8,
+                "bound": "compute-bound",
+                "valid": True,
+                "throttled": True,
+            }
+            for name in LONG_NAMES
+        ],
+    }
+    render_roofline(report)
+    out = capsys.readouterr().out
+    for name in LONG_NAMES:
+        assert name in out
+
+
+@pytest.mark.skipif(environment.gpu_present()[0], reason="this machine has a GPU")
+def test_list_providers_without_a_gpu_says_cuda_only(capsys, monkeypatch):
+    assert main(["list", "providers"]) == 0
+    lines = {row.split("│")[1].strip(): row for row in capsys.readouterr().out.splitlines() if "│" in row}
+    assert "no: cuda only (no GPU here)" in lines["sdpa-cudnn"] and " yes " in lines["naive"]
+    assert main(["list", "providers", "--json"]) == 0
+    infos = {i["name"]: i for i in json.loads(capsys.readouterr().out)}
+    assert not infos["sdpa-cudnn"]["available"] and infos["sdpa-cudnn"]["reason"] == "cuda only (no GPU here)"
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["list", "providers"]) == 0
+    names = {row.split("│")[1].strip() for row in capsys.readouterr().out.splitlines() if "│" in row}
+    assert set(infos) <= names  # every name whole at 80 columns
+
+
+def test_cpu_sweep_footer_says_nothing_about_gpus(capsys):
+    render_tables([_row("naive", n, device="cpu") for n in (16, 32)], tokens=None)
+    out = capsys.readouterr().out
+    assert "CPU ms" in out and "GPU" not in out
+
+
+def test_gpu_sweep_footer_still_marks_throttling(capsys):
+    render_tables([_row("naive", 16, throttled=True)])
+    assert "GPU throttled" in capsys.readouterr().out
+
+
+def test_progress_lines_and_tables_use_the_same_word_for_the_mask(capsys):
+    non_causal = _row("naive", 512)
+    assert "non-causal" in describe_case(non_causal) and " full " not in describe_case(non_causal)
+    render_tables([non_causal])
+    assert "non-causal" in capsys.readouterr().out
+    assert "causal" in describe_case(_row("naive", 512, causal=True))
+
+
+def test_report_speedup_vs_help_states_the_rule_pick_baseline_follows(capsys, tmp_path: Path):
+    assert main(["report", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert runs.SPEEDUP_VS_HELP in text
+    # The rule as stated: the first default provider *with an ok row*, else the first provider with one.
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"provider": ["naive", "sdpa-math", "triton"], "ok": [False, True, True]}  # naive only OOMed
+    )
+    assert runs.pick_baseline(frame) == "sdpa-math"
+    frame = pd.DataFrame({"provider": ["flex", "triton"], "ok": [False, True]})
+    assert runs.pick_baseline(frame) == "triton"
