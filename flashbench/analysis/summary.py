@@ -20,6 +20,8 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from flashbench.analysis.runs import best_per_provider as best
+from flashbench.analysis.runs import speedups
 from flashbench.models import roofline as roofline_model
 from flashbench.results.rows import (
     CRASH,
@@ -238,8 +240,6 @@ def reference_speedups(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
     geometric mean over the cases both measured ok and the range, with the group and N of each end."""
     import pandas as pd
 
-    from flashbench.analysis.runs import speedups
-
     sp = speedups(measured(frame), reference)
     sp = sp[sp["provider"] != reference]
     rows = []
@@ -274,8 +274,6 @@ def case_words(row: Any) -> str:
 def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
     """analysis.runs.best_per_provider with its % of roofline under the one rule (roof_view), columns named for
     reading; without a roofline (CPU runs) that column leaves."""
-    from flashbench.analysis.runs import best_per_provider as best
-
     out = best(frame.assign(pct_of_roofline=roof_view(frame)["roof_pct"]))
     if out.empty:
         return out

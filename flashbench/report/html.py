@@ -11,9 +11,11 @@ import html
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from flashbench import __version__
 from flashbench.analysis import clocks, summary
-from flashbench.analysis.runs import failures
-from flashbench.report import verdict
+from flashbench.analysis.comparison import cross_gpu_note, same_gpu
+from flashbench.analysis.runs import failures, recompute_overhead
+from flashbench.report import compare, figures, model_figures, roofline_figure, verdict
 from flashbench.report.tables import details, env_table, recompute_table, status_counts, table
 from flashbench.report.tables import figure as _fig
 from flashbench.results.rows import FLOP_CONVENTION
@@ -64,9 +66,6 @@ def render(
     """The whole page for `run`; with `baseline_run`, the two-run comparison (and the gate's verdicts) too."""
     import plotly.offline
 
-    from flashbench import __version__
-    from flashbench.report import compare, model_figures
-
     sections: list[str] = []
     nav: list[tuple[str, str]] = []
 
@@ -94,8 +93,6 @@ def render(
         else "This run recorded no peak memory and no out-of-memory case.",
         _fig(fig) if fig is not None else "",
     )
-    from flashbench.analysis.runs import recompute_overhead
-
     rc = recompute_overhead(frame)
     fig = model_figures.recompute(run, rc)
     if fig is not None:
@@ -155,9 +152,6 @@ def _verdict_html(blocks: list[verdict.Block]) -> str:
 
 
 def _roofline_sections(run: Run, baseline_run: Run | None, add: Any) -> None:
-    from flashbench.analysis.comparison import same_gpu
-    from flashbench.report import roofline_figure
-
     cross = baseline_run is not None and not same_gpu(run, baseline_run)
     dtypes = set(run.frame["dtype"]) | (set(baseline_run.frame["dtype"]) if cross else set())
     drawn = False
@@ -203,8 +197,6 @@ def _roofline_sections(run: Run, baseline_run: Run | None, add: Any) -> None:
 
 
 def _speed_sections(run: Run, reference: str | None, add: Any) -> None:
-    from flashbench.report import figures
-
     t = clocks.throttling(run.frame, run.env)
     ring = ""
     if t.throttled:
@@ -288,8 +280,6 @@ def _header(run: Run, baseline_run: Run | None) -> str:
     if run.env.synthetic:
         banners += '<div class="banner warn">SYNTHETIC results: generated for tests, not measured.</div>'
     if baseline_run is not None:
-        from flashbench.analysis.comparison import cross_gpu_note
-
         banners += f'<div class="banner info">Compared with {html.escape(str(baseline_run.path))}.</div>'
         note = cross_gpu_note(run, baseline_run)
         if note:

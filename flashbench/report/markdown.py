@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from flashbench.analysis import clocks, summary
+from flashbench.analysis import comparison as cmp
+from flashbench.analysis import runs as an
 from flashbench.report import verdict
 from flashbench.report.style import fmt_bytes
 from flashbench.results.rows import FLOP_CONVENTION
@@ -20,10 +23,6 @@ MAX_LINES = 15  # longest list of cases shown in full
 def render(
     run: Run, baseline_provider: str | None, baseline_run: Run | None = None, verdicts: Any = None
 ) -> str:
-    from flashbench.analysis import clocks, summary
-    from flashbench.analysis import comparison as cmp
-    from flashbench.analysis import runs as an
-
     f = run.frame
     out = [f"## flashbench report: `{run.name}`", ""]
     out += [verdict.markdown(run, baseline_provider, baseline_run, verdicts).rstrip(), ""]

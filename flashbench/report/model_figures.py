@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from flashbench.analysis.runs import recompute_references
 from flashbench.report.figures import cell, grid, hover, panel_order, time_word
 from flashbench.report.style import (
     GIB,
@@ -150,8 +151,6 @@ def recompute(run: Run, rc: pd.DataFrame) -> go.Figure | None:
     labelled references (analysis.runs.recompute_references: credited and executed FLOPs), and peak memory."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-
-    from flashbench.analysis.runs import recompute_references
 
     if rc.empty:
         return None

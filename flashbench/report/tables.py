@@ -8,6 +8,7 @@ import html
 import json
 from typing import TYPE_CHECKING, Any
 
+from flashbench.analysis import clocks
 from flashbench.report.style import GIB, fmt_bytes
 from flashbench.spec.cases import mask_label
 
@@ -138,8 +139,6 @@ def _cudnn(value: Any) -> str:
 def env_rows(run: Run) -> list[tuple[str, str]]:
     """The environment record as (what, value) lines a reader scans: the machine, its clocks and power cap,
     the software, the git state, the command; fields the record lacks say "not recorded"."""
-    from flashbench.analysis import clocks
-
     env = run.env
     facts = env.gpu_facts or {}
     worker = env.worker or {}

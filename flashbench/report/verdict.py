@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from flashbench.analysis import clocks, summary
 from flashbench.analysis.comparison import NO_GATE_ACROSS_GPUS, same_gpu
+from flashbench.analysis.modelled import ROOF_LABELS
+from flashbench.analysis.runs import DEFAULT_BASELINES, pick_baseline
 
 if TYPE_CHECKING:
     from flashbench.analysis.runs import Run
@@ -140,8 +142,6 @@ def _reference_line(frame: Any, reference: str) -> str:
 
 
 def _reference_rule(frame: Any, reference: str) -> str:
-    from flashbench.analysis.runs import DEFAULT_BASELINES, pick_baseline
-
     if pick_baseline(frame) != reference:
         return "named by `--speedup-vs`"
     if reference in DEFAULT_BASELINES:
@@ -217,8 +217,6 @@ def _clock_blocks(run: Run) -> list[Block]:
 
 
 def _first_roof(run: Run) -> str:
-    from flashbench.analysis.modelled import ROOF_LABELS
-
     return ROOF_LABELS.get(run.ceilings[0].source, run.ceilings[0].source) if run.ceilings else "datasheet"
 
 
