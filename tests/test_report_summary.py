@@ -13,7 +13,9 @@ from report_helpers import H100_SPEED, case_row, write_run
 
 from flashbench.analysis import clocks, summary
 from flashbench.analysis import runs as analysis
-from flashbench.report import verdict
+from flashbench.gpu.calibrate import throttle_verdict
+from flashbench.report import tables, verdict
+from flashbench.report.figures import hover, with_context
 
 TIMES = {  # provider -> median ms at N = 1k, 2k, 4k (fwd, d=64, non-causal)
     "A": (1.0, 2.0, 4.0),
@@ -125,6 +127,46 @@ def test_the_clock_a_case_ran_at_prefers_the_timed_window() -> None:
     assert list(got["reasons"]) == ["software power cap", "hardware thermal slowdown"]
 
 
+def test_a_case_runs_at_its_median_clock_during_the_samples_or_around_them_in_older_runs(
+    tmp_path: Path,
+) -> None:
+    around = {"sm_clock_mhz": 1980, "clock_event_reasons": 0}
+    rows = [
+        # the steady regime's row: the median SM clock of the NVML readings during the samples, their range,
+        # the reasons seen then (names) and the share of readings that throttled
+        case_row(
+            "A",
+            1.0,
+            sm_clock_mhz=1500.0,
+            sm_clock_min_mhz=1320,
+            sm_clock_max_mhz=1680,
+            throttle_reasons=["sw_power_cap"],
+            throttled_share=0.4,
+            throttled=True,
+            nvml_before=around,
+            nvml_after={"sm_clock_mhz": 1755, "clock_event_reasons": 0},
+        ),
+        # an older row: only the samples before and after the case
+        case_row(
+            "B",
+            2.0,
+            throttled=True,
+            nvml_before=around,
+            nvml_after={"sm_clock_mhz": 1650, "clock_event_reasons": 0x40},
+        ),
+    ]
+    run = analysis.load_run(write_run(tmp_path / "run", rows))
+    thr = clocks.throttled_cases(run.frame, run.env)
+    assert list(thr["provider"]) == ["A", "B"] and list(thr["SM clock MHz"]) == [1500.0, 1650.0]
+    assert list(thr["why (NVML)"]) == ["software power cap", "hardware thermal slowdown"]
+    a, b = hover(with_context(run.frame.sort_values("provider")))
+    assert "SM clock 1500 MHz, 1320–1680 (during the samples); throttled: software power cap (in 40% of" in a
+    assert "SM clock 1650 MHz (before/after the case); throttled: hardware thermal slowdown" in b
+    t = clocks.throttling(run.frame, run.env)
+    assert (t.throttled, t.clock_min, t.clock_max) == (2, 1500.0, 1650.0)
+    assert t.clock_source == "before/after the case / during the samples"
+
+
 def test_throttled_cases_lowest_clock_first() -> None:
     run = analysis.load_run(H100_SPEED)
     thr = clocks.throttled_cases(run.frame, run.env)
@@ -144,6 +186,63 @@ def test_a_throttled_calibration_is_no_ceiling_and_the_summary_says_so() -> None
         in md
     )
     assert "700 TFLOP/s bf16" in md and "not ceilings" in md
+
+
+def steady_calibration(bf16_reasons: list[str], **record: object) -> dict[str, object]:
+    """A calibration record as `flashbench calibrate` writes it in the steady regime (gpu/calibrate.py): each
+    measurement with the clocks of its repetitions, the verdict worded by calibrate's own throttle_verdict."""
+    details = {
+        "copy": {"gb_s": 3000.0, "sm_clock_mhz": 1980.0, "power_w": 300.0, "throttle_reasons": []},
+        "read": {"gb_s": 3100.0, "sm_clock_mhz": 1980.0, "power_w": 280.0, "throttle_reasons": []},
+        "matmul": {
+            "bf16": {"tflops": 640.0, "sm_clock_mhz": 1260.0, "power_w": 697.0, "throttled_share": 0.9}
+            | {"throttle_reasons": bf16_reasons}
+        },
+    }
+    measured = {"copy": details["copy"], "read": details["read"], "bf16 matmul": details["matmul"]["bf16"]}
+    reason = throttle_verdict(measured, 1980)
+    return {
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "key": "h100-sxm",
+        "copy_bw_gb_s": 3000.0,
+        "read_bw_gb_s": 3100.0,
+        "matmul_tflops": {"bf16": 640.0},
+        "sm_clock_mhz": 1260.0,
+        "max_sm_clock_mhz": 1980,
+        "throttled": bool(reason),
+        "throttle_reason": reason,
+        "details": details,
+        "timestamp_utc": "2026-12-01T10:00:00Z",
+        **record,
+    }
+
+
+def test_a_steady_regime_calibration_is_judged_by_its_own_verdict(tmp_path: Path) -> None:
+    rows = [case_row(p, ms) for p, ms in (("A", 1.0), ("B", 2.0))]
+    run = analysis.load_run(
+        write_run(tmp_path / "throttled", rows, calibration=steady_calibration(["sw_power_cap"]))
+    )
+    assert [c.source for c in run.ceilings][-1] == "measured"
+    cal = clocks.calibration(run.env, run.ceilings, run.gpu_spec)
+    assert (cal.source, cal.throttled, cal.clock_mhz) == ("run", True, 1260.0)
+    assert cal.reasons == ("software power cap",)
+    reason = (
+        "bf16 matmul: sw power cap (in 90% of its clock readings) at 1260 MHz (64% of its 1980 MHz maximum)"
+    )
+    assert cal.reason == reason
+    assert f"**Measured roof**: the calibration ran on a throttled GPU ({reason})." in verdict.markdown(
+        run, None
+    )
+    env = dict(tables.env_rows(run))
+    assert "read 3.10 TB/s" in env["calibration"] and f"THROTTLED ({reason})" in env["calibration"]
+
+    # No reason during its repetitions: a sound ceiling, even if a sample taken after it saw the power cap.
+    after = {"nvml_after": {"sm_clock_mhz": 1500, "clock_event_reasons": 0x4, "throttled": True}}
+    run = analysis.load_run(write_run(tmp_path / "steady", rows, calibration=steady_calibration([], **after)))
+    cal = clocks.calibration(run.env, run.ceilings, run.gpu_spec)
+    assert (cal.throttled, cal.reason) == (False, "")
+    assert "**Measured roof**" not in verdict.markdown(run, None)
+    assert "THROTTLED" not in dict(tables.env_rows(run))["calibration"]
 
 
 def test_a_run_without_calibration_says_it_has_no_measured_roof(tmp_path: Path) -> None:

@@ -61,31 +61,43 @@ def reason_words(bits: Any = None, names: Any = None) -> list[str]:
 
 
 def case_clocks(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per row: the SM clock the case ran at (clock_mhz), where that reading comes from, and the throttle
-    reasons in words.
+    """Per row: the SM clock the case ran at (clock_mhz), where that reading comes from (clock_source), the
+    throttle reasons in words (reasons), and where the sweep recorded it, the range of the clock readings
+    during the samples (clock_min_mhz, clock_max_mhz).
 
-    With the per-row clock of the timed window (the rows' sm_clock_mhz, median of NVML readings during the
-    samples) that clock; on older runs, the lower of the two samples taken before and after the case.
+    With the per-row clock of the timed window (the rows' sm_clock_mhz, the median of NVML readings during the
+    samples) that clock; on older runs, the lower of the two samples taken before and after the case. Reasons:
+    the names seen during the samples (throttle_reasons), then any reason bit of the samples around the case
+    (a row's `throttled` counts both).
     """
     import numpy as np
     import pandas as pd
 
-    during = frame["sm_clock_mhz"].astype(float) if "sm_clock_mhz" in frame else None
-    around = np.fmin(frame["sm_clock_mhz_before"].astype(float), frame["sm_clock_mhz_after"].astype(float))
-    if during is not None:
-        clock = during.where(during.notna(), around)
-        source = np.where(during.notna(), "during the samples", "before/after the case")
-    else:
-        clock, source = around, np.full(len(frame), "before/after the case")
+    def column(name: str) -> pd.Series:
+        if name in frame:
+            return pd.to_numeric(frame[name], errors="coerce").astype(float)
+        return pd.Series(np.nan, index=frame.index)
+
+    during = column("sm_clock_mhz")
+    around = np.fmin(column("sm_clock_mhz_before"), column("sm_clock_mhz_after"))
+    clock = during.where(during.notna(), around)
+    source = np.where(during.notna(), "during the samples", "before/after the case")
     names = frame["throttle_reasons"] if "throttle_reasons" in frame else pd.Series([None] * len(frame))
-    bits_a = frame["clock_event_reasons_after"].fillna(0).astype(int)
-    bits_b = frame["clock_event_reasons_before"].fillna(0).astype(int)
+    bits_a = column("clock_event_reasons_after").fillna(0).astype(int)
+    bits_b = column("clock_event_reasons_before").fillna(0).astype(int)
     words = [
         ", ".join(reason_words(int(a) | int(b), n if isinstance(n, list) else None))
         for a, b, n in zip(bits_a, bits_b, names.to_numpy(), strict=True)
     ]
     return pd.DataFrame(
-        {"clock_mhz": clock.to_numpy(), "clock_source": source, "reasons": words}, index=frame.index
+        {
+            "clock_mhz": clock.to_numpy(),
+            "clock_source": source,
+            "reasons": words,
+            "clock_min_mhz": column("sm_clock_min_mhz").to_numpy(),
+            "clock_max_mhz": column("sm_clock_max_mhz").to_numpy(),
+        },
+        index=frame.index,
     )
 
 
@@ -155,14 +167,20 @@ class Calibration:
 
     source: str  # "run" (the sweep's env.json), "this machine" (a calibrate file found here), "" (none)
     throttled: bool = False
-    clock_mhz: float | None = None  # the SM clock when the calibration ended (or during it, where recorded)
-    power_w: float | None = None
-    reasons: tuple[str, ...] = ()
+    clock_mhz: float | None = None  # the SM clock its figures were taken at (the lowest), or at its end
+    reasons: tuple[str, ...] = ()  # the clock-event reasons in short words (a chart label)
+    reason: str = ""  # the throttle verdict in words: which reason held the clock, where, at what clock
     when: str = ""
 
 
 def calibration(env: Environment, ceilings: list[Any], gpu_spec: Any = None) -> Calibration:
-    """The measured ceiling's record: the run's (env.calibration), else this machine's calibrate file."""
+    """The measured ceiling's record: the run's (env.calibration), else this machine's calibrate file.
+
+    A record of `flashbench calibrate` in the steady regime carries its own verdict: `throttled` and
+    `throttle_reason` (which clock-event reasons held which measurement, at what clock), and `sm_clock_mhz`,
+    the lowest of its measurements' median SM clocks. An older record has only the NVML samples taken before
+    and after it: the verdict is then worded here from those (the clock at its end, either sample's reasons).
+    """
     record = env.calibration if isinstance(env.calibration, dict) and "error" not in env.calibration else None
     source = "run" if record else ""
     if record is None and any(c.source == "measured" for c in ceilings):
@@ -173,16 +191,39 @@ def calibration(env: Environment, ceilings: list[Any], gpu_spec: Any = None) -> 
             record = hardware.load_calibration(gpu_spec)
     if not record:
         return Calibration(source=source)
+    when = str(record.get("timestamp_utc", ""))
+    if "throttle_reason" in record:  # the steady-regime record
+        names = [n for m in _measurements(record) for n in m.get("throttle_reasons") or []]
+        clock = record.get("sm_clock_mhz")
+        return Calibration(
+            source=source,
+            throttled=bool(record.get("throttled")),
+            clock_mhz=float(clock) if clock else None,
+            reasons=tuple(reason_words(names=names)),
+            reason=str(record.get("throttle_reason") or ""),
+            when=when,
+        )
     before, after = record.get("nvml_before") or {}, record.get("nvml_after") or {}
     bits = int(after.get("clock_event_reasons") or 0) | int(before.get("clock_event_reasons") or 0)
-    reasons = reason_words(bits, record.get("throttle_reasons"))
-    clock = record.get("sm_clock_mhz") or after.get("sm_clock_mhz")
-    throttled = bool(record.get("throttled") or after.get("throttled") or reasons)
+    reasons = reason_words(bits)
+    clock = after.get("sm_clock_mhz")
+    top = record.get("max_sm_clock_mhz") or (env.gpu_facts or {}).get("max_sm_clock_mhz")
+    words = f"SM clock {clock:.0f} MHz at its end" if clock else "clock not recorded"
+    words += f" of {top:.0f} max" if clock and top else ""
+    words += f", {after['power_w']:.0f} W" if after.get("power_w") else ""
     return Calibration(
         source=source,
-        throttled=throttled,
+        throttled=bool(record.get("throttled") or after.get("throttled") or reasons),
         clock_mhz=float(clock) if clock else None,
-        power_w=float(after["power_w"]) if after.get("power_w") else None,
         reasons=tuple(reasons),
-        when=str(record.get("timestamp_utc", "")),
+        reason=f"{words}; {', '.join(reasons) or 'reason not recorded'}",
+        when=when,
     )
+
+
+def _measurements(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The record's per-measurement results (copy, read, each matmul): bench_ms dicts with their clocks."""
+    details = record.get("details") or {}
+    out = [details[k] for k in ("copy", "read") if isinstance(details.get(k), dict)]
+    matmuls = details.get("matmul") or {}
+    return out + [m for m in matmuls.values() if isinstance(m, dict) and "error" not in m]

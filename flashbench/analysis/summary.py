@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from flashbench.analysis.runs import best_per_provider as best
 from flashbench.analysis.runs import speedups
-from flashbench.models import roofline as roofline_model
 from flashbench.results.rows import (
     CRASH,
     OOM,
@@ -45,15 +44,6 @@ MATTERING = (WRONG, CRASH, TIMEOUT, OOM)
 NOT_RUN = (UNSUPPORTED, PREDICTED_OOM, SKIPPED)
 ABOVE_ROOFLINE = "above roofline"  # an ok row faster than physics allows: a measurement or model error
 MODE_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
-
-
-# models.roofline.BOUND_RULE once the one definition of "bound" is there; until then the same rule in words.
-BOUND_RULE: str = getattr(roofline_model, "BOUND_RULE", "") or (
-    "bound: the roof that limits a case at its arithmetic intensity AI = credited FLOPs / the DRAM bytes its "
-    "provider's family is modelled to move with L2 reuse; compute-bound if AI >= ridge (peak FLOP/s / "
-    "bandwidth of the ceiling used), else memory-bound; % of roofline = measured FLOP/s / min(peak, AI x "
-    "bandwidth) at that AI."
-)
 
 
 def measured(frame: pd.DataFrame) -> pd.DataFrame:
@@ -81,35 +71,20 @@ def n_label(seq_q: int, seq_k: int) -> str:
 
 
 def roof_view(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per row: BOUND_RULE's intensity (roof_ai), bound (roof_bound) and % of roofline (roof_pct).
-
-    The one definition the report uses. Where analysis already applies models.roofline's rule (its frame then
-    has pct_of_floor_roofline), its columns are taken as they are; an older analysis frame gets the same rule
-    applied here, at the family's modelled intensity with L2 reuse (ai_provider), under the first ceiling.
-    """
-    import numpy as np
+    """Per row: models.roofline.BOUND_RULE's intensity (roof_ai), bound (roof_bound) and % of roofline
+    (roof_pct), as analysis.modelled.add_roofline computed them (ai_provider, bound, pct_of_roofline): the one
+    definition, read here and never recomputed. roof_bound is "" where the run has no roof (a CPU run)."""
     import pandas as pd
 
-    ai = frame["ai_provider"].astype(float)
-    if "pct_of_floor_roofline" in frame:
-        bound, pct = frame["bound"].astype(str), frame["pct_of_roofline"].astype(float)
-    else:
-        peak = frame["peak_tflops"].astype(float) * 1e12
-        bw = frame["bw_bytes_s"].astype(float)
-        bounds, attainable = [], []
-        for a, p, b in zip(ai, peak, bw, strict=True):
-            if not (a == a and b == b and b > 0):
-                bounds.append("")
-                attainable.append(np.nan)
-                continue
-            p = p if p == p and p > 0 else None
-            bounds.append(roofline_model.bound_kind(a, p, b))
-            attainable.append(roofline_model.attainable_flops_s(a, p, b))
-        bound = pd.Series(bounds, index=frame.index, dtype=object)
-        pct = 100.0 * frame["tflops"].astype(float) * 1e12 / pd.Series(attainable, index=frame.index)
-    words = {"memory": "memory-bound", "compute": "compute-bound", "nan": "", "None": ""}
-    bound = bound.map(lambda b: words.get(b, b))
-    return pd.DataFrame({"roof_ai": ai, "roof_bound": bound, "roof_pct": pct}, index=frame.index)
+    bound = frame["bound"].fillna("").astype(str)
+    return pd.DataFrame(
+        {
+            "roof_ai": frame["ai_provider"].astype(float),
+            "roof_bound": bound.where(bound != "nan", ""),
+            "roof_pct": frame["pct_of_roofline"].astype(float),
+        },
+        index=frame.index,
+    )
 
 
 # ------------------------------------------------------------------------------------------ leaders
@@ -272,9 +247,9 @@ def case_words(row: Any) -> str:
 
 
 def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
-    """analysis.runs.best_per_provider with its % of roofline under the one rule (roof_view), columns named for
-    reading; without a roofline (CPU runs) that column leaves."""
-    out = best(frame.assign(pct_of_roofline=roof_view(frame)["roof_pct"]))
+    """analysis.runs.best_per_provider (its % of roofline is the one rule's), columns named for reading;
+    without a roofline (CPU runs) that column leaves."""
+    out = best(frame)
     if out.empty:
         return out
     out = out.rename(

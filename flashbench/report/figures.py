@@ -62,8 +62,13 @@ def hover(df: pd.DataFrame, extra: Any = ()) -> list[str]:
             if value is not None and value == value and value != "":
                 lines.append(f"{label}: {fmt_bytes(value) if fmt == 'B' else format(value, fmt)}")
         if _num(r.get("clock_mhz")):
-            why = f"; throttled: {r['reasons']}" if r.get("throttled") else ""
-            lines.append(f"SM clock {r['clock_mhz']:.0f} MHz ({r['clock_source']}){why}")
+            lo, hi = r.get("clock_min_mhz"), r.get("clock_max_mhz")
+            span = f", {lo:.0f}–{hi:.0f}" if _num(lo) and _num(hi) and lo != hi else ""
+            why = f"; throttled: {r['reasons'] or 'reason not recorded'}" if r.get("throttled") else ""
+            share = r.get("throttled_share")
+            if why and _num(share):
+                why += f" (in {share:.0%} of the readings)"
+            lines.append(f"SM clock {r['clock_mhz']:.0f} MHz{span} ({r['clock_source']}){why}")
         if (
             r.get("warmup_settled") is False
         ):  # the measurement regime's own flags, where the sweep recorded them

@@ -15,6 +15,7 @@ from flashbench import __version__
 from flashbench.analysis import clocks, summary
 from flashbench.analysis.comparison import cross_gpu_note, same_gpu
 from flashbench.analysis.runs import failures, recompute_overhead
+from flashbench.models.roofline import BOUND_RULE
 from flashbench.report import compare, figures, model_figures, roofline_figure, verdict
 from flashbench.report.tables import details, env_table, recompute_table, status_counts, table
 from flashbench.report.tables import figure as _fig
@@ -175,7 +176,7 @@ def _roofline_sections(run: Run, baseline_run: Run | None, add: Any) -> None:
         note += (
             "Each filled point is one measured case at its arithmetic intensity over the DRAM bytes its family "
             "is modelled to move with L2 reuse; colour: provider, symbol: mode and mask, size: N. "
-            f"<i>{html.escape(summary.BOUND_RULE)}</i> The open point joined to it is the same measurement at the "
+            f"<i>{html.escape(BOUND_RULE)}</i> The open point joined to it is the same measurement at the "
             "no-L2 intensity (every K/V re-read counted as DRAM traffic)"
             + (
                 f": {above} of {len(pts)} sit above the memory roof there, which is the L2 cache serving those "
@@ -231,7 +232,7 @@ def _table_sections(run: Run, add: Any) -> None:
     frame = run.frame
     best = summary.best_per_provider(frame)
     if len(best):
-        add("best", "Best TFLOP/s per provider", html.escape(summary.BOUND_RULE), table(best))
+        add("best", "Best TFLOP/s per provider", html.escape(BOUND_RULE), table(best))
     bad = summary.failures_that_matter(frame)
     refused = frame[frame["status"].isin(summary.NOT_RUN)]
     missing = summary.not_installed(frame)

@@ -189,11 +189,20 @@ def env_rows(run: Run) -> list[tuple[str, str]]:
     cal = clocks.calibration(env, run.ceilings, run.gpu_spec)
     measured = next((c for c in run.ceilings if c.source == "measured"), None)
     if cal.source and measured is not None:
-        text = f"{cal.when} · copy {measured.bw_bytes_s / 1e12:.2f} TB/s · " + ", ".join(
-            f"{d} {v / 1e12:.0f} TFLOP/s" for d, v in measured.flops_s.items()
+        read = (env.calibration or {}).get("read_bw_gb_s") if cal.source == "run" else None
+        text = " · ".join(
+            filter(
+                None,
+                [
+                    cal.when,
+                    f"copy {measured.bw_bytes_s / 1e12:.2f} TB/s",
+                    read and f"read {read / 1e3:.2f} TB/s",
+                    ", ".join(f"{d} {v / 1e12:.0f} TFLOP/s" for d, v in measured.flops_s.items()),
+                ],
+            )
         )
         if cal.throttled:
-            text += f" · THROTTLED ({cal.clock_mhz or 0:.0f} MHz at its end, {', '.join(cal.reasons)})"
+            text += f" · THROTTLED ({cal.reason or 'reason not recorded'})"
         if cal.source != "run":
             text += " · this machine's calibrate file, not the run's record"
         rows.append(("calibration", text))

@@ -192,10 +192,6 @@ def _clock_blocks(run: Run) -> list[Block]:
         )
     elif cal.throttled:
         where = "" if cal.source == "run" else " (this machine's calibrate file, not the run's record)"
-        top = clocks.throttling(run.frame, run.env).max_clock
-        at = f"SM clock {cal.clock_mhz:.0f} MHz at its end" if cal.clock_mhz else "clock not recorded"
-        at += f" of {top:.0f} max" if cal.clock_mhz and top else ""
-        power = f", {cal.power_w:.0f} W" if cal.power_w else ""
         rates = ""
         if measured_roof is not None:
             peaks = [
@@ -208,8 +204,8 @@ def _clock_blocks(run: Run) -> list[Block]:
         out.append(
             Block(
                 "warn",
-                f"**Measured roof**: the calibration{where} ran on a throttled GPU ({at}{power}; "
-                f"{', '.join(cal.reasons) or 'throttled'}).{rates} % of roofline is against the "
+                f"**Measured roof**: the calibration{where} ran on a throttled GPU "
+                f"({cal.reason or 'reason not recorded'}).{rates} % of roofline is against the "
                 f"{_first_roof(run)} roof.",
             )
         )
