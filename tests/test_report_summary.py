@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from report_helpers import H100_SPEED, case_row, write_run
+from report_helpers import H100_FACTS, H100_SPEED, case_row, write_run
 
 from flashbench.analysis import clocks, summary
 from flashbench.analysis import runs as analysis
@@ -243,6 +243,14 @@ def test_a_steady_regime_calibration_is_judged_by_its_own_verdict(tmp_path: Path
     assert (cal.throttled, cal.reason) == (False, "")
     assert "**Measured roof**" not in verdict.markdown(run, None)
     assert "THROTTLED" not in dict(tables.env_rows(run))["calibration"]
+
+
+def test_the_environment_table_states_the_enforced_power_limit(tmp_path: Path) -> None:
+    facts = {**H100_FACTS, "power_limit_w": 700.0}  # gpu.nvml.gpu_facts: nvmlDeviceGetEnforcedPowerLimit
+    run = analysis.load_run(write_run(tmp_path / "run", [case_row("A", 1.0)], gpus=[facts]))
+    assert dict(tables.env_rows(run))["power cap"] == "700 W"
+    run = analysis.load_run(write_run(tmp_path / "old", [case_row("A", 1.0)]))
+    assert dict(tables.env_rows(run))["power cap"] == "not recorded by this run"
 
 
 def test_a_run_without_calibration_says_it_has_no_measured_roof(tmp_path: Path) -> None:

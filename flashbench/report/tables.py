@@ -160,7 +160,7 @@ def env_rows(run: Run) -> list[tuple[str, str]]:
             " · ".join(filter(None, [sm and f"SM {sm} MHz", mem and f"memory {mem} MHz"])) or "not recorded",
         )
     )
-    limit = facts.get("power_limit_w") or facts.get("enforced_power_limit_w")
+    limit = facts.get("power_limit_w")  # the enforced limit (gpu.nvml.gpu_facts), where the sweep recorded it
     rows.append(("power cap", f"{float(limit):.0f} W" if limit else "not recorded by this run"))
     rows.append(
         ("driver", " · ".join(filter(None, [env.driver, env.cuda and f"CUDA {env.cuda}"])) or "not recorded")
