@@ -14,7 +14,7 @@ ratio (2000 resamples, seeded from the case key, so the same inputs give the sam
 
 The p10 condition: a slower kernel moves the whole distribution of its samples, its fast end included, while
 interference (a clock dip, a power-cap event, another process) only ever adds time, to part of the samples. Seen
-on an H200 in an A/A pair of the ci preset (results/fixtures/aa-run1, aa-run2): one case's median moved +20% with
+on an H200 in an A/A pair of the ci preset (tests/fixtures/aa-run1, aa-run2): one case's median moved +20% with
 the same fastest samples (p10 0.889 vs 0.894 ms) and a stretch of its samples at up to 2x; the bootstrap interval,
 which sees only that run's samples, called it significant. p20 was tried first and is not enough there (the slow
 stretch covered over 20% of the samples: p20 moved +6.6%). Requiring p10 to move as well keeps such a case

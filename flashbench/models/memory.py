@@ -21,7 +21,7 @@ naive: the reference code below (the sweep's naive provider is this code, except
   forward, no autograd: the peak is inside softmax, where s (e), s.float() (4) and its fp32 result (4) live
   together: (e + 8) E for fp16/bf16; O does not exist yet, and when it is written only s (e) and P (e) are
   left, so the peak is max((e + 8) E, 2e E + O). For fp32 .float() and .to() are no-ops: s (4) and P (4) are
-  still alive when O is written, 8 E + O. Measured on an H200 (bf16, torch 2.11, results/examples/h200-default):
+  still alive when O is written, 8 E + O. Measured on an H200 (bf16, torch 2.11, tests/measured/h200-default):
   10.000 E plus the causal mask, at every N from 512 to 16384 (O would have added 0.8-50% of E there).
   with autograd: softmax saves its fp32 output P32 and `p @ v` saves P. The backward's peak is in the softmax
   backward, after `p @ v`'s backward has released P and the .to()'s backward has turned dP into fp32: P32 (4)
@@ -41,14 +41,14 @@ sdpa-math: torch's math backend (`_scaled_dot_product_attention_math`), which ma
   with autograd: the backward's peak is again the softmax backward (16 E on CUDA, 12 E on the CPU, as for
   naive), beside the scaled q and scaled k saved for the Q K^T matmul's backward, O in the input dtype, and
   dV in fp32 (it waits for the upcast's backward, which runs last): T32 + 2 K32 + O.
-  Measured on the H200 (bf16, results/examples/h200-default): forward 9 E + 4 T32 + R (+ 4 Nq Nk causal),
+  Measured on the H200 (bf16, tests/measured/h200-default): forward 9 E + 4 T32 + R (+ 4 Nq Nk causal),
   fwd+bwd 16 E + 2 T32 + 2 K32 + O, exactly, at every N from 512 to 16384. fp32 inputs and GQA: not measured.
 
 flash (FlashAttention-2, SDPA flash / efficient / cuDNN, FlexAttention, the bundled kernel): O(N). Forward:
   O (e per element) + log-sum-exp (fp32 per row). Backward adds dQ, dK, dV and Delta = rowsum(dO * O) (fp32
   per row); with GQA, dK/dV are first produced per query head and then summed into Hkv heads. Whatever
   else an implementation's backward allocates is its `bwd_workspace_q`, in q-sized buffers of the input
-  dtype, declared by its provider: measured in bf16 on an H200 with torch 2.11 (results/examples/h200-default,
+  dtype, declared by its provider: measured in bf16 on an H200 with torch 2.11 (tests/measured/h200-default,
   peak above the inputs in units of one q-sized tensor T): the bundled kernel and FlexAttention 4.03 T
   (O + dQ + dK + dV: workspace 0), SDPA cuDNN and default dispatch 6.05 T (2: an fp32 dQ accumulator),
   SDPA efficient 7.03 T (3), SDPA flash 8.03 T (4).

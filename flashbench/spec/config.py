@@ -162,9 +162,10 @@ class SweepSpec:
     device: str = "cuda"
     # "case" interleaves the providers shape by shape, so that side-by-side ratios are taken at like GPU
     # temperatures and clocks: run provider-major, the first provider's cases heat the GPU for minutes (an H100
-    # power-capped from 1980 to 1740 MHz) while the later ones start cool (BENCHMARKS.md, session 7).
+    # power-capped from 1980 to 1740 MHz) while the later ones start cool (H100, speed preset: the bundled kernel's cases
+    # started at 47-65 C and ran at ~1750 MHz, cuDNN's that followed at 42-46 C).
     order: str = "provider"
-    # --- measurement: the one regime every GPU preset shares (engine/timing.py; README "How it measures") ---
+    # --- measurement: the one regime every GPU preset shares (engine/timing.py; docs/measuring.md) ---
     # Steady warm-up: the case runs back to back, at least warmup_ms, until the median SM clock of the last
     # settle_window_ms differs from the window before by at most settle_pct, or warmup_max_ms has passed.
     warmup_ms: float = 500.0
