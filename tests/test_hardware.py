@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from flashbench.errors import FlashbenchError
@@ -125,6 +127,57 @@ def test_missing_nvml_returns_none_and_auto_exits_3(monkeypatch):
     with pytest.raises(FlashbenchError) as exc:
         hardware.resolve("auto")
     assert exc.value.exit_code == 3
+
+
+class FakeNvml:
+    """The pynvml calls gpu_facts makes, answering as an H100 SXM at a 700 W limit does (milliwatts, MHz)."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+
+    def __init__(self, power_limit_mw: object = 700_000) -> None:
+        self.power_limit_mw = power_limit_mw
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return f"gpu{index}"
+
+    def nvmlDeviceGetName(self, h: str) -> bytes:
+        return b"NVIDIA H100 80GB HBM3"  # old nvidia-ml-py returned bytes
+
+    def nvmlDeviceGetMemoryInfo(self, h: str) -> object:
+        return types.SimpleNamespace(total=85520809984)
+
+    def nvmlDeviceGetMaxClockInfo(self, h: str, clock: int) -> int:
+        return {self.NVML_CLOCK_SM: 1980, self.NVML_CLOCK_MEM: 2619}[clock]
+
+    def nvmlDeviceGetMemoryBusWidth(self, h: str) -> int:
+        return 5120
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 13000
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.159.04"
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: str) -> int:
+        if isinstance(self.power_limit_mw, Exception):
+            raise self.power_limit_mw
+        return self.power_limit_mw
+
+
+def test_gpu_facts_record_the_enforced_power_limit_in_watts(monkeypatch):
+    monkeypatch.setitem(nvml._state, "tried", True)
+    monkeypatch.setitem(nvml._state, "nvml", FakeNvml(power_limit_mw=700_000))
+    facts = nvml.gpu_facts(0)
+    assert facts["power_limit_w"] == 700.0
+    assert (facts["name"], facts["max_sm_clock_mhz"], facts["cuda_driver_version"]) == (
+        "NVIDIA H100 80GB HBM3",
+        1980,
+        "13.0",
+    )
+    # A driver that refuses the query (NVML_ERROR_NOT_SUPPORTED on some boards) leaves it unrecorded, no raise.
+    monkeypatch.setitem(nvml._state, "nvml", FakeNvml(power_limit_mw=RuntimeError("Not Supported")))
+    facts = nvml.gpu_facts(0)
+    assert facts["power_limit_w"] is None and facts["max_sm_clock_mhz"] == 1980
 
 
 def test_throttle_reasons():

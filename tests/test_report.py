@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import re
@@ -25,6 +26,12 @@ FETCHING_TAG = re.compile(r"<(script|link|img|iframe|source|video|audio|embed|ob
 REMOTE = re.compile(r"""(src|href|data)\s*=\s*["']?\s*(https?:)?//""", re.IGNORECASE)
 
 
+# The HTML page and its figures need plotly (the GPU machine has none); markdown, CSV and JSON do not.
+needs_plotly = pytest.mark.skipif(
+    importlib.util.find_spec("plotly") is None, reason="plotly is not installed (the HTML report needs it)"
+)
+
+
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = main(argv)
     out = capsys.readouterr()
@@ -46,6 +53,7 @@ def test_every_fixture_is_found() -> None:
     assert FIXTURES / "synthetic-h100" in FIXTURE_DIRS
 
 
+@needs_plotly
 @pytest.mark.parametrize("fixture", FIXTURE_DIRS, ids=lambda p: p.name)
 def test_html_report_is_one_offline_page(
     fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -57,10 +65,11 @@ def test_html_report_is_one_offline_page(
     page = out.read_text(encoding="utf-8")
     assert_offline(page)
     assert page.count("Plotly.newPlot(") >= 3  # speeds, latency, speedup at least
-    for section in ("TFLOP/s against N", "Latency", "Peak memory", "Environment", "Failed, unsupported"):
+    for section in ("Summary", "TFLOP/s against N", "Latency", "Peak memory", "Environment", "Failures ("):
         assert section in page
 
 
+@needs_plotly
 def test_html_report_sections_of_the_synthetic_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -75,10 +84,10 @@ def test_html_report_sections_of_the_synthetic_run(
         "Speedup over naive",
         "Recompute overhead",
         "Measured vs modelled HBM bytes",
-        "Throttled cases (4)",
+        "Throttled cases (4 of",
         "SYNTHETIC results",
-        "ok, above roofline",
-        "driver 580.159.04",
+        "above roofline",
+        "580.159.04",
     ):
         assert in_page(needle, page), needle
 
@@ -89,6 +98,7 @@ def in_page(text: str, page: str) -> bool:
     return text in page or json.dumps(text)[1:-1] in page
 
 
+@needs_plotly
 def test_default_html_output_goes_into_the_run_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -107,10 +117,10 @@ def test_markdown_summary_for_a_pull_request(capsys: pytest.CaptureFixture[str])
     for needle in (
         "NVIDIA H100 80GB HBM3",
         "### Best TFLOP/s per provider",
-        "### Speedup over `naive`",
+        "**Speedup over naive**",
         "### Recompute overhead",
-        "### Cases without a speed",
-        "| oom | naive |",
+        "**Failures that matter** (8 cases)",
+        "- 4 oom, naive: N=16k",
         "### Throttled cases (4)",
         "FLOPs: forward = 4*B*H*d",
         "SYNTHETIC",
@@ -123,7 +133,7 @@ def test_speedup_vs_picks_the_baseline_provider(capsys: pytest.CaptureFixture[st
     code, md, _ = run_cli(
         ["report", str(FIXTURES / "synthetic-h100"), "--format", "md", "--speedup-vs", "sdpa-flash"], capsys
     )
-    assert code == 0 and "### Speedup over `sdpa-flash`" in md
+    assert code == 0 and "**Speedup over sdpa-flash**" in md
 
 
 @pytest.mark.parametrize("fixture", FIXTURE_DIRS, ids=lambda p: p.name)
@@ -151,6 +161,7 @@ def test_json_is_strict_and_tidy(fixture: Path, tmp_path: Path, capsys: pytest.C
     assert ok and all(isinstance(r["samples_ms"], list) for r in ok)
 
 
+@needs_plotly
 def test_baseline_run_compared_case_by_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = tmp_path / "before"
     cur = tmp_path / "after"
@@ -168,7 +179,7 @@ def test_baseline_run_compared_case_by_case(tmp_path: Path, capsys: pytest.Captu
     code, md, _ = run_cli(["report", str(cur), "--format", "md", "--baseline", str(base)], capsys)
     assert code == 0
     assert "### Against `before`" in md
-    assert "**Gate: FAIL" in md and "regressed" in md  # the gate's own verdict, beside the ratios
+    assert "**Gate against `before`: FAIL**" in md and "regressed" in md  # the gate's own verdict, first
     section = md.split("### Against `before`", 1)[1]
     triton = next(line for line in section.splitlines() if line.startswith("| triton |"))
     assert "| 1.1 | 1.1 | 1.1 | 0 |" in triton  # median, worst, best ratio; no newly failing case
@@ -267,9 +278,10 @@ def derived_h100_run(src: Path, dest: Path) -> Path:
     return dest
 
 
+@needs_plotly
 def test_cross_gpu_comparison_labels_both_gpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from flashbench.analysis import runs as analysis
-    from flashbench.report import model_figures
+    from flashbench.report import roofline_figure
 
     h100 = derived_h100_run(FIXTURES / "aa-run1", tmp_path / "h100-derived")
     h200 = FIXTURES / "aa-run2"
@@ -278,7 +290,7 @@ def test_cross_gpu_comparison_labels_both_gpus(tmp_path: Path, capsys: pytest.Ca
     section = md.split("### Against `h100-derived`", 1)[1]
     assert f"This run: **NVIDIA H200** · `h100-derived`: **{H100}**" in section
     assert "different GPUs: ratios compare machines, not code" in section
-    assert "**Gate:" not in section and "No gate verdict: the runs are from different GPUs" in section
+    assert "**Gate against" not in md and "No gate verdict: the runs are from different GPUs" in md
     assert f"median % of roofline, NVIDIA H200 | median % of roofline, {H100} |" in section
     triton = next(line for line in section.splitlines() if line.startswith("| triton |"))
     median_ratio = float(triton.split("|")[3])
@@ -295,7 +307,7 @@ def test_cross_gpu_comparison_labels_both_gpus(tmp_path: Path, capsys: pytest.Ca
     # each GPU's roofline: both GPUs' ceilings in one figure, each run's points in its own GPU's panel
     runs = [analysis.load_run(h200), analysis.load_run(h100)]
     assert [r.gpu_spec.name for r in runs][1] != runs[0].gpu_spec.name
-    fig = model_figures.roofline_compare(runs, "bf16")
+    fig = roofline_figure.roofline_compare(runs, "bf16")
     lines = [t.name for t in fig.data if t.mode == "lines" and t.showlegend is not False]
     for gpu in ("NVIDIA H200", H100):
         assert any(n.startswith(f"{gpu} · datasheet: ") for n in lines), lines
@@ -304,7 +316,7 @@ def test_cross_gpu_comparison_labels_both_gpus(tmp_path: Path, capsys: pytest.Ca
         t.name.split(" · ")[0]: max(t.y) for t in fig.data if t.mode == "lines" and "datasheet" in t.name
     }
     assert peaks[H100] < peaks["NVIDIA H200"] * 1.01  # the H100's bf16 datasheet roof is not above the H200's
-    points = [t for t in fig.data if t.mode == "markers"]
+    points = [t for t in fig.data if t.mode == "markers" and t.text is not None]  # the cases, not the legend
     assert {t.xaxis for t in points} == {"x", "x2"}  # points on both panels
     assert all("NVIDIA H200" in t.text[0] for t in points if t.xaxis == "x")
     assert all(H100 in t.text[0] for t in points if t.xaxis == "x2")

@@ -32,8 +32,8 @@ SVG_ROOTS_PER_FIGURE = 3  # plotly draws main-svg for the plot, the hover layer 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
+def find_chromium() -> str:
+    """The browser's path; skips the test without one (fails it where FLASHBENCH_REQUIRE_BROWSER=1)."""
     for name in BROWSERS:
         path = shutil.which(name)
         if path:
@@ -41,6 +41,11 @@ def chromium() -> str:
     if os.environ.get("FLASHBENCH_REQUIRE_BROWSER") == "1":
         pytest.fail("FLASHBENCH_REQUIRE_BROWSER=1 but no chromium on PATH (apt-get install -y chromium)")
     pytest.skip("no chromium on PATH (apt-get install -y chromium); .ci/run installs it")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    return find_chromium()
 
 
 def render(chromium: str, page: Path) -> tuple[str, list[str]]:

@@ -86,7 +86,8 @@ def reason_names(reasons: int | None) -> list[str]:
 
 
 def gpu_facts(index: int = 0) -> dict[str, Any] | None:
-    """Static facts about GPU `index`: name, memory, max clocks, bus width, derived bandwidth, driver."""
+    """Static facts about GPU `index`: name, memory, max clocks, bus width, derived bandwidth, driver, the
+    enforced power limit."""
     nv = _nvml()
     if nv is None:
         return None
@@ -101,6 +102,9 @@ def gpu_facts(index: int = 0) -> dict[str, Any] | None:
     max_mem = _call(nv.nvmlDeviceGetMaxClockInfo, h, nv.NVML_CLOCK_MEM)
     bus = _call(getattr(nv, "nvmlDeviceGetMemoryBusWidth", lambda _h: None), h)
     cuda = _call(nv.nvmlSystemGetCudaDriverVersion)
+    # The power limit the driver enforces (milliwatts; the lower of the board's and any set with nvidia-smi -pl):
+    # the limit the sw_power_cap clock-event reason refers to.
+    limit_mw = _call(getattr(nv, "nvmlDeviceGetEnforcedPowerLimit", lambda _h: None), h)
     return {
         "index": index,
         "name": str(name),
@@ -112,6 +116,7 @@ def gpu_facts(index: int = 0) -> dict[str, Any] | None:
         "driver": _call(nv.nvmlSystemGetDriverVersion),
         # NVML encodes CUDA 13.0 as 13000.
         "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else None,
+        "power_limit_w": limit_mw / 1000.0 if isinstance(limit_mw, int | float) else None,
     }
 
 

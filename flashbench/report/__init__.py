@@ -26,7 +26,7 @@ def build(
     """Render the report of `run_dir` in `fmt`; write it to `out` when given. Returns the text.
 
     baseline: another run directory to compare with case by case. speedup_vs: the provider speedups are
-    taken against (default: naive, else sdpa-math, else sdpa, else the first provider with ok rows).
+    taken against (default: analysis.runs.SPEEDUP_VS_HELP's rule, over analysis.runs.DEFAULT_BASELINES).
     """
     from flashbench.analysis import runs as analysis
 

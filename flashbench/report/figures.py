@@ -1,9 +1,11 @@
 """Plotly figures of a run's speeds, built from analysis frames: TFLOP/s, latency, speedup, run comparison.
 
-Each function returns a Figure, or None with no data. Only rows that analysis marks ok are drawn as speeds;
-failed cases appear in the memory figure (as OOM markers) and in the report's tables. Facets are one panel
-per (head dim, causal, mode[, dtype]), the frame's "panel" column. The model-side figures (roofline, memory,
-recompute, HBM bytes) are in model_figures.py.
+Each function returns a Figure, or None with no data. Only rows that analysis marks ok are drawn as speeds; a
+line that stops because the next N ran out of memory ends in the OOM mark (✕, the same mark as the memory
+figure's). Facets are one panel per (head dim, mask, mode[, dtype]), the frame's "panel" column; TFLOP/s panels
+of one mode share their scale and show the GPU's peak. A point measured while the GPU throttled carries a dark
+ring (its clock and the reason are in the hover). The roofline is in roofline_figure.py, the model-side figures
+(memory, recompute, HBM bytes) in model_figures.py.
 """
 
 from __future__ import annotations
@@ -11,6 +13,17 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from flashbench.analysis import clocks, summary
+from flashbench.report.style import (
+    OOM_MARK,
+    PREDICTED_OOM_MARK,
+    THROTTLE_RING,
+    colors,
+    decade_axis,
+    fmt_bytes,
+    n_ticks,
+)
+from flashbench.results.rows import OOM, PREDICTED_OOM, SKIPPED
 from flashbench.spec.cases import mask_label
 
 if TYPE_CHECKING:
@@ -19,64 +32,60 @@ if TYPE_CHECKING:
 
     from flashbench.analysis.runs import Run
 
-PALETTE = (
-    "#1f77b4",
-    "#d62728",
-    "#2ca02c",
-    "#ff7f0e",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#17becf",
-    "#bcbd22",
-    "#7f7f7f",
-)
-CEILING_DASH = {"datasheet": "solid", "NVML-derived": "dash", "measured": "dot"}
-MODE_SYMBOL = {"fwd": "circle", "bwd": "diamond", "fwd+bwd": "square"}
 PANEL_HEIGHT = 300
 COLS = 4
+ENDED_BY_OOM = (OOM, PREDICTED_OOM, SKIPPED)
 
 
-def colors(provider_names: list[str]) -> dict[str, str]:
-    return {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(provider_names)}
+def with_context(df: pd.DataFrame) -> pd.DataFrame:
+    """df with the one roofline rule's columns (roof_ai, roof_bound, roof_pct) and each case's clock."""
+    return df.join(summary.roof_view(df)).join(clocks.case_clocks(df))
 
 
-def _hover(df: pd.DataFrame, extra: list[tuple[str, str, str]] = ()) -> list[str]:
-    """One HTML hover text per row: the case, then its numbers. extra: (label, column, format)."""
+def hover(df: pd.DataFrame, extra: Any = ()) -> list[str]:
+    """One HTML hover text per row: the case, its numbers, its clock. extra: (label, column, format)."""
     out = []
     for r in df.to_dict("records"):
         lines = [
             f"<b>{r['provider']}</b> · {r['time_label']}",
-            f"N={r['seq_q']}"
-            + (f"×{r['seq_k']}" if r["seq_k"] != r["seq_q"] else "")
-            + f" d={r['head_dim']} {r['dtype']} {mask_label(r['causal'])} {r['mode']}",
+            f"N={summary.n_label(r['seq_q'], r['seq_k'])} d={r['head_dim']} {r['dtype']} "
+            f"{mask_label(r['causal'])} {r['mode']}",
             f"batch={r['batch']} heads={r['heads']}"
             + (f" kv={r['kv_heads']}" if r["kv_heads"] != r["heads"] else ""),
         ]
-        if r.get("median_ms") == r.get("median_ms") and r.get("median_ms") is not None:
+        if _num(r.get("median_ms")):
             lines.append(f"median {r['median_ms']:.4g} ms (p20 {r['p20_ms']:.4g}, p80 {r['p80_ms']:.4g})")
-        if r.get("tflops") == r.get("tflops") and r.get("tflops") is not None:
+        if _num(r.get("tflops")):
             lines.append(f"{r['tflops']:.4g} TFLOP/s")
         for label, col, fmt in extra:
             value = r.get(col)
             if value is not None and value == value and value != "":
-                lines.append(f"{label}: {_si_bytes(value) if fmt == 'B' else format(value, fmt)}")
-        if r.get("throttled"):
-            lines.append("⚠ throttled during this case")
+                lines.append(f"{label}: {fmt_bytes(value) if fmt == 'B' else format(value, fmt)}")
+        if _num(r.get("clock_mhz")):
+            lo, hi = r.get("clock_min_mhz"), r.get("clock_max_mhz")
+            span = f", {lo:.0f}–{hi:.0f}" if _num(lo) and _num(hi) and lo != hi else ""
+            why = f"; throttled: {r['reasons'] or 'reason not recorded'}" if r.get("throttled") else ""
+            share = r.get("throttled_share")
+            if why and _num(share):
+                why += f" (in {share:.0%} of the readings)"
+            lines.append(f"SM clock {r['clock_mhz']:.0f} MHz{span} ({r['clock_source']}){why}")
+        if (
+            r.get("warmup_settled") is False
+        ):  # the measurement regime's own flags, where the sweep recorded them
+            lines.append("the warm-up stopped before the SM clock settled")
+        if r.get("host_time_included") is True:
+            lines.append("host launch gaps may be counted in this GPU time")
         if r.get("status") != "ok":
             lines.append(f"status: {r['status']} {str(r.get('reason', ''))[:80]}")
         out.append("<br>".join(lines))
     return out
 
 
-def _si_bytes(value: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.4g} {unit}"
-    return f"{value:.0f} B"
+def _num(value: Any) -> bool:
+    return value is not None and value == value
 
 
-def _grid(
+def grid(
     panels: list[str], title: str, y_title: str, x_title: str = "sequence length N", **kw: Any
 ) -> go.Figure:
     from plotly.subplots import make_subplots
@@ -88,14 +97,14 @@ def _grid(
         cols=cols,
         subplot_titles=panels,
         horizontal_spacing=0.06,
-        vertical_spacing=min(0.12, 0.5 / max(rows - 1, 1)),
+        vertical_spacing=min(0.14, 0.55 / max(rows - 1, 1)),
         **kw,
     )
     fig.update_layout(
         title=title,
-        height=PANEL_HEIGHT * rows + 140,
+        height=PANEL_HEIGHT * rows + 150,
         template="plotly_white",
-        legend={"orientation": "h", "y": -0.08 if rows > 1 else -0.2, "x": 0},
+        legend={"orientation": "h", "y": -0.1 if rows > 1 else -0.25, "x": 0},
         margin={"t": 80, "l": 60, "r": 20, "b": 60},
         hoverlabel={"align": "left"},
     )
@@ -107,30 +116,18 @@ def _grid(
     return fig
 
 
-def _n_label(n: int) -> str:
-    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
-
-
-def _n_ticks(fig: go.Figure, values: Any) -> None:
-    """Tick the log N axes at the measured sequence lengths (512, 1k, 2k, ...) instead of 2, 5, 10."""
-    ns = sorted({int(v) for v in values})
-    if len(ns) > 12:
-        ns = ns[:: math.ceil(len(ns) / 12)]
-    fig.update_xaxes(tickvals=ns, ticktext=[_n_label(n) for n in ns])
-
-
-def _cell(panels: list[str], panel: str) -> tuple[int, int]:
+def cell(panels: list[str], panel: str) -> tuple[int, int]:
     i = panels.index(panel)
     cols = min(COLS, len(panels))
     return i // cols + 1, i % cols + 1
 
 
-def _panels(df: pd.DataFrame) -> list[str]:
+def panel_order(df: pd.DataFrame) -> list[str]:
     order = df.sort_values(["dtype", "mode", "causal", "head_dim"])["panel"]
     return list(dict.fromkeys(order))
 
 
-def _time_word(df: pd.DataFrame) -> str:
+def time_word(df: pd.DataFrame) -> str:
     labels = set(df["time_label"])
     return (
         "CPU time" if labels == {"CPU time"} else ("GPU time" if labels == {"GPU time"} else "GPU/CPU time")
@@ -144,16 +141,16 @@ def speed_vs_seq(run: Run, metric: str = "tflops") -> go.Figure | None:
     df = run.frame[run.frame["ok"] & run.frame[metric].notna()].sort_values("seq_q")
     if df.empty:
         return None
-    panels, cmap = _panels(df), colors(list(dict.fromkeys(run.frame["provider"])))
-    word = _time_word(df)
+    df = with_context(df)
+    panels, cmap = panel_order(df), colors(dict.fromkeys(run.frame["provider"]))
+    word = time_word(df)
     if metric == "tflops":
-        fig = _grid(panels, f"Achieved TFLOP/s against sequence length ({word})", "TFLOP/s")
+        fig = grid(panels, f"Achieved TFLOP/s against sequence length ({word}; bars p20–p80)", "TFLOP/s")
     else:
-        fig = _grid(panels, f"Latency against sequence length ({word}, median, bars p20–p80)", "ms (log)")
-        fig.update_yaxes(type="log")
+        fig = grid(panels, f"Latency against sequence length ({word}, median, bars p20–p80)", "ms (log)")
     seen: set[str] = set()
     for (panel, provider), grp in df.groupby(["panel", "provider"], sort=False):
-        row, col = _cell(panels, panel)
+        row, col = cell(panels, panel)
         y = grp[metric]
         if metric == "tflops":
             hi, lo = (
@@ -177,21 +174,127 @@ def speed_vs_seq(run: Run, metric: str = "tflops") -> go.Figure | None:
                 legendgroup=provider,
                 showlegend=provider not in seen,
                 line={"color": cmap[provider]},
-                marker={"symbol": ["x" if t else "circle" for t in grp["throttled"]], "size": 7},
+                marker={
+                    "symbol": "circle",
+                    "size": 7,
+                    "line": {"color": THROTTLE_RING, "width": [2 if t else 0 for t in grp["throttled"]]},
+                },
                 error_y=err,
-                text=_hover(grp, [("% of roofline", "pct_of_roofline", ".1f"), ("bound", "bound", "s")]),
+                text=hover(grp, [("% of roofline", "roof_pct", ".1f"), ("bound", "roof_bound", "s")]),
                 hovertemplate="%{text}<extra></extra>",
             ),
             row=row,
             col=col,
         )
         seen.add(provider)
-    _n_ticks(fig, df["seq_q"])
+        _oom_end(fig, run.frame, grp, metric, cmap[provider], row, col)
+    if metric == "tflops":
+        _peaks_and_scale(fig, run, df, panels)
+    else:
+        for panel in panels:
+            row, col = cell(panels, panel)
+            sub = df[df["panel"] == panel]
+            decade_axis(fig, list(sub["p20_ms"]) + list(sub["p80_ms"]), row=row, col=col)
+    _legend_marks(fig, df, run.frame)
+    n_ticks(fig, df)
     return fig
 
 
+def _oom_end(
+    fig: go.Figure, frame: pd.DataFrame, grp: pd.DataFrame, metric: str, color: str, row: int, col: int
+) -> None:
+    """Where a provider's line stops because the next N ran out of memory: a dotted step to the ✕ there."""
+    import plotly.graph_objects as go
+
+    r0 = grp.iloc[-1]
+    same = (
+        (frame["provider"] == r0["provider"])
+        & (frame["panel"] == r0["panel"])
+        & frame["status"].isin(ENDED_BY_OOM)
+        & (frame["seq_q"] > r0["seq_q"])
+    )
+    if not same.any():
+        return
+    nxt = frame[same].sort_values("seq_q").iloc[0]
+    fig.add_trace(
+        go.Scatter(
+            x=[r0["seq_q"], nxt["seq_q"]],
+            y=[r0[metric], r0[metric]],
+            mode="lines+markers+text",
+            line={"color": color, "dash": "dot", "width": 1},
+            marker={
+                "symbol": ["circle", OOM_MARK if nxt["status"] == OOM else PREDICTED_OOM_MARK],
+                "size": [0, 12],
+                "color": ["rgba(0,0,0,0)", "#c00"],
+            },
+            text=["", "OOM" if nxt["status"] == OOM else "OOM, predicted"],
+            textposition="top left",
+            textfont={"color": "#c00", "size": 10},
+            showlegend=False,
+            hovertext=[
+                "",
+                f"{nxt['provider']} at N={nxt['seq_q']}: {nxt['status']}: {str(nxt['reason'])[:100]}",
+            ],
+            hoverinfo="text",
+        ),
+        row=row,
+        col=col,
+    )
+
+
+def _peaks_and_scale(fig: go.Figure, run: Run, df: pd.DataFrame, panels: list[str]) -> None:
+    """TFLOP/s panels: the datasheet peak of each panel's dtype as a line, one y scale per mode (0 to the
+    highest of the peaks and the p20 bars of that mode)."""
+    peaks: dict[str, float] = {}
+    roof = run.ceilings[0] if run.ceilings else None
+    for panel in panels:
+        sub = df[df["panel"] == panel]
+        dtype, mode = sub["dtype"].iloc[0], sub["mode"].iloc[0]
+        peak = roof.peak(dtype) / 1e12 if roof is not None and roof.peak(dtype) else None
+        top = float((sub["flops"] / (sub["p20_ms"] * 1e-3) / 1e12).max())
+        peaks[mode] = max(peaks.get(mode, 0.0), top, peak or 0.0)
+        if peak:
+            row, col = cell(panels, panel)
+            fig.add_hline(
+                y=peak,
+                line={"color": "#555", "dash": "dash", "width": 1},
+                annotation_text=f"{dtype} peak {peak:.0f} ({roof.source})",
+                annotation_position="bottom right",
+                annotation_font={"size": 10, "color": "#555"},
+                row=row,
+                col=col,
+            )
+    for panel in panels:
+        row, col = cell(panels, panel)
+        mode = df.loc[df["panel"] == panel, "mode"].iloc[0]
+        fig.update_yaxes(range=[0, peaks[mode] * 1.08], row=row, col=col)
+
+
+def _legend_marks(fig: go.Figure, df: pd.DataFrame, frame: pd.DataFrame) -> None:
+    """Legend entries that explain the marks once: the throttle ring and the OOM end of a line."""
+    import plotly.graph_objects as go
+
+    marks = []
+    if df["throttled"].any():
+        n = int(df["throttled"].sum())
+        marks.append(
+            (
+                f"ring: throttled during the case ({n} of {len(df)}; clock in the hover)",
+                {"symbol": "circle-open", "color": THROTTLE_RING, "size": 10, "line": {"width": 2}},
+            )
+        )
+    if frame["status"].isin(ENDED_BY_OOM).any():
+        marks.append(
+            ("✕ OOM: the next N ran out of memory", {"symbol": OOM_MARK, "color": "#c00", "size": 10})
+        )
+    for name, marker in marks:
+        fig.add_trace(
+            go.Scatter(x=[None], y=[None], mode="markers", marker=marker, name=name, legendgroup="marks")
+        )
+
+
 def speedup(run: Run, baseline: str) -> go.Figure | None:
-    """Speedup against the baseline provider on the same shape, per provider, faceted."""
+    """Speedup over the reference provider on the same shape (above 1 = faster than it), per provider."""
     import plotly.graph_objects as go
 
     from flashbench.analysis.runs import speedups
@@ -200,11 +303,16 @@ def speedup(run: Run, baseline: str) -> go.Figure | None:
     df = df[df["provider"] != baseline].sort_values("seq_q")
     if df.empty:
         return None
-    panels, cmap = _panels(df), colors(list(dict.fromkeys(run.frame["provider"])))
-    fig = _grid(panels, f"Speedup over {baseline} (its median time / the provider's, same shape)", "× faster")
+    df = with_context(df)
+    panels, cmap = panel_order(df), colors(dict.fromkeys(run.frame["provider"]))
+    fig = grid(
+        panels,
+        f"Speedup over {baseline}: its median time / the provider's, same shape (above 1 = faster than {baseline})",
+        f"× {baseline}",
+    )
     seen: set[str] = set()
     for (panel, provider), grp in df.groupby(["panel", "provider"], sort=False):
-        row, col = _cell(panels, panel)
+        row, col = cell(panels, panel)
         fig.add_trace(
             go.Scatter(
                 x=grp["seq_q"],
@@ -214,15 +322,22 @@ def speedup(run: Run, baseline: str) -> go.Figure | None:
                 legendgroup=provider,
                 showlegend=provider not in seen,
                 line={"color": cmap[provider]},
-                text=_hover(grp, [("speedup", "speedup", ".3g"), (f"{baseline} ms", "baseline_ms", ".4g")]),
+                text=hover(grp, [("speedup", "speedup", ".3g"), (f"{baseline} ms", "baseline_ms", ".4g")]),
                 hovertemplate="%{text}<extra></extra>",
             ),
             row=row,
             col=col,
         )
         seen.add(provider)
+    top = max(float(df["speedup"].max()), 1.0) * 1.08
+    low = min(float(df["speedup"].min()), 1.0) * 0.92
+    for mode in dict.fromkeys(df["mode"]):
+        for panel in dict.fromkeys(df.loc[df["mode"] == mode, "panel"]):
+            row, col = cell(panels, panel)
+            sub = df[df["mode"] == mode]["speedup"]
+            fig.update_yaxes(range=[min(low, sub.min() * 0.92), max(top, sub.max() * 1.08)], row=row, col=col)
     fig.add_hline(y=1.0, line={"color": "#888", "width": 1, "dash": "dot"})
-    _n_ticks(fig, df["seq_q"])
+    n_ticks(fig, df)
     return fig
 
 
@@ -243,7 +358,7 @@ def comparison(
     df = joined[joined["ratio"].notna()].sort_values("seq_q")
     if df.empty:
         return None
-    panels, cmap = _panels(df), colors(list(dict.fromkeys(joined["provider"])))
+    panels, cmap = panel_order(df), colors(dict.fromkeys(joined["provider"]))
     if cross_gpu:
         title = (
             f"{current_label} against {baseline_label} ({baseline_name}): time ratio per case; "
@@ -251,11 +366,11 @@ def comparison(
         )
     else:
         title = f"This run against {baseline_name}: time ratio per case (above 1 = slower now)"
-    fig = _grid(panels, title, "ratio")
+    fig = grid(panels, title, "ratio")
     seen: set[str] = set()
     cur, base = _hover_escape(current_label), _hover_escape(baseline_label)
     for (panel, provider), grp in df.groupby(["panel", "provider"], sort=False):
-        row, col = _cell(panels, panel)
+        row, col = cell(panels, panel)
         cols = ["median_ms", "median_ms_baseline", "tflops", "tflops_baseline"]
         cols += ["pct_of_roofline", "pct_of_roofline_baseline"]
         fig.add_trace(
@@ -281,7 +396,7 @@ def comparison(
         )
         seen.add(provider)
     fig.add_hline(y=1.0, line={"color": "#888", "width": 1, "dash": "dot"})
-    _n_ticks(fig, df["seq_q"])
+    n_ticks(fig, df)
     return fig
 
 

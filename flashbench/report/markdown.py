@@ -1,9 +1,15 @@
-"""A markdown summary fit for a pull-request comment or $GITHUB_STEP_SUMMARY: short, tables, no pictures."""
+"""A markdown summary fit for a pull-request comment or $GITHUB_STEP_SUMMARY: the verdict (the same text the
+HTML page leads with), then short tables; no pictures, bytes in GiB."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from flashbench.analysis import clocks, summary
+from flashbench.analysis import comparison as cmp
+from flashbench.analysis import runs as an
+from flashbench.report import verdict
+from flashbench.report.style import fmt_bytes
 from flashbench.results.rows import FLOP_CONVENTION
 
 if TYPE_CHECKING:
@@ -17,52 +23,15 @@ MAX_LINES = 15  # longest list of cases shown in full
 def render(
     run: Run, baseline_provider: str | None, baseline_run: Run | None = None, verdicts: Any = None
 ) -> str:
-    from flashbench.analysis import comparison as cmp
-    from flashbench.analysis import runs as an
-
     f = run.frame
-    counts = f["status"].value_counts()
-    ok = int(counts.get("ok", 0))
     out = [f"## flashbench report: `{run.name}`", ""]
-    device = "CPU" if run.is_cpu else run.gpu_name
-    out.append(
-        f"**{device}** · {len(f)} cases · {ok} ok · {len(f) - ok} not ok · {int(f['throttled'].sum())} throttled"
-    )
-    if run.is_cpu:
-        out += [
-            "",
-            "> **CPU run**: all times are CPU times (torch on CPU, Triton interpreter), not GPU speeds.",
-        ]
-    if run.env.synthetic:
-        out += ["", "> **SYNTHETIC results**: generated for tests, not measured."]
-    out += ["", f"FLOPs: {FLOP_CONVENTION}.", ""]
+    out += [verdict.markdown(run, baseline_provider, baseline_run, verdicts).rstrip(), ""]
+    out += [f"FLOPs: {FLOP_CONVENTION}.", ""]
 
-    best = an.best_per_provider(f)
+    best = summary.best_per_provider(f)
     if len(best):
         out += ["### Best TFLOP/s per provider", ""]
-        has_roof = best["median_pct_of_roofline"].notna().any()
-        cols = ["provider", "dtype", "mode", "max_tflops", "at"] + (
-            ["median_pct_of_roofline"] if has_roof else []
-        )
-        names = {"max_tflops": "max TFLOP/s", "median_pct_of_roofline": "median % of roofline"}
-        out += _table(best[cols], names)
-
-    if baseline_provider:
-        sp = an.speedups(f, baseline_provider)
-        sp = sp[sp["provider"] != baseline_provider]
-        if len(sp):
-            rows = [
-                {
-                    "provider": p,
-                    "cases": len(g),
-                    "geomean": an.geomean(g["speedup"]),
-                    "min": g["speedup"].min(),
-                    "max": g["speedup"].max(),
-                }
-                for p, g in sp.groupby("provider", sort=False)
-            ]
-            out += [f"### Speedup over `{baseline_provider}` (same shape, both ok)", ""]
-            out += _table(_frame(rows), {"geomean": "geomean ×", "min": "min ×", "max": "max ×"})
+        out += _table(best.drop(columns=["time", "cases"]))
 
     rc = an.recompute_overhead(f)
     refs = an.recompute_references()
@@ -75,11 +44,15 @@ def render(
                 "cases": len(g),
                 "median time overhead %": 100 * g["time_overhead"].median(),
                 **{f"expected from {ref.name} %": 100 * ref.value for ref in refs},
-                "median memory saved": _bytes(g["mem_saved_bytes"].median()),
+                "median memory saved": fmt_bytes(g["mem_saved_bytes"].median()),
             }
             for mode, g in rc.groupby("mode", sort=False)
         ]
-        out += [f"### Recompute overhead ({pair}: recompute backward against stored P)", ""]
+        out += [
+            f"### Recompute overhead ({pair}, the backward alone from --mode bwd rows; below 0: recomputing is "
+            "faster)",
+            "",
+        ]
         out += _table(_frame(rows))
 
     if baseline_run is not None:
@@ -91,16 +64,13 @@ def render(
         out += [f"This run: **{this_dev}** · `{baseline_run.name}`: **{base_dev}**", ""]
         if cross:
             out += [f"> **{cmp.cross_gpu_note(run, baseline_run)}**", ""]
-        if verdicts is not None and cross:
-            out += [f"{cmp.NO_GATE_ACROSS_GPUS}", ""]
-        elif verdicts is not None:
+        if verdicts is not None and not cross:
             joined = cmp.add_verdicts(joined, verdicts)
-            out += [f"**Gate: {verdicts.headline()}**", ""]
-        summary = cmp.compare_summary(joined, roofline=cross)
+        table = cmp.compare_summary(joined, roofline=cross)
         names = {"median_ratio": "median ratio", "worst_ratio": "worst", "best_ratio": "best"}
         names["median_pct_of_roofline"] = f"median % of roofline, {this_dev}"
         names["median_pct_of_roofline_baseline"] = f"median % of roofline, {base_dev}"
-        out += _table(summary, names)
+        out += _table(table, names)
         worst = joined[joined["ratio"].notna()].sort_values("ratio", ascending=False).head(5)
         if len(worst):
             out += ["Slowest cases now:", ""]
@@ -122,24 +92,22 @@ def render(
             ]
             out.append("")
 
-    fails = an.failures(f)
-    if len(fails):
-        out += [f"### Cases without a speed ({len(fails)})", ""]
-        counts_df = (
-            fails.groupby(["status", "provider"], sort=False)
+    refused = f[f["status"].isin(summary.NOT_RUN)]
+    if len(refused):
+        out += [f"### Refused or not attempted ({len(refused)})", ""]
+        counts = (
+            refused.groupby(["status", "provider"], sort=False)
             .agg(cases=("status", "size"), reason=("reason", "first"))
             .reset_index()
         )
-        counts_df["reason"] = counts_df["reason"].map(
-            lambda s: str(s)[:100].replace("|", "/").replace("\n", " ")
-        )
-        out += _table(counts_df)
-    thr = an.throttled(f)
+        counts["reason"] = counts["reason"].map(lambda s: str(s)[:100].replace("|", "/").replace("\n", " "))
+        out += _table(counts)
+    thr = clocks.throttled_cases(f, run.env)
     if len(thr):
-        out += [f"### Throttled cases ({len(thr)}): speeds suspect", ""]
-        out += _table(
-            thr.head(MAX_LINES)[["provider", "seq_q", "head_dim", "causal", "mode", "sm_clock_mhz_after"]]
-        )
+        out += [f"### Throttled cases ({len(thr)}), lowest clock first", ""]
+        out += _table(thr.head(MAX_LINES))
+        if len(thr) > MAX_LINES:
+            out += [f"… {len(thr) - MAX_LINES} more in the HTML report.", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -147,15 +115,6 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame(rows)
-
-
-def _bytes(value: float) -> str:
-    if value != value:
-        return ""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.0f} B"
 
 
 def _cell(value: Any) -> str:

@@ -1,0 +1,115 @@
+"""What every figure of the report shares: a provider's colour (the same in every report), the marker symbol
+of a mode and mask, byte units (GiB, as the rows and errors use), log axes labelled by decades, N ticks.
+
+Colours: a fixed map for the providers flashbench ships, so triton is blue in every report whatever else ran;
+a provider of a user kernel file gets a colour from a stable hash of its name (crc32, not Python's salted hash),
+so it too keeps its colour from one report to the next.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+PROVIDER_COLORS = {
+    "triton": "#1f77b4",  # blue: the bundled kernel
+    "triton-stored-p": "#6baed6",
+    "triton-v1": "#08519c",
+    "sdpa-flash": "#d62728",  # red
+    "sdpa-cudnn": "#2ca02c",  # green
+    "sdpa-efficient": "#e377c2",
+    "sdpa-math": "#8c564b",
+    "sdpa": "#bcbd22",
+    "naive": "#7f7f7f",
+    "flex": "#9467bd",
+    "flash-attn": "#ff7f0e",
+    "flash-attn-3": "#f2b701",
+}
+# For providers outside the map (user kernels): picked by crc32 of the name, none of them in the map above.
+HASH_COLORS = ("#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#e6550d", "#31a354")
+# Marker symbol per mode: (non-causal, causal).
+MODE_SYMBOLS = {
+    "fwd": ("circle", "triangle-up"),
+    "bwd": ("diamond", "triangle-down"),
+    "fwd+bwd": ("square", "star"),
+}
+OTHER_SYMBOLS = ("hexagon", "cross")
+OOM_MARK = "x"  # ✕ means out of memory, and only that, on every figure
+PREDICTED_OOM_MARK = "x-open"
+THROTTLE_RING = "#222"  # a dark ring around a point measured while the GPU throttled
+GIB = 1 << 30
+
+
+def provider_color(name: str) -> str:
+    return PROVIDER_COLORS.get(name) or HASH_COLORS[zlib.crc32(name.encode()) % len(HASH_COLORS)]
+
+
+def colors(names: Any) -> dict[str, str]:
+    return {n: provider_color(n) for n in names}
+
+
+def symbol(mode: str, causal: bool) -> str:
+    return MODE_SYMBOLS.get(mode, OTHER_SYMBOLS)[int(bool(causal))]
+
+
+def fmt_bytes(value: float) -> str:
+    """Binary units, as the rows and the OOM messages use: 1.5 GiB, 66 MiB, 512 B."""
+    if value != value:
+        return ""
+    for unit, scale in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def decades(lo: float, hi: float) -> tuple[list[float], list[str], list[float]]:
+    """(tick values, their labels, the axis range in log10 units) for a log axis from lo to hi: one labelled
+    tick per decade (0.1, 1, 10), the range widened to whole decades so at least two are labelled."""
+    a = math.floor(math.log10(lo))
+    b = max(math.ceil(math.log10(hi)), a + 1)
+    vals = [10.0**k for k in range(a, b + 1)]
+    return vals, [f"{v:g}" for v in vals], [a, b]
+
+
+def decade_axis(fig: go.Figure, values: Any, axis: str = "y", widen: bool = True, **where: Any) -> None:
+    """Make `axis` ("x" or "y") of the subplot(s) `where` a log axis over `values`, labelled by decades.
+
+    widen: stretch the range to whole decades (at least two labelled); else span the values exactly."""
+    finite = [float(v) for v in values if v == v and v > 0]
+    if not finite:
+        return
+    vals, text, rng = decades(min(finite), max(finite))
+    if not widen:
+        rng = [math.log10(min(finite)), math.log10(max(finite))]
+        keep = [i for i, v in enumerate(vals) if min(finite) <= v <= max(finite)]
+        vals, text = [vals[i] for i in keep], [text[i] for i in keep]
+    update = fig.update_yaxes if axis == "y" else fig.update_xaxes
+    update(
+        type="log",
+        range=rng,
+        tickvals=vals,
+        ticktext=text,
+        minor={"tickvals": [v * m for v in [vals[0] / 10, *vals] for m in range(2, 10)], "showgrid": True},
+        **where,
+    )
+
+
+def n_tick_label(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def n_ticks(fig: go.Figure, frame: Any, x: str = "seq_q") -> None:
+    """Tick the log N axes at the measured lengths (512, 1k, 2k, ...); with the batch under each N where every
+    N ran at one batch that changes with N (a fixed token count: batch × N = constant)."""
+    ns = sorted({int(v) for v in frame[x]})
+    batches = frame.groupby(x)["batch"].unique()
+    one_each = all(len(b) == 1 for b in batches)
+    show_batch = one_each and len({int(b[0]) for b in batches}) > 1
+    if len(ns) > 12:
+        ns = ns[:: math.ceil(len(ns) / 12)]
+    text = [n_tick_label(n) + (f"<br>b{int(batches[n][0])}" if show_batch else "") for n in ns]
+    fig.update_xaxes(tickvals=ns, ticktext=text)

@@ -1,0 +1,278 @@
+"""The verdict the report leads with, in words a reader can paste into a pull request.
+
+One markdown text, built from analysis.summary and analysis.clocks: the markdown report prints it as it is and
+the HTML page renders the same text (markdown-it, raw HTML escaped) above its figures, each block in its own
+colour (a gate that failed in red). Nothing here computes a number: it only words them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from flashbench.analysis import clocks, summary
+from flashbench.analysis.comparison import NO_GATE_ACROSS_GPUS, same_gpu
+from flashbench.analysis.modelled import ROOF_LABELS
+from flashbench.analysis.runs import DEFAULT_BASELINES, pick_baseline
+
+if TYPE_CHECKING:
+    from flashbench.analysis.runs import Run
+
+MAX_WORST = 5  # worst gate cases named
+# Gate verdicts (flashbench.gate) of cases that compare nothing, and of the cases worth naming, worst kinds first.
+# "baseline-only" became "missing" when the gate learnt to fail on cases the current run lost: both are read.
+NOT_COMPARED = ("not-ok-both", "baseline-only", "missing", "current-only")
+WORST = ("regression", "newly-failing", "missing", "slower-within-noise")
+# What the gate's in-run ratio is, for readers who never opened docs/gate.md.
+IN_RUN_RATIO = (
+    "*In-run ratio*: the bundled kernel's time over its reference provider's for one shape in the same run "
+    "({pairs}), compared with the same ratio in the baseline run. A slower or hotter machine slows both and "
+    "leaves the ratio alone, so a ratio that moved points at the code, not the machine."
+)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One paragraph or list of the verdict. kind: "text", "pass", "fail" or "warn" (the HTML's colour)."""
+
+    kind: str
+    markdown: str
+
+
+def blocks(run: Run, reference: str | None, baseline_run: Run | None = None, gate: Any = None) -> list[Block]:
+    """The verdict of `run` as markdown blocks (with a baseline run: the gate's verdict first)."""
+    f = run.frame
+    out: list[Block] = []
+    if baseline_run is not None:
+        out += _gate_blocks(run, baseline_run, gate)
+    out.append(Block("text", _what_ran(run)))
+    groups = summary.leads(f)
+    lead_lines = [_lead_line(x, len({g.dtype for g in groups}) > 1) for x in groups]
+    if lead_lines:
+        head = (
+            "**Fastest per case group** (× = the runner-up's median time / the fastest's: geometric mean over N, "
+            "then the range; best % of roofline in the group and its bound):"
+        )
+        out.append(Block("text", "\n".join([head, "", *lead_lines])))
+    if reference:
+        line = _reference_line(f, reference)
+        if line:
+            out.append(Block("text", line))
+    out += _failure_blocks(f)
+    if not run.is_cpu:
+        out += _clock_blocks(run)
+    return out
+
+
+def markdown(run: Run, reference: str | None, baseline_run: Run | None = None, gate: Any = None) -> str:
+    """The verdict as one markdown text (the markdown report's first section)."""
+    return "\n\n".join(b.markdown for b in blocks(run, reference, baseline_run, gate)) + "\n"
+
+
+def _x(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def _what_ran(run: Run) -> str:
+    f = run.frame
+    meas = summary.measured(f)
+    ok = int(meas["ok"].sum())
+    device = "CPU" if run.is_cpu else run.gpu_name
+    text = f"**{device}** · " + " · ".join(summary.description(f))
+    text += f": {len(meas)} cases, {'all' if ok == len(meas) else ok} ok."
+    missing = summary.not_installed(f)
+    if missing:
+        text += f" Not installed, so neither cases nor providers here: {', '.join(missing)}."
+    if run.is_cpu:
+        text += " **CPU run**: all times are CPU times (torch on CPU, Triton interpreter), not GPU speeds."
+    if run.env.synthetic:
+        text += " **SYNTHETIC results**: generated for tests, not measured."
+    return text
+
+
+def _lead_line(lead: summary.Lead, with_dtype: bool) -> str:
+    text = f"- {lead.group}" + (f" · {lead.dtype}" if with_dtype else "") + f": **{lead.fastest}**"
+    if lead.runner_up is None:
+        text += " (the only provider measured)"
+    else:
+        (lo_n, lo), (hi_n, hi) = lead.low, lead.high
+        span = f"{_x(lo)} at N={lo_n} … {_x(hi)} at N={hi_n}" if len(lead.ratios) > 1 else f"N={lo_n}"
+        text += f" {_x(lead.geomean)} over {lead.runner_up} ({span}"
+        behind = _behind_words(lead)
+        text += f"; {lead.runner_up} ahead {behind})" if behind else ")"
+    if lead.best_pct is not None:
+        text += (
+            f" · best {lead.best_pct:.0f}% of roofline ({lead.best_pct_provider}, N={lead.best_pct_at}, "
+            f"{lead.best_pct_bound})"
+        )
+    return text
+
+
+def _behind_words(lead: summary.Lead) -> str:
+    """Where the runner-up was faster: "from N=4k", "up to N=2k" or "at N=1k, 8k"."""
+    labels = [n for n, _ in lead.ratios]
+    behind = lead.behind_at
+    if not behind or len(behind) == len(labels):
+        return ""
+    if len(behind) == 1:
+        return f"at N={behind[0]}"
+    if labels[-len(behind) :] == behind:
+        return f"from N={behind[0]}"
+    if labels[: len(behind)] == behind:
+        return f"up to N={behind[-1]}"
+    return "at N=" + ", ".join(behind)
+
+
+def _reference_line(frame: Any, reference: str) -> str:
+    sp = summary.reference_speedups(frame, reference)
+    if sp.empty:
+        return ""
+    parts = []
+    for mode, g in sp.groupby("mode", sort=False):
+        each = [
+            f"{r['provider']} {_x(r['geomean'])} ({r['min']:.2f}–{_x(r['max'])})"
+            for r in g.to_dict("records")
+        ]
+        parts.append(f"{mode}: " + ", ".join(each))
+    return (
+        f"**Speedup over {reference}** (above 1 = faster than {reference}: its median time over the provider's "
+        f"on the same shape, geometric mean over the cases, then the range; {reference} is "
+        f"{_reference_rule(frame, reference)}): " + "; ".join(parts) + "."
+    )
+
+
+def _reference_rule(frame: Any, reference: str) -> str:
+    if pick_baseline(frame) != reference:
+        return "named by `--speedup-vs`"
+    if reference in DEFAULT_BASELINES:
+        return f"the first of {', '.join(DEFAULT_BASELINES)} that ran; `--speedup-vs` picks another"
+    return (
+        "the first provider measured, none of the usual references having run; `--speedup-vs` picks another"
+    )
+
+
+def _failure_blocks(frame: Any) -> list[Block]:
+    bad = summary.failures_that_matter(frame)
+    not_run = summary.not_run_counts(frame)
+    tail = ""
+    if not_run:
+        tail = " Not run: " + ", ".join(f"{n} {s}" for s, n in not_run.items()) + " (refusals, listed below)."
+    if bad.empty:
+        return [
+            Block("text", "**Failures that matter**: none (no wrong result, crash, timeout or OOM)." + tail)
+        ]
+    lines = [f"**Failures that matter** ({int(bad['cases'].sum())} cases):", ""]
+    for r in bad.to_dict("records"):
+        reason = r["reason"] if len(r["reason"]) <= 120 else r["reason"][:119] + "…"
+        lines.append(f"- {r['cases']} {r['status']}, {r['provider']}: {r['where']} (`{reason}`)")
+    return [Block("warn", "\n".join(lines) + ("\n\n" + tail.strip() if tail else ""))]
+
+
+def _clock_blocks(run: Run) -> list[Block]:
+    out: list[Block] = []
+    t = clocks.throttling(run.frame, run.env)
+    if t.throttled:
+        top = f" of {t.max_clock:.0f} max" if t.max_clock else ""
+        span = f"; SM clock {t.clock_min:.0f}–{t.clock_max:.0f} MHz{top}" if t.clock_min is not None else ""
+        text = (
+            f"**Clocks**: {t.throttled} of {t.cases} measured cases ran throttled "
+            f"({', '.join(t.reasons) or 'reason not recorded'}){span} (read {t.clock_source}). "
+            "Ratios between providers in this run compare like with like; absolute TFLOP/s hold at these clocks."
+        )
+        out.append(Block("warn" if t.throttled > t.cases / 2 else "text", text))
+    cal = clocks.calibration(run.env, run.ceilings, run.gpu_spec)
+    measured_roof = next((c for c in run.ceilings if c.source == "measured"), None)
+    if not cal.source:
+        out.append(
+            Block(
+                "text",
+                "**Measured roof**: none. This run has no calibration, so there is no measured roof, only the "
+                "datasheet and NVML-derived ones (`flashbench calibrate` on the GPU before the sweep records one).",
+            )
+        )
+    elif cal.throttled:
+        where = "" if cal.source == "run" else " (this machine's calibrate file, not the run's record)"
+        rates = ""
+        if measured_roof is not None:
+            peaks = [
+                f"{measured_roof.peak(d) / 1e12:.0f} TFLOP/s {d}"
+                for d in dict.fromkeys(run.frame["dtype"])
+                if measured_roof.peak(d)
+            ]
+            rates = f" Its {', '.join([*peaks, f'{measured_roof.bw_bytes_s / 1e12:.2f} TB/s'])} are"
+            rates += " what a throttled GPU did, not ceilings."
+        out.append(
+            Block(
+                "warn",
+                f"**Measured roof**: the calibration{where} ran on a throttled GPU "
+                f"({cal.reason or 'reason not recorded'}).{rates} % of roofline is against the "
+                f"{_first_roof(run)} roof.",
+            )
+        )
+    return out
+
+
+def _first_roof(run: Run) -> str:
+    return ROOF_LABELS.get(run.ceilings[0].source, run.ceilings[0].source) if run.ceilings else "datasheet"
+
+
+# ------------------------------------------------------------------------------------------- the gate
+
+
+def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
+    name = baseline_run.name
+    if not same_gpu(run, baseline_run):
+        return [Block("warn", NO_GATE_ACROSS_GPUS)]
+    if gate is None:
+        return [Block("warn", f"**No gate verdict against `{name}`**: the two runs have no case in common.")]
+    threshold = getattr(getattr(gate, "config", None), "threshold", None)
+    thr = f" (threshold {threshold:.0%} slower)" if threshold is not None else ""
+    word = "PASS" if gate.passed else "FAIL"
+    # The gate's headline counts every key; cases not ok on either side (a provider not installed) compare nothing.
+    compared = sum(c.verdict not in NOT_COMPARED for c in gate.cases)
+    counts = gate.headline().split("; ", 1)[1:]
+    text = f"**Gate against `{name}`: {word}**{thr}. {compared} cases compared" + (
+        f"; {counts[0]}." if counts else "."
+    )
+    lines = [text]
+    keys = run.frame.set_index("key")
+    worst = sorted(
+        (c for c in gate.cases if c.verdict in WORST),
+        key=lambda c: (c.verdict == "slower-within-noise", -(c.ratio or float("inf"))),
+    )[:MAX_WORST]
+    if worst:
+        lines += ["", "Worst cases (now / before, median time):", ""]
+        for c in worst:
+            ratio = f"{_x(c.ratio)} slower" if c.ratio else c.current_status or "not in this run"
+            ci = f", interval {c.ci_low:.3f}–{c.ci_high:.3f}" if c.ci_low is not None else ""
+            lines.append(f"- {_case_of(keys, c.key)}: {ratio} ({c.verdict}{ci})")
+    ratios = getattr(gate, "ratios", [])
+    if ratios:
+        pairs = ", ".join(dict.fromkeys(f"{r.bundled} / {r.reference}" for r in ratios))
+        moved = [r for r in ratios if r.verdict in ("regression", "slower-within-noise")]
+        lines += ["", IN_RUN_RATIO.format(pairs=pairs)]
+        if moved:
+            lines += [""]
+            for r in sorted(moved, key=lambda r: -r.change)[:MAX_WORST]:
+                lines.append(
+                    f"- {r.bundled} / {r.reference} at {_shape_of(run.frame, r.shape)}: {r.baseline_ratio:.3f} "
+                    f"before, {r.current_ratio:.3f} now ({r.change - 1:+.1%}, {r.verdict})"
+                )
+    return [Block("pass" if gate.passed else "fail", "\n".join(lines))]
+
+
+def _case_of(keys: Any, key: str) -> str:
+    """A gate case key in words (provider, N, d, mask, mode), or the key itself where the run lacks it."""
+    if key not in keys.index:
+        return f"`{key}`"
+    r = keys.loc[key]
+    return f"{r['provider']} {summary.case_words(r)} {r['mode']}"
+
+
+def _shape_of(frame: Any, shape: str) -> str:
+    """A shape key in words (N, d, mask, mode), or the key itself where the run lacks it."""
+    rows = frame[frame["shape_key"] == shape]
+    if rows.empty:
+        return f"`{shape}`"
+    r = rows.iloc[0]
+    return f"{summary.case_words(r)} {r['mode']}"

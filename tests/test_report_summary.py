@@ -1,0 +1,299 @@
+"""The report's verdict: who is fastest and by how much, failures that matter, clocks in words, the measured
+roof's trust, what ran; computed from rows whose numbers the tests know (no browser, no plotly)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from report_helpers import H100_FACTS, H100_SPEED, case_row, write_run
+
+from flashbench.analysis import clocks, summary
+from flashbench.analysis import runs as analysis
+from flashbench.gpu.calibrate import throttle_verdict
+from flashbench.report import tables, verdict
+from flashbench.report.figures import hover, with_context
+
+TIMES = {  # provider -> median ms at N = 1k, 2k, 4k (fwd, d=64, non-causal)
+    "A": (1.0, 2.0, 4.0),
+    "B": (1.2, 2.2, 3.8),
+    "C": (2.0, 4.0, 8.0),
+}
+
+
+@pytest.fixture(autouse=True)
+def no_local_calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No calibrate file of this machine may stand in for a run's own record."""
+    monkeypatch.setenv("FLASHBENCH_HOME", str(tmp_path / "home"))
+
+
+def three_providers(tmp_path: Path) -> analysis.Run:
+    rows = [
+        case_row(p, ms, n=n)
+        for p, times in TIMES.items()
+        for n, ms in zip((1024, 2048, 4096), times, strict=True)
+    ]
+    rows += [
+        case_row("D", None, n=n, status="unavailable", reason="D is not installed") for n in (1024, 2048)
+    ]
+    return analysis.load_run(write_run(tmp_path / "run", rows))
+
+
+def test_fastest_and_its_margin_over_the_runner_up_per_group(tmp_path: Path) -> None:
+    (lead,) = summary.leads(three_providers(tmp_path).frame)
+    ratios = [b / a for a, b in zip(TIMES["A"], TIMES["B"], strict=True)]  # B's time / A's: 1.2, 1.1, 0.95
+    assert (lead.fastest, lead.runner_up) == ("A", "B")
+    assert lead.geomean == pytest.approx(statistics.geometric_mean(ratios))
+    assert lead.low == ("4k", pytest.approx(0.95)) and lead.high == ("1k", pytest.approx(1.2))
+    assert lead.behind_at == ["4k"]  # B was faster at the largest N
+    assert lead.providers == ("A", "B", "C") and "D" not in lead.providers
+
+
+def test_verdict_names_the_fastest_with_its_numbers(tmp_path: Path) -> None:
+    run = three_providers(tmp_path)
+    md = verdict.markdown(run, analysis.pick_baseline(run.frame))
+    g = statistics.geometric_mean([1.2 / 1.0, 2.2 / 2.0, 3.8 / 4.0])
+    line = (
+        f"- fwd · d=64 · non-causal: **A** {g:.2f}× over B (0.95× at N=4k … 1.20× at N=1k; B ahead at N=4k)"
+    )
+    assert line in md
+
+
+def test_a_provider_not_installed_is_neither_a_case_nor_a_provider(tmp_path: Path) -> None:
+    run = three_providers(tmp_path)
+    assert summary.not_installed(run.frame) == ["D"]
+    assert summary.description(run.frame)[0] == "3 providers (A, B, C)"
+    assert summary.failures_that_matter(run.frame).empty
+    md = verdict.markdown(run, None)
+    assert ": 9 cases, all ok." in md and "Not installed, so neither cases nor providers here: D." in md
+
+
+def test_failures_that_matter_are_wrong_crash_timeout_oom_not_refusals(tmp_path: Path) -> None:
+    rows = [
+        case_row("A", 1.0),
+        case_row("A", None, n=2048, status="wrong", reason="rel_err 3e-1 > budget 8e-3"),
+        case_row("B", None, status="crash", reason="worker exited with SIGSEGV"),
+        case_row("B", None, n=2048, status="oom", reason="CUDA out of memory"),
+        case_row("C", None, status="unsupported", reason="head dim 64 not supported"),
+        case_row("C", None, n=2048, status="predicted-oom", reason="needs 90 GiB"),
+        case_row("D", None, status="unavailable"),
+    ]
+    frame = analysis.load_run(write_run(tmp_path / "run", rows)).frame
+    bad = summary.failures_that_matter(frame)
+    assert sorted(zip(bad["status"], bad["provider"], strict=True)) == [
+        ("crash", "B"),
+        ("oom", "B"),
+        ("wrong", "A"),
+    ]
+    assert summary.not_run_counts(frame) == {"unsupported": 1, "predicted-oom": 1}
+
+
+def test_decode_shapes_need_not_have_seq_q_equal_seq_k(tmp_path: Path) -> None:
+    rows = [
+        case_row(p, ms * nk / 1024, n=1, nk=nk) for p, ms in (("A", 0.01), ("B", 0.02)) for nk in (1024, 8192)
+    ]
+    frame = analysis.load_run(write_run(tmp_path / "run", rows)).frame
+    (lead,) = summary.leads(frame)
+    assert lead.fastest == "A" and [n for n, _ in lead.ratios] == ["1×1k", "1×8k"]
+    assert lead.geomean == pytest.approx(2.0)
+    assert "Nq = 1 over Nk = 1k, 8k" in summary.description(frame)
+
+
+def test_clock_event_reasons_in_words() -> None:
+    assert clocks.reason_words(0x4) == ["software power cap"]
+    assert clocks.reason_words(0x20 | 0x40) == ["software thermal slowdown", "hardware thermal slowdown"]
+    assert clocks.reason_words(0x1 | 0x2) == []  # idle and application clocks are not throttling
+    assert clocks.reason_words(0x8 | 0x10000) == ["hardware slowdown", "0x10000"]
+    assert clocks.reason_words(None, ["sw_power_cap", "gpu_idle"]) == ["software power cap"]
+
+
+def test_the_clock_a_case_ran_at_prefers_the_timed_window() -> None:
+    frame = pd.DataFrame(
+        {
+            "sm_clock_mhz": [1755.0, float("nan")],  # the median during the samples, where recorded
+            "sm_clock_mhz_before": [1980.0, 1980.0],
+            "sm_clock_mhz_after": [1800.0, 1650.0],
+            "clock_event_reasons_before": [0.0, 0.0],
+            "clock_event_reasons_after": [4.0, 0x40],
+            "throttle_reasons": [["sw_power_cap"], []],
+        }
+    )
+    got = clocks.case_clocks(frame)
+    assert list(got["clock_mhz"]) == [1755.0, 1650.0]
+    assert list(got["clock_source"]) == ["during the samples", "before/after the case"]
+    assert list(got["reasons"]) == ["software power cap", "hardware thermal slowdown"]
+
+
+def test_a_case_runs_at_its_median_clock_during_the_samples_or_around_them_in_older_runs(
+    tmp_path: Path,
+) -> None:
+    around = {"sm_clock_mhz": 1980, "clock_event_reasons": 0}
+    rows = [
+        # the steady regime's row: the median SM clock of the NVML readings during the samples, their range,
+        # the reasons seen then (names) and the share of readings that throttled
+        case_row(
+            "A",
+            1.0,
+            sm_clock_mhz=1500.0,
+            sm_clock_min_mhz=1320,
+            sm_clock_max_mhz=1680,
+            throttle_reasons=["sw_power_cap"],
+            throttled_share=0.4,
+            throttled=True,
+            nvml_before=around,
+            nvml_after={"sm_clock_mhz": 1755, "clock_event_reasons": 0},
+        ),
+        # an older row: only the samples before and after the case
+        case_row(
+            "B",
+            2.0,
+            throttled=True,
+            nvml_before=around,
+            nvml_after={"sm_clock_mhz": 1650, "clock_event_reasons": 0x40},
+        ),
+    ]
+    run = analysis.load_run(write_run(tmp_path / "run", rows))
+    thr = clocks.throttled_cases(run.frame, run.env)
+    assert list(thr["provider"]) == ["A", "B"] and list(thr["SM clock MHz"]) == [1500.0, 1650.0]
+    assert list(thr["why (NVML)"]) == ["software power cap", "hardware thermal slowdown"]
+    a, b = hover(with_context(run.frame.sort_values("provider")))
+    assert "SM clock 1500 MHz, 1320–1680 (during the samples); throttled: software power cap (in 40% of" in a
+    assert "SM clock 1650 MHz (before/after the case); throttled: hardware thermal slowdown" in b
+    t = clocks.throttling(run.frame, run.env)
+    assert (t.throttled, t.clock_min, t.clock_max) == (2, 1500.0, 1650.0)
+    assert t.clock_source == "before/after the case / during the samples"
+
+
+def test_throttled_cases_lowest_clock_first() -> None:
+    run = analysis.load_run(H100_SPEED)
+    thr = clocks.throttled_cases(run.frame, run.env)
+    assert len(thr) == int(run.frame["throttled"].sum()) == 103
+    assert list(thr["SM clock MHz"]) == sorted(thr["SM clock MHz"])
+    assert set(thr["why (NVML)"]) == {"software power cap"}
+
+
+def test_a_throttled_calibration_is_no_ceiling_and_the_summary_says_so() -> None:
+    run = analysis.load_run(H100_SPEED)
+    cal = clocks.calibration(run.env, run.ceilings, run.gpu_spec)
+    assert (cal.source, cal.throttled, cal.clock_mhz) == ("run", True, 1170.0)
+    assert cal.reasons == ("software power cap",)
+    md = verdict.markdown(run, "sdpa-flash")
+    assert (
+        "**Measured roof**: the calibration ran on a throttled GPU (SM clock 1170 MHz at its end of 1980 max"
+        in md
+    )
+    assert "700 TFLOP/s bf16" in md and "not ceilings" in md
+
+
+def steady_calibration(bf16_reasons: list[str], **record: object) -> dict[str, object]:
+    """A calibration record as `flashbench calibrate` writes it in the steady regime (gpu/calibrate.py): each
+    measurement with the clocks of its repetitions, the verdict worded by calibrate's own throttle_verdict."""
+    details = {
+        "copy": {"gb_s": 3000.0, "sm_clock_mhz": 1980.0, "power_w": 300.0, "throttle_reasons": []},
+        "read": {"gb_s": 3100.0, "sm_clock_mhz": 1980.0, "power_w": 280.0, "throttle_reasons": []},
+        "matmul": {
+            "bf16": {"tflops": 640.0, "sm_clock_mhz": 1260.0, "power_w": 697.0, "throttled_share": 0.9}
+            | {"throttle_reasons": bf16_reasons}
+        },
+    }
+    measured = {"copy": details["copy"], "read": details["read"], "bf16 matmul": details["matmul"]["bf16"]}
+    reason = throttle_verdict(measured, 1980)
+    return {
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "key": "h100-sxm",
+        "copy_bw_gb_s": 3000.0,
+        "read_bw_gb_s": 3100.0,
+        "matmul_tflops": {"bf16": 640.0},
+        "sm_clock_mhz": 1260.0,
+        "max_sm_clock_mhz": 1980,
+        "throttled": bool(reason),
+        "throttle_reason": reason,
+        "details": details,
+        "timestamp_utc": "2026-12-01T10:00:00Z",
+        **record,
+    }
+
+
+def test_a_steady_regime_calibration_is_judged_by_its_own_verdict(tmp_path: Path) -> None:
+    rows = [case_row(p, ms) for p, ms in (("A", 1.0), ("B", 2.0))]
+    run = analysis.load_run(
+        write_run(tmp_path / "throttled", rows, calibration=steady_calibration(["sw_power_cap"]))
+    )
+    assert [c.source for c in run.ceilings][-1] == "measured"
+    cal = clocks.calibration(run.env, run.ceilings, run.gpu_spec)
+    assert (cal.source, cal.throttled, cal.clock_mhz) == ("run", True, 1260.0)
+    assert cal.reasons == ("software power cap",)
+    reason = (
+        "bf16 matmul: sw power cap (in 90% of its clock readings) at 1260 MHz (64% of its 1980 MHz maximum)"
+    )
+    assert cal.reason == reason
+    assert f"**Measured roof**: the calibration ran on a throttled GPU ({reason})." in verdict.markdown(
+        run, None
+    )
+    env = dict(tables.env_rows(run))
+    assert "read 3.10 TB/s" in env["calibration"] and f"THROTTLED ({reason})" in env["calibration"]
+
+    # No reason during its repetitions: a sound ceiling, even if a sample taken after it saw the power cap.
+    after = {"nvml_after": {"sm_clock_mhz": 1500, "clock_event_reasons": 0x4, "throttled": True}}
+    run = analysis.load_run(write_run(tmp_path / "steady", rows, calibration=steady_calibration([], **after)))
+    cal = clocks.calibration(run.env, run.ceilings, run.gpu_spec)
+    assert (cal.throttled, cal.reason) == (False, "")
+    assert "**Measured roof**" not in verdict.markdown(run, None)
+    assert "THROTTLED" not in dict(tables.env_rows(run))["calibration"]
+
+
+def test_the_environment_table_states_the_enforced_power_limit(tmp_path: Path) -> None:
+    facts = {**H100_FACTS, "power_limit_w": 700.0}  # gpu.nvml.gpu_facts: nvmlDeviceGetEnforcedPowerLimit
+    run = analysis.load_run(write_run(tmp_path / "run", [case_row("A", 1.0)], gpus=[facts]))
+    assert dict(tables.env_rows(run))["power cap"] == "700 W"
+    run = analysis.load_run(write_run(tmp_path / "old", [case_row("A", 1.0)]))
+    assert dict(tables.env_rows(run))["power cap"] == "not recorded by this run"
+
+
+def test_a_run_without_calibration_says_it_has_no_measured_roof(tmp_path: Path) -> None:
+    run = three_providers(tmp_path)
+    assert clocks.calibration(run.env, run.ceilings, run.gpu_spec).source == ""
+    assert all(c.source != "measured" for c in run.ceilings)
+    assert "**Measured roof**: none. This run has no calibration" in verdict.markdown(run, None)
+
+
+def test_bound_and_percent_of_roofline_follow_the_one_rule() -> None:
+    run = analysis.load_run(H100_SPEED)
+    ok = run.frame[run.frame["ok"]]
+    view = summary.roof_view(ok)
+    roof = run.ceilings[0]  # the datasheet roof: % of roofline is against it
+    peak, bw = roof.peak("bf16"), roof.bw_bytes_s
+    for (_, r), (_, v) in zip(ok.iterrows(), view.iterrows(), strict=True):
+        ai = r["flops"] / r["model_bytes_provider"]
+        assert v["roof_ai"] == pytest.approx(ai)
+        assert v["roof_bound"] == ("compute-bound" if ai >= peak / bw else "memory-bound")
+        assert v["roof_pct"] == pytest.approx(100 * r["tflops"] * 1e12 / min(peak, ai * bw))
+
+
+def test_the_default_reference_is_a_baseline_not_the_bundled_kernel() -> None:
+    frame = analysis.load_run(H100_SPEED).frame
+    assert analysis.pick_baseline(frame) == "sdpa-flash"  # the run has triton, sdpa-flash and sdpa-cudnn
+    sp = summary.reference_speedups(frame, "sdpa-flash")
+    triton = sp[(sp["mode"] == "fwd") & (sp["provider"] == "triton")].iloc[0]
+    ok = frame[frame["ok"] & (frame["mode"] == "fwd")]
+    times = ok.pivot_table(index="shape_key", columns="provider", values="median_ms")
+    ratios = times["sdpa-flash"] / times["triton"]
+    assert triton["geomean"] == pytest.approx(math.exp(ratios.map(math.log).mean()))
+    assert (triton["min"], triton["max"]) == (pytest.approx(ratios.min()), pytest.approx(ratios.max()))
+
+
+def test_the_run_is_described_from_what_ran_not_the_preset(tmp_path: Path) -> None:
+    run = analysis.load_run(H100_SPEED)
+    assert run.env.spec["description"].startswith("bundled kernel vs SDPA")  # the preset's own words
+    assert summary.description(run.frame) == [
+        "3 providers (triton, sdpa-flash, sdpa-cudnn)",
+        "bf16",
+        "N = 1k–16k (5 sizes)",
+        "batch × N = 16k tokens (batch 16…1)",
+        "d = 64, 128 at heads × d = 2048",
+        "causal and non-causal",
+        "fwd, fwd+bwd",
+    ]
