@@ -130,7 +130,7 @@ def test_run_report_in_chromium_states_the_fastest_from_the_rows(browser: str, t
     assert all(groups[("fwd+bwd", d, c)][0] == "sdpa-cudnn" for d in (64, 128) for c in (False, True))
     assert "Not installed, so neither cases nor providers here: flash-attn, flash-attn-3." in words
     assert "120 cases, all ok" in words  # the 80 unavailable rows are no cases
-    assert "Measured roof: the calibration ran on a throttled GPU (SM clock 1170 MHz" in words
+    assert "Measured roof: the calibration ran on a throttled GPU (bf16 matmul: sw power cap" in words
 
 
 def test_roofs_and_ridge_are_named_on_the_roofline(browser: str, tmp_path: Path) -> None:
