@@ -65,7 +65,9 @@ def unpage(pool: Any, table: Any, lengths: tuple[int, ...], capacity: int) -> An
     import torch
 
     page_size = pool.shape[2]
-    out = torch.zeros(len(lengths), pool.shape[1], capacity, pool.shape[3], dtype=pool.dtype, device=pool.device)
+    out = torch.zeros(
+        len(lengths), pool.shape[1], capacity, pool.shape[3], dtype=pool.dtype, device=pool.device
+    )
     for b, n in enumerate(lengths):
         count = -(-n // page_size)
         pages = pool[table[b, :count].long()]  # [count, Hkv, page, D]

@@ -195,7 +195,14 @@ def measure_case(case: Case, opts: Options, ctx: Context) -> tuple[Row, bool]:
     base = {"device": ctx.device, "gpu": ctx.gpu, "cuda_graph": opts.cuda_graph, "timestamp": time.time()}
     lengths = case.kv_lengths() if case.ragged else None
     flops = attention_flops(
-        case.batch, case.heads, case.seq_q, case.seq_k, case.head_dim, case.causal, case.mode, seqlens_k=lengths
+        case.batch,
+        case.heads,
+        case.seq_q,
+        case.seq_k,
+        case.head_dim,
+        case.causal,
+        case.mode,
+        seqlens_k=lengths,
     )
     base["flops"] = flops
     info = ctx.info(case.provider)

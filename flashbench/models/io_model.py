@@ -300,10 +300,16 @@ def _v1_fwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
 
 
 def _decode_fwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
-    parts = [Part("read Q", s.q, 0), Part("read K, V (once per KV head)", 2 * s.kv, 0), Part("write O", 0, s.q)]
+    parts = [
+        Part("read Q", s.q, 0),
+        Part("read K, V (once per KV head)", 2 * s.kv, 0),
+        Part("write O", 0, s.q),
+    ]
     if b.splits > 1:
         partials = b.splits * s.rows * (s.head_dim + 1) * FP32
-        parts.append(Part(f"split partials, {b.splits} splits (fp32 O, LSE): write, combine read", partials, partials))
+        parts.append(
+            Part(f"split partials, {b.splits} splits (fp32 O, LSE): write, combine read", partials, partials)
+        )
     return Traffic(tuple(parts))
 
 

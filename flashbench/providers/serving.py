@@ -69,7 +69,13 @@ def flex_kv_cache(
             paged.physical_to_logical[b, slots] = torch.arange(count, device=k.device)
         keys = -(-max(case.kv_lengths()) // page) * page
         logical = create_block_mask(
-            mask_mod, B=case.batch, H=None, Q_LEN=case.seq_q, KV_LEN=keys, device=device, BLOCK_SIZE=(128, page)
+            mask_mod,
+            B=case.batch,
+            H=None,
+            Q_LEN=case.seq_q,
+            KV_LEN=keys,
+            device=device,
+            BLOCK_SIZE=(128, page),
         )
         state["mask"] = paged.convert_logical_block_mask(logical)
 

@@ -64,7 +64,7 @@ def render(
     from flashbench import __version__
     from flashbench.analysis import comparison as cmp
     from flashbench.analysis import runs as an
-    from flashbench.report import figures, model_figures
+    from flashbench.report import decode, figures, model_figures
 
     sections: list[str] = []
     nav: list[tuple[str, str]] = []
@@ -155,6 +155,7 @@ def render(
             "or the executed FLOPs) and the memory it saves (right).",
             _fig(fig) + _details("Recompute overhead table", _table(_recompute_table(rc))),
         )
+    decode.html_section(run, add)
     fig = model_figures.hbm_bytes(run)
     if fig is not None:
         add("bytes", "Measured vs modelled HBM bytes", "Rows measured with sweep --ncu.", _fig(fig))

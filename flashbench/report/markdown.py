@@ -19,6 +19,7 @@ def render(
 ) -> str:
     from flashbench.analysis import comparison as cmp
     from flashbench.analysis import runs as an
+    from flashbench.report import decode
 
     f = run.frame
     counts = f["status"].value_counts()
@@ -82,6 +83,7 @@ def render(
         out += [f"### Recompute overhead ({pair}: recompute backward against stored P)", ""]
         out += _table(_frame(rows))
 
+    out += decode.markdown_lines(run)
     if baseline_run is not None:
         joined = cmp.compare_runs(f, baseline_run.frame)
         cross = not cmp.same_gpu(run, baseline_run)

@@ -105,7 +105,9 @@ CASE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Case))
 CASE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Case) if f.default is not MISSING}
 
 
-def kv_lengths(batch: int, seq_q: int, seq_k: int, seqlens: str = "uniform", seed: int = 0) -> tuple[int, ...]:
+def kv_lengths(
+    batch: int, seq_q: int, seq_k: int, seqlens: str = "uniform", seed: int = 0
+) -> tuple[int, ...]:
     """Valid keys per sequence. "uniform": every sequence holds seq_k. "random": each length is drawn uniformly
     from [max(1, ceil(seq_k / 2)), seq_k], deterministically from (seed, batch, seq_q, seq_k).
 

@@ -85,7 +85,9 @@ def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
                                         for seq in spec.seq:
                                             for batch in batch_for(spec, seq):
                                                 shape = (batch, heads, kv_heads, seq_q or seq, seq, head_dim)
-                                                cases.append(Case(provider, *shape, dtype, causal, mode, *extra))
+                                                cases.append(
+                                                    Case(provider, *shape, dtype, causal, mode, *extra)
+                                                )
     if spec.order == "case":
         return interleave(cases)
     return cases
@@ -191,7 +193,19 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
     if not info.available:
         return  # rows say "unavailable" with the reason
     for case in (
-        Case(info.name, 1, heads_for(spec, d)[0], heads_for(spec, d)[0], nq, 128, d, dtype, causal, mode, *extra)
+        Case(
+            info.name,
+            1,
+            heads_for(spec, d)[0],
+            heads_for(spec, d)[0],
+            nq,
+            128,
+            d,
+            dtype,
+            causal,
+            mode,
+            *extra,
+        )
         for d in spec.head_dim
         for dtype in spec.dtype
         for causal in spec.causal
