@@ -157,3 +157,26 @@ def test_decode_kernel_refuses_training_shapes_and_backwards(infos):
     paged_bwd = Case("flex", *DECODE[1:-1], "fwd+bwd", "paged", 16)
     assert "forward only" in infos["flex"].supports(paged_bwd, "cuda")
     assert infos["naive"].supports(Case("naive", *DECODE[1:]), "cpu") is None  # contiguous, uniform: runs
+
+
+@pytest.mark.parametrize("layout", [("contiguous", 0), ("paged", 16)], ids=["contiguous", "paged"])
+def test_flex_over_a_ragged_kv_cache_matches_the_reference(layout):
+    # The `flex` provider's masks and page mapping, run by FlexAttention uncompiled on the CPU (the provider
+    # itself compiles, on CUDA): ragged lengths, Nq = 2, causal, GQA, pages shuffled over the pool.
+    flex_attention = pytest.importorskip("torch.nn.attention.flex_attention").flex_attention
+    import warnings
+
+    from flashbench.engine.correctness import verify
+    from flashbench.providers import serving
+
+    case = Case("flex", 3, 4, 2, 2, 70, 32, "fp32", True, "fwd", *layout, "random", 1)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, h, n, 32, generator=gen) for h, n in ((4, 2), (2, 70), (2, 70)))
+    call = serving.flex_kv_cache(case, "cpu", flex_attention, True, 32**-0.5, lambda: None)
+    kc, vc, cache = kv_cache.build(case, k, v)
+    qc, kc, vc, cache = call.prepare(q, kc, vc, **cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # uncompiled FlexAttention warns that it is slow
+        out = call(qc, kc, vc, **cache)
+    verdict = verify({"out": out}, q, k, v, causal=True, seqlens_k=case.kv_lengths())
+    assert verdict.ok, verdict.reason
