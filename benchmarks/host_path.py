@@ -1,7 +1,7 @@
 """Host time of the bundled forward's Python path, measured on a machine without a GPU.
 
 flashbench's timer does not sync between samples, so a call whose host path is longer than its GPU work is
-measured as host time (BENCHMARKS.md, "Host time per call"). Two views, both timed as the median of `--repeats`
+measured as host time (docs/benchmarks.md). Two views, both timed as the median of `--repeats`
 runs of `--calls` calls:
 
   default      flash_attn end to end under Triton's interpreter (fp16 CPU tensors, the one interpreter config),
@@ -65,8 +65,8 @@ def interpreter(calls: int, repeats: int) -> None:
     try:
         _timed("flash_attn fwd, causal", lambda: flash_v2.flash_attn(q, k, v, causal=True), calls, repeats)
         _timed("flash_attn fwd, not causal", lambda: flash_v2.flash_attn(q, k, v), calls, repeats)
-        _timed("flash_attn fwd, causal, inputs need grad", lambda: flash_v2.flash_attn(*grads, causal=True), calls,
-               repeats)  # fmt: skip
+        grad_call = lambda: flash_v2.flash_attn(*grads, causal=True)
+        _timed("flash_attn fwd, causal, inputs need grad", grad_call, calls, repeats)
     finally:
         flash_v2._attn_fwd = real
 
@@ -98,15 +98,15 @@ def sm90_stub(calls: int, repeats: int) -> None:
     drv = sm90_compile._Sm90Driver()
     drv.utils, drv.launcher_cls = Utils(), Launcher
     triton.runtime.driver.set_active(drv)
-    from flashbench.kernels import autotune, common, flash_v2
+    from flashbench.kernels import autotune, flash_v2, launch
 
-    common.use_tma = flash_v2.use_tma = lambda *t: True
-    common._max_shared_mem = lambda: 232448
+    flash_v2.use_tma = lambda *t: True
+    launch._max_shared_mem = lambda: 232448
     pick = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
     autotune.lookup = lambda key: dict(pick)  # the per-call path of an autotuned key: an in-memory pick
     q, k, v = (torch.randn((1, 2, 2048, 64), dtype=torch.bfloat16) for _ in range(3))
-    _timed("attention_forward, causal (sm_90a)", lambda: flash_v2.attention_forward(q, k, v, True, 0.125), calls,
-           repeats)  # fmt: skip
+    call = lambda: flash_v2.attention_forward(q, k, v, True, 0.125)
+    _timed("attention_forward, causal (sm_90a)", call, calls, repeats)
 
 
 def main() -> None:

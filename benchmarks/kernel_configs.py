@@ -1,9 +1,9 @@
 """Config study for the bundled FA2 kernel on one GPU: which (BLOCK_M, BLOCK_N, warps, stages), TMA on or off,
-warp specialization on or off, for the forward and for each backward pass, beside the SDPA backends.
+a register cap or not, for the forward and for each backward pass, beside the SDPA backends.
 
-This is the evidence behind the config spaces in kernels/common.py (issue 7), not the benchmark of record
-(that is `flashbench sweep`, see BENCHMARKS.md). Shapes follow issue 7: bf16, 16k tokens per batch, hidden
-2048 (heads = 2048 / d).
+This is the evidence behind the config spaces in kernels/configs.py, not the benchmark of record (that is
+`flashbench sweep`, docs/benchmarks.md). Shapes are the speed preset's: bf16, 16k tokens per batch, hidden 2048
+(heads = 2048 / d).
 
     python3 benchmarks/kernel_configs.py run --jobs 12     # compile in parallel, then time in one process
     python3 benchmarks/kernel_configs.py warm --jobs 12    # compile only (fills Triton's cache for a sweep)
@@ -29,8 +29,9 @@ from typing import Any
 
 import torch
 import triton
-from flashbench.kernels import common, flash_attn, flash_v2
+from flashbench.kernels import flash_attn, flash_v2
 from flashbench.kernels.backward import attention_backward
+from flashbench.kernels.configs import FWD_SPACE
 from flashbench.kernels.flash_v2 import attention_forward
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -47,25 +48,15 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
     # one warpgroup per 128 query rows: 4 warps x 128 rows, or two warpgroups sharing K/V tiles (8 x 256)
     (128, 32, 4, 2), (256, 64, 8, 2), (256, 64, 8, 3), (256, 32, 8, 2), (256, 32, 8, 3),
 ]  # fmt: skip
-FWD_WS = [(128, 128, 8, 2), (128, 64, 8, 3)]  # also tried with warp specialization (TMA on; --kinds ws)
-# Forward variants side by side per config (TMA on). A variant sets switches of kernels/common.py (the others
-# keep their defaults) and keys merged into the forced config: HOST_DESCRIPTORS=0 builds per-head descriptors
-# in every program instead of the host's 4-D ones; "OV" overlaps each block's P V matmul with the next
-# block's softmax; "maxnreg" caps the registers per thread (two 8-warp programs per SM at 128). Variants
-# measured and removed since (Q in registers, Q / O through per-program descriptors, lazy rescaling "LR") are
-# in BENCHMARKS.md with the commit that had them. `--kinds bwdvariants` runs the backward passes' HOST_DESCRIPTORS A/B.
-FWD_VARIANT_CONFIGS = [c[:4] for c in common.FWD_SPACE[:7]]  # the autotuner's configs for d = 64 and 128
-FWD_VARIANTS = [{"HOST_DESCRIPTORS": 1}, {"HOST_DESCRIPTORS": 1, "maxnreg": 128}]
-BWD_VARIANT_CONFIGS = {
-    "dkdv": [(32, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 3)],
-    "dq": [(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)],
-}
-BWD_VARIANTS = [{"HOST_DESCRIPTORS": 0}, {"HOST_DESCRIPTORS": 1}]
-SWITCHES = ("HOST_DESCRIPTORS",)
-DEFAULTS = {name: getattr(common, name) for name in SWITCHES}
+# Forward variants side by side per config (TMA on): keys merged into the forced config. "maxnreg" caps the
+# registers per thread (two 8-warp programs per SM at 128). Variants measured and removed since (per-program
+# descriptors, P V overlapped with the next block's softmax "OV", Triton's warp specialization "WS", Q in
+# registers, lazy rescaling "LR") are in docs/benchmarks.md with the commit that had them.
+FWD_VARIANT_CONFIGS = [c[:4] for c in FWD_SPACE[:7]]  # the autotuner's configs for d = 64 and 128
+FWD_VARIANTS = [{}, {"maxnreg": 128}]
 ROUNDS = 3  # --rounds: the variants of one shape are timed in rotation this many times (median of medians)
 
-KINDS = ("fwd", "ws", "dkdv", "dq", "sdpa", "variants", "bwdvariants")  # --kinds narrows the study
+KINDS = ("fwd", "dkdv", "dq", "sdpa", "variants")  # --kinds narrows the study
 TMA_MODES = (1, 0)  # --tma narrows it
 DKDV = [  # BLOCK_M query rows streamed, BLOCK_N keys resident
     (32, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 8, 2), (64, 128, 8, 3),
@@ -106,17 +97,10 @@ def items() -> list[dict[str, Any]]:
             out += [{**base, "kind": "fwd", "tma": tma, "config": cfg(c)} for c in FWD]
             out += [{**base, "kind": "dkdv", "tma": tma, "config": cfg(c)} for c in DKDV]
             out += [{**base, "kind": "dq", "tma": tma, "config": cfg(c)} for c in DQ]
-        out += [{**base, "kind": "fwd", "study": "ws", "tma": 1, "config": cfg(c, WS=1)} for c in FWD_WS]
         out += [
             {**base, "kind": "fwd", "study": "variants", "tma": 1, "variant": v, "config": cfg(c)}
             for c in FWD_VARIANT_CONFIGS
             for v in FWD_VARIANTS
-        ]
-        out += [
-            {**base, "kind": kind, "study": "bwdvariants", "tma": 1, "variant": v, "config": cfg(c)}
-            for kind, configs in BWD_VARIANT_CONFIGS.items()
-            for c in configs
-            for v in BWD_VARIANTS
         ]
         for name in ("sdpa-flash", "sdpa-cudnn") if DEVICE == "cuda" else ():
             out += [
@@ -130,15 +114,11 @@ def runner(item: dict[str, Any], data) -> Any:
     """A zero-argument callable for one item (its first call compiles)."""
     batch, heads, q, k, v, do = data
     causal, scale = item["causal"], q.shape[-1] ** -0.5
-    variant = item.get("variant", {})
-    switches = {name: bool(value) for name, value in {**DEFAULTS, **variant}.items() if name in SWITCHES}
-    flags = {name: value for name, value in variant.items() if name not in SWITCHES}
+    flags = item.get("variant", {})
 
     def apply() -> None:
-        """The item's TMA mode and switches, set again before every call: a shape's items run in rotation."""
+        """The item's TMA mode, set again before every call: a shape's items run in rotation."""
         os.environ["FLASHBENCH_TMA"] = str(item["tma"])
-        for name, value in switches.items():
-            setattr(common, name, value)
 
     apply()
     if "provider" in item:
@@ -197,7 +177,7 @@ def device_name() -> str:
 
 
 def _variant_name(variant: dict[str, int]) -> str:
-    return "+".join(f"{name.lower()}={value}" for name, value in variant.items())
+    return "+".join(f"{name.lower()}={value}" for name, value in variant.items()) or "plain"
 
 
 def _compiled(jit_fn: Any) -> list[Any]:
@@ -238,7 +218,7 @@ def time_all(out_path: str | None) -> list[dict[str, Any]]:
                         getattr(new[0], "n_regs", None),
                         getattr(new[0], "n_spills", None),
                     )
-                if it.get("study") in ("variants", "bwdvariants"):
+                if it.get("study") == "variants":
                     row["max_err"] = _max_err(out, data, causal, it["kind"])
             except Exception as exc:  # noqa: BLE001 - recorded
                 row["error"] = (
@@ -303,10 +283,14 @@ def summary(rows: list[dict[str, Any]]) -> None:
                     print(f"    {kind:5} best with tma={tma}: {t[0]['ms']:.3f} ms {t[0]['config']}")
             best_ms[kind] = cand[0]["ms"] if cand else float("nan")
         fwd = best_ms["fwd"]
-        print(f"    triton best fwd {fwd:.3f} ms; sdpa-flash/triton fwd = "
-              f"{base.get(('sdpa-flash', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}; "
-              f"sdpa-cudnn/triton fwd = {base.get(('sdpa-cudnn', 'fwd'), {}).get('ms', float('nan')) / fwd:.2f}")  # fmt: skip
-    var = [r for r in ok if r.get("study") in ("variants", "bwdvariants")]
+        flash_ms, cudnn_ms = (
+            base.get((p, "fwd"), {}).get("ms", float("nan")) for p in ("sdpa-flash", "sdpa-cudnn")
+        )
+        print(
+            f"    triton best fwd {fwd:.3f} ms; sdpa-flash/triton fwd = {flash_ms / fwd:.2f}; "
+            f"sdpa-cudnn/triton fwd = {cudnn_ms / fwd:.2f}"
+        )
+    var = [r for r in ok if r.get("study") == "variants"]
     if var:
         print("forward variants, TFLOP/s per variant [regs/spill bytes], max error vs cuDNN:")
     for d, causal, n in shapes():
@@ -320,8 +304,8 @@ def summary(rows: list[dict[str, Any]]) -> None:
             )
             err = max(r["max_err"] for r in pr.values())
             print(f"    d={d} causal={causal!s:5} N={n:5} {c}: {cells} err<={err:.1e}")
-        base = {r["provider"]: r["tflops"] for r in ok if "provider" in r and r["kind"] == "fwd"
-                and (r["d"], r["causal"], r["n"]) == (d, causal, n)}  # fmt: skip
+        shape_fwd = [r for r in ok if r["kind"] == "fwd" and (r["d"], r["causal"], r["n"]) == (d, causal, n)]
+        base = {r["provider"]: r["tflops"] for r in shape_fwd if "provider" in r}
         best: dict[str, dict] = {}
         for r in var:
             name = _variant_name(r["variant"])

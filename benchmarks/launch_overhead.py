@@ -1,5 +1,5 @@
-"""Host time per call of the bundled FA2 kernel (forced config, autotuned; TMA off, TMA with per-program
-descriptors, TMA with host descriptors; forward and forward+backward) beside SDPA.
+"""Host time per call of the bundled FA2 kernel on a GPU (forced config, autotuned; TMA off or on, i.e. host
+tensor descriptors; forward and forward+backward) beside SDPA.
 
 A kernel whose Python launch path takes longer than its GPU work is measured as host time, not kernel time
 (the GPU waits for the next launch). This prints microseconds of host time per call (200 calls, no sync
@@ -17,7 +17,7 @@ import time
 
 import torch
 import triton
-from flashbench.kernels import common, flash_attn
+from flashbench.kernels import flash_attn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -58,13 +58,8 @@ def main() -> None:
         "triton fwd+bwd": lambda: torch.autograd.grad(flash_attn(*leaves), leaves, do),
     }
     worst, worst_us = None, 0.0
-    for mode, tma, host in (
-        ("TMA off", "0", True),
-        ("per-program descriptors", "1", False),
-        ("host descriptors", "1", True),
-    ):
+    for mode, tma in (("TMA off", "0"), ("host descriptors", "1")):
         os.environ["FLASHBENCH_TMA"] = tma
-        common.HOST_DESCRIPTORS = host
         for name, fn in calls.items():
             if name.startswith("sdpa") and mode != "TMA off":
                 continue
@@ -72,14 +67,14 @@ def main() -> None:
             ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
             print(f"{mode:24} {name:22} host {us:9.1f} us/call   do_bench {ms:.3f} ms", flush=True)
             if us > worst_us and "fwd+bwd" not in name:
-                worst, worst_us = (tma, host, name, fn), us
+                worst, worst_us = (tma, name, fn), us
     assert worst is not None
-    os.environ["FLASHBENCH_TMA"], common.HOST_DESCRIPTORS = worst[0], worst[1]
-    print(f"cProfile of 100 calls: TMA={worst[0]} host descriptors={worst[1]} {worst[2]}")
+    os.environ["FLASHBENCH_TMA"] = worst[0]
+    print(f"cProfile of 100 calls: FLASHBENCH_TMA={worst[0]} {worst[1]}")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(100):
-        worst[3]()
+        worst[2]()
     prof.disable()
     torch.cuda.synchronize()
     pstats.Stats(prof).sort_stats("cumulative").print_stats(30)

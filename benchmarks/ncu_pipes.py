@@ -1,13 +1,12 @@
 """Nsight Compute: where the forward's cycles go (tensor pipe, MUFU, FMA/ALU, issue slots, stalls) for the
-bundled kernel beside SDPA flash and cuDNN, at one of issue 7's shapes (bf16, hidden 2048 so heads = 2048 / d,
-16k tokens per batch; default d = 128, N = 8192).
+bundled kernel beside SDPA flash and cuDNN, at one of the speed preset's shapes (bf16, hidden 2048 so
+heads = 2048 / d, 16k tokens per batch; default d = 128, N = 8192).
 
     python3 benchmarks/ncu_pipes.py drive [--ncu ncu] [--causal] [--dim D] [--seq N] [--providers P,...]
     python3 benchmarks/ncu_pipes.py parse DIR                       # table from the saved raw CSVs
 
-A provider is triton (flash_attn as the sweep runs it), triton@BM.BN.W.S (that forced tl config; a fifth
-number 1 adds the "OV" flag: P V overlapped with the next block's softmax), gluon@BM (flash_ws forced, BLOCK_M
-128 or 192), sdpa-flash or sdpa-cudnn.
+A provider is triton (flash_attn as the sweep runs it), triton@BM.BN.W.S (that forced tl config), gluon@BM
+(flash_ws forced, BLOCK_M 128 or 192), sdpa-flash or sdpa-cudnn.
 Each child warms up (Triton compile and autotune happen there, unprofiled), then brackets one forward call
 with cudaProfilerStart/Stop. ncu runs with --page raw and the SpeedOfLight, ComputeWorkloadAnalysis and
 WarpStateStats sections; the raw CSV of each provider is saved to $OUT (or results/ncu_pipes/).
@@ -59,14 +58,8 @@ def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192) -> None:
     elif provider.startswith("triton"):
         config = None
         if "@" in provider:
-            bm, bn, w, st, *ov = (int(x) for x in provider.split("@")[1].split("."))
-            config = {
-                "BLOCK_M": bm,
-                "BLOCK_N": bn,
-                "num_warps": w,
-                "num_stages": st,
-                **({"OV": 1} if ov else {}),
-            }
+            block_m, block_n, warps, stages = (int(x) for x in provider.split("@")[1].split("."))
+            config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
         call = lambda: flash_attn(q, k, v, causal=causal, config=config)  # noqa: E731
     else:
         backend = SDPBackend.FLASH_ATTENTION if provider == "sdpa-flash" else SDPBackend.CUDNN_ATTENTION

@@ -20,7 +20,7 @@ import statistics
 import sys
 
 import torch
-from flashbench.kernels import common, flash_ws
+from flashbench.kernels import flash_ws
 from flashbench.kernels.flash_v2 import attention_forward as triton_forward
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -32,28 +32,13 @@ VARIANTS = {  # "ws" is flash_ws's default for the head dim; "ws3" three consume
     "ws": {},
     "ws2": {"BLOCK_M": 128},
     "ws-s2": {"BLOCK_M": 128, "STAGES": 2},
-    "ws-lateK": {"BLOCK_M": 128, "EARLY_K": 0},
-    "ws-nopp": {"BLOCK_M": 128, "PINGPONG": 0},
-    "ws-n64": {"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 4},
     "ws3": {"BLOCK_M": 192},
     "ws3-s2": {"BLOCK_M": 192, "STAGES": 2},
-    "ws3-s4": {"BLOCK_M": 192, "STAGES": 4},
-    "ws3-lateK": {"BLOCK_M": 192, "EARLY_K": 0},
-    "ws3-nopp": {"BLOCK_M": 192, "PINGPONG": 0},
-    "ws3-n64": {"BLOCK_M": 192, "BLOCK_N": 64, "STAGES": 4},
     # persistent: one program per SM walks tiles; the output has its own buffers (fewer K/V stages at d = 128)
     "ws2p": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2},
     "ws3p": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2},
     "ws3p-s3": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 3},
     "ws3p-h16": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 16},
-    "ws3p-n64": {"BLOCK_M": 192, "PERSISTENT": 1, "BLOCK_N": 64, "STAGES": 4},
-    # persistent with the snake walk (causal tiles of unequal length balanced across programs)
-    "ws3p-snake": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "WALK": "snake"},
-    "ws3p-snake-h16": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 16, "WALK": "snake"},
-    "ws3p-snake-h64": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 64, "WALK": "snake"},
-    "ws3p-s3-snake-h16": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 3, "SCHED_HEADS": 16, "WALK": "snake"},
-    "ws2p-snake-h16": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 16, "WALK": "snake"},
-    "ws2p-s3-snake-h16": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 3, "SCHED_HEADS": 16, "WALK": "snake"},
 }
 
 
@@ -88,7 +73,7 @@ def check() -> int:
                 v = torch.randn(b, hkv, nk, d, device="cuda", dtype=dtype)
                 ref_o, ref_lse = reference(q, k, v, causal)
                 for name, cfg in VARIANTS.items():
-                    if flash_ws.supported(q, k, v, causal, cfg.get("BLOCK_N", 128), cfg.get("BLOCK_M", 128)):
+                    if flash_ws.supported(q, k, v, causal, cfg.get("BLOCK_M", 128)):
                         continue
                     o, lse, _ = flash_ws.attention_forward(q, k, v, causal, d**-0.5, cfg)
                     torch.cuda.synchronize()
@@ -96,8 +81,9 @@ def check() -> int:
                     err_l = (lse - ref_lse).abs().max().item()
                     ok = err_o < 2e-2 and err_l < 1e-3
                     failures += not ok
-                    print(f"{'ok ' if ok else 'BAD'} {name:8s} {str(dtype)[6:]:8s} b{b} h{h}/{hkv} nq{nq} nk{nk} "
-                          f"d{d} causal={int(causal)} max|do|={err_o:.2e} max|dlse|={err_l:.2e}", flush=True)  # fmt: skip
+                    shape = f"{str(dtype)[6:]:8s} b{b} h{h}/{hkv} nq{nq} nk{nk} d{d} causal={int(causal)}"
+                    errors = f"max|do|={err_o:.2e} max|dlse|={err_l:.2e}"
+                    print(f"{'ok ' if ok else 'BAD'} {name:8s} {shape} {errors}", flush=True)
     print(f"{failures} failures")
     return 1 if failures else 0
 
@@ -113,21 +99,16 @@ def providers(causal: bool):
 
         return fn
 
-    def tl_forward(q, k, v, half_diag=True):
-        """flash_v2's autotuned tl kernel (not the Gluon one flash_attn may prefer); half_diag: the causal
-        diagonal in half-width blocks (common.CAUSAL_HALF_DIAG)."""
+    def tl_forward(q, k, v):
+        """flash_v2's autotuned tl kernel (not the Gluon one flash_attn may prefer)."""
         os.environ["FLASHBENCH_GLUON"] = "0"
-        before, common.CAUSAL_HALF_DIAG = common.CAUSAL_HALF_DIAG, half_diag
         try:
             return triton_forward(q, k, v, causal, q.shape[-1] ** -0.5)
         finally:
             del os.environ["FLASHBENCH_GLUON"]
-            common.CAUSAL_HALF_DIAG = before
 
     out = {
         "triton": tl_forward,
-        # the same autotuned tl kernel with the causal diagonal in full-width blocks (before session 7)
-        "triton-fulldiag": functools.partial(tl_forward, half_diag=False),
         "flash_attn": lambda q, k, v: triton_forward(q, k, v, causal, q.shape[-1] ** -0.5),
     }
     out.update({name: ws(cfg) for name, cfg in VARIANTS.items()})
@@ -182,8 +163,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.what == "check":
         return check()
-    rows = speed(a.rounds, [int(s) for s in a.seqs.split(",")], [int(s) for s in a.dims.split(",")],
-                 [p for p in a.providers.split(",") if p])  # fmt: skip
+    seqs, dims = [int(s) for s in a.seqs.split(",")], [int(s) for s in a.dims.split(",")]
+    rows = speed(a.rounds, seqs, dims, [p for p in a.providers.split(",") if p])
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "ws_quick.json"), "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

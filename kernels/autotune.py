@@ -3,8 +3,8 @@ pick cached on disk.
 
 Why not `triton.autotune`: it times the candidates one after another with short do_bench windows, and it
 silently skips its on-disk cache when a config has a pre-hook, which the host tensor descriptors need
-(triton/runtime/autotuner.py, `check_disk_cache`). What an H100 showed (BENCHMARKS.md, session 4): near its
-power limit it lowers its clocks by 10-15% within about 0.1 s of sustained attention work, and tiles differ in
+(triton/runtime/autotuner.py, `check_disk_cache`). What an H100 showed (docs/benchmarks.md): near its power
+limit it lowers its clocks by 10-15% within about 0.1 s of sustained attention work, and tiles differ in
 how much they lose; 50 ms windows (do_bench's) and samples interleaved across candidates both ranked tiles
 by their boost-clock speed and picked ones that the sweep then measured 2-12% slower than another candidate.
 

@@ -35,19 +35,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (
-    INTERPRET_FWD,
-    LOG2E,
-    VARIANT_FWD_SPACE,
-    _set_last_config,
-    attend,
-    check_inputs,
-    dot,
-    launch,
-    normalize_config,
-    seq_bucket,
-)
+from .common import LOG2E, _set_last_config, check_inputs, dot, row_strides, seq_bucket
+from .configs import INTERPRET_FWD, VARIANT_FWD_SPACE, normalize_config
 from .flash_v2 import RecomputeAttention
+from .launch import attend, launch
 
 
 @triton.jit
@@ -63,19 +54,15 @@ def _attn_fwd_v1(
     stride_qz,
     stride_qh,
     stride_qm,
-    stride_qd,
     stride_kz,
     stride_kh,
     stride_kn,
-    stride_kd,
     stride_vz,
     stride_vh,
     stride_vn,
-    stride_vd,
     stride_oz,
     stride_oh,
     stride_om,
-    stride_od,
     H,  # query heads
     GROUP,  # H // H_KV
     N_Q,
@@ -122,12 +109,12 @@ def _attn_fwd_v1(
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < N_K
         kt = tl.load(
-            k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd,
+            k_base + offs_n[None, :] * stride_kn + offs_d[:, None],
             mask=key_ok[None, :],
             other=0.0,
         )
         v = tl.load(
-            v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            v_base + offs_n[:, None] * stride_vn + offs_d[None, :],
             mask=key_ok[:, None],
             other=0.0,
         )
@@ -142,7 +129,7 @@ def _attn_fwd_v1(
             offs_m = qb * BLOCK_M + tl.arange(0, BLOCK_M)
             row_ok = offs_m < N_Q
             q = tl.load(
-                q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                q_base + offs_m[:, None] * stride_qm + offs_d[None, :],
                 mask=row_ok[:, None],
                 other=0.0,
             )
@@ -180,7 +167,7 @@ def _attn_fwd_v1(
         lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
         tl.store(LSE + bh * N_Q + offs_m, lse, mask=row_ok)
         tl.store(
-            O + b * stride_oz + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+            O + b * stride_oz + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :],
             (acc / l_safe[:, None]).to(O.dtype.element_ty),
             mask=row_ok[:, None],
         )
@@ -203,15 +190,21 @@ def attention_forward_v1(
     m = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     l = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     q_split = 1 if config is None else config["Q_SPLIT"]
-    args = (
-        q, k, v, o, lse, acc, m, l, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),
-    )  # fmt: skip
+    tensors = (q, k, v, o, lse, acc, m, l)
+    sizes = (H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)))
     constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32}
     cfg = launch(
-        "fwd_v1", "fwd", _attn_fwd_v1, lambda meta: (B * H, meta["Q_SPLIT"]), args, constexprs,
-        space=VARIANT_FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD, extra={"Q_SPLIT": q_split},
-    )  # fmt: skip
+        name="fwd_v1",
+        kind="fwd",
+        kernel=_attn_fwd_v1,
+        grid=lambda meta: (B * H, meta["Q_SPLIT"]),
+        args=(*tensors, *row_strides(q, k, v, o), *sizes),
+        constexprs=constexprs,
+        space=VARIANT_FWD_SPACE,
+        forced=config,
+        interpret_config=INTERPRET_FWD,
+        extra={"Q_SPLIT": q_split},
+    )
     _set_last_config(cfg)
     return o, lse, cfg
 

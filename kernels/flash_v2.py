@@ -22,13 +22,20 @@ Cautions:
   - GQA: query head h reads K/V head h // (heads // kv_heads).
   - Offsets of batch/head bases are int64 (B*H*N*D can pass 2^31 elements).
   - Hopper and newer (`use_tma`): Q, K, V and O move through 4-D [B, H, N, D] tensor descriptors built on the
-    host (TMA == 2); loads past N are zero-filled within the head. The descriptors cost host time per call
-    (about +80 us measured on an H100, benchmarks/launch_overhead.py), which shows in eager timings of
-    problems smaller than that (BENCHMARKS.md); common.HOST_DESCRIPTORS = False builds per-head descriptors
-    in every program instead (TMA == 1).
-  - config "OV" issues each block's P V after the next block's Q K^T (_fwd_block_overlapped). On an H100 it
-    sped up some 128-row 8-warp tiles at d=128 (up to +17%), slowed the 64-row and d=64 tiles, and never beat
-    the best plain tile (BENCHMARKS.md), so the autotuner does not try it.
+    host (loads past N zero-filled within the head, stores clipped); elsewhere through pointers. Against
+    per-head descriptors built by every program: forward median +2.5% over 70 config x shape pairs, +5.7% for
+    (64, 64, 4, 3) causal d=128 N=4096 on an H100 (`python3 benchmarks/kernel_configs.py run --kinds
+    variants,sdpa --tma 1` at commit 1a61f90, which had both paths).
+  - Causal grids run their query blocks from the last, heaviest one, so the light ones fill the grid's tail:
+    d=128 N=16384 2.450 -> 2.325 ms (+5.4%), d=64 N=4096 +2.5%, within the rounds' spread elsewhere, on an
+    H100 (both orders in rotation, benchmarks/schedule_ab.py at commit 1a61f90). The dQ pass gained nothing.
+  - Causal, BLOCK_N > BLOCK_M: the masked key range (the diagonal) runs in blocks of BLOCK_N // 2: with 64-row
+    query tiles and 128-key blocks every other tile's diagonal block lies half past the diagonal (6.25% ->
+    3.1% of the work wasted at N = 2048): d=64 causal N=2048 356 -> 372 TFLOP/s on an H100 (`python3
+    benchmarks/ws_quick.py speed --rounds 2 --dims 64` at commit 1a61f90).
+  - Tried here and left out (docs/benchmarks.md, H100): each block's P V issued after the next block's Q K^T
+    (FlashAttention-3's intra-warpgroup overlap; 0.95-0.96x median, never better than the best plain tile);
+    Triton's warp_specialize on the key loop (within 1%; 4-warp tiles do not compile on Triton 3.6).
 """
 
 from __future__ import annotations
@@ -39,34 +46,29 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common, flash_ws
+from . import flash_ws
 from .backward import attention_backward
 from .common import (
-    FWD_SPACE,
-    INTERPRET_FWD,
     LOG2E,
     KernelUnsupported,
     _set_last_config,
-    attend,
     cdiv,
     check_inputs,
     dot,
-    host_descriptor,
-    launch,
-    normalize_config,
+    row_strides,
     seq_bucket,
-    twin_descriptor,
-    use_tma,
 )
+from .configs import FWD_SPACE, INTERPRET_FWD, normalize_config
+from .descriptors import host_descriptor, twin_descriptor, use_tma
+from .launch import attend, launch
 
 
 @triton.jit
 def _scores(
     q,  # [BLOCK_M, HEAD_DIM] query tile, input dtype
-    k_src,  # TMA: descriptor of K[b, hkv] ([N_K, HEAD_DIM]); else pointer to K[b, hkv, 0, 0]
+    k_src,  # TMA: host descriptor of K ([B, H_KV, N_K, HEAD_DIM]); else pointer to K[b, hkv, 0, 0]
     stride_kn,
-    stride_kd,
-    kv_b,  # batch and K/V head: the first coordinates of a host (4-D) descriptor
+    kv_b,  # batch and K/V head: the first coordinates of the descriptor
     kv_h,
     start_n,  # first key of this block
     N_K,
@@ -75,20 +77,18 @@ def _scores(
     BLOCK_N: tl.constexpr,
     MASK: tl.constexpr,  # keys past N_K may be in this block
     IEEE: tl.constexpr,
-    TMA: tl.constexpr,  # 0 pointers, 1 per-head descriptor made in the kernel, 2 host [B, H, N, D] descriptor
+    TMA: tl.constexpr,
 ):
     """S = Q K^T for one key block, fp32, unscaled."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    if TMA == 2:
+    if TMA:
         kt = tl.trans(k_src.load([kv_b, kv_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))  # past N_K: zeros
-    elif TMA:
-        kt = tl.trans(k_src.load([start_n, 0]))  # rows past N_K arrive as zeros
     elif MASK:
-        kt_ptrs = k_src + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # K^T tile [D, BN]
+        kt_ptrs = k_src + offs_n[None, :] * stride_kn + offs_d[:, None]  # K^T tile [D, BN]
         kt = tl.load(kt_ptrs, mask=offs_n[None, :] < N_K, other=0.0)
     else:
-        kt = tl.load(k_src + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd)
+        kt = tl.load(k_src + offs_n[None, :] * stride_kn + offs_d[:, None])
     return dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
 
 
@@ -98,7 +98,6 @@ def _add_pv(
     p,  # [BLOCK_M, BLOCK_N] probabilities of one key block, input dtype
     v_src,  # as k_src in _scores, for V
     stride_vn,
-    stride_vd,
     kv_b,
     kv_h,
     start_n,
@@ -112,18 +111,16 @@ def _add_pv(
     """acc + P V for one key block."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    if TMA == 2:
+    if TMA:
         v = v_src.load([kv_b, kv_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
-    elif TMA:
-        v = v_src.load([start_n, 0])
     elif MASK:
         v = tl.load(
-            v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            v_src + offs_n[:, None] * stride_vn + offs_d[None, :],
             mask=offs_n[:, None] < N_K,
             other=0.0,
         )
     else:
-        v = tl.load(v_src + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd)
+        v = tl.load(v_src + offs_n[:, None] * stride_vn + offs_d[None, :])
     return dot(p, v, acc, IEEE)
 
 
@@ -165,52 +162,76 @@ def _online_softmax(
 
 @triton.jit
 def _fwd_block(
-    acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
-    N_K, CAUSAL_OFF, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr,
-):  # fmt: skip
+    acc,  # [BLOCK_M, HEAD_DIM] fp32 accumulator
+    l_i,  # [BLOCK_M] fp32 running sum
+    m_i,  # [BLOCK_M] fp32 running max
+    q,  # [BLOCK_M, HEAD_DIM] query tile
+    k_src,  # as in _scores
+    v_src,  # as in _add_pv
+    stride_kn,
+    stride_vn,
+    kv_b,
+    kv_h,
+    start_n,  # first key of this block
+    offs_m,  # [BLOCK_M] query rows
+    N_K,
+    CAUSAL_OFF,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASK: tl.constexpr,  # the tail / causal mask is needed in this block
+    IEEE: tl.constexpr,
+    TMA: tl.constexpr,
+):
     """One key block in FA2 order: S = Q K^T, softmax, rescale, acc += P V (the tensor cores wait for the
     softmax)."""
     qk = _scores(
-        q, k_src, stride_kn, stride_kd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, MASK, IEEE, TMA
+        q=q,
+        k_src=k_src,
+        stride_kn=stride_kn,
+        kv_b=kv_b,
+        kv_h=kv_h,
+        start_n=start_n,
+        N_K=N_K,
+        HEAD_DIM=HEAD_DIM,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        MASK=MASK,
+        IEEE=IEEE,
+        TMA=TMA,
     )
     p, alpha, l_i, m_new = _online_softmax(
-        qk, l_i, m_i, start_n, offs_m, N_K, CAUSAL_OFF, qk_scale, BLOCK_N, CAUSAL, MASK
+        qk=qk,
+        l_i=l_i,
+        m_i=m_i,
+        start_n=start_n,
+        offs_m=offs_m,
+        N_K=N_K,
+        CAUSAL_OFF=CAUSAL_OFF,
+        qk_scale=qk_scale,
+        BLOCK_N=BLOCK_N,
+        CAUSAL=CAUSAL,
+        MASK=MASK,
     )
     acc = acc * alpha[:, None]
     acc = _add_pv(
-        acc, p.to(q.dtype), v_src, stride_vn, stride_vd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_N, MASK, IEEE, TMA,
-    )  # fmt: skip
+        acc=acc,
+        p=p.to(q.dtype),
+        v_src=v_src,
+        stride_vn=stride_vn,
+        kv_b=kv_b,
+        kv_h=kv_h,
+        start_n=start_n,
+        N_K=N_K,
+        HEAD_DIM=HEAD_DIM,
+        BLOCK_N=BLOCK_N,
+        MASK=MASK,
+        IEEE=IEEE,
+        TMA=TMA,
+    )
     return acc, l_i, m_new
-
-
-@triton.jit
-def _fwd_block_overlapped(
-    acc, alpha_prev, l_i, m_i, p_prev, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h,
-    start_n, offs_m, N_K, CAUSAL_OFF, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, MASK: tl.constexpr, IEEE: tl.constexpr, TMA: tl.constexpr,
-):  # fmt: skip
-    """One key block with the previous block's P V issued between this block's Q K^T and its softmax
-    (FlashAttention-3's intra-warpgroup overlap), so the tensor cores run P V while the softmax runs.
-
-    p_prev is the previous block's P (fp32, relative to m_i); alpha_prev the rescale that acc still
-    owes before P_prev V_prev is added. The new rescale is returned, not applied: the P V matmul's result is
-    then used by nothing in this iteration, which is what lets Triton leave it in flight (a "properly
-    async" wgmma) until the next block's Q K^T has been waited for. The previous block lies inside N_K
-    (this one starts after it), so its V needs no mask.
-    """
-    qk = _scores(
-        q, k_src, stride_kn, stride_kd, kv_b, kv_h, start_n, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, MASK, IEEE, TMA
-    )
-    acc = acc * alpha_prev[:, None]
-    acc = _add_pv(
-        acc, p_prev.to(q.dtype), v_src, stride_vn, stride_vd, kv_b, kv_h, start_n - BLOCK_N, N_K, HEAD_DIM, BLOCK_N, False,
-        IEEE, TMA,
-    )  # fmt: skip
-    p, alpha, l_i, m_new = _online_softmax(
-        qk, l_i, m_i, start_n, offs_m, N_K, CAUSAL_OFF, qk_scale, BLOCK_N, CAUSAL, MASK
-    )
-    return acc, alpha, l_i, m_new, p
 
 
 @triton.jit
@@ -220,28 +241,24 @@ def _attn_fwd(
     V,  # [B, H_KV, N_K, D] values
     O,  # [B, H, N_Q, D] output, written once
     LSE,  # [B, H, N_Q] fp32 contiguous: log2-sum-exp2 per row, +inf for rows that see no key
-    KD,  # TMA == 2: host descriptor of K ([B, H_KV, N_K, D], block [1, 1, BLOCK_N, D]); else K again (unused)
+    KD,  # TMA: host descriptor of K ([B, H_KV, N_K, D], block [1, 1, BLOCK_N, D]); else K again (unused)
     VD,  # the same for V
-    KD2,  # DIAG with TMA == 2: host descriptors of K and V with half-height blocks ([1, 1, BLOCK_N // 2, D]);
+    KD2,  # causal with TMA: host descriptors of K and V with half-height blocks ([1, 1, BLOCK_N // 2, D]);
     VD2,  # else K, V again (unused)
-    QD,  # TMA == 2: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q again (unused)
+    QD,  # TMA: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q again (unused)
     OD,  # the same for O
-    stride_qz,
+    stride_qz,  # strides of B, H and N (row_strides); the last dimension is unit-stride
     stride_qh,
     stride_qm,
-    stride_qd,
     stride_kz,
     stride_kh,
     stride_kn,
-    stride_kd,
     stride_vz,
     stride_vh,
     stride_vn,
-    stride_vd,
     stride_oz,
     stride_oh,
     stride_om,
-    stride_od,
     H,  # query heads
     GROUP,  # H // H_KV: query heads per K/V head
     N_Q,  # query length
@@ -251,16 +268,12 @@ def _attn_fwd(
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots
-    TMA: tl.constexpr,  # K/V through tensor descriptors (TMA, sm90+): 0 no, 1 made per program, 2 host (KD, VD)
-    HEAVY_FIRST: tl.constexpr,  # causal: walk query blocks from the last (see common.CAUSAL_HEAVY_FIRST)
+    TMA: tl.constexpr,  # Q, K, V, O through the host descriptors QD, KD, VD, OD (TMA, sm90+)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    DIAG: tl.constexpr = False,  # causal, BLOCK_N > BLOCK_M: the masked key range in blocks of BLOCK_N // 2
-    WS: tl.constexpr = False,  # ask Triton to warp-specialize the key loops
-    OV: tl.constexpr = False,  # issue each block's P V after the next block's Q K^T (_fwd_block_overlapped)
 ):
     pid_m = tl.program_id(0)
-    if CAUSAL and HEAVY_FIRST:
+    if CAUSAL:
         pid_m = tl.num_programs(0) - 1 - pid_m  # the last query blocks see the most keys: run them first
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
@@ -273,15 +286,12 @@ def _attn_fwd(
     k_base = K + b * stride_kz + hkv * stride_kh
     v_base = V + b * stride_vz + hkv * stride_vh
     o_base = O + b * stride_oz + h * stride_oh
-    # The masked key range (the causal diagonal, a ragged tail) in blocks of MASK_N keys: half-width blocks where
-    # keys are wider than the query tile (a 128-key block over a 64-row tile's diagonal is half past it for
-    # every other tile: 6% -> 3% of the work at N = 2048); otherwise no block reaches past the diagonal's last
-    # key and the masked blocks are the full BLOCK_N. k_mask / v_mask stream them.
-    HALVE: tl.constexpr = CAUSAL and DIAG and BLOCK_N > BLOCK_M
+    # The masked key range (the causal diagonal, a ragged tail) in blocks of MASK_N keys, streamed by k_mask and
+    # v_mask: half-width where keys are wider than the query tile (see the module docstring), else BLOCK_N.
+    HALVE: tl.constexpr = CAUSAL and BLOCK_N > BLOCK_M
     MASK_N: tl.constexpr = BLOCK_N // 2 if HALVE else BLOCK_N
-    if TMA == 2:
-        # The host's 4-D descriptors (no per-program descriptor to build): loads past N_K are zero-filled
-        # per head, never another head's rows.
+    if TMA:
+        # The host's 4-D descriptors: loads past N_K are zero-filled per head, never another head's rows.
         k_src = KD
         v_src = VD
         if HALVE:
@@ -290,16 +300,6 @@ def _attn_fwd(
         else:
             k_mask = KD
             v_mask = VD
-    elif TMA:
-        # Per-head 2-D descriptors: loads past N_K are zero-filled by the hardware, never another head's rows.
-        k_src = tl.make_tensor_descriptor(k_base, [N_K, HEAD_DIM], [stride_kn, 1], [BLOCK_N, HEAD_DIM])
-        v_src = tl.make_tensor_descriptor(v_base, [N_K, HEAD_DIM], [stride_vn, 1], [BLOCK_N, HEAD_DIM])
-        if HALVE:
-            k_mask = tl.make_tensor_descriptor(k_base, [N_K, HEAD_DIM], [stride_kn, 1], [MASK_N, HEAD_DIM])
-            v_mask = tl.make_tensor_descriptor(v_base, [N_K, HEAD_DIM], [stride_vn, 1], [MASK_N, HEAD_DIM])
-        else:
-            k_mask = k_src
-            v_mask = v_src
     else:
         k_src = k_base
         v_src = v_base
@@ -308,12 +308,12 @@ def _attn_fwd(
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    if TMA == 2:
+    if TMA:
         # Q straight into shared memory (rows past N_Q arrive as zeros); O leaves the same way below.
         q = QD.load([kv_b, q_h, pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
     else:
         q = tl.load(
-            q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+            q_base + offs_m[:, None] * stride_qm + offs_d[None, :],
             mask=offs_m[:, None] < N_Q,
             other=0.0,
         )
@@ -331,42 +331,56 @@ def _attn_fwd(
         hi = N_K
         full_end = N_K
     full_end = (full_end // BLOCK_N) * BLOCK_N
-    if OV:
-        # Block 0 with the masked code (right for any block), then every later block overlapped with the
-        # P V of the one before it, then the last block's P V. With no visible key (hi = 0), block 0 is
-        # fully masked: p = 0, l = 0, and the row comes out empty below.
-        qk = _scores(
-            q, k_src, stride_kn, stride_kd, kv_b, kv_h, 0, N_K, HEAD_DIM, BLOCK_M, BLOCK_N, True, IEEE, TMA
+    for start_n in tl.range(0, full_end, BLOCK_N):
+        acc, l_i, m_i = _fwd_block(
+            acc=acc,
+            l_i=l_i,
+            m_i=m_i,
+            q=q,
+            k_src=k_src,
+            v_src=v_src,
+            stride_kn=stride_kn,
+            stride_vn=stride_vn,
+            kv_b=kv_b,
+            kv_h=kv_h,
+            start_n=start_n,
+            offs_m=offs_m,
+            N_K=N_K,
+            CAUSAL_OFF=causal_off,
+            qk_scale=qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            CAUSAL=CAUSAL,
+            MASK=False,
+            IEEE=IEEE,
+            TMA=TMA,
         )
-        p, alpha, l_i, m_i = _online_softmax(
-            qk, l_i, m_i, 0, offs_m, N_K, causal_off, qk_scale, BLOCK_N, CAUSAL, True
+    for start_n in tl.range(full_end, hi, MASK_N):
+        acc, l_i, m_i = _fwd_block(
+            acc=acc,
+            l_i=l_i,
+            m_i=m_i,
+            q=q,
+            k_src=k_mask,
+            v_src=v_mask,
+            stride_kn=stride_kn,
+            stride_vn=stride_vn,
+            kv_b=kv_b,
+            kv_h=kv_h,
+            start_n=start_n,
+            offs_m=offs_m,
+            N_K=N_K,
+            CAUSAL_OFF=causal_off,
+            qk_scale=qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=MASK_N,
+            CAUSAL=CAUSAL,
+            MASK=True,
+            IEEE=IEEE,
+            TMA=TMA,
         )
-        for start_n in tl.range(BLOCK_N, full_end, BLOCK_N, warp_specialize=WS):
-            acc, alpha, l_i, m_i, p = _fwd_block_overlapped(
-                acc, alpha, l_i, m_i, p, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h,
-                start_n, offs_m, N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
-            )  # fmt: skip
-        for start_n in tl.range(tl.maximum(BLOCK_N, full_end), hi, BLOCK_N, warp_specialize=WS):
-            acc, alpha, l_i, m_i, p = _fwd_block_overlapped(
-                acc, alpha, l_i, m_i, p, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h,
-                start_n, offs_m, N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE, TMA,
-            )  # fmt: skip
-        last = (tl.maximum(hi, 1) - 1) // BLOCK_N * BLOCK_N
-        acc = acc * alpha[:, None]
-        acc = _add_pv(
-            acc, p.to(q.dtype), v_src, stride_vn, stride_vd, kv_b, kv_h, last, N_K, HEAD_DIM, BLOCK_N, True, IEEE, TMA
-        )  # fmt: skip
-    else:
-        for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WS):
-            acc, l_i, m_i = _fwd_block(
-                acc, l_i, m_i, q, k_src, v_src, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
-                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE, TMA,
-            )  # fmt: skip
-        for start_n in tl.range(full_end, hi, MASK_N, warp_specialize=WS):
-            acc, l_i, m_i = _fwd_block(
-                acc, l_i, m_i, q, k_mask, v_mask, stride_kn, stride_kd, stride_vn, stride_vd, kv_b, kv_h, start_n, offs_m,
-                N_K, causal_off, qk_scale, HEAD_DIM, BLOCK_M, MASK_N, CAUSAL, True, IEEE, TMA,
-            )  # fmt: skip
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
     l_safe = tl.where(empty, 1.0, l_i)
@@ -374,11 +388,11 @@ def _attn_fwd(
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
     row_ok = offs_m < N_Q
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
-    if TMA == 2:  # rows past N_Q are clipped by the descriptor's bounds
+    if TMA:  # rows past N_Q are clipped by the descriptor's bounds
         OD.store([kv_b, q_h, pid_m * BLOCK_M, 0], out.to(O.dtype.element_ty).reshape(1, 1, BLOCK_M, HEAD_DIM))
     else:
         tl.store(
-            o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+            o_base + offs_m[:, None] * stride_om + offs_d[None, :],
             out.to(O.dtype.element_ty),
             mask=row_ok[:, None],
         )
@@ -410,30 +424,31 @@ def attention_forward(
     o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     tma = use_tma(q, k, v)
-    diag = bool(causal and (config or {}).get("DIAG", common.CAUSAL_HALF_DIAG))
     kd, vd, kd2, vd2, qd, od = k, v, k, v, q, o
-    if tma and common.HOST_DESCRIPTORS:
-        tma = 2
+    if tma:
         kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
-        if diag:
+        if causal:  # the half-width diagonal blocks' descriptors (used where BLOCK_N > BLOCK_M)
             kd2, vd2 = twin_descriptor(kd), twin_descriptor(vd)
-    args = (
-        q, k, v, o, lse, kd, vd, kd2, vd2, qd, od, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),
-    )  # fmt: skip
+    tensors = (q, k, v, o, lse, kd, vd, kd2, vd2, qd, od)
+    strides = row_strides(q, k, v, o)
+    sizes = (H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)))
     constexprs = {
         "HEAD_DIM": D,
         "CAUSAL": causal,
         "IEEE": q.dtype == torch.float32,
-        "TMA": int(tma),
-        "HEAVY_FIRST": common.CAUSAL_HEAVY_FIRST,
+        "TMA": tma,
     }
-    if config is None or "DIAG" not in config:  # a forced config's DIAG goes in as a config key
-        constexprs["DIAG"] = diag
     cfg = launch(
-        "fwd_v2", "fwd", _attn_fwd, lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H), args, constexprs,
-        space=FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
-    )  # fmt: skip
+        name="fwd_v2",
+        kind="fwd",
+        kernel=_attn_fwd,
+        grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
+        args=(*tensors, *strides, *sizes),
+        constexprs=constexprs,
+        space=FWD_SPACE,
+        forced=config,
+        interpret_config=INTERPRET_FWD,
+    )
     _set_last_config(cfg)
     return o, lse, cfg
 
@@ -470,14 +485,14 @@ def flash_attn(
     q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D] with Hkv dividing H (GQA). D in 32/64/128/256; fp16, bf16 or fp32
     (fp32 and the CPU interpreter are for testing). causal is aligned bottom-right when Nq != Nk. sm_scale
     defaults to 1/sqrt(D). config forces the forward config ({"BLOCK_M", "BLOCK_N", "num_warps",
-    "num_stages"}, optionally "WS": 1 to ask Triton to warp-specialize the key loop, "OV": 1 to overlap each
-    block's P V matmul with the next block's softmax); otherwise it is autotuned on CUDA (one fixed config
-    under TRITON_INTERPRET=1). On Hopper and newer, Q, K, V and O move through tensor descriptors (TMA) when
-    the inputs are 16-byte aligned; FLASHBENCH_TMA=0 turns that off.
+    "num_stages"}, optionally "maxnreg"; {"kernel": "gluon-ws", ...} forces flash_ws's Gluon forward);
+    otherwise it is autotuned on CUDA (one fixed config under TRITON_INTERPRET=1). On Hopper and newer, Q, K,
+    V and O move through tensor descriptors (TMA) when the inputs are 16-byte aligned; FLASHBENCH_TMA=0 turns
+    that off.
     Differentiable: the backward recomputes P from Q, K and the saved log-sum-exp.
     Raises KernelUnsupported naming what is unsupported.
     """
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
-        config = normalize_config("flash_attn", config, flags=("WS", "OV", "DIAG"))
+        config = normalize_config("flash_attn", config)
     return attend(RecomputeAttention, attention_forward, q, k, v, causal, sm_scale, config)

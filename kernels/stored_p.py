@@ -33,19 +33,17 @@ import triton.language as tl
 
 from .backward import attention_backward
 from .common import (
-    INTERPRET_FWD,
     LOG2E,
-    VARIANT_FWD_SPACE,
     KernelUnsupported,
     _set_last_config,
-    attend,
     cdiv,
     check_inputs,
     dot,
-    launch,
-    normalize_config,
+    row_strides,
     seq_bucket,
 )
+from .configs import INTERPRET_FWD, VARIANT_FWD_SPACE, normalize_config
+from .launch import attend, launch
 
 
 @triton.jit
@@ -53,7 +51,6 @@ def _qk_block(
     q,  # [BLOCK_M, HEAD_DIM] query tile
     k_base,  # pointer to K[b, hkv, 0, 0]
     stride_kn,
-    stride_kd,
     start_n,  # first key of the block
     offs_m,  # [BLOCK_M] query rows
     N_K,
@@ -69,7 +66,7 @@ def _qk_block(
     """S * qk_scale for one key block, -inf where masked: [BLOCK_M, BLOCK_N] fp32."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+    kt_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None]
     if MASK:
         kt = tl.load(kt_ptrs, mask=offs_n[None, :] < N_K, other=0.0)
     else:
@@ -94,19 +91,15 @@ def _attn_fwd_stored_p(
     stride_qz,
     stride_qh,
     stride_qm,
-    stride_qd,
     stride_kz,
     stride_kh,
     stride_kn,
-    stride_kd,
     stride_vz,
     stride_vh,
     stride_vn,
-    stride_vd,
     stride_oz,
     stride_oh,
     stride_om,
-    stride_od,
     stride_pz,
     stride_ph,
     stride_pm,
@@ -135,7 +128,7 @@ def _attn_fwd_stored_p(
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < N_Q
     q = tl.load(
-        Q + b * stride_qz + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+        Q + b * stride_qz + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
         mask=row_ok[:, None],
         other=0.0,
     )
@@ -154,17 +147,41 @@ def _attn_fwd_stored_p(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     for start_n in range(0, full_end, BLOCK_N):
         qk = _qk_block(
-            q, k_base, stride_kn, stride_kd, start_n, offs_m, N_K, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, False, IEEE,
-        )  # fmt: skip
+            q=q,
+            k_base=k_base,
+            stride_kn=stride_kn,
+            start_n=start_n,
+            offs_m=offs_m,
+            N_K=N_K,
+            CAUSAL_OFF=causal_off,
+            qk_scale=qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            CAUSAL=CAUSAL,
+            MASK=False,
+            IEEE=IEEE,
+        )
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         l_i = l_i * tl.math.exp2(m_i - m_new) + tl.sum(tl.math.exp2(qk - m_new[:, None]), 1)
         m_i = m_new
     for start_n in range(full_end, hi, BLOCK_N):
         qk = _qk_block(
-            q, k_base, stride_kn, stride_kd, start_n, offs_m, N_K, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE,
-        )  # fmt: skip
+            q=q,
+            k_base=k_base,
+            stride_kn=stride_kn,
+            start_n=start_n,
+            offs_m=offs_m,
+            N_K=N_K,
+            CAUSAL_OFF=causal_off,
+            qk_scale=qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            CAUSAL=CAUSAL,
+            MASK=True,
+            IEEE=IEEE,
+        )
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows with no key yet: exp2(-inf) = 0, not NaN
         l_i = l_i * tl.math.exp2(m_i - m_use) + tl.sum(tl.math.exp2(qk - m_use[:, None]), 1)
@@ -176,9 +193,21 @@ def _attn_fwd_stored_p(
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     for start_n in range(0, hi, BLOCK_N):
         qk = _qk_block(
-            q, k_base, stride_kn, stride_kd, start_n, offs_m, N_K, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, True, IEEE,
-        )  # fmt: skip
+            q=q,
+            k_base=k_base,
+            stride_kn=stride_kn,
+            start_n=start_n,
+            offs_m=offs_m,
+            N_K=N_K,
+            CAUSAL_OFF=causal_off,
+            qk_scale=qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            CAUSAL=CAUSAL,
+            MASK=True,
+            IEEE=IEEE,
+        )
         offs_n = start_n + tl.arange(0, BLOCK_N)
         p = tl.math.exp2(qk - lse[:, None]).to(P.dtype.element_ty)
         tl.store(
@@ -187,7 +216,7 @@ def _attn_fwd_stored_p(
             mask=row_ok[:, None] & (offs_n[None, :] < N_K),
         )
         v = tl.load(
-            v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+            v_base + offs_n[:, None] * stride_vn + offs_d[None, :],
             mask=offs_n[:, None] < N_K,
             other=0.0,
         )
@@ -195,7 +224,7 @@ def _attn_fwd_stored_p(
 
     tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
     tl.store(
-        O + b * stride_oz + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+        O + b * stride_oz + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :],
         acc.to(O.dtype.element_ty),
         mask=row_ok[:, None],
     )
@@ -215,15 +244,21 @@ def attention_forward_stored_p(
     o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     p = torch.empty((B, H, Nq, Nk), dtype=q.dtype, device=q.device)
-    args = (
-        q, k, v, o, lse, p, *q.stride(), *k.stride(), *v.stride(), *o.stride(), *p.stride(),
-        H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)),
-    )  # fmt: skip
+    tensors = (q, k, v, o, lse, p)
+    strides = (*row_strides(q, k, v, o), *p.stride())
+    sizes = (H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)))
     constexprs = {"HEAD_DIM": D, "CAUSAL": causal, "IEEE": q.dtype == torch.float32}
     cfg = launch(
-        "fwd_stored_p", "fwd", _attn_fwd_stored_p, lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
-        args, constexprs, space=VARIANT_FWD_SPACE, forced=config, interpret_config=INTERPRET_FWD,
-    )  # fmt: skip
+        name="fwd_stored_p",
+        kind="fwd",
+        kernel=_attn_fwd_stored_p,
+        grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
+        args=(*tensors, *strides, *sizes),
+        constexprs=constexprs,
+        space=VARIANT_FWD_SPACE,
+        forced=config,
+        interpret_config=INTERPRET_FWD,
+    )
     _set_last_config(cfg)
     return o, lse, p, cfg
 

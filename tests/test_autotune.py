@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 import torch
-from flashbench.kernels import autotune, common, flash_v2, last_config
+from flashbench.kernels import autotune, common, flash_v2, last_config, launch
 from triton.runtime.errors import OutOfResources
 
 A = {"BLOCK_M": 64, "BLOCK_N": 64}
@@ -155,10 +155,10 @@ def test_launch_tunes_the_forward_kernel_and_reports_the_pick(monkeypatch):
     q, k, v, scale = common.check_inputs("flash_attn", q, k, v, True, None)
     monkeypatch.setattr(flash_v2, "FWD_SPACE", ((32, 32, 4, 1), (16, 32, 2, 1)))
     monkeypatch.setattr(
-        common, "interpreting", lambda: False
+        launch, "interpreting", lambda: False
     )  # the kernels still run through the interpreter
-    monkeypatch.setattr(common, "_max_shared_mem", lambda: 232448)
-    monkeypatch.setattr(common, "_device_name", lambda index: "test GPU")
+    monkeypatch.setattr(launch, "_max_shared_mem", lambda: 232448)
+    monkeypatch.setattr(launch, "_device_name", lambda index: "test GPU")
     monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "1")
     timed = []
 

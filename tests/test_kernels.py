@@ -1,7 +1,8 @@
-"""Bundled Triton kernels against a float64 reference, forward and backward, with an error budget.
+"""Bundled Triton kernels against the float64 reference, forward and backward, with the sweep's error budget.
 
-Budget (flash-attn's rule): rel_err(kernel, ref64) <= 2 * rel_err(torch attention in the same dtype, ref64) + eps,
-relative Frobenius norm, for the output and for dq, dk, dv. Every tensor the kernels allocate is NaN-filled
+The oracle is flashbench.engine.correctness, the one the sweep uses (flash-attn's rule: rel_err(kernel, ref64)
+<= 2 * rel_err(torch attention in the same dtype, ref64) + eps, relative Frobenius norm, for the output and for
+dq, dk, dv). Every tensor the kernels allocate is NaN-filled
 first, so an element left unwritten fails the finiteness check.
 
 On the CPU machine the kernels run through Triton's interpreter (fp16, fp32: its bf16 tl.dot is wrong); on
@@ -10,19 +11,19 @@ CUDA the same tests run with bf16 too, plus the larger `gpu` shapes.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, flash_attn, flash_attn_stored_p, flash_attn_v1, last_config
-from flashbench.kernels.common import use_tma
+from flashbench.kernels.descriptors import use_tma
+
+from flashbench.engine import correctness
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 KERNELS = {"v2": flash_attn, "stored_p": flash_attn_stored_p, "v1": flash_attn_v1}
 LOWP = [torch.float16, torch.bfloat16] if HAS_CUDA else [torch.float16]
 DTYPES = [*LOWP, torch.float32]
-EPS = {torch.float16: 1e-4, torch.bfloat16: 1e-3, torch.float32: 1e-6}
+FP32_IEEE = 1e-6  # the bundled kernels' fp32 dots are IEEE fp32: errors ~3e-7 in these tests
 
 
 @pytest.fixture(autouse=True)
@@ -46,30 +47,6 @@ def test_poisoning_is_active():
     assert torch.empty(3).isnan().all() and torch.empty_like(torch.ones(2)).isnan().all()
 
 
-def attention(q, k, v, causal: bool, sm_scale: float) -> torch.Tensor:
-    """Plain attention in q's dtype (softmax in fp32 or better); rows that see no key give 0."""
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)
-    v = v.repeat_interleave(group, dim=1)
-    s = (q @ k.transpose(-1, -2)) * sm_scale
-    nq, nk = q.shape[2], k.shape[2]
-    visible = torch.ones(nq, nk, dtype=torch.bool, device=q.device)
-    if causal:  # bottom-right aligned: query i sees key j iff j <= i + nk - nq
-        visible = (
-            torch.arange(nk, device=q.device)[None, :] <= torch.arange(nq, device=q.device)[:, None] + nk - nq
-        )
-    s = s.masked_fill(~visible, float("-inf"))
-    p = torch.softmax(s.to(torch.promote_types(s.dtype, torch.float32)), dim=-1)
-    p = torch.where(visible.any(-1, keepdim=True), p, 0.0)
-    return p.to(v.dtype) @ v
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """Relative Frobenius error; absolute where the reference is exactly 0 (dq at N = 1 is 0)."""
-    denom = ref.norm().item()
-    return (x.double() - ref).norm().item() / (denom if denom > 0 else 1.0)
-
-
 def make(shape, dtype, seed: int, *, device: str = DEVICE) -> torch.Tensor:
     gen = torch.Generator(device="cpu").manual_seed(seed)
     return torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
@@ -83,33 +60,25 @@ def inputs(b, h, hkv, nq, nk, d, dtype, seed=0):
 
 
 def check(fn, q, k, v, *, causal: bool, sm_scale=None, config=None, do=None, backward: bool = True) -> None:
-    """Run fn forward (+ backward) and hold o, dq, dk, dv to the error budget against float64."""
+    """Run fn forward (+ backward) and hold out, dq, dk, dv to the sweep's error budget against float64
+    (flashbench.engine.correctness: the one oracle). The bundled kernels' fp32 path uses IEEE fp32 dots (no TF32),
+    which the shared budget does not require (it admits TF32 for other providers): held here to FP32_IEEE."""
     dtype = q.dtype
-    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
     leaves = [t.detach().requires_grad_(backward) for t in (q, k, v)]
     out = fn(*leaves, causal=causal, sm_scale=sm_scale, config=config)
     assert out.shape == q.shape and out.dtype == dtype
-    results = {"o": out}
+    results = {"out": out}
     if do is None:
         do = make(tuple(q.shape), dtype, seed=99)
     if backward:
         results.update(zip(("dq", "dk", "dv"), torch.autograd.grad(out, leaves, do), strict=True))
-
-    def run(cast):
-        ins = [t.detach().to(cast).requires_grad_(backward) for t in (q, k, v)]
-        o = attention(*ins, causal, scale)
-        res = {"o": o}
-        if backward:
-            res.update(zip(("dq", "dk", "dv"), torch.autograd.grad(o, ins, do.to(cast)), strict=True))
-        return res
-
-    ref = run(torch.float64)
-    lowp = run(dtype)
-    for name, got in results.items():
-        assert got.shape == ref[name].shape, name
-        assert torch.isfinite(got).all(), f"{name}: NaN/Inf (an element left unwritten?)"
-        err, base = rel_err(got, ref[name]), rel_err(lowp[name], ref[name])
-        assert err <= 2 * base + EPS[dtype], f"{name}: rel err {err:.3e} > 2 * {base:.3e} + {EPS[dtype]}"
+    verdict = correctness.verify(
+        results, q, k, v, causal=causal, sm_scale=sm_scale, do=do if backward else None
+    )
+    assert verdict.ok, f"{verdict.reason}; {verdict.describe()}"
+    if dtype == torch.float32:
+        worst = max(err for err, _ in verdict.errors.values())
+        assert worst <= FP32_IEEE, f"fp32 error {worst:.2e} > {FP32_IEEE:.0e}: a TF32 dot on the IEEE path?"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -156,17 +125,6 @@ def test_negative_sm_scale(kernel):
     check(KERNELS[kernel], *inputs(1, 2, 1, 45, 45, 32, torch.float16, seed=6), causal=True, sm_scale=-0.4)
 
 
-def test_causal_block_order_does_not_change_results(monkeypatch):
-    """Causal grids run their heaviest query blocks first by default; the other order gives the same numbers."""
-    from flashbench.kernels import common
-
-    q, k, v = inputs(1, 2, 1, 150, 150, 32, torch.float16, seed=11)
-    heavy_first = flash_attn(q, k, v, causal=True)
-    monkeypatch.setattr(common, "CAUSAL_HEAVY_FIRST", False)
-    check(flash_attn, q, k, v, causal=True)
-    assert torch.equal(flash_attn(q, k, v, causal=True), heavy_first)
-
-
 def test_tma_and_pointer_paths_agree(monkeypatch):
     """The FA2 forward streams K/V through tensor descriptors where it may (emulated by the interpreter) and
     through pointers otherwise; both are held to the budget and must agree to rounding."""
@@ -180,48 +138,41 @@ def test_tma_and_pointer_paths_agree(monkeypatch):
     torch.testing.assert_close(flash_attn(q, k, v, causal=True), with_tma, atol=2e-3, rtol=0)
 
 
-def test_host_and_per_program_descriptors_agree(monkeypatch):
-    """With TMA the FA2 forward (Q, K, V, O) and both backward passes (Q, dO; K, V) move their tiles through
-    4-D descriptors made on the host (the default), each launch's sized to the config it runs with; the per-head
-    descriptors every program can build instead (common.HOST_DESCRIPTORS = False) give the same numbers."""
-    from flashbench.kernels import common
+def test_host_descriptors_take_the_tile_of_each_launch(monkeypatch):
+    """With TMA the FA2 forward (Q, K, V, O, and the causal diagonal's half-height K and V) and both backward
+    passes (Q, dO; K, V) move their tiles through 4-D descriptors made on the host, each launch's sized to the
+    config it runs with."""
+    from flashbench.kernels import configs, descriptors, launch
 
     launched = []  # (argument, its tensor's shape, block shape) of every host descriptor a launch passes
-    size = common.size_descriptors
+    size = descriptors.size_descriptors
 
     def spy(kernel, args, constexprs, meta):
         size(kernel, args, constexprs, meta)
         launched.extend(
             (name, tuple(a.base.shape), tuple(a.block_shape))
             for name, a in zip(kernel.arg_names, args, strict=False)
-            if isinstance(a, common.TensorDescriptor)
+            if isinstance(a, descriptors.TensorDescriptor)
         )
 
-    monkeypatch.setattr(common, "size_descriptors", spy)
+    monkeypatch.setattr(launch, "size_descriptors", spy)
     q, k, v = inputs(2, 4, 2, 150, 130, 64, torch.float16, seed=12)
     check(flash_attn, q, k, v, causal=True)
     qs, kvs = tuple(q.shape), tuple(k.shape)
-    m, n = common.INTERPRET_FWD["BLOCK_M"], common.INTERPRET_FWD["BLOCK_N"]
-    bm, bn = common.INTERPRET_BWD["BLOCK_M"], common.INTERPRET_BWD["BLOCK_N"]
+    m, n = configs.INTERPRET_FWD["BLOCK_M"], configs.INTERPRET_FWD["BLOCK_N"]
+    bm, bn = configs.INTERPRET_BWD["BLOCK_M"], configs.INTERPRET_BWD["BLOCK_N"]
     assert launched == [  # the causal diagonal's half-height K and V included
-        ("KD", kvs, (1, 1, n, 64)), ("VD", kvs, (1, 1, n, 64)), ("KD2", kvs, (1, 1, n // 2, 64)),
-        ("VD2", kvs, (1, 1, n // 2, 64)), ("QD", qs, (1, 1, m, 64)), ("OD", qs, (1, 1, m, 64)),
-        ("QD", qs, (1, 1, bm, 64)), ("DOD", qs, (1, 1, bm, 64)), ("KD", kvs, (1, 1, bn, 64)), ("VD", kvs, (1, 1, bn, 64)),
-    ]  # fmt: skip
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    do = make(qs, torch.float16, seed=99)
-    host = [
-        flash_attn(*leaves, causal=True),
-        *torch.autograd.grad(flash_attn(*leaves, causal=True), leaves, do),
+        ("KD", kvs, (1, 1, n, 64)),
+        ("VD", kvs, (1, 1, n, 64)),
+        ("KD2", kvs, (1, 1, n // 2, 64)),
+        ("VD2", kvs, (1, 1, n // 2, 64)),
+        ("QD", qs, (1, 1, m, 64)),
+        ("OD", qs, (1, 1, m, 64)),
+        ("QD", qs, (1, 1, bm, 64)),
+        ("DOD", qs, (1, 1, bm, 64)),
+        ("KD", kvs, (1, 1, bn, 64)),
+        ("VD", kvs, (1, 1, bn, 64)),
     ]
-    monkeypatch.setattr(common, "HOST_DESCRIPTORS", False)
-    launched.clear()
-    check(flash_attn, q, k, v, causal=True)
-    assert not launched
-    per_program = [flash_attn(*leaves, causal=True)]
-    per_program += torch.autograd.grad(per_program[0], leaves, do)
-    for a, b in zip(host, per_program, strict=True):
-        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
@@ -251,15 +202,15 @@ def test_host_descriptors_of_one_layout_are_separate():
     import gc
     import weakref
 
-    from flashbench.kernels import common
+    from flashbench.kernels.descriptors import host_descriptor
 
     a, b = (make((1, 2, 64, 32), torch.float16, seed=s) for s in (1, 2))
-    da, db = common.host_descriptor(a), common.host_descriptor(b)
+    da, db = host_descriptor(a), host_descriptor(b)
     assert da.base is a and db.base is b
     assert (da.shape, da.strides, da.block_shape) == ([1, 2, 64, 32], [4096, 2048, 32, 1], [1, 1, 16, 32])
     da.block_shape = [1, 1, 64, 32]
     assert db.block_shape == [1, 1, 16, 32]
-    t = common.host_descriptor(a.transpose(1, 2).contiguous().transpose(1, 2))  # same shape, other strides
+    t = host_descriptor(a.transpose(1, 2).contiguous().transpose(1, 2))  # same shape, other strides
     assert t.strides == [4096, 32, 64, 1]
     gone = weakref.ref(a)
     del a, da
@@ -269,39 +220,19 @@ def test_host_descriptors_of_one_layout_are_separate():
 
 @pytest.mark.parametrize(("nq", "nk"), [(64, 64), (150, 150), (96, 200), (200, 96), (17, 130)])
 def test_half_width_diagonal_blocks(monkeypatch, nq, nk):
-    """Causal: the masked key range runs in blocks of BLOCK_N // 2 (common.CAUSAL_HALF_DIAG, or a forced
-    config's "DIAG"), through half-height descriptors on the TMA path; full-width blocks give the same
-    attention. Diagonal offsets (nk != nq), ragged tails and rows that see no key (nq > nk) included."""
-    from flashbench.kernels import common
-
+    """Causal with key blocks wider than the query tile: the masked key range runs in blocks of BLOCK_N // 2,
+    through half-height descriptors on the TMA path and through pointers otherwise; a square tile (full-width
+    diagonal blocks) gives the same attention. Diagonal offsets (nk != nq), ragged tails and rows that see no
+    key (nq > nk) included."""
     q, k, v = inputs(1, 2, 1, nq, nk, 32, torch.float16, seed=14)
-    config = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
-    outs = {}
-    for diag in (0, 1):
-        check(flash_attn, q, k, v, causal=True, config={**config, "DIAG": diag})
-        assert last_config()["DIAG"] == diag
-        outs[diag] = flash_attn(q, k, v, causal=True, config={**config, "DIAG": diag})
-    torch.testing.assert_close(outs[0], outs[1], atol=2e-3, rtol=0)
-    # Without a forced DIAG the module switch decides; the pointer path takes the half-width blocks too.
-    assert torch.equal(flash_attn(q, k, v, causal=True, config=config), outs[1])
-    monkeypatch.setattr(common, "CAUSAL_HALF_DIAG", False)
-    assert torch.equal(flash_attn(q, k, v, causal=True, config=config), outs[0])
+    wide = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
+    square = {**wide, "BLOCK_N": 32}
+    check(flash_attn, q, k, v, causal=True, config=wide)
+    half_width = flash_attn(q, k, v, causal=True, config=wide)
+    torch.testing.assert_close(half_width, flash_attn(q, k, v, causal=True, config=square), atol=2e-3, rtol=0)
     monkeypatch.setenv("FLASHBENCH_TMA", "0")
-    check(flash_attn, q, k, v, causal=True, config={**config, "DIAG": 1})
-    # Key blocks no wider than the query tile never reach past the diagonal: DIAG leaves them as they were.
-    square = {**config, "BLOCK_N": 32}
-    assert torch.equal(flash_attn(q, k, v, causal=True, config={**square, "DIAG": 1}),
-                       flash_attn(q, k, v, causal=True, config={**square, "DIAG": 0}))  # fmt: skip
-
-
-@pytest.mark.parametrize(("nq", "nk"), [(1, 1), (64, 64), (150, 150), (17, 130), (130, 17)])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_overlapped_key_loop(causal, nq, nk):
-    """config "OV": each block's P V matmul is issued after the next block's Q K^T (a prologue block, a
-    pipelined loop, an epilogue P V). One-block, exact-multiple, ragged and empty-row cases."""
-    config = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "OV": 1}
-    check(flash_attn, *inputs(1, 2, 1, nq, nk, 32, torch.float16, seed=13), causal=causal, config=config)
-    assert last_config() == config
+    check(flash_attn, q, k, v, causal=True, config=wide)
+    torch.testing.assert_close(flash_attn(q, k, v, causal=True, config=wide), half_width, atol=2e-3, rtol=0)
 
 
 def test_register_cap_is_a_launch_option():
@@ -412,7 +343,7 @@ def test_gpu_head_dim_256_and_ragged(kernel, dtype):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_gpu_autotuned_config(kernel, monkeypatch):
     """config=None autotunes on CUDA; the chosen config is reported, comes from the space, and can be forced."""
-    from flashbench.kernels.common import FWD_SPACE
+    from flashbench.kernels.configs import FWD_SPACE
 
     monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "1")
     monkeypatch.setenv(

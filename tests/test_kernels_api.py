@@ -131,7 +131,7 @@ def test_mixed_devices_refused():
 def test_default_config_fits_every_head_dim():
     """Without autotuning the first fitting config of each space is used; D = 256 gets smaller tiles; the
     16-bit forward at D = 128 gets the one-warpgroup 128-row tile measured fastest on an H100, fp32 a smaller one."""
-    from flashbench.kernels.common import (
+    from flashbench.kernels.configs import (
         BWD_DKDV_SPACE,
         BWD_DQ_SPACE,
         FWD_SPACE,
@@ -151,9 +151,7 @@ def test_default_config_fits_every_head_dim():
         for d in SUPPORTED_HEAD_DIMS:
             for elem in (2, 4):
                 cfg = default_config(kind, space, d, elem, h100_smem)
-                smem, regs = estimate(
-                    kind, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"], cfg["num_stages"], d, elem
-                )
+                smem, regs = estimate(kind, cfg, d, elem)
                 assert smem <= h100_smem and regs <= register_budget(kind, elem), (kind, d, elem, cfg)
     assert default_config("fwd", FWD_SPACE, 128, 2, h100_smem) == {
         "BLOCK_M": 128,

@@ -1,0 +1,451 @@
+"""The Gluon kernel of flash_ws.py (FlashAttention-3's forward for Hopper): its partitions and their schedule.
+
+gl.warp_specialize runs the consumers (two or three warpgroups, 64 query rows each; consumer 0 is the default
+partition) beside one producer warp (_load_partition). They share three tuples, built once per program:
+  smem  = (q_smem, o_smem, k_smem, v_smem): the query slices [NUM_WG, 64, D]; the output slices (q_smem itself
+          unless persistent); the K and V ring [STAGES, BLOCK_N, D];
+  bars  = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns): the query slices have landed; every consumer is
+          done with them; K / V of ring stage s has landed; every consumer has released K (empty_bars[s]) or
+          V (empty_bars[STAGES + s]) of stage s; consumer w may issue its matmuls (turns[w]);
+  sched = (num_m, BH, H, GROUP, N_Q, N_K): what _tile needs to place a tile.
+The tile sizes (NUM_WG, ROWS, HEAD_DIM, STAGES, BLOCK_N) are read from the buffers' shapes.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+
+@gluon.jit
+def _tile(t, sched, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr):
+    """Tile t of the schedule: (q_pos, q_row, kv_row, n_blocks, full_blocks).
+
+    Tiles go by groups of SCHED_HEADS heads (whose K/V stay in L2 together), and within a group by query
+    block (the last, which sees the most keys under a causal mask, first), then head.
+    Query tiles end at N_Q: the first may start before row 0."""
+    num_m, BH, H, GROUP, N_Q, N_K = sched
+    per_group = num_m * SCHED_HEADS
+    grp = t // per_group
+    base = grp * SCHED_HEADS
+    heads = gl.minimum(BH - base, SCHED_HEADS)
+    r = t - grp * per_group
+    m = r // heads
+    if CAUSAL:
+        m = num_m - 1 - m
+    bh = base + r % heads
+    kv_bh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
+    q_pos = N_Q - (num_m - m) * BM
+    causal_off = N_K - N_Q
+    if CAUSAL:
+        n_blocks = gl.cdiv(gl.minimum(N_K, q_pos + BM + causal_off), BLOCK_N)
+        full_blocks = gl.minimum(gl.maximum(q_pos + causal_off + 1, 0) // BLOCK_N, n_blocks)
+    else:
+        n_blocks = N_K // BLOCK_N
+        full_blocks = n_blocks
+    return q_pos, bh * N_Q + q_pos, kv_bh * N_K, n_blocks, full_blocks
+
+
+@gluon.jit
+def _round_tile(tc):
+    """The tile of this program's round tc: tiles go round-robin over the programs (t = tc * programs + pid);
+    may be past the last tile in the last round."""
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    return tc * programs + pid
+
+
+@gluon.jit
+def _load_partition(descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr):
+    """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
+    (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
+    that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
+    the program's tiles, so the ring and its barrier phases run on from one tile into the next."""
+    qd, kd, vd = descs
+    q_smem, _, k_smem, v_smem = smem
+    q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
+    num_m, BH, _, _, _, _ = sched
+    NUM_WG: gl.constexpr = q_smem.shape[0]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    ROWS: gl.constexpr = qd.block_type.shape[0]
+    BM: gl.constexpr = NUM_WG * ROWS
+    it = 0
+    n_tiles = num_m * BH
+    for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
+        t = _round_tile(tc)
+        if t < n_tiles:
+            _, q_row, kv_row, n_blocks, _ = _tile(
+                t=t, sched=sched, BM=BM, BLOCK_N=BLOCK_N, CAUSAL=CAUSAL, SCHED_HEADS=SCHED_HEADS
+            )
+            # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
+            mbarrier.wait(q_empty, (tc & 1) ^ 1)
+            mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
+            # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
+            for i in gl.static_range(NUM_WG):
+                tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
+            for j in range(n_blocks):
+                s = (it + j) % STAGES
+                free_phase = (((it + j) // STAGES) & 1) ^ 1
+                mbarrier.wait(empty_bars.index(s), free_phase)
+                mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    kd, [kv_row + j * BLOCK_N, 0], k_bars.index(s), k_smem.index(s)
+                )
+                mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
+                mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    vd, [kv_row + j * BLOCK_N, 0], v_bars.index(s), v_smem.index(s)
+                )
+            it += n_blocks
+
+
+@gluon.jit
+def _softmax(s, m_i, l_i, rows, start_n, causal_off, qk_scale, MASK: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Online-softmax step on a fp32 score tile: (p, alpha, l, m); the scale is applied after the row max."""
+    if MASK:
+        cols = start_n + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s.type.layout))
+        s = gl.where(cols[None, :] <= rows[:, None] + causal_off, s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, l_i, m_new
+
+
+@gluon.jit
+def _consumer_step(
+    g,  # the key block's number over the program's tiles (not the tile's first)
+    start_n,  # its first key in the tile's head
+    acc,  # [64, HEAD_DIM] fp32 accumulator, owing the previous block's P V
+    p,  # the previous block's P, dot operand A
+    m_i,
+    l_i,
+    q,  # this warpgroup's query slice in shared memory
+    smem,
+    bars,
+    my_turn,
+    next_turn,
+    s_zero,  # [64, BLOCK_N] fp32 zeros in the score layout
+    rows,  # [64] query rows
+    causal_off,
+    qk_scale,
+    MASK: gl.constexpr,
+    FLIP: gl.constexpr,  # 1 for consumer 0 (its first turn is free)
+):
+    """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs."""
+    _, _, k_smem, v_smem = smem
+    _, _, k_bars, v_bars, empty_bars, _ = bars
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    s_idx = g % STAGES
+    prev = (g - 1) % STAGES
+    mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+    mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
+    s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    mbarrier.wait(v_bars.index(prev), ((g - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+    mbarrier.arrive(next_turn)
+    s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_g is done, P_{g-1} V_{g-1} may not be
+    mbarrier.arrive(empty_bars.index(s_idx))  # K_g is no longer read
+    p_new, alpha, l_i, m_i = _softmax(
+        s=s,
+        m_i=m_i,
+        l_i=l_i,
+        rows=rows,
+        start_n=start_n,
+        causal_off=causal_off,
+        qk_scale=qk_scale,
+        MASK=MASK,
+        BLOCK_N=BLOCK_N,
+    )
+    acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+    mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
+    p = gl.convert_layout(p_new.to(q.dtype), p.type.layout)
+    return acc, p, m_i, l_i
+
+
+@gluon.jit
+def _consumer(
+    smem,
+    bars,
+    od,  # descriptor of O ([B * H * N_Q, D], block [64, D])
+    LSE,  # [B, H, N_Q] fp32
+    sched,
+    qk_scale,  # sm_scale * log2(e)
+    WG: gl.constexpr,  # this consumer's warpgroup
+    CAUSAL: gl.constexpr,
+    SCHED_HEADS: gl.constexpr,
+    SEP_O: gl.constexpr,  # the output has its own buffers (persistent)
+):
+    """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
+    q_smem, _, k_smem, _ = smem
+    _, q_empty, k_bars, v_bars, empty_bars, turns = bars
+    num_m, BH, _, _, N_Q, N_K = sched
+    NUM_WG: gl.constexpr = q_smem.shape[0]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    ROWS: gl.constexpr = od.block_type.shape[0]
+    BM: gl.constexpr = NUM_WG * ROWS
+    my_turn = turns.index(WG)
+    next_turn = turns.index((WG + 1) % NUM_WG)
+    # Turns: consumer 0's k-th matmul issue waits for the last consumer's (k-1)-th (the first is free: a
+    # fresh barrier passes a wait on parity 1), consumer w's k-th waits for consumer w-1's k-th. Every
+    # consumer takes one turn per key block, so k is the program's key-block count `it`.
+    FLIP: gl.constexpr = 1 if WG == 0 else 0
+    it = 0
+    n_tiles = num_m * BH
+    for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
+        t = _round_tile(tc)
+        if t < n_tiles:
+            q_pos, q_row, _, n_blocks, full_blocks = _tile(
+                t=t, sched=sched, BM=BM, BLOCK_N=BLOCK_N, CAUSAL=CAUSAL, SCHED_HEADS=SCHED_HEADS
+            )
+            if q_pos + WG * ROWS < 0:  # owns no row of this tile: turns and releases only
+                for j in range(n_blocks):
+                    g = it + j
+                    mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+                    mbarrier.arrive(next_turn)
+                    mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
+                    mbarrier.arrive(empty_bars.index(g % STAGES))
+                    mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
+                    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+                mbarrier.arrive(q_empty)
+            else:
+                _consumer_tile(
+                    smem=smem,
+                    bars=bars,
+                    my_turn=my_turn,
+                    next_turn=next_turn,
+                    od=od,
+                    LSE=LSE,
+                    q_row=q_row,
+                    q_pos=q_pos,
+                    n_blocks=n_blocks,
+                    full_blocks=full_blocks,
+                    causal_off=N_K - N_Q,
+                    qk_scale=qk_scale,
+                    it=it,
+                    tc=tc,
+                    WG=WG,
+                    FLIP=FLIP,
+                    CAUSAL=CAUSAL,
+                    SEP_O=SEP_O,
+                )
+            it += n_blocks
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _consumer_tile(
+    smem,
+    bars,
+    my_turn,
+    next_turn,
+    od,
+    LSE,
+    q_row,  # the tile's first row in the flattened [B * H * N_Q, D] view
+    q_pos,  # the tile's first row in its head (negative for a first partial tile)
+    n_blocks,  # key blocks the tile sees
+    full_blocks,  # of which the first ones need no mask
+    causal_off,  # N_K - N_Q
+    qk_scale,
+    it,  # the program's key blocks before this tile
+    tc,  # the program's tiles before this one
+    WG: gl.constexpr,
+    FLIP: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    SEP_O: gl.constexpr,
+):
+    """One tile's rows of this warpgroup; its key blocks are the program's it, it + 1, ..."""
+    q_smem, o_smem, k_smem, v_smem = smem
+    q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    ROWS: gl.constexpr = od.block_type.shape[0]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    q = q_smem.index(WG)
+    rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
+    l_i = gl.full([ROWS], 0.0, gl.float32, row_s)
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+    mbarrier.wait(q_bar, tc & 1)
+
+    # Block 0: S_0 and its softmax; its P V is issued in the next step.
+    mbarrier.wait(my_turn, (it & 1) ^ FLIP)
+    mbarrier.wait(k_bars.index(it % STAGES), (it // STAGES) & 1)
+    s = warpgroup_mma(q, k_smem.index(it % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    mbarrier.arrive(next_turn)
+    s = warpgroup_mma_wait(0, deps=[s])
+    mbarrier.arrive(empty_bars.index(it % STAGES))
+    p_new, alpha, l_i, m_i = _softmax(
+        s=s,
+        m_i=m_i,
+        l_i=l_i,
+        rows=rows,
+        start_n=0,
+        causal_off=causal_off,
+        qk_scale=qk_scale,
+        MASK=CAUSAL,
+        BLOCK_N=BLOCK_N,
+    )
+    p = gl.convert_layout(p_new.to(q.dtype), p_layout)
+
+    for j in range(1, full_blocks):
+        acc, p, m_i, l_i = _consumer_step(
+            g=it + j,
+            start_n=j * BLOCK_N,
+            acc=acc,
+            p=p,
+            m_i=m_i,
+            l_i=l_i,
+            q=q,
+            smem=smem,
+            bars=bars,
+            my_turn=my_turn,
+            next_turn=next_turn,
+            s_zero=s_zero,
+            rows=rows,
+            causal_off=causal_off,
+            qk_scale=qk_scale,
+            MASK=False,
+            FLIP=FLIP,
+        )
+    for j in range(gl.maximum(full_blocks, 1), n_blocks):
+        acc, p, m_i, l_i = _consumer_step(
+            g=it + j,
+            start_n=j * BLOCK_N,
+            acc=acc,
+            p=p,
+            m_i=m_i,
+            l_i=l_i,
+            q=q,
+            smem=smem,
+            bars=bars,
+            my_turn=my_turn,
+            next_turn=next_turn,
+            s_zero=s_zero,
+            rows=rows,
+            causal_off=causal_off,
+            qk_scale=qk_scale,
+            MASK=CAUSAL,
+            FLIP=FLIP,
+        )
+    if SEP_O:
+        mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
+
+    last = it + n_blocks - 1
+    mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
+    acc = warpgroup_mma(p, v_smem.index(last % STAGES), acc, is_async=True)
+    acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+    mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))
+
+    # Every row saw at least one key (Nk >= Nq for causal), so l > 0.
+    lse = m_i + gl.log2(l_i)
+    gl.store(LSE + q_row + WG * ROWS + gl.arange(0, ROWS, row_s), lse)
+    out = acc / gl.convert_layout(l_i, row_o)[:, None]
+    o_buf = o_smem.index(WG)  # without SEP_O, this is the warpgroup's Q buffer, no longer read
+    tma.store_wait(0)  # the previous tile's output has left this buffer
+    o_buf.store(out.to(od.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(od, [q_row + WG * ROWS, 0], o_buf)
+    if not SEP_O:
+        tma.store_wait(0)
+        mbarrier.arrive(q_empty)
+
+
+@gluon.jit
+def _attn_fwd_ws(
+    qd,  # descriptor of Q viewed as [B * H * N_Q, D], block [64, D]
+    kd,  # descriptor of K viewed as [B * H_KV * N_K, D], block [BLOCK_N, D]
+    vd,  # the same for V
+    od,  # as qd, for O
+    LSE,  # [B, H, N_Q] fp32 out: log2-sum-exp2 per row
+    H,  # query heads
+    GROUP,  # H // H_KV
+    N_Q,
+    N_K,
+    num_m,  # query tiles per head
+    BH,  # B * H
+    qk_scale,  # sm_scale * log2(e)
+    HEAD_DIM: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,  # K/V ring stages
+    CAUSAL: gl.constexpr,
+    NUM_WG: gl.constexpr,  # consumer warpgroups: BLOCK_M = 64 * NUM_WG
+    SCHED_HEADS: gl.constexpr,
+    SEP_O: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,  # registers per thread (setmaxnreg) of the consumers and of the producer
+    PRODUCER_REGS: gl.constexpr,
+):
+    """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
+    ROWS: gl.constexpr = qd.block_type.shape[0]
+    q_smem = gl.allocate_shared_memory(qd.dtype, [NUM_WG, ROWS, HEAD_DIM], qd.layout)
+    if SEP_O:  # the output gets its own buffers, so the next tile's Q can load during this tile's epilogue
+        o_smem = gl.allocate_shared_memory(od.dtype, [NUM_WG, ROWS, HEAD_DIM], od.layout)
+    else:
+        o_smem = q_smem
+    k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, HEAD_DIM], kd.layout)
+    v_smem = gl.allocate_shared_memory(vd.dtype, [STAGES, BLOCK_N, HEAD_DIM], vd.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_empty, count=NUM_WG)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bars.index(i), count=1)
+        mbarrier.init(v_bars.index(i), count=1)
+        mbarrier.init(empty_bars.index(i), count=NUM_WG)  # K of stage i: every consumer releases it
+        mbarrier.init(empty_bars.index(STAGES + i), count=NUM_WG)  # V of stage i
+    for i in gl.static_range(NUM_WG):
+        mbarrier.init(turns.index(i), count=1)
+    fence_async_shared()
+
+    descs = (qd, kd, vd)
+    smem = (q_smem, o_smem, k_smem, v_smem)
+    bars = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns)
+    sched = (num_m, BH, H, GROUP, N_Q, N_K)
+    # Constexprs go into the partitions' tuples as written here: a tuple held in a variable makes them tensors.
+    if NUM_WG == 3:
+        gl.warp_specialize(
+            [
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 0, CAUSAL, SCHED_HEADS, SEP_O)),
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 1, CAUSAL, SCHED_HEADS, SEP_O)),
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 2, CAUSAL, SCHED_HEADS, SEP_O)),
+                (_load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS)),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 0, CAUSAL, SCHED_HEADS, SEP_O)),
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 1, CAUSAL, SCHED_HEADS, SEP_O)),
+                (_load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )
