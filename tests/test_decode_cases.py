@@ -180,3 +180,30 @@ def test_flex_over_a_ragged_kv_cache_matches_the_reference(layout):
         out = call(qc, kc, vc, **cache)
     verdict = verify({"out": out}, q, k, v, causal=True, seqlens_k=case.kv_lengths())
     assert verdict.ok, verdict.reason
+
+
+def test_an_oom_skips_larger_n_of_the_same_kv_cache_only():
+    from flashbench.engine.runner import _Skips
+    from flashbench.results.rows import OOM, Row
+
+    skips = _Skips()
+    skips.note(Row.for_case(Case(*DECODE[:5], 4096, *DECODE[6:], "paged", 16), OOM))
+    assert "ran out of memory at N=4096" in skips.reason(Case(*DECODE[:5], 8192, *DECODE[6:], "paged", 16))
+    assert skips.reason(Case(*DECODE[:5], 8192, *DECODE[6:])) is None  # contiguous: its own memory
+    assert skips.reason(Case(*DECODE[:4], 4, 8192, *DECODE[6:], "paged", 16)) is None  # other query tokens
+
+
+def test_a_torn_row_names_its_case_when_the_case_fields_were_written(tmp_path):
+    import json
+
+    from flashbench.results.rows import Row, _torn_case_key
+
+    paged = Row.for_case(Case(*DECODE, "paged", 16, "random", 3), "ok")
+    line = json.dumps(paged.to_dict(), separators=(",", ":"))  # as rows.jsonl writes it
+    assert _torn_case_key(line[: line.index('"reason"')]) == paged.key
+    assert _torn_case_key(line[: line.index('"seqlens"')]) is None  # cut among the serving fields: unknown
+    legacy = {k: v for k, v in Row.for_case(Case(*DECODE), "ok").to_dict().items()}
+    for name in ("kv_layout", "page_size", "seqlens", "seed"):
+        del legacy[name]  # a row written before the serving fields existed
+    text = json.dumps(legacy, separators=(",", ":"))
+    assert _torn_case_key(text[: text.index('"reason"')]) == Case(*DECODE).key
