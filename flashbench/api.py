@@ -4,6 +4,7 @@
     result = flashbench.sweep(preset="quick", providers="triton,sdpa-flash", out="results/quick")
     frame = result.frame()          # pandas DataFrame, one row per case
     result = flashbench.sweep(device="cpu", seq="32..128", providers="naive,triton")   # no GPU needed
+    result = flashbench.sweep(preset="decode", kv_layout="paged", page_size=64)        # decode over a KV cache
 
 Arguments take the CLI's syntax (strings like "512..32768") or Python values (ints, lists, bools).
 """
@@ -86,6 +87,11 @@ def sweep(
     preset: str | None = None,
     config: str | Path | None = None,
     seq: Ints = None,
+    seq_q: Ints = None,
+    kv_layout: Choices = None,
+    page_size: Ints = None,
+    seqlens: Choices = None,
+    seed: int | None = None,
     batch: Ints = None,
     tokens: Ints = None,
     heads: Ints = None,
@@ -123,6 +129,11 @@ def sweep(
     shard_t = shards.parse_shard(shard)
     overrides = {
         "seq": seq,
+        "seq_q": seq_q,
+        "kv_layout": kv_layout,
+        "page_size": page_size,
+        "seqlens": seqlens,
+        "seed": seed,
         "batch": batch,
         "tokens": tokens,
         "heads": heads,

@@ -82,6 +82,8 @@ _SCRATCH: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
 # call skips Triton's JIT dispatch: 25 -> 4 us of host time per launch (Triton 3.6, launch stubbed, on the CPU
 # machine), which a short decode pays in full.
 _COMPILED: dict[tuple, Any] = {}
+# What the most recent launch ran with: (num_splits, tile config, BLOCK_M, row blocks); last_decode_config().
+_LAST_LAUNCH: list[Any] = [None]
 
 
 @triton.jit
@@ -412,6 +414,14 @@ def _launch(grid: tuple[int, int, int], args: tuple, pointers: int, warps: int, 
         compiled[grid](*args)
 
 
+def last_decode_config() -> dict[str, Any] | None:
+    """The split count and tile of the most recent flash_decode launch in this process, or None before any."""
+    if _LAST_LAUNCH[0] is None:
+        return None
+    splits, cfg, block_m, row_blocks = _LAST_LAUNCH[0]
+    return {"num_splits": splits, **cfg, "BLOCK_M": block_m, "row_blocks": row_blocks}
+
+
 def flash_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -482,6 +492,7 @@ def flash_decode(
         Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, cache_seqlens is not None, causal, direct,
         q.dtype == torch.float32, rows_p2, s_chunk,
     )  # fmt: skip
+    _LAST_LAUNCH[0] = (num_splits, cfg, block_m, row_blocks)  # a tuple: no dict built on the host path
     try:
         _launch((num_splits, row_blocks, B * Hkv), args, 8, cfg["num_warps"], cfg["num_stages"])
     except OutOfResources as exc:  # a forced config too large for this GPU (the defaults fit an H100)

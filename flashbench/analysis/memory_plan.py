@@ -1,5 +1,7 @@
 """The memory planner behind `flashbench memory`: attention's memory per head, layer and model for a model preset
-(configs/models.toml), standard attention's N x N matrices against FlashAttention's statistics. No GPU needed."""
+(configs/models.toml), standard attention's N x N matrices against FlashAttention's statistics, and the KV cache a
+serving engine holds for `batch` sequences at that context (contiguous, and paged with the last page of each
+sequence half empty on average: models.memory.kv_cache_expected_bytes). No GPU needed."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ def build_memory(
     dtype: str = "fp16",
     batch: int = 1,
     checkpointing: bool = False,
+    page_size: int = 16,
 ) -> dict[str, Any]:
     """The memory planner's figures per sequence length for a model preset of configs/models.toml."""
     presets = _model_presets()
@@ -37,7 +40,18 @@ def build_memory(
         plan = memory.plan_model_memory(
             **shape, seq=n, elem_bytes=DTYPE_BYTES[dtype], batch=batch, checkpointing=checkpointing
         )
-        rows.append({"seq": n, **plan})
+        kv = (cfg["layers"], cfg["kv_heads"], cfg["head_dim"], DTYPE_BYTES[dtype])
+        contiguous = memory.kv_cache_bytes(*kv, [n] * batch)
+        paged = memory.kv_cache_expected_bytes(*kv, n, batch, page_size)
+        rows.append(
+            {
+                "seq": n,
+                **plan,
+                "kv_cache_contiguous": contiguous,
+                "kv_cache_paged": paged,
+                "kv_cache_paged_unused": paged - contiguous,
+            }
+        )
     out: dict[str, Any] = {
         "model": key,
         "name": cfg.get("name", key),
@@ -46,6 +60,7 @@ def build_memory(
         "dtype": dtype,
         "batch": batch,
         "checkpointing": checkpointing,
+        "page_size": page_size,
         "rows": rows,
     }
     return out

@@ -45,17 +45,18 @@ def add_model_columns(df: pd.DataFrame) -> None:
         family = io_model.family_for_provider(r.provider)
         shape = (r.batch, r.heads, r.kv_heads, r.seq_q, r.seq_k, r.head_dim, dtype_bytes(r.dtype))
         try:
-            blocks = blocks_of(r.kernel_config)
+            lens = seqlens_of(r)
+            kw: dict[str, Any] = dict(blocks=blocks_of(r.kernel_config), seqlens_k=lens)
             values = [
                 family,
                 io_model.compute_dtype(family, r.dtype),
                 memory.predicted_peak_bytes(
                     memory.family_for_provider(r.provider), *shape, r.causal, r.mode, device=r.device
                 ),
-                io_model.compulsory_traffic(*shape, r.mode).total,
-                io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, blocks=blocks).total,
-                io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, blocks=blocks).total,
-                attention_flops(r.batch, r.heads, r.seq_q, r.seq_k, r.head_dim, r.causal, r.mode),
+                io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens).total,
+                io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, **kw).total,
+                io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, **kw).total,
+                attention_flops(*shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens),
             ]
         except (
             ValueError,
@@ -73,6 +74,34 @@ def add_model_columns(df: pd.DataFrame) -> None:
     for name, key in (("compulsory", "bytes_c"), ("provider", "bytes_f"), ("no_l2", "bytes_n")):
         df[f"model_bytes_{name}"] = [float(v) for v in cols[key]]
         df[f"ai_{name}"] = df["flops"] / df[f"model_bytes_{name}"]
+
+
+def seqlens_of(row: Any) -> tuple[int, ...] | None:
+    """Each sequence's valid keys for a ragged case's row (a namedtuple with the Case fields), else None."""
+    from flashbench.spec.cases import Case
+
+    case = Case(**{name: getattr(row, name) for name in CASE_FIELDS})
+    return case.kv_lengths() if case.ragged else None
+
+
+def add_bandwidth(df: pd.DataFrame, ceilings: list[Any]) -> None:
+    """Achieved bytes/s of every ok row and its share of the bandwidth roofs: the serving side's numbers.
+
+    achieved_gb_s: the provider family's modelled DRAM bytes with L2 reuse (model_bytes_provider: for a decode
+    row Q, K and V over the valid lengths once per KV head, O, and the split partials the kernel reported) / the
+    median time. pct_of_read_bw: of the calibrated read-only bandwidth (`flashbench calibrate`'s read_bw_gb_s, the
+    roof of a read-mostly decode); pct_of_datasheet_bw: of the datasheet's. NaN where unknown.
+    """
+    import numpy as np
+
+    seconds = df["median_ms"].where(df["ok"]) * 1e-3
+    df["achieved_gb_s"] = df["model_bytes_provider"] / seconds / 1e9
+    read = next((c.read_bw_bytes_s for c in ceilings if getattr(c, "read_bw_bytes_s", None)), None)
+    sheet = next((c.bw_bytes_s for c in ceilings if c.source == "datasheet" and c.bw_bytes_s), None)
+    df["read_bw_gb_s"] = read / 1e9 if read else np.nan
+    df["datasheet_bw_gb_s"] = sheet / 1e9 if sheet else np.nan
+    df["pct_of_read_bw"] = 100.0 * df["achieved_gb_s"] / df["read_bw_gb_s"]
+    df["pct_of_datasheet_bw"] = 100.0 * df["achieved_gb_s"] / df["datasheet_bw_gb_s"]
 
 
 def _series(values: list[float], index: Any) -> pd.Series:
@@ -155,9 +184,10 @@ def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
                     r.dtype,
                     dtype_bytes(r.dtype),
                 )
+                lens = seqlens_of(r)
                 preds = [
                     roofline.predict(
-                        _family(r.provider), *args, r.causal, r.mode, c.flops_s, c.bw_bytes_s, blocks
+                        _family(r.provider), *args, r.causal, r.mode, c.flops_s, c.bw_bytes_s, blocks, lens
                     )
                     for c in ceilings
                 ]

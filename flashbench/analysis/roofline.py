@@ -146,7 +146,8 @@ def _overlay(results: Path, roofs: list[Any]) -> list[dict[str, Any]]:
             r.mode,
         )
         try:
-            p = rl.predict(fam, *args, roof.flops_s, roof.bw_bytes_s, blocks)
+            lens = r.case.kv_lengths() if r.case.ragged else None
+            p = rl.predict(fam, *args, roof.flops_s, roof.bw_bytes_s, blocks, lens)
             # The guard uses the most permissive roof: the highest peak and bandwidth among all sources.
             peak = max((c.peak(p.compute_dtype) or 0.0 for c in roofs), default=0.0) or None
             bw = max(c.bw_bytes_s for c in roofs)

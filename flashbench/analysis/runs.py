@@ -86,6 +86,7 @@ def load_run(path: str | Path) -> Run:
     frame = measurements(raw, env)
     spec, ceilings = modelled.ceilings(env, frame, gpu_name(env, frame))
     modelled.add_roofline(frame, ceilings)
+    modelled.add_bandwidth(frame, ceilings)
     return Run(path=path, env=env, frame=frame, ceilings=ceilings, gpu_spec=spec)
 
 

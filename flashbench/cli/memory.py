@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from flashbench.analysis.memory_plan import build_memory
+from flashbench.errors import FlashbenchError
 from flashbench.spec.cases import DTYPES
 from flashbench.spec.config import parse_range, split_choices
 
@@ -55,6 +56,27 @@ def render_memory(report: dict[str, Any]) -> None:
             _bytes(r["flash_lse_per_model"]),
         )
     console.print(t)
+    kv = Table(
+        title=(
+            f"KV cache for serving: {report['batch']} sequences x N tokens, {report['layers']} layers x "
+            f"{report['kv_heads']} KV heads x d {report['head_dim']}, {report['dtype']}"
+        )
+    )
+    for col in ("N", "contiguous", f"paged ({report['page_size']}-token pages)", "of which unused"):
+        kv.add_column(col, justify="right")
+    for r in report["rows"]:
+        kv.add_row(
+            f"{r['seq']:,}",
+            _bytes(r["kv_cache_contiguous"]),
+            _bytes(r["kv_cache_paged"]),
+            _bytes(r["kv_cache_paged_unused"]),
+        )
+    console.print(kv)
+    console.print(
+        "KV cache = 2 (K, V) x layers x KV heads x d x bytes per token; paged: every sequence's last page is "
+        "half empty on average ((page - 1) / 2 unused tokens).",
+        style="dim",
+    )
     console.print(
         "standard = one N x N matrix per head and layer kept for the backward (the documents' count); "
         "PyTorch eager keeps fp32 P and its downcast ((4 + e) bytes per element); "
@@ -79,20 +101,31 @@ def memory_cmd(
         bool,
         typer.Option("--checkpointing", help="Activation checkpointing: one layer's state alive at a time."),
     ] = False,
+    page_size: Annotated[
+        int, typer.Option("--page-size", help="Tokens per page of a paged KV cache (a power of two).")
+    ] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
 ) -> None:
-    """Attention memory per head, layer and model: standard attention's N x N matrices vs FlashAttention's statistics."""
+    """Attention memory per head, layer and model (standard N x N matrices vs FlashAttention's statistics) and the
+    KV cache a serving engine holds for --batch sequences of N tokens (contiguous and paged)."""
     report = build_memory(
         model,
         parse_range(seq, "--seq"),
         dtype=split_choices(dtype, "--dtype", DTYPES)[0],
         batch=batch,
         checkpointing=checkpointing,
+        page_size=_page_size(page_size),
     )
     if as_json:
         print(json.dumps(report, indent=2))
     else:
         render_memory(report)
+
+
+def _page_size(value: int) -> int:
+    if value < 1 or value & (value - 1):
+        raise FlashbenchError(f"--page-size: {value} is not a power of two (e.g. 16, 64, 256)")
+    return value
 
 
 def register(app: typer.Typer) -> None:

@@ -31,6 +31,24 @@ def sweep_command(
     seq: Annotated[
         str | None, typer.Option(help="sequence lengths N (tokens): 512..32768, 1024..8192:1024, 1000,3000")
     ] = None,
+    seq_q: Annotated[
+        str | None,
+        typer.Option(
+            "--seq-q", help="query tokens per sequence (decode: 1); default = --seq, the training shape"
+        ),
+    ] = None,
+    kv_layout: Annotated[
+        str | None, typer.Option("--kv-layout", help="KV cache: contiguous | paged | contiguous,paged")
+    ] = None,
+    page_size: Annotated[
+        str | None,
+        typer.Option("--page-size", help="tokens per page of a paged KV cache (powers of two; 16)"),
+    ] = None,
+    seqlens: Annotated[
+        str | None,
+        typer.Option(help="KV lengths per sequence: uniform (all N) | random (ragged, drawn in [N/2, N])"),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="the draw of --seqlens random (default 0)")] = None,
     batch: Annotated[str | None, typer.Option(help="batch sizes (instead of --tokens)")] = None,
     tokens: Annotated[int | None, typer.Option(help="tokens per batch: batch = max(1, T // N)")] = None,
     heads: Annotated[str | None, typer.Option(help="query heads")] = None,
@@ -103,6 +121,11 @@ def sweep_command(
         preset=preset,
         config=config,
         seq=seq,
+        seq_q=seq_q,
+        kv_layout=kv_layout,
+        page_size=page_size,
+        seqlens=seqlens,
+        seed=seed,
         batch=batch,
         tokens=tokens,
         heads=heads,
@@ -158,12 +181,19 @@ def render_tables(rows: list[Row], tokens: int | None = None) -> None:
     console = make_console()
     groups: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
     for row in rows:
-        groups[(row.dtype, row.head_dim, row.heads, row.kv_heads, row.causal, row.mode)].append(row)
-    for (dtype, d, h, kv, causal, mode), members in groups.items():
+        # a serving case's table: its query tokens, KV layout and lengths (training: seq_q = N, none of these)
+        serving = " ".join(row.case.key.split("|")[10:])
+        nq = f" Nq={row.seq_q}" if row.seq_q != row.seq_k else ""
+        groups[(row.dtype, row.head_dim, row.heads, row.kv_heads, row.causal, row.mode, nq, serving)].append(
+            row
+        )
+    for (dtype, d, h, kv, causal, mode, nq, serving), members in groups.items():
         cpu = all(r.device == "cpu" for r in members)
         seqs = sorted({r.seq_k for r in members})
         gqa = f"/kv{kv}" if kv != h else ""
-        title = f"{dtype} d={d} H={h}{gqa} {mask_label(causal)} {mode}"
+        title = f"{dtype} d={d} H={h}{gqa} {mask_label(causal)} {mode}{nq}" + (
+            f" {serving}" if serving else ""
+        )
         table = Table(title=title, title_justify="left")
         by_provider: dict[str, dict[int, Row]] = defaultdict(dict)
         for r in members:

@@ -294,7 +294,8 @@ def check(
 ) -> CheckResult:
     """A sweep case's results (out, and dq/dk/dv in the backward modes) held to the budget (module docstring).
 
-    inputs: q [B, H, Nq, D], k, v [B, Hkv, Nk, D], and do [B, H, Nq, D] in the backward modes.
+    inputs: q [B, H, Nq, D], k, v [B, Hkv, Nk, D], do [B, H, Nq, D] in the backward modes, and seqlens_k (each
+    sequence's valid keys, a ragged KV cache; None or absent: all Nk).
     """
     bad = non_finite(results)
     if bad:
@@ -320,11 +321,14 @@ def check(
     count = max(1, min(total, int(limit // max(per_slice, 1.0))))
     scale = case.head_dim**-0.5
     q, k, v, do = inputs["q"], inputs["k"], inputs["v"], inputs.get("do")
+    lengths = inputs.get("seqlens_k")
     tally = ErrorTally()
     for b, j in _slices(case.batch, case.kv_heads, count):
         heads, one = slice(j * g, (j + 1) * g), slice(b, b + 1)
         qs, ks, vs = q[one, heads], k[one, j : j + 1], v[one, j : j + 1]
         kw = dict(causal=case.causal, sm_scale=scale, do=do[one, heads] if grads else None)
+        if lengths is not None:
+            kw["seqlens_k"] = [lengths[b]]
         got = {"out": results["out"][one, heads]}
         if grads:
             got.update(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashbench.engine import correctness, timing
+from flashbench.engine import correctness, kv_cache, timing
 from flashbench.gpu import nvml
 from flashbench.models.flops import attention_flops
 from flashbench.providers import registry
@@ -88,16 +88,31 @@ class Prepared:
                 t = torch.randn(b, heads, n, d, dtype=dtype, device=device, generator=gen)
             return t.requires_grad_(grad)
 
-        self.q, self.k, self.v = make(h, nq), make(hkv, nk), make(hkv, nk)
+        self.q, k, v = make(h, nq), make(hkv, nk), make(hkv, nk)
         self.do = make(h, nq).detach() if grad else None
+        # The call's K/V: the contiguous cache, or its page pool, with the cache keywords of a serving case
+        # (kv_cache.py); the float64 reference reads the contiguous cache (self.reference_kv).
+        self.k, self.v, self.cache = kv_cache.build(case, k, v)
+        self.reference_kv: tuple[Any, Any] | None = (k, v)
+        prepare_inputs = getattr(fn, "prepare", None)  # a provider's own cache layout, made once, untimed
+        if prepare_inputs is not None:
+            self.q, self.k, self.v, self.cache = prepare_inputs(self.q, self.k, self.v, **self.cache)
         self._out: Any = None
 
     @property
     def inputs(self) -> dict[str, Any]:
-        return {"q": self.q, "k": self.k, "v": self.v, "do": self.do}
+        """What the reference reads: q, the contiguous k and v, dO, and each sequence's keys (None: all)."""
+        k, v = self.reference_kv or (None, None)
+        lengths = self.case.kv_lengths() if self.case.ragged else None
+        return {"q": self.q, "k": k, "v": v, "do": self.do, "seqlens_k": lengths}
+
+    def drop_reference(self) -> None:
+        """After the check: a paged case no longer keeps the contiguous cache its pool was copied from."""
+        if self.case.paged:
+            self.reference_kv = None
 
     def forward(self) -> Any:
-        return self.fn(self.q, self.k, self.v)
+        return self.fn(self.q, self.k, self.v, **self.cache)
 
     def full(self) -> dict[str, Any]:
         """The whole mode once, results kept: out (and dq, dk, dv in the backward modes)."""
@@ -113,9 +128,9 @@ class Prepared:
         """(call, setup): what the samples time, and what runs untimed before each sample."""
         import torch
 
-        q, k, v, do, fn = self.q, self.k, self.v, self.do, self.fn
+        q, k, v, do, fn, cache = self.q, self.k, self.v, self.do, self.fn, self.cache
         if self.case.mode == "fwd":
-            return (lambda: fn(q, k, v)), None
+            return (lambda: fn(q, k, v, **cache)), None
         if self.case.mode == "fwd+bwd":
             return (lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do)), None
 
@@ -178,8 +193,16 @@ def measure_case(case: Case, opts: Options, ctx: Context) -> tuple[Row, bool]:
     import torch
 
     base = {"device": ctx.device, "gpu": ctx.gpu, "cuda_graph": opts.cuda_graph, "timestamp": time.time()}
+    lengths = case.kv_lengths() if case.ragged else None
     flops = attention_flops(
-        case.batch, case.heads, case.seq_q, case.seq_k, case.head_dim, case.causal, case.mode
+        case.batch,
+        case.heads,
+        case.seq_q,
+        case.seq_k,
+        case.head_dim,
+        case.causal,
+        case.mode,
+        seqlens_k=lengths,
     )
     base["flops"] = flops
     info = ctx.info(case.provider)
@@ -240,6 +263,7 @@ def _measure(prepared: Prepared, opts: Options, ctx: Context, base: dict[str, An
     ctx.phase("check")
     verdict = correctness.check(case, prepared.inputs, results, device, opts.ref_flops_limit)
     results.clear()
+    prepared.drop_reference()
     base.update(rel_err=verdict.rel_err, err_budget=verdict.err_budget, ref=verdict.ref)
     base["kernel_config"] = kernel_config
     if not verdict.ok:

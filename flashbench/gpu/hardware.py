@@ -4,7 +4,8 @@ Three ceilings per GPU, each a (bandwidth, peak FLOP/s per dtype) pair with its 
   datasheet  configs/gpus.toml, each figure with its source
   nvml       bandwidth = 2 x NVML max memory clock x bus width / 8; peak FLOP/s = the datasheet figure
              rescaled from the clock it is quoted at (gpus.toml clock_mhz) to NVML's max SM clock
-  measured   `flashbench calibrate`: achieved copy bandwidth and matmul FLOP/s on this GPU, stored as JSON in
+  measured   `flashbench calibrate`: achieved copy bandwidth and matmul FLOP/s on this GPU (and its read-only
+             bandwidth, Ceiling.read_bw_bytes_s: the roof of a decode), stored as JSON in
              calibration_dir() (``$FLASHBENCH_HOME/calibration`` if set, else
              ``${XDG_CACHE_HOME:-~/.cache}/flashbench/calibration``), one file per GPU, ``<gpu-key>.json``.
 
@@ -68,6 +69,9 @@ class Ceiling:
     bw_bytes_s: float | None
     flops_s: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
     note: str = ""
+    # read-only bandwidth (measured: calibrate's torch.sum over 1 GiB): the roof of a decode, which reads a KV
+    # cache and hardly writes, where the copy figure (bw_bytes_s) counts read + write; None where not measured
+    read_bw_bytes_s: float | None = None
 
     def peak(self, dtype: str) -> float | None:
         return self.flops_s.get(dtype)
@@ -85,6 +89,7 @@ class Ceiling:
             "bw_bytes_s": self.bw_bytes_s,
             "flops_s": self.flops_s,
             "note": self.note,
+            "read_bw_bytes_s": self.read_bw_bytes_s,
         }
 
 
@@ -324,10 +329,11 @@ def measured_ceiling(calibration: dict[str, Any] | None) -> Ceiling | None:
     if not calibration:
         return None
     flops = {d: float(tf) * 1e12 for d, tf in calibration.get("matmul_tflops", {}).items() if tf}
-    bw = calibration.get("copy_bw_gb_s")
+    bw, read = calibration.get("copy_bw_gb_s"), calibration.get("read_bw_gb_s")
     when = calibration.get("timestamp_utc", "")
     note = f"flashbench calibrate {when}".strip()
-    return Ceiling("measured", float(bw) * 1e9 if bw else None, flops, note)
+    read_bw = float(read) * 1e9 if read else None
+    return Ceiling("measured", float(bw) * 1e9 if bw else None, flops, note, read_bw_bytes_s=read_bw)
 
 
 def ceilings(

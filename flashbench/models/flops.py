@@ -14,12 +14,16 @@ Convention (flash-attn's benchmarks, DESIGN.md):
   (recompute_overhead_references()).
 - fwd+bwd  = 3.5x forward.
 
+Ragged batches (a KV cache whose sequences hold different numbers of keys, `seqlens_k`): the pairs are summed
+sequence by sequence, each with its own key count and the queries as its last seq_q tokens.
+
 Causal pairs are counted exactly, not as the 0.5x shortcut: for seq_q = seq_k = N they are
 N (N + 1) / 2, so the shortcut undercounts by N/2 pairs (a 1/N relative error, 6% at N = 16).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -67,9 +71,16 @@ def forward_flops(
     head_dim: int,
     causal: bool,
     alignment: Alignment = "bottom-right",
+    seqlens_k: Sequence[int] | None = None,
 ) -> int:
-    """4 * B * H * d * unmasked pairs. GQA does not change it: every query head does its own matmuls."""
-    return 4 * batch * heads * head_dim * unmasked_pairs(seq_q, seq_k, causal, alignment)
+    """4 * B * H * d * unmasked pairs. GQA does not change it: every query head does its own matmuls.
+    seqlens_k: each sequence's keys (a ragged batch; len == batch), instead of seq_k for all."""
+    if seqlens_k is None:
+        return 4 * batch * heads * head_dim * unmasked_pairs(seq_q, seq_k, causal, alignment)
+    if len(seqlens_k) != batch:
+        raise ValueError(f"seqlens_k holds {len(seqlens_k)} lengths for a batch of {batch}")
+    pairs = sum(unmasked_pairs(seq_q, n, causal, alignment) for n in seqlens_k)
+    return 4 * heads * head_dim * pairs
 
 
 def attention_flops(
@@ -81,13 +92,14 @@ def attention_flops(
     causal: bool,
     mode: str,
     alignment: Alignment = "bottom-right",
+    seqlens_k: Sequence[int] | None = None,
 ) -> float:
     """FLOPs credited to one call in `mode` ("fwd", "bwd", "fwd+bwd") under the stated convention."""
     try:
         mult = MODE_MULTIPLIER[mode]
     except KeyError:
         raise ValueError(f"unknown mode {mode!r}; expected one of {sorted(MODE_MULTIPLIER)}") from None
-    return mult * forward_flops(batch, heads, seq_q, seq_k, head_dim, causal, alignment)
+    return mult * forward_flops(batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,16 @@ Families (hbm_traffic):
   flash-v1   the bundled flash_v1.py, FlashAttention-1's loop order (paper Algorithm 1): outer loop over K/V
              blocks, inner over query blocks, so the fp32 O accumulator, m and l are read and written once
              per K/V block; the backward is flash's (recompute).
+  decode     the bundled split-KV decode (kernels/decode.py, Flash-Decoding), forward only: Q read, K and V read
+             once per KV head (the query heads of a group share one pass), O written; with s > 1 key splits
+             (Blocks.splits, the row's kernel_config num_splits) every split also writes its normalised fp32
+             partial output and log-sum-exp per query row, and the combine reads them back:
+             2 * s * B * H * Nq * (d + 1) * 4 bytes. A paged cache moves the same bytes: the kernel reads a page's
+             rows up to the sequence's length, and a row (d * e = 256 B at d = 128 in bf16) is whole 32-byte
+             sectors; the page table (4 bytes per page: 64 KiB of K and V per entry at page 16, Hkv 8, d 128,
+             bf16) and the lengths are left out. Counters (one int32 per group) likewise.
+Ragged batches (`seqlens_k`: each sequence's valid keys): every family's traffic is summed sequence by sequence
+(each a batch of one with its own key count), so K and V count the valid keys only.
 The flash backward is the bundled kernel's (backward.py): a Delta pre-pass; a dK/dV pass per K/V block of
 each K/V head streaming Q, dO, LSE, Delta of every query head in its GQA group; a dQ pass per query block
 streaming K, V. FlashAttention-2's CUDA backward instead accumulates dQ with fp32 atomics (traffic that L2
@@ -48,170 +58,36 @@ softmax, the upcast and downcast copies: 28 bytes per element in fp16, 3.5x more
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from flashbench.models.flops import Alignment
+from flashbench.models.traffic import (  # noqa: F401  (Part, Blocks, Shape and the row counts: io_model's API)
+    FP32,
+    Blocks,
+    Part,
+    Shape,
+    Traffic,
+    kv_rows_per_head,
+    q_rows_per_head,
+    tile_elements_per_head,
+)
 
-FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1")
+FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1")  # every mode
+DECODE = "decode"  # forward only: the split-KV decode kernel (module docstring)
 MODES = ("fwd", "bwd", "fwd+bwd")
-FP32 = 4
 ComputeDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 
 
-@dataclass(frozen=True)
-class Part:
-    name: str
-    read: int
-    write: int
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """DRAM bytes of one call, itemised."""
-
-    parts: tuple[Part, ...] = field(default_factory=tuple)
-
-    @property
-    def read(self) -> int:
-        return sum(p.read for p in self.parts)
-
-    @property
-    def write(self) -> int:
-        return sum(p.write for p in self.parts)
-
-    @property
-    def total(self) -> int:
-        return self.read + self.write
-
-    def __add__(self, other: Traffic) -> Traffic:
-        return Traffic(self.parts + other.parts)
-
-    def prefixed(self, prefix: str) -> Traffic:
-        return Traffic(tuple(Part(f"{prefix}{p.name}", p.read, p.write) for p in self.parts))
-
-    def as_dict(self) -> dict[str, dict[str, int]]:
-        return {p.name: {"read": p.read, "write": p.write} for p in self.parts}
-
-
-@dataclass(frozen=True)
-class Blocks:
-    """Tile sizes of a tiled kernel (rows of Q per block = m, rows of K/V per block = n).
-
-    Defaults are FlashAttention-2's usual choices for d = 128 on sm80/sm90; pass the kernel's own
-    (Row.kernel_config) where it reports them.
-    """
-
-    fwd_m: int = 128
-    fwd_n: int = 64
-    bwd_m: int = 64
-    bwd_n: int = 128
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any] | None) -> Blocks | None:
-        """The forward tiles a kernel reported (Row.kernel_config: BLOCK_M, BLOCK_N in any case), else None."""
-        if not config:
-            return None
-        cfg = {str(k).lower(): v for k, v in config.items()}
-        m, n = cfg.get("block_m"), cfg.get("block_n")
-        if isinstance(m, int) and isinstance(n, int) and m > 0 and n > 0:
-            return cls(fwd_m=m, fwd_n=n)
-        return None
-
-
-@dataclass(frozen=True)
-class Shape:
-    batch: int
-    heads: int
-    kv_heads: int
-    seq_q: int
-    seq_k: int
-    head_dim: int
-    elem_bytes: int
-    causal: bool
-    alignment: Alignment = "bottom-right"
-
-    def __post_init__(self) -> None:
-        dims = (self.batch, self.heads, self.kv_heads, self.seq_q, self.seq_k, self.head_dim, self.elem_bytes)
-        if any(d < 0 for d in dims):
-            raise ValueError("shape dimensions must be >= 0")
-        if self.kv_heads and self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
-
-    @property
-    def bh(self) -> int:
-        return self.batch * self.heads
-
-    @property
-    def q(self) -> int:  # bytes of Q, O, dQ, dO
-        return self.bh * self.seq_q * self.head_dim * self.elem_bytes
-
-    @property
-    def kv(self) -> int:  # bytes of one of K, V, dK, dV (kv heads)
-        return self.batch * self.kv_heads * self.seq_k * self.head_dim * self.elem_bytes
-
-    @property
-    def kv_exp(self) -> int:  # one of K, V expanded to all query heads
-        return self.bh * self.seq_k * self.head_dim * self.elem_bytes
-
-    @property
-    def rows(self) -> int:  # softmax rows: B * H * Nq
-        return self.bh * self.seq_q
-
-    @property
-    def matrix(self) -> int:  # elements of all heads' attention matrices
-        return self.bh * self.seq_q * self.seq_k
-
-    def row_bytes(self) -> int:  # one row of Q / O / dO
-        return self.head_dim * self.elem_bytes
-
-    def offset(self) -> int:
-        return self.seq_k - self.seq_q if self.alignment == "bottom-right" else 0
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _keys_visible(s: Shape, last_row: int) -> int:
-    """Keys visible to query row `last_row` (0 when fully masked)."""
-    if not s.causal:
-        return s.seq_k
-    return max(0, min(s.seq_k, last_row + s.offset() + 1))
-
-
-def kv_rows_per_head(s: Shape, block_m: int, block_n: int) -> int:
-    """K (or V) rows loaded by one head's query-block loop: once per query block, visited K/V blocks only."""
-    total = 0
-    for start in range(0, s.seq_q, block_m):
-        keys = _keys_visible(s, min(start + block_m, s.seq_q) - 1)
-        total += min(s.seq_k, _cdiv(keys, block_n) * block_n)
-    return total
-
-
-def q_rows_per_head(s: Shape, block_m: int, block_n: int) -> int:
-    """Q (or dO) rows loaded by one head's K/V-block loop: once per K/V block, visited query blocks only."""
-    total = 0
-    for start in range(0, s.seq_k, block_n):
-        if not s.causal:
-            total += s.seq_q
-            continue
-        first_row = max(0, start - s.offset())  # first query row that sees key `start`
-        if first_row >= s.seq_q:
-            continue
-        total += s.seq_q - (first_row // block_m) * block_m
-    return total
-
-
-def tile_elements_per_head(s: Shape, block_m: int, block_n: int) -> int:
-    """Score elements in the visited tiles of one head (what a stored-P kernel writes)."""
-    total = 0
-    for start in range(0, s.seq_q, block_m):
-        rows = min(block_m, s.seq_q - start)
-        keys = _keys_visible(s, start + rows - 1)
-        total += rows * min(s.seq_k, _cdiv(keys, block_n) * block_n)
-    return total
+def per_sequence(one: Callable[[int], Traffic], seqlens_k: Sequence[int]) -> Traffic:
+    """The traffic of a ragged batch: `one(seq_k)` (a batch of one) summed over the sequences, part by part."""
+    totals: dict[str, list[int]] = {}
+    for n in seqlens_k:
+        for p in one(n).parts:
+            got = totals.setdefault(p.name, [0, 0])
+            got[0] += p.read
+            got[1] += p.write
+    return Traffic(tuple(Part(name, r, w) for name, (r, w) in totals.items()))
 
 
 def compulsory_traffic(
@@ -223,8 +99,14 @@ def compulsory_traffic(
     head_dim: int,
     elem_bytes: int,
     mode: str,
+    seqlens_k: Sequence[int] | None = None,
 ) -> Traffic:
-    """The floor for any exact attention: inputs read once, outputs written once (see module docstring)."""
+    """The floor for any exact attention: inputs read once, outputs written once (see module docstring).
+    seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch."""
+    if seqlens_k is not None:
+        _check_lengths(batch, seqlens_k)
+        shape = (heads, kv_heads, seq_q)
+        return per_sequence(lambda n: compulsory_traffic(1, *shape, n, head_dim, elem_bytes, mode), seqlens_k)
     s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, False)
     lse = s.rows * FP32
     fwd = Traffic((Part("read Q, K, V", s.q + 2 * s.kv, 0), Part("write O", 0, s.q)))
@@ -417,12 +299,36 @@ def _v1_fwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
     )
 
 
+def _decode_fwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
+    parts = [
+        Part("read Q", s.q, 0),
+        Part("read K, V (once per KV head)", 2 * s.kv, 0),
+        Part("write O", 0, s.q),
+    ]
+    if b.splits > 1:
+        partials = b.splits * s.rows * (s.head_dim + 1) * FP32
+        parts.append(
+            Part(f"split partials, {b.splits} splits (fp32 O, LSE): write, combine read", partials, partials)
+        )
+    return Traffic(tuple(parts))
+
+
+def _no_backward(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
+    raise ValueError("the decode family is forward only")
+
+
+def _check_lengths(batch: int, seqlens_k: Sequence[int]) -> None:
+    if len(seqlens_k) != batch or any(n < 0 for n in seqlens_k):
+        raise ValueError(f"seqlens_k must hold {batch} lengths >= 0, got {list(seqlens_k)}")
+
+
 _MODELS = {
     "naive": (lambda s, b, r: _naive_fwd(s), lambda s, b, r: _naive_bwd(s)),
     "sdpa-math": (lambda s, b, r: _sdpa_math_fwd(s), lambda s, b, r: _sdpa_math_bwd(s)),
     "flash": (_flash_fwd, _flash_bwd),
     "stored-p": (_stored_p_fwd, _stored_p_bwd),
     "flash-v1": (_v1_fwd, _flash_bwd),  # the bundled v1 shares v2's recompute backward
+    DECODE: (_decode_fwd, _no_backward),
 }
 
 
@@ -441,10 +347,18 @@ def hbm_traffic(
     l2_reuse: bool = True,
     blocks: Blocks | None = None,
     alignment: Alignment = "bottom-right",
+    seqlens_k: Sequence[int] | None = None,
 ) -> Traffic:
-    """DRAM traffic of one call of `family` in `mode` (see the module docstring for each family)."""
+    """DRAM traffic of one call of `family` in `mode` (see the module docstring for each family).
+    seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch: summed sequence by sequence."""
     if family not in _MODELS:
-        raise ValueError(f"unknown byte-model family {family!r}; expected one of {FAMILIES}")
+        raise ValueError(f"unknown byte-model family {family!r}; expected one of {(*FAMILIES, DECODE)}")
+    if seqlens_k is not None:
+        _check_lengths(batch, seqlens_k)
+        shape = (heads, kv_heads, seq_q)
+        kw: dict[str, Any] = dict(l2_reuse=l2_reuse, blocks=blocks, alignment=alignment)
+        rest = (head_dim, elem_bytes, causal, mode)
+        return per_sequence(lambda n: hbm_traffic(family, 1, *shape, n, *rest, **kw), seqlens_k)
     s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, causal, alignment)
     b = blocks or Blocks()
     fwd, bwd = _MODELS[family]
@@ -465,6 +379,8 @@ def hbm_bytes(family: str, *args: object, **kw: object) -> int:
 def family_for_provider(provider: str) -> str:
     """Byte-model family of a provider name (a best guess from the name; a provider may declare its own)."""
     name = provider.lower()
+    if "decode" in name:
+        return DECODE
     if "math" in name:
         return "sdpa-math"
     if "stored" in name:

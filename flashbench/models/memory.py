@@ -57,12 +57,19 @@ stored-p (kernels/stored_p.py): a forward that also writes P (e per element, [B,
 flash-v1 (kernels/flash_v1.py): the FlashAttention-1 loop order: an fp32 O accumulator [B, H, Nq, d] and
   m, l (fp32 per row) live in HBM during the forward, beside O and the saved log-sum-exp; v2's backward.
 
+decode (kernels/decode.py, forward only): O. Its split partials and counters live in a workspace the kernel
+  allocates once per device and stream and keeps (grown on demand), so after the first call a call allocates O only.
+
+The KV cache a serving engine holds (kv_cache_bytes, the planner's serving half): K and V per layer,
+  2 x layers x Hkv x d x e bytes per token; paged, every sequence holds whole pages (ceil(L / page) of them), so
+  the last page of a sequence is on average half empty when lengths are not page multiples.
+
 Caching-allocator rounding (512 B blocks) and workspace of a few MB are not modelled.
 """
 
 from __future__ import annotations
 
-FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1")
+FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1", "decode")
 MODES = ("fwd", "bwd", "fwd+bwd")
 FP32 = 4
 
@@ -145,6 +152,11 @@ def predicted_peak_bytes(
         mask = 4 * seq_q * seq_k if causal else 0  # the bool mask converted to an fp32 additive one
         return 9 * matrix + batch * heads * seq_q + upcast + q32 + gqa + mask
 
+    if family == "decode":
+        if backward:
+            raise ValueError("the decode family is forward only")
+        return q_like
+
     if family == "stored-p":
         lse = softmax_stats_bytes(batch, heads, seq_q)
         p = matrix * e
@@ -173,6 +185,8 @@ def predicted_peak_bytes(
 def family_for_provider(provider: str) -> str:
     """The memory family of a provider name (a best guess from the name; providers may declare their own)."""
     name = provider.lower()
+    if "decode" in name:
+        return "decode"
     if "stored" in name:
         return "stored-p"
     if "v1" in name:
@@ -230,3 +244,29 @@ def plan_model_memory(
         "checkpoint_boundary": boundary,
         "qkvo_per_layer": batch * seq * head_dim * e * (2 * heads + 2 * kv_heads),
     }
+
+
+def kv_cache_bytes(
+    layers: int,
+    kv_heads: int,
+    head_dim: int,
+    elem_bytes: int,
+    lengths: list[int] | tuple[int, ...],
+    page_size: int = 0,
+) -> int:
+    """Bytes of K and V of every layer for sequences of `lengths` tokens (module docstring): contiguous
+    (page_size 0: exactly the tokens) or paged (whole pages per sequence)."""
+    if page_size < 0 or min((layers, kv_heads, head_dim, elem_bytes, *lengths), default=0) < 0:
+        raise ValueError("dimensions and lengths must be >= 0")
+    tokens = sum(-(-n // page_size) * page_size for n in lengths) if page_size else sum(lengths)
+    return 2 * layers * kv_heads * head_dim * elem_bytes * tokens
+
+
+def kv_cache_expected_bytes(
+    layers: int, kv_heads: int, head_dim: int, elem_bytes: int, context: int, batch: int, page_size: int = 0
+) -> float:
+    """kv_cache_bytes of `batch` sequences of `context` tokens each, paged with the last page of every sequence
+    half empty on average: with lengths uniform modulo the page, the last page leaves (page - 1) / 2 slots unused
+    on average, so (context + (page - 1) / 2) tokens per sequence when paged."""
+    per_token = 2 * layers * kv_heads * head_dim * elem_bytes
+    return float(per_token * batch * (context + ((page_size - 1) / 2 if page_size else 0)))

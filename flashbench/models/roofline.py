@@ -28,11 +28,17 @@ Why those bytes, and not the two other counts each case carries:
 The modelled bytes with L2 reuse are the best estimate of what the kernel really moves, which is the intensity
 a roofline is defined on (Williams, Waterman, Patterson 2009: operations per byte of DRAM traffic).
 
+Decode (one or a few query tokens over a KV cache): intensity is about H / Hkv FLOP per byte (4 at 32 query
+heads over 8 KV heads in bf16: 4 H d L FLOPs against 4 Hkv d L bytes of K and V), two orders of magnitude below an
+H100's ridge (~300 FLOP/byte in bf16), so BOUND_RULE puts every decode row on the memory-bound slope, where its
+% of roofline is its bytes/s over the bandwidth.
+
 A measured time below the compulsory minimum is impossible and is flagged as an error, never a result.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -142,13 +148,16 @@ def predict(
     peaks_flops_s: dict[str, float],
     bw_bytes_s: float,
     blocks: io_model.Blocks | None = None,
+    seqlens_k: Sequence[int] | None = None,
 ) -> Prediction:
-    """Roofline prediction for one case. peaks_flops_s maps compute dtype -> FLOP/s (missing = unknown)."""
-    fl = flops_model.attention_flops(batch, heads, seq_q, seq_k, head_dim, causal, mode)
+    """Roofline prediction for one case. peaks_flops_s maps compute dtype -> FLOP/s (missing = unknown).
+    seqlens_k: each sequence's valid keys (a ragged KV cache): FLOPs and bytes of those keys only."""
+    fl = flops_model.attention_flops(batch, heads, seq_q, seq_k, head_dim, causal, mode, seqlens_k=seqlens_k)
     shape = (batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
-    floor = io_model.compulsory_traffic(*shape, mode).total
-    model = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=True, blocks=blocks).total
-    no_l2 = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=False, blocks=blocks).total
+    floor = io_model.compulsory_traffic(*shape, mode, seqlens_k=seqlens_k).total
+    kw: dict[str, Any] = dict(blocks=blocks, seqlens_k=seqlens_k)
+    model = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=True, **kw).total
+    no_l2 = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=False, **kw).total
     cdt = io_model.compute_dtype(family, dtype)
     peak = peaks_flops_s.get(cdt)
     return Prediction(

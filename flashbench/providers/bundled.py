@@ -91,3 +91,56 @@ for _name, _attr, _family, _what in (
         source="bundled",
         description=f"bundled Triton kernel, {_what}",
     )(_bundled(_attr))
+
+
+# --- flash_decode (kernels/decode.py): the serving shape --------------------------------------------------
+# At most DECODE_MAX_SEQ_Q query tokens per sequence: past one tile of 64 query rows (kernels/decode.py MAX_ROWS)
+# every further row block reads the K/V again, and a training-shaped forward (`triton`) is the kernel to time.
+DECODE_MAX_SEQ_Q = 64
+
+
+def _decode_head_dims() -> Any:
+    from flashbench.kernels.decode import DECODE_HEAD_DIMS
+
+    return DECODE_HEAD_DIMS
+
+
+def _last_decode_config() -> dict[str, Any] | None:
+    from flashbench.kernels.decode import last_decode_config
+
+    return last_decode_config()
+
+
+@register(
+    "triton-decode",
+    dtypes=("fp16", "bf16", "fp32"),
+    backward=False,
+    gqa=True,
+    devices=("cuda", "cpu"),
+    memory_family="decode",
+    kv_layouts=("contiguous", "paged"),
+    ragged=True,
+    max_seq_q=DECODE_MAX_SEQ_Q,
+    builder=True,
+    requires=_kernels_requires,
+    kernel_config=_last_decode_config,
+    head_dims_from=_decode_head_dims,
+    source="bundled",
+    description="bundled Triton split-KV decode (Flash-Decoding) over a contiguous or paged KV cache",
+)
+def _build_decode(case: Case, device: str, stack: Any) -> Any:
+    from flashbench.kernels import flash_decode
+
+    causal, scale = case.causal, case.head_dim**-0.5
+    validate = [True]
+
+    def decode(q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None) -> Any:
+        # The first call checks the lengths and the page table against the cache (one device sync); the timed
+        # calls after it skip that check (validate=False), as a serving loop would.
+        out = flash_decode(
+            q, k, v, cache_seqlens, block_table, causal=causal, sm_scale=scale, validate=validate[0]
+        )
+        validate[0] = False
+        return out
+
+    return decode

@@ -15,6 +15,15 @@ Two ways to register, through the same decorator (the bundled kernels, the torch
         ...                                              # set-up (masks, compile, contexts on `stack`)
         return lambda q, k, v: ...                       # the timed call
 
+Serving (decode) cases: a provider that declares kv_layouts=("contiguous", "paged") and/or ragged=True is
+called on paged or ragged cases as call(q, k, v, cache_seqlens=..., block_table=...) (keyword arguments, only
+those the case has): k, v are then flash_decode's cache (kernels/decode.py): a contiguous [B, Hkv, N, D] cache
+with cache_seqlens int32 [B] valid keys per sequence, or a page pool [pages, Hkv, page_size, D] with
+block_table int32 [B, ceil(N / page_size)] (cache_seqlens always given with it). A call on a training-shaped
+case (contiguous, every sequence N long) gets q, k, v only, whatever it declares. A provider that needs the cache
+in another layout may give its call a `prepare(q, k, v, **cache) -> (q, k, v, cache)` attribute: it runs once,
+untimed, and the samples then time the call on what it returned.
+
 This module imports no torch: the parent process reads the registry without touching CUDA.
 """
 
@@ -28,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from flashbench.errors import FlashbenchError
-from flashbench.spec.cases import DTYPES, Case
+from flashbench.spec.cases import DTYPES, KV_LAYOUTS, Case
 
 # Memory families known to flashbench.models.memory (how a provider's peak memory grows with N).
-MEMORY_FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1")
+MEMORY_FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1", "decode")
 
 
 class Unsupported(Exception):
@@ -55,6 +64,10 @@ class ProviderInfo:
     # e.g. an fp32 dQ accumulator counts 2 in bf16: models.memory's bwd_workspace_q.
     bwd_workspace_q: float = 0.0
     layout: str = "bhnd"  # "bhnd" or "bnhd": the memory layout the inputs are allocated in
+    # --- the serving shape (module docstring): KV-cache layouts, per-sequence lengths, query tokens ---
+    kv_layouts: tuple[str, ...] = ("contiguous",)
+    ragged: bool = False  # takes cache_seqlens (a batch of sequences of different lengths)
+    max_seq_q: int | None = None  # a decode kernel's limit on query tokens per sequence (None: any)
     source: str = "builtin"  # "builtin", "bundled" or the user kernel file's path
     available: bool = True
     reason: str = ""  # why it is unavailable
@@ -74,6 +87,17 @@ class ProviderInfo:
             return f"{self.name} has no backward pass"
         if case.kv_heads != case.heads and not self.gqa:
             return f"{self.name} does not support GQA (kv_heads != heads)"
+        if case.serving and case.mode != "fwd":
+            return "a paged or ragged KV cache is read by the forward only (decode has no backward)"
+        if case.kv_layout not in self.kv_layouts:
+            return f"{self.name} takes no {case.kv_layout} KV cache (takes {', '.join(self.kv_layouts)})"
+        if case.ragged and not self.ragged:
+            return f"{self.name} takes no per-sequence KV lengths (--seqlens {case.seqlens}): uniform only"
+        if self.max_seq_q is not None and case.seq_q > self.max_seq_q:
+            return (
+                f"{self.name} is a decode kernel: at most {self.max_seq_q} query tokens per sequence, "
+                f"not {case.seq_q}"
+            )
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,7 +106,7 @@ class ProviderInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProviderInfo:
         kw = dict(data)
-        for key in ("dtypes", "devices", "head_dims"):
+        for key in ("dtypes", "devices", "head_dims", "kv_layouts"):
             if kw.get(key) is not None:
                 kw[key] = tuple(kw[key])
         return cls(**kw)
@@ -147,6 +171,9 @@ def register(
     memory_family: str | None = None,
     bwd_workspace_q: float = 0.0,
     layout: str = "bhnd",
+    kv_layouts: Iterable[str] = ("contiguous",),
+    ragged: bool = False,
+    max_seq_q: int | None = None,
     description: str = "",
     builder: bool = False,
     requires: Callable[[], str | None] | None = None,
@@ -163,6 +190,9 @@ def register(
         raise FlashbenchError(f"provider {name!r}: memory_family must be one of {MEMORY_FAMILIES}")
     if layout not in ("bhnd", "bnhd"):
         raise FlashbenchError(f"provider {name!r}: layout must be 'bhnd' or 'bnhd'")
+    kv_layouts = tuple(kv_layouts)
+    if not kv_layouts or any(k not in KV_LAYOUTS for k in kv_layouts):
+        raise FlashbenchError(f"provider {name!r}: kv_layouts must be among {KV_LAYOUTS}")
     if not name or "|" in name or "," in name or name.strip() != name:
         raise FlashbenchError(f"provider name {name!r} must be non-empty, without '|', ',' or spaces")
 
@@ -184,6 +214,9 @@ def register(
             memory_family=memory_family,
             bwd_workspace_q=float(bwd_workspace_q),
             layout=layout,
+            kv_layouts=kv_layouts,
+            ragged=ragged,
+            max_seq_q=max_seq_q,
             source=origin,
         )
         build = fn if builder else _function_builder(fn)
@@ -194,12 +227,13 @@ def register(
 
 
 def _function_builder(fn: Callable[..., Any]) -> Builder:
-    """Adapt a plain fn(q, k, v, causal=..., sm_scale=...) to the builder form."""
+    """Adapt a plain fn(q, k, v, causal=..., sm_scale=...[, cache_seqlens=..., block_table=...]) to the builder
+    form (the cache keywords reach it on the serving cases it declares it takes)."""
 
     def build(case: Case, device: str, stack: Any) -> Callable[..., Any]:
         causal = case.causal
         scale = case.head_dim**-0.5
-        return lambda q, k, v: fn(q, k, v, causal=causal, sm_scale=scale)
+        return lambda q, k, v, **cache: fn(q, k, v, causal=causal, sm_scale=scale, **cache)
 
     return build
 

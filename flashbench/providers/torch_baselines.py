@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from flashbench.providers import serving
 from flashbench.providers.registry import Unsupported, register
 from flashbench.spec.cases import Case
 
@@ -64,7 +65,9 @@ def _sdpa_builder(backend_name: str | None) -> Any:
         kwargs: dict[str, Any] = {"scale": _scale(case)}
         if case.kv_heads != case.heads:
             kwargs["enable_gqa"] = True
-        if case.causal and case.seq_q != case.seq_k:
+        if case.causal and case.seq_q == 1:
+            pass  # one query, the last token: bottom-right causal sees every key, so no mask at all
+        elif case.causal and case.seq_q != case.seq_k:
             # is_causal=True is top-left aligned for Nq != Nk; the bias object gives bottom-right.
             from torch.nn.attention.bias import causal_lower_right
 
@@ -132,10 +135,13 @@ def _dynamo_graph_count() -> int | None:
     gqa=True,
     devices=("cuda",),
     memory_family="flash",
+    kv_layouts=("contiguous", "paged"),
+    ragged=True,
     builder=True,
     requires=_flex_requires,
     source="builtin",
-    description="torch.compile'd FlexAttention (causal via a block mask); fails rather than falls back",
+    description="torch.compile'd FlexAttention (causal via a block mask; KV caches: providers/serving.py); "
+    "fails rather than falls back",
 )
 def _build_flex(case: Case, device: str, stack: Any) -> Any:
     import torch
@@ -155,6 +161,11 @@ def _build_flex(case: Case, device: str, stack: Any) -> Any:
             setattr(cfg, flag, True)
     compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
     block_mask = None
+    gqa = case.kv_heads != case.heads
+    scale = _scale(case)
+    graphs_before = _dynamo_graph_count()
+    if case.serving:  # per-sequence lengths and pages: the block mask is made from the inputs (untimed)
+        return serving.flex_kv_cache(case, device, compiled, gqa, scale, _compile_check(graphs_before))
     if case.causal:
         offset = case.seq_k - case.seq_q
 
@@ -164,18 +175,20 @@ def _build_flex(case: Case, device: str, stack: Any) -> Any:
         block_mask = create_block_mask(
             bottom_right, B=None, H=None, Q_LEN=case.seq_q, KV_LEN=case.seq_k, device=device
         )
-    gqa = case.kv_heads != case.heads
-    scale = _scale(case)
-    graphs_before = _dynamo_graph_count()
 
     def flex(q: Any, k: Any, v: Any) -> Any:
         return compiled(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
 
+    flex.check_compiled = _compile_check(graphs_before)  # type: ignore[attr-defined]
+    return flex
+
+
+def _compile_check(graphs_before: int | None) -> Any:
+    """The worker's check after the first call and after timing: no graph compiled, or a recompile during the
+    samples, means the numbers are not those of one compiled kernel."""
     first_call_graphs: list[int] = []
 
     def check_compiled() -> str | None:
-        # Called by the worker after the first call and again after timing: no graph compiled, or a
-        # recompile during the samples, means the numbers are not those of one compiled kernel.
         graphs = _dynamo_graph_count()
         if graphs_before is None or graphs is None:
             return None
@@ -187,8 +200,7 @@ def _build_flex(case: Case, device: str, stack: Any) -> Any:
             return f"torch.compile recompiled during the samples ({graphs - first_call_graphs[0]} new graphs)"
         return None
 
-    flex.check_compiled = check_compiled  # type: ignore[attr-defined]
-    return flex
+    return check_compiled
 
 
 # --- flash-attn 2 and 3 ([B, N, H, D] layout) -------------------------------------------------------------
@@ -263,3 +275,23 @@ def _build_flash_attn_3(case: Case, device: str, stack: Any) -> Any:
         return _to_bnhd(out)
 
     return fa3
+
+
+@register(
+    "flash-attn-kvcache",
+    dtypes=("fp16", "bf16"),
+    head_dims=_FLASH_HEAD_DIMS,
+    backward=False,
+    gqa=True,
+    devices=("cuda",),
+    memory_family="flash",
+    layout="bnhd",
+    kv_layouts=("contiguous", "paged"),
+    ragged=True,
+    builder=True,
+    requires=_module_requires("flash_attn", "flash-attn"),
+    source="builtin",
+    description="flash-attn 2 flash_attn_with_kvcache: decode over a contiguous or paged KV cache",
+)
+def _build_flash_attn_kvcache(case: Case, device: str, stack: Any) -> Any:
+    return serving.flash_attn_kv_cache(case, _to_bnhd)

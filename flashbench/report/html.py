@@ -16,7 +16,7 @@ from flashbench.analysis import clocks, summary
 from flashbench.analysis.comparison import cross_gpu_note, same_gpu
 from flashbench.analysis.runs import failures, recompute_overhead
 from flashbench.models.roofline import BOUND_RULE
-from flashbench.report import compare, figures, model_figures, roofline_figure, verdict
+from flashbench.report import compare, decode, figures, model_figures, roofline_figure, verdict
 from flashbench.report.tables import details, env_table, recompute_table, status_counts, table
 from flashbench.report.tables import figure as _fig
 from flashbench.results.rows import FLOP_CONVENTION
@@ -107,6 +107,7 @@ def render(
             "(right). An empty cell in the table says why (OOM: that side ran out of memory).",
             _fig(fig) + details("Recompute overhead table", table(recompute_table(rc))),
         )
+    decode.html_section(run, add)
     fig = model_figures.hbm_bytes(run)
     if fig is not None:
         add("bytes", "Measured vs modelled HBM bytes", "Rows measured with sweep --ncu.", _fig(fig))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from flashbench.analysis import clocks, summary
 from flashbench.analysis import comparison as cmp
 from flashbench.analysis import runs as an
-from flashbench.report import verdict
+from flashbench.report import decode, verdict
 from flashbench.report.style import fmt_bytes
 from flashbench.results.rows import FLOP_CONVENTION
 
@@ -55,6 +55,7 @@ def render(
         ]
         out += _table(_frame(rows))
 
+    out += decode.markdown_lines(run)
     if baseline_run is not None:
         joined = cmp.compare_runs(f, baseline_run.frame)
         cross = not cmp.same_gpu(run, baseline_run)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flashbench.spec.cases import CASE_FIELDS, Case
+from flashbench.spec.cases import CASE_DEFAULTS, CASE_FIELDS, Case
 from flashbench.errors import FlashbenchError, warn
 
 if TYPE_CHECKING:
@@ -64,8 +64,12 @@ class Row:
     dtype: str
     causal: bool
     mode: str
+    kv_layout: str = "contiguous"
+    page_size: int = 0
+    seqlens: str = "uniform"
+    seed: int = 0
     # --- outcome ---
-    status: str
+    status: str = ""  # always given (Row.for_case); the default only lets the serving fields above have theirs
     reason: str = ""  # why it is not "ok": torch's refusal, the stderr tail, the predicted bytes...
     device: str = "cuda"  # "cuda" or "cpu" (CPU times are labelled as such everywhere)
     gpu: str = ""  # device name as the worker saw it
@@ -222,9 +226,14 @@ def _torn_case_key(text: str) -> str | None:
     found: dict[str, Any] = {}
     for name, value in _FIELD_RE.findall(text):
         found.setdefault(name, json.loads(value))  # the first: a Row writes the Case fields first
+    # A row written before the serving fields existed has "status" right after "mode": its missing serving
+    # fields are the defaults. Without "status" the cut may have fallen among them: the key is unknown.
+    defaults = CASE_DEFAULTS if "status" in found else {}
+    if any(name not in found and name not in defaults for name in CASE_FIELDS):
+        return None
     try:
-        return Case(**{name: found[name] for name in CASE_FIELDS}).key
-    except (KeyError, TypeError, ValueError):
+        return Case(**{name: found.get(name, defaults.get(name)) for name in CASE_FIELDS}).key
+    except (TypeError, ValueError):
         return None
 
 

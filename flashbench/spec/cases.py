@@ -1,14 +1,23 @@
-"""The frozen Case record: one benchmark point, and the key for resume, joins and the gate."""
+"""The frozen Case record: one benchmark point, and the key for resume, joins and the gate.
+
+The training shape (seq_q = seq_k, one contiguous K/V per sequence) and the serving shape (seq_q new query tokens
+per sequence over a KV cache of seq_k tokens, contiguous or paged, every sequence as long as the cache or
+ragged) are both Cases. The serving fields come last, with defaults that mean "the training shape", so that a
+training case's key is the one it always had: Case.key appends a serving field only when it is not the default.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import random
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Literal
 
 Mode = Literal["fwd", "bwd", "fwd+bwd"]
 MODES: tuple[str, ...] = ("fwd", "bwd", "fwd+bwd")
 DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4}
+KV_LAYOUTS: tuple[str, ...] = ("contiguous", "paged")
+SEQLENS: tuple[str, ...] = ("uniform", "random")
 
 
 @dataclass(frozen=True, order=True)
@@ -16,7 +25,12 @@ class Case:
     """One point of a sweep. Tensors are [batch, heads, seq, head_dim]; K/V have kv_heads heads (GQA).
 
     Causal masks are aligned bottom-right when seq_q != seq_k (flash-attn's convention): query i
-    attends to keys j <= i + (seq_k - seq_q).
+    attends to keys j <= i + (seq_k - seq_q); with per-sequence lengths L_b, j <= i + (L_b - seq_q): the
+    queries are the last seq_q tokens of each sequence.
+
+    Serving fields: kv_layout "paged" stores K/V as a pool of page_size-token pages reached through a block
+    table (page_size is 0 for "contiguous"); seqlens "random" gives each sequence its own valid length,
+    kv_lengths() (seed is 0 for "uniform", where every sequence holds seq_k tokens).
     """
 
     provider: str
@@ -29,14 +43,27 @@ class Case:
     dtype: str  # "fp16" | "bf16" | "fp32"
     causal: bool
     mode: str  # "fwd" | "bwd" | "fwd+bwd"
+    kv_layout: str = "contiguous"  # "contiguous" | "paged"
+    page_size: int = 0  # tokens per page when paged, else 0
+    seqlens: str = "uniform"  # "uniform" | "random"
+    seed: int = 0  # the draw of the random lengths (0 when uniform)
 
     @property
     def key(self) -> str:
-        """Stable string key: identical across runs, machines and flashbench versions."""
-        return (
+        """Stable string key: identical across runs, machines and flashbench versions.
+
+        A serving field adds a part only when it is not the default ("|paged16", "|random-s0"), so the key of
+        every training case, and of every baseline recorded before the serving fields existed, is unchanged.
+        """
+        key = (
             f"{self.provider}|b{self.batch}|h{self.heads}|kv{self.kv_heads}|q{self.seq_q}|k{self.seq_k}"
             f"|d{self.head_dim}|{self.dtype}|{'causal' if self.causal else 'full'}|{self.mode}"
         )
+        if self.kv_layout != "contiguous":
+            key += f"|{self.kv_layout}{self.page_size}"
+        if self.seqlens != "uniform":
+            key += f"|{self.seqlens}-s{self.seed}"
+        return key
 
     @property
     def shape_key(self) -> str:
@@ -46,6 +73,23 @@ class Case:
     @property
     def elem_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def paged(self) -> bool:
+        return self.kv_layout == "paged"
+
+    @property
+    def ragged(self) -> bool:
+        return self.seqlens != "uniform"
+
+    @property
+    def serving(self) -> bool:
+        """A case that needs a KV-cache input beyond q, k, v: a page table or per-sequence lengths."""
+        return self.paged or self.ragged
+
+    def kv_lengths(self) -> tuple[int, ...]:
+        """The valid keys of each sequence (see kv_lengths())."""
+        return kv_lengths(self.batch, self.seq_q, self.seq_k, self.seqlens, self.seed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +101,28 @@ class Case:
 
 
 CASE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Case))
+# The serving fields' defaults: a row or baseline written before they existed reads as a training case.
+CASE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Case) if f.default is not MISSING}
+
+
+def kv_lengths(
+    batch: int, seq_q: int, seq_k: int, seqlens: str = "uniform", seed: int = 0
+) -> tuple[int, ...]:
+    """Valid keys per sequence. "uniform": every sequence holds seq_k. "random": each length is drawn uniformly
+    from [max(1, ceil(seq_k / 2)), seq_k], deterministically from (seed, batch, seq_q, seq_k).
+
+    Why [N/2, N] and not [1, N]: the cache length stays the axis a decode sweep reads (the mean length is 3/4 N,
+    so the KV bytes stay within 25% of the uniform case at the same N and batch), a batch of one is not left
+    with a handful of keys, and a 2x spread of lengths is what a split-KV kernel has to balance. The draw is
+    Python's random.Random seeded with a string (SHA-512 of it): the same lengths on every machine and version.
+    """
+    if seqlens == "uniform":
+        return (seq_k,) * batch
+    if seqlens != "random":
+        raise ValueError(f"unknown seqlens {seqlens!r}; expected one of {SEQLENS}")
+    rng = random.Random(f"flashbench-seqlens|{seed}|{batch}|{seq_q}|{seq_k}")
+    low = max(1, -(-seq_k // 2))
+    return tuple(rng.randint(low, seq_k) for _ in range(batch))
 
 
 def mask_label(causal: bool) -> str:

@@ -1,6 +1,6 @@
 """Sweep definitions: range parsing, TOML presets and CLI overrides -> one SweepSpec.
 
-Range syntax (the same for --seq, --batch, --heads, --kv-heads, --head-dim):
+Range syntax (the same for --seq, --seq-q, --batch, --heads, --kv-heads, --head-dim, --page-size):
     512..32768        doubling from the first value up to the last, inclusive: 512, 1024, ..., 32768
     1024..8192:1024   an arithmetic step: 1024, 2048, ..., 8192
     1000,3000         a list; items may themselves be ranges: 64,128..512
@@ -18,7 +18,7 @@ from typing import Any
 
 from flashbench.configfiles import config_path, read_toml
 from flashbench.errors import FlashbenchError
-from flashbench.spec.cases import DTYPES, MODES
+from flashbench.spec.cases import DTYPES, KV_LAYOUTS, MODES, SEQLENS
 
 DEVICES = ("cuda", "cpu")
 # The order cases run in: "provider" (each provider's cases together, the default) or "case" (per shape, every
@@ -149,7 +149,8 @@ class SweepSpec:
 
     name: str = "custom"  # the preset's name (used in the default run directory)
     providers: tuple[str, ...] = ("all",)
-    seq: tuple[int, ...] = (1024,)
+    seq: tuple[int, ...] = (1024,)  # N: keys per sequence (the KV cache length of a decode case)
+    seq_q: tuple[int, ...] | None = None  # query tokens per sequence; None: = seq (the training shape)
     batch: tuple[int, ...] | None = None  # None: derived from tokens
     tokens: int | None = 16384  # batch = max(1, tokens // seq) (the FlashAttention benchmarks' convention)
     heads: tuple[int, ...] = (16,)
@@ -159,6 +160,11 @@ class SweepSpec:
     dtype: tuple[str, ...] = ("bf16",)
     causal: tuple[bool, ...] = (False, True)
     mode: tuple[str, ...] = ("fwd",)
+    # --- the serving shape (spec/cases.py): KV-cache layout, page size, per-sequence lengths ---
+    kv_layout: tuple[str, ...] = ("contiguous",)
+    page_size: tuple[int, ...] = (16,)  # tokens per page of a paged cache (powers of two)
+    seqlens: tuple[str, ...] = ("uniform",)  # "random": ragged lengths in [N/2, N] (cases.kv_lengths)
+    seed: int = 0  # the draw of the random lengths
     device: str = "cuda"
     # "case" interleaves the providers shape by shape, so that side-by-side ratios are taken at like GPU
     # temperatures and clocks: run provider-major, the first provider's cases heat the GPU for minutes (an H100
@@ -206,6 +212,11 @@ class SweepSpec:
 _PARSERS: dict[str, Any] = {
     "providers": lambda v: tuple(parse_names(v)),
     "seq": lambda v: tuple(parse_range(v, "seq")),
+    "seq_q": lambda v: None if v is None else tuple(parse_range(v, "seq-q")),
+    "kv_layout": lambda v: tuple(_parse_choices(v, KV_LAYOUTS, "kv-layout")),
+    "page_size": lambda v: tuple(_page_sizes(v)),
+    "seqlens": lambda v: tuple(_parse_choices(v, SEQLENS, "seqlens")),
+    "seed": lambda v: _seed(v),
     "batch": lambda v: None if v is None else tuple(parse_range(v, "batch")),
     "tokens": lambda v: None if v is None else _single(v, "tokens"),
     "heads": lambda v: tuple(parse_range(v, "heads")),
@@ -236,6 +247,22 @@ _PARSERS: dict[str, Any] = {
     "ref_flops_limit": lambda v: None if v is None else _float(v, "ref_flops_limit"),
 }
 _RENAME = {"timeout": "timeout_s"}
+
+
+def _page_sizes(value: Any) -> list[int]:
+    """Page sizes in tokens: powers of two (every paged KV cache in use pages by powers of two)."""
+    sizes = parse_range(value, "page-size")
+    for size in sizes:
+        if size & (size - 1):
+            raise FlashbenchError(f"page-size: {size} is not a power of two (e.g. 16, 64, 256)")
+    return sizes
+
+
+def _seed(value: Any) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not _INT.match(text) or int(text) < 0:
+        raise FlashbenchError(f"seed: {value!r} must be a whole number >= 0")
+    return int(text)
 
 
 def _single(value: Any, what: str) -> int:

@@ -1,8 +1,9 @@
 """Spec -> Cases. Cases a provider declares it cannot run are marked `unsupported` (or `unavailable`), and
 cases the memory model says cannot fit on this GPU are marked `predicted-oom`, before any worker runs them.
 
-Order: provider, dtype, head_dim, heads, kv_heads, causal, mode, then sequence length ascending, so that an
-OOM at one N lets the runner skip the larger N of the same provider and shape.
+Order: provider, dtype, head_dim, heads, kv_heads, causal, mode, KV layout / page size / lengths, query tokens,
+then sequence length ascending, so that an OOM at one N lets the runner skip the larger N of the same provider
+and shape.
 """
 
 from __future__ import annotations
@@ -61,8 +62,17 @@ def resolve_providers(requested: tuple[str, ...] | list[str], known: list[str]) 
     return out
 
 
+def serving_variants(spec: SweepSpec) -> list[tuple[str, int, str, int]]:
+    """(kv_layout, page_size, seqlens, seed) combinations of the spec: page size and seed only where they apply."""
+    layouts = [(lay, p if lay == "paged" else 0) for lay in spec.kv_layout for p in spec.page_size]
+    lens = [(s, spec.seed if s != "uniform" else 0) for s in spec.seqlens]
+    return list(dict.fromkeys((lay, p, s, seed) for lay, p in layouts for s, seed in lens))
+
+
 def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
+    """Every case of the spec (order: the module docstring; sequence length innermost, ascending)."""
     cases: list[Case] = []
+    serving = serving_variants(spec)
     for provider in providers:
         for dtype in spec.dtype:
             for head_dim in spec.head_dim:
@@ -70,21 +80,14 @@ def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
                     for kv_heads in spec.kv_heads or (heads,):
                         for causal in spec.causal:
                             for mode in spec.mode:
-                                for seq in spec.seq:
-                                    for batch in batch_for(spec, seq):
-                                        case = Case(
-                                            provider,
-                                            batch,
-                                            heads,
-                                            kv_heads,
-                                            seq,
-                                            seq,
-                                            head_dim,
-                                            dtype,
-                                            causal,
-                                            mode,
-                                        )
-                                        cases.append(case)
+                                for extra in serving:
+                                    for seq_q in spec.seq_q or (None,):
+                                        for seq in spec.seq:
+                                            for batch in batch_for(spec, seq):
+                                                shape = (batch, heads, kv_heads, seq_q or seq, seq, head_dim)
+                                                cases.append(
+                                                    Case(provider, *shape, dtype, causal, mode, *extra)
+                                                )
     if spec.order == "case":
         return interleave(cases)
     return cases
@@ -103,11 +106,16 @@ def interleave(cases: list[Case]) -> list[Case]:
 
 
 def input_bytes(case: Case) -> int:
-    """Bytes of the inputs the worker allocates: q, k, v (and dO in the backward modes)."""
+    """Bytes of the inputs the worker allocates: q, k, v (and dO in the backward modes); for a paged case also
+    the page pool beside the contiguous cache it is copied from (engine/measure.py), and the page table."""
     q = case.batch * case.heads * case.seq_q * case.head_dim
     kv = 2 * case.batch * case.kv_heads * case.seq_k * case.head_dim
     do = q if case.mode != "fwd" else 0
-    return (q + kv + do) * case.elem_bytes
+    pool = 0
+    if case.paged and case.page_size > 0:
+        pages = sum(-(-n // case.page_size) for n in case.kv_lengths())
+        pool = 2 * pages * case.page_size * case.kv_heads * case.head_dim
+    return (q + kv + do + pool) * case.elem_bytes
 
 
 def predicted_mem_bytes(
@@ -185,11 +193,25 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
     if not info.available:
         return  # rows say "unavailable" with the reason
     for case in (
-        Case(info.name, 1, heads_for(spec, d)[0], heads_for(spec, d)[0], 128, 128, d, dtype, causal, mode)
+        Case(
+            info.name,
+            1,
+            heads_for(spec, d)[0],
+            heads_for(spec, d)[0],
+            nq,
+            128,
+            d,
+            dtype,
+            causal,
+            mode,
+            *extra,
+        )
         for d in spec.head_dim
         for dtype in spec.dtype
         for causal in spec.causal
         for mode in spec.mode
+        for extra in serving_variants(spec)
+        for nq in (spec.seq_q or (128,))
     ):
         why = info.supports(case, spec.device)
         if why:

@@ -1,0 +1,75 @@
+"""The KV-cache inputs of a serving case (spec/cases.py): per-sequence lengths and a paged pool.
+
+Layout (flash_decode's, kernels/decode.py, and the provider protocol's, providers/registry.py):
+    cache_seqlens  int32 [B]: sequence b's valid keys, Case.kv_lengths()
+    page pool      k, v [pages, Hkv, page_size, D]: sequence b's tokens [p * page_size, (p + 1) * page_size) are in
+                   page block_table[b, p]; the pages of all sequences are shuffled over the pool (a serving
+                   engine's pool after some traffic), and the last page of a sequence is filled up to its length
+                   (the rest zero)
+    block_table    int32 [B, ceil(N / page_size)]: entries past a sequence's pages are 0 (a valid page, never read)
+The pool is built by copying from the contiguous cache [B, Hkv, N, D] the worker draws (the same numbers, so the
+float64 reference reads that cache). Everything is made once per case, untimed.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from flashbench.spec.cases import Case
+
+
+def build(case: Case, k: Any, v: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """(k, v, cache keywords) of the call for `case`: the contiguous k, v [B, Hkv, N, D] with cache_seqlens, or
+    the page pool with cache_seqlens and block_table. A training-shaped case gets k, v and no keywords."""
+    import torch
+
+    if not case.serving:
+        return k, v, {}
+    lengths = case.kv_lengths()
+    cache = {"cache_seqlens": torch.tensor(lengths, dtype=torch.int32, device=k.device)}
+    if not case.paged:
+        return k, v, cache
+    k_pool, v_pool, table = page(k, v, lengths, case.page_size, seed=zlib.crc32(case.shape_key.encode()))
+    return k_pool, v_pool, {**cache, "block_table": table}
+
+
+def page(k: Any, v: Any, lengths: tuple[int, ...], page_size: int, seed: int = 0) -> tuple[Any, Any, Any]:
+    """(k_pool, v_pool, block_table) holding the first lengths[b] tokens of each sequence of the contiguous
+    k, v [B, Hkv, N, D] (any strides) in pages of `page_size` tokens, in shuffled pool order (module docstring)."""
+    import torch
+
+    if page_size < 1 or page_size & (page_size - 1):
+        raise ValueError(f"page size {page_size} is not a power of two")
+    batch, kv_heads, capacity, dim = k.shape
+    pages = [-(-n // page_size) for n in lengths]
+    order = torch.randperm(sum(pages), generator=torch.Generator().manual_seed(seed)).tolist()
+    k_pool = torch.zeros(sum(pages), kv_heads, page_size, dim, dtype=k.dtype, device=k.device)
+    v_pool = torch.zeros_like(k_pool)
+    table = torch.zeros(batch, -(-capacity // page_size), dtype=torch.int32)
+    first = 0
+    for b, (n, count) in enumerate(zip(lengths, pages, strict=True)):
+        slots = order[first : first + count]
+        first += count
+        table[b, :count] = torch.tensor(slots, dtype=torch.int32)
+        index = torch.tensor(slots, device=k.device)
+        for src, pool in ((k, k_pool), (v, v_pool)):
+            tokens = torch.zeros(kv_heads, count * page_size, dim, dtype=k.dtype, device=k.device)
+            tokens[:, :n] = src[b, :, :n]
+            pool[index] = tokens.view(kv_heads, count, page_size, dim).transpose(0, 1)
+    return k_pool, v_pool, table.to(k.device)
+
+
+def unpage(pool: Any, table: Any, lengths: tuple[int, ...], capacity: int) -> Any:
+    """The contiguous [B, Hkv, capacity, D] cache a page pool holds (zeros past each length): page()'s inverse."""
+    import torch
+
+    page_size = pool.shape[2]
+    out = torch.zeros(
+        len(lengths), pool.shape[1], capacity, pool.shape[3], dtype=pool.dtype, device=pool.device
+    )
+    for b, n in enumerate(lengths):
+        count = -(-n // page_size)
+        pages = pool[table[b, :count].long()]  # [count, Hkv, page, D]
+        out[b, :, :n] = pages.transpose(0, 1).reshape(pool.shape[1], count * page_size, -1)[:, :n]
+    return out

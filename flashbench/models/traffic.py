@@ -1,0 +1,168 @@
+"""The byte model's vocabulary: itemised DRAM traffic (Part, Traffic), a case's shape, a tiled kernel's tiles, and
+the rows a tiled loop visits. Pure: numbers in, numbers out (io_model.py builds every family's traffic from these).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flashbench.models.flops import Alignment
+
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    read: int
+    write: int
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """DRAM bytes of one call, itemised."""
+
+    parts: tuple[Part, ...] = field(default_factory=tuple)
+
+    @property
+    def read(self) -> int:
+        return sum(p.read for p in self.parts)
+
+    @property
+    def write(self) -> int:
+        return sum(p.write for p in self.parts)
+
+    @property
+    def total(self) -> int:
+        return self.read + self.write
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.parts + other.parts)
+
+    def prefixed(self, prefix: str) -> Traffic:
+        return Traffic(tuple(Part(f"{prefix}{p.name}", p.read, p.write) for p in self.parts))
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        return {p.name: {"read": p.read, "write": p.write} for p in self.parts}
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Tile sizes of a tiled kernel (rows of Q per block = m, rows of K/V per block = n).
+
+    Defaults are FlashAttention-2's usual choices for d = 128 on sm80/sm90; pass the kernel's own
+    (Row.kernel_config) where it reports them.
+    """
+
+    fwd_m: int = 128
+    fwd_n: int = 64
+    bwd_m: int = 64
+    bwd_n: int = 128
+    splits: int = 1  # key splits per sequence of a split-KV decode kernel (the decode family)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> Blocks | None:
+        """The tiles a kernel reported (Row.kernel_config: BLOCK_M, BLOCK_N in any case; num_splits), else None."""
+        if not config:
+            return None
+        cfg = {str(k).lower(): v for k, v in config.items()}
+        m, n, splits = cfg.get("block_m"), cfg.get("block_n"), cfg.get("num_splits", 1)
+        if isinstance(m, int) and isinstance(n, int) and m > 0 and n > 0:
+            return cls(fwd_m=m, fwd_n=n, splits=splits if isinstance(splits, int) and splits > 0 else 1)
+        return None
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    elem_bytes: int
+    causal: bool
+    alignment: Alignment = "bottom-right"
+
+    def __post_init__(self) -> None:
+        dims = (self.batch, self.heads, self.kv_heads, self.seq_q, self.seq_k, self.head_dim, self.elem_bytes)
+        if any(d < 0 for d in dims):
+            raise ValueError("shape dimensions must be >= 0")
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+
+    @property
+    def bh(self) -> int:
+        return self.batch * self.heads
+
+    @property
+    def q(self) -> int:  # bytes of Q, O, dQ, dO
+        return self.bh * self.seq_q * self.head_dim * self.elem_bytes
+
+    @property
+    def kv(self) -> int:  # bytes of one of K, V, dK, dV (kv heads)
+        return self.batch * self.kv_heads * self.seq_k * self.head_dim * self.elem_bytes
+
+    @property
+    def kv_exp(self) -> int:  # one of K, V expanded to all query heads
+        return self.bh * self.seq_k * self.head_dim * self.elem_bytes
+
+    @property
+    def rows(self) -> int:  # softmax rows: B * H * Nq
+        return self.bh * self.seq_q
+
+    @property
+    def matrix(self) -> int:  # elements of all heads' attention matrices
+        return self.bh * self.seq_q * self.seq_k
+
+    def row_bytes(self) -> int:  # one row of Q / O / dO
+        return self.head_dim * self.elem_bytes
+
+    def offset(self) -> int:
+        return self.seq_k - self.seq_q if self.alignment == "bottom-right" else 0
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _keys_visible(s: Shape, last_row: int) -> int:
+    """Keys visible to query row `last_row` (0 when fully masked)."""
+    if not s.causal:
+        return s.seq_k
+    return max(0, min(s.seq_k, last_row + s.offset() + 1))
+
+
+def kv_rows_per_head(s: Shape, block_m: int, block_n: int) -> int:
+    """K (or V) rows loaded by one head's query-block loop: once per query block, visited K/V blocks only."""
+    total = 0
+    for start in range(0, s.seq_q, block_m):
+        keys = _keys_visible(s, min(start + block_m, s.seq_q) - 1)
+        total += min(s.seq_k, _cdiv(keys, block_n) * block_n)
+    return total
+
+
+def q_rows_per_head(s: Shape, block_m: int, block_n: int) -> int:
+    """Q (or dO) rows loaded by one head's K/V-block loop: once per K/V block, visited query blocks only."""
+    total = 0
+    for start in range(0, s.seq_k, block_n):
+        if not s.causal:
+            total += s.seq_q
+            continue
+        first_row = max(0, start - s.offset())  # first query row that sees key `start`
+        if first_row >= s.seq_q:
+            continue
+        total += s.seq_q - (first_row // block_m) * block_m
+    return total
+
+
+def tile_elements_per_head(s: Shape, block_m: int, block_n: int) -> int:
+    """Score elements in the visited tiles of one head (what a stored-P kernel writes)."""
+    total = 0
+    for start in range(0, s.seq_q, block_m):
+        rows = min(block_m, s.seq_q - start)
+        keys = _keys_visible(s, start + rows - 1)
+        total += rows * min(s.seq_k, _cdiv(keys, block_n) * block_n)
+    return total

@@ -1,0 +1,122 @@
+"""The torch baselines on serving cases (a ragged or paged KV cache; spec/cases.py, engine/kv_cache.py).
+
+FlexAttention: per-sequence lengths are a block mask built from the lengths (key j of sequence b is kept iff
+j < L_b and, causal, j <= L_b - Nq + i), whose block sparsity skips the blocks past each length. A paged cache is
+torch's own paged attention (torch.nn.attention.experimental._paged_attention.PagedAttention): the pool as one
+[1, Hkv, pages * page_size, D] cache, the page table and its inverse set from the case's block table, and the
+logical block mask converted to physical pages (its key blocks are one page: PagedAttention requires it). Both
+are made once per case, untimed (the call's `prepare`, providers/registry.py).
+
+flash-attn's flash_attn_with_kvcache takes cache_seqlens and a block table itself; its pages are
+[pages, page_size, Hkv, D] (flash-attn 2 requires page_size % 256 == 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flashbench.providers.registry import Unsupported
+from flashbench.spec.cases import Case
+
+FLASH_ATTN_PAGE_MULTIPLE = 256  # flash-attn 2's paged KV cache: "block size must be divisible by 256"
+
+
+def _length_mask(case: Case, lengths: Any) -> Callable[..., Any]:
+    """mask_mod keeping key j of sequence b iff j < L_b and, when causal, j <= L_b - Nq + i."""
+    nq, causal = case.seq_q, case.causal
+
+    def mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        keep = kv_idx < lengths[b]
+        if causal:
+            keep = keep & (kv_idx <= lengths[b] - nq + q_idx)
+        return keep
+
+    return mask
+
+
+def flex_kv_cache(
+    case: Case, device: str, compiled: Any, gqa: bool, scale: float, check_compiled: Any
+) -> Callable[..., Any]:
+    """The `flex` provider's call for a serving case (module docstring)."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    lengths = torch.tensor(case.kv_lengths(), dtype=torch.int32, device=device)
+    mask_mod = _length_mask(case, lengths)
+    state: dict[str, Any] = {}
+    if not case.paged:
+        state["mask"] = create_block_mask(
+            mask_mod, B=case.batch, H=None, Q_LEN=case.seq_q, KV_LEN=case.seq_k, device=device
+        )
+
+    def flex(q: Any, k: Any, v: Any, **_cache: Any) -> Any:
+        return compiled(q, k, v, block_mask=state["mask"], scale=scale, enable_gqa=gqa)
+
+    def prepare(q: Any, k: Any, v: Any, cache_seqlens: Any, block_table: Any = None) -> Any:
+        if block_table is None:
+            return q, k, v, {}
+        try:
+            from torch.nn.attention.experimental._paged_attention import PagedAttention
+        except ImportError as exc:
+            raise Unsupported(f"this torch has no FlexAttention paged attention ({exc})") from None
+        pages, kv_heads, page, dim = k.shape
+        paged = PagedAttention(pages, page, case.batch, device=device)
+        for b, n in enumerate(case.kv_lengths()):
+            count = -(-n // page)
+            slots = block_table[b, :count].long()
+            paged.page_table[b, :count] = slots
+            paged.physical_to_logical[b, slots] = torch.arange(count, device=k.device)
+        keys = -(-max(case.kv_lengths()) // page) * page
+        logical = create_block_mask(
+            mask_mod,
+            B=case.batch,
+            H=None,
+            Q_LEN=case.seq_q,
+            KV_LEN=keys,
+            device=device,
+            BLOCK_SIZE=(128, page),
+        )
+        state["mask"] = paged.convert_logical_block_mask(logical)
+
+        def flat(pool: Any) -> Any:  # [pages, Hkv, page, D] -> [1, Hkv, pages * page, D]
+            return pool.permute(1, 0, 2, 3).reshape(1, kv_heads, pages * page, dim)
+
+        return q, flat(k), flat(v), {}
+
+    flex.prepare = prepare  # type: ignore[attr-defined]
+    flex.check_compiled = check_compiled  # type: ignore[attr-defined]
+    return flex
+
+
+def flash_attn_kv_cache(case: Case, to_bnhd: Callable[[Any], Any]) -> Callable[..., Any]:
+    """flash-attn's flash_attn_with_kvcache on any case it takes (q, k, v arrive [B, N, H, D]-contiguous)."""
+    from flash_attn import flash_attn_with_kvcache
+
+    if case.paged and case.page_size % FLASH_ATTN_PAGE_MULTIPLE:
+        raise Unsupported(
+            f"flash-attn's paged KV cache needs pages of a multiple of {FLASH_ATTN_PAGE_MULTIPLE} tokens, "
+            f"not {case.page_size}"
+        )
+    causal, scale = case.causal, case.head_dim**-0.5
+
+    def call(q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None) -> Any:
+        out = flash_attn_with_kvcache(
+            to_bnhd(q),
+            k,
+            v,
+            cache_seqlens=cache_seqlens,
+            block_table=block_table,
+            softmax_scale=scale,
+            causal=causal,
+        )
+        return to_bnhd(out)
+
+    def prepare(q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None) -> Any:
+        # contiguous: [B, Hkv, N, D] views of [B, N, Hkv, D] storage; pages: [pages, Hkv, page, D] -> [.., page, Hkv, D]
+        k, v = (t.transpose(1, 2) if block_table is None else t.transpose(1, 2).contiguous() for t in (k, v))
+        cache = {"cache_seqlens": cache_seqlens, "block_table": block_table}
+        return q, k, v, {key: value for key, value in cache.items() if value is not None}
+
+    call.prepare = prepare  # type: ignore[attr-defined]
+    return call
