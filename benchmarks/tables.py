@@ -3,6 +3,7 @@
     python benchmarks/tables.py speed RUN [RUN ...]     # a `--preset speed` sweep: the bundled kernel vs SDPA
     python benchmarks/tables.py recompute RUN           # a `--preset recompute` sweep: recompute vs stored P
     python benchmarks/tables.py providers RUN [--seq N] # any sweep: TFLOP/s of every provider at one N
+    python benchmarks/tables.py decode RUN              # a `--preset decode` sweep: GB/s of the bundled decode
 
 Every ratio is between medians measured in the same run. With several runs, `speed` takes the TFLOP/s from the
 first and prints each run's ratios side by side (run-to-run spread).
@@ -11,10 +12,12 @@ first and prints each run's ratios side by side (run-to-run spread).
 from __future__ import annotations
 
 import argparse
+import json
 
 import pandas as pd
 
 import flashbench
+from flashbench.analysis.runs import load_run
 
 KEY = ["head_dim", "causal", "mode", "seq_q"]
 
@@ -86,6 +89,46 @@ def providers(run: str, seq: int) -> None:
         print(f"| {provider} | " + " | ".join(cells) + f" | {gib} |")
 
 
+def _config(config: object) -> dict:
+    """A row's kernel_config as a dict (the analysis frame keeps it as JSON text)."""
+    if isinstance(config, str) and config:
+        return json.loads(config)
+    return config if isinstance(config, dict) else {}
+
+
+def decode(run: str) -> None:
+    """The bundled decode kernel per cache shape: its time, GB/s (the decode byte model's bytes over the median)
+    and % of the calibrated read bandwidth, beside the fastest other provider on the same case, and paged
+    against contiguous."""
+    frame = load_run(run).frame
+    df = frame[frame.ok]
+    shape = ["kv_heads", "seq_k", "batch"]
+    mine = df[df.provider == "triton-decode"].set_index([*shape, "kv_layout"])
+    others = df[df.provider != "triton-decode"]
+    print(
+        "| H / Hkv | N | batch | KV MB | layout | triton-decode us | GB/s | % of read BW | splits "
+        "| fastest other | its us | x fastest other | x sdpa-cudnn |"
+    )
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+    for key, r in mine.sort_index().iterrows():
+        hkv, n, b, layout = key
+        kv_mb = 2 * b * n * hkv * r["head_dim"] * 2 / 1e6
+        same = others[(others.kv_heads == hkv) & (others.seq_k == n) & (others.kv_layout == layout)]
+        best = same.loc[same.median_ms.idxmin()] if len(same) else None
+        cudnn = same[same.provider == "sdpa-cudnn"]
+        us = r["median_ms"] * 1e3
+        print(
+            f"| {r['heads']} / {hkv} | {n} | {b} | {kv_mb:.0f} | {layout} | {us:.1f} | {r['achieved_gb_s']:.0f} "
+            f"| {r['pct_of_read_bw']:.0f} | {_config(r['kernel_config']).get('num_splits', '')} "
+            + (
+                f"| {best['provider']} | {best['median_ms'] * 1e3:.1f} | {best['median_ms'] / r['median_ms']:.2f} "
+                if best is not None
+                else "| - | - | - "
+            )
+            + (f"| {cudnn.median_ms.iloc[0] / r['median_ms']:.2f} |" if len(cudnn) else "| - |")
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="table", required=True)
@@ -94,11 +137,14 @@ def main() -> None:
     p = sub.add_parser("providers")
     p.add_argument("run")
     p.add_argument("--seq", type=int, default=16384)
+    sub.add_parser("decode").add_argument("run")
     args = ap.parse_args()
     if args.table == "speed":
         speed(args.runs)
     elif args.table == "recompute":
         recompute(args.run)
+    elif args.table == "decode":
+        decode(args.run)
     else:
         providers(args.run, args.seq)
 
