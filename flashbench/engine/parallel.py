@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flashbench.engine import shard
 from flashbench.engine.runner import Worker, finished_rows, run_cases
 from flashbench.results.rows import Row
 from flashbench.spec.cases import Case
@@ -55,8 +56,6 @@ def run_parallel(
     `worker`, when given, must already be pinned to devices[0]; it runs the first share. Rows from every
     thread are appended by this process under one lock. A failure in one thread stops the others.
     """
-    from flashbench.engine import shard
-
     done = finished_rows(run_dir)
     shares = shard.split(planned, len(devices))
     shared = Shared()

@@ -154,6 +154,8 @@ def _nvml_index() -> int:
     return int(first) if first.isdigit() else 0
 
 
+# The parent process imports this module (runner builds the worker's command line from it) and must stay free of
+# torch: everything that leads to torch (measure, the providers) is imported inside the functions the worker runs.
 def _load_providers(kernels: list[str]) -> None:
     from flashbench.providers import registry, user
 

@@ -44,6 +44,8 @@ def _kernels_requires() -> str | None:
     return None
 
 
+# flashbench.kernels imports torch and triton: the parent process reads this registry without either, so every
+# import of the kernels below is deferred to the worker that runs them.
 def _head_dims() -> Any:
     from flashbench.kernels import SUPPORTED_HEAD_DIMS
 

@@ -240,6 +240,7 @@ def _function_builder(fn: Callable[..., Any]) -> Builder:
 
 def load_builtins() -> None:
     """Register the torch baselines and the bundled kernels (imports no torch)."""
+    # deferred: those modules import this one to register (a cycle at import time) and registering is an act
     from flashbench.providers import bundled, torch_baselines  # noqa: F401  (registration side effect)
 
 

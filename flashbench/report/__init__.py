@@ -10,7 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from flashbench import gate
+from flashbench.analysis import runs as analysis
 from flashbench.errors import FlashbenchError
+from flashbench.report import exports, markdown
 
 FORMATS = ("html", "md", "csv", "json")
 
@@ -28,8 +31,6 @@ def build(
     baseline: another run directory to compare with case by case. speedup_vs: the provider speedups are
     taken against (default: analysis.runs.SPEEDUP_VS_HELP's rule, over analysis.runs.DEFAULT_BASELINES).
     """
-    from flashbench.analysis import runs as analysis
-
     if fmt not in FORMATS:
         raise FlashbenchError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
     run = analysis.load_run(run_dir)
@@ -37,16 +38,14 @@ def build(
     base_provider = analysis.pick_baseline(run.frame, speedup_vs)
     verdicts = gate_view(baseline, run_dir) if baseline is not None else None
     if fmt == "html":
-        from flashbench.report import html
+        from flashbench.report import (
+            html,  # deferred: it needs plotly, which md/csv/json do not (GPU machines may lack it)
+        )
 
         text = html.render(run, base_provider, base_run, verdicts)
     elif fmt == "md":
-        from flashbench.report import markdown
-
         text = markdown.render(run, base_provider, base_run, verdicts)
     else:
-        from flashbench.report import exports
-
         text = exports.to_csv(run, base_provider) if fmt == "csv" else exports.to_json(run, base_provider)
     if out is not None:
         out = Path(out)
@@ -64,8 +63,6 @@ def gate_view(baseline: str | Path, current: str | Path) -> Any:
     The report never fails on it: another GPU model is allowed (and noted), and a comparison the gate refuses
     (no case in common) leaves the report's own case-by-case ratios alone (None).
     """
-    from flashbench import gate
-
     try:
         return gate.run_gate(baseline, current, allow_mismatch=True)
     except FlashbenchError:

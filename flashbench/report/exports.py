@@ -6,6 +6,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from flashbench.analysis.runs import speedups
 from flashbench.models.roofline import BOUND_RULE
 from flashbench.results.rows import FLOP_CONVENTION, SCHEMA_VERSION
 from flashbench.spec.cases import CASE_FIELDS
@@ -73,8 +74,6 @@ COLUMNS = [
 
 def tidy(run: Run, baseline_provider: str | None) -> pd.DataFrame:
     """The run's measurements with the speedup over `baseline_provider` joined in, in COLUMNS order."""
-    from flashbench.analysis.runs import speedups
-
     frame = run.frame.copy()
     frame["speedup"] = float("nan")
     frame["speedup_vs"] = baseline_provider or ""

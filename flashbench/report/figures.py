@@ -14,6 +14,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from flashbench.analysis import clocks, summary
+from flashbench.analysis.runs import speedups
 from flashbench.report.style import (
     OOM_MARK,
     PREDICTED_OOM_MARK,
@@ -296,8 +297,6 @@ def _legend_marks(fig: go.Figure, df: pd.DataFrame, frame: pd.DataFrame) -> None
 def speedup(run: Run, baseline: str) -> go.Figure | None:
     """Speedup over the reference provider on the same shape (above 1 = faster than it), per provider."""
     import plotly.graph_objects as go
-
-    from flashbench.analysis.runs import speedups
 
     df = speedups(run.frame, baseline)
     df = df[df["provider"] != baseline].sort_values("seq_q")

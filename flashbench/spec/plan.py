@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashbench.errors import FlashbenchError
+from flashbench.models.memory import FAMILIES, predicted_peak_bytes
 from flashbench.providers.registry import ProviderInfo
 from flashbench.results.env import ENV_FILE
 from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
@@ -123,10 +124,6 @@ def predicted_mem_bytes(
 ) -> int | None:
     """The memory model's bytes above the inputs, or None (no family, or no model installed)."""
     if family is None:
-        return None
-    try:
-        from flashbench.models.memory import FAMILIES, predicted_peak_bytes
-    except ImportError:
         return None
     if family not in FAMILIES:
         return None
