@@ -25,6 +25,7 @@ H100_FACTS = {
 }
 ROOT = Path(__file__).resolve().parents[1]
 H100_SPEED = ROOT / "results" / "examples" / "h100-speed"  # a real H100 run, committed as the example
+H100_DECODE = ROOT / "results" / "examples" / "h100-decode"  # a real H100 decode sweep (the decode preset)
 
 
 def case_row(
@@ -83,5 +84,6 @@ def read_jsonl(run_dir: Path) -> list[dict[str, Any]]:
         if line.strip():
             r = json.loads(line)
             key = (r["provider"], r["batch"], r["heads"], r["seq_q"], r["seq_k"], r["head_dim"], r["dtype"])
-            rows[json.dumps([*key, r["causal"], r["mode"], r["kv_heads"]])] = r
+            cache = [r.get("kv_layout", "contiguous"), r.get("page_size", 0), r.get("seqlens", "uniform")]
+            rows[json.dumps([*key, r["causal"], r["mode"], r["kv_heads"], *cache, r.get("seed", 0)])] = r
     return list(rows.values())

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_helpers import H100_SPEED, read_jsonl, slowed_copy
+from report_helpers import H100_DECODE, H100_SPEED, read_jsonl, slowed_copy
 from test_report_browser import find_chromium, render
 
 from flashbench.report import build
@@ -199,3 +199,38 @@ def test_the_probe_catches_an_error_and_a_console_error(browser: str, tmp_path: 
     dom, _ = render(browser, page)
     record = json.loads(html.unescape(re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S).group(1)))
     assert record["errors"][0] == "drawn wrong" and "undefined_function" in record["errors"][1]
+
+
+def test_decode_report_in_chromium_judges_each_cache_variant_from_the_rows(
+    browser: str, tmp_path: Path
+) -> None:
+    """A serving run (the committed H100 decode sweep): the verdict names the fastest provider per KV-cache variant
+    (heads over KV heads, contiguous or paged), never GQA and MHA or paged and contiguous caches as one group, and
+    the decode section draws."""
+    dom, words, record = rendered(browser, H100_DECODE, tmp_path)
+    assert record["errors"] == []
+    assert '<section id="decode">' in dom
+    times: dict[tuple[int, str], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for r in read_jsonl(H100_DECODE):
+        if r["status"] == "ok":
+            variant = (
+                r["kv_heads"],
+                "contiguous" if r["kv_layout"] == "contiguous" else f"paged{r['page_size']}",
+            )
+            times[variant][r["provider"]][r["seq_k"]] = r["median_ms"]
+    assert set(times) == {(8, "contiguous"), (32, "contiguous"), (8, "paged16"), (32, "paged16")}
+    for (kv, layout), by_provider in times.items():
+        group = f"fwd · d=128 · causal · 32/{kv} heads · {layout}: "
+        if len(by_provider) == 1:  # SDPA takes no paged cache: the bundled kernel alone
+            assert f"{group}**triton-decode** (the only provider measured)".replace("**", "") in words
+            continue
+        margins = {}
+        for p, tp in by_provider.items():
+            margins[p] = min(
+                (statistics.geometric_mean([tq[n] / tp[n] for n in tp.keys() & tq.keys()]), q)
+                for q, tq in by_provider.items()
+                if q != p
+            )
+        fastest = max(margins, key=lambda p: margins[p][0])
+        margin, runner = margins[fastest]
+        assert f"{group}{fastest} {margin:.2f}× over {runner}" in words, (group, fastest, runner, margin)

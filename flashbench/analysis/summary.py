@@ -110,10 +110,12 @@ class Lead:
     best_pct_provider: str = ""
     best_pct_at: str = ""
     best_pct_bound: str = ""
+    variant: str = ""  # the KV-cache variant of serving rows ("32/8 heads · paged16"); "" for training rows
 
     @property
     def group(self) -> str:
-        return f"{self.mode} · d={self.head_dim} · {mask_label(self.causal)}"
+        group = f"{self.mode} · d={self.head_dim} · {mask_label(self.causal)}"
+        return f"{group} · {self.variant}" if self.variant else group
 
     @property
     def geomean(self) -> float:
@@ -152,11 +154,12 @@ def leads(frame: pd.DataFrame) -> list[Lead]:
     other's. The fastest is the provider whose worst such margin is the largest (it beats every other by at
     least that); the runner-up is the provider that margin is against.
     """
-    ok = frame[frame["ok"] & frame["median_ms"].notna()]
+    ok = frame[frame["ok"] & frame["median_ms"].notna()].copy()
     view = roof_view(ok) if len(ok) else None
     out: list[Lead] = []
-    keys = ["dtype", "mode", "head_dim", "causal"]
-    for (dtype, mode, d, causal), grp in ok.groupby(keys, sort=False):
+    ok["variant"] = cache_variants(ok)
+    keys = ["dtype", "mode", "head_dim", "causal", "variant"]
+    for (dtype, mode, d, causal, variant), grp in ok.groupby(keys, sort=False):
         times = grp.pivot_table(index="shape_key", columns="provider", values="median_ms", aggfunc="first")
         times = times.reindex(_shape_order(grp))
         names = list(dict.fromkeys(grp["provider"]))
@@ -182,8 +185,30 @@ def leads(frame: pd.DataFrame) -> list[Lead]:
             )
         order = sorted(names, key=lambda p: -margin[p][0] if p != fastest else -math.inf)
         best = _best_pct(grp, view)
-        out.append(Lead(dtype, mode, int(d), bool(causal), tuple(order), fastest, runner, ratios, *best))
-    return sorted(out, key=lambda x: (x.dtype, MODE_ORDER.get(x.mode, 9), x.mode, x.head_dim, x.causal))
+        lead = Lead(dtype, mode, int(d), bool(causal), tuple(order), fastest, runner, ratios, *best, variant)
+        out.append(lead)
+    return sorted(
+        out, key=lambda x: (x.dtype, MODE_ORDER.get(x.mode, 9), x.mode, x.head_dim, x.causal, x.variant)
+    )
+
+
+def cache_variants(frame: pd.DataFrame) -> pd.Series:
+    """Per row, the serving variant its lead is judged within: "" for a training sweep; for a run with serving
+    rows (seq_q != seq_k, a paged cache or ragged lengths) the heads over KV heads, the cache layout and the
+    lengths, so GQA and MHA, contiguous and paged caches are never one group."""
+    import pandas as pd
+
+    layout = frame["kv_layout"] if "kv_layout" in frame else pd.Series("contiguous", index=frame.index)
+    page = frame["page_size"] if "page_size" in frame else pd.Series(0, index=frame.index)
+    lengths = frame["seqlens"] if "seqlens" in frame else pd.Series("uniform", index=frame.index)
+    serving = (frame["seq_q"] != frame["seq_k"]) | (layout != "contiguous") | (lengths != "uniform")
+    if not serving.any():
+        return pd.Series("", index=frame.index)
+    words = (
+        frame["heads"].astype(int).astype(str) + "/" + frame["kv_heads"].astype(int).astype(str) + " heads"
+    )
+    words = words + layout.where(layout == "contiguous", "paged" + page.astype(int).astype(str)).radd(" · ")
+    return words + lengths.where(lengths == "uniform", " · ragged").where(lengths != "uniform", "")
 
 
 def _shape_label(labels: pd.DataFrame, key: str, grp: pd.DataFrame) -> str:
@@ -333,9 +358,8 @@ def description(frame: pd.DataFrame) -> list[str]:
     else:
         heads = sorted(df["heads"].astype(int).unique())
         out.append(f"d = {', '.join(map(str, dims))}, heads {', '.join(map(str, heads))}")
-    kv = df[df["kv_heads"] != df["heads"]]
-    if len(kv):
-        out.append("GQA: kv heads " + ", ".join(str(k) for k in sorted(kv["kv_heads"].astype(int).unique())))
+    if (df["kv_heads"] != df["heads"]).any():  # GQA somewhere: every KV-head count that ran
+        out.append("kv heads " + ", ".join(str(k) for k in sorted(df["kv_heads"].astype(int).unique())))
     out.append(" and ".join(mask_label(c) for c in sorted(df["causal"].unique(), reverse=True)))
     out.append(", ".join(sorted(dict.fromkeys(df["mode"]), key=lambda m: MODE_ORDER.get(m, 9))))
     return out
