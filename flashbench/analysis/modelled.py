@@ -1,9 +1,8 @@
 """The models' side of every measured row: byte-model family, modelled memory and HBM bytes, arithmetic
 intensity, and the roofline (attainable TFLOP/s, % of roofline, bound) under the GPU's ceilings.
 
-analysis.measurements() and analysis.load_run() call these on the tidy frame; they only add columns. The models
-(flashbench.models) and the hardware table are imported lazily: pure modules, but a user who only reads rows
-should not pay for them. Model columns are NaN where the model or the GPU's ceilings are not known.
+analysis.measurements() and analysis.load_run() call these on the tidy frame; they only add columns. Model columns
+are NaN where the model or the GPU's ceilings are not known.
 """
 
 from __future__ import annotations
@@ -12,8 +11,12 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from flashbench.errors import FlashbenchError
+from flashbench.gpu import hardware
+from flashbench.models import io_model, memory, roofline
+from flashbench.models.flops import attention_flops
+from flashbench.models.io_model import Blocks, family_for_provider
 from flashbench.results.env import Environment
-from flashbench.spec.cases import CASE_FIELDS, DTYPE_BYTES
+from flashbench.spec.cases import CASE_FIELDS, DTYPE_BYTES, Case
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,15 +29,12 @@ ROOF_LABELS = {"datasheet": "datasheet", "nvml": "NVML-derived", "measured": "me
 
 def blocks_of(kernel_config: str) -> Any:
     """io_model.Blocks from the frame's kernel_config column (JSON text), else None (the model's defaults)."""
-    from flashbench.models.io_model import Blocks
 
     return Blocks.from_config(json.loads(kernel_config) if kernel_config else None)
 
 
 def add_model_columns(df: pd.DataFrame) -> None:
     """Byte-model family, compute dtype, modelled memory, HBM bytes (compulsory / family / no-L2), intensities."""
-    from flashbench.models import io_model, memory
-    from flashbench.models.flops import attention_flops
 
     nan = float("nan")
     cols: dict[str, list[Any]] = {
@@ -78,10 +78,18 @@ def add_model_columns(df: pd.DataFrame) -> None:
 
 def seqlens_of(row: Any) -> tuple[int, ...] | None:
     """Each sequence's valid keys for a ragged case's row (a namedtuple with the Case fields), else None."""
-    from flashbench.spec.cases import Case
-
     case = Case(**{name: getattr(row, name) for name in CASE_FIELDS})
     return case.kv_lengths() if case.ragged else None
+
+
+def predict_case(case: Case, family: str, flops_s: dict[str, float], bw_bytes_s: float, blocks: Any) -> Any:
+    """models.roofline.predict for one case under one ceiling, on its actual key lengths (the one place a case's
+    fields become the model's arguments: the analysis frame and `flashbench roofline --results` both call it)."""
+    lens = case.kv_lengths() if case.ragged else None
+    shape = (case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k, case.head_dim, case.dtype)
+    return roofline.predict(
+        family, *shape, dtype_bytes(case.dtype), case.causal, case.mode, flops_s, bw_bytes_s, blocks, lens
+    )
 
 
 def add_bandwidth(df: pd.DataFrame, ceilings: list[Any]) -> None:
@@ -119,10 +127,6 @@ def ceilings(env: Environment, frame: pd.DataFrame, gpu: str) -> tuple[Any, list
     """
     if len(frame) and (frame["device"] == "cpu").all():
         return None, []  # a CPU run has no GPU roofline
-    try:
-        from flashbench.gpu import hardware
-    except ImportError:
-        return None, []
     facts = env.gpu_facts
     try:
         spec = hardware.match_nvml_name(gpu)
@@ -167,29 +171,14 @@ def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
         "roofline_error",
     ]
     out: dict[str, list[Any]] = {k: [] for k in names}
-    if ceilings:
-        from flashbench.models import roofline
     for r in df[[*CASE_COLUMNS, "device", "ok", "median_ms", "kernel_config"]].itertuples(index=False):
         values: list[Any] = [nan] * 9 + ["", ""]
         if ceilings and r.device != "cpu":
             try:
                 blocks = blocks_of(r.kernel_config)
-                args = (
-                    r.batch,
-                    r.heads,
-                    r.kv_heads,
-                    r.seq_q,
-                    r.seq_k,
-                    r.head_dim,
-                    r.dtype,
-                    dtype_bytes(r.dtype),
-                )
-                lens = seqlens_of(r)
+                case = Case(**{name: getattr(r, name) for name in CASE_FIELDS})
                 preds = [
-                    roofline.predict(
-                        _family(r.provider), *args, r.causal, r.mode, c.flops_s, c.bw_bytes_s, blocks, lens
-                    )
-                    for c in ceilings
+                    predict_case(case, _family(r.provider), c.flops_s, c.bw_bytes_s, blocks) for c in ceilings
                 ]
             except (ValueError, TypeError, ZeroDivisionError):
                 preds = []
@@ -229,7 +218,6 @@ def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
 
 
 def _family(provider: str) -> str:
-    from flashbench.models.io_model import family_for_provider
 
     return family_for_provider(provider)
 

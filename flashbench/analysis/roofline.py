@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from flashbench.analysis import modelled
 from flashbench.errors import FlashbenchError, warn
 from flashbench.gpu import hardware
 from flashbench.models import io_model
@@ -133,21 +134,8 @@ def _overlay(results: Path, roofs: list[Any]) -> list[dict[str, Any]]:
             continue
         fam = io_model.family_for_provider(r.provider)
         blocks = io_model.Blocks.from_config(r.kernel_config) or io_model.Blocks()
-        args = (
-            r.batch,
-            r.heads,
-            r.kv_heads,
-            r.seq_q,
-            r.seq_k,
-            r.head_dim,
-            r.dtype,
-            DTYPE_BYTES[r.dtype],
-            r.causal,
-            r.mode,
-        )
         try:
-            lens = r.case.kv_lengths() if r.case.ragged else None
-            p = rl.predict(fam, *args, roof.flops_s, roof.bw_bytes_s, blocks, lens)
+            p = modelled.predict_case(r.case, fam, roof.flops_s, roof.bw_bytes_s, blocks)
             # The guard uses the most permissive roof: the highest peak and bandwidth among all sources.
             peak = max((c.peak(p.compute_dtype) or 0.0 for c in roofs), default=0.0) or None
             bw = max(c.bw_bytes_s for c in roofs)
