@@ -2,9 +2,9 @@
 
 Per shape (head dim, batch, query heads, KV heads, context, page size): builds a full-length KV cache, checks
 flash_decode against float64 attention (err <= 2 * err(SDPA math in bf16) + 1e-3; then that the cached launch
-path gives the same bits), then times it (heuristic splits) and the SDPA backends with triton.testing.do_bench
-(median, L2 flushed between repetitions), eagerly and as a CUDA graph of one call (device time, no host launch
-path). TB/s = bytes of K and V read / time (GQA: the Hkv heads, as stored). SDPA runs with enable_gqa=True; a
+path gives the same bits), then times it (heuristic splits) and the SDPA backends as a sweep does (median,
+L2 evicted by a read before each sample, launch blocking), eagerly and as a CUDA graph of one call (device
+time, no host launch path). TB/s = bytes of K and V read / time (GQA: the Hkv heads, as stored). SDPA runs with enable_gqa=True; a
 backend that refuses it gets K/V expanded to Hq heads (marked "x"; TB/s still over the stored bytes). Also the
 host time of one flash_decode call (validate=False, no sync) in a loop. --tune then sweeps num_splits at the
 default tile and the tiles of TUNE_CONFIGS at the heuristic's num_splits, shape by shape, within the budget.
@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import time
 
 import torch
@@ -30,6 +31,9 @@ from flashbench.kernels import flash_decode
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 from triton.runtime.errors import OutOfResources
+
+from flashbench.engine import timing
+from flashbench.engine.blocking import LaunchBlocker
 
 SDPA = {
     "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -123,8 +127,18 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return ((x.double() - ref).norm() / ref.norm()).item()
 
 
+_TIMER: dict[str, object] = {}
+
+
 def bench(fn) -> float:
-    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+    """Median ms of `fn` as a sweep times it: L2 evicted by a read before each sample (a write flush would leave
+    the L2 dirty and add its write-back to these short calls: benchmarks/l2_flush.py), launch blocking, a short
+    warm-up (the clock of a memory-bound call hardly moves)."""
+    if not _TIMER:
+        _TIMER.update(flush=timing.L2Flusher(torch.cuda.current_device(), "read"), blocker=LaunchBlocker())
+    regime = timing.Regime(warmup_ms=100, warmup_max_ms=300, rep_ms=60, rep_max_ms=200)
+    took = timing.measure_cuda(fn, flush=_TIMER["flush"], regime=regime, blocker=_TIMER["blocker"])
+    return statistics.median(took.samples_ms)
 
 
 def clocks() -> dict[str, int]:

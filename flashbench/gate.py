@@ -336,6 +336,12 @@ def run_gate(
         notes.append(f"Environment mismatch allowed by --allow-mismatch ({what}).")
     if not base.env.get("gpu") or not cur.env.get("gpu"):
         notes.append("GPU model unknown on one side: not checked.")
+    flushes = base.env.get("l2_flush", ""), cur.env.get("l2_flush", "")
+    if all(flushes) and flushes[0] != flushes[1]:
+        notes.append(
+            f"The L2 flush differs (baseline {flushes[0]}, current {flushes[1]}): a write flush leaves the L2 dirty "
+            "and adds its write-back to each sample (~10 us per memory-bound call on an H100; docs/measuring.md)."
+        )
     common = base.cases.keys() & cur.cases.keys()
     if not common:
         raise FlashbenchError(f"{base.label} and {cur.label} have no case in common")

@@ -261,6 +261,19 @@ def test_version_differences_are_shown_not_refused(capsys, tmp_path):
     assert "**570.86.15** (differs)" in out
 
 
+def test_a_change_of_l2_flush_between_runs_is_named_in_the_gate_notes(capsys, tmp_path):
+    base, src = SYNTH
+    spec = json.loads((src / ENV_FILE).read_text()).get("spec") or {}
+    wrote = _with_env(src, tmp_path / "wrote", spec={k: v for k, v in spec.items() if k != "l2_flush"})
+    read = _with_env(src, tmp_path / "read", spec={**spec, "l2_flush": "read"})
+    rc, out, _ = gate(capsys, wrote, read, "--format", "md")
+    assert rc == 0
+    assert "| l2_flush | write | **read** (differs) |" in out
+    assert "The L2 flush differs (baseline write, current read)" in out
+    rc, out, _ = gate(capsys, read, read, "--format", "md")
+    assert "The L2 flush differs" not in out and "| l2_flush | read | read |" in out
+
+
 def test_env_summary_reads_the_sweep_environment_record():
     from flashbench.gpu.environment import collect
     from flashbench.results.baseline import summarize_env

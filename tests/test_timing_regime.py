@@ -11,6 +11,7 @@ import torch
 
 from flashbench.engine import blocking, runner, timing
 from flashbench.engine.measure import Options
+from flashbench.errors import FlashbenchError
 from flashbench.gpu import nvml
 from flashbench.spec.config import SweepSpec, load_spec
 
@@ -180,3 +181,11 @@ def test_every_gpu_preset_measures_in_the_one_regime():
         assert {f: getattr(sent, f) for f in regime} == regime, path.name
     assert seen >= 5
     assert regime["warmup_max_ms"] <= 3000 and regime["block_launches"] is True
+    assert regime["l2_flush"] == "read"
+
+
+def test_the_l2_flush_is_part_of_the_regime_sent_to_workers_and_refuses_an_unknown_kind():
+    spec = load_spec(preset="quick", overrides={"l2_flush": "Write"})
+    assert Options.from_dict(runner.options(spec)).l2_flush == "write"
+    with pytest.raises(FlashbenchError, match="unknown l2_flush 'sweep'"):
+        load_spec(preset="quick", overrides={"l2_flush": "sweep"})

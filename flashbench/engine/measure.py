@@ -341,8 +341,8 @@ def _time(prepared: Prepared, opts: Options, ctx: Context) -> tuple[list[float],
         call, setup = prepared.timed()
         knobs = {k: getattr(opts, k) for k in ("warmup_ms", "rep_ms", "min_samples", "max_samples")}
         return timing.time_cpu(call, setup=setup, **knobs), {}
-    if ctx.flusher is None:
-        ctx.flusher = timing.L2Flusher(torch.cuda.current_device())
+    if ctx.flusher is None or ctx.flusher.mode != opts.l2_flush:
+        ctx.flusher = timing.L2Flusher(torch.cuda.current_device(), opts.l2_flush)
     if opts.cuda_graph:
         try:
             call, setup = prepared.graphed(), None

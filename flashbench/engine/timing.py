@@ -55,6 +55,7 @@ class Regime:
     min_samples: int = SweepSpec.min_samples
     max_samples: int = SweepSpec.max_samples
     block_launches: bool = SweepSpec.block_launches
+    l2_flush: str = SweepSpec.l2_flush
 
 
 @dataclass
@@ -145,21 +146,37 @@ def steady_warmup(
 
 
 class L2Flusher:
-    """Writes a buffer of at least twice the L2 size (and >= 64 MiB), evicting the inputs from L2.
+    """Evicts the inputs from L2 before a sample: a pass over a buffer of at least twice the L2 (>= 64 MiB).
 
-    do_bench writes 256 MB; on an H100 (50 MB L2) ours is 100 MB: either evicts everything.
+    mode "read" (the regime's default) sums the buffer; "write" zeroes it (do_bench's way: it writes 256 MB).
+    A write leaves the whole L2 dirty, and the timed call that follows pays for writing those lines back to HBM
+    as it evicts them; a read leaves clean lines, dropped for free. On an H100 (50 MB L2) the write flush added
+    9-10 us to every memory-bound call (decode over 134 MB of KV: 61.8 vs 52.8 us; torch.sum over 134 MB: 76.8
+    vs 67.9 us, both at 1980 MHz); compute-bound forwards of 0.2-1.8 ms moved only with the SM clock the power
+    cap left them; reading 4x the L2 instead of 2x changed nothing (`python3 benchmarks/l2_flush.py`).
     """
 
-    def __init__(self, device: Any) -> None:
+    MODES = ("write", "read")
+
+    def __init__(self, device: Any, mode: str = "write", scale: int = 2) -> None:
         import torch
 
+        if mode not in self.MODES:
+            raise ValueError(f"L2 flush mode must be one of {', '.join(self.MODES)}, got {mode!r}")
         props = torch.cuda.get_device_properties(device)
         l2 = int(getattr(props, "L2_cache_size", 0) or 0) or 64 * 2**20
-        self.bytes = max(2 * l2, 64 * 2**20)
-        self.buffer = torch.empty(self.bytes // 4, dtype=torch.int32, device=device)
+        self.mode = mode
+        self.bytes = max(scale * l2, 64 * 2**20)
+        self.buffer = torch.zeros(self.bytes // 4, dtype=torch.int32, device=device)
+        self.sink = torch.zeros((), dtype=torch.int64, device=device)
 
     def __call__(self) -> None:
-        self.buffer.zero_()
+        import torch
+
+        if self.mode == "write":
+            self.buffer.zero_()
+        else:
+            torch.sum(self.buffer, dim=0, dtype=torch.int64, out=self.sink)
 
 
 def first_call_ms(call: Call, device: str) -> float:

@@ -23,7 +23,7 @@ BASELINE_FORMAT = "flashbench-baseline"
 BASELINES_DIR = Path("results") / "baselines"
 # The environment facts the gate compares, in display order. "gpu" and "device" must match (or --allow-mismatch).
 ENV_FIELDS: tuple[str, ...] = (
-    "gpu", "device", "driver", "cuda", "cudnn", "torch", "triton", "flashbench", "commit", "preset",
+    "gpu", "device", "driver", "cuda", "cudnn", "torch", "triton", "flashbench", "commit", "preset", "l2_flush",
 )  # fmt: skip
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # A baseline keeps at most this many values per case: a longer sample list is stored as that many evenly spaced
@@ -112,6 +112,16 @@ def _quantiles(samples: tuple[float, ...], count: int) -> tuple[float, ...]:
     return tuple(out)
 
 
+def l2_flush(env: Environment) -> str:
+    """How the run emptied the L2 before each sample: its spec's l2_flush; a GPU run whose spec predates the
+    field wrote (engine/timing.py L2Flusher); a CPU run flushes nothing."""
+    if env.device == "cpu":
+        return "none"
+    if env.spec is None:
+        return ""
+    return str(env.spec.get("l2_flush") or "write")
+
+
 def summarize_env(env: Environment, rows: list[Row]) -> dict[str, str]:
     """The compared environment facts as strings ("" where unknown). GPU and device fall back to the rows'."""
     facts = {
@@ -125,6 +135,7 @@ def summarize_env(env: Environment, rows: list[Row]) -> dict[str, str]:
         "flashbench": env.flashbench,
         "commit": env.git_sha[:12] + ("+dirty" if env.git_sha and env.git_dirty else ""),
         "preset": env.preset,
+        "l2_flush": l2_flush(env),
     }
     out = {name: _stringify(facts[name]) for name in ENV_FIELDS}
     # The GPU the rows ran on beats env.json's first GPU: on a multi-GPU host they can differ.

@@ -24,6 +24,7 @@ DEVICES = ("cuda", "cpu")
 # The order cases run in: "provider" (each provider's cases together, the default) or "case" (per shape, every
 # provider back to back, the direction alternating from shape to shape). See SweepSpec.order.
 ORDERS = ("provider", "case")
+L2_FLUSHES = ("read", "write")  # engine/timing.py L2Flusher
 # Aliases people type for dtypes; the canonical names are cases.DTYPES.
 _DTYPE_ALIASES = {
     "float16": "fp16",
@@ -186,6 +187,10 @@ class SweepSpec:
     max_samples: int = 1000
     # hold the GPU with a spin kernel while each sample is enqueued, so host launch gaps are not timed
     block_launches: bool = True
+    # how the L2 is emptied before each sample: "read" (sum a buffer of 2x the L2: clean lines, dropped for
+    # free) or "write" (zero it, as do_bench does: every line dirty, and the timed call pays their write-back,
+    # ~9 us of a 53 us decode call on an H100: benchmarks/l2_flush.py)
+    l2_flush: str = "read"
     timeout_s: float = 300.0  # per case, compile included
     cuda_graph: bool = False
     ncu: bool = False
@@ -235,6 +240,7 @@ _PARSERS: dict[str, Any] = {
     "rep_ms": lambda v: _float(v, "rep_ms"),
     "rep_max_ms": lambda v: _float(v, "rep_max_ms"),
     "block_launches": lambda v: _bool(v, "block_launches"),
+    "l2_flush": lambda v: _parse_choices(v, L2_FLUSHES, "l2_flush")[0],
     "min_samples": lambda v: _single(v, "min_samples"),
     "max_samples": lambda v: _single(v, "max_samples"),
     "timeout_s": lambda v: _float(v, "timeout"),
