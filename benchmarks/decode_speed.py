@@ -45,6 +45,19 @@ SDPA = {
 # heuristic's num_splits.
 TUNE_CONFIGS = [(64, 4, 3), (64, 4, 4), (128, 4, 2), (128, 4, 3), (128, 8, 3)]
 TUNE_SPLITS = [1, 2, 4, 8, 12, 16, 24, 32, 64]
+# --grid: every tile of GRID_TILES at every split of GRID_SPLITS (the small-batch shapes, where splits and tile
+# interact: a tile's shared memory sets how many programs share an SM).
+GRID_TILES = [
+    (32, 4, 3),
+    (32, 4, 4),
+    (64, 4, 2),
+    (64, 4, 3),
+    (64, 4, 4),
+    (64, 8, 3),
+    (128, 4, 3),
+    (128, 4, 4),
+]
+GRID_SPLITS = [8, 12, 16, 20, 24, 32, 48, 64]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +102,7 @@ SHAPES = [
     Shape(16, 32, 8, 8192, head_dim=64),
     Shape(1, 32, 8, 32768, head_dim=256),
     Shape(16, 32, 8, 8192, head_dim=256),
+    Shape(1, 32, 8, 16384),
 ]
 
 
@@ -128,6 +142,7 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 _TIMER: dict[str, object] = {}
+GRID = [False]
 
 
 def bench(fn) -> float:
@@ -170,6 +185,13 @@ def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
     pick = next(r["heuristic_splits"] for r in rows if r["provider"] == "summary" and r["shape"] == s.label())
     points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
     points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
+    if GRID[0]:
+        points = [
+            ({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, n)
+            for bn, w, st in GRID_TILES
+            for n in GRID_SPLITS
+            if s.context // n >= bn
+        ]
     for cfg, splits in points:
         if time.time() > until:
             break
@@ -266,13 +288,20 @@ def main() -> None:
     ap.add_argument(
         "--budget-s", type=float, default=330.0, help="stop tuning this many seconds after the start"
     )
+    ap.add_argument("--grid", action="store_true", help="with --tune: every GRID_TILES x GRID_SPLITS pair")
     ap.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
     args = ap.parse_args()
+    GRID[0] = args.grid
     t0, gen = time.time(), torch.Generator(device="cuda").manual_seed(0)
     path = os.path.join(os.environ.get("OUT", "."), "decode_speed.json")
     rows: list[dict] = []
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     record["clocks_start"] = clocks()
+    one = torch.zeros(1, device="cuda")
+    record["floor_us"] = (
+        bench(lambda: one.add_(1)) * 1e3
+    )  # a one-element kernel: what any call costs at least
+    print(f"floor (one-element kernel between the events): {record['floor_us']:.1f} us", flush=True)
     picks = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
     for tune in [False, True] if args.tune else [False]:
         for i, s in enumerate(picks):
