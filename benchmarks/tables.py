@@ -4,6 +4,7 @@
     python benchmarks/tables.py recompute RUN           # a `--preset recompute` sweep: recompute vs stored P
     python benchmarks/tables.py providers RUN [--seq N] # any sweep: TFLOP/s of every provider at one N
     python benchmarks/tables.py decode RUN              # a `--preset decode` sweep: GB/s of the bundled decode
+    python benchmarks/tables.py fp8 RUN                 # a `--preset fp8` sweep: the FP8 forward vs bf16
 
 Every ratio is between medians measured in the same run. With several runs, `speed` takes the TFLOP/s from the
 first and prints each run's ratios side by side (run-to-run spread).
@@ -129,6 +130,36 @@ def decode(run: str) -> None:
         )
 
 
+def fp8(run: str) -> None:
+    """The bundled forward in fp8 against bf16 (and the other providers' rows), TFLOP/s from one run."""
+    df = ok_rows(run)
+    index = ["head_dim", "causal", "seq_q"]
+    tf = df.pivot_table(index=index, columns=["provider", "dtype"], values="tflops")
+    mine = df[(df.provider == "triton") & (df.dtype == "fp8")].set_index(index)
+    others = [c for c in tf.columns if c[0] != "triton"]
+
+    def num(x: object) -> str:
+        return "n/a" if x is None or x != x else f"{x:.0f}"
+
+    print(
+        "| d | causal | N | triton bf16 | triton fp8 | fp8 / bf16 | fp8 tile | fp8 rel. err (budget) | "
+        + "".join(f"{p} {t} | " for p, t in others)
+    )
+    print("| ---: | --- | ---: | ---: | ---: | ---: | --- | --- |" + " ---: |" * len(others))
+    for key, r in tf.sort_index().iterrows():
+        bf16, f8 = r.get(("triton", "bf16")), r.get(("triton", "fp8"))
+        ratio = f"{f8 / bf16:.2f}" if num(bf16) != "n/a" and num(f8) != "n/a" else "n/a"
+        e = mine.loc[key] if key in mine.index else None
+        tile = kernel_name(_config(e["kernel_config"])) if e is not None else ""
+        checked = e is not None and e["rel_err"] == e["rel_err"]
+        err = f"{e['rel_err']:.2%} ({e['err_budget']:.2%})" if checked else ""
+        d, causal, n = key
+        print(
+            f"| {d} | {'yes' if causal else 'no'} | {n} | {num(bf16)} | {num(f8)} | {ratio} | {tile} | {err} | "
+            + "".join(f"{num(r[c])} | " for c in others)
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="table", required=True)
@@ -138,6 +169,7 @@ def main() -> None:
     p.add_argument("run")
     p.add_argument("--seq", type=int, default=16384)
     sub.add_parser("decode").add_argument("run")
+    sub.add_parser("fp8").add_argument("run")
     args = ap.parse_args()
     if args.table == "speed":
         speed(args.runs)
@@ -145,6 +177,8 @@ def main() -> None:
         recompute(args.run)
     elif args.table == "decode":
         decode(args.run)
+    elif args.table == "fp8":
+        fp8(args.run)
     else:
         providers(args.run, args.seq)
 

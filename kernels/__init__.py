@@ -1,6 +1,7 @@
 """flashbench's bundled Triton attention kernels (installed as `flashbench.kernels`).
 
     flash_attn(q, k, v, causal=False, sm_scale=None, config=None)           FlashAttention-2 loop order, recompute backward
+        (..., q_descale=None, k_descale=None, v_descale=None)               e4m3 q, k, v: FP8 forward (flash_fp8.py)
     flash_attn_stored_p(q, k, v, causal=False, sm_scale=None, config=None)  forward stores P (N x N), backward reads it
     flash_attn_v1(q, k, v, causal=False, sm_scale=None, config=None)        FlashAttention-1 loop order, v2's backward
     flash_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=True, sm_scale=None,
@@ -11,10 +12,11 @@ kernels/decode.py). `last_config()` returns the forward config of the most recen
 launchers raise `KernelUnsupported` (a ValueError) naming what they refuse.
 """
 
+from .api import flash_attn
 from .common import SUPPORTED_HEAD_DIMS, KernelUnsupported, last_config
 from .decode import flash_decode
+from .flash_fp8 import value_layout
 from .flash_v1 import flash_attn_v1
-from .flash_v2 import flash_attn
 from .stored_p import flash_attn_stored_p
 
 __all__ = [
@@ -25,4 +27,5 @@ __all__ = [
     "flash_attn_v1",
     "flash_decode",
     "last_config",
+    "value_layout",
 ]

@@ -48,7 +48,13 @@ def interpreting() -> bool:
 
 
 def check_inputs(
-    name: str, q: Any, k: Any, v: Any, causal: Any, sm_scale: Any
+    name: str,
+    q: Any,
+    k: Any,
+    v: Any,
+    causal: Any,
+    sm_scale: Any,
+    dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
     """Validate q [B, H, Nq, D], k/v [B, Hkv, Nk, D]; return unit-stride views and the softmax scale.
 
@@ -68,8 +74,9 @@ def check_inputs(
         raise KernelUnsupported(f"{name}: causal must be a bool, got {causal!r}")
     if not (q.dtype == k.dtype == v.dtype):
         raise KernelUnsupported(f"{name}: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
-    if q.dtype not in SUPPORTED_DTYPES:
-        raise KernelUnsupported(f"{name}: dtype {q.dtype} unsupported (fp16, bf16, fp32 are)")
+    if q.dtype not in dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise KernelUnsupported(f"{name}: dtype {q.dtype} unsupported ({names} are)")
     if not (q.device == k.device == v.device):
         raise KernelUnsupported(
             f"{name}: q, k, v are on different devices ({q.device}, {k.device}, {v.device})"

@@ -53,6 +53,19 @@ VARIANT_FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (64, 64, 4, 3),
     (64, 32, 4, 2),
 )
+# The FP8 forward's space (flash_fp8.py): FA3's 128-row query tiles, 64- or 128-key blocks, 4 or 8 warps, 2-4
+# stages (e4m3 tiles are half the bytes of bf16 ones, so deeper pipelines fit); the 64-row tiles are for D = 256.
+# Untuned: the autotuner picks among these per shape (docs/benchmarks.md has the measured picks).
+FP8_FWD_SPACE: tuple[tuple[int, ...], ...] = (
+    (128, 128, 8, 3),
+    (128, 64, 4, 3),
+    (128, 128, 8, 4),
+    (128, 128, 8, 2),
+    (128, 64, 8, 3),
+    (128, 64, 4, 4),
+    (128, 64, 4, 2),
+    (64, 64, 4, 3),
+)
 # GPU backward spaces. dK/dV: BLOCK_N keys resident, BLOCK_M query rows streamed; dQ: the reverse.
 BWD_DKDV_SPACE: tuple[tuple[int, int, int, int], ...] = (
     (32, 128, 4, 4),

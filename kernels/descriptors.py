@@ -57,7 +57,13 @@ _DESCRIPTOR_ROWS = {
     "VD": ("BLOCK_N", 1),
     "KD2": ("BLOCK_N", 2),
     "VD2": ("BLOCK_N", 2),
+    "VTD": (
+        "BLOCK_N",
+        1,
+    ),  # the FP8 forward's V^T ([B, H, D, N]): its tiles are [D, BLOCK_N], see _TRANSPOSED
 }
+# Descriptors over a transposed tensor ([B, H, D, N]): the tile's rows are D, its columns the sized dimension.
+_TRANSPOSED = frozenset({"VTD"})
 
 
 # (shape, strides, dtype) -> the attributes of a descriptor of that layout, made and validated once; its base is
@@ -102,15 +108,20 @@ def size_descriptors(
 ) -> None:
     """Give a launch's host descriptors (positional arguments named in _DESCRIPTOR_ROWS) the tile of the config
     about to run; `_run_config` calls it before every launch, the autotuner's included."""
-    for i, rows, div in _descriptor_args(kernel):
+    for i, rows, div, transposed in _descriptor_args(kernel):
         if i < len(args) and isinstance(args[i], TensorDescriptor):
-            args[i].block_shape = [1, 1, meta[rows] // div, constexprs["HEAD_DIM"]]
+            tile = [meta[rows] // div, constexprs["HEAD_DIM"]]
+            args[i].block_shape = [1, 1, *(tile[::-1] if transposed else tile)]
 
 
 @functools.cache
-def _descriptor_args(kernel: Any) -> tuple[tuple[int, str, int], ...]:
-    """(position, rows key, divisor) of each of `kernel`'s parameters named in _DESCRIPTOR_ROWS."""
-    return tuple((i, *_DESCRIPTOR_ROWS[n]) for i, n in enumerate(kernel.arg_names) if n in _DESCRIPTOR_ROWS)
+def _descriptor_args(kernel: Any) -> tuple[tuple[int, str, int, bool], ...]:
+    """(position, rows key, divisor, transposed) of each of `kernel`'s parameters named in _DESCRIPTOR_ROWS."""
+    return tuple(
+        (i, *_DESCRIPTOR_ROWS[n], n in _TRANSPOSED)
+        for i, n in enumerate(kernel.arg_names)
+        if n in _DESCRIPTOR_ROWS
+    )
 
 
 @functools.cache

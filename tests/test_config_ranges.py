@@ -59,11 +59,12 @@ def test_parse_range_rejects_bad_input_with_one_line(text, message):
 
 def test_choice_lists_accept_aliases_and_suggest_close_matches():
     assert parse_dtypes("bf16,float16,fp32") == ["bf16", "fp16", "fp32"]
+    assert parse_dtypes("fp8,e4m3") == ["fp8"]  # float8_e4m3fn; duplicates collapse
     assert parse_modes("fwd,fwd+bwd") == ["fwd", "fwd+bwd"]
     assert parse_causal("both") == [False, True]
     assert parse_causal(True) == [True]
-    with pytest.raises(FlashbenchError, match="unknown dtype 'fp8'"):
-        parse_dtypes("fp8")
+    with pytest.raises(FlashbenchError, match="unknown dtype 'fp4'"):
+        parse_dtypes("fp4")
     with pytest.raises(FlashbenchError, match="did you mean 'bwd'"):
         parse_modes("bwdd")
     with pytest.raises(FlashbenchError, match="true, false or both"):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from flashbench.engine import correctness
-from flashbench.spec.cases import Case
+from flashbench.spec.cases import DTYPES, Case
 
 
 def make(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0) -> torch.Tensor:
@@ -116,7 +116,7 @@ def test_a_wrong_scale_and_a_nan_fail_with_the_reason():
 
 
 def test_one_eps_table_for_every_dtype():
-    assert set(correctness.EPS) == {"fp16", "bf16", "fp32"}
+    assert set(correctness.EPS) == {"fp16", "bf16", "fp32", "fp8"} == set(DTYPES)
     assert correctness.dtype_name(torch.bfloat16) == "bf16" and correctness.dtype_name("fp16") == "fp16"
     # about a quarter of the unit roundoff for the 16-bit formats; fp32 admits TF32 tensor-core math
     assert correctness.EPS["fp16"] == pytest.approx(2**-11 / 4, rel=0.25)

@@ -9,6 +9,7 @@ import pytest
 
 from flashbench.models import flops, io_model, memory
 from flashbench.models import roofline as rl
+from flashbench.spec.cases import DTYPE_BYTES
 
 N128K = 131072
 
@@ -263,3 +264,17 @@ def test_blocks_from_a_reported_kernel_config():
     assert io_model.Blocks.from_config({"block_m": 128, "block_n": 128}).fwd_n == 128
     assert io_model.Blocks.from_config(None) is None
     assert io_model.Blocks.from_config({"num_warps": 4}) is None  # no tiles reported: the model's defaults
+
+
+def test_fp8_inputs_are_one_byte_and_write_a_bf16_output():
+    """FP8 (e4m3) attention reads Q, K, V at 1 byte per element and writes O in bf16: the compulsory and the flash
+    forward traffic, and the flash forward's memory, count O at 2 bytes; the roofline uses the fp8 peak."""
+    b, h, n, d = 2, 16, 4096, 128
+    qkv, o, lse = 3 * b * h * n * d, 2 * b * h * n * d, 4 * b * h * n
+    assert DTYPE_BYTES["fp8"] == 1
+    assert io_model.compulsory_traffic(b, h, h, n, n, d, 1, "fwd").total == qkv + o
+    assert io_model.hbm_traffic("flash", b, h, h, n, n, d, 1, False, "fwd").total == qkv + o + lse
+    assert memory.predicted_peak_bytes("flash", b, h, h, n, n, d, 1, False, "fwd") == o + lse
+    assert io_model.compute_dtype("flash", "fp8") == "fp8"
+    # bf16 unchanged: O in the input's 2 bytes
+    assert io_model.compulsory_traffic(b, h, h, n, n, d, 2, "fwd").total == 2 * qkv + o

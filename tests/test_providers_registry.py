@@ -54,9 +54,23 @@ def test_supports_explains_every_refusal():
     assert "GQA" in info.supports(Case("p", 1, 4, 2, 128, 128, 64, "bf16", False, "fwd"), "cuda")
 
 
+def test_fp8_is_declared_not_assumed_and_forward_only():
+    """A provider takes fp8 only when it declares it (its call then gets e4m3 inputs and descales); an fp8
+    backward is never timed; the refusals say so rather than run an upcast."""
+    plain = registry.ProviderInfo("plain")
+    declared = registry.ProviderInfo("declared", dtypes=("bf16", "fp8"))
+    fwd, bwd = (Case("p", 1, 4, 4, 128, 128, 64, "fp8", False, mode) for mode in ("fwd", "fwd+bwd"))
+    assert "fp8" not in plain.dtypes and "fp8" not in registry.DEFAULT_DTYPES
+    assert "no FP8" in plain.supports(fwd, "cuda") and "upcast" in plain.supports(fwd, "cuda")
+    assert declared.supports(fwd, "cuda") is None
+    assert "forward only" in declared.supports(bwd, "cuda")
+    triton, sdpa = registry.get("triton").info, registry.get("sdpa").info
+    assert "fp8" in triton.dtypes and "fp8" not in sdpa.dtypes
+
+
 def test_register_rejects_bad_declarations():
     with pytest.raises(FlashbenchError, match="unknown dtype"):
-        registry.register("x", dtypes=("fp8",))
+        registry.register("x", dtypes=("fp4",))
     with pytest.raises(FlashbenchError, match="memory_family"):
         registry.register("x", memory_family="tiny")
     with pytest.raises(FlashbenchError, match="must be non-empty"):

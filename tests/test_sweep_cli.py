@@ -30,7 +30,7 @@ def _error_line(capsys) -> str:
         (["--seq", "lots"], "'lots' is not a whole number"),
         (["--head-dim", "64.5"], "not a whole number"),
         (["--providers", "sdpa-flsh"], "unknown provider 'sdpa-flsh'; did you mean 'sdpa-flash'?"),
-        (["--dtype", "fp8"], "unknown dtype 'fp8'"),
+        (["--dtype", "fp4"], "unknown dtype 'fp4'"),
         (["--causal", "sometimes"], "true, false or both"),
         (["--mode", "forward"], "unknown mode 'forward'"),
         (["--preset", "defualt"], "did you mean 'default'"),

@@ -60,7 +60,9 @@ def sweep_command(
         str | None, typer.Option("--kv-heads", help="key/value heads (GQA); default = heads")
     ] = None,
     head_dim: Annotated[str | None, typer.Option("--head-dim", help="head dimensions d, e.g. 64,128")] = None,
-    dtype: Annotated[str | None, typer.Option(help="fp16,bf16,fp32")] = None,
+    dtype: Annotated[
+        str | None, typer.Option(help="fp16,bf16,fp32,fp8 (fp8: float8_e4m3fn inputs, forward only)")
+    ] = None,
     causal: Annotated[str | None, typer.Option(help="true | false | both")] = None,
     mode: Annotated[str | None, typer.Option(help="fwd,bwd,fwd+bwd")] = None,
     providers: Annotated[

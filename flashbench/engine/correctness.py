@@ -21,7 +21,15 @@ get zero gradients), and a causal mask then aligns to that length: the queries a
 sequence that long, a decode step over a KV cache. Rows that see no key give out 0, lse -inf and zero
 gradients. lse is the natural log-sum-exp of the scaled scores of each row.
 "Low precision" (dtype given): matmuls in that dtype, scores scaled and soft-maxed in fp32, P and dS cast back
-to it, dK and dV summed in fp32: PyTorch's eager attention.
+to it, dK and dV summed in fp32: PyTorch's eager attention. For "fp8" (e4m3 inputs, forward only; q, k, v are
+then the real values the e4m3 inputs stand for, engine/fp8.dequantize) it is FlashAttention-3's numerics
+emulated in fp32: the row's exp(s - max) times 2^8 quantized to e4m3 for P V, divided by 2^8 times its fp32 sum,
+the output rounded to bf16 (kernels/flash_fp8.py does the same with the running max).
+
+FP8's EPS is bf16's (1e-3), the format of its output: the rule's 2x of the emulation carries the e4m3 P
+quantization (the emulation's error is 1.4-2.5% of float64 on random inputs, 0.2% with outlier channels, whose
+attention is nearly one-hot). Measured: the bundled FP8 forward's error over the emulation's, 0.89-1.00 over
+tests/test_fp8.py's shapes on the CPU interpreter (the two differ by the running max and the summation order).
 
 The reference works one (batch, K/V head) slice and one block of query rows at a time, so it fits in memory
 at any N, and allocates with zeros/full, never torch.empty (which the kernel tests fill with NaN). The sweep's check() holds a case to the same budget; its cost grows as B*H*N^2, so beyond
@@ -38,7 +46,7 @@ from typing import Any
 from flashbench.models.flops import attention_flops
 from flashbench.spec.cases import Case
 
-EPS = {"fp16": 1e-4, "bf16": 1e-3, "fp32": 3e-3}
+EPS = {"fp16": 1e-4, "bf16": 1e-3, "fp32": 3e-3, "fp8": 1e-3}
 DEFAULT_FLOPS_LIMIT = {"cuda": 2e13, "cpu": 2e9}
 _BLOCK_ELEMS = 2**25  # query rows per block: a float64 S block stays <= 256 MiB
 
@@ -47,14 +55,15 @@ def _torch_dtype(dtype: Any) -> Any:
     import torch
 
     names = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}
+    names["fp8"] = torch.float8_e4m3fn
     return names[dtype] if isinstance(dtype, str) else dtype
 
 
 def dtype_name(dtype: Any) -> str:
-    """ "fp16", "bf16" or "fp32" for a torch dtype or one of those names (EPS's keys)."""
+    """ "fp16", "bf16", "fp32" or "fp8" for a torch dtype or one of those names (EPS's keys)."""
     import torch
 
-    names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+    names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8"}
     name = dtype if isinstance(dtype, str) else names.get(dtype)
     if name not in EPS:
         raise ValueError(f"no error budget for dtype {dtype!r} (budgets: {', '.join(EPS)})")
@@ -80,7 +89,10 @@ def reference(
     import torch
 
     low = None if dtype is None else _torch_dtype(dtype)
-    mm = torch.float64 if low is None else low  # matmuls
+    fp8 = low == torch.float8_e4m3fn  # FA3's numerics, emulated in fp32 (module docstring)
+    if fp8 and do is not None:
+        raise ValueError("the fp8 reference is forward only")
+    mm = torch.float64 if low is None else torch.float32 if fp8 else low  # matmuls
     sm = torch.float64 if low is None else torch.float32  # scores, softmax, dP, dS
     b, h, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
@@ -111,6 +123,7 @@ def reference(
                     causal=causal,
                     scale=scale,
                     sm=sm,
+                    fp8=fp8,
                 )
                 out[bi, heads], lse[bi, heads] = part["out"], part["lse"]
                 if grads is not None:
@@ -120,7 +133,9 @@ def reference(
     return {"out": out, "lse": lse, **(grads or {})}
 
 
-def _attend(*, q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float, sm: Any) -> dict[str, Any]:
+def _attend(
+    *, q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float, sm: Any, fp8: bool = False
+) -> dict[str, Any]:
     """One K/V head's group of query heads: q [g, Nq, D] and do (or None) in the matmul dtype, k/v [Nk, D]."""
     import torch
 
@@ -143,6 +158,9 @@ def _attend(*, q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float, sm: 
                 s.masked_fill_(cols > rows, float("-inf"))
             lse[head, r0:r1] = torch.logsumexp(s, dim=-1)
             p = torch.softmax(s, dim=-1).nan_to_num_(0.0)  # a row that sees no key: P = 0, out 0
+            if fp8:
+                out[head, r0:r1] = _fp8_pv(p, s, lse[head, r0:r1], v)
+                continue
             pm = p.to(q.dtype)
             out[head, r0:r1] = pm @ v
             if do is None:
@@ -157,6 +175,16 @@ def _attend(*, q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float, sm: 
     if do is not None:
         result.update(dq=dq, dk=dk.to(q.dtype), dv=dv.to(q.dtype))
     return result
+
+
+def _fp8_pv(p: Any, s: Any, lse: Any, v: Any) -> Any:
+    """P V with FA3's e4m3 P: exp(s - max) = p * sum (in [0, 1]) times 2^8 in e4m3, over 2^8 * sum; bf16 out."""
+    import torch
+
+    total = torch.exp(lse - s.amax(-1))[:, None]  # sum_j exp(s_j - max): the row's l
+    total = torch.where(torch.isfinite(total), total, torch.ones_like(total))  # rows that see no key
+    pq = (p * (total * 256.0)).to(torch.float8_e4m3fn).to(v.dtype)
+    return ((pq @ v) / (total * 256.0)).to(torch.bfloat16).to(v.dtype)
 
 
 # ---------------------------------------------------------------------------------------------- the budget
@@ -246,10 +274,13 @@ def verify(
     sm_scale: float | None = None,
     do: Any = None,
     seqlens_k: Any = None,
+    dtype: Any = None,
 ) -> Verdict:
-    """reference() in float64 and in q's dtype, then compare(): the whole check for one kernel call."""
+    """reference() in float64 and in `dtype` (default q's), then compare(): the whole check for one kernel call.
+    FP8: q, k, v are the dequantized inputs (engine/fp8.dequantize) and dtype "fp8"."""
     kw = dict(causal=causal, sm_scale=sm_scale, do=do, seqlens_k=seqlens_k)
-    return compare(outputs, reference(q, k, v, **kw), reference(q, k, v, **kw, dtype=q.dtype), q.dtype)
+    low = q.dtype if dtype is None else dtype
+    return compare(outputs, reference(q, k, v, **kw), reference(q, k, v, **kw, dtype=low), low)
 
 
 # ---------------------------------------------------------------------------------------------- the sweep

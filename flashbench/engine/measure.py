@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashbench.engine import correctness, kv_cache, timing
+from flashbench.engine import correctness, fp8, kv_cache, timing
 from flashbench.gpu import nvml
 from flashbench.models.flops import attention_flops
 from flashbench.providers import registry
@@ -76,7 +76,10 @@ class Prepared:
         import torch
 
         self.case, self.fn, self.device = case, fn, device
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[case.dtype]
+        # fp8: made in bf16, then quantized per (batch, K/V head) below, outside any timing
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}.get(
+            case.dtype, torch.bfloat16
+        )
         grad = case.mode != "fwd"
         gen = torch.Generator(device=device).manual_seed(zlib.crc32(case.shape_key.encode()))
         b, h, hkv, nq, nk, d = case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k, case.head_dim
@@ -90,9 +93,16 @@ class Prepared:
 
         self.q, k, v = make(h, nq), make(hkv, nk), make(hkv, nk)
         self.do = make(h, nq).detach() if grad else None
+        self.descales: dict[str, Any] = {}
+        if (
+            case.dtype == "fp8"
+        ):  # e4m3 inputs and their descales, passed as q_descale=, k_descale=, v_descale=
+            (self.q, qd), (k, kd), (v, vd) = (fp8.quantize(t, hkv) for t in (self.q, k, v))
+            self.descales = {"q_descale": qd, "k_descale": kd, "v_descale": vd}
         # The call's K/V: the contiguous cache, or its page pool, with the cache keywords of a serving case
         # (kv_cache.py); the float64 reference reads the contiguous cache (self.reference_kv).
         self.k, self.v, self.cache = kv_cache.build(case, k, v)
+        self.cache.update(self.descales)
         self.reference_kv: tuple[Any, Any] | None = (k, v)
         prepare_inputs = getattr(fn, "prepare", None)  # a provider's own cache layout, made once, untimed
         if prepare_inputs is not None:
@@ -104,7 +114,12 @@ class Prepared:
         """What the reference reads: q, the contiguous k and v, dO, and each sequence's keys (None: all)."""
         k, v = self.reference_kv or (None, None)
         lengths = self.case.kv_lengths() if self.case.ragged else None
-        return {"q": self.q, "k": k, "v": v, "do": self.do, "seqlens_k": lengths}
+        q = self.q
+        if self.descales:  # fp8: the real values the e4m3 inputs stand for
+            q, k, v = (
+                fp8.dequantize(t, self.descales[f"{n}_descale"]) for n, t in (("q", q), ("k", k), ("v", v))
+            )
+        return {"q": q, "k": k, "v": v, "do": self.do, "seqlens_k": lengths}
 
     def drop_reference(self) -> None:
         """After the check: a paged case no longer keeps the contiguous cache its pool was copied from."""

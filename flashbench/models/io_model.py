@@ -1,7 +1,8 @@
 """HBM (DRAM) traffic of one attention call, per implementation family and mode. Pure: numbers in, bytes out.
 
 Every model returns a Traffic: named parts, each with bytes read and bytes written, so a report can say where
-the bytes go. Tensors are [B, H, N, d]; K and V have Hkv heads (GQA); e = bytes per element of the input dtype.
+the bytes go. Tensors are [B, H, N, d]; K and V have Hkv heads (GQA); e = bytes per element of the input dtype
+(e = 1, FP8 e4m3: the forward writes a bf16 O, traffic.out_bytes; only the compulsory and flash forwards take it).
 
 compulsory_traffic(): the floor for ANY exact attention: each input read once, each output written once.
     fwd: read Q, K, V; write O.  bwd: read Q, K, V, O, dO, LSE; write dQ, dK, dV.  fwd+bwd: both, with the
@@ -109,7 +110,7 @@ def compulsory_traffic(
         return per_sequence(lambda n: compulsory_traffic(1, *shape, n, head_dim, elem_bytes, mode), seqlens_k)
     s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, False)
     lse = s.rows * FP32
-    fwd = Traffic((Part("read Q, K, V", s.q + 2 * s.kv, 0), Part("write O", 0, s.q)))
+    fwd = Traffic((Part("read Q, K, V", s.q + 2 * s.kv, 0), Part("write O", 0, s.o)))
     bwd = Traffic(
         (
             Part("read Q, K, V, O, dO, LSE", 2 * s.q + 2 * s.kv + s.q + lse, 0),
@@ -229,7 +230,7 @@ def _flash_fwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
     else:
         kv_read = 2 * s.bh * kv_rows_per_head(s, b.fwd_m, b.fwd_n) * s.row_bytes()
         name = f"read K, V (once per {b.fwd_m}-row query block)"
-    return Traffic((Part("read Q", s.q, 0), Part(name, kv_read, 0), Part("write O, LSE", 0, s.q + lse)))
+    return Traffic((Part("read Q", s.q, 0), Part(name, kv_read, 0), Part("write O, LSE", 0, s.o + lse)))
 
 
 def _delta_prepass(s: Shape) -> Part:

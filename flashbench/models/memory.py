@@ -69,6 +69,8 @@ Caching-allocator rounding (512 B blocks) and workspace of a few MB are not mode
 
 from __future__ import annotations
 
+from flashbench.models.traffic import out_bytes
+
 FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1", "decode")
 MODES = ("fwd", "bwd", "fwd+bwd")
 FP32 = 4
@@ -173,8 +175,10 @@ def predicted_peak_bytes(
             )
         return q_like + stats + o_acc
 
-    # flash
+    # flash (FP8 inputs: a bf16 O, traffic.out_bytes)
     lse = softmax_stats_bytes(batch, heads, seq_q)
+    if not backward:
+        return q_like * out_bytes(e) // e + lse
     extra = 0
     if backward:
         delta = softmax_stats_bytes(batch, heads, seq_q)

@@ -13,6 +13,12 @@ from flashbench.models.flops import Alignment
 FP32 = 4
 
 
+def out_bytes(elem_bytes: int) -> int:
+    """Bytes per output element: the input's, except 1-byte (FP8 e4m3) inputs, whose attention writes bf16 (the
+    bundled FP8 forward's and FlashAttention-3's contract)."""
+    return 2 if elem_bytes == 1 else elem_bytes
+
+
 @dataclass(frozen=True)
 class Part:
     name: str
@@ -100,6 +106,10 @@ class Shape:
     @property
     def q(self) -> int:  # bytes of Q, O, dQ, dO
         return self.bh * self.seq_q * self.head_dim * self.elem_bytes
+
+    @property
+    def o(self) -> int:  # bytes of the forward's O (bf16 for FP8 inputs: out_bytes)
+        return self.bh * self.seq_q * self.head_dim * out_bytes(self.elem_bytes)
 
     @property
     def kv(self) -> int:  # bytes of one of K, V, dK, dV (kv heads)

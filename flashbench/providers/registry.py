@@ -24,6 +24,11 @@ case (contiguous, every sequence N long) gets q, k, v only, whatever it declares
 in another layout may give its call a `prepare(q, k, v, **cache) -> (q, k, v, cache)` attribute: it runs once,
 untimed, and the samples then time the call on what it returned.
 
+FP8 cases (dtype "fp8", forward only): a provider that declares "fp8" among its dtypes is called as
+call(q, k, v, q_descale=..., k_descale=..., v_descale=...) with float8_e4m3fn q, k, v quantized from bf16
+per (batch, K/V head) and fp32 descales [B, Hkv] (flashbench.engine.fp8, FlashAttention-3's convention); it
+returns the bf16 output. Its `prepare` (above) sees the descales among the keywords.
+
 This module imports no torch: the parent process reads the registry without touching CUDA.
 """
 
@@ -39,6 +44,10 @@ from typing import Any
 from flashbench.errors import FlashbenchError
 from flashbench.spec.cases import DTYPES, KV_LAYOUTS, Case
 
+# What a provider takes unless it declares otherwise: FP8 only by declaration, since its call then gets the
+# e4m3 inputs and q_descale=, k_descale=, v_descale= (module docstring).
+DEFAULT_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
+
 # Memory families known to flashbench.models.memory (how a provider's peak memory grows with N).
 MEMORY_FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1", "decode")
 
@@ -53,7 +62,7 @@ class ProviderInfo:
 
     name: str
     description: str = ""
-    dtypes: tuple[str, ...] = DTYPES
+    dtypes: tuple[str, ...] = DEFAULT_DTYPES
     head_dims: tuple[int, ...] | None = None  # None: any head dim
     causal: bool = True
     backward: bool = True
@@ -76,7 +85,13 @@ class ProviderInfo:
         """None when the provider declares support for `case` on `device`, else the reason it does not."""
         if device not in self.devices:
             return f"{self.name} runs on {', '.join(self.devices)} only"
+        if case.dtype == "fp8" and case.mode != "fwd":
+            return (
+                "fp8 is timed forward only: its inputs are quantized constants and no FP8 backward is defined"
+            )
         if case.dtype not in self.dtypes:
+            if case.dtype == "fp8":
+                return f"{self.name} has no FP8 (e4m3 with descales) path; it is not run on upcast inputs"
             return f"{self.name} does not support {case.dtype} (supports {', '.join(self.dtypes)})"
         if self.head_dims is not None and case.head_dim not in self.head_dims:
             dims = ", ".join(str(d) for d in self.head_dims)
@@ -162,7 +177,7 @@ _CURRENT_SOURCE = ["builtin"]
 def register(
     name: str,
     *,
-    dtypes: Iterable[str] = DTYPES,
+    dtypes: Iterable[str] = DEFAULT_DTYPES,
     head_dims: Iterable[int] | None = None,
     causal: bool = True,
     backward: bool = True,

@@ -248,7 +248,7 @@ def _build_flash_attn(case: Case, device: str, stack: Any) -> Any:
 
 @register(
     "flash-attn-3",
-    dtypes=("fp16", "bf16"),
+    dtypes=("fp16", "bf16", "fp8"),
     head_dims=_FLASH_HEAD_DIMS,
     gqa=True,
     devices=("cuda",),
@@ -258,7 +258,8 @@ def _build_flash_attn(case: Case, device: str, stack: Any) -> Any:
     builder=True,
     requires=_module_requires("flash_attn_interface", "flash-attn 3 (hopper/)"),
     source="builtin",
-    description="flash-attn 3 (Hopper) flash_attn_interface.flash_attn_func, [B, N, H, D] layout",
+    description="flash-attn 3 (Hopper) flash_attn_interface.flash_attn_func, [B, N, H, D] layout; fp8: its "
+    "e4m3 forward with q/k/v_descale",
 )
 def _build_flash_attn_3(case: Case, device: str, stack: Any) -> Any:
     import torch
@@ -269,8 +270,10 @@ def _build_flash_attn_3(case: Case, device: str, stack: Any) -> Any:
         raise Unsupported(f"flash-attn 3 needs a Hopper GPU (sm90); this is sm{major}x")
     causal, scale = case.causal, _scale(case)
 
-    def fa3(q: Any, k: Any, v: Any) -> Any:
-        out = flash_attn_func(_to_bnhd(q), _to_bnhd(k), _to_bnhd(v), softmax_scale=scale, causal=causal)
+    def fa3(q: Any, k: Any, v: Any, **descales: Any) -> Any:  # descales: an fp8 case's, [B, Hkv] as FA3 takes
+        out = flash_attn_func(
+            _to_bnhd(q), _to_bnhd(k), _to_bnhd(v), softmax_scale=scale, causal=causal, **descales
+        )
         out = out[0] if isinstance(out, tuple) else out  # older releases return (out, lse)
         return _to_bnhd(out)
 

@@ -14,8 +14,10 @@ from typing import Any, Literal
 
 Mode = Literal["fwd", "bwd", "fwd+bwd"]
 MODES: tuple[str, ...] = ("fwd", "bwd", "fwd+bwd")
-DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
-DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4}
+# "fp8" is float8_e4m3fn inputs with per-(batch, K/V head) descales and a bf16 output, forward only
+# (engine/fp8.py makes them; a provider takes it only when it declares it).
+DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8")
+DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1}
 KV_LAYOUTS: tuple[str, ...] = ("contiguous", "paged")
 SEQLENS: tuple[str, ...] = ("uniform", "random")
 
@@ -40,7 +42,7 @@ class Case:
     seq_q: int
     seq_k: int
     head_dim: int
-    dtype: str  # "fp16" | "bf16" | "fp32"
+    dtype: str  # "fp16" | "bf16" | "fp32" | "fp8"
     causal: bool
     mode: str  # "fwd" | "bwd" | "fwd+bwd"
     kv_layout: str = "contiguous"  # "contiguous" | "paged"

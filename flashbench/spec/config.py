@@ -34,6 +34,8 @@ _DTYPE_ALIASES = {
     "float32": "fp32",
     "float": "fp32",
     "f32": "fp32",
+    "e4m3": "fp8",
+    "float8_e4m3fn": "fp8",
 }
 _INT = re.compile(r"^[+-]?\d+$")
 _MAX_RANGE_ITEMS = 10_000  # a range that expands past this is a typo, not a sweep
