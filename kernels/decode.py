@@ -34,9 +34,8 @@ Cautions:
     launches; CUDA-graph captures keep using the capture stream's) order the combine
     after the other programs' partial stores: a CTA barrier, then an acq_rel atomic at GPU scope; the combine
     reads the partials through L2 (.cg).
-  - A paged block of BLOCK_N keys reads its page-table entries once: one when a page holds the block (PAGE >=
-    BLOCK_N; both are powers of two), BLOCK_N / PAGE otherwise, each page's rows contiguous; rows are D
-    contiguous elements, loaded as 16-byte vectors.
+  - Keys are gathered row by row through the page table (one int32 per key, from L1/L2), so any page size
+    works with any BLOCK_N; rows are D contiguous elements, loaded as 16-byte vectors.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from .common import LOG2E, KernelUnsupported, interpreting
-from .decode_combine import _combine
 
 DECODE_HEAD_DIMS: tuple[int, ...] = (16, 32, 64, 128, 256)
 DECODE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
@@ -86,6 +84,48 @@ _SCRATCH: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _COMPILED: dict[tuple, Any] = {}
 # What the most recent launch ran with: (num_splits, tile config, BLOCK_M, row blocks); last_decode_config().
 _LAST_LAUNCH: list[Any] = [None]
+
+
+@triton.jit
+def _combine(
+    Out,  # [B, Hq, Nq, D] output
+    Part,  # fp32 workspace: normalised partial outputs [B, Hkv, splits, ROWS, D], then their log2-sum-exps
+    Lse,  # [B, Hkv, splits, ROWS] part of Part
+    first_part,  # index of (this sequence, KV head, split 0, row 0) in [B, Hkv, splits, ROWS]
+    first_row,  # this tile's first row
+    out_base,  # int64 offset of Out[b, h * G, 0, 0]
+    splits,
+    ROWS: tl.constexpr,  # G * Nq rows per KV head (unused rows are masked)
+    HEAD_DIM: tl.constexpr,
+    ROWS_P2: tl.constexpr,  # rows this tile combines, a power of two
+    S_CHUNK: tl.constexpr,  # splits per step
+):
+    """Out rows = sum_s exp2(lse_s - max) * O_s / sum_s exp2(lse_s - max), over the splits of this tile."""
+    rows = first_row + tl.arange(0, ROWS_P2)
+    row_ok = rows < ROWS
+    offs_s = tl.arange(0, S_CHUNK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    top = tl.zeros([ROWS_P2], dtype=tl.float32) - float("inf")  # running max lse per row
+    acc = tl.zeros([ROWS_P2, HEAD_DIM], dtype=tl.float32)
+    total = tl.zeros([ROWS_P2], dtype=tl.float32)
+    # One pass, lse and partials loaded together (one round trip when splits <= S_CHUNK); every split wrote
+    # its rows (0 and -inf when it saw no key).
+    for c in range(0, splits, S_CHUNK):
+        idx = first_part + (c + offs_s)[:, None] * ROWS + rows[None, :]  # [S_CHUNK, ROWS_P2]
+        ok = ((c + offs_s) < splits)[:, None] & row_ok[None, :]
+        lse = tl.load(Lse + idx, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        o = tl.load(Part + idx[:, :, None] * HEAD_DIM + offs_d[None, None, :], mask=ok[:, :, None], other=0.0,
+                    cache_modifier=".cg")  # fmt: skip
+        new = tl.maximum(top, tl.max(lse, 0))
+        safe = tl.where(new == float("-inf"), 0.0, new)  # no split saw a key yet: weights 0, not NaN
+        w = tl.exp2(lse - safe[None, :])
+        rescale = tl.exp2(top - safe)
+        acc = acc * rescale[:, None] + tl.sum(w[:, :, None] * o, 0)
+        total = total * rescale + tl.sum(w, 0)
+        top = new
+    out = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+    o_ptrs = Out + out_base + rows[:, None] * HEAD_DIM + offs_d[None, :]  # row r = g * Nq + i: contiguous
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit
@@ -162,17 +202,11 @@ def _decode(
     for start in range(lo, hi, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         key_ok = offs_n < hi
-        if PAGED and PAGE >= BLOCK_N:  # the block lies in one page: one table entry, contiguous rows
-            page = tl.load(pages + start // PAGE).to(tl.int64)
-            slot = start % PAGE + tl.arange(0, BLOCK_N)
+        if PAGED:
+            page = tl.load(pages + offs_n // PAGE, mask=key_ok, other=0).to(tl.int64)
+            slot = offs_n % PAGE
             k_rows = k_head + page * stride_kb + slot * stride_kn
             v_rows = v_head + page * stride_vb + slot * stride_vn
-        elif PAGED:  # BLOCK_N // PAGE pages: their entries once, each page's rows contiguous
-            first = start // PAGE + tl.arange(0, BLOCK_N // PAGE)
-            page = tl.load(pages + first, mask=first * PAGE < hi, other=0).to(tl.int64)
-            slot = tl.arange(0, PAGE)
-            k_rows = tl.reshape(page[:, None] * stride_kb + slot[None, :] * stride_kn, [BLOCK_N]) + k_head
-            v_rows = tl.reshape(page[:, None] * stride_vb + slot[None, :] * stride_vn, [BLOCK_N]) + v_head
         else:  # int64: a token stride times a long context can pass 2^31
             k_rows = k_head + offs_n.to(tl.int64) * stride_kn
             v_rows = v_head + offs_n.to(tl.int64) * stride_vn
