@@ -103,12 +103,14 @@ def default_config(head_dim: int, causal: bool) -> dict[str, Any]:
     return dict(DEFAULT_CONFIG[(head_dim if head_dim in HEAD_DIMS else 128, bool(causal))])
 
 
-def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+def preferred(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: tuple[int, int] | None = None
+) -> bool:
     """Whether flash_attn's forward should take this kernel for these inputs (no forced config)."""
     D = q.shape[-1]
     if D not in HEAD_DIMS or q.shape[2] < GLUON_MIN_SEQ[(D, bool(causal))] or not enabled():
         return False
-    return supported(q, k, v, causal, default_config(D, causal)["BLOCK_M"]) is None
+    return supported(q, k, v, causal, default_config(D, causal)["BLOCK_M"], window) is None
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -136,11 +138,18 @@ def _sm_count(device_index: int) -> int:
 
 
 def supported(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block_m: int = 128
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    block_m: int = 128,
+    window: tuple[int, int] | None = None,
 ) -> str | None:
     """None if the Gluon forward can run these inputs, else why not (one line)."""
     if not HAVE_GLUON:
         return "this Triton has no Gluon"
+    if window is not None:
+        return "no sliding window (flash_v2's tl kernel takes it)"
     if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return "needs a Hopper GPU (capability 9.x)"
     if q.dtype not in (torch.float16, torch.bfloat16):
@@ -183,13 +192,14 @@ def attention_forward(
     causal: bool,
     sm_scale: float,
     config: dict[str, Any] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Run the Gluon forward. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used); raises ValueError if
     `supported` refuses the inputs."""
     D = q.shape[-1]
     cfg = default_config(D, causal)
     cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
-    why = supported(q, k, v, causal, cfg["BLOCK_M"])
+    why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
     if why:
         raise ValueError(f"flash_ws forward: {why}")
     if smem_bytes(cfg, D) > SMEM_LIMIT:
