@@ -65,20 +65,29 @@ def _bundled(attr: str) -> Any:
 
         fn = getattr(kernels, attr)
         causal, scale, config = case.causal, case.head_dim**-0.5, forced_config()
-        return lambda q, k, v: fn(q, k, v, causal=causal, sm_scale=scale, config=config)
+        masks = {"window": case.window_size} if case.window else {}
+        return lambda q, k, v: fn(q, k, v, causal=causal, sm_scale=scale, config=config, **masks)
 
     return build
 
 
-for _name, _attr, _family, _what in (
-    ("triton", "flash_attn", "flash", "FlashAttention-2 style: fwd + recompute bwd"),
+# Only flash_attn takes a sliding window (window=(left, right)); the variants' windowed cases are unsupported rows.
+for _name, _attr, _family, _window, _what in (
+    ("triton", "flash_attn", "flash", True, "FlashAttention-2 style: fwd + recompute bwd"),
     (
         "triton-stored-p",
         "flash_attn_stored_p",
         "stored-p",
+        False,
         "tiled fwd that stores P; bwd reads P (no recompute)",
     ),
-    ("triton-v1", "flash_attn_v1", "flash-v1", "FlashAttention-1 loop order (outer loop over K/V blocks)"),
+    (
+        "triton-v1",
+        "flash_attn_v1",
+        "flash-v1",
+        False,
+        "FlashAttention-1 loop order (outer loop over K/V blocks)",
+    ),
 ):
     register(
         _name,
@@ -86,6 +95,7 @@ for _name, _attr, _family, _what in (
         gqa=True,
         devices=("cuda", "cpu"),
         memory_family=_family,
+        window=_window,
         builder=True,
         requires=_kernels_requires,
         kernel_config=_last_config,

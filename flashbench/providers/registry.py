@@ -24,6 +24,10 @@ case (contiguous, every sequence N long) gets q, k, v only, whatever it declares
 in another layout may give its call a `prepare(q, k, v, **cache) -> (q, k, v, cache)` attribute: it runs once,
 untimed, and the samples then time the call on what it returned.
 
+Sliding windows (`--window L,R`, spec/window.py): a provider that declares window=True is called with
+window=(left, right) as a keyword on the cases that have one (a builder reads case.window_size); every other
+provider's windowed cases are `unsupported` rows saying so.
+
 This module imports no torch: the parent process reads the registry without touching CUDA.
 """
 
@@ -38,6 +42,7 @@ from typing import Any
 
 from flashbench.errors import FlashbenchError
 from flashbench.spec.cases import DTYPES, KV_LAYOUTS, Case
+from flashbench.spec.window import effective
 
 # Memory families known to flashbench.models.memory (how a provider's peak memory grows with N).
 MEMORY_FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1", "decode")
@@ -68,6 +73,7 @@ class ProviderInfo:
     kv_layouts: tuple[str, ...] = ("contiguous",)
     ragged: bool = False  # takes cache_seqlens (a batch of sequences of different lengths)
     max_seq_q: int | None = None  # a decode kernel's limit on query tokens per sequence (None: any)
+    window: bool = False  # takes a sliding window: called with window=(left, right) (module docstring)
     source: str = "builtin"  # "builtin", "bundled" or the user kernel file's path
     available: bool = True
     reason: str = ""  # why it is unavailable
@@ -76,6 +82,13 @@ class ProviderInfo:
         """None when the provider declares support for `case` on `device`, else the reason it does not."""
         if device not in self.devices:
             return f"{self.name} runs on {', '.join(self.devices)} only"
+        if case.window:
+            try:
+                effective(case.causal, case.window_size)
+            except ValueError as exc:
+                return str(exc)
+            if not self.window:
+                return f"{self.name} takes no sliding window (window {case.window})"
         if case.dtype not in self.dtypes:
             return f"{self.name} does not support {case.dtype} (supports {', '.join(self.dtypes)})"
         if self.head_dims is not None and case.head_dim not in self.head_dims:
@@ -174,6 +187,7 @@ def register(
     kv_layouts: Iterable[str] = ("contiguous",),
     ragged: bool = False,
     max_seq_q: int | None = None,
+    window: bool = False,
     description: str = "",
     builder: bool = False,
     requires: Callable[[], str | None] | None = None,
@@ -217,6 +231,7 @@ def register(
             kv_layouts=kv_layouts,
             ragged=ragged,
             max_seq_q=max_seq_q,
+            window=window,
             source=origin,
         )
         build = fn if builder else _function_builder(fn)
@@ -233,7 +248,8 @@ def _function_builder(fn: Callable[..., Any]) -> Builder:
     def build(case: Case, device: str, stack: Any) -> Callable[..., Any]:
         causal = case.causal
         scale = case.head_dim**-0.5
-        return lambda q, k, v, **cache: fn(q, k, v, causal=causal, sm_scale=scale, **cache)
+        masks = {"window": case.window_size} if case.window else {}
+        return lambda q, k, v, **cache: fn(q, k, v, causal=causal, sm_scale=scale, **masks, **cache)
 
     return build
 

@@ -79,9 +79,10 @@ def visible(rows: Any, cols: Any, seq_q: int, seq_k: int, causal: bool, window: 
     True (a plain bool) when nothing is masked."""
     left, right = effective(causal, window) or (-1, 0 if causal else -1)
     pos = rows + (seq_k - seq_q)
-    keep: Any = True
+    if right >= 0 and left >= 0:
+        return (cols <= pos + right) & (cols >= pos - left)
     if right >= 0:
-        keep = cols <= pos + right
+        return cols <= pos + right
     if left >= 0:
-        keep = (cols >= pos - left) & keep
-    return keep
+        return cols >= pos - left
+    return True
