@@ -195,3 +195,48 @@ def test_gpu_long_causal_window_forward_within_budget(d, window):
     out = flash_attn(q, k, v, causal=True, window=window)
     verdict = correctness.verify({"out": out}, q, k, v, causal=True, window=window)
     assert verdict.ok, f"{verdict.reason}; {verdict.describe()}; config {last_config()}"
+
+
+def test_gluon_forward_takes_only_windows_with_a_right_limit_of_zero():
+    from flashbench.kernels import flash_ws
+
+    if not flash_ws.HAVE_GLUON:
+        pytest.skip("this Triton has no Gluon")
+    q = torch.zeros(1, 1, 128, 128, dtype=torch.float16)
+    assert "only a right limit of 0" in flash_ws.supported(q, q, q, False, window=(256, 3))
+    assert "only a right limit of 0" in flash_ws.supported(q, q, q, False, window=(-1, 0))
+    assert "only a right limit of 0" not in (flash_ws.supported(q, q, q, True, window=(256, 0)) or "")
+
+
+HOPPER = HAS_CUDA and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize(
+    "nq,nk,causal,window",
+    [(4096, 4096, True, (1024, 0)), (2048, 4096, False, (700, 0)), (4096, 4096, True, (130, -1))],
+)
+def test_gpu_gluon_window_forward_within_budget(nq, nk, causal, window, d):
+    """The Gluon forward forced on windows (left edge skipped and masked, rows whose window starts past a tile's
+    first block), bf16, against the float64 reference; the backward is the tl one."""
+    if not HOPPER:
+        pytest.skip("the Gluon forward needs a Hopper GPU")
+    q, k, v, do = inputs(2, 4, 2, nq, nk, d, torch.bfloat16)
+    results = run(q, k, v, do, causal=causal, window=window, config={"kernel": "gluon-ws"})
+    verdict = correctness.verify(results, q, k, v, causal=causal, do=do, window=window)
+    assert verdict.ok, f"{verdict.reason}; {verdict.describe()}"
+
+
+@pytest.mark.gpu
+def test_gpu_dispatch_sends_wide_causal_windows_to_gluon_and_the_rest_to_tl():
+    if not HOPPER:
+        pytest.skip("the Gluon forward needs a Hopper GPU")
+    from flashbench.kernels import flash_ws
+
+    q, k, v, _ = inputs(1, 2, 2, 4096, 4096, 128, torch.bfloat16)
+    flash_attn(q, k, v, causal=True, window=(flash_ws.GLUON_MIN_WINDOW, 0))
+    assert last_config().get("kernel") == "gluon-ws"
+    for causal, window in ((True, (flash_ws.GLUON_MIN_WINDOW - 1, 0)), (False, (2048, 2048))):
+        flash_attn(q, k, v, causal=causal, window=window)
+        assert "kernel" not in last_config(), (causal, window, last_config())
