@@ -8,6 +8,7 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{"BLOCK_M": 192, "PERSISTENT": 1}' --causal
     /tmp/t36/bin/python benchmarks/sm90_compile.py tl  '{"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}' --causal
     /tmp/t36/bin/python benchmarks/sm90_compile.py bwd '{"dkdv": [64, 128, 8, 3], "dq": [128, 64, 8, 3]}' --dim 128
+    /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{}' --dim 128 --causal --window 4096,0
     /tmp/t36/bin/python benchmarks/sm90_compile.py dump DIR [--part 0/2]
 
 ws / tl / bwd print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2 /
@@ -135,28 +136,33 @@ def _inputs(dim: int, seq: int) -> tuple[torch.Tensor, ...]:
     return q, torch.empty_like(q), torch.empty_like(q), torch.empty_like(q), torch.empty_like(q), lse
 
 
-def tl_forward(config: dict[str, Any], dim: int, causal: bool, seq: int = 2048) -> None:
+def tl_forward(config: dict[str, Any], dim: int, causal: bool, seq: int = 2048, window: Any = None) -> None:
     from flashbench.kernels import flash_v2
 
     q, k, v, *_ = _inputs(dim, seq)
-    flash_v2.attention_forward(q, k, v, causal, dim**-0.5, config)
+    flash_v2.attention_forward(q, k, v, causal, dim**-0.5, config, window)
 
 
-def ws_forward(config: dict[str, Any], dim: int, causal: bool, seq: int = 2048) -> None:
+def ws_forward(config: dict[str, Any], dim: int, causal: bool, seq: int = 2048, window: Any = None) -> None:
     from flashbench.kernels import flash_ws
 
     q, k, v, *_ = _inputs(dim, seq)
-    flash_ws.attention_forward(q, k, v, causal, dim**-0.5, config)
+    flash_ws.attention_forward(q, k, v, causal, dim**-0.5, config, window)
 
 
 def backward(
-    dkdv: dict[str, Any], dq: dict[str, Any], dim: int, causal: bool, stored_p: bool = False
+    dkdv: dict[str, Any],
+    dq: dict[str, Any],
+    dim: int,
+    causal: bool,
+    stored_p: bool = False,
+    window: Any = None,
 ) -> None:
     from flashbench.kernels.backward import attention_backward
 
     q, k, v, o, do, lse = _inputs(dim, 2048)
     p = torch.empty(*q.shape[:3], k.shape[2], dtype=q.dtype) if stored_p else None
-    attention_backward(q, k, v, o, lse, do, p, causal, dim**-0.5, dkdv, dq)
+    attention_backward(q, k, v, o, lse, do, p, causal, dim**-0.5, dkdv, dq, window=window)
 
 
 def variant_forward(name: str, config: dict[str, Any], dim: int, causal: bool) -> None:
@@ -243,6 +249,7 @@ def main() -> int:
     ap.add_argument("--no-tma", action="store_true", help="tl, bwd: the pointer path")
     ap.add_argument("--sass", help="write each kernel's SASS into this folder")
     ap.add_argument("--part", default="0/1", help="dump: every n-th kernel from the i-th (i/n)")
+    ap.add_argument("--window", help="ws, tl, bwd: a sliding window L,R (flash_attn's window=(L, R))")
     a = ap.parse_args()
     triton.runtime.driver.set_active(_Sm90Driver())
     os.environ["FLASHBENCH_GLUON"] = "1"
@@ -253,12 +260,13 @@ def main() -> int:
         return dump(a.config, a.part)
     _stub_gpu(not a.no_tma)
     cfg = json.loads(a.config)
+    window = tuple(int(x) for x in a.window.split(",")) if a.window else None
     if a.kernel == "ws":
-        ws_forward(cfg, a.dim, a.causal, a.seq)
+        ws_forward(cfg, a.dim, a.causal, a.seq, window)
     elif a.kernel == "tl":
-        tl_forward(cfg, a.dim, a.causal, a.seq)
+        tl_forward(cfg, a.dim, a.causal, a.seq, window)
     else:
-        backward(_config(cfg["dkdv"]), _config(cfg["dq"]), a.dim, a.causal)
+        backward(_config(cfg["dkdv"]), _config(cfg["dq"]), a.dim, a.causal, window=window)
     for kernel_name, kernel in _CAPTURED:
         sass, regs = _disassemble(kernel)
         if a.sass:

@@ -5,6 +5,7 @@
     python benchmarks/tables.py providers RUN [--seq N] # any sweep: TFLOP/s of every provider at one N
     python benchmarks/tables.py decode RUN              # a `--preset decode` sweep: GB/s of the bundled decode
     python benchmarks/tables.py fp8 RUN                 # a `--preset fp8` sweep: the FP8 forward vs bf16
+    python benchmarks/tables.py window RUN              # a `--preset window` sweep: a window against no window
 
 Every ratio is between medians measured in the same run. With several runs, `speed` takes the TFLOP/s from the
 first and prints each run's ratios side by side (run-to-run spread).
@@ -160,6 +161,38 @@ def fp8(run: str) -> None:
         )
 
 
+def window(run: str) -> None:
+    """Per provider and mode: the time without a window and with each window, the speed-up the window gives
+    (against the ratio of unmasked pairs), and the bundled kernel's time over each other provider's."""
+    df = ok_rows(run)
+    df = df.assign(window=df.window.replace("", "none"))
+    ms = df.pivot_table(index=["mode", "seq_q", "window"], columns="provider", values="median_ms")
+    flops = df.groupby(["mode", "seq_q", "window"]).flops.first()
+    others = [p for p in ms.columns if p != "triton"]
+    print(
+        "| mode | N | window | pairs x fewer | "
+        + " | ".join(f"{p} ms | {p} x faster" for p in ms.columns)
+        + "".join(f" | triton / {p} time" for p in others)
+        + " | forward kernel |"
+    )
+    print(
+        "| --- | ---: | --- | ---: |"
+        + " ---: | ---: |" * len(ms.columns)
+        + " ---: |" * len(others)
+        + " --- |"
+    )
+    for (mode, n, win), row in ms.iterrows():
+        if win == "none":
+            continue
+        base = ms.loc[(mode, n, "none")]
+        fewer = flops[(mode, n, "none")] / flops[(mode, n, win)]
+        cells = " | ".join(f"{row[p]:.3f} | {base[p] / row[p]:.2f}" for p in ms.columns)
+        vs = "".join(f" | {row['triton'] / row[p]:.2f}" for p in others)
+        configs = df[(df.provider == "triton") & (df["mode"] == mode) & (df.window == win)].kernel_config
+        kernel = kernel_name(_config(configs.iloc[0])) if len(configs) else ""
+        print(f"| {mode} | {n} | {win} | {fewer:.2f} | {cells}{vs} | {kernel} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="table", required=True)
@@ -170,6 +203,7 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=16384)
     sub.add_parser("decode").add_argument("run")
     sub.add_parser("fp8").add_argument("run")
+    sub.add_parser("window").add_argument("run")
     args = ap.parse_args()
     if args.table == "speed":
         speed(args.runs)
@@ -179,6 +213,8 @@ def main() -> None:
         decode(args.run)
     elif args.table == "fp8":
         fp8(args.run)
+    elif args.table == "window":
+        window(args.run)
     else:
         providers(args.run, args.seq)
 

@@ -23,6 +23,10 @@ Streamed tiles (Q and dO in the dK/dV pass, K and V in the dQ pass) come through
 descriptors built on the host (TMA on Hopper and newer) when `use_tma` allows, else through pointers; the
 resident tiles are loaded once.
 
+Sliding windows: both passes visit only the blocks some row's window reaches (the dQ pass the forward's key
+ranges, forward_blocks.key_ranges; the dK/dV pass the query rows that see the program's keys) and mask the
+window's edges only in the blocks they cut.
+
 Cautions:
   - Rows that see no key have LSE2 = +inf: exp2(s - LSE2) = 0, so their P, dS and contributions are 0.
   - Query rows past N_Q load Q = dO = 0 and LSE2 = +inf (P = 0); key rows past N_K in dK/dV are computed but
@@ -41,7 +45,7 @@ import triton.language as tl
 
 from .backward_dkdv import _bwd_dkdv
 from .backward_dq import _bwd_dq
-from .common import LOG2E, cdiv, row_strides, seq_bucket, unit_stride
+from .common import LOG2E, cdiv, row_strides, seq_bucket, unit_stride, window_flags
 from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, INTERPRET_BWD
 from .descriptors import host_descriptor, use_tma
 from .launch import launch
@@ -104,8 +108,10 @@ def attention_backward(
     sm_scale: float,
     dkdv_config: dict[str, Any] | None = None,
     dq_config: dict[str, Any] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk, dv for attention whose forward saved o and lse2; p is the stored P (stored-P variant) or None.
+    """dq, dk, dv for attention whose forward saved o and lse2; p is the stored P (stored-P variant) or None;
+    window: the sliding window the forward ran with (common.check_window's form), or None.
 
     dkdv_config / dq_config force a pass's config ({"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}, as
     `last_bwd_config()` reports it; benchmarks/kernel_configs.py uses this); otherwise they are autotuned.
@@ -128,9 +134,11 @@ def attention_backward(
     streamed = (q, do, k, v)  # what each pass streams (dK/dV: Q, dO; dQ: K, V), as descriptors or not
     if tma:
         streamed = tuple(host_descriptor(t) for t in streamed)
+    right_limit, left_limit, win_left, win_right = window_flags(causal, window)
     constexprs = {
         "HEAD_DIM": D,
-        "CAUSAL": causal,
+        "CAUSAL": right_limit,
+        "WINDOW": left_limit,
         "STORED_P": stored,
         "IEEE": q.dtype == torch.float32,
         "TMA": tma,
@@ -139,7 +147,7 @@ def attention_backward(
     # The kernels' arguments in order: inputs, outputs, descriptors, strides, sizes.
     inputs = (q, k, v, do, lse, delta, p_arg)
     strides = (*row_strides(q, k, v, do), *p_strides)
-    sizes = (Nq, Nk, sm_scale * LOG2E, sm_scale, seq_bucket(max(Nq, Nk)))
+    sizes = (Nq, Nk, sm_scale * LOG2E, sm_scale, win_left, win_right, seq_bucket(max(Nq, Nk)))
     dkdv_args = (*inputs, dk, dv, *streamed[:2], *strides, *row_strides(dk, dv), H, Hkv, H // Hkv, *sizes)
     cfg_kv = launch(
         name=f"dkdv_{name}",

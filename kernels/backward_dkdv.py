@@ -8,8 +8,8 @@ P^T = exp2(K Q^T * qk_scale - LSE2) (or P^T loaded, STORED_P), dV += P^T dO, dP^
 dS^T = P^T * (dP^T - D), dK += dS^T Q; at the end dK *= sm_scale.
 
 Cautions: query rows past N_Q load Q = dO = 0 and LSE2 = +inf (P = 0); key rows past N_K are computed but
-never stored. Causal: query blocks that see none of the program's keys are skipped, those that see all of
-them run without the mask.
+never stored. Causal and sliding windows: query blocks that see none of the program's keys are skipped, those
+that see all of them run without the mask (`query_ranges`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,44 @@ import triton
 import triton.language as tl
 
 from .common import dot
+
+
+@triton.jit
+def query_ranges(
+    n0,  # first key of the program's block
+    N_Q,
+    N_K,
+    WIN_LEFT,
+    WIN_RIGHT,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    WINDOW: tl.constexpr,
+):
+    """The query-row ranges that see keys [n0, n0 + BLOCK_N), as (lo, mid_lo, mid_hi, hi): rows [lo, mid_lo) are
+    the causal diagonal (masked), [mid_lo, mid_hi) see every key of the block (no mask), [mid_hi, hi) the window's
+    left edge (masked); rows outside [lo, hi) see none of the keys and are skipped. forward_blocks.key_ranges
+    transposed: row i sees key j iff j - off - WIN_RIGHT <= i <= j - off + WIN_LEFT."""
+    off = N_K - N_Q
+    if CAUSAL:
+        lo = (tl.maximum(0, n0 - off - WIN_RIGHT) // BLOCK_M) * BLOCK_M  # the first row that sees key n0
+        full_lo = tl.maximum(0, n0 + BLOCK_N - 1 - off - WIN_RIGHT)  # the first row that sees every key
+    else:
+        lo = 0
+        full_lo = 0
+    if WINDOW:
+        # past the last row that sees a key of the block; past the last row that sees them all
+        hi = tl.minimum(N_Q, tl.maximum(0, n0 + BLOCK_N - off + WIN_LEFT))
+        full_hi = tl.minimum(N_Q, tl.maximum(0, n0 - off + WIN_LEFT + 1))
+    else:
+        hi = N_Q
+        full_hi = N_Q
+    mid_lo = tl.minimum(((full_lo + BLOCK_M - 1) // BLOCK_M) * BLOCK_M, hi)
+    if WINDOW:
+        mid_hi = tl.maximum((full_hi // BLOCK_M) * BLOCK_M, mid_lo)
+    else:
+        mid_hi = hi  # through the last partial block: its rows past N_Q have LSE2 = +inf, so P = 0
+    return lo, mid_lo, mid_hi, hi
 
 
 @triton.jit
@@ -41,12 +79,15 @@ def _dkdv_block(
     offs_n,  # [BLOCK_N] key indices of the resident block
     N_Q,
     N_K,
-    CAUSAL_OFF,  # seq_k - seq_q
+    CAUSAL_OFF,  # query i sees key j only if j <= i + CAUSAL_OFF (CAUSAL)
+    LEFT_OFF,  # query i sees key j only if j >= i + LEFT_OFF (WINDOW)
     qk_scale,  # sm_scale * log2(e)
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    MASK: tl.constexpr,  # apply the causal mask in this block
+    CAUSAL: tl.constexpr,
+    WINDOW: tl.constexpr,
+    MASK: tl.constexpr,  # apply the causal / window mask in this block
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,
@@ -65,10 +106,16 @@ def _dkdv_block(
             other=0.0,
         )
     delta = tl.load(delta_base + offs_m, mask=row_ok, other=0.0)
+    if MASK:  # [BN, BM]: key j of the block, query i of the tile
+        seen = offs_n[:, None] == offs_n[:, None]  # all true, narrowed by the masks below
+        if CAUSAL:
+            seen = seen & (offs_m[None, :] + CAUSAL_OFF >= offs_n[:, None])
+        if WINDOW:
+            seen = seen & (offs_n[:, None] >= offs_m[None, :] + LEFT_OFF)
     if STORED_P:
         valid = row_ok[None, :] & (offs_n[:, None] < N_K)
         if MASK:
-            valid = valid & (offs_m[None, :] + CAUSAL_OFF >= offs_n[:, None])
+            valid = valid & seen
         pt_ptrs = p_base + offs_m[None, :] * stride_pm + offs_n[:, None] * stride_pn  # P^T tile [BN, BM]
         pt = tl.load(pt_ptrs, mask=valid, other=0.0).to(tl.float32)
     else:
@@ -76,7 +123,7 @@ def _dkdv_block(
         qkt = dot(k, tl.trans(q), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), IEEE) * qk_scale
         pt = tl.math.exp2(qkt - lse[None, :])
         if MASK:
-            pt = tl.where(offs_m[None, :] + CAUSAL_OFF >= offs_n[:, None], pt, 0.0)
+            pt = tl.where(seen, pt, 0.0)
     dv = dot(pt.to(do.dtype), do, dv, IEEE)
     dpt = dot(v, tl.trans(do), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), IEEE)
     dst = pt * (dpt - delta[None, :])
@@ -126,9 +173,12 @@ def _bwd_dkdv(
     N_K,
     qk_scale,  # sm_scale * log2(e)
     sm_scale,  # softmax scale (dK = sm_scale * dS^T Q)
+    WIN_LEFT,  # as in flash_v2._attn_fwd
+    WIN_RIGHT,
     N_BUCKET,  # autotune key only
     HEAD_DIM: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    CAUSAL: tl.constexpr,  # a right limit (causal: WIN_RIGHT = 0)
+    WINDOW: tl.constexpr,  # a left limit
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,  # stream Q and dO through the host descriptors QD, DOD
@@ -156,16 +206,19 @@ def _bwd_dkdv(
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
 
-    causal_off = N_K - N_Q
-    if CAUSAL:
-        # Query rows < lo see no key of this block; rows >= full_start see all of them.
-        lo = (tl.maximum(0, start_n - causal_off) // BLOCK_M) * BLOCK_M
-        full_start = ((tl.maximum(0, start_n + BLOCK_N - 1 - causal_off) + BLOCK_M - 1) // BLOCK_M) * BLOCK_M
-        masked_end = tl.minimum(full_start, N_Q)
-    else:
-        lo = 0
-        full_start = 0
-        masked_end = 0
+    causal_off = N_K - N_Q + WIN_RIGHT
+    left_off = N_K - N_Q - WIN_LEFT
+    lo, mid_lo, mid_hi, hi = query_ranges(
+        n0=start_n,
+        N_Q=N_Q,
+        N_K=N_K,
+        WIN_LEFT=WIN_LEFT,
+        WIN_RIGHT=WIN_RIGHT,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        CAUSAL=CAUSAL,
+        WINDOW=WINDOW,
+    )
     for g in range(0, GROUP):
         h = hkv * GROUP + g
         bh = b * H + h
@@ -175,7 +228,7 @@ def _bwd_dkdv(
             q_src = QD
             do_src = DOD
         p_base = P + b * stride_pz + h * stride_ph
-        for start_m in range(lo, masked_end, BLOCK_M):
+        for start_m in range(lo, mid_lo, BLOCK_M):
             dk, dv = _dkdv_block(
                 dk=dk,
                 dv=dv,
@@ -197,16 +250,19 @@ def _bwd_dkdv(
                 N_Q=N_Q,
                 N_K=N_K,
                 CAUSAL_OFF=causal_off,
+                LEFT_OFF=left_off,
                 qk_scale=qk_scale,
                 HEAD_DIM=HEAD_DIM,
                 BLOCK_M=BLOCK_M,
                 BLOCK_N=BLOCK_N,
+                CAUSAL=CAUSAL,
+                WINDOW=WINDOW,
                 MASK=True,
                 STORED_P=STORED_P,
                 IEEE=IEEE,
                 TMA=TMA,
             )
-        for start_m in range(full_start, N_Q, BLOCK_M):
+        for start_m in range(mid_lo, mid_hi, BLOCK_M):
             dk, dv = _dkdv_block(
                 dk=dk,
                 dv=dv,
@@ -228,11 +284,48 @@ def _bwd_dkdv(
                 N_Q=N_Q,
                 N_K=N_K,
                 CAUSAL_OFF=causal_off,
+                LEFT_OFF=left_off,
                 qk_scale=qk_scale,
                 HEAD_DIM=HEAD_DIM,
                 BLOCK_M=BLOCK_M,
                 BLOCK_N=BLOCK_N,
+                CAUSAL=CAUSAL,
+                WINDOW=WINDOW,
                 MASK=False,
+                STORED_P=STORED_P,
+                IEEE=IEEE,
+                TMA=TMA,
+            )
+        for start_m in range(mid_hi, hi, BLOCK_M):
+            dk, dv = _dkdv_block(
+                dk=dk,
+                dv=dv,
+                k=k,
+                v=v,
+                q_src=q_src,
+                do_src=do_src,
+                desc_b=b.to(tl.int32),
+                desc_h=h.to(tl.int32),
+                lse_base=LSE + bh * N_Q,
+                delta_base=DELTA + bh * N_Q,
+                p_base=p_base,
+                stride_qm=stride_qm,
+                stride_dom=stride_dom,
+                stride_pm=stride_pm,
+                stride_pn=stride_pn,
+                start_m=start_m,
+                offs_n=offs_n,
+                N_Q=N_Q,
+                N_K=N_K,
+                CAUSAL_OFF=causal_off,
+                LEFT_OFF=left_off,
+                qk_scale=qk_scale,
+                HEAD_DIM=HEAD_DIM,
+                BLOCK_M=BLOCK_M,
+                BLOCK_N=BLOCK_N,
+                CAUSAL=CAUSAL,
+                WINDOW=WINDOW,
+                MASK=True,
                 STORED_P=STORED_P,
                 IEEE=IEEE,
                 TMA=TMA,

@@ -3,7 +3,8 @@ head).
 
 Origin: Dao, "FlashAttention-2" (2023), Algorithm 2, in the shape of Triton's fused-attention tutorial.
 Loop order: Q, dO, LSE2 and D of the program's query block stay resident; K and V are streamed as in the
-forward, over the same key ranges (mask-free blocks, then the causal diagonal and the tail): dP = dO V^T,
+forward, over the same key ranges (a window's left edge, mask-free blocks, then the causal diagonal and the tail;
+forward_blocks.key_ranges): dP = dO V^T,
 dS = P * (dP - D), dQ += dS K; at the end dQ *= sm_scale. P is recomputed (exp2(Q K^T * qk_scale - LSE2)) or
 loaded (STORED_P).
 
@@ -16,6 +17,7 @@ import triton
 import triton.language as tl
 
 from .common import dot
+from .forward_blocks import key_ranges
 
 
 @triton.jit
@@ -38,13 +40,15 @@ def _dq_block(
     offs_m,  # [BLOCK_M] query rows
     N_Q,
     N_K,
-    CAUSAL_OFF,  # seq_k - seq_q
+    CAUSAL_OFF,  # query i sees key j only if j <= i + CAUSAL_OFF (CAUSAL)
+    LEFT_OFF,  # query i sees key j only if j >= i + LEFT_OFF (WINDOW)
     qk_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
-    MASK: tl.constexpr,  # tail / causal mask needed in this block
+    WINDOW: tl.constexpr,
+    MASK: tl.constexpr,  # tail / causal / window mask needed in this block
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,
@@ -54,6 +58,8 @@ def _dq_block(
     valid = offs_n[None, :] < N_K
     if CAUSAL:
         valid = valid & (offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :])
+    if WINDOW:
+        valid = valid & (offs_n[None, :] >= offs_m[:, None] + LEFT_OFF)
     if TMA:  # rows past N_K arrive as zeros
         k = k_src.load([desc_b, desc_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         v = v_src.load([desc_b, desc_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
@@ -120,9 +126,12 @@ def _bwd_dq(
     N_K,
     qk_scale,
     sm_scale,
+    WIN_LEFT,  # as in flash_v2._attn_fwd
+    WIN_RIGHT,
     N_BUCKET,  # autotune key only
     HEAD_DIM: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    CAUSAL: tl.constexpr,  # a right limit (causal: WIN_RIGHT = 0)
+    WINDOW: tl.constexpr,  # a left limit
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,  # stream K and V through the host descriptors KD, VD
@@ -157,15 +166,20 @@ def _bwd_dq(
     p_base = P + b * stride_pz + h * stride_ph
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-    causal_off = N_K - N_Q
-    if CAUSAL:  # the same key ranges as the forward
-        hi = tl.minimum(N_K, tl.maximum(0, (pid_m + 1) * BLOCK_M + causal_off))
-        full_end = tl.minimum(N_K, tl.maximum(0, pid_m * BLOCK_M + causal_off + 1))
-    else:
-        hi = N_K
-        full_end = N_K
-    full_end = (full_end // BLOCK_N) * BLOCK_N
-    for start_n in range(0, full_end, BLOCK_N):
+    causal_off = N_K - N_Q + WIN_RIGHT
+    left_off = N_K - N_Q - WIN_LEFT
+    lo, mid_lo, mid_hi, hi = key_ranges(
+        m0=pid_m * BLOCK_M,
+        N_Q=N_Q,
+        N_K=N_K,
+        WIN_LEFT=WIN_LEFT,
+        WIN_RIGHT=WIN_RIGHT,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        CAUSAL=CAUSAL,
+        WINDOW=WINDOW,
+    )
+    for start_n in range(lo, mid_lo, BLOCK_N):
         dq = _dq_block(
             dq=dq,
             q=q,
@@ -186,17 +200,52 @@ def _bwd_dq(
             N_Q=N_Q,
             N_K=N_K,
             CAUSAL_OFF=causal_off,
+            LEFT_OFF=left_off,
             qk_scale=qk_scale,
             HEAD_DIM=HEAD_DIM,
             BLOCK_M=BLOCK_M,
             BLOCK_N=BLOCK_N,
             CAUSAL=CAUSAL,
+            WINDOW=WINDOW,
+            MASK=True,
+            STORED_P=STORED_P,
+            IEEE=IEEE,
+            TMA=TMA,
+        )
+    for start_n in range(mid_lo, mid_hi, BLOCK_N):
+        dq = _dq_block(
+            dq=dq,
+            q=q,
+            do=do,
+            lse=lse,
+            delta=delta,
+            k_src=k_src,
+            v_src=v_src,
+            desc_b=b.to(tl.int32),
+            desc_h=hkv.to(tl.int32),
+            p_base=p_base,
+            stride_kn=stride_kn,
+            stride_vn=stride_vn,
+            stride_pm=stride_pm,
+            stride_pn=stride_pn,
+            start_n=start_n,
+            offs_m=offs_m,
+            N_Q=N_Q,
+            N_K=N_K,
+            CAUSAL_OFF=causal_off,
+            LEFT_OFF=left_off,
+            qk_scale=qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            CAUSAL=CAUSAL,
+            WINDOW=WINDOW,
             MASK=False,
             STORED_P=STORED_P,
             IEEE=IEEE,
             TMA=TMA,
         )
-    for start_n in range(full_end, hi, BLOCK_N):
+    for start_n in range(mid_hi, hi, BLOCK_N):
         dq = _dq_block(
             dq=dq,
             q=q,
@@ -217,11 +266,13 @@ def _bwd_dq(
             N_Q=N_Q,
             N_K=N_K,
             CAUSAL_OFF=causal_off,
+            LEFT_OFF=left_off,
             qk_scale=qk_scale,
             HEAD_DIM=HEAD_DIM,
             BLOCK_M=BLOCK_M,
             BLOCK_N=BLOCK_N,
             CAUSAL=CAUSAL,
+            WINDOW=WINDOW,
             MASK=True,
             STORED_P=STORED_P,
             IEEE=IEEE,

@@ -130,6 +130,43 @@ def check_inputs(
     return unit_stride(q), unit_stride(k), unit_stride(v), sm_scale
 
 
+def check_window(name: str, window: Any, causal: bool) -> tuple[int, int] | None:
+    """A sliding window (left, right) in flash-attn's `window_size` convention, checked: query i sits at key
+    position p = i + Nk - Nq and sees keys j with p - left <= j <= p + right; -1 = no limit on that side.
+
+    Returns the window the kernels take, None when it masks nothing beyond `causal` ((-1, -1), or causal with
+    (-1, -1) or (-1, 0)). causal=True means right = 0: it accepts right -1 or 0 and refuses a larger right
+    (the two would contradict). Raises KernelUnsupported naming what is wrong.
+    """
+    if window is None:
+        return None
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise KernelUnsupported(f"{name}: window must be a pair (left, right), got {window!r}") from None
+    for side, size in (("left", left), ("right", right)):
+        if isinstance(size, bool) or not isinstance(size, int) or size < -1:
+            raise KernelUnsupported(
+                f"{name}: window {side} must be an int >= -1 (-1: no limit), got {size!r}"
+            )
+    if causal:
+        if right > 0:
+            raise KernelUnsupported(
+                f"{name}: causal=True means window right = 0; got window {tuple(window)} (use -1 or 0)"
+            )
+        right = 0
+    if left == -1 and right == -1 or causal and left == -1:
+        return None
+    return left, right
+
+
+def window_flags(causal: bool, window: tuple[int, int] | None) -> tuple[bool, bool, int, int]:
+    """The kernels' mask arguments for a checked window: (CAUSAL: a right limit, WINDOW: a left limit,
+    WIN_LEFT, WIN_RIGHT). A causal mask is a right limit of 0."""
+    left, right = window if window is not None else (-1, 0 if causal else -1)
+    return right >= 0, left >= 0, max(left, 0), max(right, 0)
+
+
 def unit_stride(t: torch.Tensor) -> torch.Tensor:
     """`t` itself when its last dimension is unit-stride (any other strides are fine), else a contiguous copy."""
     return t if t.stride(-1) == 1 else t.contiguous()

@@ -14,9 +14,13 @@ Cautions:
   - Causal masks are aligned bottom-right when seq_q != seq_k (flash-attn's convention): query i sees key j
     iff j <= i + (seq_k - seq_q). Rows that see no key (seq_q > seq_k) output 0 and get LSE2 = +inf, so the
     backward's exp2(s - LSE2) is 0 there; their gradients are 0.
-  - Key blocks are split into a mask-free range (blocks entirely visible and inside seq_k) and a masked
-    range (the causal diagonal and the tail block), so any sequence length works and full blocks pay no
-    masking cost.
+  - Sliding windows (flash-attn's window_size): a right limit is the causal mask shifted by `right` keys
+    (CAUSAL with WIN_RIGHT), a left limit masks keys before i + (seq_k - seq_q) - left (WINDOW). Rows that
+    see no key are handled as above.
+  - Key blocks are split into a mask-free range (blocks entirely visible and inside seq_k) and masked ranges
+    (a window's left edge; the causal diagonal and the tail block), so any sequence length works and full
+    blocks pay no masking cost; blocks no row of the tile sees are not visited (forward_blocks.key_ranges), so
+    the work of a windowed tile scales with the window, not with seq_k.
   - P is cast to the input dtype before P @ V (as flash-attn does); acc, m, l and LSE stay fp32.
   - fp32 inputs use IEEE fp32 dots (no TF32) so that fp32 is a precise reference path, not a fast one.
   - GQA: query head h reads K/V head h // (heads // kv_heads).
@@ -40,6 +44,7 @@ Cautions:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -54,184 +59,15 @@ from .common import (
     _set_last_config,
     cdiv,
     check_inputs,
-    dot,
+    check_window,
     row_strides,
     seq_bucket,
+    window_flags,
 )
 from .configs import FWD_SPACE, INTERPRET_FWD, normalize_config
 from .descriptors import host_descriptor, twin_descriptor, use_tma
+from .forward_blocks import fwd_block, key_ranges
 from .launch import attend, launch
-
-
-@triton.jit
-def _scores(
-    q,  # [BLOCK_M, HEAD_DIM] query tile, input dtype
-    k_src,  # TMA: host descriptor of K ([B, H_KV, N_K, HEAD_DIM]); else pointer to K[b, hkv, 0, 0]
-    stride_kn,
-    kv_b,  # batch and K/V head: the first coordinates of the descriptor
-    kv_h,
-    start_n,  # first key of this block
-    N_K,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASK: tl.constexpr,  # keys past N_K may be in this block
-    IEEE: tl.constexpr,
-    TMA: tl.constexpr,
-):
-    """S = Q K^T for one key block, fp32, unscaled."""
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    if TMA:
-        kt = tl.trans(k_src.load([kv_b, kv_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))  # past N_K: zeros
-    elif MASK:
-        kt_ptrs = k_src + offs_n[None, :] * stride_kn + offs_d[:, None]  # K^T tile [D, BN]
-        kt = tl.load(kt_ptrs, mask=offs_n[None, :] < N_K, other=0.0)
-    else:
-        kt = tl.load(k_src + offs_n[None, :] * stride_kn + offs_d[:, None])
-    return dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
-
-
-@triton.jit
-def _add_pv(
-    acc,  # [BLOCK_M, HEAD_DIM] fp32
-    p,  # [BLOCK_M, BLOCK_N] probabilities of one key block, input dtype
-    v_src,  # as k_src in _scores, for V
-    stride_vn,
-    kv_b,
-    kv_h,
-    start_n,
-    N_K,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASK: tl.constexpr,
-    IEEE: tl.constexpr,
-    TMA: tl.constexpr,
-):
-    """acc + P V for one key block."""
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    if TMA:
-        v = v_src.load([kv_b, kv_h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
-    elif MASK:
-        v = tl.load(
-            v_src + offs_n[:, None] * stride_vn + offs_d[None, :],
-            mask=offs_n[:, None] < N_K,
-            other=0.0,
-        )
-    else:
-        v = tl.load(v_src + offs_n[:, None] * stride_vn + offs_d[None, :])
-    return dot(p, v, acc, IEEE)
-
-
-@triton.jit
-def _online_softmax(
-    qk,  # [BLOCK_M, BLOCK_N] fp32 scores of one key block, unscaled
-    l_i,  # [BLOCK_M] fp32 running sum of exp2
-    m_i,  # [BLOCK_M] fp32 running max (base-2 units)
-    start_n,
-    offs_m,  # [BLOCK_M] query row indices
-    N_K,
-    CAUSAL_OFF,  # seq_k - seq_q: query i sees key j iff j <= i + CAUSAL_OFF
-    qk_scale,  # sm_scale * log2(e), >= 0
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    MASK: tl.constexpr,  # this block needs the tail / causal mask
-):
-    """One online-softmax step. Returns (p fp32, alpha = the rescale of the old accumulator, l, m)."""
-    if MASK:
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        if CAUSAL:  # implies key < N_K for every row < N_Q (rows past N_Q are never stored)
-            valid = offs_m[:, None] + CAUSAL_OFF >= offs_n[None, :]
-        else:
-            valid = offs_n[None, :] < N_K
-        qk = tl.where(valid, qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        # A row with every key masked so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(qk - m_use[:, None])
-    else:
-        # Scale after the row max (qk_scale >= 0), then one FMA per element: exp2(s * scale - m).
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        m_use = m_new
-        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
-    alpha = tl.math.exp2(m_i - m_use)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    return p, alpha, l_i, m_new
-
-
-@triton.jit
-def _fwd_block(
-    acc,  # [BLOCK_M, HEAD_DIM] fp32 accumulator
-    l_i,  # [BLOCK_M] fp32 running sum
-    m_i,  # [BLOCK_M] fp32 running max
-    q,  # [BLOCK_M, HEAD_DIM] query tile
-    k_src,  # as in _scores
-    v_src,  # as in _add_pv
-    stride_kn,
-    stride_vn,
-    kv_b,
-    kv_h,
-    start_n,  # first key of this block
-    offs_m,  # [BLOCK_M] query rows
-    N_K,
-    CAUSAL_OFF,
-    qk_scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    MASK: tl.constexpr,  # the tail / causal mask is needed in this block
-    IEEE: tl.constexpr,
-    TMA: tl.constexpr,
-):
-    """One key block in FA2 order: S = Q K^T, softmax, rescale, acc += P V (the tensor cores wait for the
-    softmax)."""
-    qk = _scores(
-        q=q,
-        k_src=k_src,
-        stride_kn=stride_kn,
-        kv_b=kv_b,
-        kv_h=kv_h,
-        start_n=start_n,
-        N_K=N_K,
-        HEAD_DIM=HEAD_DIM,
-        BLOCK_M=BLOCK_M,
-        BLOCK_N=BLOCK_N,
-        MASK=MASK,
-        IEEE=IEEE,
-        TMA=TMA,
-    )
-    p, alpha, l_i, m_new = _online_softmax(
-        qk=qk,
-        l_i=l_i,
-        m_i=m_i,
-        start_n=start_n,
-        offs_m=offs_m,
-        N_K=N_K,
-        CAUSAL_OFF=CAUSAL_OFF,
-        qk_scale=qk_scale,
-        BLOCK_N=BLOCK_N,
-        CAUSAL=CAUSAL,
-        MASK=MASK,
-    )
-    acc = acc * alpha[:, None]
-    acc = _add_pv(
-        acc=acc,
-        p=p.to(q.dtype),
-        v_src=v_src,
-        stride_vn=stride_vn,
-        kv_b=kv_b,
-        kv_h=kv_h,
-        start_n=start_n,
-        N_K=N_K,
-        HEAD_DIM=HEAD_DIM,
-        BLOCK_N=BLOCK_N,
-        MASK=MASK,
-        IEEE=IEEE,
-        TMA=TMA,
-    )
-    return acc, l_i, m_new
 
 
 @triton.jit
@@ -264,9 +100,12 @@ def _attn_fwd(
     N_Q,  # query length
     N_K,  # key length
     qk_scale,  # sm_scale * log2(e)
+    WIN_LEFT,  # WINDOW: query i sees keys from position i + N_K - N_Q - WIN_LEFT on
+    WIN_RIGHT,  # CAUSAL: query i sees keys up to position i + N_K - N_Q + WIN_RIGHT (0: a causal mask)
     N_BUCKET,  # autotune key only: next power of two of max(N_Q, N_K)
     HEAD_DIM: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    CAUSAL: tl.constexpr,  # keys right of the row's window are masked (causal, or a window's right limit)
+    WINDOW: tl.constexpr,  # keys left of the row's window are masked (a sliding window's left limit)
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots
     TMA: tl.constexpr,  # Q, K, V, O through the host descriptors QD, KD, VD, OD (TMA, sm90+)
     BLOCK_M: tl.constexpr,
@@ -322,17 +161,23 @@ def _attn_fwd(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-    causal_off = N_K - N_Q
-    if CAUSAL:
-        # Keys [0, hi) are seen by some row of this block; keys [0, full_end) by every row.
-        hi = tl.minimum(N_K, tl.maximum(0, (pid_m + 1) * BLOCK_M + causal_off))
-        full_end = tl.minimum(N_K, tl.maximum(0, pid_m * BLOCK_M + causal_off + 1))
-    else:
-        hi = N_K
-        full_end = N_K
-    full_end = (full_end // BLOCK_N) * BLOCK_N
-    for start_n in tl.range(0, full_end, BLOCK_N):
-        acc, l_i, m_i = _fwd_block(
+    causal_off = N_K - N_Q + WIN_RIGHT
+    left_off = N_K - N_Q - WIN_LEFT
+    lo, mid_lo, mid_hi, hi = key_ranges(
+        m0=pid_m * BLOCK_M,
+        N_Q=N_Q,
+        N_K=N_K,
+        WIN_LEFT=WIN_LEFT,
+        WIN_RIGHT=WIN_RIGHT,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        CAUSAL=CAUSAL,
+        WINDOW=WINDOW,
+    )
+    # Three loops over the key blocks: the window's left edge (masked), every row sees all keys (no mask), the
+    # causal diagonal and the tail (masked, in MASK_N-key blocks). Blocks outside [lo, hi) are never visited.
+    for start_n in tl.range(lo, mid_lo, BLOCK_N):
+        acc, l_i, m_i = fwd_block(
             acc=acc,
             l_i=l_i,
             m_i=m_i,
@@ -347,17 +192,46 @@ def _attn_fwd(
             offs_m=offs_m,
             N_K=N_K,
             CAUSAL_OFF=causal_off,
+            LEFT_OFF=left_off,
             qk_scale=qk_scale,
             HEAD_DIM=HEAD_DIM,
             BLOCK_M=BLOCK_M,
             BLOCK_N=BLOCK_N,
             CAUSAL=CAUSAL,
+            WINDOW=WINDOW,
+            MASK=True,
+            IEEE=IEEE,
+            TMA=TMA,
+        )
+    for start_n in tl.range(mid_lo, mid_hi, BLOCK_N):
+        acc, l_i, m_i = fwd_block(
+            acc=acc,
+            l_i=l_i,
+            m_i=m_i,
+            q=q,
+            k_src=k_src,
+            v_src=v_src,
+            stride_kn=stride_kn,
+            stride_vn=stride_vn,
+            kv_b=kv_b,
+            kv_h=kv_h,
+            start_n=start_n,
+            offs_m=offs_m,
+            N_K=N_K,
+            CAUSAL_OFF=causal_off,
+            LEFT_OFF=left_off,
+            qk_scale=qk_scale,
+            HEAD_DIM=HEAD_DIM,
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            CAUSAL=CAUSAL,
+            WINDOW=WINDOW,
             MASK=False,
             IEEE=IEEE,
             TMA=TMA,
         )
-    for start_n in tl.range(full_end, hi, MASK_N):
-        acc, l_i, m_i = _fwd_block(
+    for start_n in tl.range(mid_hi, hi, MASK_N):
+        acc, l_i, m_i = fwd_block(
             acc=acc,
             l_i=l_i,
             m_i=m_i,
@@ -372,11 +246,13 @@ def _attn_fwd(
             offs_m=offs_m,
             N_K=N_K,
             CAUSAL_OFF=causal_off,
+            LEFT_OFF=left_off,
             qk_scale=qk_scale,
             HEAD_DIM=HEAD_DIM,
             BLOCK_M=BLOCK_M,
             BLOCK_N=MASK_N,
             CAUSAL=CAUSAL,
+            WINDOW=WINDOW,
             MASK=True,
             IEEE=IEEE,
             TMA=TMA,
@@ -405,16 +281,18 @@ def attention_forward(
     causal: bool,
     sm_scale: float,
     config: dict[str, Any] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """Launch the FA2 forward on checked inputs. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used).
+    """Launch the FA2 forward on checked inputs (window: as `check_window` returns it). Returns (o [B,H,Nq,D],
+    lse2 [B,H,Nq] fp32, config used).
 
     On Hopper, fp16/bf16 at the head dims and lengths of flash_ws.GLUON_MIN_SEQ (and shapes it supports), the
     forward is flash_ws's warp-specialized Gluon kernel unless a Triton config is forced or FLASHBENCH_GLUON=0;
     a config with "kernel": "gluon-ws" forces it. Both write the same O and base-2 LSE.
     """
-    if config.get("kernel") == "gluon-ws" if config else flash_ws.preferred(q, k, v, causal):
+    if config.get("kernel") == "gluon-ws" if config else flash_ws.preferred(q, k, v, causal, window):
         try:
-            o, lse, cfg = flash_ws.attention_forward(q, k, v, causal, sm_scale, config)
+            o, lse, cfg = flash_ws.attention_forward(q, k, v, causal, sm_scale, config, window)
         except ValueError as exc:
             raise KernelUnsupported(f"flash_attn: {exc}") from None
         _set_last_config(cfg)
@@ -423,18 +301,20 @@ def attention_forward(
     Hkv, Nk = k.shape[1], k.shape[2]
     o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
+    right_limit, left_limit, win_left, win_right = window_flags(causal, window)
     tma = use_tma(q, k, v)
     kd, vd, kd2, vd2, qd, od = k, v, k, v, q, o
     if tma:
         kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
-        if causal:  # the half-width diagonal blocks' descriptors (used where BLOCK_N > BLOCK_M)
+        if right_limit:  # the half-width diagonal blocks' descriptors (used where BLOCK_N > BLOCK_M)
             kd2, vd2 = twin_descriptor(kd), twin_descriptor(vd)
     tensors = (q, k, v, o, lse, kd, vd, kd2, vd2, qd, od)
     strides = row_strides(q, k, v, o)
-    sizes = (H, H // Hkv, Nq, Nk, sm_scale * LOG2E, seq_bucket(max(Nq, Nk)))
+    sizes = (H, H // Hkv, Nq, Nk, sm_scale * LOG2E, win_left, win_right, seq_bucket(max(Nq, Nk)))
     constexprs = {
         "HEAD_DIM": D,
-        "CAUSAL": causal,
+        "CAUSAL": right_limit,
+        "WINDOW": left_limit,
         "IEEE": q.dtype == torch.float32,
         "TMA": tma,
     }
@@ -458,18 +338,21 @@ class RecomputeAttention(torch.autograd.Function):
     (this file's FA2 order and flash_v1's FA1 order): `forward_fn` is the forward launcher."""
 
     @staticmethod
-    def forward(ctx: Any, q, k, v, causal, sm_scale, config, forward_fn=None):  # type: ignore[override]
+    def forward(ctx: Any, q, k, v, causal, sm_scale, config, forward_fn=None, window=None):  # type: ignore[override]
         o, lse, _ = (forward_fn or attention_forward)(q, k, v, causal, sm_scale, config)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal = causal
         ctx.sm_scale = sm_scale
+        ctx.window = window
         return o
 
     @staticmethod
     def backward(ctx: Any, do):  # type: ignore[override]
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = attention_backward(q, k, v, o, lse, do, None, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None, None, None
+        dq, dk, dv = attention_backward(
+            q, k, v, o, lse, do, None, ctx.causal, ctx.sm_scale, window=ctx.window
+        )
+        return dq, dk, dv, None, None, None, None, None
 
 
 def flash_attn(
@@ -479,6 +362,7 @@ def flash_attn(
     causal: bool = False,
     sm_scale: float | None = None,
     config: dict[str, Any] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> torch.Tensor:
     """FlashAttention-2 attention, a drop-in for scaled_dot_product_attention on [B, H, N, D] tensors.
 
@@ -489,10 +373,18 @@ def flash_attn(
     otherwise it is autotuned on CUDA (one fixed config under TRITON_INTERPRET=1). On Hopper and newer, Q, K,
     V and O move through tensor descriptors (TMA) when the inputs are 16-byte aligned; FLASHBENCH_TMA=0 turns
     that off.
+    window=(left, right): a sliding window, flash-attn's `window_size` convention aligned bottom-right: query i
+    sits at key position p = i + Nk - Nq and sees keys p - left <= j <= p + right; -1 = no limit on that side;
+    with causal=True, right must be -1 or 0 (both mean 0). Key blocks outside every row's window are skipped,
+    in the forward and in both backward passes; a row that sees no key outputs 0 and gets no gradient.
     Differentiable: the backward recomputes P from Q, K and the saved log-sum-exp.
     Raises KernelUnsupported naming what is unsupported.
     """
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
+    window = check_window("flash_attn", window, causal)
     if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
         config = normalize_config("flash_attn", config)
-    return attend(RecomputeAttention, attention_forward, q, k, v, causal, sm_scale, config)
+    if window is None:
+        return attend(RecomputeAttention, attention_forward, q, k, v, causal, sm_scale, config)
+    forward = functools.partial(attention_forward, window=window)
+    return attend(RecomputeAttention, forward, q, k, v, causal, sm_scale, config, forward, window)

@@ -17,7 +17,7 @@ log-sum-exp, fp32) per row, exp2 with the scale folded in, causal aligned bottom
 
 Query tiles are aligned to the end of the sequence: when BLOCK_M does not divide Nq, the first tile starts
 before row 0 and its warpgroups that own no row only keep the barrier protocol (no math, no store).
-PERSISTENT=1 launches one program per SM; each walks tiles t = pid, pid + programs, ... (in _tile's order), and
+PERSISTENT=1 launches one program per SM; each walks tiles t = pid, pid + programs, ... (in flash_ws_parts.tile's order), and
 the K/V ring, the turns and the Q barriers keep counting across its tiles (`it`: key blocks so far, `tc`: tiles
 so far). The output then has its own shared-memory buffers, so the next tile's Q can load during this tile's
 epilogue. The walk is static round-robin: balanced for equal tiles (no mask), not for causal ones.
@@ -25,6 +25,9 @@ epilogue. The walk is static round-robin: balanced for equal tiles (no mask), no
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
 contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (the 2-D descriptors span all heads, so a partial
 64-row slice would read or write the next head's rows), and for causal Nk >= Nq (every row sees a key).
+Sliding windows: those whose right limit is 0 (causal with window (left, -1) or (left, 0), or window (left, 0)):
+each tile's first key block is bounded by its first row's window (blocks before it are never loaded) and the
+blocks that cut the window's left edge are masked, as the causal diagonal is; other windows are the tl kernel's.
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ HEAD_DIMS = (64, 128)
 GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, True): 2048}
 # A forced config's keys and their values (None: any). PERSISTENT: one program per SM (or PROGRAMS of them, for
 # tests) walks its share of the tiles, and the output gets its own shared-memory buffers so the next tile's
-# loads overlap this tile's epilogue. SCHED_HEADS: tiles are walked in groups of this many heads (_tile); no
+# loads overlap this tile's epilogue. SCHED_HEADS: tiles are walked in groups of this many heads (flash_ws_parts.tile); no
 # default groups, but groups of 16 lifted the persistent causal walk at d = 64 N = 2048 from 197 to 312
 # TFLOP/s on an H100 (`python3 benchmarks/ws_quick.py speed --dims 64`, variants ws3p and ws3p-h16).
 CONFIG_KEYS = {
@@ -88,6 +91,9 @@ CONFIG_KEYS = {
     "SCHED_HEADS": (1, 4, 16, 32, 64),
     "PROGRAMS": None,
 }
+# A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
+# the tl kernel beat this one on the causal diagonal (d=128 causal N=1024 above: 344 vs 279 TFLOP/s).
+GLUON_MIN_WINDOW = 1024
 SMEM_LIMIT = 232448 - 1024  # an H100's opt-in shared memory per block, less the barriers
 
 
@@ -103,12 +109,17 @@ def default_config(head_dim: int, causal: bool) -> dict[str, Any]:
     return dict(DEFAULT_CONFIG[(head_dim if head_dim in HEAD_DIMS else 128, bool(causal))])
 
 
-def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+def preferred(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, window: tuple[int, int] | None = None
+) -> bool:
     """Whether flash_attn's forward should take this kernel for these inputs (no forced config)."""
     D = q.shape[-1]
-    if D not in HEAD_DIMS or q.shape[2] < GLUON_MIN_SEQ[(D, bool(causal))] or not enabled():
+    masked = bool(causal) or window is not None
+    if D not in HEAD_DIMS or q.shape[2] < GLUON_MIN_SEQ[(D, masked)] or not enabled():
         return False
-    return supported(q, k, v, causal, default_config(D, causal)["BLOCK_M"]) is None
+    if window is not None and window[0] < GLUON_MIN_WINDOW:
+        return False
+    return supported(q, k, v, causal, default_config(D, masked)["BLOCK_M"], window) is None
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -136,11 +147,19 @@ def _sm_count(device_index: int) -> int:
 
 
 def supported(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, block_m: int = 128
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    block_m: int = 128,
+    window: tuple[int, int] | None = None,
 ) -> str | None:
     """None if the Gluon forward can run these inputs, else why not (one line)."""
     if not HAVE_GLUON:
         return "this Triton has no Gluon"
+    if window is not None and (window[1] != 0 or window[0] < 0):
+        return f"sliding window {window}: only a right limit of 0 (flash_v2's tl kernel takes the others)"
+    causal = bool(causal) or window is not None
     if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return "needs a Hopper GPU (capability 9.x)"
     if q.dtype not in (torch.float16, torch.bfloat16):
@@ -183,13 +202,15 @@ def attention_forward(
     causal: bool,
     sm_scale: float,
     config: dict[str, Any] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Run the Gluon forward. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used); raises ValueError if
     `supported` refuses the inputs."""
     D = q.shape[-1]
+    causal = bool(causal) or window is not None  # a supported window has right limit 0: the causal diagonal
     cfg = default_config(D, causal)
     cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
-    why = supported(q, k, v, causal, cfg["BLOCK_M"])
+    why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
     if why:
         raise ValueError(f"flash_ws forward: {why}")
     if smem_bytes(cfg, D) > SMEM_LIMIT:
@@ -223,6 +244,7 @@ def attention_forward(
         num_m,
         B * H,
         sm_scale * LOG2E,
+        window[0] if window is not None else 0,
         HEAD_DIM=D,
         BLOCK_N=BLOCK_N,
         STAGES=cfg["STAGES"],
@@ -230,6 +252,7 @@ def attention_forward(
         NUM_WG=num_wg,
         SCHED_HEADS=cfg["SCHED_HEADS"],
         SEP_O=bool(cfg["PERSISTENT"]),
+        WINDOW=window is not None,
         CONSUMER_REGS=CONSUMER_REGS[num_wg],
         PRODUCER_REGS=PRODUCER_REGS[num_wg],
         num_warps=4,

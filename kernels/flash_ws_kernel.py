@@ -7,7 +7,7 @@ partition) beside one producer warp (_load_partition). They share three tuples, 
   bars  = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns): the query slices have landed; every consumer is
           done with them; K / V of ring stage s has landed; every consumer has released K (empty_bars[s]) or
           V (empty_bars[STAGES + s]) of stage s; consumer w may issue its matmuls (turns[w]);
-  sched = (num_m, BH, H, GROUP, N_Q, N_K): what _tile needs to place a tile.
+  sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT): what tile() (flash_ws_parts.py) needs to place a tile and bound its keys.
 The tile sizes (NUM_WG, ROWS, HEAD_DIM, STAGES, BLOCK_N) are read from the buffers' shapes.
 """
 
@@ -23,47 +23,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-
-@gluon.jit
-def _tile(t, sched, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr):
-    """Tile t of the schedule: (q_pos, q_row, kv_row, n_blocks, full_blocks).
-
-    Tiles go by groups of SCHED_HEADS heads (whose K/V stay in L2 together), and within a group by query
-    block (the last, which sees the most keys under a causal mask, first), then head.
-    Query tiles end at N_Q: the first may start before row 0."""
-    num_m, BH, H, GROUP, N_Q, N_K = sched
-    per_group = num_m * SCHED_HEADS
-    grp = t // per_group
-    base = grp * SCHED_HEADS
-    heads = gl.minimum(BH - base, SCHED_HEADS)
-    r = t - grp * per_group
-    m = r // heads
-    if CAUSAL:
-        m = num_m - 1 - m
-    bh = base + r % heads
-    kv_bh = (bh // H) * (H // GROUP) + (bh % H) // GROUP
-    q_pos = N_Q - (num_m - m) * BM
-    causal_off = N_K - N_Q
-    if CAUSAL:
-        n_blocks = gl.cdiv(gl.minimum(N_K, q_pos + BM + causal_off), BLOCK_N)
-        full_blocks = gl.minimum(gl.maximum(q_pos + causal_off + 1, 0) // BLOCK_N, n_blocks)
-    else:
-        n_blocks = N_K // BLOCK_N
-        full_blocks = n_blocks
-    return q_pos, bh * N_Q + q_pos, kv_bh * N_K, n_blocks, full_blocks
+from .flash_ws_parts import round_tile, softmax, tile
 
 
 @gluon.jit
-def _round_tile(tc):
-    """The tile of this program's round tc: tiles go round-robin over the programs (t = tc * programs + pid);
-    may be past the last tile in the last round."""
-    pid = gl.program_id(0)
-    programs = gl.num_programs(0)
-    return tc * programs + pid
-
-
-@gluon.jit
-def _load_partition(descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr):
+def _load_partition(
+    descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr, WINDOW: gl.constexpr
+):
     """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
     (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
     that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
@@ -71,7 +37,7 @@ def _load_partition(descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS:
     qd, kd, vd = descs
     q_smem, _, k_smem, v_smem = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
-    num_m, BH, _, _, _, _ = sched
+    num_m, BH, _, _, _, _, _ = sched
     NUM_WG: gl.constexpr = q_smem.shape[0]
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -80,10 +46,16 @@ def _load_partition(descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS:
     it = 0
     n_tiles = num_m * BH
     for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-        t = _round_tile(tc)
+        t = round_tile(tc)
         if t < n_tiles:
-            _, q_row, kv_row, n_blocks, _ = _tile(
-                t=t, sched=sched, BM=BM, BLOCK_N=BLOCK_N, CAUSAL=CAUSAL, SCHED_HEADS=SCHED_HEADS
+            _, q_row, kv_row, first, n_blocks, _, _ = tile(
+                t=t,
+                sched=sched,
+                BM=BM,
+                BLOCK_N=BLOCK_N,
+                CAUSAL=CAUSAL,
+                SCHED_HEADS=SCHED_HEADS,
+                WINDOW=WINDOW,
             )
             # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
             mbarrier.wait(q_empty, (tc & 1) ^ 1)
@@ -91,9 +63,9 @@ def _load_partition(descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS:
             # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
             for i in gl.static_range(NUM_WG):
                 tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
-            for j in range(n_blocks):
-                s = (it + j) % STAGES
-                free_phase = (((it + j) // STAGES) & 1) ^ 1
+            for j in range(first, n_blocks):
+                s = (it + j - first) % STAGES
+                free_phase = (((it + j - first) // STAGES) & 1) ^ 1
                 mbarrier.wait(empty_bars.index(s), free_phase)
                 mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
                 tma.async_copy_global_to_shared(
@@ -104,20 +76,7 @@ def _load_partition(descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS:
                 tma.async_copy_global_to_shared(
                     vd, [kv_row + j * BLOCK_N, 0], v_bars.index(s), v_smem.index(s)
                 )
-            it += n_blocks
-
-
-@gluon.jit
-def _softmax(s, m_i, l_i, rows, start_n, causal_off, qk_scale, MASK: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Online-softmax step on a fp32 score tile: (p, alpha, l, m); the scale is applied after the row max."""
-    if MASK:
-        cols = start_n + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s.type.layout))
-        s = gl.where(cols[None, :] <= rows[:, None] + causal_off, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-    p = gl.exp2(s * qk_scale - m_new[:, None])
-    alpha = gl.exp2(m_i - m_new)
-    l_i = l_i * alpha + gl.sum(p, axis=1)
-    return p, alpha, l_i, m_new
+            it += n_blocks - first
 
 
 @gluon.jit
@@ -136,9 +95,11 @@ def _consumer_step(
     s_zero,  # [64, BLOCK_N] fp32 zeros in the score layout
     rows,  # [64] query rows
     causal_off,
+    left_off,
     qk_scale,
     MASK: gl.constexpr,
     FLIP: gl.constexpr,  # 1 for consumer 0 (its first turn is free)
+    WINDOW: gl.constexpr,
 ):
     """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs."""
     _, _, k_smem, v_smem = smem
@@ -155,16 +116,18 @@ def _consumer_step(
     mbarrier.arrive(next_turn)
     s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_g is done, P_{g-1} V_{g-1} may not be
     mbarrier.arrive(empty_bars.index(s_idx))  # K_g is no longer read
-    p_new, alpha, l_i, m_i = _softmax(
+    p_new, alpha, l_i, m_i = softmax(
         s=s,
         m_i=m_i,
         l_i=l_i,
         rows=rows,
         start_n=start_n,
         causal_off=causal_off,
+        left_off=left_off,
         qk_scale=qk_scale,
         MASK=MASK,
         BLOCK_N=BLOCK_N,
+        WINDOW=WINDOW,
     )
     acc, p = warpgroup_mma_wait(0, deps=[acc, p])
     mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
@@ -185,11 +148,12 @@ def _consumer(
     CAUSAL: gl.constexpr,
     SCHED_HEADS: gl.constexpr,
     SEP_O: gl.constexpr,  # the output has its own buffers (persistent)
+    WINDOW: gl.constexpr,  # a sliding window's left limit (sched's WIN_LEFT)
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
     q_smem, _, k_smem, _ = smem
     _, q_empty, k_bars, v_bars, empty_bars, turns = bars
-    num_m, BH, _, _, N_Q, N_K = sched
+    num_m, BH, _, _, N_Q, N_K, WIN_LEFT = sched
     NUM_WG: gl.constexpr = q_smem.shape[0]
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -204,13 +168,19 @@ def _consumer(
     it = 0
     n_tiles = num_m * BH
     for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-        t = _round_tile(tc)
+        t = round_tile(tc)
         if t < n_tiles:
-            q_pos, q_row, _, n_blocks, full_blocks = _tile(
-                t=t, sched=sched, BM=BM, BLOCK_N=BLOCK_N, CAUSAL=CAUSAL, SCHED_HEADS=SCHED_HEADS
+            q_pos, q_row, _, first, n_blocks, left_full, full_blocks = tile(
+                t=t,
+                sched=sched,
+                BM=BM,
+                BLOCK_N=BLOCK_N,
+                CAUSAL=CAUSAL,
+                SCHED_HEADS=SCHED_HEADS,
+                WINDOW=WINDOW,
             )
             if q_pos + WG * ROWS < 0:  # owns no row of this tile: turns and releases only
-                for j in range(n_blocks):
+                for j in range(n_blocks - first):
                     g = it + j
                     mbarrier.wait(my_turn, (g & 1) ^ FLIP)
                     mbarrier.arrive(next_turn)
@@ -229,9 +199,12 @@ def _consumer(
                     LSE=LSE,
                     q_row=q_row,
                     q_pos=q_pos,
+                    first=first,
                     n_blocks=n_blocks,
+                    left_full=left_full,
                     full_blocks=full_blocks,
                     causal_off=N_K - N_Q,
+                    left_off=N_K - N_Q - WIN_LEFT,
                     qk_scale=qk_scale,
                     it=it,
                     tc=tc,
@@ -239,8 +212,9 @@ def _consumer(
                     FLIP=FLIP,
                     CAUSAL=CAUSAL,
                     SEP_O=SEP_O,
+                    WINDOW=WINDOW,
                 )
-            it += n_blocks
+            it += n_blocks - first
     tma.store_wait(0)
 
 
@@ -254,9 +228,12 @@ def _consumer_tile(
     LSE,
     q_row,  # the tile's first row in the flattened [B * H * N_Q, D] view
     q_pos,  # the tile's first row in its head (negative for a first partial tile)
-    n_blocks,  # key blocks the tile sees
-    full_blocks,  # of which the first ones need no mask
+    first,  # the first key block the tile sees (WINDOW; else 0)
+    n_blocks,  # one past the last key block the tile sees
+    left_full,  # blocks [first, left_full) cut the window's left edge (masked)
+    full_blocks,  # blocks [left_full, full_blocks) need no mask; the rest cut the causal diagonal
     causal_off,  # N_K - N_Q
+    left_off,  # N_K - N_Q - WIN_LEFT
     qk_scale,
     it,  # the program's key blocks before this tile
     tc,  # the program's tiles before this one
@@ -264,8 +241,9 @@ def _consumer_tile(
     FLIP: gl.constexpr,
     CAUSAL: gl.constexpr,
     SEP_O: gl.constexpr,
+    WINDOW: gl.constexpr,
 ):
-    """One tile's rows of this warpgroup; its key blocks are the program's it, it + 1, ..."""
+    """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
     q_smem, o_smem, k_smem, v_smem = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
     STAGES: gl.constexpr = k_smem.shape[0]
@@ -290,29 +268,33 @@ def _consumer_tile(
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
     mbarrier.wait(q_bar, tc & 1)
 
-    # Block 0: S_0 and its softmax; its P V is issued in the next step.
+    # The first block: S and its softmax; its P V is issued in the next step.
     mbarrier.wait(my_turn, (it & 1) ^ FLIP)
     mbarrier.wait(k_bars.index(it % STAGES), (it // STAGES) & 1)
     s = warpgroup_mma(q, k_smem.index(it % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     mbarrier.arrive(next_turn)
     s = warpgroup_mma_wait(0, deps=[s])
     mbarrier.arrive(empty_bars.index(it % STAGES))
-    p_new, alpha, l_i, m_i = _softmax(
+    p_new, alpha, l_i, m_i = softmax(
         s=s,
         m_i=m_i,
         l_i=l_i,
         rows=rows,
-        start_n=0,
+        start_n=first * BLOCK_N,
         causal_off=causal_off,
+        left_off=left_off,
         qk_scale=qk_scale,
-        MASK=CAUSAL,
+        MASK=CAUSAL or WINDOW,
         BLOCK_N=BLOCK_N,
+        WINDOW=WINDOW,
     )
     p = gl.convert_layout(p_new.to(q.dtype), p_layout)
 
-    for j in range(1, full_blocks):
+    # The window's left edge (masked), the blocks every row sees whole, the causal diagonal (masked).
+    mid = gl.maximum(left_full, first + 1)
+    for j in range(first + 1, gl.minimum(left_full, n_blocks)):
         acc, p, m_i, l_i = _consumer_step(
-            g=it + j,
+            g=it + j - first,
             start_n=j * BLOCK_N,
             acc=acc,
             p=p,
@@ -326,13 +308,37 @@ def _consumer_tile(
             s_zero=s_zero,
             rows=rows,
             causal_off=causal_off,
+            left_off=left_off,
+            qk_scale=qk_scale,
+            MASK=True,
+            FLIP=FLIP,
+            WINDOW=WINDOW,
+        )
+    for j in range(mid, full_blocks):
+        acc, p, m_i, l_i = _consumer_step(
+            g=it + j - first,
+            start_n=j * BLOCK_N,
+            acc=acc,
+            p=p,
+            m_i=m_i,
+            l_i=l_i,
+            q=q,
+            smem=smem,
+            bars=bars,
+            my_turn=my_turn,
+            next_turn=next_turn,
+            s_zero=s_zero,
+            rows=rows,
+            causal_off=causal_off,
+            left_off=left_off,
             qk_scale=qk_scale,
             MASK=False,
             FLIP=FLIP,
+            WINDOW=WINDOW,
         )
-    for j in range(gl.maximum(full_blocks, 1), n_blocks):
+    for j in range(gl.maximum(full_blocks, mid), n_blocks):
         acc, p, m_i, l_i = _consumer_step(
-            g=it + j,
+            g=it + j - first,
             start_n=j * BLOCK_N,
             acc=acc,
             p=p,
@@ -346,20 +352,22 @@ def _consumer_tile(
             s_zero=s_zero,
             rows=rows,
             causal_off=causal_off,
+            left_off=left_off,
             qk_scale=qk_scale,
             MASK=CAUSAL,
             FLIP=FLIP,
+            WINDOW=WINDOW,
         )
     if SEP_O:
         mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
 
-    last = it + n_blocks - 1
+    last = it + n_blocks - first - 1
     mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
     acc = warpgroup_mma(p, v_smem.index(last % STAGES), acc, is_async=True)
     acc, p = warpgroup_mma_wait(0, deps=[acc, p])
     mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))
 
-    # Every row saw at least one key (Nk >= Nq for causal), so l > 0.
+    # Every row saw at least one key (Nk >= Nq for causal; a window holds the row's own key), so l > 0.
     lse = m_i + gl.log2(l_i)
     gl.store(LSE + q_row + WG * ROWS + gl.arange(0, ROWS, row_s), lse)
     out = acc / gl.convert_layout(l_i, row_o)[:, None]
@@ -387,6 +395,7 @@ def _attn_fwd_ws(
     num_m,  # query tiles per head
     BH,  # B * H
     qk_scale,  # sm_scale * log2(e)
+    WIN_LEFT,  # WINDOW: row r sees keys from r + N_K - N_Q - WIN_LEFT on
     HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,  # K/V ring stages
@@ -394,6 +403,7 @@ def _attn_fwd_ws(
     NUM_WG: gl.constexpr,  # consumer warpgroups: BLOCK_M = 64 * NUM_WG
     SCHED_HEADS: gl.constexpr,
     SEP_O: gl.constexpr,
+    WINDOW: gl.constexpr,  # a sliding window's left limit (with CAUSAL: flash-attn's window (WIN_LEFT, 0))
     CONSUMER_REGS: gl.constexpr,  # registers per thread (setmaxnreg) of the consumers and of the producer
     PRODUCER_REGS: gl.constexpr,
 ):
@@ -426,15 +436,15 @@ def _attn_fwd_ws(
     descs = (qd, kd, vd)
     smem = (q_smem, o_smem, k_smem, v_smem)
     bars = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns)
-    sched = (num_m, BH, H, GROUP, N_Q, N_K)
+    sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT)
     # Constexprs go into the partitions' tuples as written here: a tuple held in a variable makes them tensors.
     if NUM_WG == 3:
         gl.warp_specialize(
             [
-                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 0, CAUSAL, SCHED_HEADS, SEP_O)),
-                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 1, CAUSAL, SCHED_HEADS, SEP_O)),
-                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 2, CAUSAL, SCHED_HEADS, SEP_O)),
-                (_load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS)),
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW)),
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW)),
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 2, CAUSAL, SCHED_HEADS, SEP_O, WINDOW)),
+                (_load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -442,9 +452,9 @@ def _attn_fwd_ws(
     else:
         gl.warp_specialize(
             [
-                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 0, CAUSAL, SCHED_HEADS, SEP_O)),
-                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 1, CAUSAL, SCHED_HEADS, SEP_O)),
-                (_load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS)),
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW)),
+                (_consumer, (smem, bars, od, LSE, sched, qk_scale, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW)),
+                (_load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],

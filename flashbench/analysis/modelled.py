@@ -17,6 +17,7 @@ from flashbench.models.flops import attention_flops
 from flashbench.models.io_model import Blocks, family_for_provider
 from flashbench.results.env import Environment
 from flashbench.spec.cases import CASE_FIELDS, DTYPE_BYTES, Case
+from flashbench.spec.window import parse_window
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,17 +47,23 @@ def add_model_columns(df: pd.DataFrame) -> None:
         shape = (r.batch, r.heads, r.kv_heads, r.seq_q, r.seq_k, r.head_dim, dtype_bytes(r.dtype))
         try:
             lens = seqlens_of(r)
-            kw: dict[str, Any] = dict(blocks=blocks_of(r.kernel_config), seqlens_k=lens)
+            window = window_of(r)
+            kw: dict[str, Any] = dict(blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window)
             values = [
                 family,
                 io_model.compute_dtype(family, r.dtype),
                 memory.predicted_peak_bytes(
-                    memory.family_for_provider(r.provider), *shape, r.causal, r.mode, device=r.device
+                    memory.family_for_provider(r.provider),
+                    *shape,
+                    r.causal,
+                    r.mode,
+                    device=r.device,
+                    window=window,
                 ),
                 io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, **kw).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, **kw).total,
-                attention_flops(*shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens),
+                attention_flops(*shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens, window=window),
             ]
         except (
             ValueError,
@@ -82,13 +89,28 @@ def seqlens_of(row: Any) -> tuple[int, ...] | None:
     return case.kv_lengths() if case.ragged else None
 
 
+def window_of(row: Any) -> tuple[int, int] | None:
+    """A row's sliding window (left, right), or None (rows written before the field existed have none)."""
+    text = getattr(row, "window", "")
+    return parse_window(text) if isinstance(text, str) and text else None
+
+
 def predict_case(case: Case, family: str, flops_s: dict[str, float], bw_bytes_s: float, blocks: Any) -> Any:
     """models.roofline.predict for one case under one ceiling, on its actual key lengths (the one place a case's
     fields become the model's arguments: the analysis frame and `flashbench roofline --results` both call it)."""
     lens = case.kv_lengths() if case.ragged else None
     shape = (case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k, case.head_dim, case.dtype)
     return roofline.predict(
-        family, *shape, dtype_bytes(case.dtype), case.causal, case.mode, flops_s, bw_bytes_s, blocks, lens
+        family,
+        *shape,
+        dtype_bytes(case.dtype),
+        case.causal,
+        case.mode,
+        flops_s,
+        bw_bytes_s,
+        blocks,
+        lens,
+        case.window_size,
     )
 
 

@@ -49,6 +49,13 @@ def sweep_command(
         typer.Option(help="KV lengths per sequence: uniform (all N) | random (ragged, drawn in [N/2, N])"),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="the draw of --seqlens random (default 0)")] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            help="sliding window L,R in keys before,after each query (-1: no limit; causal: R = 0), e.g. 4096,0; "
+            "several: '-1,-1;4096,0' (-1,-1 = none)"
+        ),
+    ] = None,
     batch: Annotated[str | None, typer.Option(help="batch sizes (instead of --tokens)")] = None,
     tokens: Annotated[int | None, typer.Option(help="tokens per batch: batch = max(1, T // N)")] = None,
     heads: Annotated[str | None, typer.Option(help="query heads")] = None,
@@ -128,6 +135,7 @@ def sweep_command(
         page_size=page_size,
         seqlens=seqlens,
         seed=seed,
+        window=window,
         batch=batch,
         tokens=tokens,
         heads=heads,

@@ -16,8 +16,10 @@ mantissa, relative error ~1e-3; Triton's tl.dot default) is accepted for fp32 in
 
 The reference's conventions: q [B, H, Nq, D], k and v [B, Hkv, Nk, D], H a multiple of Hkv (query head h reads
 K/V head h // (H / Hkv)); sm_scale defaults to D^-0.5; causal masks are aligned bottom-right (query i sees key
-j <= i + Nk - Nq); `seqlens_k` [B] gives each batch element's valid keys (keys at or past it are padding and
-get zero gradients), and a causal mask then aligns to that length: the queries are the last Nq tokens of a
+j <= i + Nk - Nq); `window` (left, right) is a sliding window in flash-attn's window_size convention, aligned
+the same way (spec/window.py: query i sees keys i + Nk - Nq - left <= j <= i + Nk - Nq + right, -1 = no limit);
+`seqlens_k` [B] gives each batch element's valid keys (keys at or past it are padding and get zero gradients),
+and a causal mask or a window then aligns to that length: the queries are the last Nq tokens of a
 sequence that long, a decode step over a KV cache. Rows that see no key give out 0, lse -inf and zero
 gradients. lse is the natural log-sum-exp of the scaled scores of each row.
 "Low precision" (dtype given): matmuls in that dtype, scores scaled and soft-maxed in fp32, P and dS cast back
@@ -45,6 +47,7 @@ from typing import Any
 
 from flashbench.models.flops import attention_flops
 from flashbench.spec.cases import Case
+from flashbench.spec.window import visible
 
 EPS = {"fp16": 1e-4, "bf16": 1e-3, "fp32": 3e-3, "fp8": 1e-3}
 DEFAULT_FLOPS_LIMIT = {"cuda": 2e13, "cpu": 2e9}
@@ -81,6 +84,7 @@ def reference(
     do: Any = None,
     seqlens_k: Any = None,
     dtype: Any = None,
+    window: Any = None,
 ) -> dict[str, Any]:
     """Attention {"out", "lse"} and, given `do`, its gradients {"dq", "dk", "dv"} (see the module docstring).
 
@@ -121,6 +125,7 @@ def reference(
                     v=v[bi, j, :length].detach().to(mm),
                     do=None if do is None else do[bi, heads].detach().to(mm),
                     causal=causal,
+                    window=window,
                     scale=scale,
                     sm=sm,
                     fp8=fp8,
@@ -134,7 +139,7 @@ def reference(
 
 
 def _attend(
-    *, q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float, sm: Any, fp8: bool = False
+    *, q: Any, k: Any, v: Any, do: Any, causal: bool, window: Any, scale: float, sm: Any, fp8: bool = False
 ) -> dict[str, Any]:
     """One K/V head's group of query heads: q [g, Nq, D] and do (or None) in the matmul dtype, k/v [Nk, D]."""
     import torch
@@ -153,9 +158,9 @@ def _attend(
         for r0 in range(0, nq, block):
             r1 = min(nq, r0 + block)
             s = (q[head, r0:r1] @ k.T).to(sm) * scale  # [rows, Nk]
-            if causal:  # bottom-right: query i sees key j <= i + Nk - Nq
-                rows = torch.arange(r0, r1, device=q.device)[:, None] + (nk - nq)
-                s.masked_fill_(cols > rows, float("-inf"))
+            if causal or window is not None:  # bottom-right: query i sits at key position i + Nk - Nq
+                rows = torch.arange(r0, r1, device=q.device)[:, None]
+                s.masked_fill_(~visible(rows, cols, nq, nk, causal, window), float("-inf"))
             lse[head, r0:r1] = torch.logsumexp(s, dim=-1)
             p = torch.softmax(s, dim=-1).nan_to_num_(0.0)  # a row that sees no key: P = 0, out 0
             if fp8:
@@ -274,11 +279,12 @@ def verify(
     sm_scale: float | None = None,
     do: Any = None,
     seqlens_k: Any = None,
+    window: Any = None,
     dtype: Any = None,
 ) -> Verdict:
     """reference() in float64 and in `dtype` (default q's), then compare(): the whole check for one kernel call.
     FP8: q, k, v are the dequantized inputs (engine/fp8.dequantize) and dtype "fp8"."""
-    kw = dict(causal=causal, sm_scale=sm_scale, do=do, seqlens_k=seqlens_k)
+    kw = dict(causal=causal, sm_scale=sm_scale, do=do, seqlens_k=seqlens_k, window=window)
     low = q.dtype if dtype is None else dtype
     return compare(outputs, reference(q, k, v, **kw), reference(q, k, v, **kw, dtype=low), low)
 
@@ -357,7 +363,12 @@ def check(
     for b, j in _slices(case.batch, case.kv_heads, count):
         heads, one = slice(j * g, (j + 1) * g), slice(b, b + 1)
         qs, ks, vs = q[one, heads], k[one, j : j + 1], v[one, j : j + 1]
-        kw = dict(causal=case.causal, sm_scale=scale, do=do[one, heads] if grads else None)
+        kw = dict(
+            causal=case.causal,
+            sm_scale=scale,
+            do=do[one, heads] if grads else None,
+            window=case.window_size,
+        )
         if lengths is not None:
             kw["seqlens_k"] = [lengths[b]]
         got = {"out": results["out"][one, heads]}

@@ -218,6 +218,7 @@ def measure_case(case: Case, opts: Options, ctx: Context) -> tuple[Row, bool]:
         case.causal,
         case.mode,
         seqlens_k=lengths,
+        window=case.window_size,
     )
     base["flops"] = flops
     info = ctx.info(case.provider)

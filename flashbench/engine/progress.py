@@ -13,7 +13,9 @@ def describe_case(row: Row) -> str:
     return (
         f"{row.provider} b{row.batch} h{row.heads}"
         + (f"/kv{row.kv_heads}" if row.kv_heads != row.heads else "")
-        + f" d{row.head_dim} {row.dtype} {mask_label(row.causal)} {row.mode} N={row.seq_k}"
+        + f" d{row.head_dim} {row.dtype} {mask_label(row.causal)}"
+        + (f" window {row.window}" if row.window else "")
+        + f" {row.mode} N={row.seq_k}"
     )
 
 

@@ -314,9 +314,10 @@ def finished_rows(run_dir: Path) -> dict[str, Row]:
 
 def _shape(case: Case) -> tuple[Any, ...]:
     """What an OOM at one N carries over to larger N: everything but the lengths and the batch (a paged cache's
-    OOM says nothing about a contiguous one, nor one query token's about sixteen)."""
+    OOM says nothing about a contiguous one, nor one query token's about sixteen, nor one window's about
+    another)."""
     fixed = (case.provider, case.heads, case.kv_heads, case.head_dim, case.dtype, case.causal, case.mode)
-    serving = (case.kv_layout, case.page_size, case.seqlens, case.seed)
+    serving = (case.kv_layout, case.page_size, case.seqlens, case.seed, case.window)
     return (*fixed, case.seq_q if case.seq_q != case.seq_k else None, *serving)
 
 

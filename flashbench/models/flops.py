@@ -17,6 +17,9 @@ Convention (flash-attn's benchmarks, DESIGN.md):
 Ragged batches (a KV cache whose sequences hold different numbers of keys, `seqlens_k`): the pairs are summed
 sequence by sequence, each with its own key count and the queries as its last seq_q tokens.
 
+Sliding windows (flash-attn's window_size, spec/window.py) count their unmasked pairs exactly too: a causal
+window of W keys before each query at seq_q = seq_k = N keeps (W + 1) N - W (W + 1) / 2 pairs (W < N).
+
 Causal pairs are counted exactly, not as the 0.5x shortcut: for seq_q = seq_k = N they are
 N (N + 1) / 2, so the shortcut undercounts by N/2 pairs (a 1/N relative error, 6% at N = 16).
 """
@@ -38,19 +41,37 @@ RECOMPUTE_MULTIPLIER = 0.5  # the credited backward's share for recomputing S = 
 BWD_BLOCK_MATMULS: dict[str, int] = {"recompute": 7, "stored-p": 5}
 
 
-def unmasked_pairs(seq_q: int, seq_k: int, causal: bool, alignment: Alignment = "bottom-right") -> int:
+def unmasked_pairs(
+    seq_q: int,
+    seq_k: int,
+    causal: bool,
+    alignment: Alignment = "bottom-right",
+    window: tuple[int, int] | None = None,
+) -> int:
     """Number of (query, key) pairs that the mask keeps, for one batch element and one head.
 
     bottom-right (flash-attn >= 2.1, our kernels): query i sees keys j <= i + (seq_k - seq_q).
     top-left (PyTorch's is_causal for seq_q != seq_k): query i sees keys j <= i.
+    window (left, right), flash-attn's window_size (spec/window.py): query i at key position p = i + offset sees
+    keys p - left <= j <= p + right (-1: no limit; causal means right = 0).
     """
     if seq_q < 0 or seq_k < 0:
         raise ValueError("sequence lengths must be >= 0")
-    if not causal:
-        return seq_q * seq_k
     offset = seq_k - seq_q if alignment == "bottom-right" else 0
-    # Row i keeps clamp(i + offset + 1, 0, seq_k) keys. Sum it in closed form over three ranges:
-    # rows that keep nothing, rows on the ramp, rows that keep all seq_k keys.
+    left, right = window if window is not None else (-1, -1)
+    if causal:
+        right = 0
+    # Row i keeps clamp(p + right + 1, 0, seq_k) - clamp(p - left, 0, seq_k) keys (never negative): the keys at
+    # or before p + right minus those before p - left, each summed over the rows in closed form.
+    keep = _clamped_ramp(seq_q, seq_k, offset + right) if right >= 0 else seq_q * seq_k
+    if left >= 0:
+        keep -= _clamped_ramp(seq_q, seq_k, offset - left - 1)
+    return keep
+
+
+def _clamped_ramp(seq_q: int, seq_k: int, offset: int) -> int:
+    """sum over rows i < seq_q of clamp(i + offset + 1, 0, seq_k): the keys at or before i + offset."""
+    # Three ranges of rows: those that keep nothing, those on the ramp, those that keep all seq_k keys.
     first_ramp = max(0, -offset)  # first row with at least one key
     first_full = max(0, min(seq_q, seq_k - offset - 1))  # first row that keeps all keys
     first_full = max(first_full, first_ramp)
@@ -59,7 +80,7 @@ def unmasked_pairs(seq_q: int, seq_k: int, causal: bool, alignment: Alignment = 
     lo = first_ramp + offset + 1
     hi = first_full + offset
     ramp = (lo + hi) * ramp_rows // 2 if ramp_rows > 0 else 0
-    full = (seq_q - first_full) * seq_k
+    full = max(0, seq_q - first_full) * seq_k
     return ramp + full
 
 
@@ -72,14 +93,16 @@ def forward_flops(
     causal: bool,
     alignment: Alignment = "bottom-right",
     seqlens_k: Sequence[int] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> int:
     """4 * B * H * d * unmasked pairs. GQA does not change it: every query head does its own matmuls.
-    seqlens_k: each sequence's keys (a ragged batch; len == batch), instead of seq_k for all."""
+    seqlens_k: each sequence's keys (a ragged batch; len == batch), instead of seq_k for all.
+    window: a sliding window (left, right) (unmasked_pairs)."""
     if seqlens_k is None:
-        return 4 * batch * heads * head_dim * unmasked_pairs(seq_q, seq_k, causal, alignment)
+        return 4 * batch * heads * head_dim * unmasked_pairs(seq_q, seq_k, causal, alignment, window)
     if len(seqlens_k) != batch:
         raise ValueError(f"seqlens_k holds {len(seqlens_k)} lengths for a batch of {batch}")
-    pairs = sum(unmasked_pairs(seq_q, n, causal, alignment) for n in seqlens_k)
+    pairs = sum(unmasked_pairs(seq_q, n, causal, alignment, window) for n in seqlens_k)
     return 4 * heads * head_dim * pairs
 
 
@@ -93,13 +116,15 @@ def attention_flops(
     mode: str,
     alignment: Alignment = "bottom-right",
     seqlens_k: Sequence[int] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> float:
-    """FLOPs credited to one call in `mode` ("fwd", "bwd", "fwd+bwd") under the stated convention."""
+    """FLOPs credited to one call in `mode` ("fwd", "bwd", "fwd+bwd") under the stated convention; a sliding
+    window counts its unmasked pairs, as causal does."""
     try:
         mult = MODE_MULTIPLIER[mode]
     except KeyError:
         raise ValueError(f"unknown mode {mode!r}; expected one of {sorted(MODE_MULTIPLIER)}") from None
-    return mult * forward_flops(batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k)
+    return mult * forward_flops(batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k, window)
 
 
 @dataclass(frozen=True)

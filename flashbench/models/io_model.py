@@ -30,7 +30,7 @@ Families (hbm_traffic):
              read or written once (compulsory traffic, plus the backward's Delta = rowsum(dO * O) pre-pass).
              With l2_reuse=False: K and V re-read once per query block (block_m rows) in the forward and the
              dQ pass; Q, dO, LSE and Delta re-read once per K/V block (block_n) in the dK/dV pass. Causal
-             kernels skip fully masked blocks, so only the visited blocks are counted.
+             and sliding-window kernels skip fully masked blocks, so only the visited blocks are counted.
   stored-p   the bundled stored_p.py: the forward writes P (the visited tiles, e per element; a statistics
              sweep then a P sweep over K); the backward is flash's with P read (not recomputed) in both the
              dK/dV and the dQ pass.
@@ -136,8 +136,8 @@ def _naive_fwd(s: Shape) -> Traffic:
         parts.append(Part("repeat_interleave K, V (GQA)", 2 * s.kv, 2 * s.kv_exp))
     parts.append(Part("S = Q K^T", s.q + s.kv_exp, E * e))
     parts.append(Part("S * scale", E * e, E * e))
-    if s.causal:
-        parts.append(Part("build causal mask (bool)", mask, 2 * mask))
+    if s.masked:
+        parts.append(Part(f"build {_mask_name(s)} mask (bool)", mask, 2 * mask))
         parts.append(Part("masked_fill", E * e + mask, E * e))
     if e < FP32:
         parts.append(Part("S.float()", E * e, E * FP32))
@@ -160,7 +160,7 @@ def _naive_bwd(s: Shape) -> Traffic:
     parts.append(Part("softmax backward (fp32)", 2 * E * FP32, E * FP32))
     if e < FP32:
         parts.append(Part("dS.to(dtype)", E * FP32, E * e))
-    if s.causal:
+    if s.masked:
         parts.append(Part("masked_fill backward", E * e + mask, E * e))
     parts.append(Part("dS * scale", E * e, E * e))
     parts.append(Part("dQ = dS K", E * e + s.kv_exp, s.q))
@@ -168,6 +168,10 @@ def _naive_bwd(s: Shape) -> Traffic:
     if s.kv_heads != s.heads:
         parts.append(Part("sum dK, dV over the group (GQA)", 2 * s.kv_exp, 2 * s.kv))
     return Traffic(tuple(parts))
+
+
+def _mask_name(s: Shape) -> str:
+    return "window" if s.window is not None else "causal"
 
 
 def _softmax_bwd_temporary(s: Shape) -> Part:
@@ -186,8 +190,8 @@ def _sdpa_math_fwd(s: Shape) -> Traffic:
     if s.kv_heads != s.heads:
         parts.append(Part("repeat_interleave K, V (GQA)", 2 * kv32, 2 * kvx32))
     parts.append(Part("S = Q K^T (fp32)", q32 + kvx32, E * FP32))
-    if s.causal:
-        parts.append(Part("build causal mask (bool -> fp32)", 2 * mask, 2 * mask + mask * FP32))
+    if s.masked:
+        parts.append(Part(f"build {_mask_name(s)} mask (bool -> fp32)", 2 * mask, 2 * mask + mask * FP32))
         parts.append(Part("S += mask", E * FP32 + mask * FP32, E * FP32))
     parts.append(Part("_safe_softmax: softmax", E * FP32, E * FP32))
     parts.append(Part("_safe_softmax: eq(-inf), all", E * FP32 + E, E + s.rows))
@@ -349,18 +353,20 @@ def hbm_traffic(
     blocks: Blocks | None = None,
     alignment: Alignment = "bottom-right",
     seqlens_k: Sequence[int] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> Traffic:
     """DRAM traffic of one call of `family` in `mode` (see the module docstring for each family).
-    seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch: summed sequence by sequence."""
+    seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch: summed sequence by sequence.
+    window: a sliding window (left, right): tiled families visit only the blocks some row's window reaches."""
     if family not in _MODELS:
         raise ValueError(f"unknown byte-model family {family!r}; expected one of {(*FAMILIES, DECODE)}")
     if seqlens_k is not None:
         _check_lengths(batch, seqlens_k)
         shape = (heads, kv_heads, seq_q)
-        kw: dict[str, Any] = dict(l2_reuse=l2_reuse, blocks=blocks, alignment=alignment)
+        kw: dict[str, Any] = dict(l2_reuse=l2_reuse, blocks=blocks, alignment=alignment, window=window)
         rest = (head_dim, elem_bytes, causal, mode)
         return per_sequence(lambda n: hbm_traffic(family, 1, *shape, n, *rest, **kw), seqlens_k)
-    s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, causal, alignment)
+    s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, causal, alignment, window)
     b = blocks or Blocks()
     fwd, bwd = _MODELS[family]
     if mode == "fwd":

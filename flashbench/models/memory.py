@@ -116,13 +116,17 @@ def predicted_peak_bytes(
     *,
     bwd_workspace_q: float = 0.0,
     device: str = "cuda",
+    window: tuple[int, int] | None = None,
 ) -> int:
     """Peak bytes allocated above the inputs (q, k, v and, for a backward, dO) during one call in `mode`.
 
     `bwd_workspace_q`: for the "flash" family, what the implementation's backward allocates beyond O, dQ, dK,
     dV and the row statistics, in q-sized buffers of the input dtype (its provider declares it).
     `device`: "cuda" or "cpu"; the naive backward differs (see the module docstring), the rest does not.
+    `window`: a sliding window (left, right): the naive and math paths build its mask as they build the causal
+    one; the tiled families allocate nothing for it.
     """
+    masked = causal or window is not None
     _check(family, mode, batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
     e = elem_bytes
     backward = mode != "fwd"
@@ -133,7 +137,7 @@ def predicted_peak_bytes(
     grads = q_like + 2 * kv_like if backward else 0
 
     if family == "naive":
-        mask = seq_q * seq_k if causal else 0  # one bool mask, broadcast over batch and heads
+        mask = seq_q * seq_k if masked else 0  # one bool mask, broadcast over batch and heads
         gqa = 2 * kv_expanded * (2 if backward else 1)  # expanded K, V (and their gradients)
         # At the backward's peak (the softmax backward) only dV exists of the gradients: dQ and dK come
         # from dS afterwards, when the matrix buffers are being freed (measured: 16 E + 2 q-sized, not 4).
@@ -151,7 +155,7 @@ def predicted_peak_bytes(
             return naive_matrix_coefficient(FP32, mode, device) * matrix + q32 + 2 * k32 + q_like
         upcast = q32 + 2 * kv_like * FP32 // e if e < FP32 else 0
         gqa = 2 * k32 if kv_expanded else 0  # K and V expanded to every query head
-        mask = 4 * seq_q * seq_k if causal else 0  # the bool mask converted to an fp32 additive one
+        mask = 4 * seq_q * seq_k if masked else 0  # the bool mask converted to an fp32 additive one
         return 9 * matrix + batch * heads * seq_q + upcast + q32 + gqa + mask
 
     if family == "decode":

@@ -91,6 +91,7 @@ class Shape:
     elem_bytes: int
     causal: bool
     alignment: Alignment = "bottom-right"
+    window: tuple[int, int] | None = None  # a sliding window (left, right), spec/window.py
 
     def __post_init__(self) -> None:
         dims = (self.batch, self.heads, self.kv_heads, self.seq_q, self.seq_k, self.head_dim, self.elem_bytes)
@@ -133,38 +134,60 @@ class Shape:
     def offset(self) -> int:
         return self.seq_k - self.seq_q if self.alignment == "bottom-right" else 0
 
+    @property
+    def masked(self) -> bool:
+        return self.causal or self.window is not None
+
+    def limits(self) -> tuple[int, int]:
+        """(left, right) keys around a row's position it sees, -1 = no limit (causal: right = 0)."""
+        left, right = self.window if self.window is not None else (-1, -1)
+        return left, 0 if self.causal else right
+
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _keys_visible(s: Shape, last_row: int) -> int:
-    """Keys visible to query row `last_row` (0 when fully masked)."""
-    if not s.causal:
-        return s.seq_k
-    return max(0, min(s.seq_k, last_row + s.offset() + 1))
+def key_span(s: Shape, first_row: int, last_row: int) -> tuple[int, int]:
+    """Keys [lo, hi) seen by some query row of [first_row, last_row] (hi <= lo: none)."""
+    left, right = s.limits()
+    hi = s.seq_k if right < 0 else max(0, min(s.seq_k, last_row + s.offset() + right + 1))
+    lo = 0 if left < 0 else max(0, min(s.seq_k, first_row + s.offset() - left))
+    return lo, hi
+
+
+def row_span(s: Shape, first_key: int, last_key: int) -> tuple[int, int]:
+    """Query rows [lo, hi) that see some key of [first_key, last_key] (hi <= lo: none)."""
+    left, right = s.limits()
+    lo = 0 if right < 0 else max(0, min(s.seq_q, first_key - s.offset() - right))
+    hi = s.seq_q if left < 0 else max(0, min(s.seq_q, last_key - s.offset() + left + 1))
+    return lo, hi
+
+
+def _visited_keys(s: Shape, start: int, rows: int, block_n: int) -> int:
+    """Keys in the K/V blocks a query block [start, start + rows) visits (blocks aligned to block_n)."""
+    lo, hi = key_span(s, start, start + rows - 1)
+    if hi <= lo:
+        return 0
+    first = (lo // block_n) * block_n
+    return min(s.seq_k, first + _cdiv(hi - first, block_n) * block_n) - first
 
 
 def kv_rows_per_head(s: Shape, block_m: int, block_n: int) -> int:
     """K (or V) rows loaded by one head's query-block loop: once per query block, visited K/V blocks only."""
-    total = 0
-    for start in range(0, s.seq_q, block_m):
-        keys = _keys_visible(s, min(start + block_m, s.seq_q) - 1)
-        total += min(s.seq_k, _cdiv(keys, block_n) * block_n)
-    return total
+    return sum(
+        _visited_keys(s, start, min(block_m, s.seq_q - start), block_n)
+        for start in range(0, s.seq_q, block_m)
+    )
 
 
 def q_rows_per_head(s: Shape, block_m: int, block_n: int) -> int:
     """Q (or dO) rows loaded by one head's K/V-block loop: once per K/V block, visited query blocks only."""
     total = 0
     for start in range(0, s.seq_k, block_n):
-        if not s.causal:
-            total += s.seq_q
-            continue
-        first_row = max(0, start - s.offset())  # first query row that sees key `start`
-        if first_row >= s.seq_q:
-            continue
-        total += s.seq_q - (first_row // block_m) * block_m
+        lo, hi = row_span(s, start, min(start + block_n, s.seq_k) - 1)
+        if hi > lo:
+            total += min(s.seq_q, _cdiv(hi, block_m) * block_m) - (lo // block_m) * block_m
     return total
 
 
@@ -173,6 +196,5 @@ def tile_elements_per_head(s: Shape, block_m: int, block_n: int) -> int:
     total = 0
     for start in range(0, s.seq_q, block_m):
         rows = min(block_m, s.seq_q - start)
-        keys = _keys_visible(s, start + rows - 1)
-        total += rows * min(s.seq_k, _cdiv(keys, block_n) * block_n)
+        total += rows * _visited_keys(s, start, rows, block_n)
     return total

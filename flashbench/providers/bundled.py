@@ -65,9 +65,10 @@ def _bundled(attr: str) -> Any:
 
         fn = getattr(kernels, attr)
         causal, scale, config = case.causal, case.head_dim**-0.5, forced_config()
+        masks = {"window": case.window_size} if case.window else {}
 
         def call(q: Any, k: Any, v: Any, **descales: Any) -> Any:  # descales: an fp8 case's (registry.py)
-            return fn(q, k, v, causal=causal, sm_scale=scale, config=config, **descales)
+            return fn(q, k, v, causal=causal, sm_scale=scale, config=config, **masks, **descales)
 
         if case.dtype == "fp8":
             # The FP8 kernel reads V with the sequence axis contiguous: laid out once here, untimed (flash_fp8.py;
@@ -78,11 +79,13 @@ def _bundled(attr: str) -> Any:
     return build
 
 
-for _name, _attr, _family, _what, _dtypes in (
+# Only flash_attn takes a sliding window (window=(left, right)); the variants' windowed cases are unsupported rows.
+for _name, _attr, _family, _window, _what, _dtypes in (
     (
         "triton",
         "flash_attn",
         "flash",
+        True,
         "FlashAttention-2 style: fwd + recompute bwd; fp8: FA3-style e4m3 forward",
         ("fp16", "bf16", "fp32", "fp8"),
     ),
@@ -90,6 +93,7 @@ for _name, _attr, _family, _what, _dtypes in (
         "triton-stored-p",
         "flash_attn_stored_p",
         "stored-p",
+        False,
         "tiled fwd that stores P; bwd reads P (no recompute)",
         ("fp16", "bf16", "fp32"),
     ),
@@ -97,6 +101,7 @@ for _name, _attr, _family, _what, _dtypes in (
         "triton-v1",
         "flash_attn_v1",
         "flash-v1",
+        False,
         "FlashAttention-1 loop order (outer loop over K/V blocks)",
         ("fp16", "bf16", "fp32"),
     ),
@@ -107,6 +112,7 @@ for _name, _attr, _family, _what, _dtypes in (
         gqa=True,
         devices=("cuda", "cpu"),
         memory_family=_family,
+        window=_window,
         builder=True,
         requires=_kernels_requires,
         kernel_config=_last_config,

@@ -29,6 +29,10 @@ call(q, k, v, q_descale=..., k_descale=..., v_descale=...) with float8_e4m3fn q,
 per (batch, K/V head) and fp32 descales [B, Hkv] (flashbench.engine.fp8, FlashAttention-3's convention); it
 returns the bf16 output. Its `prepare` (above) sees the descales among the keywords.
 
+Sliding windows (`--window L,R`, spec/window.py): a provider that declares window=True is called with
+window=(left, right) as a keyword on the cases that have one (a builder reads case.window_size); every other
+provider's windowed cases are `unsupported` rows saying so.
+
 This module imports no torch: the parent process reads the registry without touching CUDA.
 """
 
@@ -43,6 +47,7 @@ from typing import Any
 
 from flashbench.errors import FlashbenchError
 from flashbench.spec.cases import DTYPES, KV_LAYOUTS, Case
+from flashbench.spec.window import effective
 
 # What a provider takes unless it declares otherwise: FP8 only by declaration, since its call then gets the
 # e4m3 inputs and q_descale=, k_descale=, v_descale= (module docstring).
@@ -77,6 +82,7 @@ class ProviderInfo:
     kv_layouts: tuple[str, ...] = ("contiguous",)
     ragged: bool = False  # takes cache_seqlens (a batch of sequences of different lengths)
     max_seq_q: int | None = None  # a decode kernel's limit on query tokens per sequence (None: any)
+    window: bool = False  # takes a sliding window: called with window=(left, right) (module docstring)
     source: str = "builtin"  # "builtin", "bundled" or the user kernel file's path
     available: bool = True
     reason: str = ""  # why it is unavailable
@@ -89,6 +95,13 @@ class ProviderInfo:
             return (
                 "fp8 is timed forward only: its inputs are quantized constants and no FP8 backward is defined"
             )
+        if case.window:
+            try:
+                effective(case.causal, case.window_size)
+            except ValueError as exc:
+                return str(exc)
+            if not self.window:
+                return f"{self.name} takes no sliding window (window {case.window})"
         if case.dtype not in self.dtypes:
             if case.dtype == "fp8":
                 return f"{self.name} has no FP8 (e4m3 with descales) path; it is not run on upcast inputs"
@@ -189,6 +202,7 @@ def register(
     kv_layouts: Iterable[str] = ("contiguous",),
     ragged: bool = False,
     max_seq_q: int | None = None,
+    window: bool = False,
     description: str = "",
     builder: bool = False,
     requires: Callable[[], str | None] | None = None,
@@ -232,6 +246,7 @@ def register(
             kv_layouts=kv_layouts,
             ragged=ragged,
             max_seq_q=max_seq_q,
+            window=window,
             source=origin,
         )
         build = fn if builder else _function_builder(fn)
@@ -248,7 +263,8 @@ def _function_builder(fn: Callable[..., Any]) -> Builder:
     def build(case: Case, device: str, stack: Any) -> Callable[..., Any]:
         causal = case.causal
         scale = case.head_dim**-0.5
-        return lambda q, k, v, **cache: fn(q, k, v, causal=causal, sm_scale=scale, **cache)
+        masks = {"window": case.window_size} if case.window else {}
+        return lambda q, k, v, **cache: fn(q, k, v, causal=causal, sm_scale=scale, **masks, **cache)
 
     return build
 

@@ -2,6 +2,8 @@
 
 Every builder imports torch inside itself: registering these costs the parent process nothing.
 Tensors are q [B, H, Nq, D], k/v [B, Hkv, Nk, D]; causal masks are bottom-right aligned (Case docstring).
+Sliding windows (spec/window.py) are taken by naive and sdpa-math (an explicit bool mask), flex (a block mask)
+and flash-attn (window_size); the others' windowed cases are `unsupported` rows.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from flashbench.providers import serving
 from flashbench.providers.registry import Unsupported, register
 from flashbench.spec.cases import Case
+from flashbench.spec.window import visible
 
 _FLASH_HEAD_DIMS = tuple(range(8, 257, 8))  # flash-attn 2/3: multiples of 8 up to 256
 
@@ -29,6 +32,7 @@ def _scale(case: Case) -> float:
     gqa=True,
     devices=("cuda", "cpu"),
     memory_family="naive",
+    window=True,
     builder=True,
     source="builtin",
     description="PyTorch eager: S = QK^T and P = softmax(S) (fp32) materialized; autograd backward",
@@ -39,13 +43,15 @@ def _build_naive(case: Case, device: str, stack: Any) -> Any:
     b, h, hkv, nq, nk = case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k
     group = h // hkv
     scale = _scale(case)
-    causal = case.causal
+    causal, window = case.causal, case.window_size
 
     def naive(q: Any, k: Any, v: Any) -> Any:
         # GQA without copying K/V: query heads h*g..h*g+g-1 share kv head h, so fold them into rows.
         qg = q.reshape(b, hkv, group * nq, -1)  # [B, Hkv, g*Nq, D]
         s = torch.matmul(qg, k.transpose(-2, -1)).view(b, h, nq, nk) * scale  # S: [B, H, Nq, Nk]
-        if causal:
+        if window is not None:  # one bool [Nq, Nk] mask, as for causal
+            s = s.masked_fill(~_window_mask(case, q.device), float("-inf"))
+        elif causal:
             keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
             s = s.masked_fill(~keep, float("-inf"))
         p = torch.softmax(s.float(), dim=-1).to(q.dtype)  # P: softmax in fp32, stored in the input dtype
@@ -53,6 +59,15 @@ def _build_naive(case: Case, device: str, stack: Any) -> Any:
         return out.view(b, h, nq, -1)
 
     return naive
+
+
+def _window_mask(case: Case, device: Any) -> Any:
+    """The case's sliding window as a bool [Nq, Nk] mask, True = attend (spec/window.py's convention)."""
+    import torch
+
+    rows = torch.arange(case.seq_q, device=device)[:, None]
+    cols = torch.arange(case.seq_k, device=device)[None, :]
+    return visible(rows, cols, case.seq_q, case.seq_k, case.causal, case.window_size)
 
 
 # --- scaled_dot_product_attention ---------------------------------------------------------------------
@@ -65,7 +80,9 @@ def _sdpa_builder(backend_name: str | None) -> Any:
         kwargs: dict[str, Any] = {"scale": _scale(case)}
         if case.kv_heads != case.heads:
             kwargs["enable_gqa"] = True
-        if case.causal and case.seq_q == 1:
+        if case.window:  # an explicit bool mask (built once, untimed): only the math backend takes it here
+            kwargs["attn_mask"] = _window_mask(case, device)
+        elif case.causal and case.seq_q == 1:
             pass  # one query, the last token: bottom-right causal sees every key, so no mask at all
         elif case.causal and case.seq_q != case.seq_k:
             # is_causal=True is top-left aligned for Nq != Nk; the bias object gives bottom-right.
@@ -91,6 +108,8 @@ def _sdpa_builder(backend_name: str | None) -> Any:
 # The last column is the backward's workspace in q-sized buffers of the input dtype (models/memory.py),
 # measured in bf16 on an H200 with torch 2.11: peak above the inputs minus O, dQ, dK, dV. The default
 # dispatch measured like cuDNN there (it picks cuDNN for these shapes); on other GPUs it may differ.
+# Windows: only the math backend, through an explicit mask; the fused backends' windowed cases are unsupported
+# rows (with a dense mask they would run a different kernel, or none).
 for _name, _backend, _family, _devices, _what, _workspace in (
     ("sdpa", None, "flash", ("cuda", "cpu"), "default dispatch", 2.0),
     ("sdpa-math", "MATH", "sdpa-math", ("cuda", "cpu"), "forced MATH backend", 0.0),
@@ -104,6 +123,7 @@ for _name, _backend, _family, _devices, _what, _workspace in (
         devices=_devices,
         memory_family=_family,
         bwd_workspace_q=_workspace,
+        window=_backend == "MATH",
         builder=True,
         source="builtin",
         description=f"torch scaled_dot_product_attention, {_what}",
@@ -137,6 +157,7 @@ def _dynamo_graph_count() -> int | None:
     memory_family="flash",
     kv_layouts=("contiguous", "paged"),
     ragged=True,
+    window=True,
     builder=True,
     requires=_flex_requires,
     source="builtin",
@@ -165,8 +186,17 @@ def _build_flex(case: Case, device: str, stack: Any) -> Any:
     scale = _scale(case)
     graphs_before = _dynamo_graph_count()
     if case.serving:  # per-sequence lengths and pages: the block mask is made from the inputs (untimed)
+        if case.window:
+            raise Unsupported("flex: a sliding window over a paged or ragged KV cache is not built here")
         return serving.flex_kv_cache(case, device, compiled, gqa, scale, _compile_check(graphs_before))
-    if case.causal:
+    if case.window:  # a sliding-window block mask: blocks outside every window are skipped
+        nq, nk, causal, window = case.seq_q, case.seq_k, case.causal, case.window_size
+
+        def sliding(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return visible(q_idx, kv_idx, nq, nk, causal, window)
+
+        block_mask = create_block_mask(sliding, B=None, H=None, Q_LEN=nq, KV_LEN=nk, device=device)
+    elif case.causal:
         offset = case.seq_k - case.seq_q
 
         def bottom_right(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
@@ -232,6 +262,7 @@ def _to_bnhd(x: Any) -> Any:
     memory_family="flash",
     bwd_workspace_q=2.0,  # its fp32 dQ accumulator (from flash-attn's source; not measured: not installed)
     layout="bnhd",
+    window=True,
     builder=True,
     requires=_module_requires("flash_attn", "flash-attn"),
     source="builtin",
@@ -241,8 +272,9 @@ def _build_flash_attn(case: Case, device: str, stack: Any) -> Any:
     from flash_attn import flash_attn_func
 
     causal, scale = case.causal, _scale(case)
+    masks = {"window_size": case.window_size} if case.window else {}  # the same convention, bottom-right
     return lambda q, k, v: _to_bnhd(
-        flash_attn_func(_to_bnhd(q), _to_bnhd(k), _to_bnhd(v), softmax_scale=scale, causal=causal)
+        flash_attn_func(_to_bnhd(q), _to_bnhd(k), _to_bnhd(v), softmax_scale=scale, causal=causal, **masks)
     )
 
 

@@ -68,6 +68,7 @@ class Row:
     page_size: int = 0
     seqlens: str = "uniform"
     seed: int = 0
+    window: str = ""
     # --- outcome ---
     status: str = ""  # always given (Row.for_case); the default only lets the serving fields above have theirs
     reason: str = ""  # why it is not "ok": torch's refusal, the stderr tail, the predicted bytes...

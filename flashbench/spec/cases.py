@@ -12,6 +12,8 @@ import random
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Literal
 
+from flashbench.spec.window import Window, parse_window
+
 Mode = Literal["fwd", "bwd", "fwd+bwd"]
 MODES: tuple[str, ...] = ("fwd", "bwd", "fwd+bwd")
 # "fp8" is float8_e4m3fn inputs with per-(batch, K/V head) descales and a bf16 output, forward only
@@ -33,6 +35,9 @@ class Case:
     Serving fields: kv_layout "paged" stores K/V as a pool of page_size-token pages reached through a block
     table (page_size is 0 for "contiguous"); seqlens "random" gives each sequence its own valid length,
     kv_lengths() (seed is 0 for "uniform", where every sequence holds seq_k tokens).
+
+    window: a sliding window "left,right" in flash-attn's window_size convention (spec/window.py); the plan
+    writes it canonically (causal folds in as right = 0).
     """
 
     provider: str
@@ -49,13 +54,15 @@ class Case:
     page_size: int = 0  # tokens per page when paged, else 0
     seqlens: str = "uniform"  # "uniform" | "random"
     seed: int = 0  # the draw of the random lengths (0 when uniform)
+    window: str = ""  # a sliding window "left,right" (spec/window.py), "" for none
 
     @property
     def key(self) -> str:
         """Stable string key: identical across runs, machines and flashbench versions.
 
-        A serving field adds a part only when it is not the default ("|paged16", "|random-s0"), so the key of
-        every training case, and of every baseline recorded before the serving fields existed, is unchanged.
+        A serving field or a window adds a part only when it is not the default ("|paged16", "|random-s0",
+        "|win4096,0"), so the key of every case without them, and of every baseline recorded before these fields
+        existed, is unchanged.
         """
         key = (
             f"{self.provider}|b{self.batch}|h{self.heads}|kv{self.kv_heads}|q{self.seq_q}|k{self.seq_k}"
@@ -65,12 +72,19 @@ class Case:
             key += f"|{self.kv_layout}{self.page_size}"
         if self.seqlens != "uniform":
             key += f"|{self.seqlens}-s{self.seed}"
+        if self.window:
+            key += f"|win{self.window}"
         return key
 
     @property
     def shape_key(self) -> str:
         """The key without the provider: cases that compare like for like share it."""
         return self.key.split("|", 1)[1]
+
+    @property
+    def window_size(self) -> Window | None:
+        """The sliding window as (left, right), or None (spec/window.py)."""
+        return parse_window(self.window) if self.window else None
 
     @property
     def elem_bytes(self) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 from flashbench.configfiles import config_path, read_toml
 from flashbench.errors import FlashbenchError
 from flashbench.spec.cases import DTYPES, KV_LAYOUTS, MODES, SEQLENS
+from flashbench.spec.window import parse_windows
 
 DEVICES = ("cuda", "cpu")
 # The order cases run in: "provider" (each provider's cases together, the default) or "case" (per shape, every
@@ -168,6 +169,7 @@ class SweepSpec:
     page_size: tuple[int, ...] = (16,)  # tokens per page of a paged cache (powers of two)
     seqlens: tuple[str, ...] = ("uniform",)  # "random": ragged lengths in [N/2, N] (cases.kv_lengths)
     seed: int = 0  # the draw of the random lengths
+    window: tuple[str, ...] = ("",)  # sliding windows "left,right" (spec/window.py); "" = none
     device: str = "cuda"
     # "case" interleaves the providers shape by shape, so that side-by-side ratios are taken at like GPU
     # temperatures and clocks: run provider-major, the first provider's cases heat the GPU for minutes (an H100
@@ -224,6 +226,7 @@ _PARSERS: dict[str, Any] = {
     "page_size": lambda v: tuple(_page_sizes(v)),
     "seqlens": lambda v: tuple(_parse_choices(v, SEQLENS, "seqlens")),
     "seed": lambda v: _seed(v),
+    "window": lambda v: parse_windows(v),
     "batch": lambda v: None if v is None else tuple(parse_range(v, "batch")),
     "tokens": lambda v: None if v is None else _single(v, "tokens"),
     "heads": lambda v: tuple(parse_range(v, "heads")),

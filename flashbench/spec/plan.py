@@ -1,7 +1,7 @@
 """Spec -> Cases. Cases a provider declares it cannot run are marked `unsupported` (or `unavailable`), and
 cases the memory model says cannot fit on this GPU are marked `predicted-oom`, before any worker runs them.
 
-Order: provider, dtype, head_dim, heads, kv_heads, causal, mode, KV layout / page size / lengths, query tokens,
+Order: provider, dtype, head_dim, heads, kv_heads, causal, mode, KV layout / page size / lengths, window, query tokens,
 then sequence length ascending, so that an OOM at one N lets the runner skip the larger N of the same provider
 and shape.
 """
@@ -19,6 +19,7 @@ from flashbench.results.env import ENV_FILE
 from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
 from flashbench.spec.cases import Case
 from flashbench.spec.config import SweepSpec, heads_for, suggest
+from flashbench.spec.window import effective, parse_window, window_text
 
 GIB = 2**30
 
@@ -70,10 +71,19 @@ def serving_variants(spec: SweepSpec) -> list[tuple[str, int, str, int]]:
     return list(dict.fromkeys((lay, p, s, seed) for lay, p in layouts for s, seed in lens))
 
 
+def case_window(causal: bool, text: str) -> str:
+    """A case's window in canonical form: causal folded in as right = 0, "" when it masks nothing beyond causal;
+    a window that contradicts causal (right > 0) stays as given and the plan marks it unsupported."""
+    try:
+        return window_text(effective(causal, parse_window(text)))
+    except ValueError:
+        return text
+
+
 def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
     """Every case of the spec (order: the module docstring; sequence length innermost, ascending)."""
     cases: list[Case] = []
-    serving = serving_variants(spec)
+    serving = [(*extra, w) for extra in serving_variants(spec) for w in spec.window]
     for provider in providers:
         for dtype in spec.dtype:
             for head_dim in spec.head_dim:
@@ -86,8 +96,12 @@ def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
                                         for seq in spec.seq:
                                             for batch in batch_for(spec, seq):
                                                 shape = (batch, heads, kv_heads, seq_q or seq, seq, head_dim)
+                                                *fields, window = extra
+                                                window = case_window(causal, window)
                                                 cases.append(
-                                                    Case(provider, *shape, dtype, causal, mode, *extra)
+                                                    Case(
+                                                        provider, *shape, dtype, causal, mode, *fields, window
+                                                    )
                                                 )
     if spec.order == "case":
         return interleave(cases)
@@ -202,6 +216,7 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
             causal,
             mode,
             *extra,
+            window,
         )
         for d in spec.head_dim
         for dtype in spec.dtype
@@ -209,6 +224,7 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
         for mode in spec.mode
         for extra in serving_variants(spec)
         for nq in (spec.seq_q or (128,))
+        for window in {case_window(causal, w) for w in spec.window}
     ):
         why = info.supports(case, spec.device)
         if why:
