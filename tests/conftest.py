@@ -7,6 +7,7 @@ before triton is first imported; on a GPU machine the same tests run on CUDA.
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -14,6 +15,10 @@ import torch
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Tests never read or write the user's flashbench folder (autotune picks, calibration): a pick timed while
+# several test processes share one GPU (benchmarks/gpu_tests.sh) would be cached and used by later benchmarks.
+os.environ["FLASHBENCH_HOME"] = tempfile.mkdtemp(prefix="flashbench-tests-")
 
 # The device the kernel tests run on: CUDA where present, else the CPU through the interpreter.
 DEVICE = "cuda" if HAS_CUDA else "cpu"
