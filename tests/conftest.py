@@ -19,6 +19,9 @@ if not HAS_CUDA:
 # Tests never read or write the user's flashbench folder (autotune picks, calibration): a pick timed while
 # several test processes share one GPU (benchmarks/gpu_tests.sh) would be cached and used by later benchmarks.
 os.environ["FLASHBENCH_HOME"] = tempfile.mkdtemp(prefix="flashbench-tests-")
+# Kernels run their default config (one compile per shape class, not one per autotune candidate) unless a test
+# turns the autotuner on (tests/test_autotune.py and the autotuner tests of the kernel files do).
+os.environ.setdefault("FLASHBENCH_AUTOTUNE", "0")
 
 # The device the kernel tests run on: CUDA where present, else the CPU through the interpreter.
 DEVICE = "cuda" if HAS_CUDA else "cpu"
