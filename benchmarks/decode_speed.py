@@ -289,9 +289,17 @@ def main() -> None:
         "--budget-s", type=float, default=330.0, help="stop tuning this many seconds after the start"
     )
     ap.add_argument("--grid", action="store_true", help="with --tune: every GRID_TILES x GRID_SPLITS pair")
+    ap.add_argument(
+        "--tiles", default="", help="--grid's tiles instead of GRID_TILES: 'BLOCK_N,warps,stages;...'"
+    )
+    ap.add_argument("--splits", default="", help="--grid's split counts instead of GRID_SPLITS: '16,32'")
     ap.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
     args = ap.parse_args()
     GRID[0] = args.grid
+    if args.tiles:
+        GRID_TILES[:] = [tuple(int(x) for x in t.split(",")) for t in args.tiles.split(";")]
+    if args.splits:
+        GRID_SPLITS[:] = [int(x) for x in args.splits.split(",")]
     t0, gen = time.time(), torch.Generator(device="cuda").manual_seed(0)
     path = os.path.join(os.environ.get("OUT", "."), "decode_speed.json")
     rows: list[dict] = []
