@@ -186,7 +186,9 @@ def supported(
         or k.dtype != q.dtype
         or v.dtype != q.dtype
     ):
-        return f"needs fp16, bf16 or float8_e4m3fn q, k, v of one dtype, not {q.dtype}, {k.dtype}, {v.dtype}"
+        return (
+            f"needs fp16 or bf16 (or float8_e4m3fn) q, k, v of one dtype, not {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     D = q.shape[-1]
     if D not in HEAD_DIMS:
         return f"head dim {D} (64 or 128 only)"
