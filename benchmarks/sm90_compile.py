@@ -12,9 +12,9 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{"STAGES": 4}' --dim 128 --fp8
     /tmp/t36/bin/python benchmarks/sm90_compile.py dump DIR [--part 0/2]
 
-ws / tl / bwd print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2 /
-HGMMA counts); --sass DIR writes each kernel's SASS there; --no-tma compiles the tl kernels' pointer path; --fp8
-compiles ws's FP8 (e4m3) mode, as flash_fp8's forward launches it (V^T, descales).
+ws / tl / bwd print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
+HGMMA and QGMMA (e4m3) counts); --sass DIR writes each kernel's SASS there; --no-tma compiles the tl kernels'
+pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as flash_fp8's forward launches it (V^T, descales).
 dump writes the SASS of every shipped config to DIR, one file per kernel: the tl forward's autotune candidates
 at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults (and its FP8 default at d = 128, not causal);
 the backward passes' candidates (recompute) and defaults (stored P, pointers); the stored-P and FA1-order
