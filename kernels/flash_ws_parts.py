@@ -1,18 +1,12 @@
-"""The schedule, the producer and the softmax step of flash_ws_kernel.py's Gluon forward: which tile a program
-runs, which key blocks a tile visits (bounded by the causal diagonal and a sliding window's left edge), the
-producer warp that streams them, and the online-softmax step on one score tile with its masks.
-
-FP8 (e4m3, the kernel's mode when its descriptors hold e4m3): the V ring holds V^T tiles [D, BLOCK_N] read from
-V^T [B * H_KV * D, N_K] (keys contiguous: the K-major B operand e4m3 wgmma needs for P V), P is shifted by 2^8
-before its e4m3 cast, and each tile's scores are scaled by its K/V head's q and k descales (flash_fp8.py's
-numerics).
+"""The schedule and the softmax step of flash_ws_kernel.py's Gluon forward: which tile a program runs, which key
+blocks a tile visits (bounded by the causal diagonal and a sliding window's left edge), and the online-softmax
+step on one score tile with its masks.
 """
 
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
 
 
 @gluon.jit
@@ -25,7 +19,7 @@ def tile(
     SCHED_HEADS: gl.constexpr,
     WINDOW: gl.constexpr,
 ):
-    """Tile t of the schedule: (q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks): key blocks
+    """Tile t of the schedule: (q_pos, q_row, kv_row, first, n_blocks, left_full, full_blocks): key blocks
     [first, n_blocks) are visited; [first, left_full) cut the window's left edge (WINDOW), [full_blocks, n_blocks)
     the causal diagonal, both masked.
 
@@ -59,7 +53,7 @@ def tile(
     else:
         first = 0
         left_full = 0
-    return q_pos, bh * N_Q + q_pos, kv_bh, first, n_blocks, left_full, full_blocks
+    return q_pos, bh * N_Q + q_pos, kv_bh * N_K, first, n_blocks, left_full, full_blocks
 
 
 @gluon.jit
@@ -69,98 +63,6 @@ def round_tile(tc):
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
     return tc * programs + pid
-
-
-@gluon.jit
-def load_partition(
-    descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr, WINDOW: gl.constexpr
-):
-    """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
-    (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
-    that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
-    the program's tiles, so the ring and its barrier phases run on from one tile into the next."""
-    qd, kd, vd = descs
-    q_smem, _, k_smem, v_smem = smem
-    q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
-    num_m, BH, _, _, _, N_K, _ = sched
-    NUM_WG: gl.constexpr = q_smem.shape[0]
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    HEAD_DIM: gl.constexpr = k_smem.shape[2]
-    ROWS: gl.constexpr = qd.block_type.shape[0]
-    BM: gl.constexpr = NUM_WG * ROWS
-    it = 0
-    n_tiles = num_m * BH
-    for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-        t = round_tile(tc)
-        if t < n_tiles:
-            _, q_row, kv_bh, first, n_blocks, _, _ = tile(
-                t=t,
-                sched=sched,
-                BM=BM,
-                BLOCK_N=BLOCK_N,
-                CAUSAL=CAUSAL,
-                SCHED_HEADS=SCHED_HEADS,
-                WINDOW=WINDOW,
-            )
-            kv_row = kv_bh * N_K
-            # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
-            mbarrier.wait(q_empty, (tc & 1) ^ 1)
-            mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
-            # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
-            for i in gl.static_range(NUM_WG):
-                tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
-            for j in range(first, n_blocks):
-                s = (it + j - first) % STAGES
-                free_phase = (((it + j - first) // STAGES) & 1) ^ 1
-                mbarrier.wait(empty_bars.index(s), free_phase)
-                mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    kd, [kv_row + j * BLOCK_N, 0], k_bars.index(s), k_smem.index(s)
-                )
-                mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
-                mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
-                if vd.dtype.is_fp8():  # V^T: the tile [D, BLOCK_N] of keys j * BLOCK_N, ...
-                    v_at = [kv_bh * HEAD_DIM, j * BLOCK_N]
-                else:
-                    v_at = [kv_row + j * BLOCK_N, 0]
-                tma.async_copy_global_to_shared(vd, v_at, v_bars.index(s), v_smem.index(s))
-            it += n_blocks - first
-
-
-@gluon.jit
-def v_operand(v_smem, stage):
-    """V of ring stage `stage` as P V's B operand [BLOCK_N, D] (FP8: a view of the V^T tile, keys contiguous)."""
-    if v_smem.dtype.is_fp8():
-        v = v_smem.index(stage).permute((1, 0))
-    else:
-        v = v_smem.index(stage)
-    return v
-
-
-@gluon.jit
-def pv_wait(acc, p):
-    """Wait for every matmul in flight; returns acc. P (the A operand, in registers) is threaded through the wait
-    so that its registers outlive the matmul; Triton 3.6 lowers no 8-bit operands of a wait ("Unexpected bitwidth
-    in WGMMAWaitGroupOp: 8"), so an e4m3 P is left to ptxas, which holds a wgmma's source registers until its
-    wait_group (a hazard there would show as a serialized HGMMA in the SASS)."""
-    if p.dtype.is_fp8():
-        acc = warpgroup_mma_wait(0, deps=[acc])
-    else:
-        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-    return acc
-
-
-@gluon.jit
-def tile_scales(scales, kv_bh, FP8: gl.constexpr):
-    """(score scale, V scale) of a tile: FP8 multiplies sm_scale * log2(e) by its K/V head's q and k descales
-    (fp32 [B, H_KV], flat index kv_bh) and reads its v descale; else (sm_scale * log2(e), 1)."""
-    qk_scale, Q_DESCALE, K_DESCALE, V_DESCALE = scales
-    v_scale = 1.0
-    if FP8:
-        qk_scale = qk_scale * gl.load(Q_DESCALE + kv_bh) * gl.load(K_DESCALE + kv_bh)
-        v_scale = gl.load(V_DESCALE + kv_bh)
-    return qk_scale, v_scale
 
 
 @gluon.jit
@@ -176,7 +78,6 @@ def softmax(
     MASK: gl.constexpr,
     BLOCK_N: gl.constexpr,
     WINDOW: gl.constexpr,
-    P_SHIFT: gl.constexpr = 0.0,  # p and l are times 2^P_SHIFT (FP8: 8, flash_fp8.py's shift into e4m3's range)
 ):
     """Online-softmax step on a fp32 score tile: (p, alpha, l, m); the scale is applied after the row max."""
     if MASK:
@@ -190,10 +91,7 @@ def softmax(
         WINDOW
     ):  # a row whose window starts past this block has seen no key yet: m = -inf, subtract 0 (not NaN)
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-    m_p = m_use
-    if P_SHIFT != 0.0:
-        m_p = m_use - P_SHIFT
-    p = gl.exp2(s * qk_scale - m_p[:, None])
+    p = gl.exp2(s * qk_scale - m_use[:, None])
     alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, l_i, m_new
