@@ -181,7 +181,7 @@ def graph_ms(fn) -> float:
 
 def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
     """num_splits swept at the default config, then TUNE_CONFIGS at the heuristic's num_splits."""
-    default = decode_module.GPU_CONFIGS[s.head_dim]
+    default = (decode_module.PAGED_CONFIGS if s.page else decode_module.GPU_CONFIGS)[s.head_dim]
     pick = next(r["heuristic_splits"] for r in rows if r["provider"] == "summary" and r["shape"] == s.label())
     points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
     points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
@@ -231,8 +231,8 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
     ok = err <= 2 * lowp + 1e-3
     del ref
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    block_n = decode_module.GPU_CONFIGS[s.head_dim]["BLOCK_N"]
-    slots = sms * (decode_module.PAGED_PROGRAMS_PER_SM if s.page else 1)
+    block_n = (decode_module.PAGED_CONFIGS if s.page else decode_module.GPU_CONFIGS)[s.head_dim]["BLOCK_N"]
+    slots = sms
     heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, block_n, slots)
     timed = {"flash_decode": ours(), **{name: sdpa_call(b, q, k, v) for name, b in SDPA.items()}}
     results, graphs = {}, {}

@@ -27,13 +27,11 @@ Cautions:
     out of bounds.
   - Causal masks are aligned bottom-right: query i sees key j iff j <= L_b - Nq + i. A row that sees no key
     (Nq > L_b) writes 0, never NaN (its l stays 0; m starts at a finite -1e30, so no exp2(-inf + inf)).
-  - P is cast to the input dtype before P @ V (as flash-attn does); acc, m, l, the partials stay fp32; fp32
-    inputs use IEEE dots (no TF32).
-  - Sequence, page and head bases are int64: a cache of B * Hkv * Nmax * D elements can pass 2^31.
-  - The counters (one int32 per group, kept per device and stream with the partials workspace, zero between
-    launches; CUDA-graph captures keep using the capture stream's) order the combine
-    after the other programs' partial stores: a CTA barrier, then an acq_rel atomic at GPU scope; the combine
-    reads the partials through L2 (.cg).
+  - P is cast to the input dtype before P @ V; acc, m, l, the partials stay fp32; fp32 uses IEEE dots.
+  - Sequence, page and head bases are int64 (a cache can pass 2^31 elements).
+  - The counters (one int32 per group, per device and stream with the partials workspace, zero between launches;
+    CUDA-graph captures keep the capture stream's) order the combine after the other programs' partial stores:
+    a CTA barrier, then an acq_rel atomic at GPU scope; the combine reads the partials through L2 (.cg).
   - Keys are gathered row by row through the page table (one int32 per key, from L1/L2), so any page size
     works with any BLOCK_N; rows are D contiguous elements, loaded as 16-byte vectors.
 """
@@ -65,12 +63,18 @@ GPU_CONFIGS: dict[int, dict[str, int]] = {
     128: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
     256: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
 }
+# A paged cache's tile: two more stages. The page-table load is a pipeline stage of its own, so the K/V loads
+# behind it get one shared-memory buffer at num_stages 3-4 and two (as contiguous at 3) at 5 (Triton 3.6 TTGIR).
+# H100, GQA 32/8 batch 1, 16-token pages: 57.6 us at N = 32k, 22.7 at 8k with (128, 4, 5) and 16 splits, against
+# 61.0 / 27.6 for the best of stages 2-4 (contiguous 53.7 / 21.6; `benchmarks/decode_speed.py --tune --grid`).
+PAGED_CONFIGS: dict[int, dict[str, int]] = {
+    d: {**cfg, "num_stages": cfg["num_stages"] + 2} if d <= 128 else cfg for d, cfg in GPU_CONFIGS.items()
+}
 # Under the interpreter: small key blocks, so small test shapes cross many blocks and split boundaries.
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
 MAX_ROWS = 64  # query rows per tile (G * Nq beyond this takes more row blocks, each reading K/V again)
 MAX_SPLITS = 128
 MIN_SPLIT_KEYS = 256  # the split heuristic gives every split at least this many keys of the capacity
-PAGED_PROGRAMS_PER_SM = 2  # programs per SM the split heuristic aims for on a paged cache (choose_num_splits)
 INTERPRET_SMS = 8  # the SM count assumed under the interpreter
 COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per step (64 registers per thread)
 
@@ -260,12 +264,10 @@ def choose_num_splits(programs: int, capacity: int, block_n: int, slots: int) ->
     """Key splits per sequence when the caller gives none: flash-attn's num_splits_heuristic, in short.
 
     `programs`: kernel programs without splitting (sequences x KV heads x query-row blocks); `slots`: programs
-    that keep HBM busy: one per SM on a contiguous cache, two per SM on a paged one (PAGED_PROGRAMS_PER_SM).
-    One contiguous-cache program per SM already streams HBM at full speed: at d = 128 on an H100, 128 programs
-    on the 132 SMs read 537 MB of KV at 2.78-2.84 TB/s, with 1 split (batch 16) or 4 (batch 4), and more splits
-    only add work (2.47-2.68 TB/s at 32). The paged kernel keeps fewer loads in flight (Triton pipelines the
-    page-table load too: 74 KB of shared memory, not 139 KB), and the same 128 programs read 2.46-2.62 TB/s
-    with 1 split but 2.73 with 2 (`python3 benchmarks/decode_speed.py --tune`, H100, bf16).
+    that keep HBM busy: one per SM. One program per SM already streams HBM at full speed: at d = 128 on an
+    H100, 128 programs on the 132 SMs read 537 MB of KV at 2.78-2.84 TB/s, with 1 split (batch 16) or 4 (batch
+    4), and more splits only add work (2.47-2.68 TB/s at 32); a paged cache's tile (PAGED_CONFIGS) keeps as
+    many loads in flight (`python3 benchmarks/decode_speed.py --tune`, H100, bf16).
     So: if the programs nearly fill the slots (80%), one split. Otherwise s splits cost waves(s) x blocks per
     split (the critical path: waves of programs over the slots, each streaming whole blocks of `block_n` keys
     of the `capacity`), and the pick is the fewest splits within 10% of the cheapest. Every split keeps at
@@ -458,7 +460,7 @@ def flash_decode(
         _refuse(f"sm_scale must be a finite number, got {scale!r}")
     if validate:
         _check_data(cache_seqlens, block_table, capacity, k.shape[0], page)
-    cfg = INTERPRET_CONFIG if interpreting() else GPU_CONFIGS[D]
+    cfg = INTERPRET_CONFIG if interpreting() else (PAGED_CONFIGS if paged else GPU_CONFIGS)[D]
     if config is not None:
         if not isinstance(config, dict) or not set(config) <= set(cfg):
             _refuse(f"config keys must be among {sorted(cfg)}, got {config!r}")
@@ -470,8 +472,7 @@ def flash_decode(
     row_blocks = -(-rows // block_m)
     if num_splits is None:
         sms = INTERPRET_SMS if interpreting() else _sm_count(q.device.index or 0)
-        slots = sms * (PAGED_PROGRAMS_PER_SM if paged else 1)
-        num_splits = choose_num_splits(B * Hkv * row_blocks, capacity, cfg["BLOCK_N"], slots)
+        num_splits = choose_num_splits(B * Hkv * row_blocks, capacity, cfg["BLOCK_N"], sms)
     elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
         _refuse(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
 
