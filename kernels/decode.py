@@ -32,8 +32,7 @@ Cautions:
   - The counters (one int32 per group, per device and stream with the partials workspace, zero between launches;
     CUDA-graph captures keep the capture stream's) order the combine after the other programs' partial stores:
     a CTA barrier, then an acq_rel atomic at GPU scope; the combine reads the partials through L2 (.cg).
-  - Keys are gathered row by row through the page table (one int32 per key, from L1/L2), so any page size
-    works with any BLOCK_N; rows are D contiguous elements, loaded as 16-byte vectors.
+  - Keys are gathered row by row through the page table (one int32 per key), so any page size takes any BLOCK_N.
 """
 
 from __future__ import annotations
