@@ -73,7 +73,7 @@ def _to_e4m3(p, INTERPRET: tl.constexpr):
             tl.floor(tl.log2(tl.maximum(p, 1e-30))), -6.0
         )  # e4m3: 3 mantissa bits, min exponent -6
         step = tl.exp2(e - 3.0)
-        p = tl.floor(p / step + 0.5) * step
+        p = tl.minimum(tl.floor(p / step + 0.5) * step, 448.0)  # the GPU's conversion saturates (satfinite)
     return p.to(tl.float8e4nv)
 
 
@@ -111,6 +111,7 @@ def _fp8_block(
     TMA: tl.constexpr,
     INTERPRET: tl.constexpr,
     P_SHIFT: tl.constexpr,
+    NEG_SCALE: tl.constexpr,  # qk_scale < 0 (a negative sm_scale folded into q_descale)
 ):
     """One key block: S = Q K^T (e4m3 dot, fp32), online softmax, acc += e4m3(P) V."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -132,7 +133,10 @@ def _fp8_block(
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with every key masked so far: p = 0
         p = tl.math.exp2(qk - (m_use - P_SHIFT)[:, None])
     else:
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        if NEG_SCALE:  # the row max of the scaled scores is the row min of the unscaled ones
+            m_new = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_use = m_new
         p = tl.math.exp2(qk * qk_scale - (m_use - P_SHIFT)[:, None])  # one FMA per score
     alpha = tl.math.exp2(m_i - m_use)
@@ -184,6 +188,7 @@ def _attn_fwd_fp8(
     CAUSAL: tl.constexpr,
     TMA: tl.constexpr,
     INTERPRET: tl.constexpr,
+    NEG_SCALE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -251,6 +256,7 @@ def _attn_fwd_fp8(
             TMA=TMA,
             INTERPRET=INTERPRET,
             P_SHIFT=P_SHIFT,
+            NEG_SCALE=NEG_SCALE,
         )
     for start_n in tl.range(full_end, hi, BLOCK_N):
         acc, l_i, m_i = _fp8_block(
@@ -276,6 +282,7 @@ def _attn_fwd_fp8(
             TMA=TMA,
             INTERPRET=INTERPRET,
             P_SHIFT=P_SHIFT,
+            NEG_SCALE=NEG_SCALE,
         )
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
@@ -328,9 +335,10 @@ def attention_forward_fp8(
     sm_scale: float,
     config: dict[str, Any] | None,
     descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    neg_scale: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """Launch the FP8 forward on checked inputs (descales fp32 [B, Hkv] contiguous). Returns (o bf16
-    [B, H, Nq, D], lse2 fp32 [B, H, Nq], config used)."""
+    """Launch the FP8 forward on checked inputs (descales fp32 [B, Hkv] contiguous; neg_scale: q_descale holds
+    a negative sm_scale's sign). Returns (o bf16 [B, H, Nq, D], lse2 fp32 [B, H, Nq], config used)."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     vt = value_layout(v).transpose(-1, -2)  # [B, Hkv, D, Nk], unit last stride
@@ -349,7 +357,13 @@ def attention_forward_fp8(
         grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
         args=(q, k, vt, o, lse, qd, kd, vtd, od, *descales, *strides, H, Hkv, Nq, Nk, sm_scale * LOG2E)
         + (seq_bucket(max(Nq, Nk)),),
-        constexprs={"HEAD_DIM": D, "CAUSAL": causal, "TMA": tma, "INTERPRET": interpreting()},
+        constexprs={
+            "HEAD_DIM": D,
+            "CAUSAL": causal,
+            "TMA": tma,
+            "INTERPRET": interpreting(),
+            "NEG_SCALE": neg_scale,
+        },
         space=FP8_FWD_SPACE,
         forced=config,
         interpret_config=INTERPRET_FWD,
@@ -362,8 +376,8 @@ class Fp8Attention(torch.autograd.Function):
     """The FP8 forward as an autograd node whose backward refuses: there is no FP8 backward."""
 
     @staticmethod
-    def forward(ctx: Any, q, k, v, causal, sm_scale, config, descales):  # type: ignore[override]
-        return attention_forward_fp8(q, k, v, causal, sm_scale, config, descales)[0]
+    def forward(ctx: Any, q, k, v, causal, sm_scale, config, descales, neg_scale):  # type: ignore[override]
+        return attention_forward_fp8(q, k, v, causal, sm_scale, config, descales, neg_scale)[0]
 
     @staticmethod
     def backward(ctx: Any, do):  # type: ignore[override]
@@ -411,5 +425,5 @@ def flash_attn_fp8(
     if config is not None:
         config = normalize_config(NAME, config)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return Fp8Attention.apply(q, k, v, causal, sm_scale, config, descales)
-    return attention_forward_fp8(q, k, v, causal, sm_scale, config, descales)[0]  # no autograd node
+        return Fp8Attention.apply(q, k, v, causal, sm_scale, config, descales, flip)
+    return attention_forward_fp8(q, k, v, causal, sm_scale, config, descales, flip)[0]  # no autograd node

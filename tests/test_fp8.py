@@ -83,6 +83,12 @@ def test_fp8_head_dims(d):
     check(1, 1, 1, 70, 70, d, causal=True, seed=d)
 
 
+def test_fp8_negative_sm_scale_without_a_mask():
+    # Full key blocks take the row max before scaling: with a negative scale that is the row's minimum, P would
+    # reach 2^8 * e^(range) and saturate at e4m3's 448.
+    check(1, 2, 1, 64, 96, 64, causal=False, sm_scale=-0.4, seed=9)
+
+
 def test_fp8_custom_and_negative_sm_scale():
     check(1, 2, 2, 40, 40, 32, causal=False, sm_scale=0.3, seed=5)
     check(1, 2, 1, 45, 45, 32, causal=True, sm_scale=-0.4, seed=6)  # folded into q_descale
