@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from report_helpers import H100_FACTS, H100_SPEED, case_row, write_run
+from report_helpers import H100, H100_FACTS, H100_SPEED, case_row, write_run
 
 from flashbench.analysis import clocks, summary
 from flashbench.analysis import runs as analysis
 from flashbench.gpu.calibrate import throttle_verdict
 from flashbench.report import tables, verdict
 from flashbench.report.figures import hover, with_context
+from flashbench.results.rows import Row
+from flashbench.spec.cases import Case
 
 TIMES = {  # provider -> median ms at N = 1k, 2k, 4k (fwd, d=64, non-causal)
     "A": (1.0, 2.0, 4.0),
@@ -100,6 +102,26 @@ def test_decode_shapes_need_not_have_seq_q_equal_seq_k(tmp_path: Path) -> None:
     assert lead.fastest == "A" and [n for n, _ in lead.ratios] == ["1×1k", "1×8k"]
     assert lead.geomean == pytest.approx(2.0)
     assert "Nq = 1 over Nk = 1k, 8k" in summary.description(frame)
+
+
+def test_windowed_cases_are_ranked_apart_from_full_ones(tmp_path: Path) -> None:
+    # A is faster without a window, B with one: one group each, never a mixture of the two.
+    def row(provider: str, ms: float, n: int, window: str) -> Row:
+        case = Case(provider, 1, 8, 8, n, n, 64, "bf16", True, "fwd", window=window)
+        return Row.for_case(case, "ok", gpu=H100, samples_ms=[ms] * 10, median_ms=ms, p20_ms=ms, p80_ms=ms)
+
+    rows = [row("A", 1.0 * n / 1024, n, "") for n in (1024, 2048)] + [
+        row("B", 1.5 * n / 1024, n, "") for n in (1024, 2048)
+    ]
+    rows += [row("A", 0.5, n, "256,0") for n in (1024, 2048)] + [
+        row("B", 0.25, n, "256,0") for n in (1024, 2048)
+    ]
+    leads = summary.leads(analysis.load_run(write_run(tmp_path / "run", rows)).frame)
+    assert [(lead.variant, lead.fastest, lead.geomean) for lead in leads] == [
+        ("", "A", pytest.approx(1.5)),
+        ("window 256,0", "B", pytest.approx(2.0)),
+    ]
+    assert leads[1].group.endswith("causal · window 256,0")
 
 
 def test_clock_event_reasons_in_words() -> None:

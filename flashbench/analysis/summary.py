@@ -110,7 +110,7 @@ class Lead:
     best_pct_provider: str = ""
     best_pct_at: str = ""
     best_pct_bound: str = ""
-    variant: str = ""  # the KV-cache variant of serving rows ("32/8 heads · paged16"); "" for training rows
+    variant: str = ""  # a serving cache ("32/8 heads · paged16"), a window ("window 4096,0")
 
     @property
     def group(self) -> str:
@@ -157,7 +157,7 @@ def leads(frame: pd.DataFrame) -> list[Lead]:
     ok = frame[frame["ok"] & frame["median_ms"].notna()].copy()
     view = roof_view(ok) if len(ok) else None
     out: list[Lead] = []
-    ok["variant"] = cache_variants(ok)
+    ok["variant"] = case_variants(ok)
     keys = ["dtype", "mode", "head_dim", "causal", "variant"]
     for (dtype, mode, d, causal, variant), grp in ok.groupby(keys, sort=False):
         times = grp.pivot_table(index="shape_key", columns="provider", values="median_ms", aggfunc="first")
@@ -190,6 +190,17 @@ def leads(frame: pd.DataFrame) -> list[Lead]:
     return sorted(
         out, key=lambda x: (x.dtype, MODE_ORDER.get(x.mode, 9), x.mode, x.head_dim, x.causal, x.variant)
     )
+
+
+def case_variants(frame: pd.DataFrame) -> pd.Series:
+    """Per row, the variant its lead is judged within: the serving cache (cache_variants) and the sliding window,
+    so a windowed case is never ranked with a full one."""
+    variant = cache_variants(frame)
+    if "window" not in frame:
+        return variant
+    window = frame["window"].fillna("").astype(str)
+    words = ("window " + window).where(window != "", "")
+    return variant.str.cat(words, sep=" · ").str.strip(" ·")
 
 
 def cache_variants(frame: pd.DataFrame) -> pd.Series:
