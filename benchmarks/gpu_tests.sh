@@ -15,7 +15,7 @@ status=0
 pids=()
 for ((i = 0; i < JOBS; i++)); do
     # shellcheck disable=SC2086  # TESTS: a list of files, word-split on purpose
-    FLASHBENCH_TEST_SHARD="$i/$JOBS" timeout "${TEST_TIMEOUT_S:-480}" python3 -m pytest -q -rfE --tb=short \
+    FLASHBENCH_TEST_SHARD="$i/$JOBS" timeout "${TEST_TIMEOUT_S:-900}" python3 -m pytest -q -rfE --tb=short \
         -p no:cacheprovider $TESTS ${1:+-k "$1"} >"$OUT/$NAME-$i.log" 2>&1 &
     pids+=($!)
 done
