@@ -45,18 +45,21 @@ import triton.language as tl
 
 from .backward_dkdv import _bwd_dkdv
 from .backward_dq import _bwd_dq
-from .common import LOG2E, cdiv, row_strides, seq_bucket, unit_stride, window_flags
+from .common import (
+    LOG2E,
+    _set_last_bwd_config,
+    cdiv,
+    last_bwd_config,
+    row_strides,
+    seq_bucket,
+    unit_stride,
+    window_flags,
+)
 from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, INTERPRET_BWD
 from .descriptors import host_descriptor, use_tma
 from .launch import launch
 
-# Backward configs of the most recent backward launch (dkdv, dq), for whoever wants to record them.
-_LAST_BWD_CONFIG: dict[str, Any] = {}
-
-
-def last_bwd_config() -> dict[str, Any]:
-    """{"dkdv": config, "dq": config} of the most recent backward launch (empty before any)."""
-    return {k: dict(v) for k, v in _LAST_BWD_CONFIG.items()}
+__all__ = ["attention_backward", "last_bwd_config"]
 
 
 @triton.jit
@@ -172,6 +175,5 @@ def attention_backward(
         forced=dq_config,
         interpret_config=INTERPRET_BWD,
     )
-    _LAST_BWD_CONFIG.clear()
-    _LAST_BWD_CONFIG.update({"dkdv": cfg_kv, "dq": cfg_q})
+    _set_last_bwd_config(cfg_kv, cfg_q)
     return dq, dk, dv

@@ -25,8 +25,10 @@ class KernelUnsupported(ValueError):
     """A bundled kernel refuses these inputs; the message names what is unsupported."""
 
 
-# The forward config used by the most recent forward launch (any of the three kernels).
+# The forward config used by the most recent forward launch (any of the three kernels), and the backward's
+# configs ({"dkdv": ..., "dq": ...}) of the backward that followed it (empty until one does).
 _LAST_CONFIG: dict[str, Any] | None = None
+_LAST_BWD_CONFIG: dict[str, Any] = {}
 
 
 def last_config() -> dict[str, Any] | None:
@@ -40,6 +42,17 @@ def last_config() -> dict[str, Any] | None:
 def _set_last_config(cfg: dict[str, Any]) -> None:
     global _LAST_CONFIG
     _LAST_CONFIG = dict(cfg)
+    _LAST_BWD_CONFIG.clear()  # a new forward: no backward of it yet
+
+
+def last_bwd_config() -> dict[str, Any]:
+    """{"dkdv": config, "dq": config} of the backward after the most recent forward launch (empty before one)."""
+    return {k: dict(v) for k, v in _LAST_BWD_CONFIG.items()}
+
+
+def _set_last_bwd_config(dkdv: dict[str, Any], dq: dict[str, Any]) -> None:
+    _LAST_BWD_CONFIG.clear()
+    _LAST_BWD_CONFIG.update(dkdv=dict(dkdv), dq=dict(dq))
 
 
 def interpreting() -> bool:

@@ -264,6 +264,8 @@ def test_blocks_from_a_reported_kernel_config():
     assert io_model.Blocks.from_config({"block_m": 128, "block_n": 128}).fwd_n == 128
     assert io_model.Blocks.from_config(None) is None
     assert io_model.Blocks.from_config({"num_warps": 4}) is None  # no tiles reported: the model's defaults
+    reported = {"BLOCK_M": 64, "BLOCK_N": 128, "bwd": {"dkdv": {"BLOCK_M": 32, "BLOCK_N": 128}, "dq": {}}}
+    assert io_model.Blocks.from_config(reported) == io_model.Blocks(64, 128, bwd_m=32, bwd_n=128)
 
 
 def test_fp8_inputs_are_one_byte_and_write_a_bf16_output():

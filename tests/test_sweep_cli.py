@@ -130,7 +130,11 @@ def test_bundled_triton_kernel_runs_through_the_interpreter(tmp_path, capsys):
     assert payload["counts"] == {"ok": 2}
     for row in payload["rows"]:
         assert row["provider"] == "triton" and row["rel_err"] <= row["err_budget"]
-        assert row["kernel_config"]  # the forward's block sizes, from flashbench.kernels.last_config()
+        assert row["kernel_config"]["BLOCK_M"]  # the forward tile (flashbench.kernels.last_config())
+    # the backward's tiles where a backward ran, and only there (a forward clears the previous case's)
+    by_mode = {row["mode"]: row["kernel_config"] for row in payload["rows"]}
+    assert set(by_mode["fwd+bwd"]["bwd"]) == {"dkdv", "dq"} and by_mode["fwd+bwd"]["bwd"]["dkdv"]["BLOCK_N"]
+    assert "bwd" not in by_mode["fwd"]
 
 
 def test_existing_run_dir_is_refused_without_resume_or_force(tmp_path, capsys):

@@ -433,7 +433,14 @@ def _kernel_config(name: str) -> dict[str, Any] | None:
         return None
     if not config:
         return None
+    return _plain(config)
+
+
+def _plain(config: dict[str, Any]) -> dict[str, Any]:
+    """A reported config as JSON: numbers, strings, booleans and nested dicts of them; anything else as text."""
     return {
-        str(k): (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+        str(k): _plain(v)
+        if isinstance(v, dict)
+        else (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
         for k, v in config.items()
     }

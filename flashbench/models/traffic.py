@@ -5,7 +5,7 @@ the rows a tiled loop visits. Pure: numbers in, numbers out (io_model.py builds 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flashbench.models.flops import Alignment
@@ -70,14 +70,22 @@ class Blocks:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> Blocks | None:
-        """The tiles a kernel reported (Row.kernel_config: BLOCK_M, BLOCK_N in any case; num_splits), else None."""
+        """The tiles a kernel reported (Row.kernel_config: BLOCK_M, BLOCK_N in any case; num_splits; under "bwd",
+        the dK/dV pass's {"dkdv": {BLOCK_M, BLOCK_N}}: query rows streamed, keys resident), else None."""
         if not config:
             return None
         cfg = {str(k).lower(): v for k, v in config.items()}
         m, n, splits = cfg.get("block_m"), cfg.get("block_n"), cfg.get("num_splits", 1)
-        if isinstance(m, int) and isinstance(n, int) and m > 0 and n > 0:
-            return cls(fwd_m=m, fwd_n=n, splits=splits if isinstance(splits, int) and splits > 0 else 1)
-        return None
+        if not (isinstance(m, int) and isinstance(n, int) and m > 0 and n > 0):
+            return None
+        blocks = cls(fwd_m=m, fwd_n=n, splits=splits if isinstance(splits, int) and splits > 0 else 1)
+        bwd = cfg.get("bwd")
+        dkdv = bwd.get("dkdv") if isinstance(bwd, Mapping) else None
+        if isinstance(dkdv, Mapping):
+            bm, bn = dkdv.get("BLOCK_M"), dkdv.get("BLOCK_N")
+            if isinstance(bm, int) and isinstance(bn, int) and bm > 0 and bn > 0:
+                blocks = replace(blocks, bwd_m=bm, bwd_n=bn)
+        return blocks
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,15 @@ def _head_dims() -> Any:
 
 
 def _last_config() -> dict[str, Any] | None:
+    """The forward's config, and under "bwd" the backward's ({"dkdv": ..., "dq": ...}) when one followed it."""
     from flashbench.kernels import last_config
+    from flashbench.kernels.common import last_bwd_config
 
     config = last_config()
-    return dict(config) if config else None
+    if not config:
+        return None
+    bwd = last_bwd_config()
+    return {**config, "bwd": bwd} if bwd else dict(config)
 
 
 def _bundled(attr: str) -> Any:
