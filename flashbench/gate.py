@@ -408,6 +408,8 @@ def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateCon
     if comp.verdict == NOISY and comp.low_q_ratio is not None and comp.low_q_ratio <= 1.0 + thr:
         note = f"p10 moved {comp.low_q_ratio - 1.0:+.1%}: a transient, not the whole distribution"
     verdict = comp.verdict
+    if verdict in (REGRESSION, NOISY, IMPROVEMENT):
+        note = "; ".join(filter(None, [note, clock_note(b.sm_clock_mhz, c.sm_clock_mhz, comp.ratio)]))
     if not cfg.absolute and verdict in (REGRESSION, NOISY):
         verdict, note = UNCHANGED, "; ".join(filter(None, [note, f"{comp.verdict} (absolute gate off)"]))
     return CaseVerdict(
@@ -420,6 +422,16 @@ def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateCon
         threshold=thr,
         note=note,
     )
+
+
+def clock_note(base_mhz: float | None, cur_mhz: float | None, ratio: float) -> str:
+    """Where the SM clock the samples ran at moved by more than 2%: both clocks and the time ratio per MHz (cycles),
+    so a slowdown that is the power cap's lower clock reads as such. Said, not judged: the user's GPU runs at the
+    clock it runs at."""
+    if not base_mhz or not cur_mhz or abs(cur_mhz / base_mhz - 1.0) <= 0.02:
+        return ""
+    cycles = ratio * cur_mhz / base_mhz
+    return f"SM clock {base_mhz:.0f} -> {cur_mhz:.0f} MHz ({cur_mhz / base_mhz - 1.0:+.1%}): {cycles - 1.0:+.1%} in cycles"
 
 
 def _ratio_verdicts(base: Side, cur: Side, cfg: GateConfig) -> list[RatioVerdict]:

@@ -151,6 +151,39 @@ def test_whole_machine_slower_fails_absolute_but_in_run_ratio_holds(capsys, tmp_
     assert rc == 0  # with the absolute gate off, only the drift-proof ratio gates
 
 
+def test_a_slowdown_at_a_lower_sm_clock_is_shown_in_cycles_too(capsys, tmp_path):
+    # The same kernel at 1845 instead of 1980 MHz takes 1980/1845 = 1.073x as long: a regression in time (the
+    # user's GPU runs at the clock it runs at), the same in cycles; the note says both. Within 2%: no note.
+    _, src = SYNTH
+
+    def clocked(mhz: float):
+        return lambda row: (
+            Row.from_dict({**row.to_dict(), "sm_clock_mhz": mhz}) if row.status == "ok" else row
+        )
+
+    high = derive_run(src, tmp_path / "high", clocked(1980.0))
+    low = derive_run(
+        high, tmp_path / "low", lambda r: clocked(1845.0)(slow_provider("triton", 1980 / 1845)(r))
+    )
+    rc, out, _ = gate(capsys, high, low, "--format", "json")
+    notes = {c["key"]: c["note"] for c in json.loads(out)["cases"] if c["verdict"] == "regression"}
+    assert rc == 1 and notes and all(k.startswith("triton|") for k in notes)
+    assert all("SM clock 1980 -> 1845 MHz (-6.8%)" in n and " in cycles" in n for n in notes.values())
+    cycles = [float(n.split("MHz (-6.8%): ")[1].split("%")[0]) for n in notes.values()]
+    assert max(abs(c) for c in cycles) < 3.0  # per cycle the kernel is unchanged (the A/A runs drift ~1%)
+    assert main(["baseline", "save", str(high), "--name", "high", "--out-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    rc, out, _ = gate(
+        capsys, tmp_path / "high.json", low, "--format", "json"
+    )  # a saved baseline keeps the clock
+    saved = {c["key"]: c["note"] for c in json.loads(out)["cases"] if c["verdict"] == "regression"}
+    assert saved == notes
+    rc, out, _ = gate(
+        capsys, high, derive_run(high, tmp_path / "same", slow_provider("triton", 1.10)), "--format", "json"
+    )
+    assert not any("SM clock" in c["note"] for c in json.loads(out)["cases"])
+
+
 def test_case_that_was_ok_and_now_fails_fails_the_gate(capsys, tmp_path):
     base, src = _source_pair()
     victim = next(r for r in read_rows(src) if r.status == "ok")

@@ -43,6 +43,7 @@ class CaseResult:
     throttled: bool = False
     reason: str = ""
     n_samples: int = 0  # samples measured; more than len(samples_ms) where a baseline stored quantiles
+    sm_clock_mhz: float | None = None  # the median SM clock during the samples (None: not recorded)
 
     @property
     def n(self) -> int:
@@ -89,7 +90,8 @@ def _case_from_row(row: Row) -> CaseResult:
     samples = tuple(float(s) for s in row.samples_ms or ())
     median = _median(samples) if samples else row.median_ms  # the statistic the gate tests: from the samples
     reason = "" if row.status == OK else (row.reason or "")[:200]
-    return CaseResult(row.key, row.status, median, samples, bool(row.throttled), reason)
+    clock = float(row.sm_clock_mhz) if row.sm_clock_mhz else None
+    return CaseResult(row.key, row.status, median, samples, bool(row.throttled), reason, sm_clock_mhz=clock)
 
 
 def _median(samples: tuple[float, ...]) -> float | None:
@@ -191,8 +193,16 @@ def _case_from_entry(key: str, entry: dict[str, Any]) -> CaseResult:
     median = _median(samples) if samples else entry.get("median_ms")
     median = None if median is None else float(median)
     n = int(entry.get("n", len(samples)))
+    clock = entry.get("sm_clock_mhz")
     return CaseResult(
-        key, status, median, samples, bool(entry.get("throttled", False)), str(entry.get("reason", "")), n
+        key,
+        status,
+        median,
+        samples,
+        bool(entry.get("throttled", False)),
+        str(entry.get("reason", "")),
+        n,
+        float(clock) if isinstance(clock, (int, float)) and clock > 0 else None,
     )
 
 
@@ -214,6 +224,8 @@ def baseline_dict(side: Side, name: str, source: str) -> dict[str, Any]:
             entry["throttled"] = True
         if case.reason:
             entry["reason"] = case.reason
+        if case.sm_clock_mhz:
+            entry["sm_clock_mhz"] = case.sm_clock_mhz
         cases[key] = entry
     return {
         "format": BASELINE_FORMAT,
