@@ -107,6 +107,22 @@ def test_list_providers_without_a_gpu_says_cuda_only(capsys, monkeypatch):
     assert set(infos) <= names  # every name whole at 80 columns
 
 
+def test_list_providers_says_who_takes_a_window_and_which_kv_caches(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["list", "providers"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = [c.strip() for c in next(r for r in lines if "┃" in r and "name" in r).split("┃")]
+    rows = [r for r in lines if "│" in r]
+    cells = {r.split("│")[1].strip(): [c.strip() for c in r.split("│")] for r in rows}
+    window, cache = header.index("window"), header.index("KV cache")
+    assert cells["triton"][window] == "yes" and cells["flex"][window] == "yes"
+    assert cells["sdpa-cudnn"][window] == "no" and cells["triton-stored-p"][window] == "no"
+    assert (
+        cells["triton-decode"][cache] == "contiguous,paged,ragged"
+        and cells["sdpa-cudnn"][cache] == "contiguous"
+    )
+
+
 def test_cpu_sweep_footer_says_nothing_about_gpus(capsys):
     render_tables([_row("naive", n, device="cpu") for n in (16, 32)], tokens=None)
     out = capsys.readouterr().out

@@ -248,7 +248,19 @@ def list_providers_command(
 
     table = Table(title="providers")
     name_column(table, "name", [i.name for i in infos])
-    for col in ("available", "dtypes", "head dims", "causal", "bwd", "GQA", "devices", "source"):
+    columns = (
+        "available",
+        "dtypes",
+        "head dims",
+        "causal",
+        "window",
+        "bwd",
+        "GQA",
+        "KV cache",
+        "devices",
+        "source",
+    )
+    for col in columns:
         folding_column(table, col)
     for i in infos:
         dims = "any" if i.head_dims is None else _dims(i.head_dims)
@@ -258,8 +270,10 @@ def list_providers_command(
             ",".join(i.dtypes),
             dims,
             _yes(i.causal),
+            _yes(i.window),
             _yes(i.backward),
             _yes(i.gqa),
+            ",".join(i.kv_layouts) + (",ragged" if i.ragged else ""),
             ",".join(i.devices),
             i.source if i.source in ("builtin", "bundled") else Path(i.source).name,
         )
