@@ -40,7 +40,12 @@ def kernel_name(config: object) -> str:
 
 def speed(runs: list[str]) -> None:
     frames = [ok_rows(r) for r in runs]
-    pivots = [f.pivot_table(index=KEY, columns="provider", values="tflops") for f in frames]
+    pivots = [
+        f.pivot_table(index=KEY, columns="provider", values="tflops").reindex(
+            columns=["triton", "sdpa-flash", "sdpa-cudnn"]  # a provider the run lacks: NaN, printed "nan"
+        )
+        for f in frames
+    ]
     first = frames[0][frames[0].provider == "triton"].set_index(KEY)
     print("| mode | d | causal | N | triton | sdpa-flash | sdpa-cudnn | x flash | x cuDNN | forward kernel |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
