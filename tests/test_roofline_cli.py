@@ -25,6 +25,22 @@ def test_roofline_json_parses_and_needs_no_gpu(capsys, monkeypatch, tmp_path):
     assert naive["bound"] == "memory-bound"
 
 
+def test_a_window_models_its_own_pairs_and_a_contradiction_is_one_line(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("FLASHBENCH_HOME", str(tmp_path))
+    flops = {}
+    for window in ("-1,-1", "4096,0"):
+        args = ["roofline", "--gpu", "h100", "--seq", "32768", "--causal", "--families", "flash", "--json"]
+        assert main([*args, "--window", window]) == 0
+        (p,) = json.loads(capsys.readouterr().out)["predictions"]
+        flops[window] = p["flops"]
+    n, w = 32768, 4096  # causal pairs n(n+1)/2 against the window's: w + 1 keys per row once a row has them
+    window_pairs = sum(min(i + 1, w + 1) for i in range(n))
+    assert flops["-1,-1"] / flops["4096,0"] == pytest.approx(n * (n + 1) / 2 / window_pairs)
+    assert main(["roofline", "--gpu", "h100", "--causal", "--window", "10,3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "causal means window right = 0" in err
+
+
 def test_roofline_table_renders(capsys):
     assert main(["roofline", "--gpu", "a100", "--seq", "2048", "--families", "naive,flash"]) == 0
     assert "Ceilings" in capsys.readouterr().out

@@ -15,6 +15,7 @@ from flashbench.models import roofline as rl
 from flashbench.results.rows import FLOP_CONVENTION, OK, read_rows
 from flashbench.spec.cases import DTYPE_BYTES
 from flashbench.spec.config import split_choices
+from flashbench.spec.window import effective
 
 ROOF_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
@@ -65,8 +66,14 @@ def build_roofline(
     kv_heads: int | None = None,
     causal: bool = False,
     results: Path | None = None,
+    window: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The roofline report as a JSON-ready dict: GPU, ceilings, per-case predictions, measured overlay."""
+    """The roofline report as a JSON-ready dict: GPU, ceilings, per-case predictions, measured overlay.
+    window: a sliding window (left, right) for every modelled case (its unmasked pairs and visited blocks)."""
+    try:
+        window = effective(causal, window)
+    except ValueError as exc:
+        raise FlashbenchError(f"--window: {exc}") from None
 
     spec, facts = _resolve_gpu(gpu, results)
     roofs = [r for r in hardware.ceilings(spec, facts, hardware.load_calibration(spec)) if r.bw_bytes_s]
@@ -96,6 +103,7 @@ def build_roofline(
                             mode,
                             roof.flops_s,
                             roof.bw_bytes_s,
+                            window=window,
                         )
                         predictions.append({"dtype": dtype, "head_dim": d, "seq": n, **p.to_dict()})
     report: dict[str, Any] = {

@@ -19,6 +19,7 @@ from flashbench.errors import warn
 from flashbench.gpu.calibrate import calibrate
 from flashbench.spec.cases import DTYPES, MODES, mask_label
 from flashbench.spec.config import parse_range, split_choices
+from flashbench.spec.window import parse_window
 
 DEFAULT_SEQ = "1024..32768"
 
@@ -134,7 +135,7 @@ def roofline(
         str, typer.Option(help="Sequence lengths (tokens): 512..32768, 1024..8192:1024 or 1000,3000.")
     ] = DEFAULT_SEQ,
     head_dim: Annotated[str, typer.Option(help="Head dimensions, e.g. 64,128.")] = "128",
-    dtype: Annotated[str, typer.Option(help="Input dtypes: fp16, bf16, fp32 (comma list).")] = "bf16",
+    dtype: Annotated[str, typer.Option(help="Input dtypes: fp16, bf16, fp32, fp8 (comma list).")] = "bf16",
     mode: Annotated[str, typer.Option(help="fwd, bwd, fwd+bwd (comma list).")] = "fwd",
     families: Annotated[
         str, typer.Option(help="Byte-model families: naive, sdpa-math, flash, stored-p, flash-v1.")
@@ -145,6 +146,12 @@ def roofline(
     causal: Annotated[
         bool, typer.Option("--causal", help="Model causal attention (exact unmasked-pair FLOPs).")
     ] = False,
+    window: Annotated[
+        str,
+        typer.Option(
+            help="A sliding window L,R for every modelled case (flash-attn's window_size; -1 = none)."
+        ),
+    ] = "",
     results: Annotated[
         Path | None, typer.Option(help="Run directory whose measured rows to overlay.")
     ] = None,
@@ -163,6 +170,7 @@ def roofline(
         kv_heads=kv_heads,
         causal=causal,
         results=results,
+        window=parse_window(window),
     )
     if as_json:
         print(json.dumps(report, indent=2, default=str))
