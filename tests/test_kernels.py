@@ -108,7 +108,7 @@ def test_seq_q_differs_from_seq_k(kernel, causal, nq, nk):
     check(KERNELS[kernel], *inputs(1, 2, 1, nq, nk, 64, torch.float16, seed=nq), causal=causal)
 
 
-@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("d", [32, 64, 128, 256])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_head_dims(kernel, d):
     check(KERNELS[kernel], *inputs(1, 1, 1, 70, 70, d, torch.float16, seed=d), causal=True)
