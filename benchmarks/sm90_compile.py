@@ -12,7 +12,9 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python benchmarks/sm90_compile.py dump DIR [--part 0/2]
 
 ws / tl / bwd print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2 /
-HGMMA counts); --sass DIR writes each kernel's SASS there; --no-tma compiles the tl kernels' pointer path.
+HGMMA counts; for each P V with P in registers, the MUFU.EX2 between its issue and its wait in SASS order: the
+softmax that overlaps it); --sass DIR writes each kernel's SASS there; --no-tma compiles the tl kernels'
+pointer path.
 dump writes the SASS of every shipped config to DIR, one file per kernel: the tl forward's autotune candidates
 at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults;
 the backward passes' candidates (recompute) and defaults (stored P, pointers); the stored-P and FA1-order
@@ -117,11 +119,27 @@ def _disassemble(kernel: Any) -> tuple[str, int | None]:
     return sass, int(regs.group(1)) if regs else None
 
 
+def under_pv(sass: str) -> list[int]:
+    """For each P V issue (an HGMMA group with its A operand in registers), the MUFU.EX2 between its last HGMMA
+    and the WARPGROUP.DEPBAR that waits for every group: the exp2 work that runs under that P V."""
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+([^;]*);", sass)
+    counts = []
+    for i, op in enumerate(ops):
+        if re.search(r"HGMMA\S* R\d+, R\d+, gdesc", op) and "gsb0" in op:
+            end = next(
+                (j for j in range(i + 1, len(ops)) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in ops[j]), len(ops)
+            )
+            counts.append(sum("MUFU.EX2" in x for x in ops[i + 1 : end]))
+    return counts
+
+
 def _summary(kernel: Any, sass: str, regs: int | None) -> str:
     spills = (len(re.findall(r"\bSTL\b", sass)), len(re.findall(r"\bLDL\b", sass)))
+    pv = under_pv(sass)
     return (
         f"regs={regs}, shared={kernel.metadata.shared} B, STL/LDL={spills}, MUFU.EX2={sass.count('MUFU.EX2')}, "
         f"HGMMA={sass.count('HGMMA')}, setmaxnreg={sass.count('USETMAXREG')}"
+        + (f", MUFU.EX2 under each P V={pv}" if pv else "")
     )
 
 

@@ -6,7 +6,8 @@ consumer warpgroups each own 64 rows of the query tile (BLOCK_M = 128 or 192, FA
   - inter-warpgroup ping-pong: a consumer issues its matmuls only on its turn (a ring of mbarriers, one per
     warpgroup), so one warpgroup's softmax runs while another's matmuls keep the tensor cores busy;
   - intra-warpgroup overlap: in iteration j a consumer issues S_j = Q K_j^T and then P_{j-1} V_{j-1}, and runs
-    the softmax of S_j while P_{j-1} V_{j-1} is still in flight.
+    the softmax of S_j while P_{j-1} V_{j-1} is still in flight. ptxas moves the wait for P_{j-1} V_{j-1} above
+    that softmax unless PIN_WAIT=1 holds it below (flash_ws_kernel._consumer_step); off by default until timed.
 Triton 3.6 does not generate either schedule from a tl.dot loop, which is why this kernel spells them out with
 Gluon's explicit layouts, barriers and warp_specialize (flash_ws_kernel.py): at d = 128 N = 8192 on an H100 the
 tensor pipe is busy 78.9% of the time for this kernel, 77.3% for cuDNN, 62.4% for the best tl tile (Nsight
@@ -82,6 +83,10 @@ GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, Tru
 # loads overlap this tile's epilogue. SCHED_HEADS: tiles are walked in groups of this many heads (flash_ws_parts.tile); no
 # default groups, but groups of 16 lifted the persistent causal walk at d = 64 N = 2048 from 197 to 312
 # TFLOP/s on an H100 (`python3 benchmarks/ws_quick.py speed --dims 64`, variants ws3p and ws3p-h16).
+# PIN_WAIT=1 keeps each P V wait below the next block's softmax (unmasked blocks), through a store of the row
+# sums to shared memory (ROWS fp32 per consumer). Compiled for sm_90a (benchmarks/sm90_compile.py), it spills
+# nothing with two consumers (240 registers each); with three (160 each, d = 64 non-causal) 132 spill stores
+# and 132 loads against none unpinned, so it takes BLOCK_M 128 only. Not yet timed on a GPU: off by default.
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
@@ -90,6 +95,7 @@ CONFIG_KEYS = {
     "PERSISTENT": (0, 1),
     "SCHED_HEADS": (1, 4, 16, 32, 64),
     "PROGRAMS": None,
+    "PIN_WAIT": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel beat this one on the causal diagonal (d=128 causal N=1024 above: 344 vs 279 TFLOP/s).
@@ -136,9 +142,12 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
-    """Shared memory of a config: Q (and O when persistent) slices of 64 rows, and the K/V ring."""
+    """Shared memory of a config: Q (and O when persistent) slices of 64 rows, the K/V ring, the row sums that
+    PIN_WAIT stores."""
     q_o = cfg["BLOCK_M"] * head_dim * 2 * (2 if cfg.get("PERSISTENT") else 1)
-    return q_o + 2 * cfg["STAGES"] * BLOCK_N * head_dim * 2
+    return (
+        q_o + 2 * cfg["STAGES"] * BLOCK_N * head_dim * 2 + (cfg["BLOCK_M"] * 4 if cfg.get("PIN_WAIT") else 0)
+    )
 
 
 @functools.cache
@@ -213,6 +222,10 @@ def attention_forward(
     why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
     if why:
         raise ValueError(f"flash_ws forward: {why}")
+    if cfg.get("PIN_WAIT") and cfg["BLOCK_M"] != 128:
+        raise ValueError(
+            f"flash_ws forward: PIN_WAIT=1 needs BLOCK_M 128 (with {cfg['BLOCK_M']}, the consumers spill)"
+        )
     if smem_bytes(cfg, D) > SMEM_LIMIT:
         raise ValueError(
             f"flash_ws forward: config needs {smem_bytes(cfg, D) // 1024} KiB of shared memory at head dim {D} "
@@ -253,6 +266,7 @@ def attention_forward(
         SCHED_HEADS=cfg["SCHED_HEADS"],
         SEP_O=bool(cfg["PERSISTENT"]),
         WINDOW=window is not None,
+        PIN_WAIT=bool(cfg.get("PIN_WAIT", 0)),
         CONSUMER_REGS=CONSUMER_REGS[num_wg],
         PRODUCER_REGS=PRODUCER_REGS[num_wg],
         num_warps=4,

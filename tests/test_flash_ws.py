@@ -44,11 +44,31 @@ def rel(a, b) -> float:
         {"STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 4, "STAGES": 2, "SCHED_HEADS": 4},
+        {"PIN_WAIT": 1},
     ],
-    ids=["default", "s2", "persistent", "persistent-grouped"],
+    ids=["default", "s2", "persistent", "persistent-grouped", "pinned"],
 )
 def test_forward_matches_reference(shape, dtype, causal, config):
     check_forward(shape, dtype, causal, config)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize(
+    "config", [{}, {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2}], ids=["tile", "persistent"]
+)
+def test_pinned_wait_changes_no_bit(d, causal, config):
+    """PIN_WAIT only reorders the compiled code (a store nothing reads holds a wait in place): O and the LSE
+    must be bit for bit those of the same config without it."""
+    g = torch.Generator(device="cuda").manual_seed(d)
+    q, k, v = (torch.randn(2, 4, 1024, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    cfg = {"BLOCK_M": 128, **config}
+    o0, lse0, _ = flash_ws.attention_forward(q, k, v, causal, d**-0.5, cfg)
+    o1, lse1, used = flash_ws.attention_forward(q, k, v, causal, d**-0.5, {**cfg, "PIN_WAIT": 1})
+    assert used["PIN_WAIT"] == 1
+    assert torch.equal(o0, o1) and torch.equal(lse0, lse1)
 
 
 @pytest.mark.gpu
@@ -114,6 +134,9 @@ def test_refusals_name_the_reason():
         flash_ws.attention_forward(t(1, 2, 256, 96), t(1, 2, 256, 96), t(1, 2, 256, 96), False, 0.1)
     with pytest.raises(ValueError, match="KiB of shared memory"):
         flash_ws.attention_forward(q, q, q, False, 0.1, {"PERSISTENT": 1, "STAGES": 3})
+    q64 = t(1, 2, 384, 64)
+    with pytest.raises(ValueError, match="PIN_WAIT=1 needs BLOCK_M 128"):
+        flash_ws.attention_forward(q64, q64, q64, False, 0.1, {"PIN_WAIT": 1})  # d = 64: 192 rows by default
 
 
 @pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")
@@ -168,8 +191,14 @@ def test_forced_gluon_config_is_checked():
         flash_ws.check_config({"SCHED_HEADS": 3})
     with pytest.raises(ValueError, match="BLOCK_N=64 must be one of"):
         flash_ws.check_config({"BLOCK_N": 64})
+    with pytest.raises(ValueError, match="PIN_WAIT=2 must be one of"):
+        flash_ws.check_config({"PIN_WAIT": 2})
     assert flash_ws.check_config({"PERSISTENT": 1, "SCHED_HEADS": 64}) == {"PERSISTENT": 1, "SCHED_HEADS": 64}
     assert flash_ws.smem_bytes({"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}, 128) > flash_ws.SMEM_LIMIT
+    # the pinned wait's row sums (64 fp32 per consumer) still fit beside three d = 128 stages
+    pinned = {"BLOCK_M": 128, "STAGES": 3, "PIN_WAIT": 1}
+    assert flash_ws.smem_bytes(pinned, 128) == flash_ws.smem_bytes({**pinned, "PIN_WAIT": 0}, 128) + 512
+    assert flash_ws.smem_bytes(pinned, 128) <= flash_ws.SMEM_LIMIT
     assert flash_ws.check_config({"STAGES": 2, "PERSISTENT": 0}) == {"STAGES": 2, "PERSISTENT": 0}
 
 
