@@ -20,18 +20,7 @@ HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 
-@pytest.fixture(autouse=True)
-def poisoned_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every floating tensor made with torch.empty starts as NaN (an unwritten output element fails the check);
-    no autotuning on CUDA except where a test turns it back on."""
-    monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "0")
-    real_empty = torch.empty
-
-    def poisoned(*a, **kw):
-        t = real_empty(*a, **kw)
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(torch, "empty", poisoned)
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")  # conftest.py: NaN-filled torch.empty, no autotuning
 
 
 def quantized(b, h, hkv, nq, nk, d, *, seed=0, outliers=False):

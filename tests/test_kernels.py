@@ -26,21 +26,7 @@ DTYPES = [*LOWP, torch.float32]
 FP32_IEEE = 1e-6  # the bundled kernels' fp32 dots are IEEE fp32: errors ~3e-7 in these tests
 
 
-@pytest.fixture(autouse=True)
-def poisoned_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every floating tensor made with torch.empty / empty_like (outputs, LSE, P, workspaces) starts as NaN.
-
-    Also: no autotuning on CUDA (one default config per shape class keeps the suite's compile time to a few
-    minutes); test_gpu_autotuned_config turns it back on.
-    """
-    monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "0")
-    real_empty, real_empty_like = torch.empty, torch.empty_like
-
-    def poison(t: torch.Tensor) -> torch.Tensor:
-        return t.fill_(float("nan")) if t.is_floating_point() else t
-
-    monkeypatch.setattr(torch, "empty", lambda *a, **kw: poison(real_empty(*a, **kw)))
-    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: poison(real_empty_like(*a, **kw)))
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")  # conftest.py: NaN-filled torch.empty, no autotuning
 
 
 def test_poisoning_is_active():
