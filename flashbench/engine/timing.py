@@ -169,14 +169,13 @@ class L2Flusher:
         self.bytes = max(scale * l2, 64 * 2**20)
         self.buffer = torch.zeros(self.bytes // 4, dtype=torch.int32, device=device)
         self.sink = torch.zeros((), dtype=torch.int64, device=device)
+        self._sum, self._int64 = torch.sum, torch.int64  # bound once: the flush runs before every sample
 
     def __call__(self) -> None:
-        import torch
-
         if self.mode == "write":
             self.buffer.zero_()
         else:
-            torch.sum(self.buffer, dim=0, dtype=torch.int64, out=self.sink)
+            self._sum(self.buffer, dim=0, dtype=self._int64, out=self.sink)
 
 
 def first_call_ms(call: Call, device: str) -> float:
