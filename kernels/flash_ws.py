@@ -86,7 +86,11 @@ GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, Tru
 # PIN_WAIT=1 keeps each P V wait below the next block's softmax (unmasked blocks), through a store of the row
 # sums to shared memory (ROWS fp32 per consumer). Compiled for sm_90a (benchmarks/sm90_compile.py), it spills
 # nothing with two consumers (240 registers each); with three (160 each, d = 64 non-causal) 132 spill stores
-# and 132 loads against none unpinned, so it takes BLOCK_M 128 only. Not yet timed on a GPU: off by default.
+# and 132 loads against none unpinned, so it takes BLOCK_M 128 only. Timed on an H100 it gains nothing, so it is off
+# by default: d = 128 bf16, N = 1k-16k, ws2-pin / ws2 -3% to +2% (non-causal 495-634 vs 509-630 TFLOP/s, causal
+# 260-608 vs 274-598), ws2p-pin / ws2p -6% to +3% (`python3 benchmarks/ws_quick.py speed --rounds 3 --dims 128
+# --providers ws2,ws2-pin,ws2p,ws2p-pin,sdpa-cudnn`): with two consumer warpgroups in ping-pong the tensor core
+# is already busy while one of them runs its softmax.
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
