@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 import triton
-from flashbench.kernels import backward_dkdv, backward_dq, flash_attn, flash_v2
+from flashbench.kernels import flash_attn, flash_v2
 from flashbench.kernels.backward import attention_backward
 from flashbench.kernels.configs import FWD_SPACE
 from flashbench.kernels.flash_v2 import attention_forward
@@ -54,10 +54,9 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
 # registers, lazy rescaling "LR") are in docs/benchmarks.md with the commit that had them.
 FWD_VARIANT_CONFIGS = [c[:4] for c in FWD_SPACE[:7]]  # the autotuner's configs for d = 64 and 128
 FWD_VARIANTS = [{}, {"maxnreg": 128}]
-JIT = {"dkdv": backward_dkdv._bwd_dkdv, "dkdvdq": backward_dkdv._bwd_dkdv, "dq": backward_dq._bwd_dq}
 ROUNDS = 3  # --rounds: the variants of one shape are timed in rotation this many times (median of medians)
 
-KINDS = ("fwd", "dkdv", "dq", "dkdvdq", "sdpa", "variants")  # --kinds narrows the study
+KINDS = ("fwd", "dkdv", "dq", "sdpa", "variants")  # --kinds narrows the study
 TMA_MODES = (1, 0)  # --tma narrows it
 DKDV = [  # BLOCK_M query rows streamed, BLOCK_N keys resident
     (32, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 4), (32, 128, 4, 5), (64, 128, 8, 2), (64, 128, 8, 3),
@@ -66,11 +65,6 @@ DKDV = [  # BLOCK_M query rows streamed, BLOCK_N keys resident
 DQ = [  # BLOCK_M query rows resident, BLOCK_N keys streamed
     (128, 32, 8, 3), (128, 32, 4, 3), (128, 32, 4, 4), (128, 32, 4, 5), (128, 64, 8, 2), (128, 64, 8, 3),
     (64, 64, 4, 3), (64, 32, 4, 3), (32, 32, 4, 2),
-]  # fmt: skip
-# The one-pass backward (dq_mode="atomic"): the dK/dV pass also adds dS K into an fp32 dQ workspace.
-DKDVDQ = [
-    (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (32, 128, 4, 3), (32, 64, 4, 3),
-    (128, 128, 8, 2), (128, 64, 8, 2),
 ]  # fmt: skip
 BASE_DKDV, BASE_DQ = DKDV[0], DQ[0]  # the other pass's config while one pass is varied
 
@@ -103,7 +97,6 @@ def items() -> list[dict[str, Any]]:
             out += [{**base, "kind": "fwd", "tma": tma, "config": cfg(c)} for c in FWD]
             out += [{**base, "kind": "dkdv", "tma": tma, "config": cfg(c)} for c in DKDV]
             out += [{**base, "kind": "dq", "tma": tma, "config": cfg(c)} for c in DQ]
-            out += [{**base, "kind": "dkdvdq", "tma": tma, "config": cfg(c)} for c in DKDVDQ]
         out += [
             {**base, "kind": "fwd", "study": "variants", "tma": 1, "variant": v, "config": cfg(c)}
             for c in FWD_VARIANT_CONFIGS
@@ -149,13 +142,12 @@ def runner(item: dict[str, Any], data) -> Any:
 
         return fwd
     o, lse, _ = attention_forward(q, k, v, causal, scale, cfg(FWD[1]))
-    dkdv = item["config"] if item["kind"] in ("dkdv", "dkdvdq") else cfg(BASE_DKDV)
+    dkdv = item["config"] if item["kind"] == "dkdv" else cfg(BASE_DKDV)
     dq = item["config"] if item["kind"] == "dq" else cfg(BASE_DQ)
-    mode = "atomic" if item["kind"] == "dkdvdq" else "split"
 
     def bwd():
         apply()
-        return attention_backward(q, k, v, o, lse, do, None, causal, scale, dkdv, dq, dq_mode=mode)
+        return attention_backward(q, k, v, o, lse, do, None, causal, scale, dkdv, dq)
 
     return bwd
 
@@ -215,14 +207,13 @@ def time_all(out_path: str | None) -> list[dict[str, Any]]:
             rows.append(row)
             try:
                 call = runner(it, data)
-                jit_fn = JIT.get(it["kind"], flash_v2._attn_fwd)
-                before = set(map(id, _compiled(jit_fn)))
+                before = set(map(id, _compiled(flash_v2._attn_fwd)))
                 t0 = time.perf_counter()
                 out = call()
                 sync()
                 row["first_s"] = round(time.perf_counter() - t0, 3)
-                new = [k for k in _compiled(jit_fn) if id(k) not in before]
-                if new and "provider" not in it:
+                new = [k for k in _compiled(flash_v2._attn_fwd) if id(k) not in before]
+                if new and it["kind"] == "fwd" and "provider" not in it:
                     row["regs"], row["spills"] = (
                         getattr(new[0], "n_regs", None),
                         getattr(new[0], "n_spills", None),
@@ -280,25 +271,17 @@ def summary(rows: list[dict[str, Any]]) -> None:
             line += f" {prov} {kind} {r['ms']:.3f} ms ({r['tflops']:.0f});"
         print(line)
         best_ms = {}
-        for kind in ("fwd", "dkdv", "dq", "dkdvdq"):
+        for kind in ("fwd", "dkdv", "dq"):
             cand = sorted(
                 (r for r in sel if r["kind"] == kind and "provider" not in r), key=lambda r: r["ms"]
             )
             for r in cand[:4]:
-                regs = f" [{r.get('regs')} regs, {r.get('spills')} B spilled]" if "regs" in r else ""
-                print(f"    {kind:5} tma={r['tma']} {r['config']} {r['ms']:.3f} ms{regs}")
+                print(f"    {kind:5} tma={r['tma']} {r['config']} {r['ms']:.3f} ms")
             for tma in (1, 0):
                 t = [r for r in cand if r["tma"] == tma]
                 if t:
                     print(f"    {kind:5} best with tma={tma}: {t[0]['ms']:.3f} ms {t[0]['config']}")
             best_ms[kind] = cand[0]["ms"] if cand else float("nan")
-        cudnn_bwd = base.get(("sdpa-cudnn", "fwd+bwd"), {}).get("ms", float("nan")) - base.get(
-            ("sdpa-cudnn", "fwd"), {}
-        ).get("ms", float("nan"))
-        print(
-            f"    backward: sdpa-cudnn {cudnn_bwd:.3f} ms (fwd+bwd - fwd); best split (a dkdv row, the other pass"
-            f" at its base config) {best_ms['dkdv']:.3f} ms; best one-pass {best_ms['dkdvdq']:.3f} ms"
-        )
         fwd = best_ms["fwd"]
         flash_ms, cudnn_ms = (
             base.get((p, "fwd"), {}).get("ms", float("nan")) for p in ("sdpa-flash", "sdpa-cudnn")

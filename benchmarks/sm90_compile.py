@@ -8,7 +8,6 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{"BLOCK_M": 192, "PERSISTENT": 1}' --causal
     /tmp/t36/bin/python benchmarks/sm90_compile.py tl  '{"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}' --causal
     /tmp/t36/bin/python benchmarks/sm90_compile.py bwd '{"dkdv": [64, 128, 8, 3], "dq": [128, 64, 8, 3]}' --dim 128
-    /tmp/t36/bin/python benchmarks/sm90_compile.py bwd '{"dkdv": [64, 128, 8, 2], "dq_mode": "atomic"}' --dim 128
     /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{}' --dim 128 --causal --window 4096,0
     /tmp/t36/bin/python benchmarks/sm90_compile.py dump DIR [--part 0/2]
 
@@ -176,13 +175,12 @@ def backward(
     causal: bool,
     stored_p: bool = False,
     window: Any = None,
-    dq_mode: str = "split",
 ) -> None:
     from flashbench.kernels.backward import attention_backward
 
     q, k, v, o, do, lse = _inputs(dim, 2048)
     p = torch.empty(*q.shape[:3], k.shape[2], dtype=q.dtype) if stored_p else None
-    attention_backward(q, k, v, o, lse, do, p, causal, dim**-0.5, dkdv, dq, window=window, dq_mode=dq_mode)
+    attention_backward(q, k, v, o, lse, do, p, causal, dim**-0.5, dkdv, dq, window=window)
 
 
 def variant_forward(name: str, config: dict[str, Any], dim: int, causal: bool) -> None:
@@ -286,9 +284,7 @@ def main() -> int:
     elif a.kernel == "tl":
         tl_forward(cfg, a.dim, a.causal, a.seq, window)
     else:
-        mode = cfg.get("dq_mode", "split")  # "atomic": the one-pass backward (no dQ pass, "dq" unused)
-        dq = _config(cfg.get("dq", [64, 64, 4, 2]))
-        backward(_config(cfg["dkdv"]), dq, a.dim, a.causal, window=window, dq_mode=mode)
+        backward(_config(cfg["dkdv"]), _config(cfg["dq"]), a.dim, a.causal, window=window)
     for kernel_name, kernel in _CAPTURED:
         sass, regs = _disassemble(kernel)
         if a.sass:

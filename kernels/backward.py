@@ -37,7 +37,6 @@ Cautions:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -50,31 +49,17 @@ from .common import (
     LOG2E,
     _set_last_bwd_config,
     cdiv,
-    interpreting,
     last_bwd_config,
     row_strides,
     seq_bucket,
     unit_stride,
     window_flags,
 )
-from .configs import BWD_DKDV_SPACE, BWD_DKDVDQ_SPACE, BWD_DQ_SPACE, INTERPRET_BWD
+from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, INTERPRET_BWD
 from .descriptors import host_descriptor, use_tma
 from .launch import launch
 
-__all__ = ["DQ_MODES", "attention_backward", "dq_mode_for", "last_bwd_config"]
-
-DQ_MODES = ("split", "atomic")
-
-
-def dq_mode_for(q: torch.Tensor, stored_p: bool) -> str:
-    """How the backward computes dQ when the caller does not say: FLASHBENCH_BWD_DQ if set ("split" or
-    "atomic"), else "split"."""
-    env = os.environ.get("FLASHBENCH_BWD_DQ", "").strip().lower()
-    if env:
-        if env not in DQ_MODES:
-            raise ValueError(f"FLASHBENCH_BWD_DQ must be one of {DQ_MODES}, got {env!r}")
-        return env
-    return "split"
+__all__ = ["attention_backward", "last_bwd_config"]
 
 
 @triton.jit
@@ -127,15 +112,12 @@ def attention_backward(
     dkdv_config: dict[str, Any] | None = None,
     dq_config: dict[str, Any] | None = None,
     window: tuple[int, int] | None = None,
-    dq_mode: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv for attention whose forward saved o and lse2; p is the stored P (stored-P variant) or None;
     window: the sliding window the forward ran with (common.check_window's form), or None.
 
     dkdv_config / dq_config force a pass's config ({"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}, as
     `last_bwd_config()` reports it; benchmarks/kernel_configs.py uses this); otherwise they are autotuned.
-    dq_mode: "split" (a dQ pass of its own) or "atomic" (the dK/dV pass adds dS K into an fp32 workspace);
-    None picks by `dq_mode_for`.
     """
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
@@ -169,47 +151,18 @@ def attention_backward(
     inputs = (q, k, v, do, lse, delta, p_arg)
     strides = (*row_strides(q, k, v, do), *p_strides)
     sizes = (Nq, Nk, sm_scale * LOG2E, sm_scale, win_left, win_right, seq_bucket(max(Nq, Nk)))
-    mode = dq_mode or dq_mode_for(q, stored)
-    if mode not in DQ_MODES:
-        raise ValueError(f"dq_mode must be one of {DQ_MODES}, got {mode!r}")
-    atomic = mode == "atomic"
-    # The atomic mode's fp32 dQ workspace (zeroed before every launch: the autotuner reruns the kernel), and its
-    # descriptor for TMA reduce-adds (the interpreter has none: pointer atomics there).
-    dqa = torch.empty((B, H, Nq, D), dtype=torch.float32, device=q.device) if atomic else delta
-    dq_tma = atomic and tma and not interpreting()
-    dqad = host_descriptor(dqa) if dq_tma else dqa
-    dqa_strides = dqa.stride()[:3] if atomic else (0, 0, 0)
-    dkdv_args = (
-        *inputs,
-        dk,
-        dv,
-        *streamed[:2],
-        dqa,
-        dqad,
-        *strides,
-        *row_strides(dk, dv),
-        *dqa_strides,
-        H,
-        Hkv,
-        H // Hkv,
-        *sizes,
-    )
+    dkdv_args = (*inputs, dk, dv, *streamed[:2], *strides, *row_strides(dk, dv), H, Hkv, H // Hkv, *sizes)
     cfg_kv = launch(
-        name=f"dkdv_{name}" + ("_dq" if atomic else ""),
-        kind="dkdvdq" if atomic else "dkdv",
+        name=f"dkdv_{name}",
+        kind="dkdv",
         kernel=_bwd_dkdv,
         grid=lambda meta: (cdiv(Nk, meta["BLOCK_N"]), B * Hkv),
         args=dkdv_args,
-        constexprs={**constexprs, "DQ_ATOMIC": atomic, "DQ_TMA": dq_tma},
-        space=BWD_DKDVDQ_SPACE if atomic else BWD_DKDV_SPACE,
+        constexprs=constexprs,
+        space=BWD_DKDV_SPACE,
         forced=dkdv_config,
         interpret_config=INTERPRET_BWD,
-        before=dqa.zero_ if atomic else None,
     )
-    if atomic:
-        dq = dqa.to(q.dtype)  # the kernel scaled by sm_scale
-        _set_last_bwd_config({**cfg_kv, "dq": "atomic"}, {})
-        return dq, dk, dv
     dq_args = (*inputs, dq, *streamed[2:], *strides, *row_strides(dq), H, H // Hkv, *sizes)
     cfg_q = launch(
         name=f"dq_{name}",

@@ -71,12 +71,10 @@ def _dkdv_block(
     lse_base,  # pointer to LSE2[b, h, 0]
     delta_base,  # pointer to DELTA[b, h, 0]
     p_base,  # pointer to P[b, h, 0, 0] (STORED_P only)
-    dq_dst,  # DQ_ATOMIC: host descriptor of the fp32 dQ workspace (DQ_TMA), else pointer to its [b, h, 0, 0]
     stride_qm,
     stride_dom,
     stride_pm,
     stride_pn,
-    stride_dqm,  # row stride of the dQ workspace (pointer path)
     start_m,  # first query row of this block
     offs_n,  # [BLOCK_N] key indices of the resident block
     N_Q,
@@ -84,7 +82,6 @@ def _dkdv_block(
     CAUSAL_OFF,  # query i sees key j only if j <= i + CAUSAL_OFF (CAUSAL)
     LEFT_OFF,  # query i sees key j only if j >= i + LEFT_OFF (WINDOW)
     qk_scale,  # sm_scale * log2(e)
-    sm_scale,  # dQ = sm_scale * dS K
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -94,8 +91,6 @@ def _dkdv_block(
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,
-    DQ_ATOMIC: tl.constexpr,  # also add dS K into the fp32 dQ workspace (no dQ pass)
-    DQ_TMA: tl.constexpr,  # ... through a TMA reduce-add (else fp32 atomics, one per element)
 ):
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -131,19 +126,8 @@ def _dkdv_block(
             pt = tl.where(seen, pt, 0.0)
     dv = dot(pt.to(do.dtype), do, dv, IEEE)
     dpt = dot(v, tl.trans(do), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), IEEE)
-    dst = (pt * (dpt - delta[None, :])).to(q.dtype)
-    dk = dot(dst, q, dk, IEEE)
-    if DQ_ATOMIC:  # dQ[rows] += sm_scale * dS K
-        dq = dot(tl.trans(dst), k, tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32), IEEE) * sm_scale
-        if DQ_TMA:  # rows past N_Q are clipped by the descriptor
-            dq_dst.atomic_add([desc_b, desc_h, start_m, 0], dq.reshape(1, 1, BLOCK_M, HEAD_DIM))
-        else:
-            tl.atomic_add(
-                dq_dst + offs_m[:, None] * stride_dqm + offs_d[None, :],
-                dq,
-                mask=row_ok[:, None],
-                sem="relaxed",
-            )
+    dst = pt * (dpt - delta[None, :])
+    dk = dot(dst.to(q.dtype), q, dk, IEEE)
     return dk, dv
 
 
@@ -160,8 +144,6 @@ def _bwd_dkdv(
     DV,  # [B, H_KV, N_K, D] out
     QD,  # TMA: host descriptor of Q ([B, H, N_Q, D], block [1, 1, BLOCK_M, D]); else Q again (unused)
     DOD,  # the same for dO
-    DQA,  # DQ_ATOMIC: [B, H, N_Q, D] fp32 dQ workspace, zeroed (else any placeholder)
-    DQAD,  # DQ_TMA: host descriptor of DQA (block [1, 1, BLOCK_M, D]); else DQA again (unused)
     stride_qz,
     stride_qh,
     stride_qm,
@@ -184,9 +166,6 @@ def _bwd_dkdv(
     stride_dvz,
     stride_dvh,
     stride_dvn,
-    stride_dqaz,
-    stride_dqah,
-    stride_dqam,
     H,  # query heads
     H_KV,  # key/value heads
     GROUP,  # H // H_KV
@@ -203,8 +182,6 @@ def _bwd_dkdv(
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,  # stream Q and dO through the host descriptors QD, DOD
-    DQ_ATOMIC: tl.constexpr,  # accumulate dQ here into DQA (one backward pass instead of two)
-    DQ_TMA: tl.constexpr,  # ... through the descriptor DQAD (TMA reduce-add)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -251,9 +228,6 @@ def _bwd_dkdv(
             q_src = QD
             do_src = DOD
         p_base = P + b * stride_pz + h * stride_ph
-        dq_dst = DQA + b * stride_dqaz + h * stride_dqah
-        if DQ_TMA:
-            dq_dst = DQAD
         for start_m in range(lo, mid_lo, BLOCK_M):
             dk, dv = _dkdv_block(
                 dk=dk,
@@ -267,12 +241,10 @@ def _bwd_dkdv(
                 lse_base=LSE + bh * N_Q,
                 delta_base=DELTA + bh * N_Q,
                 p_base=p_base,
-                dq_dst=dq_dst,
                 stride_qm=stride_qm,
                 stride_dom=stride_dom,
                 stride_pm=stride_pm,
                 stride_pn=stride_pn,
-                stride_dqm=stride_dqam,
                 start_m=start_m,
                 offs_n=offs_n,
                 N_Q=N_Q,
@@ -280,7 +252,6 @@ def _bwd_dkdv(
                 CAUSAL_OFF=causal_off,
                 LEFT_OFF=left_off,
                 qk_scale=qk_scale,
-                sm_scale=sm_scale,
                 HEAD_DIM=HEAD_DIM,
                 BLOCK_M=BLOCK_M,
                 BLOCK_N=BLOCK_N,
@@ -290,8 +261,6 @@ def _bwd_dkdv(
                 STORED_P=STORED_P,
                 IEEE=IEEE,
                 TMA=TMA,
-                DQ_ATOMIC=DQ_ATOMIC,
-                DQ_TMA=DQ_TMA,
             )
         for start_m in range(mid_lo, mid_hi, BLOCK_M):
             dk, dv = _dkdv_block(
@@ -306,12 +275,10 @@ def _bwd_dkdv(
                 lse_base=LSE + bh * N_Q,
                 delta_base=DELTA + bh * N_Q,
                 p_base=p_base,
-                dq_dst=dq_dst,
                 stride_qm=stride_qm,
                 stride_dom=stride_dom,
                 stride_pm=stride_pm,
                 stride_pn=stride_pn,
-                stride_dqm=stride_dqam,
                 start_m=start_m,
                 offs_n=offs_n,
                 N_Q=N_Q,
@@ -319,7 +286,6 @@ def _bwd_dkdv(
                 CAUSAL_OFF=causal_off,
                 LEFT_OFF=left_off,
                 qk_scale=qk_scale,
-                sm_scale=sm_scale,
                 HEAD_DIM=HEAD_DIM,
                 BLOCK_M=BLOCK_M,
                 BLOCK_N=BLOCK_N,
@@ -329,8 +295,6 @@ def _bwd_dkdv(
                 STORED_P=STORED_P,
                 IEEE=IEEE,
                 TMA=TMA,
-                DQ_ATOMIC=DQ_ATOMIC,
-                DQ_TMA=DQ_TMA,
             )
         for start_m in range(mid_hi, hi, BLOCK_M):
             dk, dv = _dkdv_block(
@@ -345,12 +309,10 @@ def _bwd_dkdv(
                 lse_base=LSE + bh * N_Q,
                 delta_base=DELTA + bh * N_Q,
                 p_base=p_base,
-                dq_dst=dq_dst,
                 stride_qm=stride_qm,
                 stride_dom=stride_dom,
                 stride_pm=stride_pm,
                 stride_pn=stride_pn,
-                stride_dqm=stride_dqam,
                 start_m=start_m,
                 offs_n=offs_n,
                 N_Q=N_Q,
@@ -358,7 +320,6 @@ def _bwd_dkdv(
                 CAUSAL_OFF=causal_off,
                 LEFT_OFF=left_off,
                 qk_scale=qk_scale,
-                sm_scale=sm_scale,
                 HEAD_DIM=HEAD_DIM,
                 BLOCK_M=BLOCK_M,
                 BLOCK_N=BLOCK_N,
@@ -368,8 +329,6 @@ def _bwd_dkdv(
                 STORED_P=STORED_P,
                 IEEE=IEEE,
                 TMA=TMA,
-                DQ_ATOMIC=DQ_ATOMIC,
-                DQ_TMA=DQ_TMA,
             )
     dk = dk * sm_scale
     tl.store(

@@ -79,17 +79,6 @@ BWD_DKDV_SPACE: tuple[tuple[int, int, int, int], ...] = (
     (64, 64, 4, 3),
     (32, 32, 4, 2),
 )
-# The dK/dV pass that also adds dS K into an fp32 dQ workspace (backward.py's "atomic" dQ mode): BLOCK_M query
-# rows streamed, BLOCK_N keys resident, as BWD_DKDV_SPACE; 64-row query tiles give the dQ product a full wgmma.
-BWD_DKDVDQ_SPACE: tuple[tuple[int, int, int, int], ...] = (
-    (64, 128, 8, 2),
-    (64, 64, 4, 2),
-    (64, 128, 8, 3),
-    (64, 64, 4, 3),
-    (32, 128, 4, 3),
-    (32, 64, 4, 3),
-    (32, 32, 4, 2),
-)
 BWD_DQ_SPACE: tuple[tuple[int, int, int, int], ...] = (
     (128, 64, 8, 3),
     (128, 64, 8, 2),
@@ -116,9 +105,6 @@ def estimate(kind: str, config: dict[str, int], head_dim: int, elem: int) -> tup
     elif kind == "dkdv":
         smem = elem * (2 * bn * d + stages * 2 * bm * d + 2 * bn * bm)
         regs = (2 * bn * d + 2 * bn * bm) / threads
-    elif kind == "dkdvdq":  # dkdv and a [BM, D] fp32 dQ product, staged in shared memory for the reduce-add
-        smem = elem * (2 * bn * d + stages * 2 * bm * d + 3 * bn * bm) + 4 * bm * d
-        regs = (2 * bn * d + 2 * bn * bm + bm * d) / threads
     else:
         smem = elem * (2 * bm * d + stages * 2 * bn * d + 2 * bm * bn)
         regs = (bm * d + 2 * bm * bn) / threads
@@ -140,8 +126,6 @@ def register_budget(kind: str, elem: int) -> int:
     480 for (128, 128, 8, 3), the pick of a budget of 160 (`python3 benchmarks/kernel_configs.py run --kinds
     fwd,sdpa --seqs 2048,4096,8192,16384 --tma 1`). fp32 inputs (FMA dots, no tensor cores) keep 160.
     """
-    if kind == "dkdvdq" and elem <= 2:
-        return 256
     return 192 if kind == "fwd" and elem <= 2 else 160
 
 

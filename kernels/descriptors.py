@@ -53,7 +53,6 @@ _DESCRIPTOR_ROWS = {
     "QD": ("BLOCK_M", 1),
     "OD": ("BLOCK_M", 1),
     "DOD": ("BLOCK_M", 1),
-    "DQAD": ("BLOCK_M", 1),  # the backward's fp32 dQ workspace (atomic dQ mode)
     "KD": ("BLOCK_N", 1),
     "VD": ("BLOCK_N", 1),
     "KD2": ("BLOCK_N", 2),

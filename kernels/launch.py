@@ -55,7 +55,6 @@ def launch(
     forced: dict[str, Any] | None = None,
     interpret_config: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
-    before: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Launch `kernel` (a @triton.jit function) and return the config it ran with.
 
@@ -63,17 +62,10 @@ def launch(
     positional parameters); `constexprs` are the non-tuned compile-time arguments; `extra` are tuned-space
     constants that are not block sizes (e.g. Q_SPLIT). `name` keys the autotune cache (one per kernel);
     `kind` selects the prune estimate ("fwd", "dkdv", "dq"). Before every launch, host tensor descriptors among
-    `args` take the block shape of the config about to run (`size_descriptors`), and `before()` runs (a kernel
-    that accumulates into its output with atomics zeroes it there, so the autotuner's reruns do not add up).
+    `args` take the block shape of the config about to run (`size_descriptors`).
     Autotuning: kernels/autotune.py (candidates timed as sweep cases in rotation, the pick cached on disk).
     """
     extra = dict(extra or {})
-
-    def run(config: dict[str, Any]) -> None:
-        if before is not None:
-            before()
-        _run_config(kernel, grid, args, constexprs, config)
-
     tries: list[dict[str, Any]] = []  # configs to try in order; the first that compiles runs
     user_forced = forced is not None
     if forced is not None:
@@ -98,7 +90,7 @@ def launch(
         tries = [{**c, **extra} for c in [first, *[c for c in rest if c != first]]]
     for config in tries:
         try:
-            run(config)
+            _run_config(kernel, grid, args, constexprs, config)
         except _UNFIT as exc:
             if user_forced or config is tries[-1]:
                 raise KernelUnsupported(f"config {config} does not fit this GPU: {exc}") from None
@@ -130,13 +122,13 @@ def launch(
             config = autotune.tune(
                 key,
                 pool,
-                run,
+                lambda c: _run_config(kernel, grid, args, constexprs, c),
                 unfit=_UNFIT,
                 path=autotune.cache_file(name, identity),
             )
         except _UNFIT as exc:  # every candidate failed to compile on this GPU
             raise KernelUnsupported(f"no config of {name} fits this GPU for head_dim {d}: {exc}") from None
-    run(config)
+    _run_config(kernel, grid, args, constexprs, config)
     return config
 
 

@@ -62,11 +62,3 @@ def poisoned_outputs(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(torch, "empty", lambda *a, **kw: poison(real_empty(*a, **kw)))
     monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: poison(real_empty_like(*a, **kw)))
-
-
-@pytest.fixture(params=["split", "atomic"])
-def dq_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """For backward tests: each of the bundled backward's dQ modes (kernels/backward.py): a dQ pass of its own, or
-    dS K added into an fp32 workspace by the dK/dV pass."""
-    monkeypatch.setenv("FLASHBENCH_BWD_DQ", request.param)
-    return str(request.param)

@@ -75,13 +75,13 @@ def check(fn, q, k, v, *, causal: bool, sm_scale=None, config=None, do=None, bac
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_fwd_bwd_match_reference_batch_gqa(kernel, dtype, causal, dq_mode):
+def test_fwd_bwd_match_reference_batch_gqa(kernel, dtype, causal):
     check(KERNELS[kernel], *inputs(2, 4, 2, 127, 127, 32, dtype), causal=causal)
 
 
 @pytest.mark.parametrize("n", [1, 17, pytest.param(1000, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_odd_sequence_lengths(kernel, n, dq_mode):
+def test_odd_sequence_lengths(kernel, n):
     # N = 1000 crosses 16 key blocks (online rescaling) and ends in a partial block; causal halves its cost.
     check(KERNELS[kernel], *inputs(1, 1, 1, n, n, 32, torch.float16, seed=n), causal=n != 17)
 
@@ -89,14 +89,14 @@ def test_odd_sequence_lengths(kernel, n, dq_mode):
 @pytest.mark.parametrize(("nq", "nk"), [(17, 130), (130, 17)], ids=["q<k", "q>k"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_seq_q_differs_from_seq_k(kernel, causal, nq, nk, dq_mode):
+def test_seq_q_differs_from_seq_k(kernel, causal, nq, nk):
     # q>k causal: the first nq - nk query rows see no key; they must come out 0 with 0 gradients.
     check(KERNELS[kernel], *inputs(1, 2, 1, nq, nk, 64, torch.float16, seed=nq), causal=causal)
 
 
 @pytest.mark.parametrize("d", [32, 64, 128, 256])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_head_dims(kernel, d, dq_mode):
+def test_head_dims(kernel, d):
     check(KERNELS[kernel], *inputs(1, 1, 1, 70, 70, d, torch.float16, seed=d), causal=True)
 
 
@@ -293,9 +293,8 @@ def test_last_config_reports_default_config(kernel):
     assert last_config() == cfg
 
 
-def test_backward_is_deterministic(monkeypatch):
-    """In the split dQ mode every gradient element has one writer: two runs give bit-identical gradients."""
-    monkeypatch.setenv("FLASHBENCH_BWD_DQ", "split")
+def test_backward_is_deterministic():
+    """dQ is a separate pass (no atomics): two runs give bit-identical gradients."""
     q, k, v = inputs(1, 4, 1, 90, 90, 32, torch.float16, seed=3)
     do = make((1, 4, 90, 32), torch.float16, 4)
     grads = []
@@ -325,7 +324,7 @@ def test_drop_in_for_sdpa():
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("n", [4096, 16384])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_gpu_large(kernel, n, d, dtype, causal, dq_mode):
+def test_gpu_large(kernel, n, d, dtype, causal):
     b, h, hkv = (2, 4, 2) if n <= 4096 else (1, 2, 1)
     check(KERNELS[kernel], *inputs(b, h, hkv, n, n, d, dtype, seed=n + d), causal=causal)
 
@@ -333,7 +332,7 @@ def test_gpu_large(kernel, n, d, dtype, causal, dq_mode):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_gpu_head_dim_256_and_ragged(kernel, dtype, dq_mode):
+def test_gpu_head_dim_256_and_ragged(kernel, dtype):
     check(KERNELS[kernel], *inputs(2, 4, 1, 1000, 3001, 256, dtype, seed=3), causal=True)
     check(KERNELS[kernel], *inputs(1, 2, 2, 3001, 1000, 256, dtype, seed=4), causal=True)
 

@@ -70,12 +70,12 @@ WINDOWS = [
 @pytest.mark.parametrize(
     "nq,nk,causal,window", WINDOWS, ids=[f"{w[0]}x{w[1]}-c{int(w[2])}-{w[3]}" for w in WINDOWS]
 )
-def test_window_forward_backward_within_budget(nq, nk, causal, window, dtype, dq_mode):
+def test_window_forward_backward_within_budget(nq, nk, causal, window, dtype):
     check(1, 2, 2, nq, nk, 32, dtype, causal=causal, window=window)
 
 
 @pytest.mark.parametrize("window", [(40, 0), (5, 90)])
-def test_window_gqa_within_budget(window, dq_mode):
+def test_window_gqa_within_budget(window):
     check(2, 4, 2, 190, 190, 64, torch.float16, causal=False, window=window)
 
 
@@ -86,7 +86,7 @@ def test_window_other_tiles_within_budget(config):
     check(1, 2, 1, 170, 170, 32, torch.float32, causal=True, window=(45, -1), config=cfg)
 
 
-def test_rows_that_see_no_key_output_zero_and_get_no_gradient(dq_mode):
+def test_rows_that_see_no_key_output_zero_and_get_no_gradient():
     # seq_q = 300 over seq_k = 100 with right = 10: query i sits at key i - 200 and sees nothing while i < 190.
     q, k, v, do = inputs(1, 2, 1, 300, 100, 32, torch.float32)
     results = run(q, k, v, do, causal=False, window=(20, 10))
@@ -166,7 +166,7 @@ GPU_WINDOWS = [
 @pytest.mark.parametrize(
     "nq,nk,causal,window", GPU_WINDOWS, ids=[f"{w[0]}x{w[1]}-c{int(w[2])}-{w[3]}" for w in GPU_WINDOWS]
 )
-def test_gpu_window_forward_backward_within_budget(nq, nk, causal, window, d, dtype, dq_mode):
+def test_gpu_window_forward_backward_within_budget(nq, nk, causal, window, d, dtype):
     if not HAS_CUDA:
         pytest.skip("needs CUDA")
     check(2, 4, 2, nq, nk, d, dtype, causal=causal, window=window)
