@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 import triton
-from flashbench.kernels import flash_attn, flash_v2
+from flashbench.kernels import backward_dkdv, backward_dq, flash_attn, flash_v2
 from flashbench.kernels.backward import attention_backward
 from flashbench.kernels.configs import FWD_SPACE
 from flashbench.kernels.flash_v2 import attention_forward
@@ -54,6 +54,7 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
 # registers, lazy rescaling "LR") are in docs/benchmarks.md with the commit that had them.
 FWD_VARIANT_CONFIGS = [c[:4] for c in FWD_SPACE[:7]]  # the autotuner's configs for d = 64 and 128
 FWD_VARIANTS = [{}, {"maxnreg": 128}]
+JIT = {"dkdv": backward_dkdv._bwd_dkdv, "dq": backward_dq._bwd_dq}  # whose compiled kernels give regs, spills
 ROUNDS = 3  # --rounds: the variants of one shape are timed in rotation this many times (median of medians)
 
 KINDS = ("fwd", "dkdv", "dq", "sdpa", "variants")  # --kinds narrows the study
@@ -207,13 +208,14 @@ def time_all(out_path: str | None) -> list[dict[str, Any]]:
             rows.append(row)
             try:
                 call = runner(it, data)
-                before = set(map(id, _compiled(flash_v2._attn_fwd)))
+                jit_fn = JIT.get(it["kind"], flash_v2._attn_fwd)
+                before = set(map(id, _compiled(jit_fn)))
                 t0 = time.perf_counter()
                 out = call()
                 sync()
                 row["first_s"] = round(time.perf_counter() - t0, 3)
-                new = [k for k in _compiled(flash_v2._attn_fwd) if id(k) not in before]
-                if new and it["kind"] == "fwd" and "provider" not in it:
+                new = [k for k in _compiled(jit_fn) if id(k) not in before]
+                if new and "provider" not in it:
                     row["regs"], row["spills"] = (
                         getattr(new[0], "n_regs", None),
                         getattr(new[0], "n_spills", None),
@@ -276,7 +278,8 @@ def summary(rows: list[dict[str, Any]]) -> None:
                 (r for r in sel if r["kind"] == kind and "provider" not in r), key=lambda r: r["ms"]
             )
             for r in cand[:4]:
-                print(f"    {kind:5} tma={r['tma']} {r['config']} {r['ms']:.3f} ms")
+                regs = f" [{r.get('regs')} regs, {r.get('spills')} B spilled]" if "regs" in r else ""
+                print(f"    {kind:5} tma={r['tma']} {r['config']} {r['ms']:.3f} ms{regs}")
             for tma in (1, 0):
                 t = [r for r in cand if r["tma"] == tma]
                 if t:

@@ -120,13 +120,17 @@ def config_dict(entry: Sequence[int]) -> dict[str, int]:
 def register_budget(kind: str, elem: int) -> int:
     """fp32 accumulator registers per thread (estimate) a config may need, of the 255 a thread can have.
 
-    160 keeps the backward's tiles from spilling. The 16-bit forward gets 192 for (128, 64, 4, 2) at d = 128,
-    which needs 192 and is the fastest d = 128 tile on an H100 (ptxas: 255 registers, 20-26 bytes spilled, two
-    4-warp programs per SM): 490 / 511 / 541 TFLOP/s non-causal at N = 4096 / 8192 / 16384 against 488 / 494 /
-    480 for (128, 128, 8, 3), the pick of a budget of 160 (`python3 benchmarks/kernel_configs.py run --kinds
-    fwd,sdpa --seqs 2048,4096,8192,16384 --tma 1`). fp32 inputs (FMA dots, no tensor cores) keep 160.
+    16-bit inputs get 192. The forward's (128, 64, 4, 2) at d = 128 needs 192 and is the fastest d = 128 tile on an
+    H100 (ptxas: 255 registers, 20-26 bytes spilled, two 4-warp programs per SM): 490 / 511 / 541 TFLOP/s
+    non-causal at N = 4096 / 8192 / 16384 against 488 / 494 / 480 for (128, 128, 8, 3), the pick of a budget of
+    160 (`python3 benchmarks/kernel_configs.py run --kinds fwd,sdpa --seqs 2048,4096,8192,16384 --tma 1`). The
+    dK/dV pass's 128-key tiles need 192 too ((32, 128, 4, *) at d = 64, (64, 128, 8, *) at d = 128; 0-6 bytes
+    spilled), and on an H100 they cut the whole backward's time by 5.3% at d = 64 and 8.4% at d = 128
+    non-causal, N = 8192, against the best tile a budget of 160 let through, (32, 64, 4, 3)
+    (`python3 benchmarks/kernel_configs.py run --kinds dkdv,dq,sdpa --tma 1`). fp32 inputs (FMA dots, no tensor
+    cores) keep 160.
     """
-    return 192 if kind == "fwd" and elem <= 2 else 160
+    return 192 if elem <= 2 else 160
 
 
 def fits(kind: str, config: dict[str, int], head_dim: int, elem: int, smem_limit: int) -> bool:
