@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import dot
+from .common import dot, exp2_tile
 
 
 @triton.jit
@@ -93,6 +93,7 @@ def online_softmax(
     CAUSAL: tl.constexpr,
     WINDOW: tl.constexpr,
     MASK: tl.constexpr,  # this block needs the tail / causal / window mask
+    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE
 ):
     """One online-softmax step. Returns (p fp32, alpha = the rescale of the old accumulator, l, m)."""
     if MASK:
@@ -106,12 +107,12 @@ def online_softmax(
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         # A row with every key masked so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(qk - m_use[:, None])
+        p = exp2_tile(qk - m_use[:, None], EXP)
     else:
         # Scale after the row max (qk_scale >= 0), then one FMA per element: exp2(s * scale - m).
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_use = m_new
-        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
+        p = exp2_tile(qk * qk_scale - m_use[:, None], EXP)
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     return p, alpha, l_i, m_new
@@ -143,6 +144,7 @@ def fwd_block(
     MASK: tl.constexpr,  # the tail / causal / window mask is needed in this block
     IEEE: tl.constexpr,
     TMA: tl.constexpr,
+    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE
 ):
     """One key block in FA2 order: S = Q K^T, softmax, rescale, acc += P V (the tensor cores wait for the
     softmax)."""
@@ -175,6 +177,7 @@ def fwd_block(
         CAUSAL=CAUSAL,
         WINDOW=WINDOW,
         MASK=MASK,
+        EXP=EXP,
     )
     acc = acc * alpha[:, None]
     acc = add_pv(
