@@ -45,7 +45,6 @@ def study(d: int, n: int, causal: bool, configs: list[dict]) -> dict:
     for cfg in configs:
         name = "x".join(str(cfg[key]) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
         name += f" r{cfg['maxnreg']}" if "maxnreg" in cfg else ""
-        name += f" exp{cfg['EXP']}" if "EXP" in cfg else ""
         call = functools.partial(flash_attn, q8, k8, vt, causal=causal, config=cfg, **scales)
         try:
             torch.testing.assert_close(call(), ref, atol=0.05, rtol=0.05)  # every config: the same output
@@ -61,17 +60,9 @@ def main() -> None:
     ap.add_argument("--seqs", default="4096,8192,16384")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--extra", default=";".join(",".join(map(str, c)) for c in EXTRA))
-    ap.add_argument(
-        "--exp", default="1", help="exp2 modes to time each config with (common.exp2_tile), e.g. 1,2"
-    )
-    ap.add_argument(
-        "--space", type=int, default=len(FP8_FWD_SPACE), help="time the first N configs of the space"
-    )
     args = ap.parse_args()
     extra = [tuple(int(x) for x in c.split(",")) for c in args.extra.split(";") if c]
-    exps = [int(x) for x in args.exp.split(",")]
-    space = FP8_FWD_SPACE[: args.space]
-    configs = [{**config_dict(c), "EXP": e} for c in (*space, *extra) for e in exps]
+    configs = [config_dict(c) for c in (*FP8_FWD_SPACE, *extra)]
     results = []
     for d in (int(x) for x in args.dims.split(",")):
         for n in (int(x) for x in args.seqs.split(",")):

@@ -53,7 +53,7 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
 # descriptors, P V overlapped with the next block's softmax "OV", Triton's warp specialization "WS", Q in
 # registers, lazy rescaling "LR") are in docs/benchmarks.md with the commit that had them.
 FWD_VARIANT_CONFIGS = [c[:4] for c in FWD_SPACE[:7]]  # the autotuner's configs for d = 64 and 128
-FWD_VARIANTS = [{}, {"maxnreg": 128}, {"EXP": 2}]  # EXP 2: half the exp2s by polynomial (common.exp2_tile)
+FWD_VARIANTS = [{}, {"maxnreg": 128}]
 JIT = {"dkdv": backward_dkdv._bwd_dkdv, "dq": backward_dq._bwd_dq}  # whose compiled kernels give regs, spills
 ROUNDS = 3  # --rounds: the variants of one shape are timed in rotation this many times (median of medians)
 
@@ -67,9 +67,6 @@ DQ = [  # BLOCK_M query rows resident, BLOCK_N keys streamed
     (128, 32, 8, 3), (128, 32, 4, 3), (128, 32, 4, 4), (128, 32, 4, 5), (128, 64, 8, 2), (128, 64, 8, 3),
     (64, 64, 4, 3), (64, 32, 4, 3), (32, 32, 4, 2),
 ]  # fmt: skip
-# The backward passes' best tiles again with half their exp2s computed by a polynomial (common.exp2_tile MODE 2).
-DKDV_EXP = [(64, 128, 8, 3), (32, 64, 4, 3), (32, 128, 4, 3), (32, 128, 4, 4)]
-DQ_EXP = [(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3)]
 BASE_DKDV, BASE_DQ = DKDV[0], DQ[0]  # the other pass's config while one pass is varied
 
 
@@ -101,8 +98,6 @@ def items() -> list[dict[str, Any]]:
             out += [{**base, "kind": "fwd", "tma": tma, "config": cfg(c)} for c in FWD]
             out += [{**base, "kind": "dkdv", "tma": tma, "config": cfg(c)} for c in DKDV]
             out += [{**base, "kind": "dq", "tma": tma, "config": cfg(c)} for c in DQ]
-            out += [{**base, "kind": "dkdv", "tma": tma, "config": cfg(c, EXP=2)} for c in DKDV_EXP]
-            out += [{**base, "kind": "dq", "tma": tma, "config": cfg(c, EXP=2)} for c in DQ_EXP]
         out += [
             {**base, "kind": "fwd", "study": "variants", "tma": 1, "variant": v, "config": cfg(c)}
             for c in FWD_VARIANT_CONFIGS

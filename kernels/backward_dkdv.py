@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import dot, exp2_tile
+from .common import dot
 
 
 @triton.jit
@@ -91,7 +91,6 @@ def _dkdv_block(
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,
-    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE
 ):
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -122,7 +121,7 @@ def _dkdv_block(
     else:
         lse = tl.load(lse_base + offs_m, mask=row_ok, other=float("inf"))
         qkt = dot(k, tl.trans(q), tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32), IEEE) * qk_scale
-        pt = exp2_tile(qkt - lse[None, :], EXP)
+        pt = tl.math.exp2(qkt - lse[None, :])
         if MASK:
             pt = tl.where(seen, pt, 0.0)
     dv = dot(pt.to(do.dtype), do, dv, IEEE)
@@ -185,7 +184,6 @@ def _bwd_dkdv(
     TMA: tl.constexpr,  # stream Q and dO through the host descriptors QD, DOD
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE (config key "EXP")
 ):
     pid_n = tl.program_id(0)
     pid_bkv = tl.program_id(1)
@@ -263,7 +261,6 @@ def _bwd_dkdv(
                 STORED_P=STORED_P,
                 IEEE=IEEE,
                 TMA=TMA,
-                EXP=EXP,
             )
         for start_m in range(mid_lo, mid_hi, BLOCK_M):
             dk, dv = _dkdv_block(
@@ -298,7 +295,6 @@ def _bwd_dkdv(
                 STORED_P=STORED_P,
                 IEEE=IEEE,
                 TMA=TMA,
-                EXP=EXP,
             )
         for start_m in range(mid_hi, hi, BLOCK_M):
             dk, dv = _dkdv_block(
@@ -333,7 +329,6 @@ def _bwd_dkdv(
                 STORED_P=STORED_P,
                 IEEE=IEEE,
                 TMA=TMA,
-                EXP=EXP,
             )
     dk = dk * sm_scale
     tl.store(

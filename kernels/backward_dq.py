@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import dot, exp2_tile
+from .common import dot
 from .forward_blocks import key_ranges
 
 
@@ -52,7 +52,6 @@ def _dq_block(
     STORED_P: tl.constexpr,
     IEEE: tl.constexpr,
     TMA: tl.constexpr,
-    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE
 ):
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -81,7 +80,7 @@ def _dq_block(
             p = tl.load(p_ptrs, mask=offs_m[:, None] < N_Q, other=0.0).to(tl.float32)
     else:
         qk = dot(q, tl.trans(k), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE) * qk_scale
-        p = exp2_tile(qk - lse[:, None], EXP)
+        p = tl.math.exp2(qk - lse[:, None])
         if MASK:
             p = tl.where(valid, p, 0.0)
     dp = dot(do, tl.trans(v), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
@@ -138,7 +137,6 @@ def _bwd_dq(
     TMA: tl.constexpr,  # stream K and V through the host descriptors KD, VD
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE (config key "EXP")
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -213,7 +211,6 @@ def _bwd_dq(
             STORED_P=STORED_P,
             IEEE=IEEE,
             TMA=TMA,
-            EXP=EXP,
         )
     for start_n in range(mid_lo, mid_hi, BLOCK_N):
         dq = _dq_block(
@@ -247,7 +244,6 @@ def _bwd_dq(
             STORED_P=STORED_P,
             IEEE=IEEE,
             TMA=TMA,
-            EXP=EXP,
         )
     for start_n in range(mid_hi, hi, BLOCK_N):
         dq = _dq_block(
@@ -281,7 +277,6 @@ def _bwd_dq(
             STORED_P=STORED_P,
             IEEE=IEEE,
             TMA=TMA,
-            EXP=EXP,
         )
     dq = dq * sm_scale
     tl.store(

@@ -210,39 +210,3 @@ def dot(a, b, acc, IEEE: tl.constexpr):
     else:
         out = tl.dot(a, b, acc)
     return out
-
-
-# 2^f on [-0.5, 0.5], degree 3, fitted to the relative error (max 7.5e-5: below the rounding of P to 16 or 8 bits).
-_EXP2_POLY = (0.9999280713051518, 0.6932609919253176, 0.2426111615007761, 0.05517165313653135)
-
-
-@triton.jit
-def exp2_poly3(x):
-    """2^x for x <= 0 on the FMA and integer pipes (no MUFU): x = n + f with n = round(x), 2^f by a cubic, n
-    added to the exponent bits. Relative error <= 7.5e-5; 0 below 2^-125 (and for -inf)."""
-    xc = tl.maximum(x, -125.0)
-    t = xc + 12582912.0  # 1.5 * 2^23: round(xc) lands in the low mantissa bits of t
-    f = xc - (t - 12582912.0)
-    p = f * 0.05517165313653135 + 0.2426111615007761
-    p = p * f + 0.6932609919253176
-    p = p * f + 0.9999280713051518
-    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
-    return tl.where(x > -125.0, bits.to(tl.float32, bitcast=True), 0.0)
-
-
-@triton.jit
-def exp2_tile(x, MODE: tl.constexpr):
-    """exp2 of a 2-D fp32 score tile. MODE 1: MUFU.EX2 for every element; 2: every second column through
-    exp2_poly3 (half the MUFU work moved to the FMA pipe, as FlashAttention-4 does); 3: MUFU on packed fp16
-    pairs (ex2.approx.f16x2; GPU only)."""
-    if MODE == 2:
-        a, b = tl.split(tl.reshape(x, [x.shape[0], x.shape[1] // 2, 2]))
-        return tl.reshape(tl.join(tl.math.exp2(a), exp2_poly3(b)), [x.shape[0], x.shape[1]])
-    elif MODE == 3:
-        h = x.to(tl.float16)
-        e = tl.inline_asm_elementwise(
-            "ex2.approx.f16x2 $0, $1;", "=r,r", [h], dtype=tl.float16, is_pure=True, pack=2
-        )
-        return e.to(tl.float32)
-    else:
-        return tl.math.exp2(x)

@@ -53,7 +53,6 @@ from .common import (
     _set_last_config,
     cdiv,
     check_inputs,
-    exp2_tile,
     interpreting,
     row_strides,
     seq_bucket,
@@ -113,7 +112,6 @@ def _fp8_block(
     INTERPRET: tl.constexpr,
     P_SHIFT: tl.constexpr,
     NEG_SCALE: tl.constexpr,  # qk_scale < 0 (a negative sm_scale folded into q_descale)
-    EXP: tl.constexpr,  # common.exp2_tile's MODE
 ):
     """One key block: S = Q K^T (e4m3 dot, fp32), online softmax, acc += e4m3(P) V."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -133,14 +131,14 @@ def _fp8_block(
         qk = tl.where(valid, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with every key masked so far: p = 0
-        p = exp2_tile(qk - (m_use - P_SHIFT)[:, None], EXP)
+        p = tl.math.exp2(qk - (m_use - P_SHIFT)[:, None])
     else:
         if NEG_SCALE:  # the row max of the scaled scores is the row min of the unscaled ones
             m_new = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
         else:
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_use = m_new
-        p = exp2_tile(qk * qk_scale - (m_use - P_SHIFT)[:, None], EXP)  # one FMA per score
+        p = tl.math.exp2(qk * qk_scale - (m_use - P_SHIFT)[:, None])  # one FMA per score
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
@@ -193,7 +191,6 @@ def _attn_fwd_fp8(
     NEG_SCALE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE (config key "EXP")
 ):
     P_SHIFT: tl.constexpr = 8.0
     pid_m = tl.program_id(0)
@@ -260,7 +257,6 @@ def _attn_fwd_fp8(
             INTERPRET=INTERPRET,
             P_SHIFT=P_SHIFT,
             NEG_SCALE=NEG_SCALE,
-            EXP=EXP,
         )
     for start_n in tl.range(full_end, hi, BLOCK_N):
         acc, l_i, m_i = _fp8_block(
@@ -287,7 +283,6 @@ def _attn_fwd_fp8(
             INTERPRET=INTERPRET,
             P_SHIFT=P_SHIFT,
             NEG_SCALE=NEG_SCALE,
-            EXP=EXP,
         )
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
@@ -428,7 +423,7 @@ def flash_attn_fp8(
     if flip:
         descales = (-descales[0], *descales[1:])
     if config is not None:
-        config = normalize_config(NAME, config, {"EXP": 1})
+        config = normalize_config(NAME, config)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return Fp8Attention.apply(q, k, v, causal, sm_scale, config, descales, flip)
     return attention_forward_fp8(q, k, v, causal, sm_scale, config, descales, flip)[0]  # no autograd node

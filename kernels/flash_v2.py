@@ -110,7 +110,6 @@ def _attn_fwd(
     TMA: tl.constexpr,  # Q, K, V, O through the host descriptors QD, KD, VD, OD (TMA, sm90+)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE (config key "EXP")
 ):
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -203,7 +202,6 @@ def _attn_fwd(
             MASK=True,
             IEEE=IEEE,
             TMA=TMA,
-            EXP=EXP,
         )
     for start_n in tl.range(mid_lo, mid_hi, BLOCK_N):
         acc, l_i, m_i = fwd_block(
@@ -231,7 +229,6 @@ def _attn_fwd(
             MASK=False,
             IEEE=IEEE,
             TMA=TMA,
-            EXP=EXP,
         )
     for start_n in tl.range(mid_hi, hi, MASK_N):
         acc, l_i, m_i = fwd_block(
@@ -259,7 +256,6 @@ def _attn_fwd(
             MASK=True,
             IEEE=IEEE,
             TMA=TMA,
-            EXP=EXP,
         )
 
     empty = l_i == 0.0  # rows that see no key (causal, seq_q > seq_k)
@@ -387,7 +383,7 @@ def flash_attn(
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     window = check_window("flash_attn", window, causal)
     if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
-        config = normalize_config("flash_attn", config, {"EXP": 1})
+        config = normalize_config("flash_attn", config)
     if window is None:
         return attend(RecomputeAttention, attention_forward, q, k, v, causal, sm_scale, config)
     forward = functools.partial(attention_forward, window=window)

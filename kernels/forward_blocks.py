@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import dot, exp2_tile
+from .common import dot
 
 
 @triton.jit
@@ -93,7 +93,6 @@ def online_softmax(
     CAUSAL: tl.constexpr,
     WINDOW: tl.constexpr,
     MASK: tl.constexpr,  # this block needs the tail / causal / window mask
-    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE
 ):
     """One online-softmax step. Returns (p fp32, alpha = the rescale of the old accumulator, l, m)."""
     if MASK:
@@ -107,12 +106,12 @@ def online_softmax(
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         # A row with every key masked so far keeps m = -inf; subtract 0 instead so exp2 gives 0, not NaN.
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = exp2_tile(qk - m_use[:, None], EXP)
+        p = tl.math.exp2(qk - m_use[:, None])
     else:
         # Scale after the row max (qk_scale >= 0), then one FMA per element: exp2(s * scale - m).
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         m_use = m_new
-        p = exp2_tile(qk * qk_scale - m_use[:, None], EXP)
+        p = tl.math.exp2(qk * qk_scale - m_use[:, None])
     alpha = tl.math.exp2(m_i - m_use)
     l_i = l_i * alpha + tl.sum(p, 1)
     return p, alpha, l_i, m_new
@@ -144,7 +143,6 @@ def fwd_block(
     MASK: tl.constexpr,  # the tail / causal / window mask is needed in this block
     IEEE: tl.constexpr,
     TMA: tl.constexpr,
-    EXP: tl.constexpr = 1,  # common.exp2_tile's MODE
 ):
     """One key block in FA2 order: S = Q K^T, softmax, rescale, acc += P V (the tensor cores wait for the
     softmax)."""
@@ -177,7 +175,6 @@ def fwd_block(
         CAUSAL=CAUSAL,
         WINDOW=WINDOW,
         MASK=MASK,
-        EXP=EXP,
     )
     acc = acc * alpha[:, None]
     acc = add_pv(
