@@ -103,6 +103,8 @@ SHAPES = [
     Shape(1, 32, 8, 32768, head_dim=256),
     Shape(16, 32, 8, 8192, head_dim=256),
     Shape(1, 32, 8, 16384),
+    Shape(32, 32, 8, 1024),
+    Shape(32, 32, 8, 1024, page=16),
 ]
 
 
