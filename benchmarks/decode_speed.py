@@ -26,8 +26,8 @@ import time
 
 import torch
 import triton
+from flashbench.kernels import KernelUnsupported, flash_decode
 from flashbench.kernels import decode as decode_module
-from flashbench.kernels import flash_decode
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 from triton.runtime.errors import OutOfResources
@@ -199,7 +199,7 @@ def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
             break
         try:
             ms = bench(ours(splits, cfg))
-        except OutOfResources as exc:
+        except (OutOfResources, KernelUnsupported) as exc:  # a tile that does not fit: recorded
             rows.append(
                 {**base, "provider": "tune", "config": cfg, "splits": splits, "error": str(exc)[:200]}
             )
