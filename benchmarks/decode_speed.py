@@ -30,7 +30,6 @@ from flashbench.kernels import KernelUnsupported, flash_decode
 from flashbench.kernels import decode as decode_module
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
-from triton.runtime.errors import OutOfResources
 
 from flashbench.engine import timing
 from flashbench.engine.blocking import LaunchBlocker
@@ -199,7 +198,7 @@ def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
             break
         try:
             ms = bench(ours(splits, cfg))
-        except (OutOfResources, KernelUnsupported) as exc:  # a tile that does not fit: recorded
+        except KernelUnsupported as exc:  # a tile that does not fit this GPU: recorded
             rows.append(
                 {**base, "provider": "tune", "config": cfg, "splits": splits, "error": str(exc)[:200]}
             )

@@ -117,7 +117,7 @@ def config_dict(entry: Sequence[int]) -> dict[str, int]:
     return {**out, "maxnreg": entry[4]} if len(entry) > 4 else out
 
 
-def register_budget(kind: str, elem: int) -> int:
+def register_budget(elem: int) -> int:
     """fp32 accumulator registers per thread (estimate) a config may need, of the 255 a thread can have.
 
     16-bit inputs get 192. The forward's (128, 64, 4, 2) at d = 128 needs 192 and is the fastest d = 128 tile on an
@@ -135,7 +135,7 @@ def register_budget(kind: str, elem: int) -> int:
 
 def fits(kind: str, config: dict[str, int], head_dim: int, elem: int, smem_limit: int) -> bool:
     smem, regs = estimate(kind, config, head_dim, elem)
-    return smem <= smem_limit and regs <= register_budget(kind, elem)
+    return smem <= smem_limit and regs <= register_budget(elem)
 
 
 def candidates(

@@ -152,7 +152,7 @@ def test_default_config_fits_every_head_dim():
             for elem in (2, 4):
                 cfg = default_config(kind, space, d, elem, h100_smem)
                 smem, regs = estimate(kind, cfg, d, elem)
-                assert smem <= h100_smem and regs <= register_budget(kind, elem), (kind, d, elem, cfg)
+                assert smem <= h100_smem and regs <= register_budget(elem), (kind, d, elem, cfg)
     assert default_config("fwd", FWD_SPACE, 128, 2, h100_smem) == {
         "BLOCK_M": 128,
         "BLOCK_N": 64,
