@@ -92,7 +92,7 @@ def _compile_only() -> None:
 
 def _stub_gpu(tma: bool) -> None:
     """What the launchers ask the GPU (TMA use, shared memory, SM count, Gluon support), answered for an H100."""
-    from flashbench.kernels import flash_ws
+    from flashbench.kernels import backward_ws, flash_ws
 
     for name, module in list(sys.modules.items()):
         if name.startswith("flashbench.kernels"):
@@ -102,6 +102,7 @@ def _stub_gpu(tma: bool) -> None:
                 module._max_shared_mem = lambda: SMEM
     flash_ws._sm_count = lambda index: 132
     flash_ws.supported = lambda *args, **kwargs: None
+    backward_ws.supported = lambda *args, **kwargs: None
 
 
 def _disassemble(kernel: Any) -> tuple[str, int | None]:
@@ -143,7 +144,9 @@ def _summary(kernel: Any, sass: str, regs: int | None) -> str:
     )
 
 
-def _config(entry: tuple[int, ...] | list[int]) -> dict[str, int]:
+def _config(entry: tuple[int, ...] | list[int] | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(entry, dict):  # e.g. {"kernel": "gluon-ws", "NUM_WG": 2}
+        return entry
     return dict(zip(("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"), entry, strict=True))
 
 

@@ -43,10 +43,12 @@ import torch
 import triton
 import triton.language as tl
 
+from . import backward_ws
 from .backward_dkdv import _bwd_dkdv
 from .backward_dq import _bwd_dq
 from .common import (
     LOG2E,
+    KernelUnsupported,
     _set_last_bwd_config,
     cdiv,
     last_bwd_config,
@@ -151,18 +153,30 @@ def attention_backward(
     inputs = (q, k, v, do, lse, delta, p_arg)
     strides = (*row_strides(q, k, v, do), *p_strides)
     sizes = (Nq, Nk, sm_scale * LOG2E, sm_scale, win_left, win_right, seq_bucket(max(Nq, Nk)))
-    dkdv_args = (*inputs, dk, dv, *streamed[:2], *strides, *row_strides(dk, dv), H, Hkv, H // Hkv, *sizes)
-    cfg_kv = launch(
-        name=f"dkdv_{name}",
-        kind="dkdv",
-        kernel=_bwd_dkdv,
-        grid=lambda meta: (cdiv(Nk, meta["BLOCK_N"]), B * Hkv),
-        args=dkdv_args,
-        constexprs=constexprs,
-        space=BWD_DKDV_SPACE,
-        forced=dkdv_config,
-        interpret_config=INTERPRET_BWD,
-    )
+    ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, stored, dkdv_config)
+    if ws_cfg is not None and ws_cfg.get("ONE_PASS"):
+        dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        cfg = backward_ws.dkdv(
+            q, k, v, do, lse, delta, dk, dv, causal, sm_scale, sm_scale * LOG2E, ws_cfg, dq_acc
+        )
+        dq.copy_(dq_acc)
+        _set_last_bwd_config(cfg, {"kernel": "gluon-ws", "ONE_PASS": 1})
+        return dq, dk, dv
+    if ws_cfg is not None:
+        cfg_kv = backward_ws.dkdv(q, k, v, do, lse, delta, dk, dv, causal, sm_scale, sm_scale * LOG2E, ws_cfg)
+    else:
+        dkdv_args = (*inputs, dk, dv, *streamed[:2], *strides, *row_strides(dk, dv), H, Hkv, H // Hkv, *sizes)
+        cfg_kv = launch(
+            name=f"dkdv_{name}",
+            kind="dkdv",
+            kernel=_bwd_dkdv,
+            grid=lambda meta: (cdiv(Nk, meta["BLOCK_N"]), B * Hkv),
+            args=dkdv_args,
+            constexprs=constexprs,
+            space=BWD_DKDV_SPACE,
+            forced=dkdv_config,
+            interpret_config=INTERPRET_BWD,
+        )
     dq_args = (*inputs, dq, *streamed[2:], *strides, *row_strides(dq), H, H // Hkv, *sizes)
     cfg_q = launch(
         name=f"dq_{name}",
@@ -177,3 +191,29 @@ def attention_backward(
     )
     _set_last_bwd_config(cfg_kv, cfg_q)
     return dq, dk, dv
+
+
+def _gluon_dkdv_config(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    causal: bool,
+    window: tuple[int, int] | None,
+    stored: bool,
+    forced: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """The Gluon dK/dV pass's config when it runs these inputs, else None (the tl pass runs): forced by
+    {"kernel": "gluon-ws", ...} (KernelUnsupported where it cannot run), else taken by default where
+    `backward_ws.preferred` says so."""
+    if forced is not None and forced.get("kernel") == "gluon-ws":
+        cfg = backward_ws.config_for(q.shape[-1], forced)
+        why = "the stored-P backward runs on the tl kernel" if stored else None
+        why = why or backward_ws.supported(q, k, v, do, causal, window, cfg)
+        if why:
+            raise KernelUnsupported(f"gluon-ws backward: {why}")
+        return cfg
+    if forced is not None or stored or not backward_ws.preferred(q, causal):
+        return None
+    cfg = backward_ws.config_for(q.shape[-1])
+    return cfg if backward_ws.supported(q, k, v, do, causal, window, cfg) is None else None
