@@ -1,10 +1,10 @@
 """Side by side on one GPU: the bundled backward's kernels against each other and against cuDNN's backward.
 
     python3 benchmarks/backward_ab.py [--dims 128,64] [--seqs 2048,8192] [--rounds 3]
-        [--variants '{"tl": null, "ws2": {"kernel": "gluon-ws", "ONE_PASS": 0}, "ws1": {"kernel": "gluon-ws"}}']
+        [--variants '{"tl": null, "ws": {"kernel": "gluon-ws"}, "ws-s3": {"kernel": "gluon-ws", "STAGES": 3}}']
 
-Each variant is `flashbench.kernels.backward.attention_backward` with that dK/dV config (null: the tl passes,
-autotuned); "cudnn" is SDPA's cuDNN backward (torch.autograd.grad of its output). Shapes: the speed preset's
+Each variant is `flashbench.kernels.backward.attention_backward` with that dK/dV config (null: the tl dK/dV pass,
+autotuned, as with FLASHBENCH_GLUON_BWD=0) and the tl dQ pass; "cudnn" is SDPA's cuDNN backward (torch.autograd.grad of its output). Shapes: the speed preset's
 (bf16, hidden 2048, 16k tokens per batch), causal and not. Every variant's dQ, dK, dV is checked against the tl
 backward first (max |difference| / max |tl|, printed). Timing: triton.testing.do_bench (L2 cleared between
 calls), the variants in rotating order for --rounds rounds, the median of the round medians; TFLOP/s counts the
@@ -14,20 +14,62 @@ backward as 2.5 forwards (causal: half the pairs).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import sys
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-
 from flashbench.kernels.backward import attention_backward, last_bwd_config  # noqa: E402
 from flashbench.kernels.flash_v2 import attention_forward  # noqa: E402
 
-DEFAULT_VARIANTS = '{"tl": null, "ws2": {"kernel": "gluon-ws", "ONE_PASS": 0}, "ws1": {"kernel": "gluon-ws"}}'
+DEFAULT_VARIANTS = '{"tl": null, "ws": {"kernel": "gluon-ws"}}'
+
+
+def measure(d: int, n: int, causal: bool, variants: dict[str, Any], rounds: int) -> str:
+    """One shape: every variant checked against the tl backward, then timed in rotating rounds."""
+    h, b = 2048 // d, max(1, 16384 // n)
+    q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    scale = d**-0.5
+    o, lse, _ = attention_forward(q, k, v, causal, scale)
+    os.environ["FLASHBENCH_GLUON_BWD"] = "0"  # the reference: the tl passes, autotuned
+    ref = attention_backward(q, k, v, o, lse, do, None, causal, scale)
+    tl_cfg = last_bwd_config()
+    del os.environ["FLASHBENCH_GLUON_BWD"]
+    calls, notes = {}, {}
+    for name, cfg in variants.items():
+        dkdv = tl_cfg["dkdv"] if cfg is None else cfg
+        got = attention_backward(q, k, v, o, lse, do, None, causal, scale, dkdv, tl_cfg["dq"])
+        err = max(
+            ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
+            for g, r in zip(got, ref, strict=True)
+        )
+        notes[name] = f"err {err:.1e} {last_bwd_config()['dkdv'].get('kernel', 'tl')}"
+        calls[name] = functools.partial(
+            attention_backward, q, k, v, o, lse, do, None, causal, scale, dkdv, tl_cfg["dq"]
+        )
+    qr, kr, vr = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+        out = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
+    calls["cudnn"] = functools.partial(torch.autograd.grad, out, (qr, kr, vr), do, retain_graph=True)
+    names = list(calls)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            times[name].append(triton.testing.do_bench(calls[name], warmup=50, rep=300))
+    flops = 4 * b * h * n * n * d * 2.5 * (0.5 if causal else 1.0)
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    cells = [
+        f"{name} {med[name] * 1e3:.0f} us {flops / med[name] / 1e9:.0f} TF/s x{med['cudnn'] / med[name]:.2f} cudnn "
+        f"{notes.get(name, '')}"
+        for name in names
+    ]
+    return f"d={d} N={n} causal={int(causal)} | " + " | ".join(cells)
 
 
 def main() -> None:
@@ -44,44 +86,7 @@ def main() -> None:
     for d in (int(x) for x in a.dims.split(",")):
         for n in (int(x) for x in a.seqs.split(",")):
             for causal in (bool(int(x)) for x in a.causal.split(",")):
-                h, b = 2048 // d, max(1, 16384 // n)
-                q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-                scale = d**-0.5
-                o, lse, _ = attention_forward(q, k, v, causal, scale)
-                ref = attention_backward(q, k, v, o, lse, do, None, causal, scale)
-                tl_cfg = last_bwd_config()
-                calls, notes = {}, {}
-                for name, cfg in variants.items():
-                    dkdv, dq = (tl_cfg["dkdv"], tl_cfg["dq"]) if cfg is None else (cfg, tl_cfg["dq"])
-                    got = attention_backward(q, k, v, o, lse, do, None, causal, scale, dkdv, dq)
-                    err = max(
-                        ((g.float() - r.float()).abs().max() / r.float().abs().max()).item()
-                        for g, r in zip(got, ref, strict=True)
-                    )
-                    used = last_bwd_config()["dkdv"]
-                    notes[name] = f"err {err:.1e} {used.get('kernel', 'tl')}"
-                    calls[name] = lambda dkdv=dkdv, dq=dq: attention_backward(
-                        q, k, v, o, lse, do, None, causal, scale, dkdv, dq
-                    )
-                qr, kr, vr = (t.detach().clone().requires_grad_() for t in (q, k, v))
-                backend = torch.nn.attention.SDPBackend.CUDNN_ATTENTION
-                with torch.nn.attention.sdpa_kernel(backend):
-                    out = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
-                calls["cudnn"] = lambda: torch.autograd.grad(out, (qr, kr, vr), do, retain_graph=True)
-                times: dict[str, list[float]] = {name: [] for name in calls}
-                names = list(calls)
-                for r in range(a.rounds):
-                    order = names[r % len(names) :] + names[: r % len(names)]
-                    for name in order:
-                        times[name].append(triton.testing.do_bench(calls[name], warmup=50, rep=300))
-                flops = 4 * b * h * n * n * d * 2.5 * (0.5 if causal else 1.0)
-                med = {name: statistics.median(ts) for name, ts in times.items()}
-                cells = [
-                    f"{name} {med[name] * 1e3:.0f} us {flops / med[name] / 1e9:.0f} TF/s "
-                    f"x{med['cudnn'] / med[name]:.2f} cudnn {notes.get(name, '')}"
-                    for name in names
-                ]
-                print(f"d={d} N={n} causal={int(causal)} | " + " | ".join(cells), flush=True)
+                print(measure(d, n, causal, variants, a.rounds), flush=True)
 
 
 if __name__ == "__main__":

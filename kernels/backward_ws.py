@@ -12,7 +12,10 @@ through a ring of STAGES shared-memory stages (Q and dO of BLOCK_M rows each). P
 and releases the stage; at the end dK *= sm_scale, and dK, dV leave through shared memory by TMA.
 The consumers do not take turns: their elementwise work (one exp2 per score) is a quarter of the tensor-core time
 of their four matmuls at d = 128, and two warpgroups running freely keep the tensor cores fed while either of
-them computes P^T and dS^T. dQ stays backward_dq.py's separate pass (every output has one writer).
+them computes P^T and dS^T. ROTATE=1 starts program p's walk at its p-th query block (1-3% faster on an H100).
+dQ stays backward_dq.py's separate pass (every output has one writer); a one-pass mode of this kernel (dS^T
+through shared memory, each consumer taking half of dQ = dS K's columns, fp32 atomics) was correct but slower than
+the two passes, see docs/kernels.md.
 
 Scope (`supported` says why not; backward_dkdv.py serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
 contiguous q, k, v, dO, Nq % BLOCK_M == 0, Nk % (NUM_WG * 64) == 0, no sliding window, no stored P, and for causal
@@ -47,20 +50,22 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 KEYS = 64  # keys per consumer warpgroup
 HEAD_DIMS = (64, 128)
 DEFAULT_CONFIG = {
-    64: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ONE_PASS": 1},
-    128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ONE_PASS": 1},
+    64: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ROTATE": 1},
+    128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ROTATE": 1},
 }
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (64,),
-    "NUM_WG": (2, 3),
+    "NUM_WG": (2,),
     "STAGES": (1, 2, 3),
-    "ONE_PASS": (0, 1),
     "ROTATE": (0, 1),
+    # reported with the config (derived from NUM_WG), accepted back when they agree
+    "BLOCK_N": (2 * KEYS,),
+    "num_warps": (4 * 2 + 1,),
 }
-# setmaxnreg per thread of the consumers and of the producer, by consumer count (as flash_ws.py).
-CONSUMER_REGS = {2: 240, 3: 160}
-PRODUCER_REGS = {2: 24, 3: 32}
+# setmaxnreg per thread of the two consumers and of the producer (flash_ws.py's split for two consumers).
+CONSUMER_REGS = 240
+PRODUCER_REGS = 24
 SMEM_LIMIT = 232448 - 1024
 
 
@@ -74,11 +79,14 @@ def enabled() -> bool:
 
 
 # Where the backward takes this pass by default: the shortest query length per (head dim, causal); None: never.
+# On an H100 (`python3 benchmarks/backward_ab.py`, bf16, the speed preset's shapes, the tl dQ pass either way) the
+# whole backward took 0.92-0.97x the tl passes' time at d = 128 (N = 1024-8192, causal or not) but 1.02-1.06x
+# at d = 64, where the tl dK/dV pass's 32-query tiles are faster.
 MIN_SEQ: dict[tuple[int, bool], int | None] = {
     (64, False): None,
     (64, True): None,
-    (128, False): None,
-    (128, True): None,
+    (128, False): 2048,
+    (128, True): 2048,
 }
 
 
@@ -100,17 +108,14 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
             raise ValueError(
                 f"gluon-ws backward config: {key}={val!r} must be one of {list(CONFIG_KEYS[key])}"
             )
-        if key != "kernel":
+        if key not in ("kernel", "BLOCK_N", "num_warps"):
             cfg[key] = val
     return cfg
 
 
 def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
-    """K and V slices of every consumer, the ring of Q and dO tiles (16-bit); ONE_PASS: K again (dQ's column
-    slices) and two slots of every consumer's dS^T."""
-    keys = cfg["NUM_WG"] * KEYS
-    one_pass = (keys * head_dim + 2 * cfg["NUM_WG"] * cfg["BLOCK_M"] * KEYS) if cfg.get("ONE_PASS") else 0
-    return 2 * (2 * keys * head_dim + 2 * cfg["STAGES"] * cfg["BLOCK_M"] * head_dim + one_pass)
+    """K and V slices of every consumer, and the ring of Q and dO tiles (16-bit)."""
+    return 2 * head_dim * (2 * cfg["NUM_WG"] * KEYS + 2 * cfg["STAGES"] * cfg["BLOCK_M"])
 
 
 def supported(
@@ -161,14 +166,13 @@ if HAVE_GLUON:
         sched,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
-        DQ: gl.constexpr,
         ROTATE: gl.constexpr,
     ):
         """One warp: this consumer's K and V slices once, then Q and dO of each query block into ring stage
         i % STAGES once every consumer has released it (empty[s])."""
-        qd, dod, kd, vd, kqd = descs
-        k_smem, v_smem, q_smem, do_smem, kq_smem, _ = smem
-        kv_bar, ready, empty, _, _ = bars
+        qd, dod, kd, vd = descs
+        k_smem, v_smem, q_smem, do_smem = smem
+        kv_bar, ready, empty = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         STAGES: gl.constexpr = q_smem.shape[0]
@@ -178,14 +182,7 @@ if HAVE_GLUON:
         hkv_count = H // GROUP
         b = bkv // hkv_count
         hkv = bkv % hkv_count
-        if DQ:
-            mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes + NUM_WG * kqd.block_type.nbytes)
-            for w in gl.static_range(NUM_WG):
-                tma.async_copy_global_to_shared(
-                    kqd, [bkv * N_K + n0, w * kqd.block_type.shape[1]], kv_bar, kq_smem.index(w)
-                )
-        else:
-            mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
+        mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
         for w in gl.static_range(NUM_WG):
             tma.async_copy_global_to_shared(kd, [bkv * N_K + n0 + w * 64, 0], kv_bar, k_smem.index(w))
             tma.async_copy_global_to_shared(vd, [bkv * N_K + n0 + w * 64, 0], kv_bar, v_smem.index(w))
@@ -206,7 +203,7 @@ if HAVE_GLUON:
     def _consumer(
         smem,
         bars,
-        outs,  # (dkd, dvd, DQ_ACC): descriptors of dK and dV ([B * H_KV * N_K, D], block [64, D]); DQ: the fp32 dQ
+        outs,  # (dkd, dvd): descriptors of dK and dV ([B * H_KV * N_K, D], block [64, D])
         stats,  # (LSE, DELTA): [B, H, N_Q] fp32
         sched,
         qk_scale,
@@ -214,12 +211,14 @@ if HAVE_GLUON:
         WG: gl.constexpr,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
-        DQ: gl.constexpr,
         ROTATE: gl.constexpr,
     ):
-        k_smem, v_smem, q_smem, do_smem, kq_smem, ds_smem = smem
-        kv_bar, ready, empty, ds_full, ds_free = bars
-        dkd, dvd, DQ_ACC = outs
+        """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of the program's block. Each query block's matmuls
+        are waited for within its step: issuing the next block's S^T and dP^T behind this block's dK (software
+        pipelining) measured 4-13% slower on an H100 (`benchmarks/backward_ab.py`, d = 64 and 128)."""
+        k_smem, v_smem, q_smem, do_smem = smem
+        kv_bar, ready, empty = bars
+        dkd, dvd = outs
         LSE, DELTA = stats
         H, GROUP, N_Q, N_K = sched
         STAGES: gl.constexpr = q_smem.shape[0]
@@ -234,11 +233,6 @@ if HAVE_GLUON:
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         key_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        NUM_WG: gl.constexpr = k_smem.shape[0]
-        DQ_COLS: gl.constexpr = HEAD_DIM // NUM_WG  # dQ columns this warpgroup computes (DQ)
-        dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, DQ_COLS, 16]
-        )
 
         n0 = gl.program_id(0) * BLOCK_N
         bkv = gl.program_id(1)
@@ -262,9 +256,10 @@ if HAVE_GLUON:
         zero = gl.zeros([64, BLOCK_M], gl.float32, s_layout)
         dk = gl.zeros([64, HEAD_DIM], gl.float32, acc_layout)
         dv = gl.zeros([64, HEAD_DIM], gl.float32, acc_layout)
+        cols = gl.arange(0, BLOCK_M, col_s)
         mbarrier.wait(kv_bar, 0)
         for i in range(GROUP * n_m):
-            m = lo + (i % n_m + ROTATE * gl.program_id(0)) % n_m  # ROTATE: programs start apart (dQ atomics)
+            m = lo + (i % n_m + ROTATE * gl.program_id(0)) % n_m
             row = (b * H + hkv * GROUP + i // n_m) * N_Q + m * BLOCK_M
             s = i % STAGES
             q = q_smem.index(s)
@@ -272,52 +267,20 @@ if HAVE_GLUON:
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
             st = warpgroup_mma(k, q.permute((1, 0)), zero, use_acc=False, is_async=True)
             dpt = warpgroup_mma(v, do.permute((1, 0)), zero, use_acc=False, is_async=True)
-            cols = gl.arange(0, BLOCK_M, col_s)
             lse = gl.load(LSE + row + cols)
-            st = warpgroup_mma_wait(1, deps=[st])
+            st = warpgroup_mma_wait(1, deps=[st])  # in order: S^T is done, dP^T may not be
             pt = gl.exp2(st * qk_scale - lse[None, :])
             if CAUSAL:
                 if m < full:
                     seen = keys[:, None] <= (m * BLOCK_M + cols)[None, :] + causal_off
                     pt = gl.where(seen, pt, 0.0)
-            p_op = gl.convert_layout(pt.to(q.dtype), a_layout)
-            dv = warpgroup_mma(p_op, do, dv, is_async=True)
+            dv = warpgroup_mma(gl.convert_layout(pt.to(q.dtype), a_layout), do, dv, is_async=True)
             delta = gl.load(DELTA + row + cols)
-            dpt = warpgroup_mma_wait(1, deps=[dpt])  # in order: dP^T is done, dV may not be
+            dpt = warpgroup_mma_wait(1, deps=[dpt])  # dP^T is done, dV may not be
             dst = pt * (dpt - delta[None, :])
-            ds_op = gl.convert_layout(dst.to(q.dtype), a_layout)
-            dk = warpgroup_mma(ds_op, q, dk, is_async=True)
-            if DQ:
-                # dQ[:, WG's columns] = sum over the consumers w of dS_w K_w[:, WG's columns]: every consumer's
-                # dS^T slice goes to shared memory (two slots, by step parity), then each takes its columns.
-                slot = i % 2
-                mbarrier.wait(ds_free.index(slot), ((i // 2) & 1) ^ 1)
-                ds_smem.index(slot * NUM_WG + WG).store(gl.permute(dst.to(q.dtype), (1, 0)))
-                fence_async_shared()
-                mbarrier.arrive(ds_full.index(slot))
-                mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
-                dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
-                for w in gl.static_range(NUM_WG):
-                    dq = warpgroup_mma(
-                        ds_smem.index(slot * NUM_WG + w),
-                        kq_smem.index(WG).slice(w * 64, 64),
-                        dq,
-                        use_acc=w > 0,
-                        is_async=True,
-                    )
-                dv, dk, dq = warpgroup_mma_wait(0, deps=[dv, dk, dq])
-                mbarrier.arrive(ds_free.index(slot))
-                mbarrier.arrive(empty.index(s))
-                dq_rows = row + gl.arange(0, BLOCK_M, gl.SliceLayout(1, dq_layout))
-                dq_cols = WG * DQ_COLS + gl.arange(0, DQ_COLS, gl.SliceLayout(0, dq_layout))
-                gl.atomic_add(
-                    DQ_ACC + dq_rows.to(gl.int64)[:, None] * HEAD_DIM + dq_cols[None, :],
-                    dq * sm_scale,
-                    sem="relaxed",
-                )
-            else:
-                dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
-                mbarrier.arrive(empty.index(s))
+            dk = warpgroup_mma(gl.convert_layout(dst.to(q.dtype), a_layout), q, dk, is_async=True)
+            dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
+            mbarrier.arrive(empty.index(s))  # Q and dO of this block are no longer read
         # Epilogue: the slices' K and V are no longer read; dK and dV leave through them.
         out_row = bkv * N_K + my_n0
         k.store((dk * sm_scale).to(dkd.dtype))
@@ -335,8 +298,6 @@ if HAVE_GLUON:
         vd,  # V, the same
         dkd,  # dK out, as kd
         dvd,  # dV out, as kd
-        kqd,  # DQ: K again, block [NUM_WG * 64, D // NUM_WG] (the column slices of dQ = dS K); else kd
-        DQ_ACC,  # DQ: [B * H * N_Q, D] fp32, zeroed: dQ is added into it (atomics); else unused
         LSE,  # [B, H, N_Q] fp32, log2-sum-exp2 from the forward
         DELTA,  # [B, H, N_Q] fp32, rowsum(dO * O)
         H,
@@ -350,7 +311,6 @@ if HAVE_GLUON:
         NUM_WG: gl.constexpr,
         STAGES: gl.constexpr,
         CAUSAL: gl.constexpr,
-        DQ: gl.constexpr,  # also compute dQ (one pass), into DQ_ACC
         ROTATE: gl.constexpr,  # program p walks its query blocks from its p-th (mod their count) on
         CONSUMER_REGS: gl.constexpr,
         PRODUCER_REGS: gl.constexpr,
@@ -361,68 +321,35 @@ if HAVE_GLUON:
         v_smem = gl.allocate_shared_memory(vd.dtype, [NUM_WG, 64, HEAD_DIM], vd.layout)
         q_smem = gl.allocate_shared_memory(qd.dtype, [STAGES, BLOCK_M, HEAD_DIM], qd.layout)
         do_smem = gl.allocate_shared_memory(dod.dtype, [STAGES, BLOCK_M, HEAD_DIM], dod.layout)
-        if DQ:
-            kq_smem = gl.allocate_shared_memory(kqd.dtype, [NUM_WG, BLOCK_N, HEAD_DIM // NUM_WG], kqd.layout)
-            ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, 64], qd.dtype)
-            ds_smem = gl.allocate_shared_memory(qd.dtype, [2 * NUM_WG, BLOCK_M, 64], ds_layout)
-        else:
-            kq_smem = k_smem
-            ds_smem = q_smem
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=NUM_WG)
-        for i in gl.static_range(2):
-            mbarrier.init(ds_full.index(i), count=NUM_WG)
-            mbarrier.init(ds_free.index(i), count=NUM_WG)
         fence_async_shared()
-        descs = (qd, dod, kd, vd, kqd)
-        smem = (k_smem, v_smem, q_smem, do_smem, kq_smem, ds_smem)
-        bars = (kv_bar, ready, empty, ds_full, ds_free)
-        outs = (dkd, dvd, DQ_ACC)
+        descs = (qd, dod, kd, vd)
+        smem = (k_smem, v_smem, q_smem, do_smem)
+        bars = (kv_bar, ready, empty)
+        outs = (dkd, dvd)
         stats = (LSE, DELTA)
         sched = (H, GROUP, N_Q, N_K)
-        if NUM_WG == 3:
-            gl.warp_specialize(
-                [
-                    (
-                        _consumer,
-                        (smem, bars, outs, stats, sched, qk_scale, sm_scale, 0, BLOCK_N, CAUSAL, DQ, ROTATE),
-                    ),
-                    (
-                        _consumer,
-                        (smem, bars, outs, stats, sched, qk_scale, sm_scale, 1, BLOCK_N, CAUSAL, DQ, ROTATE),
-                    ),
-                    (
-                        _consumer,
-                        (smem, bars, outs, stats, sched, qk_scale, sm_scale, 2, BLOCK_N, CAUSAL, DQ, ROTATE),
-                    ),
-                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, DQ, ROTATE)),
-                ],
-                [4, 4, 1],
-                [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
-            )
-        else:
-            gl.warp_specialize(
-                [
-                    (
-                        _consumer,
-                        (smem, bars, outs, stats, sched, qk_scale, sm_scale, 0, BLOCK_N, CAUSAL, DQ, ROTATE),
-                    ),
-                    (
-                        _consumer,
-                        (smem, bars, outs, stats, sched, qk_scale, sm_scale, 1, BLOCK_N, CAUSAL, DQ, ROTATE),
-                    ),
-                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, DQ, ROTATE)),
-                ],
-                [4, 1],
-                [CONSUMER_REGS, PRODUCER_REGS],
-            )
+        gl.warp_specialize(
+            [
+                (
+                    _consumer,
+                    (smem, bars, outs, stats, sched, qk_scale, sm_scale, 0, BLOCK_N, CAUSAL, ROTATE),
+                ),
+                (
+                    _consumer,
+                    (smem, bars, outs, stats, sched, qk_scale, sm_scale, 1, BLOCK_N, CAUSAL, ROTATE),
+                ),
+                (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )
 
 
 def dkdv(
@@ -438,36 +365,26 @@ def dkdv(
     sm_scale: float,
     qk_scale: float,
     cfg: dict[str, Any],
-    dq_acc: torch.Tensor | None = None,
 ) -> dict[str, Any]:
-    """Run the dK/dV pass into dk, dv (contiguous, k's shape); with dq_acc (fp32, q's shape, zeroed) also dQ,
-    added into it (one pass). `supported` must have passed. Returns the config as a row reports it."""
+    """Run the dK/dV pass into dk, dv (contiguous, k's shape); `supported` must have passed. Returns the config
+    as a row reports it."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     dt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
     bm, num_wg = cfg["BLOCK_M"], cfg["NUM_WG"]
-    block_n = num_wg * KEYS
     q_layout = gl.NVMMASharedLayout.get_default_for([bm, D], dt)
     kv_layout = gl.NVMMASharedLayout.get_default_for([KEYS, D], dt)
     qd, dod = (TensorDescriptor.from_tensor(t.view(-1, D), [bm, D], q_layout) for t in (q, do))
     kd, vd, dkd, dvd = (
         TensorDescriptor.from_tensor(t.view(-1, D), [KEYS, D], kv_layout) for t in (k, v, dk, dv)
     )
-    one_pass = dq_acc is not None
-    if one_pass:
-        kq_layout = gl.NVMMASharedLayout.get_default_for([block_n, D // num_wg], dt)
-        kqd = TensorDescriptor.from_tensor(k.view(-1, D), [block_n, D // num_wg], kq_layout)
-    else:
-        kqd, dq_acc = kd, lse
-    _bwd_dkdv_ws[(cdiv(Nk, block_n), B * Hkv)](
+    _bwd_dkdv_ws[(cdiv(Nk, num_wg * KEYS), B * Hkv)](
         qd,
         dod,
         kd,
         vd,
         dkd,
         dvd,
-        kqd,
-        dq_acc,
         lse,
         delta,
         H,
@@ -481,18 +398,9 @@ def dkdv(
         NUM_WG=num_wg,
         STAGES=cfg["STAGES"],
         CAUSAL=bool(causal),
-        DQ=one_pass,
-        ROTATE=cfg.get("ROTATE", 1),
-        CONSUMER_REGS=CONSUMER_REGS[num_wg],
-        PRODUCER_REGS=PRODUCER_REGS[num_wg],
+        ROTATE=cfg["ROTATE"],
+        CONSUMER_REGS=CONSUMER_REGS,
+        PRODUCER_REGS=PRODUCER_REGS,
         num_warps=4,
     )
-    return {
-        "kernel": "gluon-ws",
-        "BLOCK_M": bm,
-        "BLOCK_N": block_n,
-        "STAGES": cfg["STAGES"],
-        "ONE_PASS": int(one_pass),
-        "ROTATE": cfg.get("ROTATE", 1),
-        "num_warps": 4 * num_wg + 1,
-    }
+    return {"kernel": "gluon-ws", **cfg, "BLOCK_N": num_wg * KEYS, "num_warps": 4 * num_wg + 1}

@@ -44,7 +44,7 @@ def rel(a, b) -> float:
         {"STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 4, "STAGES": 2, "SCHED_HEADS": 4},
-        {"PIN_WAIT": 1},
+        {"PIN_WAIT": 1, "BLOCK_M": 128},  # PIN_WAIT takes 128-row tiles only (d = 64 defaults to 192)
     ],
     ids=["default", "s2", "persistent", "persistent-grouped", "pinned"],
 )
