@@ -210,6 +210,9 @@ def sweep(
         if resume and (run_dir / ENV_FILE).is_file():
             previous = read_env(run_dir)
             env.previous_runs = [*previous.previous_runs, previous.started]
+            if env.calibration is None and previous.gpu == env.gpu:
+                # a session on a machine without a stored calibration keeps the run's measured ceiling
+                env.calibration = previous.calibration
             earlier_wall = float(previous.wall_s_total or previous.wall_s or 0.0)
         write_env(run_dir, env)
         ncu_fn = None

@@ -188,3 +188,21 @@ def test_resume_with_nothing_to_resume_exits_2(tmp_path, capsys, out):
     line = _error_line(capsys)
     assert line.startswith("flashbench: error: ") and "nothing to resume" in line
     assert not (tmp_path / "missing").exists()
+
+
+def test_resume_keeps_the_runs_calibration_when_this_machine_has_none(tmp_path, monkeypatch):
+    """A run resumed where no `flashbench calibrate` record is stored keeps the measured ceiling its env.json
+    already holds (the report's roofs); one stored here replaces it."""
+    monkeypatch.setenv("FLASHBENCH_HOME", str(tmp_path / "home"))
+    out = tmp_path / "run"
+    args = ["sweep", *TINY, "--providers", "naive", "--causal", "false", "--mode", "fwd", "--out", str(out)]
+    assert main([*args, "--seq", "16"]) == 0
+    env_path = out / "env.json"
+    env = json.loads(env_path.read_text())
+    assert env["calibration"] is None  # none stored in this FLASHBENCH_HOME
+    record = {"gpu": env["gpu"], "bf16_tflops": 700.0}
+    env["calibration"] = record
+    env_path.write_text(json.dumps(env))
+    assert main([*args, "--seq", "16,32", "--resume"]) == 0
+    resumed = read_env(out)
+    assert resumed.calibration == record and len(resumed.previous_runs) == 1
