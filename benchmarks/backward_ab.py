@@ -1,6 +1,6 @@
 """Side by side on one GPU: the bundled backward's kernels against each other and against cuDNN's backward.
 
-    python3 benchmarks/backward_ab.py [--dims 128,64] [--seqs 2048,8192] [--rounds 3]
+    python3 benchmarks/backward_ab.py [--dims 128,64] [--seqs 2048,8192] [--rounds 3] [--passes]
         [--variants '{"tl": null, "ws": {"kernel": "gluon-ws"}, "ws-s3": {"kernel": "gluon-ws", "STAGES": 3}}']
 
 Each variant is `flashbench.kernels.backward.attention_backward` with that dK/dV config (null: the tl dK/dV pass,
@@ -31,7 +31,7 @@ from flashbench.kernels.flash_v2 import attention_forward  # noqa: E402
 DEFAULT_VARIANTS = '{"tl": null, "ws": {"kernel": "gluon-ws"}}'
 
 
-def measure(d: int, n: int, causal: bool, variants: dict[str, Any], rounds: int) -> str:
+def measure(d: int, n: int, causal: bool, variants: dict[str, Any], rounds: int, passes: bool = False) -> str:
     """One shape: every variant checked against the tl backward, then timed in rotating rounds."""
     h, b = 2048 // d, max(1, 16384 // n)
     q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -69,7 +69,38 @@ def measure(d: int, n: int, causal: bool, variants: dict[str, Any], rounds: int)
         f"{notes.get(name, '')}"
         for name in names
     ]
-    return f"d={d} N={n} causal={int(causal)} | " + " | ".join(cells)
+    line = f"d={d} N={n} causal={int(causal)} | " + " | ".join(cells)
+    if passes:
+        pair_flops = 2 * b * h * n * n * d * (0.5 if causal else 1.0)  # one block matmul over every pair
+        for name in names[:-1]:
+            line += f"\n    {name}: " + ", ".join(
+                f"{kernel} {us:.0f} us"
+                + (
+                    f" ({mm * pair_flops / us / 1e6:.0f} TF/s)"
+                    if (mm := _MATMULS.get(kernel.split("_ws")[0]))
+                    else ""
+                )
+                for kernel, us in kernel_times(calls[name]).items()
+            )
+    return line
+
+
+# block matmuls per (query, key) pair of each backward kernel
+_MATMULS = {"_bwd_dkdv": 4, "_bwd_dq": 3}
+
+
+def kernel_times(call: Any) -> dict[str, float]:
+    """Mean GPU time (us) per call of each CUDA kernel `call` launches, over 10 calls under torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            call()
+        torch.cuda.synchronize()
+    return {e.key: e.device_time_total / 10 for e in prof.key_averages() if e.device_time_total > 0}
 
 
 def main() -> None:
@@ -79,6 +110,7 @@ def main() -> None:
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", default=DEFAULT_VARIANTS)
+    ap.add_argument("--passes", action="store_true", help="also each variant's kernel times (torch.profiler)")
     a = ap.parse_args()
     variants = json.loads(a.variants)
     torch.manual_seed(0)
@@ -86,7 +118,7 @@ def main() -> None:
     for d in (int(x) for x in a.dims.split(",")):
         for n in (int(x) for x in a.seqs.split(",")):
             for causal in (bool(int(x)) for x in a.causal.split(",")):
-                print(measure(d, n, causal, variants, a.rounds), flush=True)
+                print(measure(d, n, causal, variants, a.rounds, a.passes), flush=True)
 
 
 if __name__ == "__main__":

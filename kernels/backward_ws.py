@@ -80,7 +80,7 @@ def enabled() -> bool:
 
 # Where the backward takes this pass by default: the shortest query length per (head dim, causal); None: never.
 # On an H100 (`python3 benchmarks/backward_ab.py`, bf16, the speed preset's shapes, the tl dQ pass either way) the
-# whole backward took 0.92-0.97x the tl passes' time at d = 128 (N = 1024-8192, causal or not) but 1.02-1.06x
+# whole backward took 0.91-0.97x the tl passes' time at d = 128 (N = 1024-8192, causal or not) but 1.02-1.06x
 # at d = 64, where the tl dK/dV pass's 32-query tiles are faster.
 MIN_SEQ: dict[tuple[int, bool], int | None] = {
     (64, False): None,
@@ -215,7 +215,7 @@ if HAVE_GLUON:
     ):
         """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of the program's block. Each query block's matmuls
         are waited for within its step: issuing the next block's S^T and dP^T behind this block's dK (software
-        pipelining) measured 4-13% slower on an H100 (`benchmarks/backward_ab.py`, d = 64 and 128)."""
+        pipelining) measured slower on an H100 (docs/kernels.md, the backward)."""
         k_smem, v_smem, q_smem, do_smem = smem
         kv_bar, ready, empty = bars
         dkd, dvd = outs
