@@ -42,11 +42,6 @@ VARIANTS = {  # "ws" is flash_ws's default for the head dim; "ws3" three consume
     # each P V wait held below the next block's softmax (flash_ws.PIN_WAIT): ws2 and ws2p with it
     "ws2-pin": {"BLOCK_M": 128, "PIN_WAIT": 1},
     "ws2p-pin": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2, "PIN_WAIT": 1},
-    # 64-key blocks: twice the steps per tile, half the masked diagonal
-    "ws2-n64": {"BLOCK_M": 128, "BLOCK_N": 64},
-    "ws2-n64-s4": {"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 4},
-    "ws2p-n64": {"BLOCK_M": 128, "BLOCK_N": 64, "PERSISTENT": 1, "STAGES": 3},
-    "ws3-n64": {"BLOCK_M": 192, "BLOCK_N": 64, "STAGES": 3},
 }
 
 

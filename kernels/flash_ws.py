@@ -94,8 +94,8 @@ GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, Tru
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
-    "BLOCK_N": (64, BLOCK_N),
-    "STAGES": (2, 3, 4),
+    "BLOCK_N": (BLOCK_N,),
+    "STAGES": (2, 3),
     "PERSISTENT": (0, 1),
     "SCHED_HEADS": (1, 4, 16, 32, 64),
     "PROGRAMS": None,
@@ -150,9 +150,7 @@ def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
     PIN_WAIT stores."""
     q_o = cfg["BLOCK_M"] * head_dim * 2 * (2 if cfg.get("PERSISTENT") else 1)
     return (
-        q_o
-        + 2 * cfg["STAGES"] * cfg.get("BLOCK_N", BLOCK_N) * head_dim * 2
-        + (cfg["BLOCK_M"] * 4 if cfg.get("PIN_WAIT") else 0)
+        q_o + 2 * cfg["STAGES"] * BLOCK_N * head_dim * 2 + (cfg["BLOCK_M"] * 4 if cfg.get("PIN_WAIT") else 0)
     )
 
 
@@ -168,7 +166,6 @@ def supported(
     causal: bool,
     block_m: int = 128,
     window: tuple[int, int] | None = None,
-    block_n: int = BLOCK_N,
 ) -> str | None:
     """None if the Gluon forward can run these inputs, else why not (one line)."""
     if not HAVE_GLUON:
@@ -188,8 +185,8 @@ def supported(
     if not all(t.is_contiguous() for t in (q, k, v)):
         return "needs contiguous q, k, v"
     nq, nk = q.shape[2], k.shape[2]
-    if nq % ROWS or nk % block_n:
-        return f"needs seq_q % {ROWS} == 0 and seq_k % {block_n} == 0"
+    if nq % ROWS or nk % BLOCK_N:
+        return f"needs seq_q % {ROWS} == 0 and seq_k % {BLOCK_N} == 0"
     if causal and nk < nq:
         return "causal needs seq_k >= seq_q"
     if q.shape[0] * q.shape[1] * nq >= 2**31:
@@ -226,7 +223,7 @@ def attention_forward(
     causal = bool(causal) or window is not None  # a supported window has right limit 0: the causal diagonal
     cfg = default_config(D, causal)
     cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
-    why = supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"])
+    why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
     if why:
         raise ValueError(f"flash_ws forward: {why}")
     if cfg.get("PIN_WAIT") and cfg["BLOCK_M"] != 128:
@@ -242,7 +239,7 @@ def attention_forward(
     Hkv, Nk = k.shape[1], k.shape[2]
     o = torch.empty_like(q)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-    qd, kd, vd, od = _descriptors(q, k, v, o, cfg["BLOCK_N"])
+    qd, kd, vd, od = _descriptors(q, k, v, o, BLOCK_N)
     num_wg = cfg["BLOCK_M"] // ROWS
     num_m = cdiv(Nq, cfg["BLOCK_M"])
     tiles = num_m * B * H
@@ -266,7 +263,7 @@ def attention_forward(
         sm_scale * LOG2E,
         window[0] if window is not None else 0,
         HEAD_DIM=D,
-        BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_N=BLOCK_N,
         STAGES=cfg["STAGES"],
         CAUSAL=bool(causal),
         NUM_WG=num_wg,
