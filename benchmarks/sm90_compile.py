@@ -8,6 +8,7 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{"BLOCK_M": 192, "PERSISTENT": 1}' --causal
     /tmp/t36/bin/python benchmarks/sm90_compile.py tl  '{"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}' --causal
     /tmp/t36/bin/python benchmarks/sm90_compile.py bwd '{"dkdv": [64, 128, 8, 3], "dq": [128, 64, 8, 3]}' --dim 128
+    /tmp/t36/bin/python benchmarks/sm90_compile.py bwd '{"dkdv": {"kernel": "gluon-ws"}, "dq": [128, 64, 8, 3]}' --dim 128
     /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{}' --dim 128 --causal --window 4096,0
     /tmp/t36/bin/python benchmarks/sm90_compile.py dump DIR [--part 0/2]
 
@@ -17,8 +18,8 @@ softmax that overlaps it); --sass DIR writes each kernel's SASS there; --no-tma 
 pointer path.
 dump writes the SASS of every shipped config to DIR, one file per kernel: the tl forward's autotune candidates
 at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults;
-the backward passes' candidates (recompute) and defaults (stored P, pointers); the stored-P and FA1-order
-forwards' defaults. A change that should leave the code alone is checked with `diff -r` of two dumps; --part i/n
+the backward passes' candidates (recompute) and defaults (stored P, pointers, the Gluon dK/dV pass); the
+stored-P and FA1-order forwards' defaults. A change that should leave the code alone is checked with `diff -r` of two dumps; --part i/n
 compiles every n-th kernel from the i-th (n processes side by side).
 """
 
@@ -236,6 +237,7 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
             a, b = dkdv[i] if i < len(dkdv) else dkdv[0], dq[i] if i < len(dq) else dq[0]
             add(f"bwd-{shape}-tma-{_tag(a)}-{_tag(b)}", True, backward, a, b, dim, causal)
         add(f"bwd-{shape}-ptr-default", False, backward, dkdv[0], dq[0], dim, causal)
+        add(f"bwd-ws-{shape}-default", True, backward, {"kernel": "gluon-ws"}, dq[0], dim, causal)
         add(f"bwd-stored_p-{shape}-ptr-default", False, backward, dkdv[0], dq[0], dim, causal, stored_p=True)
         variant = s["candidates"]("fwd", s["variant"], dim, 2, SMEM)[0]
         for name in ("v1", "stored_p"):
