@@ -29,7 +29,10 @@ from typing import Any
 
 import torch
 
+from . import flash_ws
 from .common import cdiv
+
+OFF = ("0", "false", "no", "off")
 
 try:  # Gluon is experimental; written against Triton 3.6 (as flash_ws.py).
     from triton.experimental import gluon
@@ -66,16 +69,11 @@ CONFIG_KEYS = {
 # setmaxnreg per thread of the two consumers and of the producer (flash_ws.py's split for two consumers).
 CONSUMER_REGS = 240
 PRODUCER_REGS = 24
-SMEM_LIMIT = 232448 - 1024
 
 
 def enabled() -> bool:
-    """False when FLASHBENCH_GLUON=0, FLASHBENCH_GLUON_BWD=0 or FLASHBENCH_TMA=0."""
-    off = ("0", "false", "no", "off")
-    return not any(
-        os.environ.get(var, "1").strip().lower() in off
-        for var in ("FLASHBENCH_GLUON", "FLASHBENCH_GLUON_BWD", "FLASHBENCH_TMA")
-    )
+    """False when FLASHBENCH_GLUON_BWD=0, or where the Gluon forward is off (FLASHBENCH_GLUON=0, FLASHBENCH_TMA=0)."""
+    return flash_ws.enabled() and os.environ.get("FLASHBENCH_GLUON_BWD", "1").strip().lower() not in OFF
 
 
 # Where the backward takes this pass by default: the shortest query length per (head dim, causal); None: never.
@@ -149,10 +147,8 @@ def supported(
         return "causal needs seq_k >= seq_q"
     if q.shape[0] * q.shape[1] * nq >= 2**31:
         return "too many rows for 32-bit descriptor coordinates"
-    if smem_bytes(cfg, D) > SMEM_LIMIT:
-        return (
-            f"config needs {smem_bytes(cfg, D) // 1024} KiB of shared memory (at most {SMEM_LIMIT // 1024})"
-        )
+    if smem_bytes(cfg, D) > flash_ws.SMEM_LIMIT:
+        return f"config needs {smem_bytes(cfg, D) // 1024} KiB of shared memory (at most {flash_ws.SMEM_LIMIT // 1024})"
     return None
 
 
