@@ -135,10 +135,13 @@ def attention_backward(
     stored = p is not None
     p_arg = p if stored else lse  # placeholder, never read when STORED_P is False
     p_strides = p.stride() if stored else (0, 0, 0, 0)
+    ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, stored, dkdv_config)
     tma = use_tma(q, k, v, do)
     streamed = (q, do, k, v)  # what each pass streams (dK/dV: Q, dO; dQ: K, V), as descriptors or not
-    if tma:
-        streamed = tuple(host_descriptor(t) for t in streamed)
+    if tma:  # the Gluon dK/dV pass builds its own
+        streamed = tuple(
+            t if ws_cfg is not None and i < 2 else host_descriptor(t) for i, t in enumerate(streamed)
+        )
     right_limit, left_limit, win_left, win_right = window_flags(causal, window)
     constexprs = {
         "HEAD_DIM": D,
@@ -153,7 +156,6 @@ def attention_backward(
     inputs = (q, k, v, do, lse, delta, p_arg)
     strides = (*row_strides(q, k, v, do), *p_strides)
     sizes = (Nq, Nk, sm_scale * LOG2E, sm_scale, win_left, win_right, seq_bucket(max(Nq, Nk)))
-    ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, stored, dkdv_config)
     if ws_cfg is not None:
         cfg_kv = backward_ws.dkdv(q, k, v, do, lse, delta, dk, dv, causal, sm_scale, sm_scale * LOG2E, ws_cfg)
     else:

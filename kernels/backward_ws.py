@@ -51,7 +51,6 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GLUON = False
 
 KEYS = 64  # keys per consumer warpgroup
-HEAD_DIMS = (64, 128)
 DEFAULT_CONFIG = {
     64: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ROTATE": 1},
     128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ROTATE": 1},
@@ -130,23 +129,12 @@ def supported(
         return "this Triton has no Gluon"
     if window is not None:
         return "sliding windows run on the tl kernel"
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
-        return "needs a Hopper GPU (capability 9.x)"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"needs fp16 or bf16, not {q.dtype}"
+    why = flash_ws.input_refusal(
+        {"q": q, "k": k, "v": v, "dO": do}, causal, cfg["BLOCK_M"], cfg["NUM_WG"] * KEYS
+    )
+    if why:
+        return why
     D = q.shape[-1]
-    if D not in HEAD_DIMS:
-        return f"head dim {D} (64 or 128 only)"
-    if not all(t.is_contiguous() for t in (q, k, v, do)):
-        return "needs contiguous q, k, v, dO"
-    nq, nk = q.shape[2], k.shape[2]
-    block_n = cfg["NUM_WG"] * KEYS
-    if nq % cfg["BLOCK_M"] or nk % block_n:
-        return f"needs seq_q % {cfg['BLOCK_M']} == 0 and seq_k % {block_n} == 0"
-    if causal and nk < nq:
-        return "causal needs seq_k >= seq_q"
-    if q.shape[0] * q.shape[1] * nq >= 2**31:
-        return "too many rows for 32-bit descriptor coordinates"
     if smem_bytes(cfg, D) > flash_ws.SMEM_LIMIT:
         return f"config needs {smem_bytes(cfg, D) // 1024} KiB of shared memory (at most {flash_ws.SMEM_LIMIT // 1024})"
     return None

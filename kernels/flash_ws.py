@@ -173,6 +173,16 @@ def supported(
     if window is not None and (window[1] != 0 or window[0] < 0):
         return f"sliding window {window}: only a right limit of 0 (flash_v2's tl kernel takes the others)"
     causal = bool(causal) or window is not None
+    why = input_refusal({"q": q, "k": k, "v": v}, causal, ROWS, BLOCK_N)
+    if why is None and block_m == 192 and q.shape[-1] != 64:
+        why = "BLOCK_M 192 (three consumer warpgroups) only at head dim 64 (at 128 it spills and overflows smem)"
+    return why
+
+
+def input_refusal(tensors: dict[str, torch.Tensor], causal: bool, rows: int, block_n: int) -> str | None:
+    """What the Gluon kernels (this forward, backward_ws's dK/dV pass) refuse in their inputs, as one line, else
+    None. tensors: by name, q and k first; rows, block_n: what seq_q and seq_k must be multiples of."""
+    q, k = tensors["q"], tensors["k"]
     if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return "needs a Hopper GPU (capability 9.x)"
     if q.dtype not in (torch.float16, torch.bfloat16):
@@ -180,13 +190,11 @@ def supported(
     D = q.shape[-1]
     if D not in HEAD_DIMS:
         return f"head dim {D} (64 or 128 only)"
-    if block_m == 192 and D != 64:
-        return "BLOCK_M 192 (three consumer warpgroups) only at head dim 64 (at 128 it spills and overflows smem)"
-    if not all(t.is_contiguous() for t in (q, k, v)):
-        return "needs contiguous q, k, v"
+    if not all(t.is_contiguous() for t in tensors.values()):
+        return f"needs contiguous {', '.join(tensors)}"
     nq, nk = q.shape[2], k.shape[2]
-    if nq % ROWS or nk % BLOCK_N:
-        return f"needs seq_q % {ROWS} == 0 and seq_k % {BLOCK_N} == 0"
+    if nq % rows or nk % block_n:
+        return f"needs seq_q % {rows} == 0 and seq_k % {block_n} == 0"
     if causal and nk < nq:
         return "causal needs seq_k >= seq_q"
     if q.shape[0] * q.shape[1] * nq >= 2**31:
