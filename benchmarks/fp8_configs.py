@@ -1,12 +1,15 @@
-"""Config study for the bundled FP8 forward (kernels/flash_fp8.py) on one GPU, beside the bundled bf16 forward.
+"""Config study for the bundled FP8 forwards on one GPU, beside the bundled bf16 forward: the tl kernel
+(kernels/flash_fp8.py) and the Gluon kernel's FP8 mode (kernels/flash_ws.py, forced with {"kernel": "gluon-ws"}).
 
-The evidence behind kernels/configs.py's FP8_FWD_SPACE, not the benchmark of record (that is `flashbench sweep
+The evidence behind kernels/configs.py's FP8_FWD_SPACE and flash_ws.FP8_CONFIG, not the benchmark of record (that is `flashbench sweep
 --preset fp8`, docs/benchmarks.md). Shapes: 16k tokens per batch, hidden 2048 (heads = 2048 / d), non-causal
 unless --causal; inputs quantized from bf16 per (batch, K/V head), V in the kernel's layout (value_layout).
 
     python3 benchmarks/fp8_configs.py [--dims 128] [--seqs 4096,8192,16384] [--causal]
+    python3 benchmarks/fp8_configs.py --no-space --extra 64,128,4,3 --gluon   # one tl config beside Gluon's
 
-Each config of the space, plus a few outside it (--extra), is timed with triton.testing.do_bench (median, L2
+Each tl config of the space (unless --no-space), plus a few outside it (--extra), and with --gluon the Gluon
+kernel's configs (GLUON: K/V stages 2-4, one program per tile or persistent) is timed with triton.testing.do_bench (median, L2
 flushed between samples) after one checked call; the bf16 bundled forward (its default kernel) in the same
 process. Prints TFLOP/s per config and shape and the best config per shape; writes $OUT/fp8_configs.json. A
 config that does not compile or run is printed with its error.
@@ -28,6 +31,18 @@ from flashbench.engine import fp8
 from flashbench.models.flops import attention_flops
 
 EXTRA = ((128, 256, 8, 2), (64, 128, 4, 3), (128, 128, 8, 3, 168))
+# 192-row tiles spill registers in FP8 (flash_ws.FP8_CONFIG), so every Gluon config has 128 rows.
+GLUON = tuple(
+    {"kernel": "gluon-ws", "STAGES": stages, "PERSISTENT": persistent}
+    for stages, persistent in ((2, 0), (3, 0), (4, 0), (3, 1), (4, 1))
+)
+
+
+def config_name(cfg: dict) -> str:
+    if cfg.get("kernel") == "gluon-ws":
+        return f"gluon s{cfg['STAGES']}{' persistent' if cfg['PERSISTENT'] else ''}"
+    name = "x".join(str(cfg[key]) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
+    return name + (f" r{cfg['maxnreg']}" if "maxnreg" in cfg else "")
 
 
 def study(d: int, n: int, causal: bool, configs: list[dict]) -> dict:
@@ -43,8 +58,7 @@ def study(d: int, n: int, causal: bool, configs: list[dict]) -> dict:
     row = {"d": d, "N": n, "batch": b, "heads": h, "bf16": flops / ms / 1e9, "bf16_config": last_config()}
     ref = flash_attn(q8, k8, v8, causal=causal, **scales)
     for cfg in configs:
-        name = "x".join(str(cfg[key]) for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages"))
-        name += f" r{cfg['maxnreg']}" if "maxnreg" in cfg else ""
+        name = config_name(cfg)
         call = functools.partial(flash_attn, q8, k8, vt, causal=causal, config=cfg, **scales)
         try:
             torch.testing.assert_close(call(), ref, atol=0.05, rtol=0.05)  # every config: the same output
@@ -60,9 +74,12 @@ def main() -> None:
     ap.add_argument("--seqs", default="4096,8192,16384")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--extra", default=";".join(",".join(map(str, c)) for c in EXTRA))
+    ap.add_argument("--no-space", action="store_true", help="time only --extra of the tl configs")
+    ap.add_argument("--gluon", action="store_true", help="also the Gluon kernel's FP8 configs (GLUON)")
     args = ap.parse_args()
     extra = [tuple(int(x) for x in c.split(",")) for c in args.extra.split(";") if c]
-    configs = [config_dict(c) for c in (*FP8_FWD_SPACE, *extra)]
+    configs = [config_dict(c) for c in (*(() if args.no_space else FP8_FWD_SPACE), *extra)]
+    configs += list(GLUON) if args.gluon else []
     results = []
     for d in (int(x) for x in args.dims.split(",")):
         for n in (int(x) for x in args.seqs.split(",")):

@@ -10,16 +10,18 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python benchmarks/sm90_compile.py bwd '{"dkdv": [64, 128, 8, 3], "dq": [128, 64, 8, 3]}' --dim 128
     /tmp/t36/bin/python benchmarks/sm90_compile.py bwd '{"dkdv": {"kernel": "gluon-ws"}, "dq": [128, 64, 8, 3]}' --dim 128
     /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{}' --dim 128 --causal --window 4096,0
+    /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{"STAGES": 4}' --dim 128 --fp8
     /tmp/t36/bin/python benchmarks/sm90_compile.py dump DIR [--part 0/2]
 
-ws / tl / bwd print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2 /
-HGMMA counts; for each P V with P in registers, the MUFU.EX2 between its issue and its wait in SASS order: the
-softmax that overlaps it); --sass DIR writes each kernel's SASS there; --no-tma compiles the tl kernels'
-pointer path.
+ws / tl / bwd print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
+HGMMA and QGMMA (e4m3) counts; for each P V with P in registers, the MUFU.EX2 between its issue and its wait in
+SASS order: the softmax that overlaps it); --sass DIR writes each kernel's SASS there; --no-tma compiles the tl
+kernels' pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as flash_fp8's forward launches it (V^T, descales).
 dump writes the SASS of every shipped config to DIR, one file per kernel: the tl forward's autotune candidates
-at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults;
-the backward passes' candidates (recompute) and defaults (stored P, pointers, the Gluon dK/dV pass); the
-stored-P and FA1-order forwards' defaults. A change that should leave the code alone is checked with `diff -r` of two dumps; --part i/n
+at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults
+(and its FP8 default at d = 128, not causal); the backward passes' candidates (recompute) and defaults (stored
+P, pointers, the Gluon dK/dV pass); the stored-P and FA1-order forwards' defaults. A change that should leave
+the code alone is checked with `diff -r` of two dumps; --part i/n
 compiles every n-th kernel from the i-th (n processes side by side).
 """
 
@@ -140,7 +142,7 @@ def _summary(kernel: Any, sass: str, regs: int | None) -> str:
     pv = under_pv(sass)
     return (
         f"regs={regs}, shared={kernel.metadata.shared} B, STL/LDL={spills}, MUFU.EX2={sass.count('MUFU.EX2')}, "
-        f"HGMMA={sass.count('HGMMA')}, setmaxnreg={sass.count('USETMAXREG')}"
+        f"HGMMA={sass.count('HGMMA')}, QGMMA={sass.count('QGMMA')}, setmaxnreg={sass.count('USETMAXREG')}"
         + (f", MUFU.EX2 under each P V={pv}" if pv else "")
     )
 
@@ -165,11 +167,19 @@ def tl_forward(config: dict[str, Any], dim: int, causal: bool, seq: int = 2048, 
     flash_v2.attention_forward(q, k, v, causal, dim**-0.5, config, window)
 
 
-def ws_forward(config: dict[str, Any], dim: int, causal: bool, seq: int = 2048, window: Any = None) -> None:
+def ws_forward(
+    config: dict[str, Any], dim: int, causal: bool, seq: int = 2048, window: Any = None, fp8: bool = False
+) -> None:
     from flashbench.kernels import flash_ws
 
     q, k, v, *_ = _inputs(dim, seq)
-    flash_ws.attention_forward(q, k, v, causal, dim**-0.5, config, window)
+    if not fp8:
+        flash_ws.attention_forward(q, k, v, causal, dim**-0.5, config, window)
+        return
+    q, k = (t.to(torch.float8_e4m3fn) for t in (q, k))
+    v = torch.empty(*v.shape[:2], dim, seq, dtype=torch.float8_e4m3fn).transpose(-1, -2)  # value_layout's
+    descales = tuple(torch.ones(*q.shape[:2]) for _ in "qkv")
+    flash_ws.attention_forward(q, k, v, causal, dim**-0.5, config, window, descales=descales)
 
 
 def backward(
@@ -230,6 +240,8 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
             add(f"tl-{shape}-{'tma' if tma else 'ptr'}-{_tag(cfg)}", tma, tl_forward, cfg, dim, causal)
         if dim in flash_ws.HEAD_DIMS:
             add(f"ws-{shape}-default", True, ws_forward, {}, dim, causal, 8192)
+            if (dim, causal) in flash_ws.GLUON_FP8_MIN_SEQ:
+                add(f"ws-fp8-{shape}-default", True, ws_forward, {}, dim, causal, 8192, fp8=True)
         dkdv = s["candidates"]("dkdv", s["dkdv"], dim, 2, SMEM)
         dq = s["candidates"]("dq", s["dq"], dim, 2, SMEM)
         # Every candidate of each pass; where the shorter list runs out, its first candidate again.
@@ -273,6 +285,7 @@ def main() -> int:
     ap.add_argument("--sass", help="write each kernel's SASS into this folder")
     ap.add_argument("--part", default="0/1", help="dump: every n-th kernel from the i-th (i/n)")
     ap.add_argument("--window", help="ws, tl, bwd: a sliding window L,R (flash_attn's window=(L, R))")
+    ap.add_argument("--fp8", action="store_true", help="ws: the FP8 (e4m3) mode")
     a = ap.parse_args()
     triton.runtime.driver.set_active(_Sm90Driver())
     os.environ["FLASHBENCH_GLUON"] = "1"
@@ -285,7 +298,7 @@ def main() -> int:
     cfg = json.loads(a.config)
     window = tuple(int(x) for x in a.window.split(",")) if a.window else None
     if a.kernel == "ws":
-        ws_forward(cfg, a.dim, a.causal, a.seq, window)
+        ws_forward(cfg, a.dim, a.causal, a.seq, window, fp8=a.fp8)
     elif a.kernel == "tl":
         tl_forward(cfg, a.dim, a.causal, a.seq, window)
     else:
@@ -297,7 +310,8 @@ def main() -> int:
             with open(os.path.join(a.sass, f"{kernel_name}.sass"), "w") as out:
                 out.write(sass)
         print(
-            f"{a.kernel} d={a.dim} causal={int(a.causal)} {cfg} {kernel_name}: {_summary(kernel, sass, regs)}"
+            f"{a.kernel}{' fp8' if a.fp8 else ''} d={a.dim} causal={int(a.causal)} {cfg} {kernel_name}: "
+            f"{_summary(kernel, sass, regs)}"
         )
     return 0
 

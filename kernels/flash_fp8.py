@@ -3,7 +3,9 @@
 Origin: Shah et al., "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision" (2024),
 section 3.3, and its hopper/ kernels' FP8 contract: q, k, v in float8_e4m3fn with float32 descale factors of
 shape [B, Hkv] (one per batch element and K/V head; a query head uses its K/V head's q_descale), output bf16.
-The loop is flash_v2's (FlashAttention-2 order: one program per query block and head, K/V streamed).
+The loop is flash_v2's (FlashAttention-2 order: one program per query block and head, K/V streamed). On Hopper
+at d = 128 not causal, `attention_forward_fp8` runs the same numerics in flash_ws.py's warp-specialized Gluon
+kernel instead (FA3's schedule).
 
 Numerics, per K/V block:
   - S = Q K^T from the e4m3 dot with fp32 accumulation; q_descale * k_descale * sm_scale * log2(e) is one
@@ -47,6 +49,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from . import flash_ws
 from .common import (
     LOG2E,
     KernelUnsupported,
@@ -338,10 +341,25 @@ def attention_forward_fp8(
     neg_scale: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Launch the FP8 forward on checked inputs (descales fp32 [B, Hkv] contiguous; neg_scale: q_descale holds
-    a negative sm_scale's sign). Returns (o bf16 [B, H, Nq, D], lse2 fp32 [B, H, Nq], config used)."""
+    a negative sm_scale's sign). Returns (o bf16 [B, H, Nq, D], lse2 fp32 [B, H, Nq], config used).
+
+    On Hopper, d = 128 (causal from N = 4096: flash_ws.GLUON_FP8_MIN_SEQ) and shapes flash_ws supports, the forward is
+    flash_ws's warp-specialized Gluon kernel in its FP8 mode (these numerics, FA3's schedule) unless a Triton
+    config is forced, FLASHBENCH_GLUON=0 or sm_scale is negative; a config with "kernel": "gluon-ws" forces it."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    vt = value_layout(v).transpose(-1, -2)  # [B, Hkv, D, Nk], unit last stride
+    v = value_layout(v)
+    forced = bool(config) and config.get("kernel") == "gluon-ws"
+    if forced or not config and not neg_scale and flash_ws.preferred(q, k, v, causal):
+        if neg_scale:
+            raise KernelUnsupported(f"{NAME}: the Gluon FP8 forward takes no negative sm_scale")
+        try:
+            o, lse, cfg = flash_ws.attention_forward(q, k, v, causal, sm_scale, config, descales=descales)
+        except ValueError as exc:
+            raise KernelUnsupported(f"{NAME}: {exc}") from None
+        _set_last_config(cfg)
+        return o, lse, cfg
+    vt = v.transpose(-1, -2)  # [B, Hkv, D, Nk], unit last stride
     o = torch.empty((B, H, Nq, D), dtype=torch.bfloat16, device=q.device)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     tma = use_tma(q, k, o) and Nk >= 16 and use_tma(vt)
@@ -400,7 +418,8 @@ def flash_attn_fp8(
     q: [B, H, Nq, D], k, v: [B, Hkv, Nk, D], all torch.float8_e4m3fn; v in any layout (`value_layout(v)` is the
     one read without a copy). q_descale, k_descale, v_descale: float32 [B, Hkv] (None: 1), the factors that
     turn the stored values back into the real ones (amax / 448 for a per-head amax scaling). Returns bf16
-    [B, H, Nq, D]. config forces the forward config as for flash_attn. Raises KernelUnsupported.
+    [B, H, Nq, D]. config forces the forward config as for flash_attn ({"kernel": "gluon-ws", ...}: flash_ws's
+    Gluon FP8 forward). Raises KernelUnsupported.
     """
     flip = isinstance(sm_scale, (int, float)) and sm_scale < 0  # folded into q_descale (module docstring)
     # v is checked against k here and not by check_inputs, which would copy a transposed V (value_layout) back
@@ -422,7 +441,7 @@ def flash_attn_fp8(
     )
     if flip:
         descales = (-descales[0], *descales[1:])
-    if config is not None:
+    if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
         config = normalize_config(NAME, config)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return Fp8Attention.apply(q, k, v, causal, sm_scale, config, descales, flip)

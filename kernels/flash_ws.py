@@ -26,6 +26,9 @@ epilogue. The walk is static round-robin: balanced for equal tiles (no mask), no
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
 contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (the 2-D descriptors span all heads, so a partial
 64-row slice would read or write the next head's rows), and for causal Nk >= Nq (every row sees a key).
+FP8 (e4m3 q, k, v with descales [B, Hkv], bf16 O: flash_fp8.py's contract and numerics, which routes here): the
+same schedule on e4m3 tiles; V is read as V^T [B, Hkv, D, Nk] (flash_fp8.value_layout's storage: keys contiguous,
+the K-major B operand of e4m3 wgmma) in [D, BLOCK_N] tiles; O gets its own bf16 buffers; no windows.
 Sliding windows: those whose right limit is 0 (causal with window (left, -1) or (left, 0), or window (left, 0)):
 each tile's first key block is bounded by its first row's window (blocks before it are never loaded) and the
 blocks that cut the window's left edge are masked, as the causal diagonal is; other windows are the tl kernel's.
@@ -70,6 +73,11 @@ DEFAULT_CONFIG = {
     (128, False): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
     (128, True): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
 }
+# FP8: 128-row tiles at both head dims (192 rows spill: 323 spill stores at d = 128, 164 at d = 64 by
+# `benchmarks/sm90_compile.py ws '{"BLOCK_M": 192}' --fp8`). Stages at d = 128 on an H100 (TFLOP/s, N = 4k/8k/16k,
+# `python3 benchmarks/fp8_configs.py --dims 128 --no-space --gluon`): 2: 810/844/826, 3: 803/845/847, 4: 810/826/841;
+# persistent 3: 843/828/841 (causal at 16k: 561 against 792 for one program per tile).
+FP8_CONFIG = {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0}
 HEAD_DIMS = (64, 128)
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
@@ -78,6 +86,12 @@ HEAD_DIMS = (64, 128)
 #   d=64 not causal N=1024: 396 vs 394 (a tie); d=64 causal: 254-288 vs 347-365 at N=2048, 367-385 vs 394-395
 #   at 4096 (192-row tiles waste 12% of their work on the causal diagonal at 2048, the tl kernel's 64-row ones 6%).
 GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, True): 2048}
+# The same for FP8 (flash_fp8's forward), against the tl FP8 kernel's best tile (64x128, 4 warps, 3 stages) on an
+# H100 (`python3 benchmarks/fp8_configs.py --dims 128[,64] [--causal] --seqs 4096,16384 --no-space --extra
+# 64,128,4,3 --gluon`, TFLOP/s): d = 128 803-847 vs 748-769, causal 679/792 vs 661/743 at N = 4096/16384 (shorter
+# causal problems not measured); d = 64 493/530 vs 548/529, so d = 64 stays on the tl kernel.
+GLUON_FP8_MIN_SEQ = {(128, False): 0, (128, True): 4096}
+FP8_DTYPES = (torch.float8_e4m3fn,)
 # A forced config's keys and their values (None: any). PERSISTENT: one program per SM (or PROGRAMS of them, for
 # tests) walks its share of the tiles, and the output gets its own shared-memory buffers so the next tile's
 # loads overlap this tile's epilogue. SCHED_HEADS: tiles are walked in groups of this many heads (flash_ws_parts.tile); no
@@ -95,7 +109,7 @@ CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
     "BLOCK_N": (BLOCK_N,),
-    "STAGES": (2, 3),
+    "STAGES": (2, 3, 4),
     "PERSISTENT": (0, 1),
     "SCHED_HEADS": (1, 4, 16, 32, 64),
     "PROGRAMS": None,
@@ -115,7 +129,9 @@ def enabled() -> bool:
     )
 
 
-def default_config(head_dim: int, causal: bool) -> dict[str, Any]:
+def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, Any]:
+    if fp8:
+        return dict(FP8_CONFIG)
     return dict(DEFAULT_CONFIG[(head_dim if head_dim in HEAD_DIMS else 128, bool(causal))])
 
 
@@ -125,11 +141,13 @@ def preferred(
     """Whether flash_attn's forward should take this kernel for these inputs (no forced config)."""
     D = q.shape[-1]
     masked = bool(causal) or window is not None
-    if D not in HEAD_DIMS or q.shape[2] < GLUON_MIN_SEQ[(D, masked)] or not enabled():
+    fp8 = q.dtype in FP8_DTYPES
+    min_seq = (GLUON_FP8_MIN_SEQ if fp8 else GLUON_MIN_SEQ).get((D, masked))
+    if min_seq is None or q.shape[2] < min_seq or not enabled():
         return False
     if window is not None and window[0] < GLUON_MIN_WINDOW:
         return False
-    return supported(q, k, v, causal, default_config(D, masked)["BLOCK_M"], window) is None
+    return supported(q, k, v, causal, default_config(D, masked, fp8)["BLOCK_M"], window) is None
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -145,13 +163,13 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
-    """Shared memory of a config: Q (and O when persistent) slices of 64 rows, the K/V ring, the row sums that
-    PIN_WAIT stores."""
-    q_o = cfg["BLOCK_M"] * head_dim * 2 * (2 if cfg.get("PERSISTENT") else 1)
-    return (
-        q_o + 2 * cfg["STAGES"] * BLOCK_N * head_dim * 2 + (cfg["BLOCK_M"] * 4 if cfg.get("PIN_WAIT") else 0)
-    )
+def smem_bytes(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> int:
+    """Shared memory of a config: Q (and O when persistent, or FP8) slices of 64 rows, the K/V ring, the row sums
+    that PIN_WAIT stores."""
+    size = 1 if fp8 else 2  # bytes per element of Q, K and V; O is 2 bytes
+    q_o = cfg["BLOCK_M"] * head_dim * (size + (2 if cfg.get("PERSISTENT") or fp8 else 0))
+    pins = cfg["BLOCK_M"] * 4 if cfg.get("PIN_WAIT") else 0
+    return q_o + 2 * cfg["STAGES"] * BLOCK_N * head_dim * size + pins
 
 
 @functools.cache
@@ -167,26 +185,39 @@ def supported(
     block_m: int = 128,
     window: tuple[int, int] | None = None,
 ) -> str | None:
-    """None if the Gluon forward can run these inputs, else why not (one line)."""
+    """None if the Gluon forward can run these inputs, else why not (one line). FP8: v as flash_fp8.value_layout
+    gives it, a [B, Hkv, Nk, D] view of V^T [B, Hkv, D, Nk] (contiguous)."""
     if not HAVE_GLUON:
         return "this Triton has no Gluon"
+    fp8 = q.dtype in FP8_DTYPES
+    if fp8 and window is not None:
+        return "FP8 with a sliding window (flash_fp8's tl kernel has no windows either)"
     if window is not None and (window[1] != 0 or window[0] < 0):
         return f"sliding window {window}: only a right limit of 0 (flash_v2's tl kernel takes the others)"
     causal = bool(causal) or window is not None
-    why = input_refusal({"q": q, "k": k, "v": v}, causal, ROWS, BLOCK_N)
+    # FP8 reads V^T (flash_fp8.value_layout's storage)
+    tensors = {"q": q, "k": k, "v^T" if fp8 else "v": v.transpose(-1, -2) if fp8 else v}
+    why = input_refusal(tensors, causal, ROWS, BLOCK_N, fp8)
+    if why is None and block_m == 192 and fp8:
+        why = "BLOCK_M 192 with FP8 (three consumer warpgroups spill registers)"
     if why is None and block_m == 192 and q.shape[-1] != 64:
         why = "BLOCK_M 192 (three consumer warpgroups) only at head dim 64 (at 128 it spills and overflows smem)"
     return why
 
 
-def input_refusal(tensors: dict[str, torch.Tensor], causal: bool, rows: int, block_n: int) -> str | None:
+def input_refusal(
+    tensors: dict[str, torch.Tensor], causal: bool, rows: int, block_n: int, fp8: bool = False
+) -> str | None:
     """What the Gluon kernels (this forward, backward_ws's dK/dV pass) refuse in their inputs, as one line, else
-    None. tensors: by name, q and k first; rows, block_n: what seq_q and seq_k must be multiples of."""
+    None. tensors: by name, q and k first, as the kernel reads them; rows, block_n: what seq_q and seq_k must be
+    multiples of; fp8: e4m3 inputs are taken (this forward's FP8 mode)."""
     q, k = tensors["q"], tensors["k"]
     if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return "needs a Hopper GPU (capability 9.x)"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"needs fp16 or bf16, not {q.dtype}"
+    dtypes = (torch.float16, torch.bfloat16, *(FP8_DTYPES if fp8 else ()))
+    if q.dtype not in dtypes or any(t.dtype != q.dtype for t in tensors.values()):
+        names = "fp16 or bf16 (or float8_e4m3fn)" if fp8 else "fp16 or bf16"
+        return f"needs {names} {', '.join(tensors)} of one dtype, not {', '.join(str(t.dtype) for t in tensors.values())}"
     D = q.shape[-1]
     if D not in HEAD_DIMS:
         return f"head dim {D} (64 or 128 only)"
@@ -202,18 +233,35 @@ def input_refusal(tensors: dict[str, torch.Tensor], causal: bool, rows: int, blo
     return None
 
 
+_GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float8_e4m3fn: "float8e4nv"}
+
+
+def _descriptor(t: torch.Tensor, block: list[int]) -> Any:
+    """A 2-D TMA descriptor of t viewed as [-1, t.shape[-1]], its tile `block` in the default swizzled layout."""
+    layout = gl.NVMMASharedLayout.get_default_for(block, getattr(gl, _GL_DTYPES[t.dtype]))
+    return TensorDescriptor.from_tensor(t.reshape(-1, t.shape[-1]), block, layout)
+
+
 def _descriptors(q, k, v, o, block_n):
+    """Q, K, V, O descriptors ([64, D] tiles of Q and O, [BLOCK_N, D] of K and V). FP8: V^T's [D, BLOCK_N], and
+    K as 5-D boxes [BLOCK_N / 16, 2, 4, 2, D] that load each K tile with its rows in flash_ws_parts.key_order
+    (row 16R + 8g + 2t + e <- key 16R + 4t + 2g + e: strides of 16, 2, 4 and 1 keys); the swizzle works on
+    shared-memory addresses, so the tile lands as a [BLOCK_N, D] one would."""
     D = q.shape[-1]
-    dt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-    rows = ROWS
-    q_layout = gl.NVMMASharedLayout.get_default_for([rows, D], dt)
-    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, D], dt)
-    flat = [t.view(-1, D) for t in (q, k, v, o)]
-    qd = TensorDescriptor.from_tensor(flat[0], [rows, D], q_layout)
-    kd = TensorDescriptor.from_tensor(flat[1], [block_n, D], kv_layout)
-    vd = TensorDescriptor.from_tensor(flat[2], [block_n, D], kv_layout)
-    od = TensorDescriptor.from_tensor(flat[3], [rows, D], q_layout)
-    return qd, kd, vd, od
+    if q.dtype not in FP8_DTYPES:
+        return tuple(
+            _descriptor(t, [rows, D]) for t, rows in ((q, ROWS), (k, block_n), (v, block_n), (o, ROWS))
+        )
+    vd = _descriptor(v.transpose(-1, -2), [D, block_n])
+    keys = k.reshape(-1, D)
+    kd = TensorDescriptor(
+        keys,
+        [keys.shape[0] // 16, 2, 4, 2, D],
+        [16 * D, 2 * D, 4 * D, D, 1],
+        [block_n // 16, 2, 4, 2, D],
+        gl.NVMMASharedLayout(swizzle_byte_width=min(D, 128), element_bitwidth=8, rank=5),  # a row: D bytes
+    )
+    return _descriptor(q, [ROWS, D]), kd, vd, _descriptor(o, [ROWS, D])
 
 
 def attention_forward(
@@ -224,12 +272,15 @@ def attention_forward(
     sm_scale: float,
     config: dict[str, Any] | None = None,
     window: tuple[int, int] | None = None,
+    descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Run the Gluon forward. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used); raises ValueError if
-    `supported` refuses the inputs."""
+    `supported` refuses the inputs. FP8 (e4m3 q, k, v; v as `supported` says): descales are the q, k, v descales,
+    fp32 [B, Hkv] contiguous (flash_fp8's checked ones), O is bf16 and the LSE is of the descaled scores."""
     D = q.shape[-1]
     causal = bool(causal) or window is not None  # a supported window has right limit 0: the causal diagonal
-    cfg = default_config(D, causal)
+    fp8 = q.dtype in FP8_DTYPES
+    cfg = default_config(D, causal, fp8)
     cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
     why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
     if why:
@@ -238,14 +289,16 @@ def attention_forward(
         raise ValueError(
             f"flash_ws forward: PIN_WAIT=1 needs BLOCK_M 128 (with {cfg['BLOCK_M']}, the consumers spill)"
         )
-    if smem_bytes(cfg, D) > SMEM_LIMIT:
+    if fp8 and descales is None:
+        raise ValueError("flash_ws forward: FP8 inputs need their descales")
+    if smem_bytes(cfg, D, fp8) > SMEM_LIMIT:
         raise ValueError(
-            f"flash_ws forward: config needs {smem_bytes(cfg, D) // 1024} KiB of shared memory at head dim {D} "
+            f"flash_ws forward: config needs {smem_bytes(cfg, D, fp8) // 1024} KiB of shared memory at head dim {D} "
             f"(at most {SMEM_LIMIT // 1024}): fewer STAGES, or PERSISTENT=0"
         )
     B, H, Nq, _ = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
-    o = torch.empty_like(q)
+    o = torch.empty(q.shape, dtype=torch.bfloat16 if fp8 else q.dtype, device=q.device)
     lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
     qd, kd, vd, od = _descriptors(q, k, v, o, BLOCK_N)
     num_wg = cfg["BLOCK_M"] // ROWS
@@ -270,13 +323,14 @@ def attention_forward(
         B * H,
         sm_scale * LOG2E,
         window[0] if window is not None else 0,
+        *(descales if fp8 else (lse, lse, lse)),
         HEAD_DIM=D,
         BLOCK_N=BLOCK_N,
         STAGES=cfg["STAGES"],
         CAUSAL=bool(causal),
         NUM_WG=num_wg,
         SCHED_HEADS=cfg["SCHED_HEADS"],
-        SEP_O=bool(cfg["PERSISTENT"]),
+        SEP_O=bool(cfg["PERSISTENT"]) or fp8,
         WINDOW=window is not None,
         PIN_WAIT=bool(cfg.get("PIN_WAIT", 0)),
         CONSUMER_REGS=CONSUMER_REGS[num_wg],

@@ -1,14 +1,15 @@
 """The Gluon kernel of flash_ws.py (FlashAttention-3's forward for Hopper): its partitions and their schedule.
 
 gl.warp_specialize runs the consumers (two or three warpgroups, 64 query rows each; consumer 0 is the default
-partition) beside one producer warp (_load_partition). They share three tuples, built once per program:
+partition) beside one producer warp (flash_ws_parts.load_partition). They share three tuples, built once per program:
   smem  = (q_smem, o_smem, k_smem, v_smem, pins): the query slices [NUM_WG, 64, D]; the output slices (q_smem
           itself unless persistent); the K and V ring [STAGES, BLOCK_N, D]; PIN_WAIT's row sums [NUM_WG, 64];
   bars  = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns): the query slices have landed; every consumer is
           done with them; K / V of ring stage s has landed; every consumer has released K (empty_bars[s]) or
           V (empty_bars[STAGES + s]) of stage s; consumer w may issue its matmuls (turns[w]);
   sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT): what tile() (flash_ws_parts.py) needs to place a tile and bound its keys.
-The tile sizes (NUM_WG, ROWS, HEAD_DIM, STAGES, BLOCK_N) are read from the buffers' shapes.
+The tile sizes (NUM_WG, ROWS, HEAD_DIM, STAGES, BLOCK_N) are read from the buffers' shapes, and FP8 mode from
+their dtype: e4m3 Q, K and V^T (flash_ws_parts.py's docstring), descales, bf16 O in its own buffers.
 """
 
 from __future__ import annotations
@@ -23,60 +24,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .flash_ws_parts import round_tile, softmax, tile
-
-
-@gluon.jit
-def _load_partition(
-    descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr, WINDOW: gl.constexpr
-):
-    """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
-    (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
-    that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
-    the program's tiles, so the ring and its barrier phases run on from one tile into the next."""
-    qd, kd, vd = descs
-    q_smem, _, k_smem, v_smem, _ = smem
-    q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
-    num_m, BH, _, _, _, _, _ = sched
-    NUM_WG: gl.constexpr = q_smem.shape[0]
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    ROWS: gl.constexpr = qd.block_type.shape[0]
-    BM: gl.constexpr = NUM_WG * ROWS
-    it = 0
-    n_tiles = num_m * BH
-    for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-        t = round_tile(tc)
-        if t < n_tiles:
-            _, q_row, kv_row, first, n_blocks, _, _ = tile(
-                t=t,
-                sched=sched,
-                BM=BM,
-                BLOCK_N=BLOCK_N,
-                CAUSAL=CAUSAL,
-                SCHED_HEADS=SCHED_HEADS,
-                WINDOW=WINDOW,
-            )
-            # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
-            mbarrier.wait(q_empty, (tc & 1) ^ 1)
-            mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
-            # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
-            for i in gl.static_range(NUM_WG):
-                tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
-            for j in range(first, n_blocks):
-                s = (it + j - first) % STAGES
-                free_phase = (((it + j - first) // STAGES) & 1) ^ 1
-                mbarrier.wait(empty_bars.index(s), free_phase)
-                mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    kd, [kv_row + j * BLOCK_N, 0], k_bars.index(s), k_smem.index(s)
-                )
-                mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
-                mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    vd, [kv_row + j * BLOCK_N, 0], v_bars.index(s), v_smem.index(s)
-                )
-            it += n_blocks - first
+from .flash_ws_parts import (
+    load_partition,
+    p_operand,
+    pv_wait,
+    round_tile,
+    softmax,
+    tile,
+    tile_scales,
+    v_operand,
+)
 
 
 @gluon.jit
@@ -84,7 +41,7 @@ def _consumer_step(
     g,  # the key block's number over the program's tiles (not the tile's first)
     start_n,  # its first key in the tile's head
     acc,  # [64, HEAD_DIM] fp32 accumulator, owing the previous block's P V
-    p,  # the previous block's P, dot operand A
+    p,  # the previous block's P: dot operand A (FP8: fp32 scores' layout, p_operand)
     m_i,
     l_i,
     q,  # this warpgroup's query slice in shared memory
@@ -102,6 +59,7 @@ def _consumer_step(
     FLIP: gl.constexpr,  # 1 for consumer 0 (its first turn is free)
     WINDOW: gl.constexpr,
     PIN_WAIT: gl.constexpr,
+    P_SHIFT: gl.constexpr,
 ):
     """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs. ptxas (CUDA 12.8)
     moves a wgmma wait up past register-only work, so without PIN_WAIT the wait for P_{g-1} V_{g-1} lands
@@ -118,7 +76,8 @@ def _consumer_step(
     mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
     s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     mbarrier.wait(v_bars.index(prev), ((g - 1) // STAGES) & 1)
-    acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+    pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
+    acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
     mbarrier.arrive(next_turn)
     s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_g is done, P_{g-1} V_{g-1} may not be
     mbarrier.arrive(empty_bars.index(s_idx))  # K_g is no longer read
@@ -134,13 +93,17 @@ def _consumer_step(
         MASK=MASK,
         BLOCK_N=BLOCK_N,
         WINDOW=WINDOW,
+        P_SHIFT=P_SHIFT,
     )
     if PIN_WAIT and not MASK:
         pin.store(l_i)  # holds the wait below the softmax (see above)
-    acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+    acc = pv_wait(acc, pa)
     mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
-    p = gl.convert_layout(p_new.to(q.dtype), p.type.layout)
+    if q.dtype.is_fp8():
+        p = p_new
+    else:
+        p = gl.convert_layout(p_new.to(q.dtype), p.type.layout)
     return acc, p, m_i, l_i
 
 
@@ -151,7 +114,7 @@ def _consumer(
     od,  # descriptor of O ([B * H * N_Q, D], block [64, D])
     LSE,  # [B, H, N_Q] fp32
     sched,
-    qk_scale,  # sm_scale * log2(e)
+    scales,  # (sm_scale * log2(e), and FP8's q, k, v descale pointers: fp32 [B, H_KV])
     WG: gl.constexpr,  # this consumer's warpgroup
     CAUSAL: gl.constexpr,
     SCHED_HEADS: gl.constexpr,
@@ -163,6 +126,7 @@ def _consumer(
     q_smem, _, k_smem, _, _ = smem
     _, q_empty, k_bars, v_bars, empty_bars, turns = bars
     num_m, BH, _, _, N_Q, N_K, WIN_LEFT = sched
+    FP8: gl.constexpr = k_smem.dtype.is_fp8()
     NUM_WG: gl.constexpr = q_smem.shape[0]
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -179,7 +143,7 @@ def _consumer(
     for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
         t = round_tile(tc)
         if t < n_tiles:
-            q_pos, q_row, _, first, n_blocks, left_full, full_blocks = tile(
+            q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks = tile(
                 t=t,
                 sched=sched,
                 BM=BM,
@@ -199,6 +163,7 @@ def _consumer(
                     mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
                 mbarrier.arrive(q_empty)
             else:
+                qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
                 _consumer_tile(
                     smem=smem,
                     bars=bars,
@@ -215,6 +180,7 @@ def _consumer(
                     causal_off=N_K - N_Q,
                     left_off=N_K - N_Q - WIN_LEFT,
                     qk_scale=qk_scale,
+                    v_scale=v_scale,
                     it=it,
                     tc=tc,
                     WG=WG,
@@ -245,6 +211,7 @@ def _consumer_tile(
     causal_off,  # N_K - N_Q
     left_off,  # N_K - N_Q - WIN_LEFT
     qk_scale,
+    v_scale,  # FP8: the output's factor (its v descale)
     it,  # the program's key blocks before this tile
     tc,  # the program's tiles before this one
     WG: gl.constexpr,
@@ -261,13 +228,16 @@ def _consumer_tile(
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     ROWS: gl.constexpr = od.block_type.shape[0]
+    FP8: gl.constexpr = k_smem.dtype.is_fp8()
+    P_SHIFT: gl.constexpr = 8.0 if FP8 else 0.0  # flash_fp8.py: p * 2^8 fills e4m3's range, at no cost
+    BITS: gl.constexpr = k_smem.dtype.primitive_bitwidth  # wgmma's K step is 32 bytes; P holds 32 bits a pair
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 256 // BITS]
     )
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 256 // BITS]
     )
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=32 // BITS)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
@@ -299,8 +269,12 @@ def _consumer_tile(
         MASK=CAUSAL or WINDOW,
         BLOCK_N=BLOCK_N,
         WINDOW=WINDOW,
+        P_SHIFT=P_SHIFT,
     )
-    p = gl.convert_layout(p_new.to(q.dtype), p_layout)
+    if FP8:
+        p = p_new
+    else:
+        p = gl.convert_layout(p_new.to(q.dtype), p_layout)
 
     # The window's left edge (masked), the blocks every row sees whole, the causal diagonal (masked).
     mid = gl.maximum(left_full, first + 1)
@@ -327,6 +301,7 @@ def _consumer_tile(
             FLIP=FLIP,
             WINDOW=WINDOW,
             PIN_WAIT=PIN_WAIT,
+            P_SHIFT=P_SHIFT,
         )
     for j in range(mid, full_blocks):
         acc, p, m_i, l_i = _consumer_step(
@@ -351,6 +326,7 @@ def _consumer_tile(
             FLIP=FLIP,
             WINDOW=WINDOW,
             PIN_WAIT=PIN_WAIT,
+            P_SHIFT=P_SHIFT,
         )
     for j in range(gl.maximum(full_blocks, mid), n_blocks):
         acc, p, m_i, l_i = _consumer_step(
@@ -375,20 +351,27 @@ def _consumer_tile(
             FLIP=FLIP,
             WINDOW=WINDOW,
             PIN_WAIT=PIN_WAIT,
+            P_SHIFT=P_SHIFT,
         )
     if SEP_O:
         mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
 
     last = it + n_blocks - first - 1
     mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
-    acc = warpgroup_mma(p, v_smem.index(last % STAGES), acc, is_async=True)
-    acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+    pa = p_operand(p, o_layout, gl.constexpr(q.dtype))
+    acc = warpgroup_mma(pa, v_operand(v_smem, last % STAGES), acc, is_async=True)
+    acc = pv_wait(acc, pa)
     mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))
 
     # Every row saw at least one key (Nk >= Nq for causal; a window holds the row's own key), so l > 0.
     lse = m_i + gl.log2(l_i)
+    if FP8:
+        lse = lse - P_SHIFT
     gl.store(LSE + q_row + WG * ROWS + gl.arange(0, ROWS, row_s), lse)
-    out = acc / gl.convert_layout(l_i, row_o)[:, None]
+    if FP8:
+        out = acc * gl.convert_layout(v_scale / l_i, row_o)[:, None]
+    else:
+        out = acc / gl.convert_layout(l_i, row_o)[:, None]
     o_buf = o_smem.index(WG)  # without SEP_O, this is the warpgroup's Q buffer, no longer read
     tma.store_wait(0)  # the previous tile's output has left this buffer
     o_buf.store(out.to(od.dtype))
@@ -414,13 +397,16 @@ def _attn_fwd_ws(
     BH,  # B * H
     qk_scale,  # sm_scale * log2(e)
     WIN_LEFT,  # WINDOW: row r sees keys from r + N_K - N_Q - WIN_LEFT on
+    Q_DESCALE,  # FP8: fp32 [B, H_KV] descales of q, k, v (else any pointer, unused)
+    K_DESCALE,
+    V_DESCALE,
     HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,  # K/V ring stages
     CAUSAL: gl.constexpr,
     NUM_WG: gl.constexpr,  # consumer warpgroups: BLOCK_M = 64 * NUM_WG
     SCHED_HEADS: gl.constexpr,
-    SEP_O: gl.constexpr,
+    SEP_O: gl.constexpr,  # the output has its own buffers (persistent; always for FP8, whose Q is e4m3, O bf16)
     WINDOW: gl.constexpr,  # a sliding window's left limit (with CAUSAL: flash-attn's window (WIN_LEFT, 0))
     PIN_WAIT: gl.constexpr,  # keep each P V wait after the next block's softmax (_consumer_step)
     CONSUMER_REGS: gl.constexpr,  # registers per thread (setmaxnreg) of the consumers and of the producer
@@ -428,13 +414,21 @@ def _attn_fwd_ws(
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
+    gl.static_assert(SEP_O or qd.dtype == od.dtype, "an output of another dtype than Q needs its own buffers")
     q_smem = gl.allocate_shared_memory(qd.dtype, [NUM_WG, ROWS, HEAD_DIM], qd.layout)
     if SEP_O:  # the output gets its own buffers, so the next tile's Q can load during this tile's epilogue
         o_smem = gl.allocate_shared_memory(od.dtype, [NUM_WG, ROWS, HEAD_DIM], od.layout)
     else:
         o_smem = q_smem
-    k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, HEAD_DIM], kd.layout)
-    v_smem = gl.allocate_shared_memory(vd.dtype, [STAGES, BLOCK_N, HEAD_DIM], vd.layout)
+    if kd.dtype.is_fp8():  # kd loads 5-D boxes (flash_ws._descriptors) that land as [BLOCK_N, D] tiles
+        k_layout: gl.constexpr = gl.NVMMASharedLayout(
+            kd.layout.swizzle_byte_width, element_bitwidth=8, rank=2
+        )
+    else:
+        k_layout: gl.constexpr = kd.layout
+    k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_layout)
+    V_TILE: gl.constexpr = vd.block_type.shape  # [BLOCK_N, D]; FP8: V^T's [D, BLOCK_N]
+    v_smem = gl.allocate_shared_memory(vd.dtype, [STAGES, V_TILE[0], V_TILE[1]], vd.layout)
     if PIN_WAIT:  # row sums, stored only to hold each P V wait below the softmax (_consumer_step)
         pins = gl.allocate_shared_memory(gl.float32, [NUM_WG, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     else:
@@ -460,23 +454,24 @@ def _attn_fwd_ws(
     smem = (q_smem, o_smem, k_smem, v_smem, pins)
     bars = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns)
     sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT)
+    scales = (qk_scale, Q_DESCALE, K_DESCALE, V_DESCALE)
     # Constexprs go into the partitions' tuples as written here: a tuple held in a variable makes them tensors.
     if NUM_WG == 3:
         gl.warp_specialize(
             [
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, qk_scale, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, qk_scale, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, qk_scale, 2, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 2, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
                 ),
-                (_load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
+                (load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -486,13 +481,13 @@ def _attn_fwd_ws(
             [
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, qk_scale, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, qk_scale, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
                 ),
-                (_load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
+                (load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],

@@ -1,12 +1,18 @@
-"""The schedule and the softmax step of flash_ws_kernel.py's Gluon forward: which tile a program runs, which key
-blocks a tile visits (bounded by the causal diagonal and a sliding window's left edge), and the online-softmax
-step on one score tile with its masks.
+"""The schedule, the producer and the softmax step of flash_ws_kernel.py's Gluon forward: which tile a program
+runs, which key blocks a tile visits (bounded by the causal diagonal and a sliding window's left edge), the
+producer warp that streams them, and the online-softmax step on one score tile with its masks.
+
+FP8 (e4m3, the kernel's mode when its descriptors hold e4m3): the V ring holds V^T tiles [D, BLOCK_N] read from
+V^T [B * H_KV * D, N_K] (keys contiguous: the K-major B operand e4m3 wgmma needs for P V); K tiles arrive with
+their rows in key_order, so that P reaches P V without crossing threads (p_operand); P is shifted by 2^8 before
+its e4m3 cast, and each tile's scores are scaled by its K/V head's q and k descales (flash_fp8.py's numerics).
 """
 
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
 
 
 @gluon.jit
@@ -19,7 +25,7 @@ def tile(
     SCHED_HEADS: gl.constexpr,
     WINDOW: gl.constexpr,
 ):
-    """Tile t of the schedule: (q_pos, q_row, kv_row, first, n_blocks, left_full, full_blocks): key blocks
+    """Tile t of the schedule: (q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks): key blocks
     [first, n_blocks) are visited; [first, left_full) cut the window's left edge (WINDOW), [full_blocks, n_blocks)
     the causal diagonal, both masked.
 
@@ -53,7 +59,7 @@ def tile(
     else:
         first = 0
         left_full = 0
-    return q_pos, bh * N_Q + q_pos, kv_bh * N_K, first, n_blocks, left_full, full_blocks
+    return q_pos, bh * N_Q + q_pos, kv_bh, first, n_blocks, left_full, full_blocks
 
 
 @gluon.jit
@@ -63,6 +69,158 @@ def round_tile(tc):
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
     return tc * programs + pid
+
+
+@gluon.jit
+def load_partition(
+    descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr, WINDOW: gl.constexpr
+):
+    """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
+    (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
+    that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
+    the program's tiles, so the ring and its barrier phases run on from one tile into the next."""
+    qd, kd, vd = descs
+    q_smem, _, k_smem, v_smem, _ = smem
+    q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
+    num_m, BH, _, _, _, N_K, _ = sched
+    NUM_WG: gl.constexpr = q_smem.shape[0]
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    ROWS: gl.constexpr = qd.block_type.shape[0]
+    BM: gl.constexpr = NUM_WG * ROWS
+    it = 0
+    n_tiles = num_m * BH
+    for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
+        t = round_tile(tc)
+        if t < n_tiles:
+            _, q_row, kv_bh, first, n_blocks, _, _ = tile(
+                t=t,
+                sched=sched,
+                BM=BM,
+                BLOCK_N=BLOCK_N,
+                CAUSAL=CAUSAL,
+                SCHED_HEADS=SCHED_HEADS,
+                WINDOW=WINDOW,
+            )
+            kv_row = kv_bh * N_K
+            # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
+            mbarrier.wait(q_empty, (tc & 1) ^ 1)
+            mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
+            # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
+            for i in gl.static_range(NUM_WG):
+                tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
+            for j in range(first, n_blocks):
+                s = (it + j - first) % STAGES
+                free_phase = (((it + j - first) // STAGES) & 1) ^ 1
+                mbarrier.wait(empty_bars.index(s), free_phase)
+                mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
+                if kd.dtype.is_fp8():  # the K tile's rows in key_order's order (key_order's docstring)
+                    k_at = [(kv_row + j * BLOCK_N) // 16, 0, 0, 0, 0]
+                    k_dst = k_smem.index(s)._reinterpret(kd.dtype, kd.block_type.shape, kd.layout)
+                else:
+                    k_at = [kv_row + j * BLOCK_N, 0]
+                    k_dst = k_smem.index(s)
+                tma.async_copy_global_to_shared(kd, k_at, k_bars.index(s), k_dst)
+                mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
+                mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
+                if vd.dtype.is_fp8():  # V^T: the tile [D, BLOCK_N] of keys j * BLOCK_N, ...
+                    v_at = [kv_bh * HEAD_DIM, j * BLOCK_N]
+                else:
+                    v_at = [kv_row + j * BLOCK_N, 0]
+                tma.async_copy_global_to_shared(vd, v_at, v_bars.index(s), v_smem.index(s))
+            it += n_blocks - first
+
+
+@gluon.jit
+def key_order(c):
+    """The key (within its block) of score column c in FP8 mode. The producer loads each K tile with its rows
+    permuted within groups of 16: row 16R + 8g + 2t + e holds key 16R + 4t + 2g + e (t < 4; g, e < 2), so
+    thread t of a quad receives the scores of keys 4t .. 4t + 3 (and 16 + 4t ..) in its accumulator registers,
+    exactly the bytes e4m3 wgmma's A fragment wants it to hold for P V (p_operand). Without it P would cross
+    threads (SHFL) and be repacked byte by byte, as many instructions again as the softmax."""
+    return (c & ~15) | (c & 1) | ((c >> 2) & 2) | ((c << 1) & 12)
+
+
+@gluon.constexpr_function
+def _e4m3_a_layout(rows, cols):
+    """e4m3 wgmma's A fragment on a [rows = 64, cols] tile of one warpgroup, as a linear layout (PTX ISA, wgmma
+    .m64nNk32 A register fragment): register bits k + 1 and k + 2 (the four bytes of one register), row + 8,
+    k + 16, then k + 32, k + 64, ...; lane bits k + 4, k + 8, row + 1, 2, 4; warp bits row + 16, 32."""
+    regs = [[0, 1], [0, 2], [8, 0], [0, 16]]
+    col = 32
+    while col < cols:
+        regs.append([0, col])
+        col *= 2
+    return gl.DistributedLinearLayout(
+        reg_bases=regs,
+        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0]],
+        block_bases=[],
+        shape=[rows, cols],
+    )
+
+
+@gluon.jit
+def p_operand(p, acc_layout: gl.constexpr, dtype: gl.constexpr):
+    """P V's A operand from P (the carried P of _consumer_step): fp16/bf16 P is already the operand; FP8 carries
+    P in fp32 in the score layout (its columns in key_order) and converts it here, right before the matmul.
+    Relabelling the columns into key order is register-only (asserted), and the conversion packs four scores
+    into one register with two cvt.rn.satfinite.e4m3x2.f32 (P * 2^8 <= 256 stays under e4m3's 448). Converted in the step that carried it, P is never unpacked into bytes: carried as e4m3, Triton 3.6
+    kept one byte per register across the loop and repacked them (PRMT, LOP3) before every P V."""
+    if dtype.is_fp8():
+        M: gl.constexpr = p.shape[0]
+        N: gl.constexpr = p.shape[1]
+        p = gl.reshape(p, [M, N // 32, 2, 2, 4, 2])  # columns 32Q + 16h + 8g + 2t + e
+        p = gl.permute(p, [0, 1, 2, 4, 3, 5])  # -> 32Q + 16h + 4t + 2g + e: the key (key_order)
+        p = gl.reshape(p, [M, N])
+        p = gl.convert_layout(p, _e4m3_a_layout(M, N), assert_trivial=True)
+        p = gl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; "
+            "cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; mov.b32 $0, {lo, hi}; }",
+            "=r,r,r,r,r",
+            [p],
+            dtype=gl.float8e4nv,
+            is_pure=True,
+            pack=4,
+        )
+        p = gl.convert_layout(p, gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=4), True)
+    return p
+
+
+@gluon.jit
+def v_operand(v_smem, stage):
+    """V of ring stage `stage` as P V's B operand [BLOCK_N, D] (FP8: a view of the V^T tile, keys contiguous)."""
+    if v_smem.dtype.is_fp8():
+        v = v_smem.index(stage).permute((1, 0))
+    else:
+        v = v_smem.index(stage)
+    return v
+
+
+@gluon.jit
+def pv_wait(acc, p):
+    """Wait for every matmul in flight; returns acc. P (the A operand, in registers) is threaded through the wait
+    so that its registers outlive the matmul; Triton 3.6 lowers no 8-bit operands of a wait ("Unexpected bitwidth
+    in WGMMAWaitGroupOp: 8"), so an e4m3 P is left to ptxas, which holds a wgmma's source registers until its
+    wait_group (a hazard there would show as a serialized HGMMA in the SASS)."""
+    if p.dtype.is_fp8():
+        acc = warpgroup_mma_wait(0, deps=[acc])
+    else:
+        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+    return acc
+
+
+@gluon.jit
+def tile_scales(scales, kv_bh, FP8: gl.constexpr):
+    """(score scale, V scale) of a tile: FP8 multiplies sm_scale * log2(e) by its K/V head's q and k descales
+    (fp32 [B, H_KV], flat index kv_bh) and reads its v descale; else (sm_scale * log2(e), 1)."""
+    qk_scale, Q_DESCALE, K_DESCALE, V_DESCALE = scales
+    v_scale = 1.0
+    if FP8:
+        qk_scale = qk_scale * gl.load(Q_DESCALE + kv_bh) * gl.load(K_DESCALE + kv_bh)
+        v_scale = gl.load(V_DESCALE + kv_bh)
+    return qk_scale, v_scale
 
 
 @gluon.jit
@@ -78,10 +236,14 @@ def softmax(
     MASK: gl.constexpr,
     BLOCK_N: gl.constexpr,
     WINDOW: gl.constexpr,
+    P_SHIFT: gl.constexpr = 0.0,  # p and l are times 2^P_SHIFT (FP8: 8, flash_fp8.py's shift into e4m3's range)
 ):
     """Online-softmax step on a fp32 score tile: (p, alpha, l, m); the scale is applied after the row max."""
     if MASK:
-        cols = start_n + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s.type.layout))
+        cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s.type.layout))
+        if P_SHIFT != 0.0:  # FP8: the columns hold the keys in key_order
+            cols = key_order(cols)
+        cols = start_n + cols
         s = gl.where(cols[None, :] <= rows[:, None] + causal_off, s, float("-inf"))
         if WINDOW:
             s = gl.where(cols[None, :] >= rows[:, None] + left_off, s, float("-inf"))
@@ -91,7 +253,10 @@ def softmax(
         WINDOW
     ):  # a row whose window starts past this block has seen no key yet: m = -inf, subtract 0 (not NaN)
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-    p = gl.exp2(s * qk_scale - m_use[:, None])
+    m_p = m_use
+    if P_SHIFT != 0.0:
+        m_p = m_use - P_SHIFT
+    p = gl.exp2(s * qk_scale - m_p[:, None])
     alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, l_i, m_new

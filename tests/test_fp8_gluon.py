@@ -1,0 +1,182 @@
+"""The Gluon FP8 forward (flash_ws's FP8 mode, which kernels/flash_fp8.py dispatches to) and the dispatch.
+
+The kernel is held to the tl FP8 kernel's budget (test_fp8.check: correctness's "fp8" budget on the dequantized
+inputs). Gluon runs only on Hopper: elsewhere the dispatch must never pick it and forcing it is a clear refusal.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flashbench.kernels import KernelUnsupported, flash_attn, flash_ws, last_config, value_layout
+from flashbench.kernels.flash_fp8 import attention_forward_fp8
+from test_fp8 import check, quantized
+
+from flashbench.engine import correctness, fp8
+
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")  # conftest.py: NaN-filled torch.empty, no autotuning
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+GLUON = {"kernel": "gluon-ws"}
+TL = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3}
+hopper_only = pytest.mark.skipif(not HOPPER, reason="the Gluon forward needs a Hopper GPU")
+
+
+def kernel_ran() -> str:
+    return last_config().get("kernel", "tl")
+
+
+@pytest.mark.gpu
+@hopper_only
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("n", [1024, 4096])
+def test_gpu_gluon_fp8_within_budget_batch_gqa(n, d):
+    check(2, 4, 2, n, n, d, causal=False, config=GLUON, seed=n + d)
+    assert kernel_ran() == "gluon-ws"
+
+
+@pytest.mark.gpu
+@hopper_only
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"STAGES": 2},
+        {"STAGES": 4},
+        {"PERSISTENT": 1, "PROGRAMS": 3},
+        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 4},
+    ],
+    ids=["s2", "s4", "persistent", "persistent-grouped"],
+)
+def test_gpu_gluon_fp8_configs_within_budget(config):
+    """Persistent programs walk several tiles each: the ring, the turns and the Q/O barriers carry over."""
+    check(2, 4, 2, 1024, 1024, 128, causal=False, config={**GLUON, **config}, seed=5)
+    cfg = last_config()
+    assert cfg["kernel"] == "gluon-ws" and all(cfg[key] == val for key, val in config.items())
+
+
+@pytest.mark.gpu
+@hopper_only
+@pytest.mark.parametrize(("nq", "nk"), [(512, 2048), (320, 512)], ids=["nq<nk", "partial-tile"])
+def test_gpu_gluon_fp8_seq_q_differs_from_seq_k(nq, nk):
+    """320 rows: the first 128-row tile starts 64 rows before row 0, so its first warpgroup owns no row and
+    only keeps the barrier protocol."""
+    check(2, 4, 1, nq, nk, 128, causal=False, config=GLUON, seed=nq)
+
+
+@pytest.mark.gpu
+@hopper_only
+def test_gpu_gluon_fp8_agrees_with_the_tl_kernel_and_its_lse():
+    """Same numerics as the tl FP8 kernel: outputs agree to the P quantization's rounding, and the base-2 LSE
+    is the descaled scores' (the bound of test_fp8's LSE test: Hopper's FP8 MMA keeps ~14 bits of its sum)."""
+    (q8, k8, v8), d, _ = quantized(2, 4, 2, 1024, 1024, 128, seed=4)
+    descales = (d["q_descale"], d["k_descale"], d["v_descale"])
+    scale = 128**-0.5
+    o_g, lse_g, cfg = attention_forward_fp8(q8, k8, value_layout(v8), False, scale, GLUON, descales)
+    o_t, lse_t, _ = attention_forward_fp8(q8, k8, value_layout(v8), False, scale, TL, descales)
+    assert cfg["kernel"] == "gluon-ws"
+    assert ((o_g.double() - o_t.double()).norm() / o_t.double().norm()).item() < 1e-2
+    real = [fp8.dequantize(t, d[f"{n}_descale"]) for n, t in zip("qkv", (q8, k8, v8), strict=True)]
+    ref = correctness.reference(*real, causal=False)["lse"]
+    k_per_q = real[1].double().abs().repeat_interleave(2, dim=1)  # GQA: 4 query heads on 2 K/V heads
+    magnitude = (real[0].double().abs() @ k_per_q.transpose(-1, -2)).amax().item() * scale
+    torch.testing.assert_close(lse_g.double() * 0.6931471805599453, ref, atol=magnitude * 2**-11, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@hopper_only
+def test_gpu_fp8_dispatch_takes_gluon_only_where_it_should(monkeypatch):
+    """d = 128 with N % 128 == 0 (causal from N = 4096): Gluon (V in either layout); shorter causal, d = 64,
+    N % 128 != 0, a forced tl config, a negative sm_scale or FLASHBENCH_GLUON=0: the tl kernel."""
+
+    def ran(b, h, hkv, nq, nk, d, causal=False, config=None, layout=True):
+        (q8, k8, v8), descales, _ = quantized(b, h, hkv, nq, nk, d, seed=nq)
+        flash_attn(q8, k8, value_layout(v8) if layout else v8, causal=causal, config=config, **descales)
+        return kernel_ran()
+
+    assert ran(2, 4, 2, 1024, 1024, 128) == "gluon-ws"
+    assert ran(1, 2, 1, 1024, 1024, 128, layout=False) == "gluon-ws"  # laid out once per call, then Gluon
+    assert ran(1, 2, 1, 1024, 1024, 128, causal=True) == "tl"
+    assert ran(1, 2, 1, 4096, 4096, 128, causal=True) == "gluon-ws"
+    assert ran(1, 2, 1, 1024, 1024, 64) == "tl"
+    assert ran(1, 2, 1, 1000, 1000, 128) == "tl"
+    assert ran(1, 2, 1, 1024, 1024, 128, config=TL) == "tl"
+    (q8, k8, v8), descales, _ = quantized(1, 2, 1, 1024, 1024, 128, seed=1)
+    # A negative scale: the tl kernel takes the row min (the Gluon one would take the max)
+    flash_attn(q8, k8, value_layout(v8), sm_scale=-0.1, **descales)
+    assert kernel_ran() == "tl"
+    with pytest.raises(KernelUnsupported, match="negative sm_scale"):
+        flash_attn(q8, k8, value_layout(v8), sm_scale=-0.1, config=GLUON, **descales)
+    monkeypatch.setenv("FLASHBENCH_GLUON", "0")
+    assert ran(1, 2, 1, 1024, 1024, 128) == "tl"
+
+
+@pytest.mark.gpu
+@hopper_only
+def test_gpu_gluon_fp8_refusals_name_the_reason():
+    (q8, k8, v8), descales, _ = quantized(1, 2, 1, 1024, 1024, 128)
+    assert "contiguous" in flash_ws.supported(q8, k8, v8, False)  # V must be laid out (value_layout)
+    assert "BLOCK_M 192 with FP8" in flash_ws.supported(q8, k8, value_layout(v8), False, block_m=192)
+    assert "sliding window" in flash_ws.supported(q8, k8, value_layout(v8), True, window=(256, 0))
+    with pytest.raises(KernelUnsupported, match="BLOCK_M 192 with FP8"):
+        flash_attn(q8, k8, v8, config={**GLUON, "BLOCK_M": 192}, **descales)
+
+
+@pytest.mark.gpu
+@hopper_only
+def test_gpu_gluon_fp8_forced_causal_within_budget():
+    """Causal FP8 below N = 4096 is not dispatched to Gluon, but a forced config runs it correctly (the masks
+    read the keys in flash_ws_parts.key_order)."""
+    check(2, 4, 2, 1024, 1024, 128, causal=True, config=GLUON, seed=3)
+    assert kernel_ran() == "gluon-ws"
+
+
+@pytest.mark.skipif(HOPPER, reason="checks the dispatch off Hopper")
+def test_fp8_dispatch_never_picks_gluon_without_a_hopper_gpu():
+    (q8, k8, v8), descales, _ = quantized(1, 1, 1, 128, 128, 128, seed=2)
+    assert not flash_ws.preferred(q8, k8, value_layout(v8), False)
+    check(1, 1, 1, 128, 128, 128, causal=False, seed=2)
+    assert kernel_ran() == "tl"
+    with pytest.raises(
+        KernelUnsupported, match=r"flash_attn \(fp8\): flash_ws forward: (needs a Hopper|this Triton)"
+    ):
+        flash_attn(q8, k8, v8, config=GLUON, **descales)
+
+
+def test_fp8_gluon_default_config_fits_and_reports_its_tiles():
+    """FP8 tiles are half the bytes: four K/V stages fit in shared memory at d = 128 (bf16's do not), and the
+    default config passes check_config and names the tiles the byte model reads."""
+    from flashbench.models.io_model import Blocks
+
+    cfg = flash_ws.default_config(128, False, fp8=True)
+    assert flash_ws.check_config(dict(cfg)) == cfg
+    assert Blocks.from_config(cfg) == Blocks(fwd_m=cfg["BLOCK_M"], fwd_n=128)
+    four = {**cfg, "STAGES": 4}
+    assert flash_ws.smem_bytes(four, 128, fp8=True) <= flash_ws.SMEM_LIMIT < flash_ws.smem_bytes(four, 128)
+    # Q (e4m3), O (bf16, its own buffers) and the ring: the 147,888 B that sm90_compile reports, less barriers
+    assert flash_ws.smem_bytes(cfg, 128, fp8=True) == 128 * 128 * 3 + 2 * 3 * 128 * 128
+
+
+@pytest.mark.skipif(not flash_ws.HAVE_GLUON, reason="this Triton has no Gluon")
+@pytest.mark.parametrize("d", [64, 128])
+def test_fp8_key_tiles_load_their_rows_in_the_operand_order(d):
+    """The FP8 K descriptor's 5-D box, read as TMA reads it (shape and strides over K's rows), puts key
+    16R + 4t + 2g + e at tile row 16R + 8g + 2t + e: the order flash_ws_parts.key_order undoes in the masks.
+    Every key of a tile appears once, and the next tile starts BLOCK_N keys on."""
+    n, block_n = 256, 128
+    k = torch.zeros(1, 2, n, d, dtype=torch.float8_e4m3fn)
+    rows = torch.arange(2 * n, dtype=torch.float64)[:, None].expand(2 * n, d).contiguous()
+    q = torch.empty(1, 2, 128, d).to(torch.float8_e4m3fn)
+    _, kd, _, _ = flash_ws._descriptors(q, k, k, torch.empty(1, 2, 128, d, dtype=torch.bfloat16), block_n)
+    assert kd.block_shape == [block_n // 16, 2, 4, 2, d] and kd.shape[0] == 2 * n // 16
+    box = rows.as_strided(kd.block_shape, kd.strides)  # the box at coordinate 0, each element its key
+    tile = box.reshape(block_n, d)[:, 0].long()
+    expected = [
+        16 * r + 4 * t + 2 * g + e
+        for r in range(block_n // 16)
+        for g in (0, 1)
+        for t in range(4)
+        for e in (0, 1)
+    ]
+    assert tile.tolist() == expected and sorted(expected) == list(range(block_n))
+    next_tile = rows.as_strided(kd.block_shape, kd.strides, storage_offset=kd.strides[0] * (block_n // 16))
+    assert (next_tile.reshape(block_n, d)[:, 0].long() - tile).unique().tolist() == [block_n]
