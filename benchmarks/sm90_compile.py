@@ -14,7 +14,8 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python benchmarks/sm90_compile.py dump DIR [--part 0/2]
 
 ws / tl / bwd print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
-HGMMA and QGMMA (e4m3) counts; for each P V with P in registers, the MUFU.EX2 between its issue and its wait in
+HGMMA and QGMMA (e4m3) counts, the wgmma groups (ptxas's "serialized" wgmma: one group per wgmma); for each P V
+with P in registers, the MUFU.EX2 between its issue and its wait in
 SASS order: the softmax that overlaps it); --sass DIR writes each kernel's SASS there; --no-tma compiles the tl
 kernels' pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as flash_fp8's forward launches it (V^T, descales).
 dump writes the SASS of every shipped config to DIR, one file per kernel: the tl forward's autotune candidates
@@ -140,9 +141,13 @@ def under_pv(sass: str) -> list[int]:
 def _summary(kernel: Any, sass: str, regs: int | None) -> str:
     spills = (len(re.findall(r"\bSTL\b", sass)), len(re.findall(r"\bLDL\b", sass)))
     pv = under_pv(sass)
+    mmas = re.findall(r"[HQ]GMMA[^;]*;", sass)
+    # the last wgmma of a group carries gsb0; ptxas gives it to every one when it serializes them
+    groups = sum("gsb0" in op for op in mmas)
     return (
         f"regs={regs}, shared={kernel.metadata.shared} B, STL/LDL={spills}, MUFU.EX2={sass.count('MUFU.EX2')}, "
         f"HGMMA={sass.count('HGMMA')}, QGMMA={sass.count('QGMMA')}, setmaxnreg={sass.count('USETMAXREG')}"
+        + (f", wgmma groups={groups}/{len(mmas)}{' (serialized)' if mmas and groups == len(mmas) else ''}")
         + (f", MUFU.EX2 under each P V={pv}" if pv else "")
     )
 

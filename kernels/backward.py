@@ -156,6 +156,14 @@ def attention_backward(
     inputs = (q, k, v, do, lse, delta, p_arg)
     strides = (*row_strides(q, k, v, do), *p_strides)
     sizes = (Nq, Nk, sm_scale * LOG2E, sm_scale, win_left, win_right, seq_bucket(max(Nq, Nk)))
+    if ws_cfg is not None and ws_cfg.get("ONE_PASS"):
+        dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        cfg_kv = backward_ws.dkdv(
+            q, k, v, do, lse, delta, dk, dv, causal, sm_scale, sm_scale * LOG2E, ws_cfg, dq_acc
+        )
+        dq.copy_(dq_acc)
+        _set_last_bwd_config(cfg_kv, {"kernel": "gluon-ws", "ONE_PASS": 1})
+        return dq, dk, dv
     if ws_cfg is not None:
         cfg_kv = backward_ws.dkdv(q, k, v, do, lse, delta, dk, dv, causal, sm_scale, sm_scale * LOG2E, ws_cfg)
     else:

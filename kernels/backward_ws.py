@@ -13,9 +13,10 @@ and releases the stage; at the end dK *= sm_scale, and dK, dV leave through shar
 The consumers do not take turns: their elementwise work (one exp2 per score) is a quarter of the tensor-core time
 of their four matmuls at d = 128, and two warpgroups running freely keep the tensor cores fed while either of
 them computes P^T and dS^T. ROTATE=1 starts program p's walk at its p-th query block (1-3% faster on an H100).
-dQ stays backward_dq.py's separate pass (every output has one writer); a one-pass mode of this kernel (dS^T
-through shared memory, each consumer taking half of dQ = dS K's columns, fp32 atomics) was correct but slower than
-the two passes, see docs/kernels.md.
+dQ stays backward_dq.py's separate pass by default (every output has one writer). ONE_PASS=1 computes it here
+too: a third warpgroup, the producer and dQ (_dq_producer), runs dQ = dS K from the consumers' dS slices in shared
+memory and adds it into a zeroed fp32 dQ by TMA reduce-adds; 4-7% faster without a mask on an H100, slower causal
+(docs/kernels.md, the backward: the consumers lose registers to it and ptxas serializes the wgmmas).
 
 Scope (`supported` says why not; backward_dkdv.py serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
 contiguous q, k, v, dO, Nq % BLOCK_M == 0, Nk % (NUM_WG * 64) == 0, no sliding window, no stored P, and for causal
@@ -35,8 +36,10 @@ from .common import cdiv
 OFF = ("0", "false", "no", "off")
 
 try:  # Gluon is experimental; written against Triton 3.6 (as flash_ws.py).
+    from triton._C.libtriton import ir as _ir
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language._core import builtin as _builtin
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
         mbarrier,
@@ -61,6 +64,7 @@ CONFIG_KEYS = {
     "NUM_WG": (2,),
     "STAGES": (1, 2, 3),
     "ROTATE": (0, 1),
+    "ONE_PASS": (0, 1),
     # reported with the config (derived from NUM_WG), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1,),
@@ -68,6 +72,9 @@ CONFIG_KEYS = {
 # setmaxnreg per thread of the two consumers and of the producer (flash_ws.py's split for two consumers).
 CONSUMER_REGS = 240
 PRODUCER_REGS = 24
+# ONE_PASS: consumers and the dQ/producer warpgroup share the 64K-register file (2 * 224 + 64 = 512 per lane;
+# Triton 3.6 emitted no setmaxnreg for (232, 48) or (240, 32)).
+ONE_PASS_REGS = (224, 64)
 
 
 def enabled() -> bool:
@@ -111,8 +118,14 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
 
 
 def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
-    """K and V slices of every consumer, and the ring of Q and dO tiles (16-bit)."""
-    return 2 * head_dim * (2 * cfg["NUM_WG"] * KEYS + 2 * cfg["STAGES"] * cfg["BLOCK_M"])
+    """K and V slices of every consumer, the ring of Q and dO tiles (16-bit); ONE_PASS: two slots of dS and dQ's
+    fp32 staging tiles."""
+    ds = (
+        2 * 2 * cfg["NUM_WG"] * KEYS * cfg["BLOCK_M"] + 4 * cfg["BLOCK_M"] * head_dim
+        if cfg.get("ONE_PASS")
+        else 0
+    )
+    return 2 * head_dim * (2 * cfg["NUM_WG"] * KEYS + 2 * cfg["STAGES"] * cfg["BLOCK_M"]) + ds
 
 
 def supported(
@@ -142,6 +155,16 @@ def supported(
 
 if HAVE_GLUON:
 
+    @_builtin
+    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        """TMA's reduce-add of a shared-memory tile into global memory (cp.reduce.async.bulk.tensor .add), as
+        FlashAttention-3 accumulates dQ. Triton 3.6 has the op (tl's descriptor atomic_add) but Gluon exposes no
+        call for it; this is async_copy_shared_to_global's builtin with the reduce op. tma.store_wait waits for it."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(
+            _ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle
+        )
+
     @gluon.jit
     def _producer(
         descs,
@@ -155,8 +178,8 @@ if HAVE_GLUON:
         """One warp: this consumer's K and V slices once, then Q and dO of each query block into ring stage
         i % STAGES once every consumer has released it (empty[s])."""
         qd, dod, kd, vd = descs
-        k_smem, v_smem, q_smem, do_smem = smem
-        kv_bar, ready, empty = bars
+        k_smem, v_smem, q_smem, do_smem, _, _ = smem
+        kv_bar, ready, empty, _, _ = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         STAGES: gl.constexpr = q_smem.shape[0]
@@ -184,6 +207,20 @@ if HAVE_GLUON:
             tma.async_copy_global_to_shared(dod, [row, 0], ready.index(s), do_smem.index(s))
 
     @gluon.jit
+    def _load_block(i, row, descs, smem, bars):
+        """_dq_producer's loads of Q and dO of the program's i-th query block (rows from `row`) into ring stage
+        i % STAGES, once every consumer has released it (empty[s]); _producer's loop inlines the same."""
+        qd, dod, _, _ = descs
+        _, _, q_smem, do_smem, _, _ = smem
+        _, ready, empty, _, _ = bars
+        STAGES: gl.constexpr = q_smem.shape[0]
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(s), 2 * qd.block_type.nbytes)
+        tma.async_copy_global_to_shared(qd, [row, 0], ready.index(s), q_smem.index(s))
+        tma.async_copy_global_to_shared(dod, [row, 0], ready.index(s), do_smem.index(s))
+
+    @gluon.jit
     def _consumer(
         smem,
         bars,
@@ -196,12 +233,14 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         ROTATE: gl.constexpr,
+        ONE_PASS: gl.constexpr,
     ):
         """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of the program's block. Each query block's matmuls
         are waited for within its step: issuing the next block's S^T and dP^T behind this block's dK (software
-        pipelining) measured slower on an H100 (docs/kernels.md, the backward)."""
-        k_smem, v_smem, q_smem, do_smem = smem
-        kv_bar, ready, empty = bars
+        pipelining) measured slower on an H100 (docs/kernels.md, the backward). ONE_PASS: it also stores its
+        dS slice [BLOCK_M, 64] to slot i % 2 of ds_smem for the dQ warpgroup (_dq_producer)."""
+        k_smem, v_smem, q_smem, do_smem, ds_smem, _ = smem
+        kv_bar, ready, empty, ds_full, ds_free = bars
         dkd, dvd = outs
         LSE, DELTA = stats
         H, GROUP, N_Q, N_K = sched
@@ -263,15 +302,103 @@ if HAVE_GLUON:
             dpt = warpgroup_mma_wait(1, deps=[dpt])  # dP^T is done, dV may not be
             dst = pt * (dpt - delta[None, :])
             dk = warpgroup_mma(gl.convert_layout(dst.to(q.dtype), a_layout), q, dk, is_async=True)
+            if ONE_PASS:  # dS to shared memory for the dQ warpgroup
+                slot = i % 2
+                mbarrier.wait(ds_free.index(slot), ((i // 2) & 1) ^ 1)
+                ds_smem.index(slot * 2 + WG).store(gl.permute(dst.to(q.dtype), (1, 0)))
+                fence_async_shared()
+                mbarrier.arrive(ds_full.index(slot))
             dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
             mbarrier.arrive(empty.index(s))  # Q and dO of this block are no longer read
-        # Epilogue: the slices' K and V are no longer read; dK and dV leave through them.
+        # Epilogue: the slices' K and V are no longer read (ONE_PASS: once the dQ warpgroup is done with the last
+        # block's dS K); dK and dV leave through them.
+        if ONE_PASS:
+            last = GROUP * n_m - 1
+            if last >= 0:
+                mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
         out_row = bkv * N_K + my_n0
         k.store((dk * sm_scale).to(dkd.dtype))
         v.store(dv.to(dvd.dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(dkd, [out_row, 0], k)
         tma.async_copy_shared_to_global(dvd, [out_row, 0], v)
+        tma.store_wait(0)
+
+    @gluon.jit
+    def _dq_producer(
+        descs,
+        smem,
+        bars,
+        dqd,  # descriptor of the zeroed fp32 dQ ([B * H * N_Q, D], block [BLOCK_M, 64]) that dQ is added into
+        sched,
+        sm_scale,
+        BLOCK_N: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        ROTATE: gl.constexpr,
+    ):
+        """ONE_PASS's third warpgroup, producer and dQ: K and V once, then, per query block i, the loads of block
+        i + STAGES - 1 and, once both consumers have stored their dS slices of block i (ds_full), dQ = dS K over
+        the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the matmul is done,
+        dS slot i % 2 is free (ds_free), and the columns leave through a staging tile by a TMA reduce-add. The
+        consumers never wait for this matmul. (A separate producer warp would take a fourth warpgroup's registers:
+        the consumers would get 208.)"""
+        _, _, kd, vd = descs
+        k_smem, v_smem, q_smem, _, ds_smem, dq_smem = smem
+        kv_bar, _, _, ds_full, ds_free = bars
+        H, GROUP, N_Q, N_K = sched
+        NUM_WG: gl.constexpr = k_smem.shape[0]
+        STAGES: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        HEAD_DIM: gl.constexpr = q_smem.shape[2]
+        dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
+        )
+        n0 = gl.program_id(0) * BLOCK_N
+        bkv = gl.program_id(1)
+        hkv_count = H // GROUP
+        b = bkv // hkv_count
+        hkv = bkv % hkv_count
+        mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
+        for w in gl.static_range(NUM_WG):
+            tma.async_copy_global_to_shared(kd, [bkv * N_K + n0 + w * 64, 0], kv_bar, k_smem.index(w))
+            tma.async_copy_global_to_shared(vd, [bkv * N_K + n0 + w * 64, 0], kv_bar, v_smem.index(w))
+        lo = 0
+        if CAUSAL:
+            lo = gl.maximum(n0 - (N_K - N_Q), 0) // BLOCK_M
+        n_m = N_Q // BLOCK_M - lo
+        total = GROUP * n_m
+        head0 = b * H + hkv * GROUP
+        spin = ROTATE * gl.program_id(0)
+        for j in range(gl.minimum(STAGES - 1, total)):
+            _load_block(
+                j, (head0 + j // n_m) * N_Q + (lo + (j % n_m + spin) % n_m) * BLOCK_M, descs, smem, bars
+            )
+        zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
+        # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
+        # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
+        k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
+        mbarrier.wait(kv_bar, 0)
+        for i in range(total):
+            j = i + STAGES - 1
+            if j < total:
+                _load_block(
+                    j, (head0 + j // n_m) * N_Q + (lo + (j % n_m + spin) % n_m) * BLOCK_M, descs, smem, bars
+                )
+            row = (head0 + i // n_m) * N_Q + (lo + (i % n_m + spin) % n_m) * BLOCK_M
+            slot = i % 2
+            mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
+            for c in gl.static_range(HEAD_DIM // 64):
+                dq = zero
+                for w in gl.static_range(NUM_WG):
+                    kc = k_smem.index(w)._reinterpret(k_smem.dtype, [HEAD_DIM // 64, 64, 64], k_cols).index(c)
+                    dq = warpgroup_mma(ds_smem.index(slot * NUM_WG + w), kc, dq, use_acc=w > 0, is_async=True)
+                dq = warpgroup_mma_wait(0, deps=[dq])
+                if c == HEAD_DIM // 64 - 1:
+                    mbarrier.arrive(ds_free.index(slot))
+                tma.store_wait(HEAD_DIM // 64 - 1)  # the last reduce from this staging tile is done
+                dq_smem.index(c).store(dq * sm_scale)
+                fence_async_shared()
+                _tma_reduce_add(dqd, [row, c * 64], dq_smem.index(c))
         tma.store_wait(0)
 
     @gluon.jit
@@ -282,6 +409,7 @@ if HAVE_GLUON:
         vd,  # V, the same
         dkd,  # dK out, as kd
         dvd,  # dV out, as kd
+        dqd,  # ONE_PASS: the zeroed fp32 dQ that dQ is added into ([B * H * N_Q, D], block [BLOCK_M, 64]); else kd
         LSE,  # [B, H, N_Q] fp32, log2-sum-exp2 from the forward
         DELTA,  # [B, H, N_Q] fp32, rowsum(dO * O)
         H,
@@ -296,8 +424,10 @@ if HAVE_GLUON:
         STAGES: gl.constexpr,
         CAUSAL: gl.constexpr,
         ROTATE: gl.constexpr,  # program p walks its query blocks from its p-th (mod their count) on
+        ONE_PASS: gl.constexpr,  # a third warpgroup adds dQ = dS K into dqd's tensor (_dq_producer)
         CONSUMER_REGS: gl.constexpr,
         PRODUCER_REGS: gl.constexpr,
+        DQ_REGS: gl.constexpr,
     ):
         """One program per (NUM_WG * 64 keys, batch * K/V head)."""
         BLOCK_N: gl.constexpr = NUM_WG * 64
@@ -305,6 +435,13 @@ if HAVE_GLUON:
         v_smem = gl.allocate_shared_memory(vd.dtype, [NUM_WG, 64, HEAD_DIM], vd.layout)
         q_smem = gl.allocate_shared_memory(qd.dtype, [STAGES, BLOCK_M, HEAD_DIM], qd.layout)
         do_smem = gl.allocate_shared_memory(dod.dtype, [STAGES, BLOCK_M, HEAD_DIM], dod.layout)
+        if ONE_PASS:  # two slots of both consumers' dS slices [BLOCK_M, 64]; dQ's fp32 staging tiles
+            ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, 64], qd.dtype)
+            ds_smem = gl.allocate_shared_memory(qd.dtype, [2 * NUM_WG, BLOCK_M, 64], ds_layout)
+            dq_smem = gl.allocate_shared_memory(gl.float32, [HEAD_DIM // 64, BLOCK_M, 64], dqd.layout)
+        else:
+            ds_smem = q_smem  # unused
+            dq_smem = q_smem
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -312,28 +449,108 @@ if HAVE_GLUON:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=NUM_WG)
+        if (
+            ONE_PASS
+        ):  # dS slot s is stored by both consumers (ds_full[s]), read by the dQ warpgroup (ds_free[s])
+            ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+            for i in gl.static_range(2):
+                mbarrier.init(ds_full.index(i), count=NUM_WG)
+                mbarrier.init(ds_free.index(i), count=1)
+        else:
+            ds_full = empty  # unused
+            ds_free = empty
         fence_async_shared()
         descs = (qd, dod, kd, vd)
-        smem = (k_smem, v_smem, q_smem, do_smem)
-        bars = (kv_bar, ready, empty)
+        smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem)
+        bars = (kv_bar, ready, empty, ds_full, ds_free)
         outs = (dkd, dvd)
         stats = (LSE, DELTA)
         sched = (H, GROUP, N_Q, N_K)
-        gl.warp_specialize(
-            [
-                (
-                    _consumer,
-                    (smem, bars, outs, stats, sched, qk_scale, sm_scale, 0, BLOCK_N, CAUSAL, ROTATE),
-                ),
-                (
-                    _consumer,
-                    (smem, bars, outs, stats, sched, qk_scale, sm_scale, 1, BLOCK_N, CAUSAL, ROTATE),
-                ),
-                (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE)),
-            ],
-            [4, 1],
-            [CONSUMER_REGS, PRODUCER_REGS],
-        )
+        if ONE_PASS:
+            gl.warp_specialize(
+                [
+                    (
+                        _consumer,
+                        (
+                            smem,
+                            bars,
+                            outs,
+                            stats,
+                            sched,
+                            qk_scale,
+                            sm_scale,
+                            0,
+                            BLOCK_N,
+                            CAUSAL,
+                            ROTATE,
+                            True,
+                        ),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            smem,
+                            bars,
+                            outs,
+                            stats,
+                            sched,
+                            qk_scale,
+                            sm_scale,
+                            1,
+                            BLOCK_N,
+                            CAUSAL,
+                            ROTATE,
+                            True,
+                        ),
+                    ),
+                    (_dq_producer, (descs, smem, bars, dqd, sched, sm_scale, BLOCK_N, CAUSAL, ROTATE)),
+                ],
+                [4, 4],
+                [CONSUMER_REGS, DQ_REGS],
+            )
+        else:
+            gl.warp_specialize(
+                [
+                    (
+                        _consumer,
+                        (
+                            smem,
+                            bars,
+                            outs,
+                            stats,
+                            sched,
+                            qk_scale,
+                            sm_scale,
+                            0,
+                            BLOCK_N,
+                            CAUSAL,
+                            ROTATE,
+                            False,
+                        ),
+                    ),
+                    (
+                        _consumer,
+                        (
+                            smem,
+                            bars,
+                            outs,
+                            stats,
+                            sched,
+                            qk_scale,
+                            sm_scale,
+                            1,
+                            BLOCK_N,
+                            CAUSAL,
+                            ROTATE,
+                            False,
+                        ),
+                    ),
+                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE)),
+                ],
+                [4, 1],
+                [CONSUMER_REGS, PRODUCER_REGS],
+            )
 
 
 def dkdv(
@@ -349,9 +566,10 @@ def dkdv(
     sm_scale: float,
     qk_scale: float,
     cfg: dict[str, Any],
+    dq_acc: torch.Tensor | None = None,
 ) -> dict[str, Any]:
-    """Run the dK/dV pass into dk, dv (contiguous, k's shape); `supported` must have passed. Returns the config
-    as a row reports it."""
+    """Run the dK/dV pass into dk, dv (contiguous, k's shape); `supported` must have passed. ONE_PASS: dq_acc
+    (fp32, q's shape, zeroed) receives dQ too. Returns the config as a row reports it."""
     B, H, Nq, D = q.shape
     Hkv, Nk = k.shape[1], k.shape[2]
     dt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
@@ -362,6 +580,11 @@ def dkdv(
     kd, vd, dkd, dvd = (
         TensorDescriptor.from_tensor(t.view(-1, D), [KEYS, D], kv_layout) for t in (k, v, dk, dv)
     )
+    dqd = kd
+    if cfg.get("ONE_PASS"):
+        # not swizzled: a TMA reduce moves the whole [BLOCK_M, 64] fp32 tile (256-byte rows) in one message
+        dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+        dqd = TensorDescriptor.from_tensor(dq_acc.view(-1, D), [bm, 64], dq_layout)
     _bwd_dkdv_ws[(cdiv(Nk, num_wg * KEYS), B * Hkv)](
         qd,
         dod,
@@ -369,6 +592,7 @@ def dkdv(
         vd,
         dkd,
         dvd,
+        dqd,
         lse,
         delta,
         H,
@@ -383,8 +607,11 @@ def dkdv(
         STAGES=cfg["STAGES"],
         CAUSAL=bool(causal),
         ROTATE=cfg["ROTATE"],
-        CONSUMER_REGS=CONSUMER_REGS,
+        ONE_PASS=bool(cfg.get("ONE_PASS")),
+        CONSUMER_REGS=ONE_PASS_REGS[0] if cfg.get("ONE_PASS") else CONSUMER_REGS,
         PRODUCER_REGS=PRODUCER_REGS,
+        DQ_REGS=ONE_PASS_REGS[1],
         num_warps=4,
     )
-    return {"kernel": "gluon-ws", **cfg, "BLOCK_N": num_wg * KEYS, "num_warps": 4 * num_wg + 1}
+    warps = 4 * num_wg + (4 if cfg.get("ONE_PASS") else 1)
+    return {"kernel": "gluon-ws", **cfg, "BLOCK_N": num_wg * KEYS, "num_warps": warps}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flashbench.kernels import KernelUnsupported, backward_ws, flash_attn
+from flashbench.kernels import KernelUnsupported, backward_ws, flash_attn, flash_ws
 from flashbench.kernels.backward import attention_backward, last_bwd_config
 from flashbench.kernels.flash_v2 import attention_forward
 
@@ -59,7 +59,9 @@ def check(shape, dtype, causal, config):
     ids=["d128", "d64-gqa4", "nk>nq-mqa", "one-block", "odd-blocks-gqa2"],
 )
 @pytest.mark.parametrize(
-    "config", [{}, {"STAGES": 1}, {"STAGES": 3}, {"ROTATE": 0}], ids=["default", "s1", "s3", "no-rotate"]
+    "config",
+    [{}, {"STAGES": 1}, {"STAGES": 3}, {"ROTATE": 0}, {"ONE_PASS": 1}, {"ONE_PASS": 1, "STAGES": 3}],
+    ids=["default", "s1", "s3", "no-rotate", "one-pass", "one-pass-s3"],
 )
 def test_gluon_dkdv_matches_reference(shape, dtype, causal, config):
     check(shape, dtype, causal, config)
@@ -157,3 +159,16 @@ def test_preferred_only_where_measured(monkeypatch):
     assert not backward_ws.preferred(torch.empty(1, 2, 4096, 64), False)
     monkeypatch.setenv("FLASHBENCH_GLUON_BWD", "0")
     assert not backward_ws.preferred(q, False)
+
+
+def test_one_pass_config_is_accepted_reported_and_fits():
+    """ONE_PASS is a known key whose value is checked; its extra shared memory (two dS slots and dQ's fp32 staging
+    tiles) still fits three stages at d = 128, and the two-pass footprint is unchanged by the key's absence."""
+    cfg = backward_ws.config_for(128, {"kernel": "gluon-ws", "ONE_PASS": 1, "STAGES": 3})
+    assert cfg["ONE_PASS"] == 1 and cfg["STAGES"] == 3
+    with pytest.raises(ValueError, match="ONE_PASS=2 must be one of"):
+        backward_ws.config_for(128, {"ONE_PASS": 2})
+    two_pass = backward_ws.smem_bytes({**cfg, "ONE_PASS": 0}, 128)
+    assert two_pass == 2 * 128 * (2 * 2 * 64 + 2 * 3 * 64)
+    assert backward_ws.smem_bytes(cfg, 128) == two_pass + 2 * 2 * 2 * 64 * 64 + 4 * 64 * 128
+    assert backward_ws.smem_bytes(cfg, 128) <= flash_ws.SMEM_LIMIT
