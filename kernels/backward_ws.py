@@ -177,12 +177,11 @@ if HAVE_GLUON:
     ):
         """One warp: this consumer's K and V slices once, then Q and dO of each query block into ring stage
         i % STAGES once every consumer has released it (empty[s])."""
-        qd, dod, kd, vd = descs
-        k_smem, v_smem, q_smem, do_smem, _, _ = smem
-        kv_bar, ready, empty, _, _ = bars
+        _, _, kd, vd = descs
+        k_smem, v_smem, q_smem, _, _, _ = smem
+        kv_bar, _, _, _, _ = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
-        STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         n0 = gl.program_id(0) * BLOCK_N
         bkv = gl.program_id(1)
@@ -199,17 +198,18 @@ if HAVE_GLUON:
         n_m = N_Q // BLOCK_M - lo
         for i in range(GROUP * n_m):
             m = lo + (i % n_m + ROTATE * gl.program_id(0)) % n_m
-            row = (b * H + hkv * GROUP + i // n_m) * N_Q + m * BLOCK_M
-            s = i % STAGES
-            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(s), 2 * qd.block_type.nbytes)
-            tma.async_copy_global_to_shared(qd, [row, 0], ready.index(s), q_smem.index(s))
-            tma.async_copy_global_to_shared(dod, [row, 0], ready.index(s), do_smem.index(s))
+            _load_block(i, (b * H + hkv * GROUP + i // n_m) * N_Q + m * BLOCK_M, descs, smem, bars)
+
+    @gluon.jit
+    def _block_row(i, head0, lo, n_m, spin, N_Q, BLOCK_M: gl.constexpr):
+        """The first row (of Q viewed as [B * H * N_Q, D]) of the program's i-th query block: query head
+        head0 + i // n_m, block lo + (i % n_m + spin) % n_m (spin: ROTATE's start)."""
+        return (head0 + i // n_m) * N_Q + (lo + (i % n_m + spin) % n_m) * BLOCK_M
 
     @gluon.jit
     def _load_block(i, row, descs, smem, bars):
-        """_dq_producer's loads of Q and dO of the program's i-th query block (rows from `row`) into ring stage
-        i % STAGES, once every consumer has released it (empty[s]); _producer's loop inlines the same."""
+        """Q and dO of the program's i-th query block (rows from `row`) into ring stage i % STAGES, once every
+        consumer has released it (empty[s])."""
         qd, dod, _, _ = descs
         _, _, q_smem, do_smem, _, _ = smem
         _, ready, empty, _, _ = bars
@@ -370,9 +370,7 @@ if HAVE_GLUON:
         head0 = b * H + hkv * GROUP
         spin = ROTATE * gl.program_id(0)
         for j in range(gl.minimum(STAGES - 1, total)):
-            _load_block(
-                j, (head0 + j // n_m) * N_Q + (lo + (j % n_m + spin) % n_m) * BLOCK_M, descs, smem, bars
-            )
+            _load_block(j, _block_row(j, head0, lo, n_m, spin, N_Q, BLOCK_M), descs, smem, bars)
         zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
@@ -381,10 +379,8 @@ if HAVE_GLUON:
         for i in range(total):
             j = i + STAGES - 1
             if j < total:
-                _load_block(
-                    j, (head0 + j // n_m) * N_Q + (lo + (j % n_m + spin) % n_m) * BLOCK_M, descs, smem, bars
-                )
-            row = (head0 + i // n_m) * N_Q + (lo + (i % n_m + spin) % n_m) * BLOCK_M
+                _load_block(j, _block_row(j, head0, lo, n_m, spin, N_Q, BLOCK_M), descs, smem, bars)
+            row = _block_row(i, head0, lo, n_m, spin, N_Q, BLOCK_M)
             slot = i % 2
             mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
             for c in gl.static_range(HEAD_DIM // 64):
