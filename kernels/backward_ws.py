@@ -64,7 +64,7 @@ CONFIG_KEYS = {
     "NUM_WG": (2,),
     "STAGES": (1, 2, 3),
     "ROTATE": (0, 1),
-    "ONE_PASS": (0, 1, 2),
+    "ONE_PASS": (0, 1),
     # reported with the config (derived from NUM_WG), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1,),
@@ -148,8 +148,6 @@ def supported(
     if why:
         return why
     D = q.shape[-1]
-    if cfg.get("ONE_PASS") == 2 and D != 2 * KEYS:
-        return f"ONE_PASS=2 splits dQ's columns between the two consumers: head dim {2 * KEYS} only, not {D}"
     if smem_bytes(cfg, D) > flash_ws.SMEM_LIMIT:
         return f"config needs {smem_bytes(cfg, D) // 1024} KiB of shared memory (at most {flash_ws.SMEM_LIMIT // 1024})"
     return None
@@ -176,14 +174,12 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         ROTATE: gl.constexpr,
-        dqd=None,  # ONE_PASS == 2: the fp32 dQ's descriptor; after loading block i it adds block i - 1's dQ
-        DQ_REDUCE: gl.constexpr = False,
     ):
         """One warp: this consumer's K and V slices once, then Q and dO of each query block into ring stage
         i % STAGES once every consumer has released it (empty[s])."""
         _, _, kd, vd = descs
         k_smem, v_smem, q_smem, _, _, _ = smem
-        kv_bar, _, _, _, _, st_full, st_free = bars
+        kv_bar, _, _, _, _ = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -200,33 +196,9 @@ if HAVE_GLUON:
         if CAUSAL:
             lo = gl.maximum(n0 - (N_K - N_Q), 0) // BLOCK_M
         n_m = N_Q // BLOCK_M - lo
-        head0 = b * H + hkv * GROUP
-        spin = ROTATE * gl.program_id(0)
         for i in range(GROUP * n_m):
             m = lo + (i % n_m + ROTATE * gl.program_id(0)) % n_m
             _load_block(i, (b * H + hkv * GROUP + i // n_m) * N_Q + m * BLOCK_M, descs, smem, bars)
-            if DQ_REDUCE:
-                if i > 0:
-                    row = _block_row(i - 1, head0, lo, n_m, spin, N_Q, BLOCK_M)
-                    _reduce_dq(i - 1, row, dqd, smem, st_full, st_free)
-        if DQ_REDUCE:
-            last = GROUP * n_m - 1
-            if last >= 0:
-                _reduce_dq(
-                    last, _block_row(last, head0, lo, n_m, spin, N_Q, BLOCK_M), dqd, smem, st_full, st_free
-                )
-
-    @gluon.jit
-    def _reduce_dq(r, row, dqd, smem, st_full, st_free):
-        """ONE_PASS == 2: once both consumers have staged their dQ columns of block r (st_full), add them into the
-        fp32 dQ by TMA reduce-adds; the staging tiles are free again once read (st_free)."""
-        _, _, _, _, _, dq_smem = smem
-        for w in gl.static_range(2):
-            mbarrier.wait(st_full.index(w), r & 1)
-            _tma_reduce_add(dqd, [row, w * 64], dq_smem.index(w))
-        tma.store_wait(0)
-        for w in gl.static_range(2):
-            mbarrier.arrive(st_free.index(w))
 
     @gluon.jit
     def _block_row(i, head0, lo, n_m, spin, N_Q, BLOCK_M: gl.constexpr):
@@ -240,7 +212,7 @@ if HAVE_GLUON:
         consumer has released it (empty[s])."""
         qd, dod, _, _ = descs
         _, _, q_smem, do_smem, _, _ = smem
-        _, ready, empty, _, _, _, _ = bars
+        _, ready, empty, _, _ = bars
         STAGES: gl.constexpr = q_smem.shape[0]
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
@@ -267,8 +239,8 @@ if HAVE_GLUON:
         are waited for within its step: issuing the next block's S^T and dP^T behind this block's dK (software
         pipelining) measured slower on an H100 (docs/kernels.md, the backward). ONE_PASS: it also stores its
         dS slice [BLOCK_M, 64] to slot i % 2 of ds_smem for the dQ warpgroup (_dq_producer)."""
-        k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem = smem
-        kv_bar, ready, empty, ds_full, ds_free, st_full, st_free = bars
+        k_smem, v_smem, q_smem, do_smem, ds_smem, _ = smem
+        kv_bar, ready, empty, ds_full, ds_free = bars
         dkd, dvd = outs
         LSE, DELTA = stats
         H, GROUP, N_Q, N_K = sched
@@ -284,10 +256,6 @@ if HAVE_GLUON:
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         key_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
-        )
-        k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
 
         n0 = gl.program_id(0) * BLOCK_N
         bkv = gl.program_id(1)
@@ -334,28 +302,14 @@ if HAVE_GLUON:
             dpt = warpgroup_mma_wait(1, deps=[dpt])  # dP^T is done, dV may not be
             dst = pt * (dpt - delta[None, :])
             dk = warpgroup_mma(gl.convert_layout(dst.to(q.dtype), a_layout), q, dk, is_async=True)
-            if ONE_PASS:  # dS to shared memory for the dQ matmuls
+            if ONE_PASS:  # dS to shared memory for the dQ warpgroup
                 slot = i % 2
                 mbarrier.wait(ds_free.index(slot), ((i // 2) & 1) ^ 1)
                 ds_smem.index(slot * 2 + WG).store(gl.permute(dst.to(q.dtype), (1, 0)))
                 fence_async_shared()
                 mbarrier.arrive(ds_full.index(slot))
-            if ONE_PASS == 2:  # this consumer's 64 columns of dQ = dS K, staged for the producer's reduce-add
-                mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
-                dq = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
-                for w in gl.static_range(2):
-                    kc = k_smem.index(w)._reinterpret(k_smem.dtype, [2, 64, 64], k_cols).index(WG)
-                    dq = warpgroup_mma(ds_smem.index(slot * 2 + w), kc, dq, use_acc=w > 0, is_async=True)
-                dv, dk, dq = warpgroup_mma_wait(0, deps=[dv, dk, dq])
-                mbarrier.arrive(ds_free.index(slot))
-                mbarrier.arrive(empty.index(s))
-                mbarrier.wait(st_free.index(WG), (i & 1) ^ 1)
-                dq_smem.index(WG).store(dq * sm_scale)
-                fence_async_shared()
-                mbarrier.arrive(st_full.index(WG))
-            else:
-                dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
-                mbarrier.arrive(empty.index(s))  # Q and dO of this block are no longer read
+            dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
+            mbarrier.arrive(empty.index(s))  # Q and dO of this block are no longer read
         # Epilogue: the slices' K and V are no longer read (ONE_PASS: once the dQ warpgroup is done with the last
         # block's dS K); dK and dV leave through them.
         if ONE_PASS:
@@ -390,7 +344,7 @@ if HAVE_GLUON:
         the consumers would get 208.)"""
         _, _, kd, vd = descs
         k_smem, v_smem, q_smem, _, ds_smem, dq_smem = smem
-        kv_bar, _, _, ds_full, ds_free, _, _ = bars
+        kv_bar, _, _, ds_full, ds_free = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         STAGES: gl.constexpr = q_smem.shape[0]
@@ -491,51 +445,25 @@ if HAVE_GLUON:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=NUM_WG)
-        # ONE_PASS: dS slot s is stored by both consumers (ds_full[s]), read by the dQ matmuls (ds_free[s])
-        if ONE_PASS:
+        if (
+            ONE_PASS
+        ):  # dS slot s is stored by both consumers (ds_full[s]), read by the dQ warpgroup (ds_free[s])
             ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
             ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
             for i in gl.static_range(2):
                 mbarrier.init(ds_full.index(i), count=NUM_WG)
-                mbarrier.init(ds_free.index(i), count=NUM_WG if ONE_PASS == 2 else 1)
+                mbarrier.init(ds_free.index(i), count=1)
         else:
             ds_full = empty  # unused
             ds_free = empty
-        if (
-            ONE_PASS == 2
-        ):  # consumer w's dQ staging tile is full (st_full[w]) / read by the reduce (st_free[w])
-            st_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-            st_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-            for i in gl.static_range(2):
-                mbarrier.init(st_full.index(i), count=1)
-                mbarrier.init(st_free.index(i), count=1)
-        else:
-            st_full = empty  # unused
-            st_free = empty
         fence_async_shared()
         descs = (qd, dod, kd, vd)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem)
-        bars = (kv_bar, ready, empty, ds_full, ds_free, st_full, st_free)
+        bars = (kv_bar, ready, empty, ds_full, ds_free)
         outs = (dkd, dvd)
         stats = (LSE, DELTA)
         sched = (H, GROUP, N_Q, N_K)
-        if ONE_PASS == 2:
-            gl.warp_specialize(
-                [
-                    (
-                        _consumer,
-                        (smem, bars, outs, stats, sched, qk_scale, sm_scale, 0, BLOCK_N, CAUSAL, ROTATE, 2),
-                    ),
-                    (
-                        _consumer,
-                        (smem, bars, outs, stats, sched, qk_scale, sm_scale, 1, BLOCK_N, CAUSAL, ROTATE, 2),
-                    ),
-                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE, dqd, True)),
-                ],
-                [4, 1],
-                [CONSUMER_REGS, PRODUCER_REGS],
-            )
-        elif ONE_PASS:
+        if ONE_PASS:
             gl.warp_specialize(
                 [
                     (
@@ -675,11 +603,11 @@ def dkdv(
         STAGES=cfg["STAGES"],
         CAUSAL=bool(causal),
         ROTATE=cfg["ROTATE"],
-        ONE_PASS=int(cfg.get("ONE_PASS", 0)),
-        CONSUMER_REGS=ONE_PASS_REGS[0] if cfg.get("ONE_PASS") == 1 else CONSUMER_REGS,
+        ONE_PASS=bool(cfg.get("ONE_PASS")),
+        CONSUMER_REGS=ONE_PASS_REGS[0] if cfg.get("ONE_PASS") else CONSUMER_REGS,
         PRODUCER_REGS=PRODUCER_REGS,
         DQ_REGS=ONE_PASS_REGS[1],
         num_warps=4,
     )
-    warps = 4 * num_wg + (4 if cfg.get("ONE_PASS") == 1 else 1)
+    warps = 4 * num_wg + (4 if cfg.get("ONE_PASS") else 1)
     return {"kernel": "gluon-ws", **cfg, "BLOCK_N": num_wg * KEYS, "num_warps": warps}

@@ -70,23 +70,6 @@ def test_gluon_dkdv_matches_reference(shape, dtype, causal, config):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize(
-    "shape",
-    [(2, 4, 4, 256, 256, 128), (2, 4, 1, 384, 640, 128), (1, 4, 2, 320, 512, 128), (1, 2, 2, 128, 128, 128)],
-    ids=["d128", "nk>nq-mqa", "odd-blocks-gqa2", "one-block"],
-)
-@pytest.mark.parametrize(
-    "config", [{"ONE_PASS": 2}, {"ONE_PASS": 2, "STAGES": 3}], ids=["dq-split", "dq-split-s3"]
-)
-def test_gluon_one_pass_consumer_dq_matches_reference(shape, dtype, causal, config):
-    """ONE_PASS=2: each consumer computes half of dQ's columns, the producer warp adds them by TMA (d = 128)."""
-    check(shape, dtype, causal, config)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_backward_takes_gluon_by_default_where_it_measured_faster(monkeypatch, causal):
     q, k, v, do = inputs(1, 2, 2, 2048, 2048, 128, torch.bfloat16, seed=3)
     grads = {}
@@ -183,8 +166,8 @@ def test_one_pass_config_is_accepted_reported_and_fits():
     tiles) still fits three stages at d = 128, and the two-pass footprint is unchanged by the key's absence."""
     cfg = backward_ws.config_for(128, {"kernel": "gluon-ws", "ONE_PASS": 1, "STAGES": 3})
     assert cfg["ONE_PASS"] == 1 and cfg["STAGES"] == 3
-    with pytest.raises(ValueError, match="ONE_PASS=3 must be one of"):
-        backward_ws.config_for(128, {"ONE_PASS": 3})
+    with pytest.raises(ValueError, match="ONE_PASS=2 must be one of"):
+        backward_ws.config_for(128, {"ONE_PASS": 2})
     two_pass = backward_ws.smem_bytes({**cfg, "ONE_PASS": 0}, 128)
     assert two_pass == 2 * 128 * (2 * 2 * 64 + 2 * 3 * 64)
     assert backward_ws.smem_bytes(cfg, 128) == two_pass + 2 * 2 * 2 * 64 * 64 + 4 * 64 * 128
