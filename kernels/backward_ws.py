@@ -224,11 +224,9 @@ if HAVE_GLUON:
     def _consumer(
         smem,
         bars,
-        outs,  # (dkd, dvd): descriptors of dK and dV ([B * H_KV * N_K, D], block [64, D])
-        stats,  # (LSE, DELTA): [B, H, N_Q] fp32
+        io,  # (dkd, dvd, LSE, DELTA, qk_scale, sm_scale): descriptors of dK and dV ([B * H_KV * N_K, D], block
+        # [64, D]), the forward's log2-sum-exp2 and rowsum(dO * O) ([B, H, N_Q] fp32), sm_scale * log2(e), sm_scale
         sched,
-        qk_scale,
-        sm_scale,
         WG: gl.constexpr,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
@@ -241,8 +239,7 @@ if HAVE_GLUON:
         dS slice [BLOCK_M, 64] to slot i % 2 of ds_smem for the dQ warpgroup (_dq_producer)."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, _ = smem
         kv_bar, ready, empty, ds_full, ds_free = bars
-        dkd, dvd = outs
-        LSE, DELTA = stats
+        dkd, dvd, LSE, DELTA, qk_scale, sm_scale = io
         H, GROUP, N_Q, N_K = sched
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -445,9 +442,8 @@ if HAVE_GLUON:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=NUM_WG)
-        if (
-            ONE_PASS
-        ):  # dS slot s is stored by both consumers (ds_full[s]), read by the dQ warpgroup (ds_free[s])
+        # ONE_PASS: dS slot s is stored by both consumers (ds_full[s]), read by the dQ warpgroup (ds_free[s])
+        if ONE_PASS:
             ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
             ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
             for i in gl.static_range(2):
@@ -460,88 +456,23 @@ if HAVE_GLUON:
         descs = (qd, dod, kd, vd)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem)
         bars = (kv_bar, ready, empty, ds_full, ds_free)
-        outs = (dkd, dvd)
-        stats = (LSE, DELTA)
+        io = (dkd, dvd, LSE, DELTA, qk_scale, sm_scale)
         sched = (H, GROUP, N_Q, N_K)
         if ONE_PASS:
             gl.warp_specialize(
                 [
-                    (
-                        _consumer,
-                        (
-                            smem,
-                            bars,
-                            outs,
-                            stats,
-                            sched,
-                            qk_scale,
-                            sm_scale,
-                            0,
-                            BLOCK_N,
-                            CAUSAL,
-                            ROTATE,
-                            True,
-                        ),
-                    ),
-                    (
-                        _consumer,
-                        (
-                            smem,
-                            bars,
-                            outs,
-                            stats,
-                            sched,
-                            qk_scale,
-                            sm_scale,
-                            1,
-                            BLOCK_N,
-                            CAUSAL,
-                            ROTATE,
-                            True,
-                        ),
-                    ),
+                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ROTATE, ONE_PASS)),
+                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ROTATE, ONE_PASS)),
                     (_dq_producer, (descs, smem, bars, dqd, sched, sm_scale, BLOCK_N, CAUSAL, ROTATE)),
                 ],
                 [4, 4],
                 [CONSUMER_REGS, DQ_REGS],
             )
-        else:
+        else:  # the producer is one warp
             gl.warp_specialize(
                 [
-                    (
-                        _consumer,
-                        (
-                            smem,
-                            bars,
-                            outs,
-                            stats,
-                            sched,
-                            qk_scale,
-                            sm_scale,
-                            0,
-                            BLOCK_N,
-                            CAUSAL,
-                            ROTATE,
-                            False,
-                        ),
-                    ),
-                    (
-                        _consumer,
-                        (
-                            smem,
-                            bars,
-                            outs,
-                            stats,
-                            sched,
-                            qk_scale,
-                            sm_scale,
-                            1,
-                            BLOCK_N,
-                            CAUSAL,
-                            ROTATE,
-                            False,
-                        ),
-                    ),
+                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ROTATE, ONE_PASS)),
+                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ROTATE, ONE_PASS)),
                     (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE)),
                 ],
                 [4, 1],
