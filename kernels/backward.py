@@ -207,7 +207,7 @@ def _gluon_dkdv_config(
 ) -> dict[str, Any] | None:
     """The Gluon dK/dV pass's config when it runs these inputs, else None (the tl pass runs): forced by
     {"kernel": "gluon-ws", ...} (KernelUnsupported where it cannot run), else taken by default where
-    `backward_ws.preferred` says so."""
+    `backward_ws.default_config` says so."""
     if forced is not None and forced.get("kernel") == "gluon-ws":
         cfg = backward_ws.config_for(q.shape[-1], forced)
         why = "the stored-P backward runs on the tl kernel" if stored else None
@@ -215,7 +215,7 @@ def _gluon_dkdv_config(
         if why:
             raise KernelUnsupported(f"gluon-ws backward: {why}")
         return cfg
-    if forced is not None or stored or not backward_ws.preferred(q, causal):
+    cfg = None if forced is not None or stored else backward_ws.default_config(q, causal)
+    if cfg is None or backward_ws.supported(q, k, v, do, causal, window, cfg) is not None:
         return None
-    cfg = backward_ws.config_for(q.shape[-1])
-    return cfg if backward_ws.supported(q, k, v, do, causal, window, cfg) is None else None
+    return cfg

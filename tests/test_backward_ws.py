@@ -1,8 +1,9 @@
-"""The Gluon dK/dV pass (kernels/backward_ws.py) against the float64 reference, and where the backward takes it.
+"""The Gluon backward (kernels/backward_ws.py) against the float64 reference, and where the backward takes it.
 
 The oracle and budget are the sweep's (flashbench.engine.correctness), as in test_kernels.py: the forward is the
-bundled one, the backward's dK/dV pass is forced to the Gluon kernel (dQ is the tl pass either way). Hopper only:
-elsewhere `supported` must refuse with a reason, and a forced config raises KernelUnsupported.
+bundled one, the backward is forced to the Gluon kernel: one pass (dQ there too, the default) or its dK/dV pass
+beside the tl dQ pass (ONE_PASS=0). Hopper only: elsewhere `supported` must refuse with a reason, and a forced
+config raises KernelUnsupported.
 """
 
 from __future__ import annotations
@@ -60,8 +61,15 @@ def check(shape, dtype, causal, config):
 )
 @pytest.mark.parametrize(
     "config",
-    [{}, {"STAGES": 1}, {"STAGES": 3}, {"ROTATE": 0}, {"ONE_PASS": 1}, {"ONE_PASS": 1, "STAGES": 3}],
-    ids=["default", "s1", "s3", "no-rotate", "one-pass", "one-pass-s3"],
+    [
+        {},
+        {"STAGES": 2},
+        {"ROTATE": 0},
+        {"ONE_PASS": 0, "STAGES": 2},
+        {"ONE_PASS": 0, "STAGES": 1},
+        {"ONE_PASS": 0, "STAGES": 3},
+    ],
+    ids=["default", "s2", "no-rotate", "two-pass", "two-pass-s1", "two-pass-s3"],
 )
 def test_gluon_dkdv_matches_reference(shape, dtype, causal, config):
     check(shape, dtype, causal, config)
@@ -72,19 +80,48 @@ def test_gluon_dkdv_matches_reference(shape, dtype, causal, config):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_backward_takes_gluon_by_default_where_it_measured_faster(monkeypatch, causal):
     q, k, v, do = inputs(1, 2, 2, 2048, 2048, 128, torch.bfloat16, seed=3)
-    grads = {}
-    for on in ("1", "0"):
-        monkeypatch.setenv("FLASHBENCH_GLUON_BWD", on)
+
+    def grads(q, k, v, do):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
         flash_attn(*leaves, causal=causal).backward(do)
-        assert (last_bwd_config()["dkdv"].get("kernel") == "gluon-ws") == (on == "1")
-        grads[on] = [t.grad for t in leaves]
-    for a, b in zip(grads["1"], grads["0"], strict=True):
+        return [t.grad for t in leaves], last_bwd_config()
+
+    ref, used = {}, {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("FLASHBENCH_GLUON_BWD", on)
+        ref[on], used[on] = grads(q, k, v, do)
+    assert used["1"]["dkdv"]["kernel"] == "gluon-ws" and used["1"]["dkdv"]["ONE_PASS"] == 1
+    assert used["1"]["dq"] == {"kernel": "gluon-ws", "ONE_PASS": 1}
+    assert used["0"]["dkdv"].get("kernel") != "gluon-ws"
+    for a, b in zip(ref["1"], ref["0"], strict=True):
         assert ((a.double() - b.double()).norm() / b.double().norm()).item() < 1e-2
-    # d = 64 stays on the tl passes (they measured faster there)
-    q64 = [t[..., :64].contiguous().requires_grad_() for t in (q, k, v)]
-    flash_attn(*q64, causal=causal).backward(do[..., :64].contiguous())
-    assert last_bwd_config()["dkdv"].get("kernel") != "gluon-ws"
+    monkeypatch.delenv("FLASHBENCH_GLUON_BWD")
+    # d = 64 takes the one pass too
+    d64 = [t[..., :64].contiguous() for t in (q, k, v, do)]
+    assert grads(*d64)[1]["dkdv"]["ONE_PASS"] == 1
+    # deterministic algorithms asked for: the two passes (Gluon dK/dV at d = 128, tl at d = 64), bitwise repeatable
+    with torch_deterministic():
+        first, cfg = grads(q, k, v, do)
+        assert cfg["dkdv"]["kernel"] == "gluon-ws" and cfg["dkdv"]["ONE_PASS"] == 0
+        assert cfg["dq"].get("kernel") != "gluon-ws"
+        second, _ = grads(q, k, v, do)
+        assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+        assert grads(*d64)[1]["dkdv"].get("kernel") != "gluon-ws"
+
+
+class torch_deterministic:
+    """torch.use_deterministic_algorithms(True) for a block (warn_only: torch ops without a deterministic
+    implementation warn rather than raise), restored after."""
+
+    def __enter__(self):
+        self.was = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+    def __exit__(self, *exc):
+        torch.use_deterministic_algorithms(self.was[0], warn_only=self.was[1])
 
 
 @pytest.mark.gpu
@@ -142,33 +179,40 @@ def test_forced_config_is_checked():
         backward_ws.config_for(128, {"STAGES": 4})
     with pytest.raises(ValueError, match="NUM_WG=3 must be one of"):
         backward_ws.config_for(128, {"NUM_WG": 3})
-    assert backward_ws.config_for(64, {"kernel": "gluon-ws", "STAGES": 3})["STAGES"] == 3
+    assert backward_ws.config_for(64, {"kernel": "gluon-ws", "STAGES": 2})["STAGES"] == 2
     with pytest.raises(ValueError, match="BLOCK_N=64 must be one of"):
         backward_ws.config_for(128, {"BLOCK_N": 64})
     # a reported config (what a row's kernel_config holds under "bwd") is accepted back as it is
-    reported = {"kernel": "gluon-ws", **backward_ws.config_for(128), "BLOCK_N": 128, "num_warps": 9}
-    assert backward_ws.config_for(128, reported) == backward_ws.config_for(128)
-    # two stages at d = 128: K, V of 128 keys and two Q / dO tiles of 64 rows, 16-bit
-    assert backward_ws.smem_bytes(backward_ws.config_for(128), 128) == 2 * 128 * (2 * 128 + 2 * 2 * 64)
+    for one_pass, warps in ((1, 13), (0, 9)):
+        cfg = backward_ws.config_for(128, {"ONE_PASS": one_pass})
+        reported = {"kernel": "gluon-ws", **cfg, "BLOCK_N": 128, "num_warps": warps}
+        assert backward_ws.config_for(128, reported) == cfg
+    with pytest.raises(ValueError, match="num_warps=12 must be one of"):
+        backward_ws.config_for(128, {"num_warps": 12})
 
 
-def test_preferred_only_where_measured(monkeypatch):
-    q = torch.empty(1, 2, 4096, 128)
-    assert backward_ws.preferred(q, False) and backward_ws.preferred(q, True)
-    assert not backward_ws.preferred(torch.empty(1, 2, 512, 128), False)
-    assert not backward_ws.preferred(torch.empty(1, 2, 4096, 64), False)
+def test_default_config_only_where_measured(monkeypatch):
+    def default(n, d, causal=False):
+        return backward_ws.default_config(torch.empty(1, 2, n, d), causal)
+
+    assert default(1024, 128) == default(1024, 128, True) == backward_ws.config_for(128)
+    assert default(1024, 128)["ONE_PASS"] == 1 and default(1024, 128)["STAGES"] == 3
+    assert default(2048, 64, True)["ONE_PASS"] == 1
+    assert default(512, 128) is None and default(1024, 64) is None
+    with torch_deterministic():
+        assert default(2048, 128) == {**backward_ws.config_for(128), "ONE_PASS": 0, "STAGES": 2}
+        assert default(1024, 128) is None and default(8192, 64) is None
     monkeypatch.setenv("FLASHBENCH_GLUON_BWD", "0")
-    assert not backward_ws.preferred(q, False)
+    assert default(4096, 128) is None
 
 
-def test_one_pass_config_is_accepted_reported_and_fits():
-    """ONE_PASS is a known key whose value is checked; its extra shared memory (two dS slots and dQ's fp32 staging
-    tiles) still fits three stages at d = 128, and the two-pass footprint is unchanged by the key's absence."""
-    cfg = backward_ws.config_for(128, {"kernel": "gluon-ws", "ONE_PASS": 1, "STAGES": 3})
-    assert cfg["ONE_PASS"] == 1 and cfg["STAGES"] == 3
-    with pytest.raises(ValueError, match="ONE_PASS=2 must be one of"):
-        backward_ws.config_for(128, {"ONE_PASS": 2})
+def test_one_pass_shared_memory_fits():
+    """The one pass adds two dS slots (both consumers' [64, 64] 16-bit slices) and dQ's fp32 staging tiles to the
+    K / V slices and the Q / dO ring; with three stages it still fits an H100 at d = 128."""
+    cfg = backward_ws.config_for(128)
     two_pass = backward_ws.smem_bytes({**cfg, "ONE_PASS": 0}, 128)
     assert two_pass == 2 * 128 * (2 * 2 * 64 + 2 * 3 * 64)
     assert backward_ws.smem_bytes(cfg, 128) == two_pass + 2 * 2 * 2 * 64 * 64 + 4 * 64 * 128
     assert backward_ws.smem_bytes(cfg, 128) <= flash_ws.SMEM_LIMIT
+    with pytest.raises(ValueError, match="ONE_PASS=2 must be one of"):
+        backward_ws.config_for(128, {"ONE_PASS": 2})
