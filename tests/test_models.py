@@ -266,6 +266,38 @@ def test_blocks_from_a_reported_kernel_config():
     assert io_model.Blocks.from_config({"num_warps": 4}) is None  # no tiles reported: the model's defaults
     reported = {"BLOCK_M": 64, "BLOCK_N": 128, "bwd": {"dkdv": {"BLOCK_M": 32, "BLOCK_N": 128}, "dq": {}}}
     assert io_model.Blocks.from_config(reported) == io_model.Blocks(64, 128, bwd_m=32, bwd_n=128)
+    one_pass = {
+        "BLOCK_M": 128,
+        "BLOCK_N": 128,
+        "bwd": {"dkdv": {"BLOCK_M": 64, "BLOCK_N": 128, "ONE_PASS": 1}},
+    }
+    assert io_model.Blocks.from_config(one_pass).bwd_one_pass
+
+
+def test_one_pass_backward_traffic():
+    """The one-pass backward has no dQ pass (K and V read once, Q and dO streamed once per K/V block) but zeroes,
+    adds into and converts an fp32 dQ: without L2 reuse an fp32 tile read and written per K/V block, with it
+    each fp32 line once."""
+    b, h, n, d = 1, 16, 8192, 128
+    two, one = io_model.Blocks(bwd_m=64, bwd_n=128), io_model.Blocks(bwd_m=64, bwd_n=128, bwd_one_pass=True)
+
+    def traffic(blocks, l2):
+        return io_model.hbm_traffic("flash", b, h, h, n, n, d, 2, False, "bwd", l2_reuse=l2, blocks=blocks)
+
+    q, q32, kv, stats = b * h * n * d * 2, b * h * n * d * 4, b * h * n * d * 2, 2 * b * h * n * 4
+    per_kv_block = n // 128  # query rows streamed per K/V block, summed over the blocks: n * n / 128
+    pre_read, pre_write = 2 * q, b * h * n * 4  # the Delta pre-pass: read O, dO; write Delta
+    # read Q, K, V, dO, LSE, Delta; the adds read each fp32 line once; the conversion reads it
+    assert traffic(one, True).read == pre_read + 2 * q + 2 * kv + stats + q32 + q32
+    # zero the fp32 dQ, the sums written back once, dK, dV, dQ converted
+    assert traffic(one, True).write == pre_write + q32 + q32 + 2 * kv + q
+    streamed = per_kv_block * (2 * q + stats)
+    assert traffic(one, False).read == pre_read + 2 * kv + streamed + per_kv_block * q32 + q32
+    assert traffic(one, False).write == pre_write + q32 + per_kv_block * q32 + 2 * kv + q
+    # the two passes re-read K and V once per 64-row query block instead, and write dQ once, in the input dtype
+    assert traffic(two, False).read - traffic(one, False).read == (
+        2 * q + stats + (n // 64) * 2 * kv - per_kv_block * q32 - q32
+    )
 
 
 def test_fp8_inputs_are_one_byte_and_write_a_bf16_output():
@@ -280,3 +312,26 @@ def test_fp8_inputs_are_one_byte_and_write_a_bf16_output():
     assert io_model.compute_dtype("flash", "fp8") == "fp8"
     # bf16 unchanged: O in the input's 2 bytes
     assert io_model.compulsory_traffic(b, h, h, n, n, d, 2, "fwd").total == 2 * qkv + o
+
+
+def test_a_one_pass_backward_adds_its_fp32_dq_buffer_to_the_prediction():
+    """The provider declares no workspace for the bundled backward (its two passes allocate none); a row whose
+    kernel_config says dQ ran in one pass gets the fp32 dQ buffer that pass allocates added to the plan's figure."""
+    from flashbench.engine.runner import _predicted_mem
+    from flashbench.spec.cases import Case
+    from flashbench.spec.plan import PlannedCase
+
+    one = {"BLOCK_M": 128, "bwd": {"dkdv": {"ONE_PASS": 1}, "dq": {"kernel": "gluon-ws", "ONE_PASS": 1}}}
+    two = {"BLOCK_M": 128, "bwd": {"dkdv": {"ONE_PASS": 0}, "dq": {"BLOCK_M": 128, "BLOCK_N": 64}}}
+    fp32_dq = 2 * 16 * 4096 * 128 * 4
+    assert memory.reported_workspace_bytes(one, 2, 16, 4096, 128, "bwd") == fp32_dq
+    assert memory.reported_workspace_bytes(one, 2, 16, 4096, 128, "fwd+bwd") == fp32_dq
+    assert memory.reported_workspace_bytes(one, 2, 16, 4096, 128, "fwd") == 0
+    assert memory.reported_workspace_bytes(two, 2, 16, 4096, 128, "bwd") == 0
+    assert memory.reported_workspace_bytes(None, 2, 16, 4096, 128, "bwd") == 0
+    case = Case("triton", 2, 16, 16, 4096, 4096, 128, "bf16", False, "bwd")
+    assert (
+        _predicted_mem(PlannedCase(case, predicted_mem_bytes=1000), {"kernel_config": one}) == 1000 + fp32_dq
+    )
+    assert _predicted_mem(PlannedCase(case, predicted_mem_bytes=1000), {"kernel_config": two}) == 1000
+    assert _predicted_mem(PlannedCase(case), {"kernel_config": one}) is None

@@ -33,6 +33,7 @@ from typing import IO, TYPE_CHECKING, Any
 from flashbench.engine import timing
 from flashbench.engine import worker as worker_process
 from flashbench.errors import EXIT_USAGE, EXIT_WORKER, FlashbenchError
+from flashbench.models.memory import reported_workspace_bytes
 from flashbench.results.env import ENV_FILE
 from flashbench.results.rows import (
     CRASH,
@@ -343,6 +344,16 @@ class _Skips:
         return f"{case.provider} {what} at N={cause.seq_k} (batch {cause.batch}) for this shape"
 
 
+def _predicted_mem(item: PlannedCase, data: dict[str, Any]) -> int | None:
+    """The plan's memory prediction, plus what the row's kernel_config says the kernel allocated beyond its
+    provider's declared workspace (memory.reported_workspace_bytes)."""
+    if item.predicted_mem_bytes is None:
+        return None
+    c = item.case
+    extra = reported_workspace_bytes(data.get("kernel_config"), c.batch, c.heads, c.seq_q, c.head_dim, c.mode)
+    return item.predicted_mem_bytes + extra
+
+
 def run_cases(
     planned: list[PlannedCase],
     run_dir: Path,
@@ -412,7 +423,7 @@ def run_cases(
                     common["gpu"] = gpu
                 try:
                     data, fatal = worker.run(case, opts, timeout_s)
-                    row = Row.from_dict({**data, "predicted_mem_bytes": item.predicted_mem_bytes})
+                    row = Row.from_dict({**data, "predicted_mem_bytes": _predicted_mem(item, data)})
                     if fatal:
                         worker.close()
                         worker = None

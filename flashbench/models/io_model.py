@@ -48,9 +48,11 @@ Families (hbm_traffic):
 Ragged batches (`seqlens_k`: each sequence's valid keys): every family's traffic is summed sequence by sequence
 (each a batch of one with its own key count), so K and V count the valid keys only.
 The flash backward is the bundled kernel's (backward.py): a Delta pre-pass; a dK/dV pass per K/V block of
-each K/V head streaming Q, dO, LSE, Delta of every query head in its GQA group; a dQ pass per query block
-streaming K, V. FlashAttention-2's CUDA backward instead accumulates dQ with fp32 atomics (traffic that L2
-mostly absorbs), so for sdpa-flash the no-L2 backward figure is an approximation.
+each K/V head streaming Q, dO, LSE, Delta of every query head in its GQA group; then either a dQ pass per query
+block streaming K, V (two passes), or, where the row's kernel_config says ONE_PASS (the bundled Gluon backward,
+as FlashAttention-2's and -3's CUDA backwards), dQ added into a zeroed fp32 buffer from the dK/dV pass (an fp32
+tile read and written per K/V block without L2 reuse; once with it) and converted after. Rows without a
+kernel_config (sdpa-flash) get the two-pass figure, an approximation for them.
 
 Why the naive count is not 003's "4 N^2": that document counts S written, S read, P written, P read once
 each in fp16 (8 bytes per element). PyTorch's eager path also writes the scaled copy and, with the fp32
@@ -243,6 +245,8 @@ def _delta_prepass(s: Shape) -> Part:
 
 def _flash_bwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
     stats = 2 * s.rows * FP32  # LSE and Delta
+    if b.bwd_one_pass:
+        return _flash_bwd_one_pass(s, b, l2_reuse)
     if l2_reuse:
         parts = [
             _delta_prepass(s),
@@ -255,17 +259,52 @@ def _flash_bwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
     parts = [
         _delta_prepass(s),
         Part("dK/dV pass: read K, V", 2 * s.kv, 0),
-        Part(
-            f"dK/dV pass: read Q, dO, LSE, Delta (once per {b.bwd_n}-row K/V block)",
-            q_rows * (2 * s.row_bytes() + 2 * FP32),
-            0,
-        ),
+        _streamed_per_kv_block(s, b, q_rows),
         Part("dK/dV pass: write dK, dV", 0, 2 * s.kv),
         Part("dQ pass: read Q, dO, LSE, Delta", 2 * s.q + stats, 0),
         Part(f"dQ pass: read K, V (once per {b.bwd_m}-row query block)", 2 * kv_rows * s.row_bytes(), 0),
         Part("dQ pass: write dQ", 0, s.q),
     ]
     return Traffic(tuple(parts))
+
+
+def _streamed_per_kv_block(s: Shape, b: Blocks, q_rows: int) -> Part:
+    return Part(
+        f"dK/dV pass: read Q, dO, LSE, Delta (once per {b.bwd_n}-row K/V block)",
+        q_rows * (2 * s.row_bytes() + 2 * FP32),
+        0,
+    )
+
+
+def _flash_bwd_one_pass(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
+    """The one-pass backward (the bundled Gluon kernel's ONE_PASS, FlashAttention-2's and -3's): the dK/dV pass also
+    adds its dQ = dS K into a zeroed fp32 buffer, which is then converted to the input dtype."""
+    dq32 = s.rows * s.head_dim * FP32
+    zero, convert = Part("dQ: zero the fp32 buffer", 0, dq32), Part("dQ: convert the fp32 buffer", dq32, s.q)
+    if l2_reuse:
+        return Traffic(
+            (
+                _delta_prepass(s),
+                zero,
+                Part("read Q, K, V, dO, LSE, Delta", 2 * s.q + 2 * s.kv + s.rows * 2 * FP32, 0),
+                Part("dQ: fp32 adds (L2 keeps the sums; each line read and written back once)", dq32, dq32),
+                Part("write dK, dV", 0, 2 * s.kv),
+                convert,
+            )
+        )
+    q_rows = s.bh * q_rows_per_head(s, b.bwd_m, b.bwd_n)
+    added = q_rows * s.head_dim * FP32
+    return Traffic(
+        (
+            _delta_prepass(s),
+            zero,
+            Part("read K, V", 2 * s.kv, 0),
+            _streamed_per_kv_block(s, b, q_rows),
+            Part(f"dQ: fp32 adds, read and written (once per {b.bwd_n}-row K/V block)", added, added),
+            Part("write dK, dV", 0, 2 * s.kv),
+            convert,
+        )
+    )
 
 
 def _stored_p_fwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:

@@ -69,6 +69,9 @@ Caching-allocator rounding (512 B blocks) and workspace of a few MB are not mode
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from flashbench.models.traffic import out_bytes
 
 FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1", "decode")
@@ -188,6 +191,19 @@ def predicted_peak_bytes(
         delta = softmax_stats_bytes(batch, heads, seq_q)
         extra = delta + round(bwd_workspace_q * q_like) + 2 * kv_expanded
     return q_like + lse + grads + extra
+
+
+def reported_workspace_bytes(
+    kernel_config: Mapping[str, Any] | None, batch: int, heads: int, seq_q: int, head_dim: int, mode: str
+) -> int:
+    """Bytes a bundled kernel's reported config says it allocated beyond its provider's declared workspace: the
+    one-pass backward's fp32 dQ buffer (kernel_config["bwd"]["dq"]["ONE_PASS"], kernels/backward.py), which the
+    provider cannot declare ahead (it runs only where the kernel takes one pass: Hopper, d 64 / 128, long enough)."""
+    bwd = (kernel_config or {}).get("bwd") if mode != "fwd" else None
+    dq = bwd.get("dq") if isinstance(bwd, Mapping) else None
+    if isinstance(dq, Mapping) and dq.get("ONE_PASS") == 1:
+        return batch * heads * seq_q * head_dim * FP32
+    return 0
 
 
 def family_for_provider(provider: str) -> str:

@@ -67,11 +67,13 @@ class Blocks:
     bwd_m: int = 64
     bwd_n: int = 128
     splits: int = 1  # key splits per sequence of a split-KV decode kernel (the decode family)
+    bwd_one_pass: bool = False  # the backward adds dQ into an fp32 buffer from its dK/dV pass (no dQ pass)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> Blocks | None:
         """The tiles a kernel reported (Row.kernel_config: BLOCK_M, BLOCK_N in any case; num_splits; under "bwd",
-        the dK/dV pass's {"dkdv": {BLOCK_M, BLOCK_N}}: query rows streamed, keys resident), else None."""
+        the dK/dV pass's {"dkdv": {BLOCK_M, BLOCK_N, ONE_PASS}}: query rows streamed, keys resident, dQ added
+        there), else None."""
         if not config:
             return None
         cfg = {str(k).lower(): v for k, v in config.items()}
@@ -84,7 +86,7 @@ class Blocks:
         if isinstance(dkdv, Mapping):
             bm, bn = dkdv.get("BLOCK_M"), dkdv.get("BLOCK_N")
             if isinstance(bm, int) and isinstance(bn, int) and bm > 0 and bn > 0:
-                blocks = replace(blocks, bwd_m=bm, bwd_n=bn)
+                blocks = replace(blocks, bwd_m=bm, bwd_n=bn, bwd_one_pass=dkdv.get("ONE_PASS") == 1)
         return blocks
 
 
