@@ -107,10 +107,33 @@ def test_recompute_overhead_is_the_backward_alone_with_its_flops_stated(tmp_path
     assert (r["credited_flops_recompute"], r["credited_flops_stored"]) == (2.5 * fwd, 2.0 * fwd)
     assert (r["executed_flops_recompute"], r["executed_flops_stored"]) == (3.5 * fwd, 2.5 * fwd)
     refs = {round(ref.value, 6): ref.label for ref in analysis.recompute_references()}
-    assert set(refs) == {0.25, 0.4}  # what the axis (recompute / stored-P - 1) compares with; not 0.5 / 2.5
+    assert set(refs) == {
+        0.25,
+        0.4,
+        0.0,
+    }  # what the axis (recompute / stored-P - 1) compares with; not 0.5 / 2.5
     assert "credited" in refs[0.25] and "2.5" in refs[0.25] and "2.0" in refs[0.25]
-    assert "executed" in refs[0.4] and "7" in refs[0.4] and "5" in refs[0.4]
+    assert "executed" in refs[0.4] and "two-pass" in refs[0.4] and "7" in refs[0.4] and "5" in refs[0.4]
+    assert "executed" in refs[0.0] and "one-pass" in refs[0.0]
     assert analysis.RECOMPUTE_OVERHEAD.startswith("recompute overhead = ")
+
+
+def test_a_one_pass_recompute_backward_executes_what_the_stored_p_one_does(tmp_path: Path) -> None:
+    """The one-pass backward (its row's kernel_config: dQ from the dK/dV kernel) runs 5 block matmuls, as the
+    stored-P passes do: its executed FLOPs are 2.5x a forward, not the two passes' 3.5x."""
+    one_pass = {
+        "bwd": {"dkdv": {"kernel": "gluon-ws", "ONE_PASS": 1}, "dq": {"kernel": "gluon-ws", "ONE_PASS": 1}}
+    }
+    two_pass = {"bwd": {"dkdv": {"kernel": "gluon-ws", "ONE_PASS": 0}, "dq": {"BLOCK_M": 128, "BLOCK_N": 64}}}
+    for config, executed in ((one_pass, 2.5), (two_pass, 3.5)):
+        rows = [
+            ok_row("triton", 256, 1.1, mode="bwd", kernel_config=config),
+            ok_row("triton-stored-p", 256, 1.0, mode="bwd"),
+        ]
+        run = make_run(tmp_path / str(executed), rows)
+        r = analysis.recompute_overhead(analysis.load_run(run).frame).iloc[0]
+        fwd = 4 * 1 * 4 * 64 * 256 * 256
+        assert (r["executed_flops_recompute"], r["executed_flops_stored"]) == (executed * fwd, 2.5 * fwd)
 
 
 def test_compare_runs_ratio_and_newly_failing_cases(tmp_path: Path) -> None:

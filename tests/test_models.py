@@ -269,9 +269,13 @@ def test_blocks_from_a_reported_kernel_config():
     one_pass = {
         "BLOCK_M": 128,
         "BLOCK_N": 128,
-        "bwd": {"dkdv": {"BLOCK_M": 64, "BLOCK_N": 128, "ONE_PASS": 1}},
+        "bwd": {
+            "dkdv": {"BLOCK_M": 64, "BLOCK_N": 128, "ONE_PASS": 1},
+            "dq": {"kernel": "gluon-ws", "ONE_PASS": 1},
+        },
     }
     assert io_model.Blocks.from_config(one_pass).bwd_one_pass
+    assert not io_model.Blocks.from_config(reported).bwd_one_pass
 
 
 def test_one_pass_backward_traffic():

@@ -27,6 +27,7 @@ from flashbench.models.flops import (
     forward_flops,
     recompute_overhead_references,
 )
+from flashbench.models.traffic import one_pass_backward
 from flashbench.results.env import Environment, read_env
 from flashbench.results.rows import FLOP_CONVENTION, OK, load
 from flashbench.spec.cases import CASE_FIELDS, mask_label
@@ -186,8 +187,16 @@ RECOMPUTE_OVERHEAD = (
     "recompute overhead = median time of the recompute backward / median time of the stored-P backward - 1, "
     "per shape, from --mode bwd rows: the backward alone (each forward runs outside the timed region, so the "
     "stored-P forward's extra Q K^T does not enter). FLOPs: credited 2.5x forward (recompute) vs 2.0x (reads "
-    "P); executed by the bundled kernels 3.5x vs 2.5x (7 vs 5 block matmuls)."
+    "P); executed by the bundled kernels 3.5x (the two-pass recompute backward, 7 block matmuls) or 2.5x (the "
+    "one-pass, 5: its row's kernel_config says ONE_PASS) vs 2.5x (5)."
 )
+
+
+def one_pass(kernel_config: object) -> bool:
+    """Whether a row's kernel_config (JSON text or a dict) says its backward ran in one pass (dQ from the dK/dV
+    kernel, kernels/backward_ws.py's ONE_PASS)."""
+    cfg = json.loads(kernel_config) if isinstance(kernel_config, str) and kernel_config else kernel_config
+    return one_pass_backward(cfg if isinstance(cfg, dict) else None)
 
 
 def recompute_references() -> tuple[Reference, ...]:
@@ -238,7 +247,8 @@ def recompute_overhead(frame: pd.DataFrame) -> pd.DataFrame:
     bwd, matmuls = MODE_MULTIPLIER["bwd"], BWD_BLOCK_MATMULS
     out["credited_flops_recompute"] = [bwd * f for f in fwd]
     out["credited_flops_stored"] = [(bwd - RECOMPUTE_MULTIPLIER) * f for f in fwd]
-    out["executed_flops_recompute"] = [0.5 * matmuls["recompute"] * f for f in fwd]
+    kinds = ["recompute-one-pass" if one_pass(c) else "recompute" for c in out["kernel_config"]]
+    out["executed_flops_recompute"] = [0.5 * matmuls[k] * f for k, f in zip(kinds, fwd, strict=True)]
     out["executed_flops_stored"] = [0.5 * matmuls["stored-p"] * f for f in fwd]
     keep = [
         "recompute_provider",

@@ -10,8 +10,9 @@ Convention (flash-attn's benchmarks, DESIGN.md):
   "25% of backward / 16.7% of the total" counts the recompute against a 2x backward (0.5 / 2.0, and
   0.5 / 3.0 of a fwd+bwd without recompute): both views are returned by recompute_share(). A share is not
   an overhead: the measured recompute overhead (recompute backward time / stored-P backward time - 1) compares
-  with 2.5 / 2.0 - 1 = 25% credited, or with what the bundled kernels execute, 7 / 5 block matmuls - 1 = 40%
-  (recompute_overhead_references()).
+  with 2.5 / 2.0 - 1 = 25% credited, or with what the bundled kernels execute: 7 / 5 block matmuls - 1 = 40%
+  for the two-pass recompute backward, 5 / 5 - 1 = 0% for the one-pass (the Hopper default at d = 64 / 128,
+  which recomputes S once; only its exp2 is extra) (recompute_overhead_references()).
 - fwd+bwd  = 3.5x forward.
 
 Ragged batches (a KV cache whose sequences hold different numbers of keys, `seqlens_k`): the pairs are summed
@@ -37,8 +38,9 @@ RECOMPUTE_MULTIPLIER = 0.5  # the credited backward's share for recomputing S = 
 # Block matmuls per visited (query block, key block) tile of the bundled backwards (kernels/backward.py), each
 # 2 * block_m * block_n * d FLOPs, i.e. 0.5x a forward over the whole matrix:
 #   recompute: dK/dV pass S = Q K^T, dP = dO V^T, dV += P^T dO, dK += dS^T Q; dQ pass S, dP, dQ += dS K  -> 7
+#   recompute in one pass (Gluon, Hopper; kernel_config ONE_PASS): S, dP, dV, dK, dQ                     -> 5
 #   stored P (P read in both passes): dK/dV pass dP, dV, dK; dQ pass dP, dQ                              -> 5
-BWD_BLOCK_MATMULS: dict[str, int] = {"recompute": 7, "stored-p": 5}
+BWD_BLOCK_MATMULS: dict[str, int] = {"recompute": 7, "recompute-one-pass": 5, "stored-p": 5}
 
 
 def unmasked_pairs(
@@ -140,26 +142,29 @@ def recompute_overhead_references() -> tuple[Reference, ...]:
     """What (recompute backward time / stored-P backward time - 1) would be if time followed FLOPs.
 
     Credited: the convention's 2.5x forward for a recompute backward over the 2.0x a backward that reads P
-    needs. Executed: what the bundled pair runs, 7 against 5 block matmuls (Q K^T is recomputed in both the
-    dK/dV and the dQ pass). Not 0.5 / 2.5 = 20%: that is the recompute's share of a backward, not the
-    overhead over one without it.
+    needs. Executed: what the bundled pair runs, 7 against 5 block matmuls for the two-pass recompute backward
+    (Q K^T is recomputed in both the dK/dV and the dQ pass), 5 against 5 for the one-pass (S recomputed once,
+    as the stored-P passes compute dP twice). Not 0.5 / 2.5 = 20%: that is the recompute's share of a backward,
+    not the overhead over one without it.
     """
     bwd = MODE_MULTIPLIER["bwd"]
     stored = bwd - RECOMPUTE_MULTIPLIER
-    recompute, read_p = BWD_BLOCK_MATMULS["recompute"], BWD_BLOCK_MATMULS["stored-p"]
-    return (
+    read_p = BWD_BLOCK_MATMULS["stored-p"]
+    executed = [
         Reference(
-            bwd / stored - 1.0,
-            f"credited FLOPs: {bwd}x / {stored}x forward - 1 = {bwd / stored - 1:.0%}",
-            "credited FLOPs",
-        ),
-        Reference(
-            recompute / read_p - 1.0,
-            f"executed by the bundled kernels: {recompute} / {read_p} block matmuls - 1 = "
-            f"{recompute / read_p - 1:.0%}",
-            "executed FLOPs",
-        ),
+            BWD_BLOCK_MATMULS[kind] / read_p - 1.0,
+            f"executed by the bundled {what} backward: {BWD_BLOCK_MATMULS[kind]} / {read_p} block matmuls - 1 = "
+            f"{BWD_BLOCK_MATMULS[kind] / read_p - 1:.0%}",
+            f"executed FLOPs ({what})",
+        )
+        for kind, what in (("recompute", "two-pass"), ("recompute-one-pass", "one-pass"))
+    ]
+    credited = Reference(
+        bwd / stored - 1.0,
+        f"credited FLOPs: {bwd}x / {stored}x forward - 1 = {bwd / stored - 1:.0%}",
+        "credited FLOPs",
     )
+    return (credited, *executed)
 
 
 def recompute_share() -> dict[str, float]:

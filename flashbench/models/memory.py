@@ -72,7 +72,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flashbench.models.traffic import out_bytes
+from flashbench.models.traffic import one_pass_backward, out_bytes
 
 FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1", "decode")
 MODES = ("fwd", "bwd", "fwd+bwd")
@@ -197,11 +197,9 @@ def reported_workspace_bytes(
     kernel_config: Mapping[str, Any] | None, batch: int, heads: int, seq_q: int, head_dim: int, mode: str
 ) -> int:
     """Bytes a bundled kernel's reported config says it allocated beyond its provider's declared workspace: the
-    one-pass backward's fp32 dQ buffer (kernel_config["bwd"]["dq"]["ONE_PASS"], kernels/backward.py), which the
+    one-pass backward's fp32 dQ buffer (traffic.one_pass_backward, kernels/backward.py), which the
     provider cannot declare ahead (it runs only where the kernel takes one pass: Hopper, d 64 / 128, long enough)."""
-    bwd = (kernel_config or {}).get("bwd") if mode != "fwd" else None
-    dq = bwd.get("dq") if isinstance(bwd, Mapping) else None
-    if isinstance(dq, Mapping) and dq.get("ONE_PASS") == 1:
+    if mode != "fwd" and one_pass_backward(kernel_config):
         return batch * heads * seq_q * head_dim * FP32
     return 0
 

@@ -54,6 +54,15 @@ class Traffic:
         return {p.name: {"read": p.read, "write": p.write} for p in self.parts}
 
 
+def one_pass_backward(config: Mapping[str, Any] | None) -> bool:
+    """Whether a kernel_config (Row.kernel_config) says its backward added dQ from the dK/dV kernel (one pass,
+    kernels/backward_ws.py's ONE_PASS: {"bwd": {"dq": {"kernel": "gluon-ws", "ONE_PASS": 1}}}) rather than in a
+    dQ pass of its own."""
+    bwd = config.get("bwd") if isinstance(config, Mapping) else None
+    dq = bwd.get("dq") if isinstance(bwd, Mapping) else None
+    return isinstance(dq, Mapping) and dq.get("ONE_PASS") == 1
+
+
 @dataclass(frozen=True)
 class Blocks:
     """Tile sizes of a tiled kernel (rows of Q per block = m, rows of K/V per block = n).
@@ -72,8 +81,8 @@ class Blocks:
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> Blocks | None:
         """The tiles a kernel reported (Row.kernel_config: BLOCK_M, BLOCK_N in any case; num_splits; under "bwd",
-        the dK/dV pass's {"dkdv": {BLOCK_M, BLOCK_N, ONE_PASS}}: query rows streamed, keys resident, dQ added
-        there), else None."""
+        the dK/dV pass's {"dkdv": {BLOCK_M, BLOCK_N}}: query rows streamed, keys resident; one_pass_backward),
+        else None."""
         if not config:
             return None
         cfg = {str(k).lower(): v for k, v in config.items()}
@@ -86,7 +95,7 @@ class Blocks:
         if isinstance(dkdv, Mapping):
             bm, bn = dkdv.get("BLOCK_M"), dkdv.get("BLOCK_N")
             if isinstance(bm, int) and isinstance(bn, int) and bm > 0 and bn > 0:
-                blocks = replace(blocks, bwd_m=bm, bwd_n=bn, bwd_one_pass=dkdv.get("ONE_PASS") == 1)
+                blocks = replace(blocks, bwd_m=bm, bwd_n=bn, bwd_one_pass=one_pass_backward(config))
         return blocks
 
 
