@@ -38,6 +38,32 @@ def kernel_name(config: object) -> str:
     return f"tl {config.get('BLOCK_M')}x{config.get('BLOCK_N')}"
 
 
+def backward_name(config: object) -> str:
+    """Which bundled backward ran, from the row's kernel_config["bwd"]: "Gluon one pass", "Gluon dK/dV + tl dQ"
+    or "tl" (both passes)."""
+    bwd = config.get("bwd") if isinstance(config, dict) else None
+    dkdv = bwd.get("dkdv") if isinstance(bwd, dict) else None
+    if not isinstance(dkdv, dict):
+        return ""
+    if dkdv.get("kernel") != "gluon-ws":
+        return "tl"
+    return "Gluon one pass" if dkdv.get("ONE_PASS") else "Gluon dK/dV + tl dQ"
+
+
+def kernels_cell(mode: str, config: object) -> str:
+    """The forward that ran (fwd), the backward (bwd), or both (fwd+bwd: "forward; backward")."""
+    names = {"fwd": [kernel_name(config)], "bwd": [backward_name(config)]}
+    return "; ".join(names.get(mode, [kernel_name(config), backward_name(config)]))
+
+
+def ratio(a: float, b: float) -> str:
+    return "-" if pd.isna(a) or pd.isna(b) else f"{a / b:.2f}"
+
+
+def tflops_cell(x: float) -> str:
+    return "-" if pd.isna(x) else f"{x:.0f}"
+
+
 def speed(runs: list[str]) -> None:
     frames = [ok_rows(r) for r in runs]
     pivots = [
@@ -47,17 +73,17 @@ def speed(runs: list[str]) -> None:
         for f in frames
     ]
     first = frames[0][frames[0].provider == "triton"].set_index(KEY)
-    print("| mode | d | causal | N | triton | sdpa-flash | sdpa-cudnn | x flash | x cuDNN | forward kernel |")
+    print("| mode | d | causal | N | triton | sdpa-flash | sdpa-cudnn | x flash | x cuDNN | kernels |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     order = pivots[0].sort_index(level=["mode", "head_dim", "causal", "seq_q"])  # fwd before fwd+bwd
     for key, r in order.iterrows():
         d, causal, mode, n = key
-        x_flash = " / ".join(f"{p.loc[key, 'triton'] / p.loc[key, 'sdpa-flash']:.2f}" for p in pivots)
-        x_cudnn = " / ".join(f"{p.loc[key, 'triton'] / p.loc[key, 'sdpa-cudnn']:.2f}" for p in pivots)
-        kernel = kernel_name(first.loc[key, "kernel_config"])
+        x_flash = " / ".join(ratio(p.loc[key, "triton"], p.loc[key, "sdpa-flash"]) for p in pivots)
+        x_cudnn = " / ".join(ratio(p.loc[key, "triton"], p.loc[key, "sdpa-cudnn"]) for p in pivots)
+        kernels = kernels_cell(mode, first.loc[key, "kernel_config"])
+        cells = " | ".join(tflops_cell(r[p]) for p in ("triton", "sdpa-flash", "sdpa-cudnn"))
         print(
-            f"| {mode} | {d} | {'yes' if causal else 'no'} | {n} | {r['triton']:.0f} | {r['sdpa-flash']:.0f} "
-            f"| {r['sdpa-cudnn']:.0f} | {x_flash} | {x_cudnn} | {kernel} |"
+            f"| {mode} | {d} | {'yes' if causal else 'no'} | {n} | {cells} | {x_flash} | {x_cudnn} | {kernels} |"
         )
 
 
