@@ -14,10 +14,15 @@ Three launches:
      dQ += dS K; at the end dQ *= sm_scale.
 
 dQ strategy, a separate pass rather than fp32 atomics: every output element has one writer, so the result
-is deterministic (run-to-run identical, which a benchmark's correctness check wants), there is no fp32 dQ
-buffer to zero and convert, and the kernels can be autotuned (the autotuner re-runs a kernel; atomics would
-accumulate across its runs). The cost is recomputing Q K^T, exp2 and dO V^T in the dQ pass: 7 block matmuls
-per (query block, key block) instead of 5. The stored-P variant skips Q K^T and exp2 in both passes.
+is deterministic (run-to-run identical), there is no fp32 dQ buffer to zero and convert, and the kernels can be
+autotuned (the autotuner re-runs a kernel; atomics would accumulate across its runs). The cost is recomputing
+Q K^T, exp2 and dO V^T in the dQ pass: 7 block matmuls per (query block, key block) instead of 5. The stored-P
+variant skips Q K^T and exp2 in both passes.
+
+On Hopper (backward_ws.default_config: fp16/bf16, d = 64 / 128, long enough) one Gluon kernel replaces steps 2
+and 3: dK, dV as above, and dQ added into a zeroed fp32 buffer by TMA reduce-adds from the same program, converted
+after (5 block matmuls; dQ not bitwise repeatable). Where torch asks for deterministic algorithms it runs the two
+passes (the Gluon dK/dV pass at d = 128).
 
 Streamed tiles (Q and dO in the dK/dV pass, K and V in the dQ pass) come through 4-D [B, H, N, D] tensor
 descriptors built on the host (TMA on Hopper and newer) when `use_tma` allows, else through pointers; the

@@ -22,9 +22,9 @@ backward_dq.py's separate pass (every output has one writer; backward.py takes i
 deterministic algorithms). The four warpgroups' register split (ONE_PASS_REGS) is what makes the one pass pay:
 docs/kernels.md, the backward.
 
-Scope (`supported` says why not; backward_dkdv.py and backward_dq.py serve the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
-contiguous q, k, v, dO, Nq % BLOCK_M == 0, Nk % (NUM_WG * 64) == 0, no sliding window, no stored P, and for causal
-Nk >= Nq (bottom-right: every query row sees a key).
+Scope (`supported` says why not; backward_dkdv.py and backward_dq.py serve the rest): CUDA capability 9.x,
+fp16/bf16, D in {64, 128}, contiguous q, k, v, dO, Nq % BLOCK_M == 0, Nk % (NUM_WG * 64) == 0, no sliding window,
+no stored P, and for causal Nk >= Nq (bottom-right: every query row sees a key).
 """
 
 from __future__ import annotations
