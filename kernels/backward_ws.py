@@ -209,26 +209,35 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         n0 = gl.program_id(0) * BLOCK_N
         bkv = gl.program_id(1)
-        hkv_count = H // GROUP
-        b = bkv // hkv_count
-        hkv = bkv % hkv_count
         mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
         for w in gl.static_range(NUM_WG):
             tma.async_copy_global_to_shared(kd, [bkv * N_K + n0 + w * 64, 0], kv_bar, k_smem.index(w))
             tma.async_copy_global_to_shared(vd, [bkv * N_K + n0 + w * 64, 0], kv_bar, v_smem.index(w))
-        lo = 0
-        if CAUSAL:
-            lo = gl.maximum(n0 - (N_K - N_Q), 0) // BLOCK_M
-        n_m = N_Q // BLOCK_M - lo
-        for i in range(GROUP * n_m):
-            m = lo + (i % n_m + ROTATE * gl.program_id(0)) % n_m
-            _load_block(i, (b * H + hkv * GROUP + i // n_m) * N_Q + m * BLOCK_M, descs, smem, bars)
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+        for i in range(GROUP * walk[2]):
+            row = _block(i, walk, ROTATE * gl.program_id(0), N_Q, BLOCK_M)[1]
+            _load_block(i, row, descs, smem, bars)
 
     @gluon.jit
-    def _block_row(i, head0, lo, n_m, spin, N_Q, BLOCK_M: gl.constexpr):
-        """The first row (of Q viewed as [B * H * N_Q, D]) of the program's i-th query block: query head
+    def _walk(sched, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+        """The query blocks every partition of the program walks, as (head0, lo, n_m): rows of query head
+        head0 + j (Q viewed as [B * H * N_Q, D]) for the GQA group's j < GROUP, blocks lo .. lo + n_m - 1 of each
+        (causal: from the first block that sees one of the program's keys)."""
+        H, GROUP, N_Q, N_K = sched
+        bkv = gl.program_id(1)
+        lo = 0
+        if CAUSAL:
+            lo = gl.maximum(gl.program_id(0) * BLOCK_N - (N_K - N_Q), 0) // BLOCK_M
+        head0 = (bkv // (H // GROUP)) * H + (bkv % (H // GROUP)) * GROUP
+        return head0, lo, N_Q // BLOCK_M - lo
+
+    @gluon.jit
+    def _block(i, walk, spin, N_Q, BLOCK_M: gl.constexpr):
+        """The program's i-th query block of `walk` (_walk), as (block index m, its first row): query head
         head0 + i // n_m, block lo + (i % n_m + spin) % n_m (spin: ROTATE's start)."""
-        return (head0 + i // n_m) * N_Q + (lo + (i % n_m + spin) % n_m) * BLOCK_M
+        head0, lo, n_m = walk
+        m = lo + (i % n_m + spin) % n_m
+        return m, (head0 + i // n_m) * N_Q + m * BLOCK_M
 
     @gluon.jit
     def _load_block(i, row, descs, smem, bars):
@@ -291,19 +300,13 @@ if HAVE_GLUON:
 
         n0 = gl.program_id(0) * BLOCK_N
         bkv = gl.program_id(1)
-        hkv_count = H // GROUP
-        b = bkv // hkv_count
-        hkv = bkv % hkv_count
         causal_off = N_K - N_Q
-        lo = 0
-        if CAUSAL:
-            lo = gl.maximum(n0 - causal_off, 0) // BLOCK_M
-        n_m = N_Q // BLOCK_M - lo
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
         my_n0 = n0 + WG * 64
         keys = my_n0 + gl.arange(0, 64, key_s)
         # Query blocks before `full` cut this warpgroup's causal diagonal (masked); from `full` on every row
         # sees every key of the slice.
-        full = lo
+        full = walk[1]
         if CAUSAL:
             full = gl.minimum(gl.cdiv(gl.maximum(my_n0 + 63 - causal_off, 0), BLOCK_M), N_Q // BLOCK_M)
         k = k_smem.index(WG)
@@ -313,9 +316,8 @@ if HAVE_GLUON:
         dv = gl.zeros([64, HEAD_DIM], gl.float32, acc_layout)
         cols = gl.arange(0, BLOCK_M, col_s)
         mbarrier.wait(kv_bar, 0)
-        for i in range(GROUP * n_m):
-            m = lo + (i % n_m + ROTATE * gl.program_id(0)) % n_m
-            row = (b * H + hkv * GROUP + i // n_m) * N_Q + m * BLOCK_M
+        for i in range(GROUP * walk[2]):
+            m, row = _block(i, walk, ROTATE * gl.program_id(0), N_Q, BLOCK_M)
             s = i % STAGES
             q = q_smem.index(s)
             do = do_smem.index(s)
@@ -353,7 +355,7 @@ if HAVE_GLUON:
         # Epilogue: the slices' K and V are no longer read (ONE_PASS: once the dQ warpgroup is done with the last
         # block's dS K); dK and dV leave through them.
         if ONE_PASS:
-            last = GROUP * n_m - 1
+            last = GROUP * walk[2] - 1
             if last >= 0:
                 mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
         out_row = bkv * N_K + my_n0
@@ -388,22 +390,15 @@ if HAVE_GLUON:
         dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
         )
-        n0 = gl.program_id(0) * BLOCK_N
-        bkv = gl.program_id(1)
-        hkv_count = H // GROUP
-        lo = 0
-        if CAUSAL:
-            lo = gl.maximum(n0 - (N_K - N_Q), 0) // BLOCK_M
-        n_m = N_Q // BLOCK_M - lo
-        head0 = (bkv // hkv_count) * H + (bkv % hkv_count) * GROUP
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
         spin = ROTATE * gl.program_id(0)
         zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
         mbarrier.wait(kv_bar, 0)
-        for i in range(GROUP * n_m):
-            row = _block_row(i, head0, lo, n_m, spin, N_Q, BLOCK_M)
+        for i in range(GROUP * walk[2]):
+            row = _block(i, walk, spin, N_Q, BLOCK_M)[1]
             slot = i % 2
             mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
             for c in gl.static_range(HEAD_DIM // 64):
