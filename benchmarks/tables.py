@@ -30,11 +30,13 @@ def ok_rows(run: str) -> pd.DataFrame:
 
 
 def kernel_name(config: object) -> str:
-    """Which bundled forward ran, from the row's kernel_config: "tl 64x128" or "Gluon 192 persistent"."""
+    """Which bundled forward ran, from the row's kernel_config: "tl 64x128", "Gluon 192 persistent" (round-robin)
+    or "Gluon 128 persistent LPT" (list-scheduled, flash_ws.lpt_table)."""
     if not isinstance(config, dict):
         return ""
     if config.get("kernel") == "gluon-ws":
-        return f"Gluon {config.get('BLOCK_M')}" + (" persistent" if config.get("PERSISTENT") else "")
+        walk = " persistent LPT" if config.get("LPT") else " persistent"
+        return f"Gluon {config.get('BLOCK_M')}" + (walk if config.get("PERSISTENT") else "")
     return f"tl {config.get('BLOCK_M')}x{config.get('BLOCK_N')}"
 
 

@@ -6,7 +6,8 @@ the providers (reversed every other round); each timing is flashbench.timing.tim
 warm-up, 100 ms of samples); the table gives the median over rounds of each round's median.
 
     python3 benchmarks/ws_quick.py check             # correctness of every variant against fp32 math
-    python3 benchmarks/ws_quick.py speed [--rounds 3] [--seqs 1024,2048,...] [--dims 64,128]
+    python3 benchmarks/ws_quick.py speed [--rounds 3] [--seqs 1024,2048,...] [--dims 64,128] [--causal yes]
+        [--variants '{"name": {config}}']   # more forced configs beside VARIANTS (flash_ws.CONFIG_KEYS)
 Writes $OUT/ws_quick.json when OUT is set.
 """
 
@@ -120,12 +121,18 @@ def providers(causal: bool):
     return out
 
 
-def speed(rounds: int, seqs: list[int], dims: list[int], names: list[str] | None) -> list[dict]:
+def speed(
+    rounds: int,
+    seqs: list[int],
+    dims: list[int],
+    names: list[str] | None,
+    masks: tuple[bool, ...] = (False, True),
+) -> list[dict]:
     flush = L2Flusher("cuda")
     rows = []
     for d in dims:
         heads = 2048 // d
-        for causal in (False, True):
+        for causal in masks:
             for n in seqs:
                 batch = max(1, 16384 // n)
                 q, k, v = (
@@ -163,11 +170,16 @@ def main() -> int:
     ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--providers", default="")
+    ap.add_argument("--causal", choices=["both", "yes", "no"], default="both")
+    ap.add_argument("--variants", default="{}", help="JSON {name: config}: forced configs added to VARIANTS")
     a = ap.parse_args()
+    VARIANTS.update(json.loads(a.variants))
     if a.what == "check":
         return check()
     seqs, dims = [int(s) for s in a.seqs.split(",")], [int(s) for s in a.dims.split(",")]
-    rows = speed(a.rounds, seqs, dims, [p for p in a.providers.split(",") if p])
+    masks = {"both": (False, True), "yes": (True,), "no": (False,)}[a.causal]
+    names = [p for p in a.providers.split(",") if p] + list(json.loads(a.variants))
+    rows = speed(a.rounds, seqs, dims, names if a.providers else None, masks)
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "ws_quick.json"), "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

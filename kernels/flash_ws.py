@@ -21,7 +21,10 @@ before row 0 and its warpgroups that own no row only keep the barrier protocol (
 PERSISTENT=1 launches one program per SM; each walks tiles t = pid, pid + programs, ... (in flash_ws_parts.tile's order), and
 the K/V ring, the turns and the Q barriers keep counting across its tiles (`it`: key blocks so far, `tc`: tiles
 so far). The output then has its own shared-memory buffers, so the next tile's Q can load during this tile's
-epilogue. The walk is static round-robin: balanced for equal tiles (no mask), not for causal ones.
+epilogue. The walk is static round-robin, balanced for equal tiles (no mask) but not for causal ones; LPT=1
+walks a table built on the host instead (lpt_table): the tiles in the same order, each handed to the program
+with the least work so far, as a dynamic scheduler would, so the longest tiles go first and the programs end
+together.
 
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
 contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (the 2-D descriptors span all heads, so a partial
@@ -37,6 +40,7 @@ blocks that cut the window's left edge are masked, as the causal diagonal is; ot
 from __future__ import annotations
 
 import functools
+import heapq
 import os
 from typing import Any
 
@@ -63,15 +67,23 @@ PRODUCER_REGS = {2: 24, 3: 32}
 # (`python3 benchmarks/ws_quick.py speed --rounds 2`, variant "ws-n64" at commit 1a61f90).
 BLOCK_N = 128
 # Default config per (head dim, causal), from `python3 benchmarks/ws_quick.py speed` on an H100: d = 64 takes
-# FA3's 192-row tiles (three consumers), persistent when not causal (458 vs 437-445 TFLOP/s at N = 2048); a
-# causal persistent walk is unbalanced (round-robin tiles of unequal length: 197 TFLOP/s at N = 2048), so
-# causal tiles are one program each. Three K/V stages were up to 14% ahead of two at d = 128.
+# FA3's 192-row tiles (three consumers), persistent when not causal (458 vs 437-445 TFLOP/s at N = 2048). Causal
+# tiles are unequal: a round-robin persistent walk is unbalanced (197 TFLOP/s at d = 64 N = 2048), but the
+# list-scheduled one (LPT=1, two stages) beat one program per tile with three stages (TFLOP/s, d = 128 causal,
+# N = 1k/2k/4k, groups of 4 heads: 403/492/550 vs 339/438/503, cuDNN 402/434/458; d = 64 causal N = 8k: 442 vs
+# 421; `python3 benchmarks/ws_quick.py speed --causal yes --variants '{"h4": {"BLOCK_M": 128, "PERSISTENT": 1,
+# "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}}'`, H100, 2026-11-25).
+# Three K/V stages were up to 14% ahead of two at d = 128 with one program per tile. The group of heads is
+# lpt_heads's: 4 while their K and V take at most LPT_GROUP_BYTES, else 1 (d = 128 causal, N = 8k/16k/32k: h1
+# 572/621/619, h4 548-559/596-603/595-601, one program per tile 553/598/591; d = 64 N = 32k: 483, 473, 466).
 _BASE = {"BLOCK_N": BLOCK_N, "SCHED_HEADS": 1}  # reported with every config (the byte model reads the tiles)
+_LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
+LPT_GROUP_BYTES = 8 * 2**20
 DEFAULT_CONFIG = {
     (64, False): {**_BASE, "BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1},
-    (64, True): {**_BASE, "BLOCK_M": 192, "STAGES": 3, "PERSISTENT": 0},
+    (64, True): {**_BASE, "BLOCK_M": 192, **_LPT},
     (128, False): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
-    (128, True): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
+    (128, True): {**_BASE, "BLOCK_M": 128, **_LPT},
 }
 # FP8: 128-row tiles at both head dims (192 rows spill: 323 spill stores at d = 128, 164 at d = 64 by
 # `benchmarks/sm90_compile.py ws '{"BLOCK_M": 192}' --fp8`). Stages at d = 128 on an H100 (TFLOP/s, N = 4k/8k/16k,
@@ -82,10 +94,11 @@ HEAD_DIMS = (64, 128)
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
 # problems stay on the tl kernel, which was as fast or faster there (ws_quick on an H100, TFLOP/s):
-#   d=128 causal N=1024: 279 vs 344 (a tile sees 1-8 key blocks, too few to fill the ping-pong pipeline);
-#   d=64 not causal N=1024: 396 vs 394 (a tie); d=64 causal: 254-288 vs 347-365 at N=2048, 367-385 vs 394-395
-#   at 4096 (192-row tiles waste 12% of their work on the causal diagonal at 2048, the tl kernel's 64-row ones 6%).
-GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, True): 2048}
+#   d=128 causal N=1024: the list-scheduled walk 403 vs 342 (one program per tile: 339); shorter not measured;
+#   d=64 not causal N=1024: 396 vs 394 (a tie); d=64 causal: 348 vs 363 at N=2048, 403 vs 402 at 4096 (192-row
+#   tiles waste 12% of their work on the causal diagonal at 2048, the tl kernel's 64-row ones 6%), 442 vs 430
+#   at 8192.
+GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, True): 1024}
 # The same for FP8 (flash_fp8's forward), against the tl FP8 kernel's best tile (64x128, 4 warps, 3 stages) on an
 # H100 (`python3 benchmarks/fp8_configs.py --dims 128[,64] [--causal] --seqs 4096,16384 --no-space --extra
 # 64,128,4,3 --gluon`, TFLOP/s): d = 128 803-847 vs 748-769, causal 679/792 vs 661/743 at N = 4096/16384 (shorter
@@ -114,6 +127,7 @@ CONFIG_KEYS = {
     "SCHED_HEADS": (1, 4, 16, 32, 64),
     "PROGRAMS": None,
     "PIN_WAIT": (0, 1),
+    "LPT": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel beat this one on the causal diagonal (d=128 causal N=1024 above: 344 vs 279 TFLOP/s).
@@ -133,6 +147,12 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, 
     if fp8:
         return dict(FP8_CONFIG)
     return dict(DEFAULT_CONFIG[(head_dim if head_dim in HEAD_DIMS else 128, bool(causal))])
+
+
+def lpt_heads(n_k: int, head_dim: int) -> int:
+    """The list-scheduled walk's group of heads (SCHED_HEADS) when none is forced: 4 heads while their K and V
+    (16-bit) take at most LPT_GROUP_BYTES of L2, else 1 (measured on an H100: DEFAULT_CONFIG's note)."""
+    return 4 if 4 * 2 * n_k * head_dim * 2 <= LPT_GROUP_BYTES else 1
 
 
 def preferred(
@@ -264,6 +284,51 @@ def _descriptors(q, k, v, o, block_n):
     return _descriptor(q, [ROWS, D]), kd, vd, _descriptor(o, [ROWS, D])
 
 
+# What lpt_table charges a tile beyond its key blocks (its Q load, first score tile and epilogue), in key blocks.
+TILE_COST = 1
+
+
+@functools.lru_cache(maxsize=32)
+def lpt_table(
+    num_m: int,
+    bh: int,
+    sched_heads: int,
+    block_m: int,
+    programs: int,
+    n_q: int,
+    n_k: int,
+    causal: bool,
+    win: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """The persistent programs' schedule (LPT=1), int32 [programs, rounds]: row p the tiles program p walks, in
+    order, padded with num_m * bh (past the last tile). The tiles are list-scheduled in the kernel's tile order
+    (flash_ws_parts.tile: groups of sched_heads heads, the longest query block first under a causal mask): the
+    next goes to the program with the least work so far, as a dynamic scheduler would hand it out, with work =
+    key blocks + TILE_COST. win: a window's left limit, -1 for none. Cached per shape (one upload)."""
+    off = n_k - n_q
+    cost = []
+    for m in range(num_m):
+        q_pos = n_q - (num_m - m) * block_m
+        n_blocks = cdiv(min(n_k, q_pos + block_m + off), BLOCK_N) if causal else n_k // BLOCK_N
+        first = max(q_pos + off - win, 0) // BLOCK_N if win >= 0 else 0
+        cost.append(n_blocks - first + TILE_COST)
+    rows: list[list[int]] = [[] for _ in range(programs)]
+    load = [(0, p) for p in range(programs)]
+    t = 0
+    for base in range(0, bh, sched_heads):
+        heads = min(bh - base, sched_heads)
+        for r in range(num_m * heads):
+            m = num_m - 1 - r // heads if causal else r // heads
+            work, p = heapq.heappop(load)
+            rows[p].append(t)
+            heapq.heappush(load, (work + cost[m], p))
+            t += 1
+    width = max(len(row) for row in rows)
+    table = [row + [num_m * bh] * (width - len(row)) for row in rows]
+    return torch.tensor(table, dtype=torch.int32, device=device)
+
+
 def attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -281,6 +346,8 @@ def attention_forward(
     causal = bool(causal) or window is not None  # a supported window has right limit 0: the causal diagonal
     fp8 = q.dtype in FP8_DTYPES
     cfg = default_config(D, causal, fp8)
+    if cfg.get("LPT"):
+        cfg["SCHED_HEADS"] = lpt_heads(k.shape[2], D)
     cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
     why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
     if why:
@@ -304,9 +371,18 @@ def attention_forward(
     num_wg = cfg["BLOCK_M"] // ROWS
     num_m = cdiv(Nq, cfg["BLOCK_M"])
     tiles = num_m * B * H
+    table, width = torch.empty(0, dtype=torch.int32, device=q.device), 0  # no schedule table: round-robin
     if cfg["PERSISTENT"]:
-        programs = cfg.get("PROGRAMS") or _sm_count(q.device.index if q.device.index is not None else 0)
-        grid = (min(tiles, programs),)
+        programs = min(
+            tiles, cfg.get("PROGRAMS") or _sm_count(q.device.index if q.device.index is not None else 0)
+        )
+        grid = (programs,)
+        if cfg.get("LPT"):
+            win = window[0] if window is not None else -1
+            table = lpt_table(
+                num_m, B * H, cfg["SCHED_HEADS"], cfg["BLOCK_M"], programs, Nq, Nk, causal, win, q.device
+            )
+            width = table.shape[1]
     else:
         grid = (tiles,)
     _attn_fwd_ws[grid](
@@ -324,6 +400,8 @@ def attention_forward(
         sm_scale * LOG2E,
         window[0] if window is not None else 0,
         *(descales if fp8 else (lse, lse, lse)),
+        table,
+        width,
         HEAD_DIM=D,
         BLOCK_N=BLOCK_N,
         STAGES=cfg["STAGES"],

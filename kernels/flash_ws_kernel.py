@@ -7,7 +7,8 @@ partition) beside one producer warp (flash_ws_parts.load_partition). They share 
   bars  = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns): the query slices have landed; every consumer is
           done with them; K / V of ring stage s has landed; every consumer has released K (empty_bars[s]) or
           V (empty_bars[STAGES + s]) of stage s; consumer w may issue its matmuls (turns[w]);
-  sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT): what tile() (flash_ws_parts.py) needs to place a tile and bound its keys.
+  sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, TILES, ROUNDS): what tile() (flash_ws_parts.py) needs to
+          place a tile and bound its keys, and the persistent programs' schedule table (ROUNDS = 0: none).
 The tile sizes (NUM_WG, ROWS, HEAD_DIM, STAGES, BLOCK_N) are read from the buffers' shapes, and FP8 mode from
 their dtype: e4m3 Q, K and V^T (flash_ws_parts.py's docstring), descales, bf16 O in its own buffers.
 """
@@ -29,6 +30,7 @@ from .flash_ws_parts import (
     p_operand,
     pv_wait,
     round_tile,
+    rounds,
     softmax,
     tile,
     tile_scales,
@@ -125,7 +127,7 @@ def _consumer(
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
     q_smem, _, k_smem, _, _ = smem
     _, q_empty, k_bars, v_bars, empty_bars, turns = bars
-    num_m, BH, _, _, N_Q, N_K, WIN_LEFT = sched
+    num_m, BH, _, _, N_Q, N_K, WIN_LEFT, _, _ = sched
     FP8: gl.constexpr = k_smem.dtype.is_fp8()
     NUM_WG: gl.constexpr = q_smem.shape[0]
     STAGES: gl.constexpr = k_smem.shape[0]
@@ -140,8 +142,8 @@ def _consumer(
     FLIP: gl.constexpr = 1 if WG == 0 else 0
     it = 0
     n_tiles = num_m * BH
-    for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-        t = round_tile(tc)
+    for tc in range(rounds(sched)):
+        t = round_tile(tc, sched)
         if t < n_tiles:
             q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks = tile(
                 t=t,
@@ -400,6 +402,8 @@ def _attn_fwd_ws(
     Q_DESCALE,  # FP8: fp32 [B, H_KV] descales of q, k, v (else any pointer, unused)
     K_DESCALE,
     V_DESCALE,
+    TILES,  # int32 [programs, ROUNDS]: each persistent program's tiles in order (flash_ws.lpt_table)
+    ROUNDS,  # 0: no table, round-robin
     HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,  # K/V ring stages
@@ -453,7 +457,7 @@ def _attn_fwd_ws(
     descs = (qd, kd, vd)
     smem = (q_smem, o_smem, k_smem, v_smem, pins)
     bars = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns)
-    sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT)
+    sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, TILES, ROUNDS)
     scales = (qk_scale, Q_DESCALE, K_DESCALE, V_DESCALE)
     # Constexprs go into the partitions' tuples as written here: a tuple held in a variable makes them tensors.
     if NUM_WG == 3:

@@ -32,7 +32,7 @@ def tile(
     Tiles go by groups of SCHED_HEADS heads (whose K/V stay in L2 together), and within a group by query
     block (the last, which sees the most keys under a causal mask, first), then head.
     Query tiles end at N_Q: the first may start before row 0."""
-    num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT = sched
+    num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, _, _ = sched
     per_group = num_m * SCHED_HEADS
     grp = t // per_group
     base = grp * SCHED_HEADS
@@ -63,12 +63,27 @@ def tile(
 
 
 @gluon.jit
-def round_tile(tc):
-    """The tile of this program's round tc: tiles go round-robin over the programs (t = tc * programs + pid);
-    may be past the last tile in the last round."""
+def rounds(sched):
+    """How many tiles this program walks (the last may be past the end): the schedule table's width when sched
+    has one (ROUNDS > 0), else round-robin's share."""
+    num_m, BH, _, _, _, _, _, _, ROUNDS = sched
+    r = gl.cdiv(num_m * BH, gl.num_programs(0))
+    if ROUNDS > 0:
+        r = ROUNDS
+    return r
+
+
+@gluon.jit
+def round_tile(tc, sched):
+    """The tile of this program's round tc: row pid of the schedule table TILES ([programs, ROUNDS] int32, padded
+    with num_m * BH; flash_ws.lpt_table) when there is one, else round-robin over the programs (t = tc *
+    programs + pid); may be past the last tile."""
+    _, _, _, _, _, _, _, TILES, ROUNDS = sched
     pid = gl.program_id(0)
-    programs = gl.num_programs(0)
-    return tc * programs + pid
+    t = tc * gl.num_programs(0) + pid
+    if ROUNDS > 0:
+        t = gl.load(TILES + pid * ROUNDS + tc)
+    return t
 
 
 @gluon.jit
@@ -82,7 +97,7 @@ def load_partition(
     qd, kd, vd = descs
     q_smem, _, k_smem, v_smem, _ = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
-    num_m, BH, _, _, _, N_K, _ = sched
+    num_m, BH, _, _, _, N_K, _, _, _ = sched
     NUM_WG: gl.constexpr = q_smem.shape[0]
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -91,8 +106,8 @@ def load_partition(
     BM: gl.constexpr = NUM_WG * ROWS
     it = 0
     n_tiles = num_m * BH
-    for tc in range(gl.cdiv(n_tiles, gl.num_programs(0))):
-        t = round_tile(tc)
+    for tc in range(rounds(sched)):
+        t = round_tile(tc, sched)
         if t < n_tiles:
             _, q_row, kv_bh, first, n_blocks, _, _ = tile(
                 t=t,

@@ -44,9 +44,10 @@ def rel(a, b) -> float:
         {"STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 4, "STAGES": 2, "SCHED_HEADS": 4},
+        {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "SCHED_HEADS": 4, "LPT": 1},
         {"PIN_WAIT": 1, "BLOCK_M": 128},  # PIN_WAIT takes 128-row tiles only (d = 64 defaults to 192)
     ],
-    ids=["default", "s2", "persistent", "persistent-grouped", "pinned"],
+    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt", "pinned"],
 )
 def test_forward_matches_reference(shape, dtype, causal, config):
     check_forward(shape, dtype, causal, config)
@@ -88,8 +89,9 @@ def test_pinned_wait_changes_no_bit(d, causal, config):
         {"PERSISTENT": 1, "PROGRAMS": 3},
         {"PERSISTENT": 1, "PROGRAMS": 2, "SCHED_HEADS": 4, "STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 16, "STAGES": 2},
+        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1},
     ],
-    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-h16-p5"],
+    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-h16-p5", "persistent-lpt"],
 )
 def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config):
     """192-row tiles (d = 64): tiles end at seq_q, so the first one's leading warpgroups own no row and only
@@ -202,6 +204,42 @@ def test_forced_gluon_config_is_checked():
     assert flash_ws.check_config({"STAGES": 2, "PERSISTENT": 0}) == {"STAGES": 2, "PERSISTENT": 0}
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    "num_m,bh,heads,programs", [(8, 256, 16, 132), (4, 6, 4, 5), (64, 16, 1, 132), (3, 2, 4, 7)]
+)
+def test_lpt_table_hands_out_every_tile_once_and_balances_the_work(num_m, bh, heads, programs, causal):
+    """The persistent schedule (LPT=1): each tile exactly once, each program's in the kernel's tile order, padded
+    past the last tile, and no program more than one tile's work (the longest) above the least loaded."""
+    block_m, n = 128, num_m * 128
+    table = flash_ws.lpt_table(num_m, bh, heads, block_m, programs, n, n, causal, -1, torch.device("cpu"))
+    tiles = num_m * bh
+    assert table.shape[0] == programs and table.dtype == torch.int32
+    seen = table[table < tiles]
+    assert sorted(seen.tolist()) == list(range(tiles))
+    assert all((row[row < tiles].diff() > 0).all() for row in table)
+
+    def work(
+        t,
+    ):  # key blocks of tile t (flash_ws_parts.tile's order: groups of `heads`, longest first if causal)
+        group_base = (t // (num_m * heads)) * heads
+        in_group = min(bh - group_base, heads)
+        m = (t % (num_m * heads)) // in_group
+        return (num_m - m if causal else num_m) + flash_ws.TILE_COST
+
+    loads = [sum(work(t) for t in row.tolist() if t < tiles) for row in table]
+    assert max(loads) - min(loads) <= num_m + flash_ws.TILE_COST
+    if causal and tiles >= 4 * programs:  # heavy tiles first: round-robin's worst program is well above
+        robin = [sum(work(t) for t in range(p, tiles, programs)) for p in range(programs)]
+        assert max(loads) <= max(robin)
+
+
+def test_lpt_groups_heads_while_their_keys_and_values_fit_the_budget():
+    """4 heads per group while their K and V take at most LPT_GROUP_BYTES (8 MiB), else one head at a time."""
+    assert [flash_ws.lpt_heads(n, 128) for n in (1024, 4096, 8192, 32768)] == [4, 4, 1, 1]
+    assert [flash_ws.lpt_heads(n, 64) for n in (8192, 16384)] == [4, 1]
+
+
 def test_default_configs_report_their_tiles_to_the_byte_model():
     """A sweep row's kernel_config is the config flash_ws reports: it names BLOCK_M and BLOCK_N, which the byte
     model reads (io_model.Blocks), and it passes check_config so that it can be forced back."""
@@ -224,11 +262,18 @@ def test_forcing_gluon_off_hopper_is_a_clear_refusal():
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
 def test_short_causal_stays_on_the_tl_kernel():
-    q = torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    """d = 128 causal: Gluon from N = 1024 (flash_ws.GLUON_MIN_SEQ), its tiles list-scheduled over persistent
+    programs (LPT); shorter causal problems stay on the tl kernel; without a mask Gluon at any length."""
+    q = torch.randn(1, 2, 512, 128, device="cuda", dtype=torch.bfloat16)
     flash_attn(q, q, q, causal=True)
     assert "kernel" not in last_config()
     flash_attn(q, q, q, causal=False)
     assert last_config()["kernel"] == "gluon-ws"
+    q = torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    flash_attn(q, q, q, causal=True)
+    cfg = last_config()
+    assert cfg["kernel"] == "gluon-ws" and cfg["PERSISTENT"] == 1 and cfg["LPT"] == 1
+    assert cfg["SCHED_HEADS"] == 4  # flash_ws.lpt_heads: one head at a time from N = 8192
 
 
 @pytest.mark.gpu
@@ -246,4 +291,4 @@ def test_d64_dispatch_follows_the_measured_thresholds():
         cfg = last_config()
         assert (cfg.get("kernel") == "gluon-ws") == gluon, (n, causal, cfg)
         if gluon:
-            assert cfg["BLOCK_M"] == 192 and cfg["PERSISTENT"] == (0 if causal else 1)
+            assert cfg["BLOCK_M"] == 192 and cfg["PERSISTENT"] == 1 and cfg.get("LPT", 0) == int(causal)
