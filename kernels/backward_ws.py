@@ -65,6 +65,12 @@ DEFAULT_CONFIG = {
     128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 3, "ROTATE": 1, "ONE_PASS": 1},
 }
 TWO_PASS = {"ONE_PASS": 0, "STAGES": 2}
+# The one pass under a causal mask launches its programs in groups of 2 K/V heads, key block by key block (the
+# longest programs first: _program). H100, bf16, `python3 benchmarks/backward_ab.py --causal 1 --variants ...`
+# with SCHED_HEADS 0/2/4/8/16 side by side: 2 took 0.96x the time of one head after another at d = 128 N = 8192
+# (2770 vs 2889 us), 0.99x at N = 2048 and at d = 64 (N = 2048, 8192); 4 and 16 were slower (3042, 3026 us),
+# 8 a tie. Without a mask every program has the same work (and at d = 128 the 1-D grid's index math spills).
+CAUSAL_ORDER = {"SCHED_HEADS": 2}
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (64,),
@@ -72,6 +78,7 @@ CONFIG_KEYS = {
     "STAGES": (1, 2, 3),
     "ROTATE": (0, 1),
     "ONE_PASS": (0, 1),
+    "SCHED_HEADS": (0, 1, 2, 4, 8, 16),
     # reported with the config (derived from NUM_WG and ONE_PASS), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1, 4 * 2 + 4 + 1),
@@ -121,7 +128,7 @@ def default_config(q: torch.Tensor, causal: bool) -> dict[str, Any] | None:
     least = table.get((q.shape[-1], bool(causal)))
     if least is None or q.shape[2] < least or not enabled():
         return None
-    return config_for(q.shape[-1], TWO_PASS if deterministic else None)
+    return config_for(q.shape[-1], TWO_PASS if deterministic else CAUSAL_ORDER if causal else None)
 
 
 def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -198,6 +205,7 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         ROTATE: gl.constexpr,
+        HEADS: gl.constexpr,
     ):
         """One warp: this consumer's K and V slices once, then Q and dO of each query block into ring stage
         i % STAGES once every consumer has released it (empty[s])."""
@@ -207,27 +215,48 @@ if HAVE_GLUON:
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
-        n0 = gl.program_id(0) * BLOCK_N
-        bkv = gl.program_id(1)
+        nb, bkv = _program(sched, BLOCK_N, HEADS)
+        n0 = nb * BLOCK_N
         mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
         for w in gl.static_range(NUM_WG):
             tma.async_copy_global_to_shared(kd, [bkv * N_K + n0 + w * 64, 0], kv_bar, k_smem.index(w))
             tma.async_copy_global_to_shared(vd, [bkv * N_K + n0 + w * 64, 0], kv_bar, v_smem.index(w))
-        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL, HEADS)
         for i in range(GROUP * walk[2]):
-            row = _block(i, walk, ROTATE * gl.program_id(0), N_Q, BLOCK_M)[1]
+            row = _block(i, walk, ROTATE * nb, N_Q, BLOCK_M)[1]
             _load_block(i, row, descs, smem, bars)
 
     @gluon.jit
-    def _walk(sched, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+    def _program(sched, BLOCK_N: gl.constexpr, HEADS: gl.constexpr):
+        """This program's (key block, batch * K/V head). Programs start in launch order, so that order is the
+        schedule: HEADS = 0, a grid [key blocks, B * H_KV] (the key blocks of one head after another); HEADS > 0,
+        a 1-D grid over the heads in groups of HEADS, within a group key block by key block (under a causal mask
+        the first key blocks see the most query blocks: the longest programs start first, the last ones are
+        short, and a group's Q and dO stay in L2 while its programs run)."""
+        if HEADS == 0:
+            nb = gl.program_id(0)
+            bkv = gl.program_id(1)
+        else:
+            N_K = sched[3]
+            t = gl.program_id(0)
+            num_n = gl.cdiv(N_K, BLOCK_N)
+            base = (t // (num_n * HEADS)) * HEADS
+            heads = gl.minimum(gl.num_programs(0) // num_n - base, HEADS)
+            r = t - base * num_n
+            nb = r // heads
+            bkv = base + r % heads
+        return nb, bkv
+
+    @gluon.jit
+    def _walk(sched, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, HEADS: gl.constexpr):
         """The query blocks every partition of the program walks, as (head0, lo, n_m): rows of query head
         head0 + j (Q viewed as [B * H * N_Q, D]) for the GQA group's j < GROUP, blocks lo .. lo + n_m - 1 of each
         (causal: from the first block that sees one of the program's keys)."""
         H, GROUP, N_Q, N_K = sched
-        bkv = gl.program_id(1)
+        nb, bkv = _program(sched, BLOCK_N, HEADS)
         lo = 0
         if CAUSAL:
-            lo = gl.maximum(gl.program_id(0) * BLOCK_N - (N_K - N_Q), 0) // BLOCK_M
+            lo = gl.maximum(nb * BLOCK_N - (N_K - N_Q), 0) // BLOCK_M
         head0 = (bkv // (H // GROUP)) * H + (bkv % (H // GROUP)) * GROUP
         return head0, lo, N_Q // BLOCK_M - lo
 
@@ -275,6 +304,7 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         ROTATE: gl.constexpr,
+        HEADS: gl.constexpr,
         ONE_PASS: gl.constexpr,
     ):
         """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of the program's block. Each query block's matmuls
@@ -298,10 +328,10 @@ if HAVE_GLUON:
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         key_s: gl.constexpr = gl.SliceLayout(1, s_layout)
 
-        n0 = gl.program_id(0) * BLOCK_N
-        bkv = gl.program_id(1)
+        nb, bkv = _program(sched, BLOCK_N, HEADS)
+        n0 = nb * BLOCK_N
         causal_off = N_K - N_Q
-        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL, HEADS)
         my_n0 = n0 + WG * 64
         keys = my_n0 + gl.arange(0, 64, key_s)
         # Query blocks before `full` cut this warpgroup's causal diagonal (masked); from `full` on every row
@@ -315,17 +345,20 @@ if HAVE_GLUON:
         dk = gl.zeros([64, HEAD_DIM], gl.float32, acc_layout)
         dv = gl.zeros([64, HEAD_DIM], gl.float32, acc_layout)
         cols = gl.arange(0, BLOCK_M, col_s)
+        # The one pass's order at d = 128 and at d = 64 without a mask. At d = 64 the two-pass order fits the
+        # registers, and causal it measured 1.10x faster on an H100 (N = 2048-8192; non-causal 1.02-1.05x slower).
+        LEAN: gl.constexpr = ONE_PASS and (HEAD_DIM == 128 or not CAUSAL)
         mbarrier.wait(kv_bar, 0)
         for i in range(GROUP * walk[2]):
-            m, row = _block(i, walk, ROTATE * gl.program_id(0), N_Q, BLOCK_M)
+            m, row = _block(i, walk, ROTATE * nb, N_Q, BLOCK_M)
             s = i % STAGES
             q = q_smem.index(s)
             do = do_smem.index(s)
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
             st = warpgroup_mma(k, q.permute((1, 0)), zero, use_acc=False, is_async=True)
-            if ONE_PASS:
+            if LEAN:
                 # One score tile in flight at a time, and dV issued once dS^T is made: at 208-216 registers
-                # the two-pass order (S^T and dP^T at once, dV before dS^T) spills in the loop.
+                # the two-pass order (S^T and dP^T at once, dV before dS^T) spills in the loop at d = 128.
                 lse = gl.load(LSE + row + cols)
                 st = warpgroup_mma_wait(0, deps=[st])
                 pt = _probs(st, lse, qk_scale, m, full, keys, cols, causal_off, CAUSAL)
@@ -376,6 +409,7 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         ROTATE: gl.constexpr,
+        HEADS: gl.constexpr,
     ):
         """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
@@ -390,8 +424,8 @@ if HAVE_GLUON:
         dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
         )
-        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
-        spin = ROTATE * gl.program_id(0)
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL, HEADS)
+        spin = ROTATE * _program(sched, BLOCK_N, HEADS)[0]
         zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
@@ -441,6 +475,7 @@ if HAVE_GLUON:
         NUM_WG: gl.constexpr,
         STAGES: gl.constexpr,
         CAUSAL: gl.constexpr,
+        HEADS: gl.constexpr,  # launch order: 0 one K/V head after another, else groups of HEADS heads, key block-major
         ROTATE: gl.constexpr,  # program p walks its query blocks from its p-th (mod their count) on
         ONE_PASS: gl.constexpr,  # a third warpgroup adds dQ = dS K into dqd's tensor (_dq_partition)
         CONSUMER_REGS: gl.constexpr,
@@ -486,10 +521,10 @@ if HAVE_GLUON:
         if ONE_PASS:  # a fourth warpgroup: dQ
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ROTATE, ONE_PASS)),
-                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ROTATE, ONE_PASS)),
-                    (_dq_partition, (smem, bars, dqd, sched, sm_scale, BLOCK_N, CAUSAL, ROTATE)),
-                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE)),
+                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ROTATE, HEADS, ONE_PASS)),
+                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ROTATE, HEADS, ONE_PASS)),
+                    (_dq_partition, (smem, bars, dqd, sched, sm_scale, BLOCK_N, CAUSAL, ROTATE, HEADS)),
+                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE, HEADS)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, DQ_REGS, PRODUCER_REGS],
@@ -497,9 +532,9 @@ if HAVE_GLUON:
         else:  # the producer is one warp
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ROTATE, ONE_PASS)),
-                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ROTATE, ONE_PASS)),
-                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE)),
+                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ROTATE, HEADS, ONE_PASS)),
+                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ROTATE, HEADS, ONE_PASS)),
+                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE, HEADS)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
@@ -540,7 +575,9 @@ def dkdv(
         # N = 8192 on an H100)
         dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
         dqd = TensorDescriptor.from_tensor(dq_acc.view(-1, D), [bm, 32], dq_layout)
-    _bwd_dkdv_ws[(cdiv(Nk, num_wg * KEYS), B * Hkv)](
+    heads = cfg.get("SCHED_HEADS", 0)
+    num_n = cdiv(Nk, num_wg * KEYS)
+    _bwd_dkdv_ws[(num_n * B * Hkv,) if heads else (num_n, B * Hkv)](
         qd,
         dod,
         kd,
@@ -562,6 +599,7 @@ def dkdv(
         STAGES=cfg["STAGES"],
         CAUSAL=bool(causal),
         ROTATE=cfg["ROTATE"],
+        HEADS=heads,
         ONE_PASS=bool(cfg.get("ONE_PASS")),
         CONSUMER_REGS=ONE_PASS_REGS[0] if cfg.get("ONE_PASS") else CONSUMER_REGS,
         PRODUCER_REGS=PRODUCER_REGS,

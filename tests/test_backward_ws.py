@@ -68,8 +68,10 @@ def check(shape, dtype, causal, config):
         {"ONE_PASS": 0, "STAGES": 2},
         {"ONE_PASS": 0, "STAGES": 1},
         {"ONE_PASS": 0, "STAGES": 3},
+        {"SCHED_HEADS": 4},  # a 1-D grid: groups of 4 K/V heads, key block-major
+        {"SCHED_HEADS": 16},  # one group larger than B * H_KV
     ],
-    ids=["default", "s2", "no-rotate", "two-pass", "two-pass-s1", "two-pass-s3"],
+    ids=["default", "s2", "no-rotate", "two-pass", "two-pass-s1", "two-pass-s3", "heads4", "heads16"],
 )
 def test_gluon_dkdv_matches_reference(shape, dtype, causal, config):
     check(shape, dtype, causal, config)
@@ -195,12 +197,15 @@ def test_default_config_only_where_measured(monkeypatch):
     def default(n, d, causal=False):
         return backward_ws.default_config(torch.empty(1, 2, n, d), causal)
 
-    assert default(1024, 128) == default(1024, 128, True) == backward_ws.config_for(128)
+    assert default(1024, 128) == backward_ws.config_for(128) and "SCHED_HEADS" not in default(1024, 128)
+    # causal: the longest programs launch first, two K/V heads at a time
+    assert default(1024, 128, True) == {**backward_ws.config_for(128), "SCHED_HEADS": 2}
     assert default(1024, 128)["ONE_PASS"] == 1 and default(1024, 128)["STAGES"] == 3
     assert default(2048, 64, True)["ONE_PASS"] == 1
     assert default(512, 128) is None and default(1024, 64) is None
     with torch_deterministic():
         assert default(2048, 128) == {**backward_ws.config_for(128), "ONE_PASS": 0, "STAGES": 2}
+        assert default(2048, 128, True) == default(2048, 128)
         assert default(1024, 128) is None and default(8192, 64) is None
     monkeypatch.setenv("FLASHBENCH_GLUON_BWD", "0")
     assert default(4096, 128) is None
