@@ -285,6 +285,13 @@ def _descriptors(q, k, v, o, block_n):
     return _descriptor(q, [ROWS, D]), kd, vd, _descriptor(o, [ROWS, D])
 
 
+@functools.cache
+def _no_table(device: torch.device) -> torch.Tensor:
+    """The kernel's schedule-table argument where there is none (ROUNDS = 0): an empty int32 tensor, made once per
+    device rather than on every call."""
+    return torch.empty(0, dtype=torch.int32, device=device)
+
+
 # What lpt_table charges a tile beyond its key blocks (its Q load, first score tile and epilogue), in key blocks.
 TILE_COST = 1
 
@@ -372,7 +379,7 @@ def attention_forward(
     num_wg = cfg["BLOCK_M"] // ROWS
     num_m = cdiv(Nq, cfg["BLOCK_M"])
     tiles = num_m * B * H
-    table, width = torch.empty(0, dtype=torch.int32, device=q.device), 0  # no schedule table: round-robin
+    table, width = _no_table(q.device), 0  # round-robin
     if cfg["PERSISTENT"]:
         programs = min(
             tiles, cfg.get("PROGRAMS") or _sm_count(q.device.index if q.device.index is not None else 0)
