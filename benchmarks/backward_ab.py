@@ -1,6 +1,6 @@
 """Side by side on one GPU: the bundled backward's kernels against each other and against cuDNN's backward.
 
-    python3 benchmarks/backward_ab.py [--dims 128,64] [--seqs 2048,8192] [--rounds 3] [--passes]
+    python3 benchmarks/backward_ab.py [--dims 128,64] [--seqs 2048,8192] [--rounds 3] [--passes] [--energy]
         [--variants '{"tl": null, "ws": {"kernel": "gluon-ws"}, "ws-s3": {"kernel": "gluon-ws", "STAGES": 3}}']
 
 Each variant is `flashbench.kernels.backward.attention_backward` with that dK/dV config (null: the tl dK/dV pass,
@@ -19,6 +19,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -31,7 +32,15 @@ from flashbench.kernels.flash_v2 import attention_forward  # noqa: E402
 DEFAULT_VARIANTS = '{"tl": null, "ws": {"kernel": "gluon-ws"}}'
 
 
-def measure(d: int, n: int, causal: bool, variants: dict[str, Any], rounds: int, passes: bool = False) -> str:
+def measure(
+    d: int,
+    n: int,
+    causal: bool,
+    variants: dict[str, Any],
+    rounds: int,
+    passes: bool = False,
+    energy: bool = False,
+) -> str:
     """One shape: every variant checked against the tl backward, then timed in rotating rounds."""
     h, b = 2048 // d, max(1, 16384 // n)
     q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -70,9 +79,11 @@ def measure(d: int, n: int, causal: bool, variants: dict[str, Any], rounds: int,
         for name in names
     ]
     line = f"d={d} N={n} causal={int(causal)} | " + " | ".join(cells)
+    if energy:
+        line += "\n    energy: " + ", ".join(f"{name} {joules_per_call(calls[name])}" for name in names)
     if passes:
         pair_flops = 2 * b * h * n * n * d * (0.5 if causal else 1.0)  # one block matmul over every pair
-        for name in names[:-1]:
+        for name in names:
             line += f"\n    {name}: " + ", ".join(
                 f"{kernel} {us:.0f} us"
                 + (
@@ -103,6 +114,35 @@ def kernel_times(call: Any) -> dict[str, float]:
     return {e.key: e.device_time_total / 10 for e in prof.key_averages() if e.device_time_total > 0}
 
 
+def joules_per_call(call: Any, seconds: float = 2.0) -> str:
+    """GPU energy per call (NVML's total energy counter, mJ resolution) over back-to-back calls for ~`seconds`,
+    with the mean power and SM clock: under the power cap, the kernel that spends fewer joules per call runs at
+    higher clocks."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    dev = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    calls = 0
+    while time.perf_counter() - start < seconds / 4:  # warm to the power cap, and size the batch
+        call()
+        calls += 1
+    torch.cuda.synchronize()
+    batch = max(1, calls * 4)
+    clocks = []
+    e0, t0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(dev), time.perf_counter()
+    for i in range(batch):
+        call()
+        if i % max(1, batch // 8) == 0:
+            clocks.append(pynvml.nvmlDeviceGetClockInfo(dev, pynvml.NVML_CLOCK_SM))
+    torch.cuda.synchronize()
+    e1, t1 = pynvml.nvmlDeviceGetTotalEnergyConsumption(dev), time.perf_counter()
+    joules = (e1 - e0) / 1e3
+    return f"{joules / batch * 1e3:.1f} mJ/call ({joules / (t1 - t0):.0f} W, SM {statistics.median(clocks):.0f} MHz)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dims", default="128,64")
@@ -110,7 +150,14 @@ def main() -> None:
     ap.add_argument("--causal", default="0,1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", default=DEFAULT_VARIANTS)
-    ap.add_argument("--passes", action="store_true", help="also each variant's kernel times (torch.profiler)")
+    ap.add_argument(
+        "--passes", action="store_true", help="also each variant's and cuDNN's kernel times (torch.profiler)"
+    )
+    ap.add_argument(
+        "--energy",
+        action="store_true",
+        help="also joules per call of each variant and cuDNN (NVML, ~2 s each)",
+    )
     a = ap.parse_args()
     variants = json.loads(a.variants)
     torch.manual_seed(0)
@@ -118,7 +165,7 @@ def main() -> None:
     for d in (int(x) for x in a.dims.split(",")):
         for n in (int(x) for x in a.seqs.split(",")):
             for causal in (bool(int(x)) for x in a.causal.split(",")):
-                print(measure(d, n, causal, variants, a.rounds, a.passes), flush=True)
+                print(measure(d, n, causal, variants, a.rounds, a.passes, a.energy), flush=True)
 
 
 if __name__ == "__main__":

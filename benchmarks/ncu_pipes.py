@@ -2,9 +2,12 @@
 bundled kernel beside SDPA flash and cuDNN, at one of the speed preset's shapes (bf16, hidden 2048 so
 heads = 2048 / d, 16k tokens per batch; default d = 128, N = 8192).
 
-    python3 benchmarks/ncu_pipes.py drive [--ncu ncu] [--causal] [--dim D] [--seq N] [--providers P,...]
+    python3 benchmarks/ncu_pipes.py drive [--ncu ncu] [--causal] [--dim D] [--seq N] [--providers P,...] [--bwd]
     python3 benchmarks/ncu_pipes.py parse DIR                       # table from the saved raw CSVs
 
+--bwd profiles the backward instead (the forward runs unprofiled first): triton is the bundled backward as the
+sweep runs it (preprocess, the kernel, dQ's conversion), sdpa-cudnn / sdpa-flash torch.autograd.grad through
+that SDPA backend; the MemoryWorkloadAnalysis section is added (L2 and DRAM bytes: dQ's adds go through L2).
 A provider is triton (flash_attn as the sweep runs it), triton@BM.BN.W.S (that forced tl config), gluon@BM
 (flash_ws forced, BLOCK_M 128 or 192), sdpa-flash or sdpa-cudnn.
 Each child warms up (Triton compile and autotune happen there, unprofiled), then brackets one forward call
@@ -21,12 +24,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 PROVIDERS = ("triton", "sdpa-flash", "sdpa-cudnn")
 SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "WarpStateStats", "Occupancy", "LaunchStats")
 # Raw metric name fragments worth a column (first match per fragment, in this order).
 SHOW = (
     "gpu__time_duration.sum",
+    "sm__cycles_elapsed.avg.per_second",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "lts__t_bytes.sum",
+    "lts__t_sector_hit_rate.pct",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__inst_executed_pipe_tensor",
     "sm__pipe_tensor",
@@ -44,7 +54,7 @@ SHOW = (
 )
 
 
-def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192) -> None:
+def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192, bwd: bool = False) -> None:
     import torch
     from flashbench.kernels import flash_attn
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -68,6 +78,8 @@ def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192) -> None:
             with sdpa_kernel(backend):
                 return sdpa(q, k, v, is_causal=causal)
 
+    if bwd:
+        call = backward_call(provider, q, k, v, causal)
     for _ in range(3):
         call()
     torch.cuda.synchronize()
@@ -77,17 +89,44 @@ def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
+def backward_call(provider: str, q: Any, k: Any, v: Any, causal: bool) -> Any:
+    """The backward of `provider` at these inputs (its forward run once here, unprofiled)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    do = torch.randn_like(q)
+    if provider == "triton":
+        from flashbench.kernels.backward import attention_backward
+        from flashbench.kernels.flash_v2 import attention_forward
+
+        scale = q.shape[-1] ** -0.5
+        o, lse, _ = attention_forward(q, k, v, causal, scale)
+        return lambda: attention_backward(q, k, v, o, lse, do, None, causal, scale)  # noqa: E731
+    backend = SDPBackend.FLASH_ATTENTION if provider == "sdpa-flash" else SDPBackend.CUDNN_ATTENTION
+    qr, kr, vr = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel(backend):
+        out = sdpa(qr, kr, vr, is_causal=causal)
+    return lambda: torch.autograd.grad(out, (qr, kr, vr), do, retain_graph=True)  # noqa: E731
+
+
 def drive(
-    ncu: str, causal: bool, providers: tuple[str, ...] = PROVIDERS, dim: int = 128, seq: int = 8192
+    ncu: str,
+    causal: bool,
+    providers: tuple[str, ...] = PROVIDERS,
+    dim: int = 128,
+    seq: int = 8192,
+    bwd: bool = False,
 ) -> None:
     out = Path(os.environ.get("OUT") or "results/ncu_pipes")
     out.mkdir(parents=True, exist_ok=True)
     for provider in providers:
         cmd = [ncu, "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base"]
-        for section in SECTIONS:
+        for section in SECTIONS + (("MemoryWorkloadAnalysis",) if bwd else ()):
             cmd += ["--section", section]
         cmd += [sys.executable, __file__, "one", provider, "--dim", str(dim), "--seq", str(seq)]
         cmd += ["--causal"] if causal else []
+        cmd += ["--bwd"] if bwd else []
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         (out / f"{provider.replace('@', '_')}.ncu.csv").write_text(res.stdout)
         if res.returncode:
@@ -124,11 +163,12 @@ def main() -> None:
     ap.add_argument("--providers", default=",".join(PROVIDERS))
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--bwd", action="store_true", help="profile the backward (the forward runs unprofiled)")
     args = ap.parse_args()
     if args.what == "one":
-        one(args.arg, args.causal, args.dim, args.seq)
+        one(args.arg, args.causal, args.dim, args.seq, args.bwd)
     elif args.what == "drive":
-        drive(args.ncu, args.causal, tuple(args.providers.split(",")), args.dim, args.seq)
+        drive(args.ncu, args.causal, tuple(args.providers.split(",")), args.dim, args.seq, args.bwd)
     else:
         parse(Path(args.arg))
 
