@@ -58,19 +58,19 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GLUON = False
 
 KEYS = 64  # keys per consumer warpgroup
-# The one-pass backward (dQ here too) with three stages of Q and dO; TWO_PASS updates it where dQ must be
-# deterministic (two stages measured best there).
+# The one-pass backward (dQ here too), one K/V head after another (SCHED_HEADS 0), with two stages of Q and dO at
+# d = 128 and three at d = 64; TWO_PASS updates it where dQ must be deterministic (two stages measured best
+# there). H100, bf16, `python3 benchmarks/backward_ab.py --dims 128,64 --seqs 2048,8192 --rounds 3 --variants ...`
+# (2026-11-25), us, stages 3 / 2 one head after another, then 3 / 2 in groups of 2 heads key block by key block
+# (_program): d = 128 causal 895 / 861 / 934 / 884 (N = 2048), 2736 / 2660 / 2826 / 2623 (8192); not causal 1401 /
+# 1373 / 1490 / 1398, 4901 / 4884 / 5126 / 4909; d = 64 causal 1015 / 1008 / 1051 / 1020, 3107 / 3182 / 3214 /
+# 3167; not causal 1597 / 1604 / 1722 / 1630, 5693 / 5761 / 6032 / 5764. The same at N = 4096 and 16384 on
+# another H100 ranked them alike (two stages one head after another best at d = 128 in three of four shapes).
 DEFAULT_CONFIG = {
     64: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 3, "ROTATE": 1, "ONE_PASS": 1},
-    128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 3, "ROTATE": 1, "ONE_PASS": 1},
+    128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ROTATE": 1, "ONE_PASS": 1},
 }
 TWO_PASS = {"ONE_PASS": 0, "STAGES": 2}
-# The one pass under a causal mask launches its programs in groups of 2 K/V heads, key block by key block (the
-# longest programs first: _program). H100, bf16, `python3 benchmarks/backward_ab.py --causal 1 --variants ...`
-# with SCHED_HEADS 0/2/4/8/16 side by side: 2 took 0.96x the time of one head after another at d = 128 N = 8192
-# (2770 vs 2889 us), 0.99x at N = 2048 and at d = 64 (N = 2048, 8192); 4 and 16 were slower (3042, 3026 us),
-# 8 a tie. Without a mask every program has the same work (and at d = 128 the 1-D grid's index math spills).
-CAUSAL_ORDER = {"SCHED_HEADS": 2}
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (64,),
@@ -99,12 +99,12 @@ def enabled() -> bool:
 
 
 # Where the backward takes this kernel by default: the shortest query length per (head dim, causal); None: never.
-# One pass (`python3 benchmarks/backward_ab.py`, H100, bf16, the speed preset's shapes): 0.94-1.02x cuDNN's
-# backward at d = 128 from N = 1024 and 0.92-0.99x at d = 64 from N = 2048, where the two passes (tl or Gluon
-# dK/dV, tl dQ) ran 0.81-0.93x (docs/kernels.md, the backward).
+# One pass (`python3 benchmarks/backward_ab.py --seqs 1024,2048`, H100, bf16, the speed preset's shapes,
+# 2026-11-25): 1.03-1.12x cuDNN's backward at d = 64 and 128 from N = 1024, where the two tl passes ran 0.78-1.01x
+# (docs/kernels.md, the backward).
 MIN_SEQ: dict[tuple[int, bool], int | None] = {
-    (64, False): 2048,
-    (64, True): 2048,
+    (64, False): 1024,
+    (64, True): 1024,
     (128, False): 1024,
     (128, True): 1024,
 }
@@ -128,7 +128,7 @@ def default_config(q: torch.Tensor, causal: bool) -> dict[str, Any] | None:
     least = table.get((q.shape[-1], bool(causal)))
     if least is None or q.shape[2] < least or not enabled():
         return None
-    return config_for(q.shape[-1], TWO_PASS if deterministic else CAUSAL_ORDER if causal else None)
+    return config_for(q.shape[-1], TWO_PASS if deterministic else None)
 
 
 def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -149,14 +149,15 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
 
 
 def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
-    """K and V slices of every consumer, the ring of Q and dO tiles (16-bit); ONE_PASS: two slots of dS and dQ's
-    fp32 staging tiles."""
+    """K and V slices of every consumer, the ring of Q and dO tiles (16-bit) with their LSE and D rows (fp32);
+    ONE_PASS: two slots of dS and dQ's fp32 staging tiles."""
     ds = (
         2 * 2 * cfg["NUM_WG"] * KEYS * cfg["BLOCK_M"] + 4 * cfg["BLOCK_M"] * head_dim
         if cfg.get("ONE_PASS")
         else 0
     )
-    return 2 * head_dim * (2 * cfg["NUM_WG"] * KEYS + 2 * cfg["STAGES"] * cfg["BLOCK_M"]) + ds
+    stats = 2 * 4 * cfg["STAGES"] * cfg["BLOCK_M"]
+    return 2 * head_dim * (2 * cfg["NUM_WG"] * KEYS + 2 * cfg["STAGES"] * cfg["BLOCK_M"]) + ds + stats
 
 
 def supported(
@@ -207,10 +208,10 @@ if HAVE_GLUON:
         ROTATE: gl.constexpr,
         HEADS: gl.constexpr,
     ):
-        """One warp: this consumer's K and V slices once, then Q and dO of each query block into ring stage
-        i % STAGES once every consumer has released it (empty[s])."""
-        _, _, kd, vd = descs
-        k_smem, v_smem, q_smem, _, _, _ = smem
+        """One warp: this consumer's K and V slices once, then Q, dO, LSE and D of each query block into ring
+        stage i % STAGES once every consumer has released it (empty[s])."""
+        _, _, kd, vd, _, _ = descs
+        k_smem, v_smem, q_smem, _, _, _, _ = smem
         kv_bar, _, _, _, _ = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
@@ -270,35 +271,44 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _load_block(i, row, descs, smem, bars):
-        """Q and dO of the program's i-th query block (rows from `row`) into ring stage i % STAGES, once every
-        consumer has released it (empty[s])."""
-        qd, dod, _, _ = descs
-        _, _, q_smem, do_smem, _, _ = smem
+        """Q and dO of the program's i-th query block (rows from `row`) by TMA, its LSE and D by the warp's loads,
+        into ring stage i % STAGES once every consumer has released it (empty[s]). The consumers read LSE and D
+        from shared memory where they use them: loaded from global memory into their registers ahead of a
+        matmul's wait (16 values of each per thread), they cost the consumers' loop its spills at d = 128 and
+        the backward 2-14% of its time on an H100 (docs/kernels.md, the backward)."""
+        qd, dod, _, _, LSE, DELTA = descs
+        _, _, q_smem, do_smem, _, _, stats = smem
         _, ready, empty, _, _ = bars
         STAGES: gl.constexpr = q_smem.shape[0]
+        BLOCK_M: gl.constexpr = q_smem.shape[1]
+        rows: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
         s = i % STAGES
+        offs = row + gl.arange(0, BLOCK_M, rows)
+        lse = gl.load(LSE + offs)
+        delta = gl.load(DELTA + offs)
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        stats.index(s).store(lse)
+        stats.index(STAGES + s).store(delta)
+        gl.thread_barrier()  # every lane's stores before the arrive below
         mbarrier.expect(ready.index(s), 2 * qd.block_type.nbytes)
         tma.async_copy_global_to_shared(qd, [row, 0], ready.index(s), q_smem.index(s))
         tma.async_copy_global_to_shared(dod, [row, 0], ready.index(s), do_smem.index(s))
 
     @gluon.jit
-    def _probs(st, lse, qk_scale, m, full, keys, cols, causal_off, CAUSAL: gl.constexpr):
-        """P^T = exp2(S^T * qk_scale - LSE2) of query block m; causal: zero where a key is after its query (blocks
-        before `full` cut the diagonal)."""
+    def _probs(st, lse, qk_scale, m, keys, cols, causal_off, CAUSAL: gl.constexpr):
+        """P^T = exp2(S^T * qk_scale - LSE2) of query block m; causal: zero where a key is after its query, on
+        every block without a branch (past the diagonal it keeps every key)."""
         pt = gl.exp2(st * qk_scale - lse[None, :])
         if CAUSAL:
-            if m < full:
-                seen = keys[:, None] <= (m * cols.shape[0] + cols)[None, :] + causal_off
-                pt = gl.where(seen, pt, 0.0)
+            pt = gl.where((keys - m * cols.shape[0] - causal_off)[:, None] <= cols[None, :], pt, 0.0)
         return pt
 
     @gluon.jit
     def _consumer(
         smem,
         bars,
-        io,  # (dkd, dvd, LSE, DELTA, qk_scale, sm_scale): descriptors of dK and dV ([B * H_KV * N_K, D], block
-        # [64, D]), the forward's log2-sum-exp2 and rowsum(dO * O) ([B, H, N_Q] fp32), sm_scale * log2(e), sm_scale
+        io,  # (dkd, dvd, qk_scale, sm_scale): descriptors of dK and dV ([B * H_KV * N_K, D], block [64, D]),
+        # sm_scale * log2(e), sm_scale
         sched,
         WG: gl.constexpr,
         BLOCK_N: gl.constexpr,
@@ -311,9 +321,9 @@ if HAVE_GLUON:
         are waited for within its step: issuing the next block's S^T and dP^T behind this block's dK (software
         pipelining) measured slower on an H100 (docs/kernels.md, the backward). ONE_PASS: it also stores its
         dS slice [BLOCK_M, 64] to slot i % 2 of ds_smem for the dQ warpgroup (_dq_partition)."""
-        k_smem, v_smem, q_smem, do_smem, ds_smem, _ = smem
+        k_smem, v_smem, q_smem, do_smem, ds_smem, _, stats = smem
         kv_bar, ready, empty, ds_full, ds_free = bars
-        dkd, dvd, LSE, DELTA, qk_scale, sm_scale = io
+        dkd, dvd, qk_scale, sm_scale = io
         H, GROUP, N_Q, N_K = sched
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -334,11 +344,6 @@ if HAVE_GLUON:
         walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL, HEADS)
         my_n0 = n0 + WG * 64
         keys = my_n0 + gl.arange(0, 64, key_s)
-        # Query blocks before `full` cut this warpgroup's causal diagonal (masked); from `full` on every row
-        # sees every key of the slice.
-        full = walk[1]
-        if CAUSAL:
-            full = gl.minimum(gl.cdiv(gl.maximum(my_n0 + 63 - causal_off, 0), BLOCK_M), N_Q // BLOCK_M)
         k = k_smem.index(WG)
         v = v_smem.index(WG)
         zero = gl.zeros([64, BLOCK_M], gl.float32, s_layout)
@@ -350,7 +355,7 @@ if HAVE_GLUON:
         LEAN: gl.constexpr = ONE_PASS and (HEAD_DIM == 128 or not CAUSAL)
         mbarrier.wait(kv_bar, 0)
         for i in range(GROUP * walk[2]):
-            m, row = _block(i, walk, ROTATE * nb, N_Q, BLOCK_M)
+            m = _block(i, walk, ROTATE * nb, N_Q, BLOCK_M)[0]
             s = i % STAGES
             q = q_smem.index(s)
             do = do_smem.index(s)
@@ -359,22 +364,20 @@ if HAVE_GLUON:
             if LEAN:
                 # One score tile in flight at a time, and dV issued once dS^T is made: at 208-216 registers
                 # the two-pass order (S^T and dP^T at once, dV before dS^T) spills in the loop at d = 128.
-                lse = gl.load(LSE + row + cols)
                 st = warpgroup_mma_wait(0, deps=[st])
-                pt = _probs(st, lse, qk_scale, m, full, keys, cols, causal_off, CAUSAL)
+                pt = _probs(st, stats.index(s).load(col_s), qk_scale, m, keys, cols, causal_off, CAUSAL)
                 dpt = warpgroup_mma(v, do.permute((1, 0)), zero, use_acc=False, is_async=True)
-                delta = gl.load(DELTA + row + cols)
                 dpt = warpgroup_mma_wait(0, deps=[dpt])
+                delta = stats.index(STAGES + s).load(col_s)
                 dst = pt * (dpt - delta[None, :])
                 dv = warpgroup_mma(gl.convert_layout(pt.to(q.dtype), a_layout), do, dv, is_async=True)
             else:
                 dpt = warpgroup_mma(v, do.permute((1, 0)), zero, use_acc=False, is_async=True)
-                lse = gl.load(LSE + row + cols)
                 st = warpgroup_mma_wait(1, deps=[st])  # in order: S^T is done, dP^T may not be
-                pt = _probs(st, lse, qk_scale, m, full, keys, cols, causal_off, CAUSAL)
+                pt = _probs(st, stats.index(s).load(col_s), qk_scale, m, keys, cols, causal_off, CAUSAL)
                 dv = warpgroup_mma(gl.convert_layout(pt.to(q.dtype), a_layout), do, dv, is_async=True)
-                delta = gl.load(DELTA + row + cols)
                 dpt = warpgroup_mma_wait(1, deps=[dpt])  # dP^T is done, dV may not be
+                delta = stats.index(STAGES + s).load(col_s)
                 dst = pt * (dpt - delta[None, :])
             dk = warpgroup_mma(gl.convert_layout(dst.to(q.dtype), a_layout), q, dk, is_async=True)
             if ONE_PASS:  # dS to shared memory for the dQ warpgroup
@@ -415,7 +418,7 @@ if HAVE_GLUON:
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
         matmul is done, dS slot i % 2 is free (ds_free), and the columns leave through a staging tile by a TMA
         reduce-add. The consumers never wait for this matmul."""
-        k_smem, _, q_smem, _, ds_smem, dq_smem = smem
+        k_smem, _, q_smem, _, ds_smem, dq_smem, _ = smem
         kv_bar, _, _, ds_full, ds_free = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
@@ -495,6 +498,10 @@ if HAVE_GLUON:
         else:
             ds_smem = q_smem  # unused
             dq_smem = q_smem
+        # LSE of ring stage s in row s, D in row STAGES + s
+        stats = gl.allocate_shared_memory(
+            gl.float32, [2 * STAGES, BLOCK_M], gl.SwizzledSharedLayout(1, 1, 1, [0])
+        )
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -513,10 +520,10 @@ if HAVE_GLUON:
             ds_full = empty  # unused
             ds_free = empty
         fence_async_shared()
-        descs = (qd, dod, kd, vd)
-        smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem)
+        descs = (qd, dod, kd, vd, LSE, DELTA)
+        smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, stats)
         bars = (kv_bar, ready, empty, ds_full, ds_free)
-        io = (dkd, dvd, LSE, DELTA, qk_scale, sm_scale)
+        io = (dkd, dvd, qk_scale, sm_scale)
         sched = (H, GROUP, N_Q, N_K)
         if ONE_PASS:  # a fourth warpgroup: dQ
             gl.warp_specialize(

@@ -197,12 +197,13 @@ def test_default_config_only_where_measured(monkeypatch):
     def default(n, d, causal=False):
         return backward_ws.default_config(torch.empty(1, 2, n, d), causal)
 
+    # one K/V head after another, causal or not; two stages at d = 128, three at d = 64
     assert default(1024, 128) == backward_ws.config_for(128) and "SCHED_HEADS" not in default(1024, 128)
-    # causal: the longest programs launch first, two K/V heads at a time
-    assert default(1024, 128, True) == {**backward_ws.config_for(128), "SCHED_HEADS": 2}
-    assert default(1024, 128)["ONE_PASS"] == 1 and default(1024, 128)["STAGES"] == 3
+    assert default(16384, 128, True) == default(1024, 128)
+    assert default(1024, 128)["ONE_PASS"] == 1 and default(1024, 128)["STAGES"] == 2
+    assert default(4096, 64, True)["STAGES"] == 3
     assert default(2048, 64, True)["ONE_PASS"] == 1
-    assert default(512, 128) is None and default(1024, 64) is None
+    assert default(512, 128) is None and default(512, 64) is None and default(1024, 64)["ONE_PASS"] == 1
     with torch_deterministic():
         assert default(2048, 128) == {**backward_ws.config_for(128), "ONE_PASS": 0, "STAGES": 2}
         assert default(2048, 128, True) == default(2048, 128)
@@ -213,10 +214,11 @@ def test_default_config_only_where_measured(monkeypatch):
 
 def test_one_pass_shared_memory_fits():
     """The one pass adds two dS slots (both consumers' [64, 64] 16-bit slices) and dQ's fp32 staging tiles to the
-    K / V slices and the Q / dO ring; with three stages it still fits an H100 at d = 128."""
-    cfg = backward_ws.config_for(128)
+    K / V slices and the Q / dO ring with its fp32 LSE and D rows; with three stages it still fits an H100 at
+    d = 128."""
+    cfg = backward_ws.config_for(128, {"STAGES": 3})
     two_pass = backward_ws.smem_bytes({**cfg, "ONE_PASS": 0}, 128)
-    assert two_pass == 2 * 128 * (2 * 2 * 64 + 2 * 3 * 64)
+    assert two_pass == 2 * 128 * (2 * 2 * 64 + 2 * 3 * 64) + 2 * 4 * 3 * 64
     assert backward_ws.smem_bytes(cfg, 128) == two_pass + 2 * 2 * 2 * 64 * 64 + 4 * 64 * 128
     assert backward_ws.smem_bytes(cfg, 128) <= flash_ws.SMEM_LIMIT
     with pytest.raises(ValueError, match="ONE_PASS=2 must be one of"):
