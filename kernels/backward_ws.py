@@ -275,7 +275,7 @@ if HAVE_GLUON:
         into ring stage i % STAGES once every consumer has released it (empty[s]). The consumers read LSE and D
         from shared memory where they use them: loaded from global memory into their registers ahead of a
         matmul's wait (16 values of each per thread), they cost the consumers' loop its spills at d = 128 and
-        the backward 2-14% of its time on an H100 (docs/kernels.md, the backward)."""
+        the backward 4-13% of its time on an H100 (docs/kernels.md, the backward)."""
         qd, dod, _, _, LSE, DELTA = descs
         _, _, q_smem, do_smem, _, _, stats = smem
         _, ready, empty, _, _ = bars

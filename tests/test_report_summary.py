@@ -192,10 +192,13 @@ def test_a_case_runs_at_its_median_clock_during_the_samples_or_around_them_in_ol
 def test_throttled_cases_lowest_clock_first() -> None:
     run = analysis.load_run(H100_SPEED)
     thr = clocks.throttled_cases(run.frame, run.env)
-    assert len(thr) == int(run.frame["throttled"].sum()) == 92
+    assert len(thr) == int(run.frame["throttled"].sum()) == 98
     assert list(thr["SM clock MHz"]) == sorted(thr["SM clock MHz"])
-    # the committed run: every throttled case was power-capped, none slowed by temperature
-    assert set(thr["why (NVML)"]) == {"software power cap"}
+    # the committed run: every throttled case was power-capped, 4 of them also slowed by temperature
+    assert thr["why (NVML)"].value_counts().to_dict() == {
+        "software power cap": 94,
+        "software power cap, software thermal slowdown": 4,
+    }
 
 
 def test_a_throttled_calibration_is_no_ceiling_and_the_summary_says_so() -> None:
@@ -206,7 +209,7 @@ def test_a_throttled_calibration_is_no_ceiling_and_the_summary_says_so() -> None
     assert cal.reasons == ("software power cap",)
     md = verdict.markdown(run, "sdpa-flash")
     assert "**Measured roof**: the calibration ran on a throttled GPU (bf16 matmul: sw power cap" in md
-    assert "681 TFLOP/s bf16" in md and "not ceilings" in md
+    assert "686 TFLOP/s bf16" in md and "not ceilings" in md
 
 
 def steady_calibration(bf16_reasons: list[str], **record: object) -> dict[str, object]:
