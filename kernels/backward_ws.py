@@ -5,8 +5,8 @@ same split of work: a producer warp streaming Q and dO by TMA, consumer warpgrou
 an fp32 buffer by TMA reduce-adds), with backward_dkdv.py's math and loop order: the program owns NUM_WG * 64 keys
 of one (batch, K/V head), each consumer warpgroup 64 of them (its K and V slices stay in shared memory, its dK and
 dV accumulate in fp32 registers), and walks the query blocks of every query head of the GQA group, which one
-producer warp streams through a ring of STAGES shared-memory stages (Q and dO of BLOCK_M rows each). Per query
-block a consumer runs
+producer warp streams through a ring of STAGES shared-memory stages (Q and dO of BLOCK_M rows each by TMA, and
+their rows' LSE and D, which the consumers read from there where they use them). Per query block a consumer runs
   S^T = K Q^T;  P^T = exp2(S^T * qk_scale - LSE2)          (operands in shared memory)
   dP^T = V dO^T;  dS^T = P^T * (dP^T - D)                  (D = rowsum(dO * O), backward.py's preprocess)
   dV += P^T dO,  dK += dS^T Q                              (P^T, dS^T as register A operands)
