@@ -7,7 +7,8 @@ heads = 2048 / d, 16k tokens per batch; default d = 128, N = 8192).
 
 --bwd profiles the backward instead (the forward runs unprofiled first): triton is the bundled backward as the
 sweep runs it (preprocess, the kernel, dQ's conversion), sdpa-cudnn / sdpa-flash torch.autograd.grad through
-that SDPA backend; the MemoryWorkloadAnalysis section is added (L2 and DRAM bytes: dQ's adds go through L2).
+that SDPA backend; the MemoryWorkloadAnalysis section is added (DRAM bytes per second, L2 sector use and hit
+rate: dQ's adds go through L2).
 A provider is triton (flash_attn as the sweep runs it), triton@BM.BN.W.S (that forced tl config), gluon@BM
 (flash_ws forced, BLOCK_M 128 or 192), sdpa-flash or sdpa-cudnn.
 Each child warms up (Triton compile and autotune happen there, unprofiled), then brackets one forward call
@@ -31,12 +32,10 @@ SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "WarpStateStats", "Occupa
 # Raw metric name fragments worth a column (first match per fragment, in this order).
 SHOW = (
     "gpu__time_duration.sum",
-    "sm__cycles_elapsed.avg.per_second",
-    "dram__bytes_read.sum",
-    "dram__bytes_write.sum",
-    "lts__t_bytes.sum",
+    "gpc__cycles_elapsed.avg.per_second",
+    "dram__bytes.sum.per_second",
+    "lts__t_sectors.avg.pct_of_peak_sustained_elapsed",
     "lts__t_sector_hit_rate.pct",
-    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__inst_executed_pipe_tensor",
     "sm__pipe_tensor",
@@ -57,12 +56,14 @@ SHOW = (
 def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192, bwd: bool = False) -> None:
     import torch
     from flashbench.kernels import flash_attn
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     shape = (max(1, 16384 // seq), 2048 // dim, seq, dim)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    if provider.startswith("gluon"):
+    if bwd:
+        call = backward_call(provider, q, k, v, causal)
+    elif provider.startswith("gluon"):
         config = {"kernel": "gluon-ws", "BLOCK_M": int(provider.split("@")[1]) if "@" in provider else 128}
         call = lambda: flash_attn(q, k, v, causal=causal, config=config)  # noqa: E731
     elif provider.startswith("triton"):
@@ -72,14 +73,12 @@ def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192, bwd: bool 
             config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
         call = lambda: flash_attn(q, k, v, causal=causal, config=config)  # noqa: E731
     else:
-        backend = SDPBackend.FLASH_ATTENTION if provider == "sdpa-flash" else SDPBackend.CUDNN_ATTENTION
+        backend = sdpa_backend(provider)
 
         def call():
             with sdpa_kernel(backend):
                 return sdpa(q, k, v, is_causal=causal)
 
-    if bwd:
-        call = backward_call(provider, q, k, v, causal)
     for _ in range(3):
         call()
     torch.cuda.synchronize()
@@ -89,10 +88,21 @@ def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192, bwd: bool 
     torch.cuda.cudart().cudaProfilerStop()
 
 
+def sdpa_backend(provider: str) -> Any:
+    """SDPA's backend for sdpa-flash or sdpa-cudnn."""
+    from torch.nn.attention import SDPBackend
+
+    backends = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION}
+    if provider not in backends:
+        raise SystemExit(f"ncu_pipes: unknown provider {provider!r}")
+    return backends[provider]
+
+
 def backward_call(provider: str, q: Any, k: Any, v: Any, causal: bool) -> Any:
-    """The backward of `provider` at these inputs (its forward run once here, unprofiled)."""
+    """The backward of `provider` (triton, sdpa-flash or sdpa-cudnn) at these inputs (its forward run once here,
+    unprofiled)."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     do = torch.randn_like(q)
@@ -103,7 +113,7 @@ def backward_call(provider: str, q: Any, k: Any, v: Any, causal: bool) -> Any:
         scale = q.shape[-1] ** -0.5
         o, lse, _ = attention_forward(q, k, v, causal, scale)
         return lambda: attention_backward(q, k, v, o, lse, do, None, causal, scale)  # noqa: E731
-    backend = SDPBackend.FLASH_ATTENTION if provider == "sdpa-flash" else SDPBackend.CUDNN_ATTENTION
+    backend = sdpa_backend(provider)
     qr, kr, vr = (t.detach().clone().requires_grad_() for t in (q, k, v))
     with sdpa_kernel(backend):
         out = sdpa(qr, kr, vr, is_causal=causal)
