@@ -98,6 +98,12 @@ class Row:
     warmup_s: float | None = None  # how long the steady warm-up ran before the samples
     warmup_settled: bool | None = None  # the SM clock settled (False: stopped at the bound; None: no clock)
     host_time_included: bool | None = None  # False: a spin kernel held the GPU while each sample was enqueued
+    # --- what a caller's loop pays (engine/timing.py measure_host; docs/measuring.md) ---
+    host_ms: float | None = None  # host (CPU) time to enqueue one call: median, the GPU never waited on
+    loop_ms: float | None = None  # per-call time of back-to-back calls, one sync, no spin kernel: median
+    loop_samples_ms: list[float] = field(default_factory=list)  # per-call time of each back-to-back loop
+    host_bound: bool | None = None  # loop_ms exceeds median_ms by more than the spec's host-bound margin
+    energy_j: float | None = None  # joules per call over the back-to-back loops (NVML energy counter)
     # --- GPU state during the timed samples (NVML read every ~10 ms from the first sample to the last) ---
     sm_clock_mhz: float | None = None  # median SM clock: the clock the speed above was measured at
     sm_clock_min_mhz: int | None = None
