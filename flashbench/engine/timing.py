@@ -23,6 +23,14 @@ The regime (measure_cuda; every GPU preset shares it, its knobs are SweepSpec's 
        launch gaps inside the events. The NVML thread keeps reading through the samples: the row stores the
        SM clock (median, min, max, raw readings), memory clock, power and clock-event reasons of that window.
     5. median / p20 / p80 from the raw samples
+    6. what a caller's loop pays (measure_host; NVBench's "CPU time" and "batch GPU" columns are the model):
+       `host_loops` loops of back-to-back calls, each about `host_loop_ms` long, no spin kernel, no L2 flush,
+       one synchronize at the end of each: loop_ms is the median per-call time of a loop, from before its
+       first enqueue to after its synchronize (what an eager training loop pays per step), host_ms the median
+       time the host took to enqueue one of the first HOST_CALLS calls of a loop (the queue is then short, so
+       the host never waits for the GPU inside them). A call whose loop_ms exceeds its GPU median by more than
+       `host_bound_pct` is host-bound: the GPU idles between its launches. NVML's energy counter, read before
+       and after the loops, gives the joules per call.
 On the CPU (``--device cpu``) the same loop runs with time.perf_counter, a warm-up by time and no cache flush:
 such times are labelled device="cpu" and say nothing about a GPU.
 """
@@ -56,6 +64,9 @@ class Regime:
     max_samples: int = SweepSpec.max_samples
     block_launches: bool = SweepSpec.block_launches
     l2_flush: str = SweepSpec.l2_flush
+    host_loops: int = SweepSpec.host_loops  # 0: no host / loop timing
+    host_loop_ms: float = SweepSpec.host_loop_ms
+    host_bound_pct: float = SweepSpec.host_bound_pct
 
 
 @dataclass
@@ -68,6 +79,79 @@ class Timing:
     window: list[dict[str, Any]] = field(default_factory=list)  # NVML readings taken during the samples
     host_time_included: bool = True  # False: each sample ran behind a released spin kernel
     note: str = ""  # why samples may include host time although blocking was asked for
+
+
+@dataclass
+class HostTiming:
+    """What measure_host took: host enqueue time per call, the per-call time of each back-to-back loop, joules."""
+
+    host_ms: float
+    loop_samples_ms: list[float]
+    energy_j: float | None = None
+    calls_per_loop: int = 0
+
+    @property
+    def loop_ms(self) -> float:
+        return quantile(self.loop_samples_ms, 0.5)
+
+    def host_bound(self, gpu_ms: float, margin_pct: float) -> bool:
+        """The loop pays more than the GPU works by over margin_pct: launch gaps leave the GPU idle."""
+        return self.loop_ms > gpu_ms * (1.0 + margin_pct / 100.0)
+
+
+# Calls of each loop whose enqueue time host_ms reads: few enough that the launch queue (about a thousand
+# launches) cannot fill behind a GPU-bound call, so no enqueue waits for the GPU.
+HOST_CALLS = 8
+
+
+def measure_host(
+    call: Call,
+    *,
+    sync: Call,
+    gpu_ms: float,
+    loops: int = SweepSpec.host_loops,
+    loop_ms: float = SweepSpec.host_loop_ms,
+    energy_mj: Callable[[], int | None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> HostTiming:
+    """Back-to-back loops of `call` (module docstring, step 6): host enqueue time and per-call loop time (ms).
+
+    Each loop holds max(3, loop_ms / max(gpu_ms, host time of a first probe)) calls (at most 1000): long enough
+    that its one synchronize and the first launch's latency are a small share. `sync` waits for the device
+    (a no-op on the CPU, where a call's enqueue is its whole run). `energy_mj` reads the GPU's energy counter.
+    """
+    sync()
+    t0 = clock()
+    for _ in range(3):
+        call()
+    probe = (clock() - t0) / 3 * 1e3
+    sync()
+    calls = max(3, min(1000, int(loop_ms / max(gpu_ms, probe, 1e-3))))
+    enqueue: list[float] = []
+    per_call: list[float] = []
+    before = energy_mj() if energy_mj is not None else None
+    for _ in range(loops):
+        sync()
+        start = clock()
+        for i in range(calls):
+            if i < HOST_CALLS:
+                t = clock()
+                call()
+                enqueue.append(clock() - t)
+            else:
+                call()
+        sync()
+        per_call.append((clock() - start) / calls * 1e3)
+    after = energy_mj() if energy_mj is not None else None
+    joules = None
+    if before is not None and after is not None and after > before:
+        joules = (after - before) / 1e3 / (loops * calls)
+    return HostTiming(
+        host_ms=quantile(enqueue, 0.5) * 1e3,
+        loop_samples_ms=per_call,
+        energy_j=joules,
+        calls_per_loop=calls,
+    )
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -1,0 +1,193 @@
+"""What a training loop pays per call: host enqueue time, eager-loop time and GPU time, bundled kernels beside
+SDPA cuDNN, in one process (the table of docs/benchmarks.md "Host time").
+
+Three numbers per call, as flashbench's rows carry them (docs/measuring.md):
+  host    perf_counter around each of `--calls` calls enqueued back to back with no sync: the median (us)
+  loop    the per-call time of those calls, from before the first to after one synchronize: the median of
+          `--loops` loops (us): what an eager loop pays
+  gpu     triton.testing.do_bench's median (us): GPU time with the host's gaps mostly hidden
+and, with --graph, the per-call time of CUDA-graph replays back to back.
+
+    python3 benchmarks/host_time.py                           # the issue's shapes: bf16, d = 128, 16k tokens
+    python3 benchmarks/host_time.py --dims 64,128 --seqs 512,1024,2048,4096 --modes fwd,fwd+bwd --graph
+    python3 benchmarks/host_time.py --profile fwd+bwd --seqs 1024 --causal 1   # cProfile of the bundled call
+    python3 benchmarks/host_time.py --decode                  # flash_decode beside SDPA at batch 1..
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+from flashbench.kernels import flash_attn, flash_decode
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+
+def host_and_loop(fn: Callable[[], Any], calls: int, loops: int) -> tuple[float, float]:
+    """(host us per call: the median over every enqueue, loop us per call: the median over the loops)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    enq: list[float] = []
+    per_loop: list[float] = []
+    for _ in range(loops):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            a = time.perf_counter()
+            fn()
+            enq.append(time.perf_counter() - a)
+        torch.cuda.synchronize()
+        per_loop.append((time.perf_counter() - t0) / calls)
+    return statistics.median(enq) * 1e6, statistics.median(per_loop) * 1e6
+
+
+def graph_us(fn: Callable[[], Any], calls: int) -> float | None:
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+    except Exception as exc:  # a path that does not capture: say so, do not stop the table
+        print(f"  graph capture failed: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
+        return None
+    g.replay()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        g.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def training_calls(n: int, d: int, causal: bool, mode: str, tokens: int, hidden: int) -> dict[str, Callable]:
+    b, h = max(1, tokens // n), hidden // d
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    do = torch.randn_like(q)
+
+    def cudnn(*x: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(*x, is_causal=causal)
+
+    def bundled(*x: torch.Tensor) -> torch.Tensor:
+        return flash_attn(*x, causal=causal)
+
+    if mode == "fwd":
+        return {"triton": lambda: bundled(q, k, v), "sdpa-cudnn": lambda: cudnn(q, k, v)}
+    return {
+        "triton": lambda: torch.autograd.grad(bundled(*leaves), leaves, do),
+        "sdpa-cudnn": lambda: torch.autograd.grad(cudnn(*leaves), leaves, do),
+    }
+
+
+def decode_calls(n: int, batch: int) -> dict[str, Callable]:
+    h, hkv, d = 32, 8, 128
+    q = torch.randn(batch, h, 1, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, hkv, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    kr, vr = (t.repeat_interleave(h // hkv, dim=1) for t in (k, v))
+
+    def cudnn() -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(q, kr, vr)
+
+    return {"triton-decode": lambda: flash_decode(q, k, v), "sdpa-cudnn": cudnn}
+
+
+def profile(fn: Callable[[], Any], calls: int) -> str:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(40)
+    return out.getvalue()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seqs", default="512,1024,2048,4096")
+    p.add_argument("--dims", default="128")
+    p.add_argument("--causal", default="1,0", help="1, 0 or both as 1,0")
+    p.add_argument("--modes", default="fwd,fwd+bwd")
+    p.add_argument("--tokens", type=int, default=16384)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--calls", type=int, default=50)
+    p.add_argument("--loops", type=int, default=7)
+    p.add_argument("--graph", action="store_true", help="also time CUDA-graph replays")
+    p.add_argument("--decode", action="store_true", help="flash_decode at batch 1 and 8 over --seqs keys")
+    p.add_argument("--profile", default="", help="cProfile the bundled call of this mode instead")
+    p.add_argument("--out", default=os.environ.get("OUT", "results"), help="rows go to OUT/host_time.jsonl")
+    a = p.parse_args()
+    seqs = [int(x) for x in a.seqs.split(",")]
+    dims = [int(x) for x in a.dims.split(",")]
+    causals = [bool(int(x)) for x in a.causal.split(",")]
+    rows: list[dict[str, Any]] = []
+    if a.profile:
+        for d in dims:
+            for n in seqs:
+                for causal in causals:
+                    fn = training_calls(n, d, causal, a.profile, a.tokens, a.hidden)["triton"]
+                    print(f"### cProfile: triton {a.profile} d={d} N={n} causal={causal}, 200 calls")
+                    print(profile(fn, 200))
+        return
+    shapes: list[tuple[str, dict[str, Any], dict[str, Callable]]] = []
+    if a.decode:
+        for n in seqs:
+            for batch in (1, 8):
+                shapes.append((f"decode N={n} B={batch}", {"seq": n, "batch": batch}, decode_calls(n, batch)))
+    else:
+        for mode in a.modes.split(","):
+            for d in dims:
+                for n in seqs:
+                    for causal in causals:
+                        what = f"{mode} d={d} N={n} {'causal' if causal else 'full'}"
+                        case = {"mode": mode, "head_dim": d, "seq": n, "causal": causal}
+                        shapes.append((what, case, training_calls(n, d, causal, mode, a.tokens, a.hidden)))
+    header = f"{'case':32} {'provider':14} {'host':>7} {'loop':>7} {'gpu':>7} {'graph':>7}  (us per call)"
+    lines = [header]
+    for what, case, calls in shapes:
+        for name, fn in calls.items():
+            host, loop = host_and_loop(fn, a.calls, a.loops)
+            gpu = triton.testing.do_bench(fn, warmup=100, rep=300, return_mode="median") * 1e3
+            graph = graph_us(fn, a.calls) if a.graph else None
+            rows.append(
+                {**case, "provider": name, "host_us": host, "loop_us": loop, "gpu_us": gpu, "graph_us": graph}
+            )
+            g = f"{graph:7.0f}" if graph is not None else "      -"
+            lines.append(f"{what:32} {name:14} {host:7.0f} {loop:7.0f} {gpu:7.0f} {g}")
+            print(lines[-1], flush=True)
+        del calls
+        torch.cuda.empty_cache()
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "host_time.jsonl"), "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
