@@ -34,6 +34,8 @@ from flashbench.kernels import flash_attn, flash_decode
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+from flashbench.engine.timing import capture_cuda_graph
+
 
 def host_and_loop(fn: Callable[[], Any], calls: int, loops: int) -> tuple[float, float]:
     """(host us per call: the median over every enqueue, loop us per call: the median over the loops)."""
@@ -56,15 +58,7 @@ def host_and_loop(fn: Callable[[], Any], calls: int, loops: int) -> tuple[float,
 
 def graph_us(fn: Callable[[], Any], calls: int) -> float | None:
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
+        g = capture_cuda_graph(fn)
     except Exception as exc:  # a path that does not capture: say so, do not stop the table
         print(f"  graph capture failed: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
         return None
