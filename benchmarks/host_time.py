@@ -2,7 +2,8 @@
 SDPA cuDNN, in one process (the table of docs/benchmarks.md "Host time").
 
 Three numbers per call, as flashbench's rows carry them (docs/measuring.md):
-  host    perf_counter around each of `--calls` calls enqueued back to back with no sync: the median (us)
+  host    perf_counter around each of the first 8 of `--calls` calls enqueued back to back after a sync: the
+          median (us), while the launch queue is too short for an enqueue to wait for the GPU
   loop    the per-call time of those calls, from before the first to after one synchronize: the median of
           `--loops` loops (us): what an eager loop pays
   gpu     triton.testing.do_bench's median (us): GPU time with the host's gaps mostly hidden
@@ -38,7 +39,8 @@ from flashbench.engine.timing import capture_cuda_graph
 
 
 def host_and_loop(fn: Callable[[], Any], calls: int, loops: int) -> tuple[float, float]:
-    """(host us per call: the median over every enqueue, loop us per call: the median over the loops)."""
+    """(host us per call: the median over each loop's first enqueues, loop us per call: the median over the
+    loops)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -47,10 +49,13 @@ def host_and_loop(fn: Callable[[], Any], calls: int, loops: int) -> tuple[float,
     for _ in range(loops):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        for _ in range(calls):
-            a = time.perf_counter()
-            fn()
-            enq.append(time.perf_counter() - a)
+        for i in range(calls):
+            if i < 8:  # a loop's first calls: the launch queue is still short, no enqueue waits for the GPU
+                a = time.perf_counter()
+                fn()
+                enq.append(time.perf_counter() - a)
+            else:
+                fn()
         torch.cuda.synchronize()
         per_loop.append((time.perf_counter() - t0) / calls)
     return statistics.median(enq) * 1e6, statistics.median(per_loop) * 1e6
@@ -105,6 +110,48 @@ def decode_calls(n: int, batch: int) -> dict[str, Callable]:
     return {"triton-decode": lambda: flash_decode(q, k, v), "sdpa-cudnn": cudnn}
 
 
+def breakdown(n: int, d: int, causal: bool, tokens: int, hidden: int) -> list[str]:
+    """Host us per call of the pieces a training step's attention is made of, each enqueued alone."""
+    from flashbench.kernels.backward import attention_backward
+    from flashbench.kernels.flash_v2 import attention_forward
+
+    b, h = max(1, tokens // n), hidden // d
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    do = torch.randn_like(q)
+    scale = d**-0.5
+    o, lse, _ = attention_forward(q, k, v, causal, scale)
+
+    class Identity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def, override]
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def, override]
+            return g
+
+    x = torch.randn(8, device="cuda", requires_grad=True)
+    gx = torch.ones(8, device="cuda")
+    pieces: dict[str, Callable[[], Any]] = {
+        "torch.empty [B,H,N,D]": lambda: torch.empty(q.shape, dtype=q.dtype, device="cuda"),
+        "torch.zeros fp32 [B,H,N,D]": lambda: torch.zeros(q.shape, dtype=torch.float32, device="cuda"),
+        "autograd: identity Function fwd+grad": lambda: torch.autograd.grad(Identity.apply(x), (x,), gx),
+        "flash_attn fwd (no grad)": lambda: flash_attn(q, k, v, causal=causal),
+        "attention_forward (checked inputs)": lambda: attention_forward(q, k, v, causal, scale),
+        "attention_backward (saved tensors)": lambda: attention_backward(
+            q, k, v, o, lse, do, None, causal, scale
+        ),
+        "flash_attn fwd+bwd": lambda: torch.autograd.grad(flash_attn(*leaves, causal=causal), leaves, do),
+    }
+    lines = []
+    for name, fn in pieces.items():
+        host, _ = host_and_loop(fn, 20, 5)
+        lines.append(f"{name:40} {host:7.1f} us host")
+        print(lines[-1], flush=True)
+    return lines
+
+
 def profile(fn: Callable[[], Any], calls: int) -> str:
     for _ in range(5):
         fn()
@@ -135,12 +182,20 @@ def main() -> None:
     p.add_argument("--graph", action="store_true", help="also time CUDA-graph replays")
     p.add_argument("--decode", action="store_true", help="flash_decode at batch 1 and 8 over --seqs keys")
     p.add_argument("--profile", default="", help="cProfile the bundled call of this mode instead")
+    p.add_argument("--breakdown", action="store_true", help="host time of each piece of a step instead")
     p.add_argument("--out", default=os.environ.get("OUT", "results"), help="rows go to OUT/host_time.jsonl")
     a = p.parse_args()
     seqs = [int(x) for x in a.seqs.split(",")]
     dims = [int(x) for x in a.dims.split(",")]
     causals = [bool(int(x)) for x in a.causal.split(",")]
     rows: list[dict[str, Any]] = []
+    if a.breakdown:
+        for d in dims:
+            for n in seqs:
+                for causal in causals:
+                    print(f"### host breakdown d={d} N={n} causal={causal}")
+                    breakdown(n, d, causal, a.tokens, a.hidden)
+        return
     if a.profile:
         for d in dims:
             for n in seqs:

@@ -245,6 +245,8 @@ def input_refusal(
         return f"head dim {D} (64 or 128 only)"
     if not all(t.is_contiguous() for t in tensors.values()):
         return f"needs contiguous {', '.join(tensors)}"
+    if any(t.data_ptr() % 16 for t in tensors.values()):  # TMA's rule for a descriptor's base
+        return f"needs 16-byte aligned {', '.join(tensors)} (a view at an odd offset takes the tl kernel)"
     nq, nk = q.shape[2], k.shape[2]
     if nq % rows or nk % block_n:
         return f"needs seq_q % {rows} == 0 and seq_k % {block_n} == 0"

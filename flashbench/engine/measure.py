@@ -386,14 +386,17 @@ def _time(prepared: Prepared, opts: Options, ctx: Context) -> tuple[list[float],
         call, flush=ctx.flusher, setup=setup, regime=opts, sampler=_sampler(ctx), blocker=blocker
     )
     index = ctx.nvml_index
-    energy = (lambda: nvml.energy_mj(index)) if ctx.sampler else None
+    power = (
+        timing.counter_power(lambda: nvml.energy_mj(index), torch.cuda.synchronize) if ctx.sampler else None
+    )
+    held = timing.held_batch(blocker) if blocker is not None and not took.host_time_included else None
     loop_call = call if opts.cuda_graph else prepared.looped()
     fields: dict[str, Any] = {
         "warmup_s": round(took.warmup_s, 3) if took.warmup_s is not None else None,
         "warmup_settled": took.warmup_settled,
         "host_time_included": took.host_time_included,
         **nvml.window_summary(took.window),
-        **_host_fields(loop_call, took.samples_ms, opts, torch.cuda.synchronize, energy),
+        **_host_fields(loop_call, took.samples_ms, opts, torch.cuda.synchronize, held, power),
     }
     fields["throttled"] = bool(fields.get("throttle_reasons"))
     note = took.note or (ctx.block_note if opts.block_launches and blocker is None else "")
@@ -407,20 +410,28 @@ def _host_fields(
     samples_ms: list[float],
     opts: Options,
     sync: Callable[[], Any],
-    energy: Callable[[], int | None] | None,
+    held: timing.Held | None,
+    power: timing.Power | None,
 ) -> dict[str, Any]:
-    """The row's host_ms, loop_ms, loop_samples_ms, host_bound and energy_j (timing.measure_host) for a GPU
-    case, or {} when host timing is off (host_loops = 0)."""
+    """The row's host_ms, loop_ms, loop_samples_ms, loop_gpu_ms, host_bound and energy_j (timing.measure_host)
+    for a GPU case, or {} when host timing is off (host_loops = 0)."""
     if opts.host_loops <= 0 or not samples_ms:
         return {}
     gpu_ms = timing.quantile(samples_ms, 0.5)
     took = timing.measure_host(
-        call, sync=sync, gpu_ms=gpu_ms, loops=opts.host_loops, loop_ms=opts.host_loop_ms, energy_mj=energy
+        call,
+        sync=sync,
+        gpu_ms=gpu_ms,
+        held=held,
+        power=power,
+        loops=opts.host_loops,
+        loop_ms=opts.host_loop_ms,
     )
     return {
         "host_ms": round(took.host_ms, 6),
         "loop_ms": round(took.loop_ms, 6),
         "loop_samples_ms": [round(s, 6) for s in took.loop_samples_ms],
+        "loop_gpu_ms": round(took.loop_gpu_ms, 6) if took.loop_gpu_ms is not None else None,
         "host_bound": took.host_bound(gpu_ms, opts.host_bound_pct),
         "energy_j": round(took.energy_j, 6) if took.energy_j is not None else None,
     }
