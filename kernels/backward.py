@@ -139,10 +139,11 @@ def attention_backward(
     )
     stored = p is not None
     p_arg = p if stored else lse  # placeholder, never read when STORED_P is False
-    p_strides = p.stride() if stored else (0, 0, 0, 0)
+    p_strides = p.stride() if p is not None else (0, 0, 0, 0)
     ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, stored, dkdv_config)
     tma = use_tma(q, k, v, do)
-    streamed = (q, do, k, v)  # what each pass streams (dK/dV: Q, dO; dQ: K, V), as descriptors or not
+    # what each pass streams (dK/dV: Q, dO; dQ: K, V), as descriptors or not
+    streamed: tuple[Any, ...] = (q, do, k, v)
     if tma:  # the Gluon dK/dV pass builds its own
         streamed = tuple(
             t if ws_cfg is not None and i < 2 else host_descriptor(t) for i, t in enumerate(streamed)
@@ -220,7 +221,7 @@ def _gluon_dkdv_config(
         if why:
             raise KernelUnsupported(f"gluon-ws backward: {why}")
         return cfg
-    cfg = None if forced is not None or stored else backward_ws.default_config(q, causal)
-    if cfg is None or backward_ws.supported(q, k, v, do, causal, window, cfg) is not None:
+    default = None if forced is not None or stored else backward_ws.default_config(q, causal)
+    if default is None or backward_ws.supported(q, k, v, do, causal, window, default) is not None:
         return None
-    return cfg
+    return default

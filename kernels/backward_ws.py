@@ -139,10 +139,9 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
             raise ValueError(
                 f"gluon-ws backward config: unknown key {key!r} (allowed: {sorted(CONFIG_KEYS)})"
             )
-        if CONFIG_KEYS[key] is not None and val not in CONFIG_KEYS[key]:
-            raise ValueError(
-                f"gluon-ws backward config: {key}={val!r} must be one of {list(CONFIG_KEYS[key])}"
-            )
+        allowed = CONFIG_KEYS[key]
+        if allowed is not None and val not in allowed:
+            raise ValueError(f"gluon-ws backward config: {key}={val!r} must be one of {list(allowed)}")
         if key not in ("kernel", "BLOCK_N", "num_warps"):
             cfg[key] = val
     return cfg
@@ -581,6 +580,7 @@ def dkdv(
         # conflicts; with 256-byte unswizzled rows they were 8-way and the one-pass took 1.11x the time at d = 128,
         # N = 8192 on an H100)
         dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+        assert dq_acc is not None, "the one pass adds dQ into dq_acc"
         dqd = TensorDescriptor.from_tensor(dq_acc.view(-1, D), [bm, 32], dq_layout)
     heads = cfg.get("SCHED_HEADS", 0)
     num_n = cdiv(Nk, num_wg * KEYS)
