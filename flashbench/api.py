@@ -184,6 +184,7 @@ def sweep(
     show: Progress | None = None
     env: Environment | None = None
     earlier_wall = 0.0  # a resumed run's earlier sessions (kill -9 loses a session's wall time)
+    worker: runner.Worker | None  # None once run_cases has closed it
     worker = runner.Worker(spec.device, kernels_t, None, visible=devices[0] if devices else None)
     try:
         worker.wait_ready()
@@ -228,7 +229,7 @@ def sweep(
             else:
                 ncu_fn = lambda case: ncu_mod.measure(case, kernels_t, spec.timeout_s)  # noqa: E731
         show = Progress(len(planned), enabled=progress)
-        run = dict(
+        run: dict[str, Any] = dict(
             device=spec.device,
             kernels=kernels_t,
             opts=runner.options(spec),

@@ -386,12 +386,14 @@ def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateCon
         only = c if b is None else b
         assert only is not None
         verdict = CURRENT_ONLY if b is None else MISSING
-        side = {"current_status": only.status} if b is None else {"baseline_status": only.status}
+        side: dict[str, Any] = (
+            {"current_status": only.status} if b is None else {"baseline_status": only.status}
+        )
         return CaseVerdict(key, verdict, **side)
     throttled = {(True, True): "both", (True, False): "baseline", (False, True): "current"}.get(
         (b.throttled, c.throttled), ""
     )
-    common = dict(
+    common: dict[str, Any] = dict(
         baseline_status=b.status, current_status=c.status, baseline_ms=b.median_ms, throttled=throttled
     )
     common["current_ms"] = c.median_ms
@@ -402,7 +404,7 @@ def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateCon
     if not b.median_ms or not c.median_ms or b.median_ms <= 0 or c.median_ms <= 0:
         return CaseVerdict(key, NOT_MEASURED, **common, note="ok row without timing")
     thr = cfg.threshold_for(b.provider)
-    num, den = [c.samples_ms or (c.median_ms,)], [b.samples_ms or (b.median_ms,)]
+    num, den = [_samples(c)], [_samples(b)]
     comp = compare_samples(num, den, thr, cfg, key, sizes=[c.n, b.n])
     note = "" if comp.ci_low is not None else f"fewer than {cfg.min_samples} samples: threshold only"
     if comp.verdict == NOISY and comp.low_q_ratio is not None and comp.low_q_ratio <= 1.0 + thr:
@@ -434,16 +436,22 @@ def clock_note(base_mhz: float | None, cur_mhz: float | None, ratio: float) -> s
     return f"SM clock {base_mhz:.0f} -> {cur_mhz:.0f} MHz ({cur_mhz / base_mhz - 1.0:+.1%}): {cycles - 1.0:+.1%} in cycles"
 
 
+def _samples(case: CaseResult) -> tuple[float, ...]:
+    """A timed case's samples; a row written before samples were kept has its median alone."""
+    return case.samples_ms or ((case.median_ms,) if case.median_ms is not None else ())
+
+
 def _ratio_verdicts(base: Side, cur: Side, cfg: GateConfig) -> list[RatioVerdict]:
     out: list[RatioVerdict] = []
     for bundled, ref in cfg.ratio_pairs:
         shapes = sorted({c.shape_key for c in base.cases.values() if c.provider == bundled})
         for shape in shapes:
             quad = [side.cases.get(f"{p}|{shape}") for side in (base, cur) for p in (bundled, ref)]
-            if any(q is None or q.status != OK or not q.median_ms for q in quad):
+            timed = [q for q in quad if q is not None and q.status == OK and q.median_ms]
+            if len(timed) < len(quad):
                 continue
-            bb, br, cb, cr = (q.samples_ms or (q.median_ms,) for q in quad)  # type: ignore[union-attr]
-            nbb, nbr, ncb, ncr = (q.n for q in quad)  # type: ignore[union-attr]
+            bb, br, cb, cr = (_samples(q) for q in timed)
+            nbb, nbr, ncb, ncr = (q.n for q in timed)
             thr = cfg.threshold_for(bundled)
             key = f"ratio|{bundled}|{ref}|{shape}"
             comp = compare_samples([cb, br], [cr, bb], thr, cfg, key, sizes=[ncb, nbr, ncr, nbb])

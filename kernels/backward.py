@@ -211,14 +211,14 @@ class _BackwardPlan:
         if self.one_pass:
             assert self.ws is not None
             dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-            cfg_kv = self.ws.run((q, do, k, v, dk, dv, dq_acc), lse, delta, qk_scale, sm_scale)
+            cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
             dq.copy_(dq_acc)
             _set_last_bwd_config(cfg_kv, {"kernel": "gluon-ws", "ONE_PASS": 1})
             return dq, dk, dv
         inputs = (q, k, v, do, lse, delta, p if p is not None else lse)  # lse: never read without STORED_P
         sizes = (*self.sizes_a, qk_scale, sm_scale, *self.sizes_b)
         if self.ws is not None:
-            cfg_kv = self.ws.run((q, do, k, v, dk, dv, None), lse, delta, qk_scale, sm_scale)
+            cfg_kv = self.ws.run((q, do, k, v, dk, dv), None, lse, delta, qk_scale, sm_scale)
         else:
             assert self.dkdv is not None
             sq, sdo = self._streamed(self.dkdv, (q, do, k, v))[:2]
@@ -293,7 +293,7 @@ def _gluon_dkdv_config(
         if why:
             raise KernelUnsupported(f"gluon-ws backward: {why}")
         return cfg
-    cfg = None if forced is not None or stored else backward_ws.default_config(q, causal)
-    if cfg is None or backward_ws.supported(q, k, v, do, causal, window, cfg) is not None:
+    default = None if forced is not None or stored else backward_ws.default_config(q, causal)
+    if default is None or backward_ws.supported(q, k, v, do, causal, window, default) is not None:
         return None
-    return cfg
+    return default

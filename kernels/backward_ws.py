@@ -140,10 +140,9 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
             raise ValueError(
                 f"gluon-ws backward config: unknown key {key!r} (allowed: {sorted(CONFIG_KEYS)})"
             )
-        if CONFIG_KEYS[key] is not None and val not in CONFIG_KEYS[key]:
-            raise ValueError(
-                f"gluon-ws backward config: {key}={val!r} must be one of {list(CONFIG_KEYS[key])}"
-            )
+        allowed = CONFIG_KEYS[key]
+        if allowed is not None and val not in allowed:
+            raise ValueError(f"gluon-ws backward config: {key}={val!r} must be one of {list(allowed)}")
         if key not in ("kernel", "BLOCK_N", "num_warps"):
             cfg[key] = val
     return cfg
@@ -592,15 +591,16 @@ class DkdvPlan:
     def run(
         self,
         tensors: tuple[torch.Tensor, ...],
+        dq_acc: torch.Tensor | None,
         lse: torch.Tensor,
         delta: torch.Tensor,
         qk_scale: float,
         sm_scale: float,
     ) -> dict[str, Any]:
-        """tensors: q, do, k, v, dk, dv (contiguous), and the zeroed fp32 dQ (ONE_PASS) or None. Returns the
+        """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: the zeroed fp32 dQ (ONE_PASS) or None. Returns the
         config as a row reports it."""
         rest = (lse, delta, *self.sizes, qk_scale, sm_scale)
-        views = tensors[:6] + (tensors[6] if self.one_pass else tensors[2],)
+        views = (*tensors, dq_acc if dq_acc is not None else tensors[2])
         if self.call.direct:
             descs = tuple(TmaArg(t, *g) for t, g in zip(views, self.geometry, strict=True))
         else:

@@ -356,7 +356,8 @@ def _check_data(
     if table is not None:  # table entries past a sequence's length are never read
         n = lens.clamp(0, capacity) if lens is not None else torch.full_like(table[:, 0], capacity)
         used = torch.arange(table.shape[1], device=table.device)[None, :] < (n[:, None] + page - 1) // page
-    stats = [t for t in (lens, None if used is None else torch.where(used, table, 0)) if t is not None]
+    in_use = None if used is None or table is None else torch.where(used, table, 0)
+    stats = [t for t in (lens, in_use) if t is not None]
     if not stats:
         return
     values = torch.stack([x for t in stats for x in (t.min(), t.max())]).tolist()  # the sync
@@ -459,7 +460,7 @@ def flash_decode(
     B, Hq, Nq, D = q.shape
     Hkv = k.shape[1]
     page = k.shape[2] if paged else 1
-    capacity = block_table.shape[1] * page if paged else k.shape[2]
+    capacity = block_table.shape[1] * page if block_table is not None else k.shape[2]
     scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
     if not isinstance(scale, int | float) or not math.isfinite(scale):
         _refuse(f"sm_scale must be a finite number, got {scale!r}")
@@ -490,8 +491,9 @@ def flash_decode(
         counters, part = _scratch(q.device, B * Hkv * row_blocks, B * Hkv * num_splits * rows * (D + 1))
     rows_p2 = min(block_m, _pow2(rows))
     s_chunk = max(1, min(_pow2(num_splits), COMBINE_ELEMENTS // (rows_p2 * D)))
+    table = out if block_table is None else block_table.contiguous()
     args = (  # _decode's arguments in order: 8 tensors, the float scale, then integers and constexprs
-        q, k, v, out if cache_seqlens is None else cache_seqlens, block_table.contiguous() if paged else out,
+        q, k, v, out if cache_seqlens is None else cache_seqlens, table,
         out, part, counters,
         float(scale) * LOG2E,
         capacity, num_splits, Hkv, Nq, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),

@@ -417,7 +417,7 @@ def _fp8_plan(
     neg_scale: bool,
 ) -> Any:
     """flash_ws's Gluon plan in its FP8 mode where it takes these inputs, else the tl FP8 kernel's."""
-    forced = bool(config) and config.get("kernel") == "gluon-ws"
+    forced = config is not None and config.get("kernel") == "gluon-ws"
     if forced or not config and not neg_scale and flash_ws.preferred(q, k, v, causal):
         if neg_scale:
             raise KernelUnsupported(f"{NAME}: the Gluon FP8 forward takes no negative sm_scale")
@@ -513,15 +513,14 @@ def flash_attn_fp8(
             f"({k.dtype}, {k.device}, {tuple(k.shape)})"
         )
     q, k, _, sm_scale = check_inputs(
-        NAME, q, k, k, causal, -sm_scale if flip else sm_scale, dtypes=FP8_DTYPES
+        NAME, q, k, k, causal, -sm_scale if flip and sm_scale is not None else sm_scale, dtypes=FP8_DTYPES
     )
     b, hkv = k.shape[0], k.shape[1]
-    descales = tuple(
+    qd, kd, vd = (
         _descale(t, label, b, hkv, q.device)
         for t, label in ((q_descale, "q_descale"), (k_descale, "k_descale"), (v_descale, "v_descale"))
     )
-    if flip:
-        descales = (-descales[0], *descales[1:])
+    descales = (-qd if flip else qd, kd, vd)
     if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
         config = normalize_config(NAME, config)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):

@@ -177,8 +177,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     for key, val in config.items():
         if key not in CONFIG_KEYS:
             raise ValueError(f"gluon-ws config: unknown key {key!r} (allowed: {sorted(CONFIG_KEYS)})")
-        if CONFIG_KEYS[key] is not None and val not in CONFIG_KEYS[key]:
-            raise ValueError(f"gluon-ws config: {key}={val!r} must be one of {list(CONFIG_KEYS[key])}")
+        allowed = CONFIG_KEYS[key]
+        if allowed is not None and val not in allowed:
+            raise ValueError(f"gluon-ws config: {key}={val!r} must be one of {list(allowed)}")
     programs = config.get("PROGRAMS", 0)
     if not isinstance(programs, int) or isinstance(programs, bool) or programs < 0:
         raise ValueError(f"gluon-ws config: PROGRAMS={programs!r} must be a count >= 0 (0: one per SM)")

@@ -428,8 +428,8 @@ def _attn_fwd_ws(
         k_layout: gl.constexpr = gl.NVMMASharedLayout(
             kd.layout.swizzle_byte_width, element_bitwidth=8, rank=2
         )
-    else:
-        k_layout: gl.constexpr = kd.layout
+    else:  # mypy reads the second `gl.constexpr` annotation (what makes k_layout a Gluon constexpr) as a redefinition
+        k_layout: gl.constexpr = kd.layout  # type: ignore[no-redef]
     k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_layout)
     V_TILE: gl.constexpr = vd.block_type.shape  # [BLOCK_N, D]; FP8: V^T's [D, BLOCK_N]
     v_smem = gl.allocate_shared_memory(vd.dtype, [STAGES, V_TILE[0], V_TILE[1]], vd.layout)

@@ -245,6 +245,9 @@ def launch(
         first = default_config(kind, space, constexprs["HEAD_DIM"], args[0].element_size(), _max_shared_mem())
         rest = [config_dict(c) for c in sorted(space, key=lambda c: -c[0] * c[1] * c[3])]
         tries = [{**c, **extra} for c in [first, *[c for c in rest if c != first]]]
+    config: (
+        dict[str, Any] | None
+    )  # each of `tries` in turn, else the autotuner's pick (None until it has one)
     for config in tries:
         try:
             _run_config(kernel, grid, args, constexprs, config)

@@ -2,23 +2,40 @@
 
 On a machine without CUDA the Triton kernels run through Triton's interpreter, which must be switched on
 before triton is first imported; on a GPU machine the same tests run on CUDA.
+
+Tiers (tests/tiers.py): the smoke tier by default; `--full` or FLASHBENCH_FULL_TESTS=1 adds the exhaustive matrix.
+FLASHBENCH_TEST_SHARD=i/n keeps the i-th of n shards (benchmarks/gpu_tests.sh runs n side by side).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+from pathlib import Path
 
 import pytest
+import tiers
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Tests never read or write the user's flashbench folder (autotune picks, calibration): a pick timed while
-# several test processes share one GPU (benchmarks/gpu_tests.sh) would be cached and used by later benchmarks.
-os.environ["FLASHBENCH_HOME"] = tempfile.mkdtemp(prefix="flashbench-tests-")
+
+def _test_home() -> Path:
+    """flashbench's folder for the tests: FLASHBENCH_TEST_HOME, else ${XDG_CACHE_HOME:-~/.cache}/flashbench-tests.
+
+    Kept between runs, so the autotune picks of the tests that turn the autotuner on are timed once (Triton keeps
+    its compiled kernels in its own cache, ~/.triton/cache, between runs too). Never the user's own
+    FLASHBENCH_HOME: a pick timed while several test processes share one GPU (benchmarks/gpu_tests.sh) would be
+    cached there and used by later benchmarks. Tests that need an empty folder make their own (tmp_path)."""
+    home = os.environ.get("FLASHBENCH_TEST_HOME")
+    if not home:
+        home = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flashbench-tests")
+    Path(home).mkdir(parents=True, exist_ok=True)
+    return Path(home)
+
+
+os.environ["FLASHBENCH_HOME"] = str(_test_home())
 # Kernels run their default config (one compile per shape class, not one per autotune candidate) unless a test
 # turns the autotuner on (tests/test_autotune.py and the autotuner tests of the kernel files do).
 os.environ.setdefault("FLASHBENCH_AUTOTUNE", "0")
@@ -27,20 +44,31 @@ os.environ.setdefault("FLASHBENCH_AUTOTUNE", "0")
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        default=False,
+        help=f"also run the exhaustive kernel matrix (tests/tiers.py; or {tiers.FULL_ENV}=1)",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # FLASHBENCH_TEST_SHARD=i/n keeps every n-th test from the i-th (0-based): n pytest processes side by side
-    # spread the kernel suite's Triton compiles over a GPU machine's cores (benchmarks/gpu_tests.sh).
+    full = tiers.full_requested(config)
     shard = os.environ.get("FLASHBENCH_TEST_SHARD")
     if shard:
         index, count = (int(x) for x in shard.split("/"))
-        config.hook.pytest_deselected(items=[item for j, item in enumerate(items) if j % count != index])
-        items[:] = [item for j, item in enumerate(items) if j % count == index]
-    if HAS_CUDA:
-        return
+        kept = tiers.shard(items, index, count, full)
+        mine = set(kept)
+        config.hook.pytest_deselected(items=[item for item in items if item not in mine])
+        items[:] = kept
+    skip_full = pytest.mark.skip(reason=f"full tier: run with --full or {tiers.FULL_ENV}=1 (tests/tiers.py)")
     skip_gpu = pytest.mark.skip(reason="needs CUDA (runs on the GPU machine)")
     for item in items:
-        if "gpu" in item.keywords:
+        if not HAS_CUDA and "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+        elif not full and tiers.in_full_tier(item):
+            item.add_marker(skip_full)
 
 
 @pytest.fixture

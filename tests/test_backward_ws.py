@@ -13,6 +13,7 @@ import torch
 from flashbench.kernels import KernelUnsupported, backward_ws, flash_attn, flash_ws
 from flashbench.kernels.backward import attention_backward, last_bwd_config
 from flashbench.kernels.flash_v2 import attention_forward
+from tiers import smoke
 
 from flashbench.engine import correctness
 
@@ -72,6 +73,14 @@ def check(shape, dtype, causal, config):
         {"SCHED_HEADS": 16},  # one group larger than B * H_KV
     ],
     ids=["default", "s2", "no-rotate", "two-pass", "two-pass-s1", "two-pass-s3", "heads4", "heads16"],
+)
+# The smoke tier: the configs the backward dispatches (the one pass, and the two passes where torch asks for
+# deterministic algorithms: backward_ws.TWO_PASS) on every shape in bf16, and in fp16 on the first.
+@smoke(
+    lambda shape, dtype, config, **_: (
+        config in ({}, backward_ws.TWO_PASS)
+        and (dtype == torch.bfloat16 or shape == (2, 4, 4, 256, 256, 128))
+    )
 )
 def test_gluon_dkdv_matches_reference(shape, dtype, causal, config):
     check(shape, dtype, causal, config)

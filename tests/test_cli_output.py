@@ -12,6 +12,7 @@ from flashbench.analysis import runs
 from flashbench.cli.app import main
 from flashbench.cli.roofline import render_roofline
 from flashbench.cli.sweep import render_tables
+from flashbench.engine import runner
 from flashbench.engine.progress import describe_case
 from flashbench.gpu import environment
 from flashbench.models.roofline import BOUND_RULE
@@ -93,7 +94,26 @@ def test_provider_names_are_never_cut_in_the_roofline_overlay(capsys, monkeypatc
         assert name in out
 
 
+_DESCRIBED: dict[tuple[str, tuple[str, ...]], runner.Worker] = {}
+
+
+@pytest.fixture
+def one_worker(monkeypatch):
+    """`list providers` asks a worker process what each provider supports, 3-9 s to start here; the calls of this
+    module's tests share the first worker's answer (what they check is how the CLI renders it)."""
+    real = runner.describe
+
+    def describe(device: str, kernels: tuple[str, ...]) -> runner.Worker:
+        key = (device, tuple(kernels))
+        if key not in _DESCRIBED:
+            _DESCRIBED[key] = real(device, kernels)
+        return _DESCRIBED[key]
+
+    monkeypatch.setattr(runner, "describe", describe)
+
+
 @pytest.mark.skipif(environment.gpu_present()[0], reason="this machine has a GPU")
+@pytest.mark.usefixtures("one_worker")
 def test_list_providers_without_a_gpu_says_cuda_only(capsys, monkeypatch):
     assert main(["list", "providers"]) == 0
     lines = {row.split("│")[1].strip(): row for row in capsys.readouterr().out.splitlines() if "│" in row}
@@ -107,6 +127,7 @@ def test_list_providers_without_a_gpu_says_cuda_only(capsys, monkeypatch):
     assert set(infos) <= names  # every name whole at 80 columns
 
 
+@pytest.mark.usefixtures("one_worker")
 def test_list_providers_says_who_takes_a_window_and_which_kv_caches(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["list", "providers"]) == 0

@@ -20,6 +20,7 @@ import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, flash_decode
 from flashbench.kernels import decode as decode_module
+from tiers import smoke
 
 from flashbench.engine.correctness import compare, reference
 
@@ -124,6 +125,9 @@ def test_poisoning_is_active():
 # ---------------------------------------------------------------------------------------------------------
 
 
+# On CUDA the query rows per KV head (heads x nq), the mask and the dtype each select a compile: the smoke tier runs
+# GQA and MQA in fp16 there (the gpu tests add bf16 at serving shapes); the interpreter runs every case.
+@smoke(lambda dtype, heads, **_: dtype == torch.float16 and heads != "mha" or not HAS_CUDA)
 @pytest.mark.parametrize("nq", [1, 4])
 @pytest.mark.parametrize("heads", list(HEADS), ids=list(HEADS))
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
@@ -135,6 +139,7 @@ def test_contiguous_ragged_lengths_match_reference(device, dtype, causal, heads,
     prob.check(prob.run(causal=causal, num_splits=3), causal=causal)
 
 
+@smoke(lambda dtype, **_: dtype == torch.float16 or not HAS_CUDA)
 @pytest.mark.parametrize("nq", [1, 3])
 @pytest.mark.parametrize("page", [16, 32])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
@@ -330,6 +335,8 @@ GPU_LAYOUTS = {  # heads, kv heads, page size (None: contiguous)
 
 
 @pytest.mark.gpu
+# smoke: every layout in bf16 with one new token, and fp16 on the contiguous GQA cache
+@smoke(lambda dtype, layout, nq: dtype == torch.bfloat16 and nq == 1 or layout == "gqa-contig")
 @pytest.mark.parametrize("nq", [1, 4])
 @pytest.mark.parametrize("layout", list(GPU_LAYOUTS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -344,6 +351,7 @@ def test_gpu_ragged_batch_matches_reference(dtype, layout, nq):
 
 
 @pytest.mark.gpu
+@smoke(lambda d: d in (64, 256))  # d = 128 runs in the tests above; 256 takes a smaller tile (GPU_CONFIGS)
 @pytest.mark.parametrize("d", decode_module.DECODE_HEAD_DIMS)
 def test_gpu_head_dims_match_reference(d):
     prob = Problem(8, 2, 2, d, [100, 2048, 777], torch.bfloat16, page=32, seed=12, device="cuda")

@@ -4,6 +4,8 @@ report's decode section."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from flashbench.cli.app import main
@@ -16,6 +18,7 @@ from flashbench.results.rows import read_rows
 DEVICE = "cuda" if environment.gpu_present()[0] else "cpu"
 DECODE = ["--device", DEVICE, "--batch", "3", "--heads", "4", "--kv-heads", "2", "--head-dim", "32"]
 DECODE += ["--dtype", "fp16", "--causal", "true", "--mode", "fwd", "--seq", "48"]
+DECODE += ["--config", str(Path(__file__).with_name("fast_measure.toml"))]  # tests/fast_measure.toml: why
 
 
 def _error_line(capsys) -> str:

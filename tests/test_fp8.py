@@ -11,6 +11,7 @@ import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, flash_attn, value_layout
 from flashbench.kernels.descriptors import use_tma
+from tiers import smoke
 
 import flashbench
 from flashbench.analysis.runs import load_run
@@ -192,6 +193,7 @@ def test_fp8_reference_emulation_quantizes_p():
 
 # ---------------------------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
+@smoke(lambda outliers, **_: not outliers)  # the outlier inputs share the kernels: the full tier's
 @pytest.mark.parametrize("outliers", [False, True], ids=["normal", "outliers"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize(("n", "d"), [(1024, 64), (2048, 128), (1000, 128)])

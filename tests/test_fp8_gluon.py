@@ -11,6 +11,7 @@ import torch
 from flashbench.kernels import KernelUnsupported, flash_attn, flash_ws, last_config, value_layout
 from flashbench.kernels.flash_fp8 import attention_forward_fp8
 from test_fp8 import check, quantized
+from tiers import smoke
 
 from flashbench.engine import correctness, fp8
 
@@ -28,6 +29,7 @@ def kernel_ran() -> str:
 
 @pytest.mark.gpu
 @hopper_only
+@smoke(lambda n, d: d == 128)  # FP8 at d = 64 is dispatched to the tl kernel (flash_ws.GLUON_FP8_MIN_SEQ)
 @pytest.mark.parametrize("d", [128, 64])
 @pytest.mark.parametrize("n", [1024, 4096])
 def test_gpu_gluon_fp8_within_budget_batch_gqa(n, d):
@@ -36,6 +38,7 @@ def test_gpu_gluon_fp8_within_budget_batch_gqa(n, d):
 
 
 @pytest.mark.gpu
+@pytest.mark.full  # forced configs; the dispatched one (flash_ws.FP8_CONFIG) runs in the tests around
 @hopper_only
 @pytest.mark.parametrize(
     "config",

@@ -15,6 +15,7 @@ import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, flash_attn, flash_attn_stored_p, flash_attn_v1, last_config
 from flashbench.kernels.descriptors import use_tma
+from tiers import smoke
 
 from flashbench.engine import correctness
 
@@ -27,6 +28,11 @@ FP32_IEEE = 1e-6  # the bundled kernels' fp32 dots are IEEE fp32: errors ~3e-7 i
 
 
 pytestmark = pytest.mark.usefixtures("poisoned_outputs")  # conftest.py: NaN-filled torch.empty, no autotuning
+
+# On CUDA every kernel x dtype x head dim x mask is its own Triton compile (seconds each: the GPU tier's time), so
+# the smoke tier takes the shipped FA2 kernel (v2) through every case and the measuring variants (stored-P, the
+# FA1 order) through the batched GQA one; the interpreter compiles nothing and runs them all (tests/tiers.py).
+V2_ON_CUDA = smoke(lambda kernel, **_: kernel == "v2" or not HAS_CUDA)
 
 
 def test_poisoning_is_active():
@@ -72,6 +78,8 @@ def check(fn, q, k, v, *, causal: bool, sm_scale=None, config=None, do=None, bac
 # ---------------------------------------------------------------------------------------------------------
 
 
+# fp32 (IEEE dots) of the measuring variants, whose sweeps run in 16-bit: the full tier's, here and on a CPU
+@smoke(lambda kernel, dtype, **_: kernel == "v2" or dtype != torch.float32)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -79,6 +87,7 @@ def test_fwd_bwd_match_reference_batch_gqa(kernel, dtype, causal):
     check(KERNELS[kernel], *inputs(2, 4, 2, 127, 127, 32, dtype), causal=causal)
 
 
+@V2_ON_CUDA
 @pytest.mark.parametrize("n", [1, 17, pytest.param(1000, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_odd_sequence_lengths(kernel, n):
@@ -86,6 +95,7 @@ def test_odd_sequence_lengths(kernel, n):
     check(KERNELS[kernel], *inputs(1, 1, 1, n, n, 32, torch.float16, seed=n), causal=n != 17)
 
 
+@V2_ON_CUDA
 @pytest.mark.parametrize(("nq", "nk"), [(17, 130), (130, 17)], ids=["q<k", "q>k"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -94,17 +104,20 @@ def test_seq_q_differs_from_seq_k(kernel, causal, nq, nk):
     check(KERNELS[kernel], *inputs(1, 2, 1, nq, nk, 64, torch.float16, seed=nq), causal=causal)
 
 
+@V2_ON_CUDA
 @pytest.mark.parametrize("d", [32, 64, 128, 256])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_head_dims(kernel, d):
     check(KERNELS[kernel], *inputs(1, 1, 1, 70, 70, d, torch.float16, seed=d), causal=True)
 
 
+@V2_ON_CUDA
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_custom_sm_scale(kernel):
     check(KERNELS[kernel], *inputs(1, 2, 2, 40, 40, 32, torch.float16, seed=5), causal=False, sm_scale=0.3)
 
 
+@V2_ON_CUDA
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_negative_sm_scale(kernel):
     # The kernels scale after the row max, which needs scale >= 0; a negative scale is folded into q.
@@ -216,6 +229,8 @@ def test_host_descriptors_of_one_layout_are_separate():
     assert gone() is None
 
 
+# On CUDA: whole blocks, a diagonal offset past a key block, and rows that see no key.
+@smoke(lambda nq, nk: (nq, nk) in ((64, 64), (96, 200), (17, 130)) or not HAS_CUDA)
 @pytest.mark.parametrize(("nq", "nk"), [(64, 64), (150, 150), (96, 200), (200, 96), (17, 130)])
 def test_half_width_diagonal_blocks(monkeypatch, nq, nk):
     """Causal with key blocks wider than the query tile: the masked key range runs in blocks of BLOCK_N // 2,
@@ -257,6 +272,7 @@ def test_misaligned_view_takes_the_pointer_path():
     check(flash_attn, q, k, v, causal=False)
 
 
+@V2_ON_CUDA
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_non_contiguous_inputs_and_grad(kernel):
     """q from a [B, N, H, D] layout (strided heads), k with a non-unit last stride, v sliced, dO transposed."""
@@ -269,6 +285,7 @@ def test_non_contiguous_inputs_and_grad(kernel):
     check(KERNELS[kernel], q, k, v, causal=True, do=do)
 
 
+@V2_ON_CUDA
 @pytest.mark.parametrize(
     ("kernel", "config"),
     [
@@ -320,6 +337,8 @@ def test_drop_in_for_sdpa():
 
 
 @pytest.mark.gpu
+# v2 on Hopper: Gluon's forward and one-pass backward, tl's forward at d = 64 causal below N = 8192
+@smoke(lambda kernel, **_: kernel == "v2")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("d", [64, 128])
@@ -331,6 +350,7 @@ def test_gpu_large(kernel, n, d, dtype, causal):
 
 
 @pytest.mark.gpu
+@smoke(lambda kernel, dtype: kernel == "v2" and dtype == torch.bfloat16)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_gpu_head_dim_256_and_ragged(kernel, dtype):
@@ -339,6 +359,7 @@ def test_gpu_head_dim_256_and_ragged(kernel, dtype):
 
 
 @pytest.mark.gpu
+@V2_ON_CUDA
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_gpu_autotuned_config(kernel, monkeypatch):
     """config=None autotunes on CUDA; the chosen config is reported, comes from the space, and can be forced."""
@@ -366,6 +387,7 @@ def test_gpu_config_too_big_for_shared_memory_is_unsupported():
 
 
 @pytest.mark.gpu
+@pytest.mark.full  # autotunes every forward and backward candidate twice (~44 compiles)
 def test_gpu_autotuned_pointer_path_then_descriptor_path(monkeypatch, tmp_path):
     """A first autotuned call on the pointer path (TMA off), then one on the descriptor path: each tunes its
     own key and the second still sizes its host descriptors (with triton.autotune, the first call's missing

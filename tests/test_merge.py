@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,8 @@ SWEEP = [
     "16",
     "--dtype",
     "fp16",
+    "--config",
+    str(Path(__file__).with_name("fast_measure.toml")),  # tests/fast_measure.toml: why
     "--providers",
     "naive,sdpa-math",
     "--seq",

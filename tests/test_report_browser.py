@@ -154,6 +154,8 @@ def test_report_from_a_real_cpu_sweep(chromium: str, tmp_path: Path) -> None:
         "false",
         "--mode",
         "fwd,bwd",
+        "--config",
+        str(ROOT / "tests" / "fast_measure.toml"),  # the measurement of the suite's CPU sweeps: why there
         "--out",
         str(run),
     ]

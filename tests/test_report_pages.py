@@ -70,6 +70,12 @@ def rendered(chromium: str, run: Path, tmp_path: Path, **kw: Any) -> tuple[str, 
     return dom, words, record
 
 
+@pytest.fixture(scope="module")
+def speed_page(browser: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, dict[str, Any]]:
+    """The H100 speed run's report as rendered, shared by the tests that only read it (a render takes 5-14 s)."""
+    return rendered(browser, H100_SPEED, tmp_path_factory.mktemp("speed"))
+
+
 def n_label(n: int) -> str:
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
@@ -111,8 +117,10 @@ def colours_by_provider(record: dict[str, Any], providers: set[str]) -> dict[str
     return seen
 
 
-def test_run_report_in_chromium_states_the_fastest_from_the_rows(browser: str, tmp_path: Path) -> None:
-    _, words, record = rendered(browser, H100_SPEED, tmp_path)
+def test_run_report_in_chromium_states_the_fastest_from_the_rows(
+    speed_page: tuple[str, str, dict[str, Any]],
+) -> None:
+    _, words, record = speed_page
     assert record["errors"] == []
     rows = read_jsonl(H100_SPEED)
     groups = fastest_per_group(rows)
@@ -135,10 +143,10 @@ def test_run_report_in_chromium_states_the_fastest_from_the_rows(browser: str, t
     assert "Measured roof: the calibration ran on a throttled GPU (bf16 matmul: sw power cap" in words
 
 
-def test_roofs_and_ridge_are_named_on_the_roofline(browser: str, tmp_path: Path) -> None:
+def test_roofs_and_ridge_are_named_on_the_roofline(speed_page: tuple[str, str, dict[str, Any]]) -> None:
     from flashbench.analysis.runs import load_run
 
-    _, _, record = rendered(browser, H100_SPEED, tmp_path)
+    _, _, record = speed_page
     (roof,) = [p for p in record["plots"] if p["title"].startswith("Roofline, bf16")]
     notes = roof["annotations"]
     datasheet, nvml, measured = load_run(H100_SPEED).ceilings
@@ -154,8 +162,10 @@ def test_roofs_and_ridge_are_named_on_the_roofline(browser: str, tmp_path: Path)
     assert "ridge 295 FLOP/B" in notes  # 989.4 TFLOP/s / 3.35 TB/s on the H100 SXM datasheet
 
 
-def test_a_provider_keeps_its_colour_in_every_report(browser: str, tmp_path: Path) -> None:
-    _, _, first = rendered(browser, H100_SPEED, tmp_path)  # triton, sdpa-flash, sdpa-cudnn
+def test_a_provider_keeps_its_colour_in_every_report(
+    browser: str, speed_page: tuple[str, str, dict[str, Any]], tmp_path: Path
+) -> None:
+    _, _, first = speed_page  # triton, sdpa-flash, sdpa-cudnn
     _, _, second = rendered(browser, SYNTHETIC, tmp_path)  # naive, sdpa-math, sdpa-flash, triton, ...
     assert first["errors"] == [] and second["errors"] == []
     a = colours_by_provider(first, {"triton", "sdpa-flash", "sdpa-cudnn"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from flashbench.results.env import read_env
 from flashbench.results.rows import read_rows
 
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
+TINY = ["--config", str(Path(__file__).with_name("fast_measure.toml")), *TINY]  # tests/fast_measure.toml: why
 
 
 def test_gpus_with_device_cpu_runs_two_workers_and_writes_every_case_once(tmp_path, capsys):

@@ -16,6 +16,7 @@ from flashbench.results.rows import read_rows
 
 FIXTURES = Path(__file__).parent / "fixtures_providers"
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
+TINY = ["--config", str(Path(__file__).with_name("fast_measure.toml")), *TINY]  # tests/fast_measure.toml: why
 
 
 def test_misbehaving_providers_get_their_status_while_the_others_complete(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ from flashbench.spec.plan import expand, plan
 from flashbench.spec.window import parse_window, parse_windows, visible
 
 TINY = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
+TINY = ["--config", str(Path(__file__).with_name("fast_measure.toml")), *TINY]  # tests/fast_measure.toml: why
 
 
 def _error_line(capsys) -> str:

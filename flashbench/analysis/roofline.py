@@ -80,6 +80,8 @@ def build_roofline(
     if not roofs:
         raise FlashbenchError(f"no bandwidth known for {spec.name}: run flashbench calibrate on it")
     roof = roofs[0]
+    bw = roof.bw_bytes_s
+    assert bw is not None  # roofs without a bandwidth were dropped above
     seqs = seqs or [1024, 2048, 4096, 8192, 16384, 32768]
     families = tuple(families or io_model.FAMILIES)
     kv = kv_heads or heads
@@ -102,7 +104,7 @@ def build_roofline(
                             causal,
                             mode,
                             roof.flops_s,
-                            roof.bw_bytes_s,
+                            bw,
                             window=window,
                         )
                         predictions.append({"dtype": dtype, "head_dim": d, "seq": n, **p.to_dict()})

@@ -56,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     except Exception as exc:
         # Click's usage errors (typer vendors click in some versions, so match by shape, not class).
-        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+        code = getattr(exc, "exit_code", None)
+        if hasattr(exc, "show") and isinstance(code, int):
             if type(exc).__name__ == "NoArgsIsHelpError" or not hasattr(exc, "format_message"):
                 exc.show()  # a bare group (`flashbench list`): its help is the answer
-                return exc.exit_code
+                return code
             print(f"flashbench: error: {_usage_line(exc)}", file=sys.stderr)
             return EXIT_USAGE
         if type(exc).__name__ == "Abort":

@@ -40,13 +40,13 @@ def render_roofline(report: dict[str, Any]) -> None:
     t = Table(title=f"Ceilings: {title} (TF/s = dense TFLOP/s; ridge in FLOP/byte)")
     t.add_column("source")
     t.add_column("TB/s", justify="right")
-    for d in ROOF_DTYPES:
-        t.add_column(f"{d} TF/s (ridge)", justify="right")
+    for name in ROOF_DTYPES:
+        t.add_column(f"{name} TF/s (ridge)", justify="right")
     for c in report["ceilings"]:
         cells = [c["source"], _fmt(c["bw_bytes_s"] and c["bw_bytes_s"] / 1e12)]
-        for d in ROOF_DTYPES:
-            peak = c["flops_s"].get(d)
-            cells.append("-" if not peak else f"{peak / 1e12:.1f} ({c['ridge'][d]:.0f})")
+        for name in ROOF_DTYPES:
+            peak = c["flops_s"].get(name)
+            cells.append("-" if not peak else f"{peak / 1e12:.1f} ({c['ridge'][name]:.0f})")
         t.add_row(*cells)
     console.print(t)
     for c in report["ceilings"]:

@@ -177,7 +177,7 @@ def _attend(
             dq[head, r0:r1] = (ds @ k) * scale  # type: ignore[index]
             dk += (ds.T @ q[head, r0:r1]).to(acc) * scale
     result = {"out": out, "lse": lse}
-    if do is not None:
+    if dq is not None:  # made above exactly when do is given
         result.update(dq=dq, dk=dk.to(q.dtype), dv=dv.to(q.dtype))
     return result
 
@@ -357,7 +357,7 @@ def check(
         )
     count = max(1, min(total, int(limit // max(per_slice, 1.0))))
     scale = case.head_dim**-0.5
-    q, k, v, do = inputs["q"], inputs["k"], inputs["v"], inputs.get("do")
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
     lengths = inputs.get("seqlens_k")
     tally = ErrorTally()
     for b, j in _slices(case.batch, case.kv_heads, count):
@@ -366,7 +366,7 @@ def check(
         kw = dict(
             causal=case.causal,
             sm_scale=scale,
-            do=do[one, heads] if grads else None,
+            do=inputs["do"][one, heads] if grads else None,
             window=case.window_size,
         )
         if lengths is not None:

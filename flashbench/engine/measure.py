@@ -242,6 +242,7 @@ def measure_case(case: Case, opts: Options, ctx: Context) -> tuple[Row, bool]:
     caught: list[str] = []
     row: Row | None = None
     fatal = False
+    prepared: Prepared | None = None
     try:
         with contextlib.ExitStack() as stack:
             ctx.phase("build")

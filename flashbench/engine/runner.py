@@ -428,6 +428,7 @@ def run_cases(
                         worker.close()
                         worker = None
                 except WorkerError as exc:
+                    assert worker is not None  # raised by worker.run, before the fatal branch could drop it
                     worker.close()
                     worker = None
                     if shared is not None and shared.stop.is_set():

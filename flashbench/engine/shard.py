@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from flashbench.errors import FlashbenchError
 from flashbench.spec.cases import Case
@@ -27,6 +27,10 @@ _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 T = TypeVar("T")
 
 
+@overload
+def parse_shard(text: None) -> None: ...
+@overload
+def parse_shard(text: str | tuple[int, int]) -> tuple[int, int]: ...
 def parse_shard(text: str | tuple[int, int] | None) -> tuple[int, int] | None:
     """Parse "i/n" (1 <= i <= n) -> (i, n); None stays None. Anything else is a one-line FlashbenchError."""
     if text is None:

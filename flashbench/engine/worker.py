@@ -197,9 +197,11 @@ def serve(args: argparse.Namespace, proto: IO[str]) -> int:
         if msg.get("op") != "run":
             continue
         case_id = msg.get("id")
-        ctx.phase = lambda phase, case_id=case_id: _send(
-            proto, {"op": "phase", "id": case_id, "phase": phase}
-        )
+
+        def phase(name: str, case_id: Any = case_id) -> None:
+            _send(proto, {"op": "phase", "id": case_id, "phase": name})
+
+        ctx.phase = phase
         case = Case.from_dict(msg["case"])
         row, fatal = measure_case(case, Options.from_dict(msg.get("opts", {})), ctx)
         _send(proto, {"op": "result", "id": case_id, "row": row.to_dict(), "fatal": fatal})

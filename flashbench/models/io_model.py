@@ -401,10 +401,13 @@ def hbm_traffic(
         raise ValueError(f"unknown byte-model family {family!r}; expected one of {(*FAMILIES, DECODE)}")
     if seqlens_k is not None:
         _check_lengths(batch, seqlens_k)
-        shape = (heads, kv_heads, seq_q)
         kw: dict[str, Any] = dict(l2_reuse=l2_reuse, blocks=blocks, alignment=alignment, window=window)
-        rest = (head_dim, elem_bytes, causal, mode)
-        return per_sequence(lambda n: hbm_traffic(family, 1, *shape, n, *rest, **kw), seqlens_k)
+        return per_sequence(
+            lambda n: hbm_traffic(
+                family, 1, heads, kv_heads, seq_q, n, head_dim, elem_bytes, causal, mode, **kw
+            ),
+            seqlens_k,
+        )
     s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, causal, alignment, window)
     b = blocks or Blocks()
     fwd, bwd = _MODELS[family]

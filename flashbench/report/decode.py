@@ -137,8 +137,8 @@ def figures(rows: pd.DataFrame) -> list[Any]:
                     ),
                     row=1, col=col,
                 )  # fmt: skip
-        for col, label in (("read_bw_gb_s", "calibrated read BW"), ("datasheet_bw_gb_s", "datasheet BW")):
-            value = _first(grp, col)
+        for column, label in (("read_bw_gb_s", "calibrated read BW"), ("datasheet_bw_gb_s", "datasheet BW")):
+            value = _first(grp, column)
             if value == value:
                 fig.add_hline(y=value, line_dash="dot", annotation_text=label, row=1, col=1)
         gqa = f"/{kv}" if kv != h else ""
@@ -150,7 +150,9 @@ def figures(rows: pd.DataFrame) -> list[Any]:
 
 
 def _first(rows: Any, col: str) -> float:
-    values = rows[col].dropna() if col in rows else []
+    if col not in rows:
+        return float("nan")
+    values = rows[col].dropna()
     return float(values.iloc[0]) if len(values) else float("nan")
 
 

@@ -254,7 +254,7 @@ def _peaks_and_scale(fig: go.Figure, run: Run, df: pd.DataFrame, panels: list[st
         peak = roof.peak(dtype) / 1e12 if roof is not None and roof.peak(dtype) else None
         top = float((sub["flops"] / (sub["p20_ms"] * 1e-3) / 1e12).max())
         peaks[mode] = max(peaks.get(mode, 0.0), top, peak or 0.0)
-        if peak:
+        if peak and roof is not None:
             row, col = cell(panels, panel)
             fig.add_hline(
                 y=peak,

@@ -154,13 +154,14 @@ def _verdict_html(blocks: list[verdict.Block]) -> str:
 
 
 def _roofline_sections(run: Run, baseline_run: Run | None, add: Any) -> None:
-    cross = baseline_run is not None and not same_gpu(run, baseline_run)
-    dtypes = set(run.frame["dtype"]) | (set(baseline_run.frame["dtype"]) if cross else set())
+    # the baseline where it ran on another GPU: each GPU's roofline then gets its own panel
+    other = baseline_run if baseline_run is not None and not same_gpu(run, baseline_run) else None
+    dtypes = set(run.frame["dtype"]) | (set(other.frame["dtype"]) if other is not None else set())
     drawn = False
     for dtype in sorted(dtypes):
-        if cross:
-            fig = roofline_figure.roofline_compare([run, baseline_run], dtype)
-            title = f"Roofline ({dtype}): {run.gpu_name} vs {baseline_run.gpu_name}"
+        if other is not None:
+            fig = roofline_figure.roofline_compare([run, other], dtype)
+            title = f"Roofline ({dtype}): {run.gpu_name} vs {other.gpu_name}"
             note = (
                 "The two runs are from different GPUs: each panel is one GPU's ceilings with that run's points on "
                 "them; the dotted faint line is the other GPU's datasheet roof. A point's % of roofline is against "

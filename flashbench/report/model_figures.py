@@ -56,7 +56,7 @@ def memory(run: Run) -> go.Figure | None:
         df.loc[df["ok"], "model_mem_bytes"].dropna()
     )
     shown += list(failed_at[df["status"].isin([OOM, PREDICTED_OOM])].dropna())
-    draw_total = bool(total) and max(shown, default=0) * 4 >= total
+    draw_total = total is not None and max(shown, default=0) * 4 >= total
     title = "Peak memory above the inputs (markers: measured; dotted lines: memory model)"
     if total and not draw_total:
         title += f"; the GPU's {total / GIB:.1f} GiB is far above this scale"
@@ -120,7 +120,7 @@ def memory(run: Run) -> go.Figure | None:
                 row=row,
                 col=col,
             )
-    if draw_total:
+    if draw_total and total is not None:
         fig.add_hline(
             y=total / GIB,
             line={"color": "#c00", "width": 1, "dash": "dash"},

@@ -240,7 +240,8 @@ def _torn_case_key(text: str) -> str | None:
     if any(name not in found and name not in defaults for name in CASE_FIELDS):
         return None
     try:
-        return Case(**{name: found.get(name, defaults.get(name)) for name in CASE_FIELDS}).key
+        fields: dict[str, Any] = {name: found.get(name, defaults.get(name)) for name in CASE_FIELDS}
+        return Case(**fields).key
     except (TypeError, ValueError):
         return None
 

@@ -83,7 +83,9 @@ def case_window(causal: bool, text: str) -> str:
 def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
     """Every case of the spec (order: the module docstring; sequence length innermost, ascending)."""
     cases: list[Case] = []
-    serving = [(*extra, w) for extra in serving_variants(spec) for w in spec.window]
+    serving: list[tuple[str, int, str, int, str]] = [
+        (*extra, w) for extra in serving_variants(spec) for w in spec.window
+    ]
     for provider in providers:
         for dtype in spec.dtype:
             for head_dim in spec.head_dim:
@@ -96,12 +98,9 @@ def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
                                         for seq in spec.seq:
                                             for batch in batch_for(spec, seq):
                                                 shape = (batch, heads, kv_heads, seq_q or seq, seq, head_dim)
-                                                *fields, window = extra
-                                                window = case_window(causal, window)
+                                                w = case_window(causal, extra[4])  # the window
                                                 cases.append(
-                                                    Case(
-                                                        provider, *shape, dtype, causal, mode, *fields, window
-                                                    )
+                                                    Case(provider, *shape, dtype, causal, mode, *extra[:4], w)
                                                 )
     if spec.order == "case":
         return interleave(cases)
