@@ -53,6 +53,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`python3 -m pytest -q` runs on every core where pytest-xdist is installed (the dev extras install it): the
+    suite's time is Triton compiles on a GPU machine and the interpreter on a CPU, both one core per process.
+    Each worker takes whole compile groups (tiers.compile_group, as xdist_group marks with --dist loadgroup), so a
+    kernel variant compiles in one process. FLASHBENCH_TEST_JOBS sets the count (0: one process); `-n`, a
+    FLASHBENCH_TEST_SHARD, --collect-only and --pdb keep pytest as asked."""
+    jobs = os.environ.get("FLASHBENCH_TEST_JOBS", "auto").strip()
+    option = config.option
+    if (
+        not config.pluginmanager.hasplugin("xdist")
+        or os.environ.get("PYTEST_XDIST_WORKER")
+        or os.environ.get("FLASHBENCH_TEST_SHARD")
+        or getattr(option, "numprocesses", None) is not None
+        or option.collectonly
+        or getattr(option, "usepdb", False)
+        or jobs in ("0", "1")
+    ):
+        return
+    option.numprocesses = "auto" if jobs == "auto" else int(jobs)
+    option.dist = "loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     full = tiers.full_requested(config)
     shard = os.environ.get("FLASHBENCH_TEST_SHARD")
@@ -64,11 +88,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
     skip_full = pytest.mark.skip(reason=f"full tier: run with --full or {tiers.FULL_ENV}=1 (tests/tiers.py)")
     skip_gpu = pytest.mark.skip(reason="needs CUDA (runs on the GPU machine)")
+    grouped = config.getoption("dist", "no") == "loadgroup"
     for item in items:
         if not HAS_CUDA and "gpu" in item.keywords:
             item.add_marker(skip_gpu)
         elif not full and tiers.in_full_tier(item):
             item.add_marker(skip_full)
+        if grouped:  # xdist sends a group to one worker: its compiles (and module fixtures) happen once
+            item.add_marker(pytest.mark.xdist_group("|".join(tiers.compile_group(item))))
 
 
 @pytest.fixture
