@@ -58,6 +58,7 @@ def gate(
         list[Path] | None,
         typer.Argument(
             help="With --learn: the run directories of one code to learn noise bands from.",
+            metavar="RUN",
             show_default=False,
         ),
     ] = None,
