@@ -198,7 +198,7 @@ def sweep(
             planned = shards.select(planned, shard_t)
         runner.prepare_run_dir(run_dir, resume, force)
         env = replace(
-            environment.collect(spec.device, facts),
+            environment.collect(spec.device, facts, kernels_t),
             spec=spec.to_dict(),
             preset=spec.name,
             planned_cases=len(planned),

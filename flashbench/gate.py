@@ -1,39 +1,36 @@
 """The performance-regression gate: compare a current run with a baseline and decide pass (0) or fail (1).
 
-The rule, per case matched by key (both sides "ok"):
-    ratio = median(current samples) / median(baseline samples)
-    regression  <=>  ratio > 1 + threshold  AND  the bootstrap interval of the ratio lies above 1
-                                            AND  the p10 ratio is above 1 + threshold too
-The threshold (default 5%, configs/gate.toml) carries the decision; the statistics only veto differences that the
-samples themselves cannot tell from noise. Why not a rank test alone: samples within one run are correlated (clocks
-drift) and whole runs shift by 1-3% on the same code, so with 10-50 samples a Mann-Whitney test calls a 1% drift
-"significant" (tested: tests/test_gate_stats.py). Why not "interval above 1 + threshold": the interval only sees
-within-run noise, so that rule halves the detection of a real 10% slowdown in a noisy case while buying nothing
-against run-to-run drift, which only the threshold covers. The interval is a percentile bootstrap of the median
-ratio (2000 resamples, seeded from the case key, so the same inputs give the same verdict on every machine).
+Per case matched by key (both sides "ok"), the rule of flashbench/gate_rule.py (its docstring is the design
+record: the per-case noise band, why half the threshold, the bootstrap interval, the p10 condition, the clock)
+judges three things:
+    - the GPU time: median of the samples, current / baseline, with the SM clock of each side;
+    - the eager-loop time (Row.loop_samples_ms, what a caller's loop pays), where both sides measured it: a
+      kernel whose launch path got slower fails here while its GPU time stands still;
+    - the in-run ratio (bundled / reference in the same run, e.g. triton over sdpa-flash for one shape) against
+      the same ratio in the baseline: a slower machine slows both and leaves the ratio alone.
+The threshold (default 5%, configs/gate.toml) is the slowdown the gate must catch. A case whose noise band is
+wider than half of it is reported "cannot judge at X%" rather than "unchanged".
 
-The p10 condition: a slower kernel moves the whole distribution of its samples, its fast end included, while
-interference (a clock dip, a power-cap event, another process) only ever adds time, to part of the samples. Seen
-on an H200 in an A/A pair of the ci preset (tests/fixtures/aa-run1, aa-run2): one case's median moved +20% with
-the same fastest samples (p10 0.889 vs 0.894 ms) and a stretch of its samples at up to 2x; the bootstrap interval,
-which sees only that run's samples, called it significant. p20 was tried first and is not enough there (the slow
-stretch covered over 20% of the samples: p20 moved +6.6%). Requiring p10 to move as well keeps such a case
-"slower-within-noise" while a real 10% slowdown or a worse kernel config (aa-worse) still fails.
+The noise band of a case comes from both sides' samples, and from a learned baseline where there is one:
+`flashbench gate --learn RUN RUN... --baseline FILE` stores, per case, how far apart the medians of those
+same-code runs fell (results/baseline.learn_baseline), as NVBench's compare script and Bencher's thresholds take
+their noise from repeated runs of one build. Within-run samples cannot see run-to-run drift (a warmer GPU, another
+cuDNN plan); only repeated runs can.
 
-A baseline case absent from the current run fails the gate too (a crashed or truncated sweep, a row torn by a
-kill -9): a gate that compares only what is left would pass a run that lost most of its cases. `allow_missing`
-(`--allow-missing`) is for the deliberate case (a shard, a narrower sweep); the cases are still listed.
+A case that was ok and now is not (wrong, oom, crash, timeout, unsupported, ...) fails the gate. A baseline case
+absent from the current run fails it too (a crashed or truncated sweep, a row torn by a kill -9): a gate that
+compares only what is left would pass a run that lost most of its cases. `allow_missing` (`--allow-missing`) is
+for the deliberate case (a shard, a narrower sweep); the cases are still listed. A case only in the current run
+is listed and never fails.
 
-The in-run ratio gate applies the same rule to (bundled / reference) in the current run over the same ratio in the
-baseline, e.g. triton over sdpa-flash for one shape: a slower machine slows both and leaves the ratio alone.
-A case that was ok and now is not (wrong, oom, crash, timeout, unsupported, ...) fails the gate.
+Both sides' code fingerprints (env.json, gpu/environment.py) are in the environment table, and a note says
+whether they are equal: same code with a slower case means the machine's state moved, not the kernel.
 """
 
 from __future__ import annotations
 
 import json
-import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,33 +39,49 @@ import numpy as np
 
 from flashbench.configfiles import config_path, read_toml
 from flashbench.errors import EXIT_OK, EXIT_REGRESSION, FlashbenchError
+from flashbench.gate_rule import (
+    CANNOT_JUDGE,
+    CURRENT_ONLY,
+    FAILING,
+    FIXED,
+    IMPROVEMENT,
+    MISSING,
+    NEWLY_FAILING,
+    NOISY,
+    NOT_MEASURED,
+    REGRESSION,
+    UNCHANGED,
+    Comparison,
+    cannot_judge_label,
+    compare_samples,
+    pct,
+)
 from flashbench.results.baseline import ENV_FIELDS, CaseResult, Side, load_side
+from flashbench.results.env import same_code
 from flashbench.results.rows import OK
 
-# Verdicts. The first two fail the gate.
-REGRESSION = "regression"
-NEWLY_FAILING = "newly-failing"
-NOISY = "slower-within-noise"  # above the threshold, but the interval reaches 1: reported, not failed
-IMPROVEMENT = "improvement"
-FIXED = "now-ok"
-UNCHANGED = "unchanged"
-NOT_MEASURED = "not-ok-both"
-MISSING = "missing"  # in the baseline, absent from the current run: fails unless allow_missing
-CURRENT_ONLY = "current-only"
-FAILING = (REGRESSION, NEWLY_FAILING)
+__all__ = [
+    "CANNOT_JUDGE", "CURRENT_ONLY", "FIXED", "IMPROVEMENT", "MISSING", "NEWLY_FAILING", "NOISY",
+    "NOT_MEASURED", "REGRESSION", "UNCHANGED", "GateConfig", "GateResult", "load_config", "run_gate", "to_json",
+]  # fmt: skip
+
 SHOW_MISSING = 3  # missing keys named in the headline
 # The env facts that must match: another GPU model (or CPU vs CUDA) makes every ratio meaningless.
 MUST_MATCH = ("gpu", "device")
+# SM clocks step by 15 MHz (0.8% at 1.9 GHz): every step between the sides is named, with the change in cycles.
+CLOCK_NOTE_MIN = 0.005
 
 
 @dataclass(frozen=True)
 class GateConfig:
-    threshold: float = 0.05  # default slowdown threshold, a fraction
+    threshold: float = (
+        0.05  # the slowdown to catch, a fraction (gate_rule: each case fails beyond max(half, noise))
+    )
     provider_thresholds: Mapping[str, float] = field(default_factory=dict)  # already resolved for the preset
     confidence: float = 0.95  # two-sided bootstrap interval
     resamples: int = 2000
     seed: int = 0
-    min_samples: int = 5  # fewer raw samples on a side: the threshold alone decides (noted)
+    min_samples: int = 5  # fewer raw samples on a side: no noise measure, the full threshold decides (noted)
     absolute: bool = True  # gate each case's own median
     ratios: bool = True  # gate in-run ratios bundled / reference
     ratio_pairs: tuple[tuple[str, str], ...] = (("triton", "sdpa-flash"),)
@@ -104,102 +117,17 @@ def load_config(
         )
     except (TypeError, ValueError) as exc:
         raise FlashbenchError(f"gate config: {exc}") from None
-    for name, value in [("threshold", cfg.threshold), *cfg.provider_thresholds.items()]:
+    for name, value in [("", cfg.threshold), *cfg.provider_thresholds.items()]:
         if not 0.0 < value < 1.0:
-            raise FlashbenchError(f"gate threshold for {name} must be a fraction in (0, 1), got {value}")
+            of = f" of provider {name}" if name else ""
+            raise FlashbenchError(
+                f"the gate threshold{of} must be a fraction in (0, 1) (0.05 = 5%), got {value}"
+            )
     if not 0.5 < cfg.confidence < 1.0 or cfg.resamples < 100 or any(len(p) != 2 for p in pairs):
         raise FlashbenchError(
             "gate config: need 0.5 < confidence < 1, resamples >= 100, pairs of two providers"
         )
     return cfg
-
-
-# ---------------------------------------------------------------------------------------------- statistics
-def median_ratio_ci(
-    num: Sequence[Sequence[float]],
-    den: Sequence[Sequence[float]],
-    *,
-    confidence: float,
-    resamples: int,
-    seed: int,
-    key: str,
-    sizes: Sequence[int] | None = None,
-) -> tuple[float, float, float]:
-    """prod(median(num_i)) / prod(median(den_j)) and its percentile-bootstrap interval.
-
-    One sample set per factor, each resampled independently, `sizes[i]` draws for set i (default its length; more
-    where a baseline stored quantiles of a longer run). The generator is seeded from (seed, crc32(key)) so a case's
-    interval does not depend on which other cases were compared or in what order.
-    """
-    rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
-    sizes = list(sizes) if sizes is not None else [len(s) for s in (*num, *den)]
-    point, boot, i = 1.0, np.ones(resamples), 0
-    for sign, groups in ((1, num), (-1, den)):
-        for samples in groups:
-            x, draws = np.sort(np.asarray(samples, dtype=float)), max(sizes[i], len(samples))
-            i += 1
-            # Median of each resample: x is sorted, so the middle order statistic of the drawn indices picks it;
-            # partitioning int32 indices and gathering two columns is 2x faster than np.median over the values.
-            idx = rng.integers(0, x.size, size=(resamples, draws), dtype=np.int32)
-            middle = [draws // 2 - 1, draws // 2] if draws % 2 == 0 else [draws // 2]
-            medians = x[np.partition(idx, middle, axis=1)[:, middle]].mean(axis=1)
-            point *= float(np.median(x)) ** sign
-            boot *= medians**sign
-    tail = 100.0 * (1.0 - confidence) / 2.0
-    low, high = np.percentile(boot, [tail, 100.0 - tail])
-    return point, float(low), float(high)
-
-
-def classify(ratio: float, low: float | None, high: float | None, threshold: float) -> str:
-    """The rule: slower than the threshold AND the interval above 1 (None = too few samples: threshold only)."""
-    if ratio > 1.0 + threshold:
-        return REGRESSION if low is None or low > 1.0 else NOISY
-    if ratio < 1.0 / (1.0 + threshold) and (high is None or high < 1.0):
-        return IMPROVEMENT
-    return UNCHANGED
-
-
-@dataclass(frozen=True)
-class Comparison:
-    ratio: float
-    ci_low: float | None
-    ci_high: float | None
-    verdict: str
-    low_q_ratio: float | None = None  # the same ratio at LOW_QUANTILE of each sample set
-
-
-LOW_QUANTILE = 0.1
-
-
-def quantile_ratio(num: Sequence[Sequence[float]], den: Sequence[Sequence[float]], q: float) -> float:
-    top = np.prod([np.quantile(np.asarray(s, dtype=float), q) for s in num])
-    bottom = np.prod([np.quantile(np.asarray(s, dtype=float), q) for s in den])
-    return float(top / bottom)
-
-
-def compare_samples(
-    num: Sequence[Sequence[float]],
-    den: Sequence[Sequence[float]],
-    threshold: float,
-    cfg: GateConfig,
-    key: str,
-    sizes: Sequence[int] | None = None,
-) -> Comparison:
-    """Apply the rule to one ratio: num = [current] and den = [baseline] for a case's own timing."""
-    if min(len(s) for s in (*num, *den)) < cfg.min_samples:
-        medians = [float(np.median(s)) for s in (*num, *den)]
-        ratio = float(np.prod(medians[: len(num)]) / np.prod(medians[len(num) :]))
-        return Comparison(ratio, None, None, classify(ratio, None, None, threshold))
-    ratio, low, high = median_ratio_ci(
-        num, den, confidence=cfg.confidence, resamples=cfg.resamples, seed=cfg.seed, key=key, sizes=sizes
-    )
-    verdict = classify(ratio, low, high, threshold)
-    low_q = quantile_ratio(num, den, LOW_QUANTILE)
-    if verdict == REGRESSION and low_q <= 1.0 + threshold:
-        verdict = NOISY  # only part of the distribution moved: a transient, not a slower kernel
-    elif verdict == IMPROVEMENT and low_q >= 1.0 / (1.0 + threshold):
-        verdict = UNCHANGED  # the mirror image: the baseline had the transient
-    return Comparison(ratio, low, high, verdict, low_q)
 
 
 # ---------------------------------------------------------------------------------------------- the gate
@@ -214,6 +142,10 @@ class EnvLine:
         return self.baseline != self.current
 
 
+def _label(verdict: str, target: float | None) -> str:
+    return cannot_judge_label(target) if verdict == CANNOT_JUDGE and target else verdict
+
+
 @dataclass(frozen=True)
 class CaseVerdict:
     key: str
@@ -225,9 +157,23 @@ class CaseVerdict:
     ratio: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
-    threshold: float | None = None
+    threshold: float | None = None  # the slowdown above which this case fails: max(change / 2, noise band)
     throttled: str = ""  # "", "baseline", "current" or "both"
     note: str = ""
+    target: float | None = None  # the slowdown to catch: the configured threshold for its provider
+    noise: float | None = None  # the case's noise band (None: too few samples and nothing learned)
+    noise_source: str = ""  # "spread", "interval" or "history"
+    cycles_ratio: float | None = None  # ratio x current clock / baseline clock, where both clocks are known
+    loop_verdict: str = ""  # the eager-loop time's verdict, "" where a side did not measure it
+    loop_baseline_ms: float | None = None
+    loop_current_ms: float | None = None
+    loop_ratio: float | None = None
+    loop_threshold: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The verdict as shown: 'cannot judge at 3%' for CANNOT_JUDGE."""
+        return _label(self.verdict, self.target)
 
 
 @dataclass(frozen=True)
@@ -242,6 +188,12 @@ class RatioVerdict:
     ci_high: float | None
     threshold: float
     verdict: str
+    noise: float | None = None
+    target: float | None = None  # the slowdown to catch: the bundled provider's threshold
+
+    @property
+    def label(self) -> str:
+        return _label(self.verdict, self.target)
 
 
 @dataclass
@@ -268,13 +220,25 @@ class GateResult:
         return [r for r in self.ratios if r.verdict == REGRESSION]
 
     @property
+    def loop_regressions(self) -> list[CaseVerdict]:
+        return [c for c in self.cases if c.loop_verdict == REGRESSION]
+
+    @property
     def passed(self) -> bool:
         failing = any(c.verdict in FAILING for c in self.cases) or self.ratio_regressions
-        return not failing and (self.allow_missing or not self.missing)
+        return not failing and not self.loop_regressions and (self.allow_missing or not self.missing)
 
     @property
     def exit_code(self) -> int:
         return EXIT_OK if self.passed else EXIT_REGRESSION
+
+    def cannot_judge(self) -> dict[str, int]:
+        """'cannot judge at 3%' -> how many cases (one entry per threshold in use)."""
+        out: dict[str, int] = {}
+        for c in self.cases:
+            if c.verdict == CANNOT_JUDGE:
+                out[c.label] = out.get(c.label, 0) + 1
+        return out
 
     def headline(self) -> str:
         parts = [
@@ -284,9 +248,11 @@ class GateResult:
                 (self.count(NEWLY_FAILING), "newly failing"),
                 (len(self.missing), "baseline cases missing from the current run" + self._first_missing()),
                 (len(self.ratio_regressions), "in-run ratio regressed"),
+                (len(self.loop_regressions), "loop time regressed"),
                 (self.count(IMPROVEMENT), "improved"),
                 (self.count(FIXED), "now ok"),
                 (self.count(NOISY), "slower within noise"),
+                *((n, label) for label, n in self.cannot_judge().items()),
             ]
             if n
         ]
@@ -305,6 +271,10 @@ class GateResult:
         out = asdict(self)
         out["config"]["provider_thresholds"] = dict(self.config.provider_thresholds)
         out["env"] = [{**asdict(e), "differs": e.differs} for e in self.env]
+        for item, case in zip(out["cases"], self.cases, strict=True):
+            item["label"] = case.label
+        for item, ratio in zip(out["ratios"], self.ratios, strict=True):
+            item["label"] = ratio.label
         out.update(
             passed=self.passed, exit_code=self.exit_code, headline=self.headline(), missing=self.missing
         )
@@ -336,6 +306,7 @@ def run_gate(
         notes.append(f"Environment mismatch allowed by --allow-mismatch ({what}).")
     if not base.env.get("gpu") or not cur.env.get("gpu"):
         notes.append("GPU model unknown on one side: not checked.")
+    notes.append(same_code(base.env.get("code", ""), cur.env.get("code", "")))
     flushes = base.env.get("l2_flush", ""), cur.env.get("l2_flush", "")
     if all(flushes) and flushes[0] != flushes[1]:
         notes.append(
@@ -350,6 +321,10 @@ def run_gate(
     cases = _case_verdicts(base, cur, cfg, ratios)
     if cfg.absolute is False:
         notes.append("Absolute per-case gate disabled in the config: only in-run ratios and failures gate.")
+    learned = sum(c.band is not None for c in base.cases.values())
+    if learned:
+        runs = max(c.band_runs for c in base.cases.values())
+        notes.append(f"Noise bands learned from {runs} same-code runs for {learned} of the baseline's cases.")
     missing = sum(c.verdict == MISSING for c in cases)
     if missing and not allow_missing:
         notes.append(
@@ -358,6 +333,27 @@ def run_gate(
             "if they were left out on purpose."
         )
     return GateResult(base.label, cur.label, env, cfg, cases, ratios, notes, allow_missing)
+
+
+def _compare(
+    num: list[tuple[float, ...]],
+    den: list[tuple[float, ...]],
+    change: float,
+    cfg: GateConfig,
+    key: str,
+    **kw: Any,
+) -> Comparison:
+    return compare_samples(
+        num,
+        den,
+        change,
+        key=key,
+        confidence=cfg.confidence,
+        resamples=cfg.resamples,
+        seed=cfg.seed,
+        min_samples=cfg.min_samples,
+        **kw,
+    )
 
 
 def _case_verdicts(base: Side, cur: Side, cfg: GateConfig, ratios: list[RatioVerdict]) -> list[CaseVerdict]:
@@ -374,11 +370,13 @@ def _case_verdicts(base: Side, cur: Side, cfg: GateConfig, ratios: list[RatioVer
     for i, v in enumerate(out):
         provider, shape = v.key.split("|", 1)
         if v.verdict == REGRESSION and shape in drifted_shapes and (shape, provider) in steady:
-            note = "; ".join(
-                filter(None, [v.note, "reference slowed too and the in-run ratio held: machine drift?"])
-            )
+            note = _join(v.note, "reference slowed too and the in-run ratio held: machine drift?")
             out[i] = CaseVerdict(**{**asdict(v), "note": note})
     return out
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateConfig) -> CaseVerdict:
@@ -403,17 +401,32 @@ def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateCon
         return CaseVerdict(key, FIXED if c.status == OK else NOT_MEASURED, **common)
     if not b.median_ms or not c.median_ms or b.median_ms <= 0 or c.median_ms <= 0:
         return CaseVerdict(key, NOT_MEASURED, **common, note="ok row without timing")
-    thr = cfg.threshold_for(b.provider)
+    change = cfg.threshold_for(b.provider)
+    clock = c.sm_clock_mhz / b.sm_clock_mhz if b.sm_clock_mhz and c.sm_clock_mhz else 1.0
     num, den = [_samples(c)], [_samples(b)]
-    comp = compare_samples(num, den, thr, cfg, key, sizes=[c.n, b.n])
-    note = "" if comp.ci_low is not None else f"fewer than {cfg.min_samples} samples: threshold only"
-    if comp.verdict == NOISY and comp.low_q_ratio is not None and comp.low_q_ratio <= 1.0 + thr:
-        note = f"p10 moved {comp.low_q_ratio - 1.0:+.1%}: a transient, not the whole distribution"
+    comp = _compare(num, den, change, cfg, key, sizes=[c.n, b.n], history=b.band, clock=clock)
+    notes = [
+        f"fewer than {cfg.min_samples} samples: judged against the full {pct(comp.threshold)}"
+        if comp.ci_low is None
+        else "",
+        clock_note(b.sm_clock_mhz, c.sm_clock_mhz, comp.ratio),
+    ]
+    if (
+        comp.verdict == NOISY
+        and comp.low_q_ratio is not None
+        and comp.low_q_ratio * min(1.0, clock) <= 1.0 + comp.threshold
+    ):
+        notes.append(f"p10 moved {comp.low_q_ratio - 1.0:+.1%}: a transient, not the whole distribution")
+    if comp.verdict == CANNOT_JUDGE and comp.noise is not None:
+        notes.append(f"noise ±{pct(comp.noise.band)} ({comp.noise.source}) > half of {pct(change)}")
     verdict = comp.verdict
-    if verdict in (REGRESSION, NOISY, IMPROVEMENT):
-        note = "; ".join(filter(None, [note, clock_note(b.sm_clock_mhz, c.sm_clock_mhz, comp.ratio)]))
     if not cfg.absolute and verdict in (REGRESSION, NOISY):
-        verdict, note = UNCHANGED, "; ".join(filter(None, [note, f"{comp.verdict} (absolute gate off)"]))
+        verdict, notes = UNCHANGED, [*notes, f"{comp.verdict} (absolute gate off)"]
+    loop = _loop(key, b, c, change, cfg)
+    if loop.get("loop_verdict") == REGRESSION:
+        notes.append(
+            f"loop time {loop['loop_ratio'] - 1.0:+.1%} (fails beyond {pct(loop['loop_threshold'])})"
+        )
     return CaseVerdict(
         key,
         verdict,
@@ -421,16 +434,35 @@ def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateCon
         ratio=comp.ratio,
         ci_low=comp.ci_low,
         ci_high=comp.ci_high,
-        threshold=thr,
-        note=note,
+        threshold=comp.threshold,
+        note=_join(*notes),
+        target=change,
+        noise=comp.band,
+        noise_source=comp.noise.source if comp.noise is not None else "",
+        cycles_ratio=comp.ratio * clock if b.sm_clock_mhz and c.sm_clock_mhz else None,
+        **loop,
+    )
+
+
+def _loop(key: str, b: CaseResult, c: CaseResult, change: float, cfg: GateConfig) -> dict[str, Any]:
+    """The eager-loop time under the same rule, where both sides measured it (runs before it have none)."""
+    if not b.loop_ms or not c.loop_ms:
+        return {}
+    num, den = [c.loop_samples_ms or (c.loop_ms,)], [b.loop_samples_ms or (b.loop_ms,)]
+    comp = _compare(num, den, change, cfg, f"{key}|loop", history=b.loop_band)
+    return dict(
+        loop_verdict=comp.verdict,
+        loop_baseline_ms=b.loop_ms,
+        loop_current_ms=c.loop_ms,
+        loop_ratio=comp.ratio,
+        loop_threshold=comp.threshold,
     )
 
 
 def clock_note(base_mhz: float | None, cur_mhz: float | None, ratio: float) -> str:
-    """Where the SM clock the samples ran at moved by more than 2%: both clocks and the time ratio per MHz (cycles),
-    so a slowdown that is the power cap's lower clock reads as such. Said, not judged: the user's GPU runs at the
-    clock it runs at."""
-    if not base_mhz or not cur_mhz or abs(cur_mhz / base_mhz - 1.0) <= 0.02:
+    """Where the SM clock the samples ran at differs between the sides (by a 15 MHz step or more): both clocks and
+    the change in cycles (time x clock), so a slowdown that is the power cap's lower clock reads as such."""
+    if not base_mhz or not cur_mhz or abs(cur_mhz / base_mhz - 1.0) < CLOCK_NOTE_MIN:
         return ""
     cycles = ratio * cur_mhz / base_mhz
     return f"SM clock {base_mhz:.0f} -> {cur_mhz:.0f} MHz ({cur_mhz / base_mhz - 1.0:+.1%}): {cycles - 1.0:+.1%} in cycles"
@@ -452,23 +484,23 @@ def _ratio_verdicts(base: Side, cur: Side, cfg: GateConfig) -> list[RatioVerdict
                 continue
             bb, br, cb, cr = (_samples(q) for q in timed)
             nbb, nbr, ncb, ncr = (q.n for q in timed)
-            thr = cfg.threshold_for(bundled)
+            change = cfg.threshold_for(bundled)
             key = f"ratio|{bundled}|{ref}|{shape}"
-            comp = compare_samples([cb, br], [cr, bb], thr, cfg, key, sizes=[ncb, nbr, ncr, nbb])
-            base_ratio = float(np.median(bb) / np.median(br))
-            cur_ratio = float(np.median(cb) / np.median(cr))
+            comp = _compare([cb, br], [cr, bb], change, cfg, key, sizes=[ncb, nbr, ncr, nbb])
             out.append(
                 RatioVerdict(
                     shape,
                     bundled,
                     ref,
-                    base_ratio,
-                    cur_ratio,
+                    float(np.median(bb) / np.median(br)),
+                    float(np.median(cb) / np.median(cr)),
                     comp.ratio,
                     comp.ci_low,
                     comp.ci_high,
-                    thr,
+                    comp.threshold,
                     comp.verdict,
+                    comp.band,
+                    change,
                 )
             )
     return out

@@ -58,3 +58,77 @@ def test_env_json_of_another_schema_or_corrupt_is_a_one_line_error(tmp_path):
 def test_gpu_name_falls_back_to_nvml_facts_when_torch_named_none():
     env = Environment(gpus=[{"name": "NVIDIA H200", "memory_total_bytes": 150_000_000_000}])
     assert env.gpu_name == "NVIDIA H200" and env.gpu_facts["memory_total_bytes"] == 150_000_000_000
+
+
+# ---------------------------------------------------------------------------------------------- the code's fingerprint
+def test_fingerprint_covers_the_installed_package_and_kernels_not_configs_or_bytecode():
+    files = environment.package_files()
+    assert "flashbench/gate.py" in files and "flashbench/kernels/api.py" in files
+    assert not any(n.startswith("flashbench/configs/") or "__pycache__" in n for n in files)
+    fingerprint, parts = environment.code_fingerprint()
+    assert len(fingerprint) == environment.FINGERPRINT_CHARS and set(parts) == {"flashbench"}
+
+
+def test_fingerprint_changes_with_a_file_of_the_package_or_a_kernel_file_not_with_its_folder(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("x = 1\n")
+    files = {"flashbench/a.py": pkg / "a.py"}
+    kernel = tmp_path / "one" / "my_attn.py"
+    kernel.parent.mkdir()
+    kernel.write_text("def attn(): ...\n")
+    first, parts = environment.code_fingerprint([kernel], files=files)
+    assert set(parts) == {"flashbench", "kernel my_attn.py"}
+    moved = tmp_path / "two" / "my_attn.py"
+    moved.parent.mkdir()
+    moved.write_text(kernel.read_text())
+    assert environment.code_fingerprint([moved], files=files)[0] == first  # same content elsewhere: same code
+    moved.write_text("def attn(): return 1\n")
+    assert environment.code_fingerprint([moved], files=files)[0] != first
+    (pkg / "a.py").write_text("x = 2\n")
+    assert environment.code_fingerprint([kernel], files=files)[0] != first
+
+
+def _git(root, *args):
+    import subprocess
+
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+
+
+def test_git_info_counts_new_files_and_digests_the_change(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    _git(repo, "add", "a.py")
+    _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "one")
+    clean = environment.git_info(repo)
+    assert clean["git_sha"] and clean["git_dirty"] is False and clean["git_diff"] == ""
+    (repo / "new.py").write_text("y = 1\n")  # untracked: `git status --untracked-files=no` missed it
+    dirty = environment.git_info(repo)
+    assert dirty["git_dirty"] is True and dirty["git_diff"]
+    (repo / "new.py").write_text("y = 2\n")
+    assert environment.git_info(repo)["git_diff"] not in ("", dirty["git_diff"])
+
+
+def test_a_tree_copied_into_another_checkout_names_no_commit(tmp_path):
+    outer = tmp_path / "outer"
+    (outer / "copy").mkdir(parents=True)
+    _git(outer, "init", "-q")
+    assert environment.git_info(outer / "copy") == {"git_sha": "", "git_dirty": None, "git_diff": ""}
+
+
+def test_same_code_line_says_equal_different_or_unknown():
+    from flashbench.results.env import same_code
+
+    assert same_code("ab12", "ab12").startswith("Same code on both sides (fingerprint ab12)")
+    assert same_code("ab12", "cd34") == "Different code: fingerprint ab12 (baseline) vs cd34 (current)."
+    assert "not recorded for the baseline run" in same_code("", "cd34")
+
+
+def test_flashbench_env_prints_the_fingerprint_of_the_code_installed(capsys):
+    from flashbench.cli.app import main
+
+    assert main(["env", "--device", "cpu"]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines() if " " in line)
+    assert lines["fingerprint"].strip() == environment.code_fingerprint()[0]

@@ -151,9 +151,10 @@ def test_whole_machine_slower_fails_absolute_but_in_run_ratio_holds(capsys, tmp_
     assert rc == 0  # with the absolute gate off, only the drift-proof ratio gates
 
 
-def test_a_slowdown_at_a_lower_sm_clock_is_shown_in_cycles_too(capsys, tmp_path):
-    # The same kernel at 1845 instead of 1980 MHz takes 1980/1845 = 1.073x as long: a regression in time (the
-    # user's GPU runs at the clock it runs at), the same in cycles; the note says both. Within 2%: no note.
+def test_a_slowdown_the_lower_sm_clock_explains_passes_and_every_case_names_the_clocks(capsys, tmp_path):
+    # The same kernels at 1845 instead of 1980 MHz take 1980/1845 = 1.073x as long: slower in time, the same in
+    # cycles, so not a regression (gate_rule.py: the machine's state). Every compared case's note gives both clocks
+    # and the change in cycles; the bundled kernel 10% slower on top of the clock is slower in both and fails.
     _, src = SYNTH
 
     def clocked(mhz: float):
@@ -162,26 +163,26 @@ def test_a_slowdown_at_a_lower_sm_clock_is_shown_in_cycles_too(capsys, tmp_path)
         )
 
     high = derive_run(src, tmp_path / "high", clocked(1980.0))
-    low = derive_run(
-        high, tmp_path / "low", lambda r: clocked(1845.0)(slow_provider("triton", 1980 / 1845)(r))
-    )
+    low = derive_run(high, tmp_path / "low", lambda r: clocked(1845.0)(scaled(r, 1980 / 1845)))
     rc, out, _ = gate(capsys, high, low, "--format", "json")
-    notes = {c["key"]: c["note"] for c in json.loads(out)["cases"] if c["verdict"] == "regression"}
-    assert rc == 1 and notes and all(k.startswith("triton|") for k in notes)
-    assert all("SM clock 1980 -> 1845 MHz (-6.8%)" in n and " in cycles" in n for n in notes.values())
-    cycles = [float(n.split("MHz (-6.8%): ")[1].split("%")[0]) for n in notes.values()]
-    assert max(abs(c) for c in cycles) < 3.0  # per cycle the kernel is unchanged (the A/A runs drift ~1%)
+    cases = [c for c in json.loads(out)["cases"] if c["ratio"] is not None]
+    assert rc == 0 and not any(c["verdict"] == "regression" for c in cases)
+    assert all("SM clock 1980 -> 1845 MHz (-6.8%)" in c["note"] and " in cycles" in c["note"] for c in cases)
+    assert all(c["ratio"] > 1.05 and abs(c["cycles_ratio"] - 1.0) < 0.03 for c in cases)
+    triton = [c for c in cases if c["key"].startswith("triton|")]
     assert main(["baseline", "save", str(high), "--name", "high", "--out-dir", str(tmp_path)]) == 0
     capsys.readouterr()
-    rc, out, _ = gate(
-        capsys, tmp_path / "high.json", low, "--format", "json"
-    )  # a saved baseline keeps the clock
-    saved = {c["key"]: c["note"] for c in json.loads(out)["cases"] if c["verdict"] == "regression"}
-    assert saved == notes
+    slower = derive_run(low, tmp_path / "slower", slow_provider("triton", 1.10))
+    rc, out, _ = gate(capsys, high, slower, "--format", "json")
+    regressed = {c["key"] for c in json.loads(out)["cases"] if c["verdict"] == "regression"}
+    assert rc == 1 and regressed == {c["key"] for c in triton}
+    # A saved baseline keeps the clock:
+    rc, out, _ = gate(capsys, tmp_path / "high.json", slower, "--format", "json")
+    assert {c["key"] for c in json.loads(out)["cases"] if c["verdict"] == "regression"} == regressed
     rc, out, _ = gate(
         capsys, high, derive_run(high, tmp_path / "same", slow_provider("triton", 1.10)), "--format", "json"
     )
-    assert not any("SM clock" in c["note"] for c in json.loads(out)["cases"])
+    assert rc == 1 and not any("SM clock" in c["note"] for c in json.loads(out)["cases"])
 
 
 def test_case_that_was_ok_and_now_fails_fails_the_gate(capsys, tmp_path):
@@ -391,8 +392,10 @@ def test_table_output_names_the_verdicts(capsys, tmp_path):
 def test_threshold_flag_overrides_config(capsys, tmp_path):
     rc, _, _ = gate(capsys, SYNTH[0], _golden_current(tmp_path), "--threshold", "0.5")
     assert rc == 1  # the OOM still fails
+    # --threshold is the slowdown to catch: a case fails beyond half of it (or its noise band), so 10% passes a
+    # 25% gate (limit 12.5%) and fails a 5% one (limit 2.5%).
     slow = derive_run(SYNTH[1], tmp_path / "slow", slow_provider("triton", 1.10))
-    assert gate(capsys, SYNTH[0], slow, "--threshold", "0.15")[0] == 0
+    assert gate(capsys, SYNTH[0], slow, "--threshold", "0.25")[0] == 0
     assert gate(capsys, SYNTH[0], slow, "--threshold", "0.05")[0] == 1
 
 
@@ -450,8 +453,9 @@ def test_baseline_stores_long_sample_lists_as_quantiles_and_gates_the_same(capsy
 def make_synthetic_run(out: Path, seed: int) -> None:
     """A SYNTHETIC run shaped like the ci preset: bf16 d=128 N 1024..8192, three providers, fwd and fwd+bwd.
 
-    Samples (10-200, as a 100 ms budget gives): median from a plausible H100 throughput, lognormal noise (1.5%), a per-run offset (up to +-1.5%),
-    a within-run clock drift (up to 1% end to end) and rare outliers (+10-40%). Not a measurement.
+    Samples (10-200, as a 100 ms budget gives): median from a plausible H100 throughput, lognormal noise (1.5%), a
+    per-run offset of N(0, 0.63%) (what same-code H100 speed runs showed: tests/test_gate_stats.py), a within-run
+    clock drift (up to 1% end to end) and rare outliers (+10-40%). Not a measurement.
     """
     rng = np.random.default_rng(seed)
     out.mkdir(parents=True)
@@ -468,7 +472,7 @@ def make_synthetic_run(out: Path, seed: int) -> None:
         preset="ci",
     )
     write_env(out, env)
-    run_offset = rng.uniform(-0.015, 0.015)
+    run_offset = rng.normal(0.0, 0.0063)
     tflops = {"triton": 330.0, "sdpa-flash": 360.0, "sdpa-cudnn": 420.0}
     for provider in ("sdpa-cudnn", "sdpa-flash", "triton"):
         for mode in ("fwd", "fwd+bwd"):

@@ -1,16 +1,17 @@
 """`flashbench gate` (did this change make a kernel slower?) and `flashbench baseline save` (promote a run).
 
-Exit codes: 0 pass, 1 fail (a real slowdown, a newly failing case, or baseline cases missing from the current run
-without --allow-missing), 2 usage or mismatch (bad paths, corrupt files, another GPU model without
---allow-mismatch).
+Exit codes: 0 pass (and --learn wrote its file), 1 fail (a real slowdown of GPU or loop time, a newly failing
+case, or baseline cases missing from the current run without --allow-missing), 2 usage or mismatch (bad paths,
+corrupt files, another GPU model without --allow-mismatch, --learn over runs of different code).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,17 +19,25 @@ from flashbench.cli.render import console as make_console
 from flashbench.cli.render import folding_column, name_column
 from flashbench.errors import FlashbenchError
 from flashbench.gate import (
+    CANNOT_JUDGE,
     CURRENT_ONLY,
     FIXED,
     IMPROVEMENT,
     MISSING,
     NEWLY_FAILING,
     NOISY,
+    NOT_MEASURED,
     REGRESSION,
+    UNCHANGED,
     CaseVerdict,
     GateResult,
     RatioVerdict,
 )
+from flashbench.gate_rule import cannot_judge_label, pct
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 
 class Format(StrEnum):
@@ -40,13 +49,27 @@ class Format(StrEnum):
 def gate(
     baseline: Annotated[
         Path,
-        typer.Option("--baseline", help="Baseline: a saved results/baselines/NAME.json or a run directory."),
+        typer.Option(
+            "--baseline",
+            help="Baseline: a saved results/baselines/NAME.json or a run directory; with --learn, the file to write.",
+        ),
     ],
-    current: Annotated[Path, typer.Option("--current", help="The run directory to judge (sweep --out).")],
+    runs: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="With --learn: the run directories of one code to learn noise bands from.",
+            metavar="RUN",
+            show_default=False,
+        ),
+    ] = None,
+    current: Annotated[
+        Path | None, typer.Option("--current", help="The run directory to judge (sweep --out).")
+    ] = None,
     threshold: Annotated[
         float | None,
         typer.Option(
-            help="Slowdown threshold as a fraction (0.05 = 5%); overrides every threshold in configs/gate.toml."
+            help="The slowdown to catch, as a fraction (0.03 = 3%): a case fails beyond half of it or beyond its "
+            "noise band, whichever is larger; overrides every threshold in configs/gate.toml."
         ),
     ] = None,
     allow_mismatch: Annotated[
@@ -59,6 +82,15 @@ def gate(
             help="Pass even when baseline cases are missing from the current run (a deliberately smaller sweep).",
         ),
     ] = False,
+    learn: Annotated[
+        bool,
+        typer.Option(
+            "--learn",
+            help="Write --baseline FILE from RUN RUN... (same code, one GPU model): the first run's samples "
+            "plus, per case, how far the runs' medians fell apart (its noise band).",
+        ),
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="With --learn: replace an existing file.")] = False,
     fmt: Annotated[Format, typer.Option("--format", help="Output on stdout.")] = Format.table,
     md_out: Annotated[
         Path | None, typer.Option("--md-out", help="Also write the markdown report here.")
@@ -72,8 +104,18 @@ def gate(
 ) -> None:
     """Compare a run with a baseline: exit 0 pass, 1 regression or missing cases, 2 usage or mismatch.
 
+    `flashbench gate --learn RUN RUN... --baseline FILE` learns per-case noise bands from same-code runs instead.
     The markdown report is also appended to $GITHUB_STEP_SUMMARY when that is set.
     """
+    if learn:
+        _learn(runs or [], baseline, current, force)
+        return
+    if runs:
+        raise FlashbenchError(
+            f"unexpected argument {runs[0]}: run directories are given with --learn; compare with --current DIR"
+        )
+    if current is None:  # required unless --learn, so not marked required for typer; worded as its error is
+        raise FlashbenchError("Missing option '--current'. (see `flashbench gate --help`)")
     from flashbench.gate import run_gate, to_json
 
     result = run_gate(
@@ -104,64 +146,186 @@ def gate(
     raise SystemExit(result.exit_code)
 
 
+def _learn(runs: list[Path], out: Path, current: Path | None, force: bool) -> None:
+    from flashbench.results.baseline import learn_baseline
+
+    if current is not None:
+        raise FlashbenchError("--learn writes a baseline and judges nothing: leave out --current")
+    path, side = learn_baseline(runs, out, force=force)
+    bands = sorted(c.band for c in side.cases.values() if c.band is not None)
+    print(
+        f"wrote {path}: {len(side.cases)} cases from {runs[0]}, noise bands from {len(runs)} runs for {len(bands)}"
+    )
+    if bands:
+        median = bands[len(bands) // 2]
+        judged = ", ".join(f"{sum(b <= x / 2 for b in bands)} at {pct(x)}" for x in (0.03, 0.05, 0.1))
+        print(f"bands: median {pct(median)}, largest {pct(bands[-1])}; judgeable by their band: {judged}")
+
+
+# ---------------------------------------------------------------------------------------------- the table
+# Case-key fields by position (spec/cases.py Case.key); the serving and window parts follow when present.
+KEY_FIELDS = ("provider", "b", "h", "kv", "q", "k", "d", "dtype", "mask", "mode")
+# Fields left out of a label when the others still tell every case apart (in the speed preset the batch
+# follows from N, the heads from d and seq_k equals seq_q): a 62-character key becomes "triton q1024 d128 causal
+# fwd+bwd".
+REDUNDANT = ("b", "kv", "h", "k")
+
+
+def short_labels(keys: list[str], named: bool = True) -> tuple[dict[str, str], str]:
+    """Labels made of the key fields that vary, and a line naming the fields every key shares.
+
+    `named`: the keys start with the provider (case keys; in-run ratio shapes do not). Fields that are the same
+    in every key are left out and named in the line; of the rest, REDUNDANT fields go where the labels stay
+    unique.
+    """
+    names = KEY_FIELDS if named else KEY_FIELDS[1:]
+    split = {key: key.split("|") for key in keys}
+    width = max((len(parts) for parts in split.values()), default=0)
+    fields = list(names) + [f"extra{i}" for i in range(width - len(names))]
+    table = {
+        key: dict(zip(fields, parts + [""] * (width - len(parts)), strict=True))
+        for key, parts in split.items()
+    }
+    shared = [f for f in fields if len({row[f] for row in table.values()}) == 1 and f != "provider"]
+    kept = [f for f in fields if f not in shared]
+    for name in REDUNDANT:
+        trial = [f for f in kept if f != name]
+        if name in kept and len({tuple(row[f] for f in trial) for row in table.values()}) == len(table):
+            kept = trial
+    labels = {key: " ".join(row[f] for f in kept if row[f]) or key for key, row in table.items()}
+    first = next(iter(table.values()), {})
+    line = " ".join(first[f] for f in shared if first.get(f))
+    return labels, line
+
+
+# Columns a narrow terminal leaves out, first to last (their content stays in --format md and json), so that no
+# column is cut to a few characters; the notes then follow the table. A note column needs this much room.
+OPTIONAL_COLUMNS = (("interval",), ("base ms", "cur ms", "base", "cur"))
+NOTE_WIDTH = 40
+
+
+def natural(key: str) -> list[Any]:
+    """Sort key that orders q2048 before q16384."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", key)]
+
+
+def _table(title: str, columns: list[str], rows: list[dict[str, str]]) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in columns:
+        if col in ("case", "shape"):
+            name_column(table, col, [r[col] for r in rows])
+        elif col == "note":
+            folding_column(table, col, ratio=1)
+        elif col == "verdict":  # the one column that may wrap ("cannot judge / at 3%"): names are never cut
+            folding_column(table, col, min_width=10)
+        else:
+            table.add_column(
+                col, no_wrap=True, justify="left" if col in ("verdict", "ratio", "interval") else "right"
+            )
+    for row in rows:
+        table.add_row(*(row[col] for col in columns))
+    return table
+
+
+def _fitted(console: Console, title: str, rows: list[dict[str, str]]) -> Table:
+    """The widest table of `rows` that fits the console: optional columns go until the rest fits unfolded."""
+    from rich.measure import Measurement
+
+    columns = [k for k in (rows[0] if rows else {}) if not k.startswith("_")]
+
+    def width(cols: list[str]) -> int:
+        unbounded = console.options.update(max_width=10_000)
+        return Measurement.get(console, unbounded, _table(title, cols, rows)).maximum
+
+    fixed = [c for c in columns if c != "note"]
+    for drop in OPTIONAL_COLUMNS:
+        if width(fixed) <= console.width:
+            break
+        fixed = [c for c in fixed if c not in drop]
+    if "note" in columns and width(fixed) + NOTE_WIDTH <= console.width:
+        fixed.append("note")
+    return _table(title, fixed, rows)
+
+
 def _print_table(result: GateResult) -> None:
     from rich.table import Table
 
     console = make_console()
     style = {REGRESSION: "bold red", NEWLY_FAILING: "bold red", NOISY: "yellow", IMPROVEMENT: "green"}
-    style[FIXED] = "green"
+    style.update({FIXED: "green", CANNOT_JUDGE: "yellow"})
     if not result.allow_missing:
         style[MISSING] = "bold red"
     env = Table(title=f"baseline {result.baseline}  vs  current {result.current}", title_justify="left")
     for col in ("environment", "baseline", "current"):
-        env.add_column(col)
+        env.add_column(col, overflow="fold")
     for e in result.env:
         env.add_row(
             e.name, e.baseline or "?", f"[yellow]{e.current or '?'}[/]" if e.differs else e.current or "?"
         )
     console.print(env)
-    cases = Table(title="cases (change = current / baseline - 1)", title_justify="left")
-    name_column(cases, "case", [show_key(c.key) for c in result.cases])
-    folding_column(cases, "verdict")
-    for col in ("base ms", "cur ms", "change"):
-        folding_column(cases, col, justify="right")
-    folding_column(cases, "interval")
-    folding_column(cases, "note")
-    order = {REGRESSION: 0, NEWLY_FAILING: 1, MISSING: 2, NOISY: 3, IMPROVEMENT: 4, FIXED: 5}
-    for c in sorted(result.cases, key=lambda c: (order.get(c.verdict, 9), c.key)):
-        note = "; ".join(filter(None, [c.note, f"throttled: {c.throttled}" if c.throttled else ""]))
-        verdict = f"[{style[c.verdict]}]{c.verdict}[/]" if c.verdict in style else c.verdict
-        cases.add_row(
-            show_key(c.key),
-            verdict,
-            fmt_ms(c.baseline_ms) or c.baseline_status,
-            fmt_ms(c.current_ms) or c.current_status,
-            fmt_change(c.ratio),
-            fmt_interval(c.ci_low, c.ci_high) if c.ratio is not None else "",
-            note,
+    labels, shared = short_labels([c.key for c in result.cases])
+    title = "cases (change = current / baseline - 1; a case fails beyond its limit: max(threshold / 2, noise band))"
+    if shared:
+        title += f"; every case: {shared}"
+    order = {REGRESSION: 0, NEWLY_FAILING: 1, MISSING: 2, NOISY: 3, CANNOT_JUDGE: 4, IMPROVEMENT: 5, FIXED: 6}
+    loops = any(c.loop_verdict for c in result.cases)
+    rows: list[dict[str, str]] = []
+    shown = [c for c in result.cases if c.verdict != NOT_MEASURED]
+    for c in sorted(shown, key=lambda c: (order.get(c.verdict, 9), natural(labels[c.key]))):
+        loop = fmt_change(c.loop_ratio)
+        rows.append(
+            {
+                "case": labels[c.key],
+                "verdict": f"[{style[c.verdict]}]{c.label}[/]" if c.verdict in style else c.label,
+                "base ms": fmt_ms(c.baseline_ms) or c.baseline_status,
+                "cur ms": fmt_ms(c.current_ms) or c.current_status,
+                "change": fmt_change(c.ratio),
+                "limit": f"{c.threshold * 100:.1f}%" if c.threshold is not None else "",
+                **(
+                    {"loop": f"[bold red]{loop}[/]" if c.loop_verdict == REGRESSION else loop}
+                    if loops
+                    else {}
+                ),
+                "interval": fmt_interval(c.ci_low, c.ci_high) if c.ratio is not None else "",
+                "note": "; ".join(filter(None, [c.note, f"throttled: {c.throttled}" if c.throttled else ""])),
+                "_worth": "" if c.verdict in (UNCHANGED, CURRENT_ONLY) else "y",
+            }
         )
+    cases = _fitted(console, title, rows)
     console.print(cases)
+    idle = [c for c in result.cases if c.verdict == NOT_MEASURED]
+    if idle:
+        providers = ", ".join(sorted({c.key.split("|", 1)[0] for c in idle}))
+        console.print(f"{len(idle)} cases not ok on either side, not listed ({providers})", highlight=False)
+    if not any(col.header == "note" for col in cases.columns):
+        for row in rows:
+            if row["note"] and row["_worth"]:
+                console.print(f"  {row['case']}: {row['note']}", highlight=False)
     if result.ratios:
-        ratios = Table(title="in-run ratios (bundled / reference)", title_justify="left")
-        name_column(ratios, "shape", [show_key(r.shape) for r in result.ratios])
-        for col in ("ratio", "verdict", "baseline", "current", "change", "interval"):
-            folding_column(ratios, col)
-        for r in result.ratios:
-            verdict = f"[{style[r.verdict]}]{r.verdict}[/]" if r.verdict in style else r.verdict
-            ratios.add_row(
-                show_key(r.shape),
-                f"{r.bundled} / {r.reference}",
-                verdict,
-                f"{r.baseline_ratio:.3f}",
-                f"{r.current_ratio:.3f}",
-                fmt_change(r.change),
-                fmt_interval(r.ci_low, r.ci_high),
-            )
-        console.print(ratios)
+        shape_labels, shared = short_labels([r.shape for r in result.ratios], named=False)
+        pairs = {f"{r.bundled} / {r.reference}" for r in result.ratios}
+        title = f"in-run ratios ({pairs.pop() if len(pairs) == 1 else 'bundled / reference'})"
+        title += f"; every shape: {shared}" if shared else ""
+        ratio_rows = [
+            {
+                "shape": shape_labels[r.shape],
+                **({"ratio": f"{r.bundled} / {r.reference}"} if len(pairs) > 1 else {}),
+                "verdict": f"[{style[r.verdict]}]{r.label}[/]" if r.verdict in style else r.label,
+                "base": f"{r.baseline_ratio:.3f}",
+                "cur": f"{r.current_ratio:.3f}",
+                "change": fmt_change(r.change),
+                "limit": f"{r.threshold * 100:.1f}%",
+            }
+            for r in result.ratios
+        ]
+        console.print(_fitted(console, title, ratio_rows))
     for note in result.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {note}", highlight=False)
     colour = "green" if result.passed else "bold red"
-    console.print(f"[{colour}]{result.headline()}[/]")
+    console.print(f"[{colour}]{result.headline()}[/]", highlight=False)
 
 
 # ---------------------------------------------------------------------------------------------- markdown
@@ -190,14 +354,22 @@ def _md_table(header: list[str], rows: list[list[str]], right: set[int] | None =
 
 def _timing_rows(cases: list[CaseVerdict], with_verdict: bool = False) -> tuple[list[str], list[list[str]]]:
     header = ["case", *(["verdict"] if with_verdict else []), "baseline ms", "current ms", "change"]
-    header += ["interval", "threshold", "note"]
+    header += ["interval", "limit", "noise", "note"]
     rows = []
     for c in cases:
         note = "; ".join(filter(None, [c.note, f"throttled: {c.throttled}" if c.throttled else ""]))
-        thr = "" if c.threshold is None else f"{c.threshold * 100:.0f}%"
+        limit = "" if c.threshold is None else pct(c.threshold)
+        noise = "" if c.noise is None else f"{pct(c.noise)} ({c.noise_source})"
         rows.append(
-            [f"`{show_key(c.key)}`", *([c.verdict] if with_verdict else []), fmt_ms(c.baseline_ms)]
-            + [fmt_ms(c.current_ms), fmt_change(c.ratio), fmt_interval(c.ci_low, c.ci_high), thr, note]
+            [f"`{show_key(c.key)}`", *([c.label] if with_verdict else []), fmt_ms(c.baseline_ms)]
+            + [
+                fmt_ms(c.current_ms),
+                fmt_change(c.ratio),
+                fmt_interval(c.ci_low, c.ci_high),
+                limit,
+                noise,
+                note,
+            ]
         )
     return header, rows
 
@@ -213,7 +385,7 @@ def _ratio_rows(ratios: list[RatioVerdict], with_verdict: bool = False) -> tuple
         "interval",
     ]
     rows = [
-        [f"`{show_key(r.shape)}`", f"{r.bundled} / {r.reference}", *([r.verdict] if with_verdict else [])]
+        [f"`{show_key(r.shape)}`", f"{r.bundled} / {r.reference}", *([r.label] if with_verdict else [])]
         + [
             f"{r.baseline_ratio:.3f}",
             f"{r.current_ratio:.3f}",
@@ -228,14 +400,16 @@ def _ratio_rows(ratios: list[RatioVerdict], with_verdict: bool = False) -> tuple
 def render_markdown(result: GateResult) -> str:
     """The gate's report as GitHub markdown: deterministic (sorted, fixed formats, no timestamps)."""
     cfg = result.config
-    pct = f"{cfg.confidence * 100:.0f}%"
+    conf = f"{cfg.confidence * 100:.0f}%"
     lines = [f"## flashbench gate: {'PASS' if result.passed else 'FAIL'}", "", result.headline(), ""]
-    overrides = ", ".join(f"{p} {t * 100:.0f}%" for p, t in sorted(cfg.provider_thresholds.items()))
+    overrides = ", ".join(f"{p} {pct(t)}" for p, t in sorted(cfg.provider_thresholds.items()))
     lines += [
-        f"Baseline `{result.baseline}`, current `{result.current}`. A case regresses when its median is slower by "
-        f"more than the threshold ({cfg.threshold * 100:.0f}%{'; ' + overrides if overrides else ''}) and the "
-        f"{pct} bootstrap interval of the median ratio lies above 1 (interval: {pct}, change = current / baseline"
-        " - 1).",
+        f"Baseline `{result.baseline}`, current `{result.current}`. The gate catches slowdowns of "
+        f"{pct(cfg.threshold)}{' (' + overrides + ')' if overrides else ''}: a case regresses when its median is "
+        "slower than its limit, half that or its noise band if wider, in time and in cycles where both sides "
+        f"recorded the SM clock, its {conf} bootstrap interval lies above 1 and its p10 moved past the limit too. "
+        "A case whose noise band exceeds half the threshold cannot promise that verdict and says "
+        f"{cannot_judge_label(cfg.threshold)!r} (change = current / baseline - 1; docs/gate.md).",
         "",
     ]
     env_rows = [
@@ -243,8 +417,10 @@ def render_markdown(result: GateResult) -> str:
         for e in result.env
     ]
     lines += _md_table(["environment", "baseline", "current"], env_rows)
-    by = {v: [c for c in result.cases if c.verdict == v] for v in (REGRESSION, NOISY, IMPROVEMENT)}
-    right = {1, 2, 3, 5}
+    by = {
+        v: [c for c in result.cases if c.verdict == v] for v in (REGRESSION, NOISY, IMPROVEMENT, CANNOT_JUDGE)
+    }
+    right = {1, 2, 3, 5, 6}
     for title, verdict in [("Regressions", REGRESSION), ("Slower, within noise (not failed)", NOISY)]:
         if by[verdict]:
             lines += [f"### {title} ({len(by[verdict])})", "", *_md_table(*_timing_rows(by[verdict]), right)]
@@ -256,6 +432,15 @@ def render_markdown(result: GateResult) -> str:
             "",
             *_md_table(["case", "baseline", "current", "reason"], rows),
         ]
+    loops = result.loop_regressions
+    if loops:
+        rows = [
+            [f"`{show_key(c.key)}`", fmt_ms(c.loop_baseline_ms), fmt_ms(c.loop_current_ms)]
+            + [fmt_change(c.loop_ratio), pct(c.loop_threshold or 0.0), fmt_change(c.ratio)]
+            for c in loops
+        ]
+        header = ["case", "baseline loop ms", "current loop ms", "change", "limit", "GPU time change"]
+        lines += [f"### Loop time regressions ({len(loops)})", "", *_md_table(header, rows, {1, 2, 3, 4, 5})]
     if result.ratio_regressions:
         header, rows = _ratio_rows(result.ratio_regressions)
         lines += [f"### In-run ratio regressions ({len(rows)})", "", *_md_table(header, rows, {2, 3, 4})]
@@ -264,6 +449,25 @@ def render_markdown(result: GateResult) -> str:
             f"### Improvements ({len(by[IMPROVEMENT])})",
             "",
             *_md_table(*_timing_rows(by[IMPROVEMENT]), right),
+        ]
+    if by[CANNOT_JUDGE]:
+        counts = ", ".join(f"{n} {label}" for label, n in result.cannot_judge().items())
+        rows = [
+            [
+                f"`{show_key(c.key)}`",
+                fmt_change(c.ratio),
+                pct(c.noise or 0.0),
+                c.noise_source,
+                pct(c.threshold or 0.0),
+            ]
+            for c in by[CANNOT_JUDGE]
+        ]
+        lines += [
+            f"<details><summary>Cannot judge ({counts}): noise band over half the threshold</summary>",
+            "",
+            *_md_table(["case", "change", "noise", "from", "limit"], rows, {1, 2, 4}),
+            "</details>",
+            "",
         ]
     fixed = [c for c in result.cases if c.verdict == FIXED]
     if fixed:
@@ -286,7 +490,7 @@ def render_markdown(result: GateResult) -> str:
         lines += ["### Notes", "", *(f"- {n}" for n in result.notes), ""]
     compared = [c for c in result.cases if c.verdict not in (MISSING, CURRENT_ONLY)]
     lines += [f"<details><summary>All {len(compared)} compared cases</summary>", ""]
-    lines += _md_table(*_timing_rows(compared, with_verdict=True), {2, 3, 4, 6})
+    lines += _md_table(*_timing_rows(compared, with_verdict=True), {2, 3, 4, 6, 7})
     lines += ["</details>", ""]
     if result.ratios:
         lines += [f"<details><summary>In-run ratios ({len(result.ratios)})</summary>", ""]

@@ -327,15 +327,16 @@ def env_command(
     device: Annotated[str | None, typer.Option(help="cuda | cpu (default: cuda if a GPU is present)")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """The environment record: GPUs, driver, CUDA, torch, triton, python, flashbench version, git sha."""
+    """The environment record: GPUs, driver, CUDA, torch, triton, python, flashbench version, the code's
+    fingerprint (a digest of the installed flashbench and its kernels) and git sha."""
     from flashbench.api import environment_record
 
     record = environment_record(device)
     if json_out:
         print(json.dumps(record.to_dict(), indent=2, default=str))
         return
-    keys = ("flashbench", "git_sha", "git_dirty", "python", "platform", "device", "gpu", "driver")
-    for key in (*keys, "cuda", "cudnn", "torch", "triton"):
+    keys = ("flashbench", "fingerprint", "git_sha", "git_dirty", "git_diff", "python", "platform", "device")
+    for key in (*keys, "gpu", "driver", "cuda", "cudnn", "torch", "triton"):
         print(f"{key:12s} {getattr(record, key)}")
     for i, gpu in enumerate(record.gpus):
         print(f"{'gpu ' + str(i):12s} " + ", ".join(f"{k}={v}" for k, v in gpu.items()))

@@ -2,17 +2,28 @@
 
 Collected without importing torch in this process: package versions from their metadata, GPUs and the
 driver from NVML (or nvidia-smi), and what torch itself reports (CUDA, cuDNN, the device) from a worker.
+
+The code's fingerprint names what ran by its content, not by a commit: a git sha says nothing about uncommitted
+edits, new files, or a copied tree without .git (git then names whatever checkout encloses the copy). It is a
+digest over the Python files of the installed flashbench and flashbench.kernels (the files Python imports, so
+an editable install and a wheel of the same source agree) and over each `--kernel` file. configs/ is left out:
+it holds thresholds and presets, which the run's spec records, not code. Where flashbench runs from a git
+checkout with changes, `git_diff` is a digest of `git diff HEAD` plus the untracked source files, which names the
+uncommitted change itself.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata
+import importlib.util
 import platform
 import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +40,102 @@ def _version(package: str) -> str | None:
         return None
 
 
-def git_info() -> dict[str, Any]:
-    """The git commit of the flashbench checkout (empty where flashbench is not a git checkout)."""
-    root = Path(flashbench.__file__).resolve().parent.parent
+FINGERPRINT_CHARS = 16  # 64 bits of sha256: two different trees share a fingerprint with odds of 1 in 1.8e19
+CODE_PACKAGES = ("flashbench", "flashbench.kernels")
+NOT_CODE = ("flashbench/configs/",)  # a wheel installs configs/ inside the package: data, not code
+# Untracked files that count as source in the diff digest (a stray log or result file does not).
+SOURCE_SUFFIXES = (".py", ".toml", ".cu", ".cuh", ".c", ".cc", ".cpp", ".h", ".hpp")
+
+
+def _digest(parts: Sequence[tuple[str, bytes]]) -> str:
+    h = hashlib.sha256()
+    for name, content in parts:
+        h.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
+    return h.hexdigest()[:FINGERPRINT_CHARS]
+
+
+def package_files(
+    packages: Sequence[str] = CODE_PACKAGES, not_code: tuple[str, ...] = NOT_CODE
+) -> dict[str, Path]:
+    """The installed flashbench code: 'flashbench/...' and 'flashbench/kernels/...' names -> the files imported."""
+    files: dict[str, Path] = {}
+    for package in packages:
+        spec = importlib.util.find_spec(
+            package
+        )  # locates the folder without importing it (kernels import torch)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            prefix = package.replace(".", "/")
+            for path in sorted(Path(root).rglob("*.py")):
+                name = f"{prefix}/{path.relative_to(root).as_posix()}"
+                if "__pycache__" not in path.parts and not name.startswith(not_code):
+                    files.setdefault(name, path)
+    return files
+
+
+def file_digest(path: str | Path) -> str:
+    """One file's content digest ("unreadable: ..." where it cannot be read)."""
     try:
-        sha = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        if sha.returncode != 0:
-            return {"git_sha": "", "git_dirty": None}
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return {"git_sha": sha.stdout.strip(), "git_dirty": bool(dirty.stdout.strip())}
+        return _digest([("", Path(path).read_bytes())])
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+
+
+def code_fingerprint(
+    kernel_files: Sequence[str | Path] = (), files: dict[str, Path] | None = None
+) -> tuple[str, dict[str, str]]:
+    """(fingerprint, its parts): the digest of the installed flashbench and kernels, plus each user kernel file.
+
+    A kernel file is named by its file name, not its path: the same file run from two folders is the same code.
+    `files`: the package files to digest (default: package_files()).
+    """
+    files = package_files() if files is None else files
+    parts = {"flashbench": _digest([(name, files[name].read_bytes()) for name in sorted(files)])}
+    for path in kernel_files:
+        parts[f"kernel {Path(path).name}"] = file_digest(path)
+    return _digest([(k, v.encode()) for k, v in sorted(parts.items())]), parts
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=20)
+
+
+def git_info(root: Path | None = None) -> dict[str, Any]:
+    """The git commit of the flashbench checkout, whether it has changes (new files count) and their digest.
+
+    Empty where `root` (default: the folder above the flashbench package) is not itself the top of a git checkout:
+    a copied tree inside another repository, or a wheel in site-packages, must not name that repository's commit.
+    """
+    root = (root or Path(flashbench.__file__).parent.parent).resolve()
+    none: dict[str, Any] = {"git_sha": "", "git_dirty": None, "git_diff": ""}
+    try:
+        top = _git(root, "rev-parse", "--show-toplevel")
+        if top.returncode != 0 or Path(top.stdout.decode().strip()).resolve() != root:
+            return none
+        sha = _git(root, "rev-parse", "HEAD")
+        status = _git(root, "status", "--porcelain")  # untracked files too, minus what .gitignore ignores
+        if sha.returncode != 0 or status.returncode != 0:
+            return none
+        dirty = bool(status.stdout.strip())
+        return {
+            "git_sha": sha.stdout.decode().strip(),
+            "git_dirty": dirty,
+            "git_diff": _diff_digest(root) if dirty else "",
+        }
     except (OSError, subprocess.SubprocessError):
-        return {"git_sha": "", "git_dirty": None}
+        return none
+
+
+def _diff_digest(root: Path) -> str:
+    """Digest of `git diff HEAD` (binary) plus the untracked source files, by name and content."""
+    diff = _git(root, "diff", "HEAD", "--binary")
+    listed = _git(root, "ls-files", "--others", "--exclude-standard", "-z")
+    parts = [("diff", diff.stdout)]
+    for name in sorted(n for n in listed.stdout.decode().split("\0") if n.endswith(SOURCE_SUFFIXES)):
+        try:
+            parts.append((name, (root / name).read_bytes()))
+        except OSError:
+            continue
+    return _digest(parts)
 
 
 def nvml_gpus() -> list[dict[str, Any]]:
@@ -79,15 +168,23 @@ def gpu_present() -> tuple[bool, list[dict[str, Any]]]:
     return bool(lines), [{"nvidia_smi": line} for line in lines]
 
 
-def collect(device: str = "cuda", worker_facts: dict[str, Any] | None = None) -> Environment:
-    """The environment record. `worker_facts` is the worker's ready message "facts" (torch's own view)."""
+def collect(
+    device: str = "cuda",
+    worker_facts: dict[str, Any] | None = None,
+    kernel_files: Sequence[str | Path] = (),
+) -> Environment:
+    """The environment record. `worker_facts` is the worker's ready message "facts" (torch's own view);
+    `kernel_files` the user's `--kernel` files, which the code fingerprint covers."""
     facts = dict(worker_facts or {})
+    fingerprint, parts = code_fingerprint(kernel_files)
     _, gpus = gpu_present() if device == "cuda" else (False, nvml_gpus())
     driver = next((g.get("driver") or g.get("driver_version") for g in gpus if isinstance(g, dict)), None)
     cudnn = facts.get("cudnn")
     return Environment(
         flashbench=flashbench.__version__,
         **git_info(),
+        fingerprint=fingerprint,
+        fingerprint_parts=parts,
         python=platform.python_version(),
         python_executable=sys.executable,
         platform=platform.platform(),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from flashbench.analysis import comparison as cmp
 from flashbench.report.tables import details, table
 from flashbench.report.tables import figure as _fig
+from flashbench.results.env import same_code
 
 if TYPE_CHECKING:
     from flashbench.analysis.runs import Run
@@ -28,12 +29,15 @@ def section(run: Run, baseline_run: Run, verdicts: Any) -> tuple[str, str, str, 
         if cross
         else ""
     )
+    # Which code each side ran (env.json's fingerprint): same code and a slower case = the machine moved.
+    code = same_code(baseline_run.env.fingerprint, run.env.fingerprint)
+    body += f'<p class="note">{html.escape(code)}</p>'
     if verdicts is not None and cross:
         body += f"<p>{html.escape(cmp.NO_GATE_ACROSS_GPUS)}</p>"
     elif verdicts is not None:
         joined = cmp.add_verdicts(joined, verdicts)
         body += f"<p><b>Gate: {html.escape(verdicts.headline())}</b> (the summary at the top names the worst cases)</p>"
-        body += "".join(f'<p class="note">{html.escape(n)}</p>' for n in verdicts.notes)
+        body += "".join(f'<p class="note">{html.escape(n)}</p>' for n in verdicts.notes if n != code)
     summary = cmp.compare_summary(joined, roofline=cross)
     if cross:
         summary = summary.rename(

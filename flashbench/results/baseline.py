@@ -1,9 +1,14 @@
 """The two sides the gate compares: a run directory or a saved baseline file, reduced to what the gate needs.
 
 A baseline (``flashbench baseline save RUN --name h100`` -> ``results/baselines/h100.json``) keeps, per case key,
-the status, the raw timing samples and their median, and whether the GPU throttled; plus a summary of the
-environment (GPU model, driver, CUDA, torch, triton, flashbench, preset). Nothing else: it is committed to git,
-so it stays small and diffs readably (sorted keys, samples rounded to the nanosecond).
+the status, the raw timing samples and their median, the eager-loop samples, the SM clock and whether the GPU
+throttled; plus a summary of the environment (GPU model, driver, CUDA, torch, triton, flashbench, the code's
+fingerprint, preset). Nothing else: it is committed to git, so it stays small and diffs readably (sorted keys,
+samples rounded to the nanosecond).
+
+A learned baseline (``flashbench gate --learn RUN RUN... --baseline FILE``, learn_baseline below) holds the
+same, from its first run, plus each case's noise band: how far apart the same code's medians fell across the runs
+(learned_band), for the GPU time and the eager-loop time. The gate widens a case's limit to it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +29,8 @@ BASELINE_FORMAT = "flashbench-baseline"
 BASELINES_DIR = Path("results") / "baselines"
 # The environment facts the gate compares, in display order. "gpu" and "device" must match (or --allow-mismatch).
 ENV_FIELDS: tuple[str, ...] = (
-    "gpu", "device", "driver", "cuda", "cudnn", "torch", "triton", "flashbench", "commit", "preset", "l2_flush",
+    "gpu", "device", "driver", "cuda", "cudnn", "torch", "triton", "flashbench", "commit", "code", "preset",
+    "l2_flush",
 )  # fmt: skip
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # A baseline keeps at most this many values per case: a longer sample list is stored as that many evenly spaced
@@ -44,6 +51,11 @@ class CaseResult:
     reason: str = ""
     n_samples: int = 0  # samples measured; more than len(samples_ms) where a baseline stored quantiles
     sm_clock_mhz: float | None = None  # the median SM clock during the samples (None: not recorded)
+    loop_samples_ms: tuple[float, ...] = ()  # per-call time of each back-to-back loop (Row.loop_samples_ms)
+    loop_ms: float | None = None  # their median (Row.loop_ms where no samples were kept)
+    band: float | None = None  # learned: the same code's medians differed by up to this fraction across runs
+    loop_band: float | None = None  # the same for the loop time
+    band_runs: int = 0  # how many runs the learned bands came from
 
     @property
     def n(self) -> int:
@@ -91,7 +103,19 @@ def _case_from_row(row: Row) -> CaseResult:
     median = _median(samples) if samples else row.median_ms  # the statistic the gate tests: from the samples
     reason = "" if row.status == OK else (row.reason or "")[:200]
     clock = float(row.sm_clock_mhz) if row.sm_clock_mhz else None
-    return CaseResult(row.key, row.status, median, samples, bool(row.throttled), reason, sm_clock_mhz=clock)
+    loops = tuple(float(s) for s in row.loop_samples_ms or ())
+    loop_ms = _median(loops) if loops else row.loop_ms
+    return CaseResult(
+        row.key,
+        row.status,
+        median,
+        samples,
+        bool(row.throttled),
+        reason,
+        sm_clock_mhz=clock,
+        loop_samples_ms=loops,
+        loop_ms=float(loop_ms) if loop_ms else None,
+    )
 
 
 def _median(samples: tuple[float, ...]) -> float | None:
@@ -136,6 +160,7 @@ def summarize_env(env: Environment, rows: list[Row]) -> dict[str, str]:
         "triton": env.triton,
         "flashbench": env.flashbench,
         "commit": env.git_sha[:12] + ("+dirty" if env.git_sha and env.git_dirty else ""),
+        "code": env.fingerprint,
         "preset": env.preset,
         "l2_flush": l2_flush(env),
     }
@@ -194,6 +219,8 @@ def _case_from_entry(key: str, entry: dict[str, Any]) -> CaseResult:
     median = None if median is None else float(median)
     n = int(entry.get("n", len(samples)))
     clock = entry.get("sm_clock_mhz")
+    loops = tuple(float(s) for s in entry.get("loop_samples_ms") or ())
+    loop_ms = _median(loops) if loops else entry.get("loop_ms")
     return CaseResult(
         key,
         status,
@@ -203,7 +230,24 @@ def _case_from_entry(key: str, entry: dict[str, Any]) -> CaseResult:
         str(entry.get("reason", "")),
         n,
         float(clock) if isinstance(clock, (int, float)) and clock > 0 else None,
+        loops,
+        None if loop_ms is None else float(loop_ms),
+        _fraction(entry.get("band")),
+        _fraction(entry.get("loop_band")),
+        int(entry.get("band_runs", 0)),
     )
+
+
+def _fraction(value: Any) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or not 0.0 <= value < 10.0:
+        raise ValueError(f"a noise band must be a fraction >= 0, got {value!r}")
+    return float(value)
+
+
+def _stored(samples: tuple[float, ...]) -> tuple[float, ...]:
+    return _quantiles(samples, MAX_STORED_SAMPLES) if len(samples) > MAX_STORED_SAMPLES else samples
 
 
 def baseline_dict(side: Side, name: str, source: str) -> dict[str, Any]:
@@ -226,6 +270,15 @@ def baseline_dict(side: Side, name: str, source: str) -> dict[str, Any]:
             entry["reason"] = case.reason
         if case.sm_clock_mhz:
             entry["sm_clock_mhz"] = case.sm_clock_mhz
+        if case.loop_samples_ms:
+            entry["loop_samples_ms"] = [round(s, 6) for s in _stored(case.loop_samples_ms)]
+        elif case.loop_ms:
+            entry["loop_ms"] = round(case.loop_ms, 6)
+        for band in ("band", "loop_band"):
+            if getattr(case, band) is not None:
+                entry[band] = round(getattr(case, band), 6)
+        if case.band_runs:
+            entry["band_runs"] = case.band_runs
         cases[key] = entry
     return {
         "format": BASELINE_FORMAT,
@@ -255,6 +308,65 @@ def save_baseline(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(dumps_baseline(baseline_dict(side, name, source=side.label)), encoding="utf-8")
     return target
+
+
+def learned_band(medians: Sequence[float]) -> float:
+    """A case's noise band from the medians of k same-code runs: their range (max / min - 1) x (k + 1) / (k - 1).
+
+    The range of k runs understates how far the next run can fall: k draws from a bounded drift span on average
+    (k - 1) / (k + 1) of its width, so the range is scaled up to the width (x3 for 2 runs, x2 for 3, x1.5 for 5).
+    Without it, in tests/test_gate_stats.py's simulation of runs offset by up to +-2.5%, bands learned from 3 runs
+    let 8 of 200 same-code pairs fail a 5% gate (20 without a learned band); with it, none.
+    """
+    k = len(medians)
+    return (max(medians) / min(medians) - 1.0) * (k + 1) / (k - 1)
+
+
+def learn_baseline(runs: Sequence[str | Path], out: str | Path, force: bool = False) -> tuple[Path, Side]:
+    """Write `out`: the first run as a baseline, plus per case the noise band of the same code across all runs.
+
+    The runs must be of one GPU model and, where they recorded it, one code fingerprint: a band learned across a
+    code change would hide the change it was made to catch. A case gets a band where at least two runs measured
+    it ok. Returns the path written and the learned side.
+    """
+    if len(runs) < 2:
+        raise FlashbenchError(f"--learn needs at least two runs of the same code, got {len(runs)}")
+    out = Path(out)
+    if out.suffix != ".json" or out.is_dir():
+        raise FlashbenchError(f"--learn writes a baseline .json file, not {out} (pass --baseline NAME.json)")
+    if out.exists() and not force:
+        raise FlashbenchError(f"{out} exists (pass --force to replace it)")
+    sides = [load_side(run) for run in runs]
+    first = sides[0]
+    for side in sides[1:]:
+        for name in ("gpu", "device", "code"):
+            ours, theirs = first.env.get(name, ""), side.env.get(name, "")
+            if ours and theirs and ours != theirs:
+                what = "ran other code" if name == "code" else f"has another {name}"
+                raise FlashbenchError(
+                    f"--learn: {side.label} {what} than {first.label} ({theirs} vs {ours}); "
+                    "noise bands come from runs of the same code on one GPU model"
+                )
+    cases = {}
+    for key, case in first.cases.items():
+        found = [s.cases[key] for s in sides if key in s.cases and s.cases[key].status == OK]
+        medians = [c.median_ms for c in found if c.median_ms]
+        loops = [c.loop_ms for c in found if c.loop_ms]
+        cases[key] = replace(
+            case,
+            band=learned_band(medians) if len(medians) >= 2 else None,
+            loop_band=learned_band(loops) if len(loops) >= 2 else None,
+            band_runs=len(medians) if len(medians) >= 2 else 0,
+        )
+    learned = Side(label=out.name, env=first.env, cases=cases)
+    doc = baseline_dict(learned, out.stem, source=first.label)
+    doc["learned_from"] = [s.label for s in sides]
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(dumps_baseline(doc), encoding="utf-8")
+    except OSError as exc:
+        raise FlashbenchError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return out, learned
 
 
 def dumps_baseline(doc: dict[str, Any]) -> str:

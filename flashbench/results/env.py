@@ -35,7 +35,10 @@ class Environment:
     # --- the software ---
     flashbench: str = ""
     git_sha: str = ""
-    git_dirty: bool | None = None
+    git_dirty: bool | None = None  # changes to tracked files or new files .gitignore does not ignore
+    git_diff: str = ""  # digest of those changes (gpu/environment.py), "" where clean or not a checkout
+    fingerprint: str = ""  # digest of the code that ran: the installed flashbench and kernels, --kernel files
+    fingerprint_parts: dict[str, str] = field(default_factory=dict)  # "flashbench", "kernel FILE" -> digest
     python: str = ""
     python_executable: str = ""
     torch: str | None = None
@@ -108,6 +111,16 @@ class Environment:
         if isinstance(known.get("gpu"), dict):  # never written by a sweep, but accept {"name": ...}
             known["gpu"] = str(known["gpu"].get("name", ""))
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
+
+
+def same_code(baseline: str, current: str) -> str:
+    """One line on whether two runs ran the same code, from their fingerprints ("" where not recorded)."""
+    if not baseline or not current:
+        missing = " and ".join(n for n, f in (("baseline", baseline), ("current", current)) if not f)
+        return f"Code fingerprint not recorded for the {missing} run: same or different code is unknown."
+    if baseline == current:
+        return f"Same code on both sides (fingerprint {current}): a difference is the machine's state or noise."
+    return f"Different code: fingerprint {baseline} (baseline) vs {current} (current)."
 
 
 def write_env(run_dir: str | Path, env: Environment) -> None:

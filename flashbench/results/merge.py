@@ -35,6 +35,7 @@ _SUMMARY_KEYS = (
     "triton",
     "git_sha",
     "git_dirty",
+    "fingerprint",
     "started",
     "finished",
     "wall_s",
@@ -144,6 +145,8 @@ def _merged_env(
         merged=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         gpus=gpus,
         gpu=" + ".join(names),
+        # shards of different code (a rebuilt checkout between shards): every fingerprint, so none passes as "same"
+        fingerprint=" + ".join(dict.fromkeys(e.fingerprint for e in envs if e.fingerprint)),
         hostname=", ".join(dict.fromkeys(e.hostname for e in envs)),
         started=min(starts) if starts else None,
         finished=max(ends) if ends else None,
