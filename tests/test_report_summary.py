@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from report_helpers import H100, H100_FACTS, H100_SPEED, case_row, write_run
 
-from flashbench.analysis import clocks, summary
+from flashbench.analysis import clocks, leads, summary
 from flashbench.analysis import runs as analysis
 from flashbench.gpu.calibrate import throttle_verdict
 from flashbench.report import tables, verdict
@@ -45,7 +45,7 @@ def three_providers(tmp_path: Path) -> analysis.Run:
 
 
 def test_fastest_and_its_margin_over_the_runner_up_per_group(tmp_path: Path) -> None:
-    (lead,) = summary.leads(three_providers(tmp_path).frame)
+    (lead,) = leads.leads(three_providers(tmp_path).frame)
     ratios = [b / a for a, b in zip(TIMES["A"], TIMES["B"], strict=True)]  # B's time / A's: 1.2, 1.1, 0.95
     assert (lead.fastest, lead.runner_up) == ("A", "B")
     assert lead.geomean == pytest.approx(statistics.geometric_mean(ratios))
@@ -70,7 +70,10 @@ def test_a_provider_not_installed_is_neither_a_case_nor_a_provider(tmp_path: Pat
     assert summary.description(run.frame)[0] == "3 providers (A, B, C)"
     assert summary.failures_that_matter(run.frame).empty
     md = verdict.markdown(run, None)
-    assert ": 9 cases, all ok." in md and "Not installed, so neither cases nor providers here: D." in md
+    assert (
+        ": 9 cases, all ok, every one timed as eager calls." in md
+        and "Not installed, so neither cases nor providers here: D." in md
+    )
 
 
 def test_failures_that_matter_are_wrong_crash_timeout_oom_not_refusals(tmp_path: Path) -> None:
@@ -98,7 +101,7 @@ def test_decode_shapes_need_not_have_seq_q_equal_seq_k(tmp_path: Path) -> None:
         case_row(p, ms * nk / 1024, n=1, nk=nk) for p, ms in (("A", 0.01), ("B", 0.02)) for nk in (1024, 8192)
     ]
     frame = analysis.load_run(write_run(tmp_path / "run", rows)).frame
-    (lead,) = summary.leads(frame)
+    (lead,) = leads.leads(frame)
     assert lead.fastest == "A" and [n for n, _ in lead.ratios] == ["1×1k", "1×8k"]
     assert lead.geomean == pytest.approx(2.0)
     assert "Nq = 1 over Nk = 1k, 8k" in summary.description(frame)
@@ -116,12 +119,12 @@ def test_windowed_cases_are_ranked_apart_from_full_ones(tmp_path: Path) -> None:
     rows += [row("A", 0.5, n, "256,0") for n in (1024, 2048)] + [
         row("B", 0.25, n, "256,0") for n in (1024, 2048)
     ]
-    leads = summary.leads(analysis.load_run(write_run(tmp_path / "run", rows)).frame)
-    assert [(lead.variant, lead.fastest, lead.geomean) for lead in leads] == [
+    groups = leads.leads(analysis.load_run(write_run(tmp_path / "run", rows)).frame)
+    assert [(lead.variant, lead.fastest, lead.geomean) for lead in groups] == [
         ("", "A", pytest.approx(1.5)),
         ("window 256,0", "B", pytest.approx(2.0)),
     ]
-    assert leads[1].group.endswith("causal · window 256,0")
+    assert groups[1].group.endswith("causal · window 256,0")
 
 
 def test_clock_event_reasons_in_words() -> None:
@@ -284,14 +287,14 @@ def test_a_run_without_calibration_says_it_has_no_measured_roof(tmp_path: Path) 
     assert "**Measured roof**: none. This run has no calibration" in verdict.markdown(run, None)
 
 
-def test_bound_and_percent_of_roofline_follow_the_one_rule() -> None:
+def test_bound_and_percent_of_roofline_are_one_roof_per_case() -> None:
     run = analysis.load_run(H100_SPEED)
     ok = run.frame[run.frame["ok"]]
     view = summary.roof_view(ok)
     roof = run.ceilings[0]  # the datasheet roof: % of roofline is against it
     peak, bw = roof.peak("bf16"), roof.bw_bytes_s
     for (_, r), (_, v) in zip(ok.iterrows(), view.iterrows(), strict=True):
-        ai = r["flops"] / r["model_bytes_provider"]
+        ai = r["flops"] / r["model_bytes_compulsory"]
         assert v["roof_ai"] == pytest.approx(ai)
         assert v["roof_bound"] == ("compute-bound" if ai >= peak / bw else "memory-bound")
         assert v["roof_pct"] == pytest.approx(100 * r["tflops"] * 1e12 / min(peak, ai * bw))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis import modelled
+from flashbench.analysis import modelled, serving
 from flashbench.errors import FlashbenchError
 from flashbench.models.flops import (
     BWD_BLOCK_MATMULS,
@@ -36,6 +36,16 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CASE_COLUMNS = list(CASE_FIELDS)  # the Case fields, in their order
+# The GPU's state during the timed samples, as the rows record it (None on older rows).
+CLOCK_FIELDS = (
+    "sm_clock_mhz",
+    "sm_clock_min_mhz",
+    "sm_clock_max_mhz",
+    "mem_clock_mhz",
+    "power_w",
+    "temp_c",
+    "throttled_share",
+)
 NVML_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "clock_event_reasons")
 # Baseline providers tried in this order when --speedup-vs is not given: the paper's "standard attention" first,
 # then PyTorch's own SDPA backends, so "> 1 = faster than the reference" reads as a kernel beating a baseline (a
@@ -124,6 +134,16 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
     # Rows that are not "ok" are never shown as speeds, whatever timing they carry.
     for col in ("median_ms", "p20_ms", "p80_ms", "tflops"):
         df.loc[~df["ok"], col] = np.nan
+    # What a caller's loop pays and the energy per call (None on rows written before they were measured).
+    for col in ("host_ms", "loop_ms", "energy_j", *CLOCK_FIELDS):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    for col in ("host_ms", "loop_ms", "energy_j"):
+        df.loc[~df["ok"], col] = np.nan
+    df["host_bound"] = [
+        bool(v) if isinstance(v, bool) and ok else None
+        for v, ok in zip(df["host_bound"], df["ok"], strict=True)
+    ]
+    df["timed_as"] = np.where(df["cuda_graph"].fillna(False).astype(bool), "CUDA graph", "eager")
     df["ncu_dram_bytes"] = df["ncu_dram_read_bytes"] + df["ncu_dram_write_bytes"]
     for when in ("before", "after"):
         col = f"nvml_{when}"
@@ -133,6 +153,9 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
     df["kernel_config"] = df["kernel_config"].map(
         lambda c: json.dumps(c, sort_keys=True) if isinstance(c, dict) and c else ""
     )
+    df["serving"] = serving.serving_mask(df)
+    df["variant"] = serving.case_variants(df)
+    # One figure panel per group a lead is judged within: a serving cache or a window is never a line of another.
     df["panel"] = (
         "d="
         + df["head_dim"].astype(str)
@@ -141,10 +164,16 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
         + " · "
         + df["mode"]
         + np.where(df["dtype"].nunique() > 1, " · " + df["dtype"], "")
+        + df["variant"].where(df["variant"] == "", " · " + df["variant"])
     )
     modelled.add_model_columns(df)  # fills flops where the row lacks them
     missing = df["tflops"].isna() & df["ok"] & (df["median_ms"] > 0)
     df.loc[missing, "tflops"] = df.loc[missing, "flops"] / (df.loc[missing, "median_ms"] * 1e-3) / 1e12
+    df["loop_over_gpu"] = df["loop_ms"] / df["median_ms"]
+    # Energy per unit of work: TFLOP per joule (training rows), generated tokens per joule (a serving call makes
+    # seq_q new tokens for each of its batch's sequences).
+    df["tflop_per_j"] = df["flops"] / df["energy_j"] / 1e12
+    df["tokens_per_j"] = df["batch"] * df["seq_q"] / df["energy_j"]
     return df.drop(columns=["nvml_before", "nvml_after"])
 
 
@@ -314,27 +343,45 @@ def throttled(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per provider, dtype and mode: the highest TFLOP/s, where it was reached, and the median % of roofline."""
+    """Per provider, dtype and mode of the training rows (serving rows: analysis.serving.best_bandwidth): the
+    highest TFLOP/s, where it was reached, the median % of roofline (ROOF_RULE), how the calls were timed, and
+    where the rows carry them the median TFLOP per joule and the host-bound cases. Sorted by dtype, mode, then
+    the highest TFLOP/s first."""
     import pandas as pd
 
-    ok = frame[frame["ok"] & frame["tflops"].notna()]
+    ok = frame[frame["ok"] & frame["tflops"].notna() & ~frame["serving"]]
     rows = []
     for (provider, dtype, mode), grp in ok.groupby(["provider", "dtype", "mode"], sort=False):
         top = grp.loc[grp["tflops"].idxmax()]
         pct = grp["pct_of_roofline"].dropna()
+        energy = grp["tflop_per_j"].dropna() if "tflop_per_j" in grp else []
+        measured_host = grp["loop_ms"].notna() if "loop_ms" in grp else []
         rows.append(
             {
                 "provider": provider,
                 "dtype": dtype,
                 "mode": mode,
                 "time_label": top["time_label"],
+                "timed_as": " + ".join(sorted(set(grp["timed_as"]))) if "timed_as" in grp else "",
                 "cases": len(grp),
                 "max_tflops": float(top["tflops"]),
                 "at": f"N={top['seq_q']} d={top['head_dim']} {mask_label(top['causal'])}",
                 "median_pct_of_roofline": float(pct.median()) if len(pct) else float("nan"),
+                "median_tflop_per_j": float(energy.median()) if len(energy) else float("nan"),
+                "host_bound_cases": (
+                    f"{int(grp['host_bound'].eq(True).sum())} of {int(measured_host.sum())}"
+                    if len(measured_host) and measured_host.any()
+                    else ""
+                ),
             }
         )
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    order = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
+    out["_mode"] = out["mode"].map(lambda m: order.get(m, 9))
+    out = out.sort_values(["dtype", "_mode", "max_tflops"], ascending=[True, True, False])
+    return out.drop(columns="_mode").reset_index(drop=True)
 
 
 def geomean(values: Any) -> float:

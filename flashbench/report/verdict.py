@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis import clocks, summary
-from flashbench.analysis.comparison import NO_GATE_ACROSS_GPUS, same_gpu
+from flashbench.analysis import clocks, host, serving, summary
+from flashbench.analysis import leads as lead_rows
+from flashbench.analysis.comparison import NO_GATE_ACROSS_GPUS, same_gpu, same_run
 from flashbench.analysis.modelled import ROOF_LABELS
 from flashbench.analysis.runs import DEFAULT_BASELINES, pick_baseline
 
@@ -46,12 +47,16 @@ def blocks(run: Run, reference: str | None, baseline_run: Run | None = None, gat
     if baseline_run is not None:
         out += _gate_blocks(run, baseline_run, gate)
     out.append(Block("text", _what_ran(run)))
-    groups = summary.leads(f)
+    groups = lead_rows.leads(f)
     lead_lines = [_lead_line(x, len({g.dtype for g in groups}) > 1) for x in groups]
     if lead_lines:
         head = (
             "**Fastest per case group** (× = the runner-up's median time / the fastest's: geometric mean over N, "
-            "then the range; best % of roofline in the group and its bound):"
+            "then the range; *tied* where that margin is within the rows' p20–p80 noise plus the fastest's "
+            "clock advantage; best % of roofline in the group, one roof per case, and the case's bound; for "
+            "serving groups the best % of the calibrated read bandwidth"
+            + ("; the energy per unit of work where measured" if any(g.energy for g in groups) else "")
+            + "):"
         )
         out.append(Block("text", "\n".join([head, "", *lead_lines])))
     if reference:
@@ -59,8 +64,10 @@ def blocks(run: Run, reference: str | None, baseline_run: Run | None = None, gat
         if line:
             out.append(Block("text", line))
     out += _failure_blocks(f)
+    out += _bandwidth_blocks(run)
     if not run.is_cpu:
-        out += _clock_blocks(run)
+        out += _clock_blocks(run, groups)
+    out += _host_blocks(f)
     return out
 
 
@@ -79,7 +86,14 @@ def _what_ran(run: Run) -> str:
     ok = int(meas["ok"].sum())
     device = "CPU" if run.is_cpu else run.gpu_name
     text = f"**{device}** · " + " · ".join(summary.description(f))
-    text += f": {len(meas)} cases, {'all' if ok == len(meas) else ok} ok."
+    text += f": {len(meas)} cases, {'all' if ok == len(meas) else ok} ok"
+    modes = meas.loc[meas["ok"], "timed_as"].value_counts()
+    if len(modes) == 1:
+        text += f", every one timed as {TIMED_AS.get(modes.index[0], modes.index[0])}."
+    elif len(modes) > 1:
+        text += ", timed as " + " and ".join(f"{TIMED_AS.get(m, m)} ({n})" for m, n in modes.items()) + "."
+    else:
+        text += "."
     missing = summary.not_installed(f)
     if missing:
         text += f" Not installed, so neither cases nor providers here: {', '.join(missing)}."
@@ -90,25 +104,53 @@ def _what_ran(run: Run) -> str:
     return text
 
 
-def _lead_line(lead: summary.Lead, with_dtype: bool) -> str:
-    text = f"- {lead.group}" + (f" · {lead.dtype}" if with_dtype else "") + f": **{lead.fastest}**"
+# How each row's samples were taken (the rows' cuda_graph flag), in words.
+TIMED_AS = {"eager": "eager calls", "CUDA graph": "CUDA graph replays"}
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _lead_line(lead: lead_rows.Lead, with_dtype: bool) -> str:
+    text = f"- {lead.group}" + (f" · {lead.dtype}" if with_dtype else "") + ": "
     if lead.runner_up is None:
-        text += " (the only provider measured)"
+        text += f"**{lead.fastest}** (the only provider measured)"
     else:
         (lo_n, lo), (hi_n, hi) = lead.low, lead.high
         span = f"{_x(lo)} at N={lo_n} … {_x(hi)} at N={hi_n}" if len(lead.ratios) > 1 else f"N={lo_n}"
-        text += f" {_x(lead.geomean)} over {lead.runner_up} ({span}"
+        name = lead.fastest if lead.tied else f"**{lead.fastest}**"
+        text += ("tied: " if lead.tied else "") + f"{name} {_x(lead.geomean)} over {lead.runner_up} ({span}"
         behind = _behind_words(lead)
         text += f"; {lead.runner_up} ahead {behind})" if behind else ")"
+        text += _noise_words(lead)
     if lead.best_pct is not None:
         text += (
-            f" · best {lead.best_pct:.0f}% of roofline ({lead.best_pct_provider}, N={lead.best_pct_at}, "
-            f"{lead.best_pct_bound})"
+            f" · best {lead.best_pct:.0f}% of {lead.best_pct_of} ({lead.best_pct_provider}, "
+            f"N={lead.best_pct_at}, {lead.best_pct_bound})"
         )
+    if lead.energy:
+        each = ", ".join(f"{p} {e:.3g}" for p, e in lead.energy)
+        text += f" · {lead.energy_unit}: {each}"
     return text
 
 
-def _behind_words(lead: summary.Lead) -> str:
+def _noise_words(lead: lead_rows.Lead) -> str:
+    """What the margin is judged against: the noise, and the two clocks where they differ by 1% or more."""
+    words = []
+    if lead.noise == lead.noise:
+        words.append(f"noise ±{_pct(lead.noise)}")
+    a, b = lead.fastest_clock, lead.runner_clock
+    if a == a and b == b and abs(a / b - 1.0) >= 0.01:
+        words.append(f"SM clock {a:.0f} vs {b:.0f} MHz")
+    if not words:
+        return ""
+    if lead.tied:
+        return "; within " + " and ".join(words) if len(words) == 1 else f"; within {words[0]}, {words[1]}"
+    return "; " + ", ".join(words)
+
+
+def _behind_words(lead: lead_rows.Lead) -> str:
     """Where the runner-up was faster: "from N=4k", "up to N=2k" or "at N=1k, 8k"."""
     labels = [n for n, _ in lead.ratios]
     behind = lead.behind_at
@@ -163,23 +205,35 @@ def _failure_blocks(frame: Any) -> list[Block]:
         ]
     lines = [f"**Failures that matter** ({int(bad['cases'].sum())} cases):", ""]
     for r in bad.to_dict("records"):
-        reason = r["reason"] if len(r["reason"]) <= 120 else r["reason"][:119] + "…"
+        reason = summary.shorten(r["reason"], 120)
         lines.append(f"- {r['cases']} {r['status']}, {r['provider']}: {r['where']} (`{reason}`)")
     return [Block("warn", "\n".join(lines) + ("\n\n" + tail.strip() if tail else ""))]
 
 
-def _clock_blocks(run: Run) -> list[Block]:
+def _clock_blocks(run: Run, groups: list[lead_rows.Lead]) -> list[Block]:
     out: list[Block] = []
     t = clocks.throttling(run.frame, run.env)
-    if t.throttled:
-        top = f" of {t.max_clock:.0f} max" if t.max_clock else ""
-        span = f"; SM clock {t.clock_min:.0f}–{t.clock_max:.0f} MHz{top}" if t.clock_min is not None else ""
+    if t.clock_min is None:
         text = (
-            f"**Clocks**: {t.throttled} of {t.cases} measured cases ran throttled "
-            f"({', '.join(t.reasons) or 'reason not recorded'}){span} (read {t.clock_source}). "
-            "Ratios between providers in this run compare like with like; absolute TFLOP/s hold at these clocks."
+            "**Clocks**: not recorded by this run (no NVML readings), so no ratio here can be checked against a "
+            "clock difference."
         )
-        out.append(Block("warn" if t.throttled > t.cases / 2 else "text", text))
+    else:
+        top = f" (maximum {t.max_clock:.0f} MHz)" if t.max_clock else ""
+        text = (
+            f"**Clocks**: the {t.cases} measured cases ran at SM clocks of {t.clock_min:.0f}–{t.clock_max:.0f} "
+            f"MHz{top}, read {t.clock_source}; "
+        )
+        if t.throttled:
+            text += (
+                f"{t.throttled} of {t.cases} ran throttled ({', '.join(t.reasons) or 'reason not recorded'})."
+            )
+        else:
+            text += "none ran throttled."
+        text += " " + _clock_gap_words(groups)
+        text += " Absolute TFLOP/s and GB/s hold at these clocks."
+    kind = "warn" if t.throttled > t.cases / 2 else "text"
+    out.append(Block(kind, text))
     cal = clocks.calibration(run.env, run.ceilings, run.gpu_spec)
     measured_roof = next((c for c in run.ceilings if c.source == "measured"), None)
     if not cal.source:
@@ -212,6 +266,120 @@ def _clock_blocks(run: Run) -> list[Block]:
     return out
 
 
+def _clock_gap_words(groups: list[lead_rows.Lead]) -> str:
+    """Which leads the clocks decide, from the rows: those whose margin is inside the fastest's clock advantage
+    plus the noise but not inside the noise alone; else the widest clock difference between a group's fastest
+    and runner-up, and that no lead depends on it."""
+    pairs = [g for g in groups if g.runner_up and g.fastest_clock == g.fastest_clock]
+    pairs = [g for g in pairs if g.runner_clock == g.runner_clock]
+    if not pairs:
+        return ""
+    noise = [g.noise if g.noise == g.noise else 0.0 for g in pairs]
+    decided = [g for g, n in zip(pairs, noise, strict=True) if g.tied and g.geomean - 1.0 > n]
+    if decided:
+        each = "; ".join(
+            f"{g.group}: {g.fastest} at {g.fastest_clock:.0f} MHz, {g.runner_up} at {g.runner_clock:.0f} MHz, "
+            f"{_pct(g.clock_gap)} apart against a {_pct(g.geomean - 1.0)} margin"
+            for g in decided
+        )
+        return f"Within a group the clocks differ, and in {len(decided)} the difference covers the lead ({each}): those are called tied."
+    widest = max(pairs, key=lambda g: abs(g.fastest_clock / g.runner_clock - 1.0))
+    gap = widest.fastest_clock / widest.runner_clock - 1.0
+    if abs(gap) < 0.01:
+        return "Within each group the fastest and the runner-up ran at clocks within 1% of each other."
+    faster = "higher" if gap > 0 else "lower"
+    return (
+        f"Within a group the fastest and the runner-up ran up to {_pct(abs(gap))} apart ({widest.group}: "
+        f"{widest.fastest} at a {faster} clock, {widest.fastest_clock:.0f} vs {widest.runner_clock:.0f} MHz); "
+        "no lead here is within its clock advantage and noise."
+    )
+
+
+def _bandwidth_blocks(run: Run) -> list[Block]:
+    """Serving rows above the calibrated read bandwidth, explained from the rows and the GPU's L2."""
+    l2 = getattr(run.gpu_spec, "l2_bytes", None)
+    over = serving.above_read_bw(run.frame, l2)
+    if over.empty:
+        return []
+    read = float(run.frame["read_bw_gb_s"].dropna().iloc[0])
+    sheet = run.frame["datasheet_bw_gb_s"].dropna()
+    where = ", ".join(
+        dict.fromkeys(
+            f"{r.provider} at N={r.seq_k // 1024}k batch {r.batch} ({r.variant})" for r in over.itertuples()
+        )
+    )
+    text = (
+        f"**Above the calibrated read bandwidth**: {len(over)} serving row{'s' * (len(over) != 1)} ({where}) "
+        f"read at {_span(over['achieved_gb_s'], '.0f')} GB/s, {_span(over['pct_of_read_bw'], '.1f')}% of the "
+        f"calibrated {read:.0f} GB/s."
+    )
+    fits = over[over["why"] == "fits in L2"]
+    if len(fits):
+        text += (
+            f" {len(fits)} of them move a KV cache that fits in the L2 ({_span(fits['model_bytes_compulsory'] / 2**20, '.0f')} "
+            f"MiB of {l2 / 2**20:.0f} MiB): the L2 served part of their reads."
+        )
+    rest = over[over["why"] != "fits in L2"]
+    if len(rest):
+        text += (
+            " The calibration's read is one kernel's rate (torch.sum over 1 GiB), a lower bound of what the memory "
+            "delivers, not its ceiling"
+            + (
+                f": these rows stay at {_span(rest['pct_of_datasheet_bw'], '.1f')}% of the datasheet's "
+                f"{float(sheet.iloc[0]):.0f} GB/s."
+                if len(sheet)
+                else "."
+            )
+        )
+    return [Block("text", text)]
+
+
+def _span(values: Any, fmt: str) -> str:
+    lo, hi = float(min(values)), float(max(values))
+    return format(lo, fmt) if format(lo, fmt) == format(hi, fmt) else f"{format(lo, fmt)}–{format(hi, fmt)}"
+
+
+def _host_blocks(frame: Any) -> list[Block]:
+    lines = host.host_lines(frame)
+    ok = int(frame["ok"].sum())
+    if not lines:
+        if not ok or (frame.loc[frame["ok"], "device"] == "cpu").all():
+            return []
+        return [
+            Block(
+                "text",
+                "**Host time**: not measured in this run (its rows predate host and loop timing), so the times "
+                "above are what the GPU worked, not what an eager loop pays per call.",
+            )
+        ]
+    head = (
+        "**Host time** (loop = per-call time of back-to-back eager calls with one sync and no spin kernel, what "
+        "a Python loop pays; host-bound = the sweep's flag, loop time above the GPU time by more than its margin):"
+    )
+    items = []
+    for h in lines:
+        worst = (
+            f"at {h.worst_at} an eager loop pays {h.worst_loop_ms:.4g} ms per call where the GPU works "
+            f"{h.worst_gpu_ms:.4g} ms ({_x(h.worst_ratio)}"
+            + (
+                f"; {h.worst_host_ms:.4g} ms of host time to enqueue it"
+                if h.worst_host_ms == h.worst_host_ms
+                else ""
+            )
+            + ")"
+        )
+        if h.host_bound:
+            named = ", ".join(h.where[: host.MAX_WHERE])
+            more = f", … {len(h.where) - host.MAX_WHERE} more" if len(h.where) > host.MAX_WHERE else ""
+            items.append(
+                f"- **{h.provider}** host-bound in {h.host_bound} of {h.measured} cases ({named}{more}); {worst}."
+            )
+        else:
+            items.append(f"- {h.provider}: none of {h.measured} cases host-bound; the most: {worst}.")
+    kind = "warn" if any(h.host_bound for h in lines) else "text"
+    return [Block(kind, "\n".join([head, "", *items]))]
+
+
 def _first_roof(run: Run) -> str:
     return ROOF_LABELS.get(run.ceilings[0].source, run.ceilings[0].source) if run.ceilings else "datasheet"
 
@@ -221,10 +389,23 @@ def _first_roof(run: Run) -> str:
 
 def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
     name = baseline_run.name
+    self_compare = []
+    why = same_run(run, baseline_run)
+    if why:
+        self_compare = [
+            Block(
+                "warn",
+                f"**The baseline is this run itself** ({why}): every ratio below is 1 by construction, and the "
+                "gate's verdict says nothing about the code.",
+            )
+        ]
     if not same_gpu(run, baseline_run):
-        return [Block("warn", NO_GATE_ACROSS_GPUS)]
+        return [*self_compare, Block("warn", NO_GATE_ACROSS_GPUS)]
     if gate is None:
-        return [Block("warn", f"**No gate verdict against `{name}`**: the two runs have no case in common.")]
+        return [
+            *self_compare,
+            Block("warn", f"**No gate verdict against `{name}`**: the two runs have no case in common."),
+        ]
     threshold = getattr(getattr(gate, "config", None), "threshold", None)
     thr = f" (threshold {threshold:.0%} slower)" if threshold is not None else ""
     word = "PASS" if gate.passed else "FAIL"
@@ -258,7 +439,7 @@ def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
                     f"- {r.bundled} / {r.reference} at {_shape_of(run.frame, r.shape)}: {r.baseline_ratio:.3f} "
                     f"before, {r.current_ratio:.3f} now ({r.change - 1:+.1%}, {r.verdict})"
                 )
-    return [Block("pass" if gate.passed else "fail", "\n".join(lines))]
+    return [*self_compare, Block("pass" if gate.passed else "fail", "\n".join(lines))]
 
 
 def _case_of(keys: Any, key: str) -> str:
