@@ -172,8 +172,8 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
     df["loop_over_gpu"] = df["loop_ms"] / df["median_ms"]
     # Energy per unit of work: TFLOP per joule (training rows), generated tokens per joule (a serving call makes
     # seq_q new tokens for each of its batch's sequences).
-    df["tflop_per_j"] = df["flops"] / df["energy_j"] / 1e12
-    df["tokens_per_j"] = df["batch"] * df["seq_q"] / df["energy_j"]
+    df["tflop_per_j"] = (df["flops"] / df["energy_j"] / 1e12).where(~df["serving"])
+    df["tokens_per_j"] = (df["batch"] * df["seq_q"] / df["energy_j"]).where(df["serving"])
     return df.drop(columns=["nvml_before", "nvml_after"])
 
 

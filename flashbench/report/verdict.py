@@ -220,10 +220,12 @@ def _clock_blocks(run: Run, groups: list[lead_rows.Lead]) -> list[Block]:
         )
     else:
         top = f" (maximum {t.max_clock:.0f} MHz)" if t.max_clock else ""
-        text = (
-            f"**Clocks**: the {t.cases} measured cases ran at SM clocks of {t.clock_min:.0f}–{t.clock_max:.0f} "
-            f"MHz{top}, read {t.clock_source}; "
+        span = (
+            f"{t.clock_min:.0f}"
+            if round(t.clock_min) == round(t.clock_max)
+            else f"{t.clock_min:.0f}–{t.clock_max:.0f}"
         )
+        text = f"**Clocks**: the {t.cases} measured cases ran at SM clocks of {span} MHz{top}, read {t.clock_source}; "
         if t.throttled:
             text += (
                 f"{t.throttled} of {t.cases} ran throttled ({', '.join(t.reasons) or 'reason not recorded'})."
@@ -358,6 +360,7 @@ def _host_blocks(frame: Any) -> list[Block]:
     )
     items = []
     for h in lines:
+        timed = "" if h.timed_as == "eager" else f" (timed as {h.timed_as})"
         worst = (
             f"at {h.worst_at} an eager loop pays {h.worst_loop_ms:.4g} ms per call where the GPU works "
             f"{h.worst_gpu_ms:.4g} ms ({_x(h.worst_ratio)}"
@@ -372,10 +375,10 @@ def _host_blocks(frame: Any) -> list[Block]:
             named = ", ".join(h.where[: host.MAX_WHERE])
             more = f", … {len(h.where) - host.MAX_WHERE} more" if len(h.where) > host.MAX_WHERE else ""
             items.append(
-                f"- **{h.provider}** host-bound in {h.host_bound} of {h.measured} cases ({named}{more}); {worst}."
+                f"- **{h.provider}**{timed} host-bound in {h.host_bound} of {h.measured} cases ({named}{more}); {worst}."
             )
         else:
-            items.append(f"- {h.provider}: none of {h.measured} cases host-bound; the most: {worst}.")
+            items.append(f"- {h.provider}{timed}: none of {h.measured} cases host-bound; the most: {worst}.")
     kind = "warn" if any(h.host_bound for h in lines) else "text"
     return [Block(kind, "\n".join([head, "", *items]))]
 
