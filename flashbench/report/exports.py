@@ -127,8 +127,10 @@ def tidy(run: Run, baseline_provider: str | None) -> pd.DataFrame:
 
 
 def to_csv(run: Run, baseline_provider: str | None) -> str:
-    """CSV text, one row per case. Raw timing samples are in the JSON export only."""
-    return tidy(run, baseline_provider).to_csv(index=False, float_format="%.6g")
+    """CSV text, one row per case, 9 significant digits. Raw timing samples are in the JSON export only."""
+    return tidy(run, baseline_provider).to_csv(
+        index=False, float_format="%.9g"
+    )  # enough digits to reprint every number the page rounds
 
 
 def to_json(run: Run, baseline_provider: str | None) -> str:
