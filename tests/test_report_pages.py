@@ -12,6 +12,7 @@ import html
 import json
 import math
 import re
+import shutil
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -44,6 +45,11 @@ window.addEventListener("load", () => setTimeout(() => {
       t.name, [...t.x].filter((v) => v !== null)]),
     xrange: gd._fullLayout.xaxis ? gd._fullLayout.xaxis.range : null,
     background: gd._fullLayout.plot_bgcolor,
+    yticks: [...gd.querySelectorAll(".yaxislayer-above .ytick text")].map((t) => t.textContent),
+    points: (gd._fullData || [])
+      .filter((t) => t.visible === true && (t.mode || "").includes("markers") && t.x && !/^ridge/.test(t.name))
+      .reduce((n, t) => n + [...t.x].filter((v) => v !== null).length, 0),
+    hidden: (gd._fullData || []).filter((t) => t.visible === "legendonly").map((t) => t.name),
     annotations: [...gd.querySelectorAll(".annotation-text")].map((a) => a.textContent),
   }));
   const out = document.createElement("pre");
@@ -331,3 +337,62 @@ def serving_gb_s(row: dict[str, Any]) -> float:
     if splits > 1:
         nbytes += 2 * splits * b * h * nq * (d + 1) * 4
     return nbytes / (row["median_ms"] * 1e-3) / 1e9
+
+
+def test_the_roofline_reads_at_a_glance(browser: str, tmp_path: Path) -> None:
+    """One marker per case (the own-traffic points on demand), labelled ticks between the decades, the ridge's
+    label clear of the bandwidth slope, refusal reasons cut at a word, the best table sorted in one precision."""
+    from flashbench.analysis.runs import load_run
+    from flashbench.report import roofline_figure
+
+    dom, _, record = rendered(browser, H100_SPEED, tmp_path)
+    (roof,) = [p for p in record["plots"] if p["title"].startswith("Roofline, bf16")]
+    cases = sum(r["status"] == "ok" for r in read_jsonl(H100_SPEED))
+    assert roof["points"] == cases  # 120 markers for 120 cases, not 240
+    assert any(n.startswith("open: at its own traffic's intensity, with L2 reuse") for n in roof["hidden"])
+    assert any(n.startswith("open: at its own traffic's intensity, no L2 reuse") for n in roof["hidden"])
+    assert len(roof["yticks"]) >= 3 and {"100", "200", "500", "1000"} <= set(roof["yticks"])
+    fig = roofline_figure.roofline(load_run(H100_SPEED), "bf16")
+    (ridge,) = [a for a in fig.layout.annotations if a.text.startswith("ridge ")]
+    assert ridge.ax > 0 and ridge.ay > 0 and ridge.xanchor == "left"  # below-right: the slope runs below-left
+
+    best = re.search(r'<section id="best">(.*?)</section>', dom, re.S).group(1)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", best)[1:]]
+    header = re.findall(r"<th>(.*?)</th>", best)
+    tflops = [float(c[header.index("max TFLOP/s")]) for c in cells]
+    modes = [c[header.index("mode")] for c in cells]
+    assert modes == sorted(modes, key=["fwd", "bwd", "fwd+bwd"].index)
+    for mode in set(modes):
+        mine = [t for t, m in zip(tflops, modes, strict=True) if m == mode]
+        assert mine == sorted(mine, reverse=True)
+    for col in ("max TFLOP/s", "median % of roofline"):
+        assert all(re.fullmatch(r"\d+\.\d", c[header.index(col)]) for c in cells), col  # one decimal, always
+
+
+def test_refusal_reasons_are_cut_at_a_word(browser: str, tmp_path: Path) -> None:
+    dom, _, _ = rendered(browser, H100_DECODE, tmp_path)
+    failed = html.unescape(re.search(r'<section id="failed">(.*?)</section>', dom, re.S).group(1))
+    reasons = {r["reason"] for r in read_jsonl(H100_DECODE) if r["status"] == "unsupported"}
+    shown = [c for c in re.findall(r"<td[^>]*>(.*?)</td>", failed) if c.endswith(" …")]
+    assert shown, "no reason was cut: the 800-character sdpa-efficient refusal must be"
+    for text in shown:
+        prefix = text[: -len(" …")]
+        full = next(r for r in reasons if " ".join(r.split()).startswith(prefix))
+        rest = " ".join(full.split())[len(prefix) :]
+        assert rest.startswith(" ") or rest[:1] in ",;:", (prefix[-20:], rest[:20])  # never mid-word
+
+
+def test_a_run_compared_with_itself_is_flagged(browser: str, tmp_path: Path) -> None:
+    _, words, record = rendered(browser, H100_SPEED, tmp_path, baseline=H100_SPEED)
+    assert record["errors"] == []
+    assert (
+        "The baseline is this run itself (the same directory): every ratio below is 1 by construction"
+        in words
+    )
+    copy = tmp_path / "copy"
+    shutil.copytree(H100_SPEED, copy)
+    _, words, _ = rendered(browser, copy, tmp_path, baseline=H100_SPEED)
+    assert "The baseline is this run itself (every case has the same raw samples)" in words
+    slower = slowed_copy(H100_SPEED, tmp_path / "slower", "triton", lambda row: 1.05)
+    _, words, _ = rendered(browser, slower, tmp_path, baseline=H100_SPEED)
+    assert "The baseline is this run itself" not in words

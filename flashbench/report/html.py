@@ -272,7 +272,10 @@ def _table_sections(run: Run, add: Any) -> None:
     body = table(bad) if len(bad) else "<p>None: no wrong result, crash, timeout or OOM.</p>"
     if len(refused):
         body += "<h3>Refused or not attempted</h3>" + status_counts(refused)
-        body += details("Every refused case", table(failures(refused)))
+        every = failures(refused)
+        # Cut at a word boundary: a stored reason may itself end mid-word (the sweep keeps its first 800 characters).
+        every["reason"] = every["reason"].map(lambda r: summary.shorten(r, 300))
+        body += details("Every refused case", table(every))
     if missing:
         body += f"<p class='note'>Not installed, so neither cases nor providers here: {html.escape(', '.join(missing))}.</p>"
     add(
