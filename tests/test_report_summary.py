@@ -324,3 +324,68 @@ def test_the_run_is_described_from_what_ran_not_the_preset(tmp_path: Path) -> No
         "causal and non-causal",
         "fwd, fwd+bwd",
     ]
+
+
+def timed_row(provider: str, ms: float, spread: float, clock: float, n: int = 1024) -> Row:
+    """An ok row at `ms` whose p20-p80 band is ms x (1 -/+ spread), run at SM clock `clock` MHz."""
+    case = Case(provider, 1, 8, 8, n, n, 64, "bf16", False, "fwd")
+    samples = [ms * (1 - spread)] * 3 + [ms] * 4 + [ms * (1 + spread)] * 3
+    return Row.for_case(
+        case,
+        "ok",
+        gpu=H100,
+        samples_ms=samples,
+        median_ms=ms,
+        p20_ms=ms * (1 - spread),
+        p80_ms=ms * (1 + spread),
+        sm_clock_mhz=clock,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spread", "clock_a", "tied"),
+    [
+        (0.0, 1800.0, False),  # A 3% faster, no noise, same clock: a win
+        (0.02, 1800.0, True),  # each row's p20-p80 is +-2%: half-widths add to 4% > 3%
+        (0.005, 1800.0 * 1.03, True),  # 1% noise, and A ran at a 3% higher clock: 3% is within 4%
+        (0.005, 1800.0 / 1.03, False),  # A won at the lower clock: the clock explains nothing
+    ],
+)
+def test_a_margin_within_noise_and_clock_advantage_is_a_tie(
+    tmp_path: Path, spread: float, clock_a: float, tied: bool
+) -> None:
+    rows = [timed_row("A", 1.0 * k, spread, clock_a, n=1024 * k) for k in (1, 2)]
+    rows += [timed_row("B", 1.03 * k, spread, 1800.0, n=1024 * k) for k in (1, 2)]
+    run = analysis.load_run(write_run(tmp_path / "run", rows))
+    (lead,) = leads.leads(run.frame)
+    assert (lead.fastest, lead.runner_up) == ("A", "B")
+    assert lead.noise == pytest.approx(2 * spread)
+    assert lead.clock_gap == pytest.approx(max(clock_a / 1800.0 - 1, 0.0))
+    assert lead.tied is tied
+    line = next(x for x in verdict.markdown(run, None).splitlines() if x.startswith("- fwd"))
+    assert line.startswith("- fwd · d=64 · non-causal: tied: A 1.03× over B") == tied
+    assert line.startswith("- fwd · d=64 · non-causal: **A** 1.03× over B") == (not tied)
+
+
+def test_the_clock_sentence_is_computed_even_when_nothing_throttled(tmp_path: Path) -> None:
+    rows = [timed_row("A", 1.0, 0.0, 1980.0), timed_row("B", 1.2, 0.0, 1755.0)]
+    md = verdict.markdown(analysis.load_run(write_run(tmp_path / "run", rows)), None)
+    assert (
+        "**Clocks**: the 2 measured cases ran at SM clocks of 1755–1980 MHz" in md
+        and "none ran throttled" in md
+    )
+    assert "A at 1980 MHz, B at 1755 MHz, 12.8% apart against a 20.0% margin" not in md  # 20% > 12.8%: a win
+    assert "ran up to 12.8% apart (fwd · d=64 · non-causal: A at a higher clock, 1980 vs 1755 MHz)" in md
+    assert "compare like with like" not in md  # the sentence that was written in, not computed
+
+
+def test_a_measured_roof_quotes_its_own_dtypes_clock() -> None:
+    from flashbench.report import roofline_figure
+
+    run = analysis.load_run(H100_SPEED)
+    details = run.env.calibration["details"]["matmul"]
+    bf16, fp8 = details["bf16"]["sm_clock_mhz"], details["fp8"]["sm_clock_mhz"]
+    assert bf16 != fp8  # the committed calibration: bf16 at 1380 MHz, fp8 at 1215 MHz
+    fig = roofline_figure.roofline(run, "bf16")
+    (label,) = [t.name for t in fig.data if t.name and t.name.startswith("measured (")]
+    assert f"bf16 matmul at {bf16:.0f} MHz" in label and f"{fp8:.0f} MHz" not in label
