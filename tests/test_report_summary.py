@@ -389,3 +389,32 @@ def test_a_measured_roof_quotes_its_own_dtypes_clock() -> None:
     fig = roofline_figure.roofline(run, "bf16")
     (label,) = [t.name for t in fig.data if t.name and t.name.startswith("measured (")]
     assert f"bf16 matmul at {bf16:.0f} MHz" in label and f"{fp8:.0f} MHz" not in label
+
+
+def test_each_calibration_figure_is_judged_by_its_own_measurement() -> None:
+    """The committed calibration: every matmul power-capped, the copy and the read at full clock. The summary calls
+    only the matmul figures no ceiling, and the roofline draws only the measured compute roof in red."""
+    from flashbench.report import roofline_figure
+    from flashbench.report.roofline_figure import THROTTLED_ROOF
+
+    run = analysis.load_run(H100_SPEED)
+    details = run.env.calibration["details"]
+    copy, read = details["copy"], details["read"]
+    assert (
+        copy["throttle_reasons"] == [] == read["throttle_reasons"]
+        and details["matmul"]["bf16"]["throttle_reasons"]
+    )
+    md = verdict.markdown(run, None)
+    assert (
+        f"{run.ceilings[-1].peak('bf16') / 1e12:.0f} TFLOP/s bf16 are what a throttled GPU did, not ceilings"
+        in md
+    )
+    assert (
+        f"{copy['gb_s']:.0f} GB/s copy at {copy['sm_clock_mhz']:.0f} MHz, {read['gb_s']:.0f} GB/s read at "
+        f"{read['sm_clock_mhz']:.0f} MHz ran unthrottled and stand"
+    ) in md
+    fig = roofline_figure.roofline(run, "bf16")
+    colours = {t.name: t.line.color for t in fig.data if t.mode == "lines"}
+    assert colours["HBM 3.00 TB/s (measured)"] != THROTTLED_ROOF
+    (peak,) = [c for n, c in colours.items() if n.startswith("measured (")]
+    assert peak == THROTTLED_ROOF

@@ -174,6 +174,8 @@ class Calibration:
     # Per matmul dtype of a steady-regime record: (median SM clock MHz, the reasons in words) of that measurement,
     # so a roof of one dtype quotes its own clock, never the lowest of all (the FP8 matmul's, usually).
     matmul: tuple[tuple[str, float | None, tuple[str, ...]], ...] = ()
+    # The copy and read measurements of a steady-regime record: (name, GB/s, median SM clock, reasons in words).
+    bandwidth: tuple[tuple[str, float, float | None, tuple[str, ...]], ...] = ()
 
     def matmul_clock(self, dtype: str) -> tuple[float | None, tuple[str, ...]]:
         """(SM clock, reasons) of the `dtype` matmul measurement; the record's overall figures otherwise."""
@@ -215,6 +217,17 @@ def calibration(env: Environment, ceilings: list[Any], gpu_spec: Any = None) -> 
             for dtype, m in matmuls.items()
             if isinstance(m, dict) and "error" not in m
         )
+        details = record.get("details") or {}
+        bandwidth = tuple(
+            (
+                name,
+                float(m["gb_s"]),
+                float(m["sm_clock_mhz"]) if m.get("sm_clock_mhz") else None,
+                tuple(reason_words(names=m.get("throttle_reasons") or [])),
+            )
+            for name in ("copy", "read")
+            if isinstance(m := details.get(name), dict) and m.get("gb_s")
+        )
         return Calibration(
             source=source,
             throttled=bool(record.get("throttled")),
@@ -223,6 +236,7 @@ def calibration(env: Environment, ceilings: list[Any], gpu_spec: Any = None) -> 
             reason=str(record.get("throttle_reason") or ""),
             when=when,
             matmul=per_dtype,
+            bandwidth=bandwidth,
         )
     before, after = record.get("nvml_before") or {}, record.get("nvml_after") or {}
     bits = int(after.get("clock_event_reasons") or 0) | int(before.get("clock_event_reasons") or 0)

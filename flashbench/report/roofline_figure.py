@@ -215,8 +215,16 @@ def _roofs(
     traces: list[go.Scatter] = []
     notes: list[dict[str, Any]] = []
 
-    def roof_color(c: Any) -> str:
-        return THROTTLED_ROOF if c.source == "measured" and cal.throttled else color
+    # Each measured figure is judged by its own measurement's clock-event reasons (a steady-regime record has them):
+    # a power-capped matmul does not make the unthrottled copy a suspect bandwidth. An older record: all or none.
+    copy_throttled = (
+        any(r for name, _, _, r in cal.bandwidth if name == "copy") if cal.bandwidth else cal.throttled
+    )
+    peak_throttled = bool(cal.matmul_clock(dtype)[1]) if cal.matmul else cal.throttled
+
+    def roof_color(c: Any, kind: str = "peak") -> str:
+        suspect = copy_throttled if kind == "bandwidth" else peak_throttled
+        return THROTTLED_ROOF if c.source == "measured" and suspect else color
 
     # Memory slopes: one per distinct bandwidth, up to the highest ridge among the ceilings sharing it.
     groups: list[list[Any]] = []
@@ -232,12 +240,25 @@ def _roofs(
         xs = np.geomspace(lo, min(end, hi), 40)
         label = f"{prefix}HBM {bw / 1e12:.2f} TB/s ({names})"
         traces.append(
-            _line(xs, xs * bw / 1e12, label, roof_color(group[0]), ROOF_DASH.get(group[0].source, "dashdot"))
+            _line(
+                xs,
+                xs * bw / 1e12,
+                label,
+                roof_color(group[0], "bandwidth"),
+                ROOF_DASH.get(group[0].source, "dashdot"),
+            )
         )
         x0 = max(lo * 1.6, float(df["tflops"].min()) / 2 * 1e12 / bw) if len(df) else lo * 1.6
         notes.append(
             # The highest slope labelled above its line, the others below theirs: two labels never stack.
-            _note(x0, x0 * bw / 1e12, f"{bw / 1e12:.2f} TB/s · {names}", roof_color(group[0]), "left", k == 0)
+            _note(
+                x0,
+                x0 * bw / 1e12,
+                f"{bw / 1e12:.2f} TB/s · {names}",
+                roof_color(group[0], "bandwidth"),
+                "left",
+                k == 0,
+            )
         )
     # Compute roofs, flat from each ridge; the highest labelled above its line, the others below. A ridge right of
     # the axis (every point far into the memory-bound side) is named at the edge instead of drawn.
@@ -263,7 +284,7 @@ def _roofs(
     for i, c in enumerate(sorted((c for c in roofs if c.ridge(dtype) < hi), key=lambda c: -c.peak(dtype))):
         peak, ridge = c.peak(dtype), c.ridge(dtype)
         name = ROOF_NAMES.get(c.source, c.source)
-        if c.source == "measured" and cal.throttled:
+        if c.source == "measured" and peak_throttled:
             clock, reasons = cal.matmul_clock(dtype)  # this dtype's own matmul, not the lowest of all
             at = f"{dtype} matmul at {clock:.0f} MHz, " if clock else ""
             why = f"calibration throttled: {at}{', '.join(reasons) or 'throttled'}"

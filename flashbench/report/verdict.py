@@ -250,13 +250,7 @@ def _clock_blocks(run: Run, groups: list[lead_rows.Lead]) -> list[Block]:
         where = "" if cal.source == "run" else " (this machine's calibrate file, not the run's record)"
         rates = ""
         if measured_roof is not None:
-            peaks = [
-                f"{measured_roof.peak(d) / 1e12:.0f} TFLOP/s {d}"
-                for d in dict.fromkeys(run.frame["dtype"])
-                if measured_roof.peak(d)
-            ]
-            rates = f" Its {', '.join([*peaks, f'{measured_roof.bw_bytes_s / 1e12:.2f} TB/s'])} are"
-            rates += " what a throttled GPU did, not ceilings."
+            rates = _throttled_rates(run, cal, measured_roof)
         out.append(
             Block(
                 "warn",
@@ -381,6 +375,27 @@ def _host_blocks(frame: Any) -> list[Block]:
             items.append(f"- {h.provider}{timed}: none of {h.measured} cases host-bound; the most: {worst}.")
     kind = "warn" if any(h.host_bound for h in lines) else "text"
     return [Block(kind, "\n".join([head, "", *items]))]
+
+
+def _throttled_rates(run: Run, cal: clocks.Calibration, roof: Any) -> str:
+    """Which of the calibration's figures a throttled GPU gave (not ceilings), and which ran unthrottled and
+    stand: each measurement is judged by its own clock-event reasons where the record has them."""
+    throttled, sound = [], []
+    for d in dict.fromkeys(run.frame["dtype"]):
+        if roof.peak(d):
+            clock, reasons = cal.matmul_clock(d)
+            figure = f"{roof.peak(d) / 1e12:.0f} TFLOP/s {d}"
+            (throttled if reasons or not cal.matmul else sound).append(figure)
+    if cal.bandwidth:
+        for name, gb_s, clock, reasons in cal.bandwidth:
+            at = f" at {clock:.0f} MHz" if clock else ""
+            (throttled if reasons else sound).append(f"{gb_s:.0f} GB/s {name}{at}")
+    else:  # an older record: its bandwidth is as suspect as the rest
+        throttled.append(f"{roof.bw_bytes_s / 1e12:.2f} TB/s")
+    text = f" Its {', '.join(throttled)} are what a throttled GPU did, not ceilings." if throttled else ""
+    if sound:
+        text += f" Its {', '.join(sound)} ran unthrottled and stand."
+    return text
 
 
 def _first_roof(run: Run) -> str:
