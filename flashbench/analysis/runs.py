@@ -342,48 +342,6 @@ def throttled(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[frame["throttled"], cols].reset_index(drop=True)
 
 
-def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per provider, dtype and mode of the training rows (serving rows: analysis.serving.best_bandwidth): the
-    highest TFLOP/s, where it was reached, the median % of roofline (ROOF_RULE), how the calls were timed, and
-    where the rows carry them the median TFLOP per joule and the host-bound cases. Sorted by dtype, mode, then
-    the highest TFLOP/s first."""
-    import pandas as pd
-
-    ok = frame[frame["ok"] & frame["tflops"].notna() & ~frame["serving"]]
-    rows = []
-    for (provider, dtype, mode), grp in ok.groupby(["provider", "dtype", "mode"], sort=False):
-        top = grp.loc[grp["tflops"].idxmax()]
-        pct = grp["pct_of_roofline"].dropna()
-        energy = grp["tflop_per_j"].dropna() if "tflop_per_j" in grp else []
-        measured_host = grp["loop_ms"].notna() if "loop_ms" in grp else []
-        rows.append(
-            {
-                "provider": provider,
-                "dtype": dtype,
-                "mode": mode,
-                "time_label": top["time_label"],
-                "timed_as": " + ".join(sorted(set(grp["timed_as"]))) if "timed_as" in grp else "",
-                "cases": len(grp),
-                "max_tflops": float(top["tflops"]),
-                "at": f"N={top['seq_q']} d={top['head_dim']} {mask_label(top['causal'])}",
-                "median_pct_of_roofline": float(pct.median()) if len(pct) else float("nan"),
-                "median_tflop_per_j": float(energy.median()) if len(energy) else float("nan"),
-                "host_bound_cases": (
-                    f"{int(grp['host_bound'].eq(True).sum())} of {int(measured_host.sum())}"
-                    if len(measured_host) and measured_host.any()
-                    else ""
-                ),
-            }
-        )
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    order = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
-    out["_mode"] = out["mode"].map(lambda m: order.get(m, 9))
-    out = out.sort_values(["dtype", "_mode", "max_tflops"], ascending=[True, True, False])
-    return out.drop(columns="_mode").reset_index(drop=True)
-
-
 def geomean(values: Any) -> float:
     vals = [float(v) for v in values if v == v and v > 0]
     return statistics.geometric_mean(vals) if vals else float("nan")
@@ -392,7 +350,6 @@ def geomean(values: Any) -> float:
 __all__ = [
     "FLOP_CONVENTION",
     "Run",
-    "best_per_provider",
     "failures",
     "load_run",
     "measurements",

@@ -60,13 +60,13 @@ def best_bandwidth(frame: pd.DataFrame) -> pd.DataFrame:
     joule and the host-bound cases. Sorted by dtype and variant, then the highest GB/s first."""
     import pandas as pd
 
-    from flashbench.analysis.summary import n_label
+    # here, not at the top: summary imports runs, which imports this module for its serving columns
+    from flashbench.analysis.summary import drop_empty, host_bound_cases, n_label
 
     ok = frame[frame["ok"] & frame["serving"] & frame["achieved_gb_s"].notna()]
     rows = []
     for (provider, dtype, variant), grp in ok.groupby(["provider", "dtype", "variant"], sort=False):
         top = grp.loc[grp["achieved_gb_s"].idxmax()]
-        measured_host = grp["loop_ms"].notna()
         rows.append(
             {
                 "provider": provider,
@@ -79,23 +79,16 @@ def best_bandwidth(frame: pd.DataFrame) -> pd.DataFrame:
                 "median % of read BW": float(grp["pct_of_read_bw"].median()),
                 "median % of datasheet BW": float(grp["pct_of_datasheet_bw"].median()),
                 "median tokens/J": float(grp["tokens_per_j"].median()),
-                "host-bound": (
-                    f"{int(grp['host_bound'].eq(True).sum())} of {int(measured_host.sum())}"
-                    if measured_host.any()
-                    else ""
-                ),
+                "host-bound": host_bound_cases(grp),
             }
         )
     out = pd.DataFrame(rows)
     if out.empty:
         return out
     out = out.sort_values(["dtype", "KV cache", "max GB/s"], ascending=[True, True, False])
-    empty = [
-        c
-        for c in ("median % of read BW", "median % of datasheet BW", "median tokens/J", "host-bound")
-        if out[c].replace("", float("nan")).isna().all()
-    ]
-    return out.drop(columns=empty).reset_index(drop=True)
+    return drop_empty(
+        out, ("median % of read BW", "median % of datasheet BW", "median tokens/J", "host-bound")
+    )
 
 
 BANDWIDTH_FORMATS = {

@@ -16,7 +16,6 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis.runs import best_per_provider as best
 from flashbench.analysis.runs import speedups
 from flashbench.results.rows import (
     CRASH,
@@ -133,15 +132,61 @@ def case_words(row: Any) -> str:
     return f"N={n_label(int(row['seq_q']), int(row['seq_k']))} d={row['head_dim']} {mask_label(bool(row['causal']))}"
 
 
-def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
-    """analysis.runs.best_per_provider (its % of roofline is ROOF_RULE's), columns named for reading; a column
-    the run has no value for (no roofline on a CPU run, no energy or host time in an older run) leaves."""
-    out = best(frame)
+def _best(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per provider, dtype and mode of the training rows (serving rows: analysis.serving.best_bandwidth): the
+    highest TFLOP/s, where it was reached, the median % of roofline (ROOF_RULE), how the calls were timed, and
+    where the rows carry them the median TFLOP per joule and the host-bound cases. Sorted by dtype, mode, then
+    the highest TFLOP/s first."""
+    import pandas as pd
+
+    ok = frame[frame["ok"] & frame["tflops"].notna() & ~frame["serving"]]
+    rows = []
+    for (provider, dtype, mode), grp in ok.groupby(["provider", "dtype", "mode"], sort=False):
+        top = grp.loc[grp["tflops"].idxmax()]
+        pct = grp["pct_of_roofline"].dropna()
+        energy = grp["tflop_per_j"].dropna()
+        rows.append(
+            {
+                "provider": provider,
+                "dtype": dtype,
+                "mode": mode,
+                "time_label": top["time_label"],
+                "timed_as": " + ".join(sorted(set(grp["timed_as"]))),
+                "cases": len(grp),
+                "max_tflops": float(top["tflops"]),
+                "at": f"N={top['seq_q']} d={top['head_dim']} {mask_label(top['causal'])}",
+                "median_pct_of_roofline": float(pct.median()) if len(pct) else float("nan"),
+                "median_tflop_per_j": float(energy.median()) if len(energy) else float("nan"),
+                "host_bound_cases": host_bound_cases(grp),
+            }
+        )
+    out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out = out.rename(columns=BEST_COLUMNS)
-    empty = [c for c in OPTIONAL_BEST if out[c].replace("", float("nan")).isna().all()]
-    return out.drop(columns=empty)
+    out["_mode"] = out["mode"].map(lambda m: MODE_ORDER.get(m, 9))
+    out = out.sort_values(["dtype", "_mode", "max_tflops"], ascending=[True, True, False])
+    return out.drop(columns="_mode").reset_index(drop=True)
+
+
+def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
+    """_best (its % of roofline is ROOF_RULE's), columns named for reading; a column the run has no value for (no
+    roofline on a CPU run, no energy or host time in an older run) leaves."""
+    out = _best(frame)
+    if out.empty:
+        return out
+    return drop_empty(out.rename(columns=BEST_COLUMNS), OPTIONAL_BEST)
+
+
+def host_bound_cases(rows: pd.DataFrame) -> str:
+    """ "3 of 5": how many of the rows that carry a loop time are host-bound; "" where none carries one."""
+    measured = rows["loop_ms"].notna()
+    return f"{int(rows['host_bound'].eq(True).sum())} of {int(measured.sum())}" if measured.any() else ""
+
+
+def drop_empty(table: pd.DataFrame, optional: tuple[str, ...]) -> pd.DataFrame:
+    """`table` without those `optional` columns that hold no value in any row (NaN or "")."""
+    empty = [c for c in optional if table[c].replace("", float("nan")).isna().all()]
+    return table.drop(columns=empty).reset_index(drop=True)
 
 
 BEST_COLUMNS = {

@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from flashbench.report.figures import hover, with_context
+from flashbench.report.hover import hover, with_context
 from flashbench.report.style import colors, decade_axis, n_ticks
 
 if TYPE_CHECKING:

@@ -16,7 +16,15 @@ from flashbench.analysis import clocks, host, serving, summary
 from flashbench.analysis.comparison import cross_gpu_note, same_gpu, same_run
 from flashbench.analysis.modelled import ROOF_RULE
 from flashbench.analysis.runs import failures, recompute_overhead
-from flashbench.report import compare, decode, figures, model_figures, roofline_figure, verdict
+from flashbench.report import (
+    compare,
+    decode,
+    figures,
+    model_figures,
+    roofline_figure,
+    roofline_points,
+    verdict,
+)
 from flashbench.report.tables import details, env_table, recompute_table, status_counts, table
 from flashbench.report.tables import figure as _fig
 from flashbench.results.rows import FLOP_CONVENTION
@@ -178,7 +186,7 @@ def _roofline_sections(run: Run, baseline_run: Run | None, add: Any) -> None:
             continue
         drawn = True
         pts = roofline_figure.points(run, dtype)
-        above = int(roofline_figure.above_no_l2_roof(pts).sum()) if len(pts) else 0
+        above = int(roofline_points.above_no_l2_roof(pts).sum()) if len(pts) else 0
         note += (
             "Each filled point is one measured case at its compulsory intensity (FLOPs over the bytes any exact "
             "attention must move), the same for every provider of the case, so providers compare by height: "

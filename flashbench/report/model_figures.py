@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from flashbench.analysis.runs import recompute_references
-from flashbench.report.figures import cell, grid, hover, panel_order, time_word, x_title
+from flashbench.report.figures import cell, grid, panel_order, time_word, x_title
+from flashbench.report.hover import hover
 from flashbench.report.style import (
     GIB,
     OOM_MARK,

@@ -25,9 +25,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from flashbench.analysis import clocks
-from flashbench.report.figures import hover, with_context
-from flashbench.report.style import colors, decade_axis, n_tick_label, symbol
-from flashbench.spec.cases import mask_label
+from flashbench.report.hover import with_context
+from flashbench.report.roofline_points import points_traces
+from flashbench.report.style import decade_axis
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,11 +57,6 @@ def points(run: Run, dtype: str) -> pd.DataFrame:
     return with_context(df) if len(df) else df
 
 
-def above_no_l2_roof(df: pd.DataFrame) -> pd.Series:
-    """Points whose TFLOP/s beat the memory roof at their no-L2 intensity: the L2 served the re-reads."""
-    return df["ai_no_l2"].notna() & (df["tflops"] > df["attainable_no_l2_tflops"] * 1.0001)
-
-
 def roofline(run: Run, dtype: str) -> go.Figure | None:
     """Log-log roofline for one input dtype: the ceilings, labelled on the chart, and one point per case."""
     import plotly.graph_objects as go
@@ -72,7 +67,7 @@ def roofline(run: Run, dtype: str) -> go.Figure | None:
     lo, hi = _ai_range(df, run, dtype)
     fig = go.Figure()
     traces, notes = _roofs(run, dtype, df, (lo, hi))
-    for trace in traces + _points(df, run):
+    for trace in traces + points_traces(df, run):
         fig.add_trace(trace)
     for note in notes:
         fig.add_annotation(**note)
@@ -111,7 +106,7 @@ def roofline_compare(runs: list[Run], dtype: str) -> go.Figure | None:
             trace.showlegend = (
                 False  # each roof is named on its panel: a legend of both GPUs' roofs squeezed them
             )
-        for trace in traces + (_points(df, run, f"{run.gpu_name} · ", col == 1) if len(df) else []):
+        for trace in traces + (points_traces(df, run, f"{run.gpu_name} · ", col == 1) if len(df) else []):
             fig.add_trace(trace, row=1, col=col)
         axis = "" if col == 1 else str(col)
         for note in notes:
@@ -377,152 +372,3 @@ def _note(x: float, y: float, text: str, color: str, side: str, above: bool = Tr
         "font": {"size": 11, "color": color},
         "bgcolor": "rgba(255,255,255,0.75)",  # legible over the points it may cross
     }
-
-
-# The on-demand overlays: the same measurements at each provider family's own intensities (legend group, name,
-# intensity column, what the hover says of a point there).
-OVERLAYS = (
-    (
-        "own",
-        "open: at its own traffic's intensity, with L2 reuse (click to show)",
-        "ai_provider",
-        "the same measurement at the intensity of this implementation's own modelled traffic (L2 reuse)",
-    ),
-    (
-        "no-l2",
-        "open: at its own traffic's intensity, no L2 reuse (click to show)",
-        "ai_no_l2",
-        "the same measurement at its no-L2 intensity (every K/V re-read counted as DRAM traffic)",
-    ),
-)
-
-
-def _points(df: pd.DataFrame, run: Run, prefix: str = "", legend: bool = True) -> list[go.Scatter]:
-    """One trace per (provider, mode, mask), filled at the case's compulsory intensity and sized by N; the
-    on-demand OVERLAYS, each one toggle in the legend; legend-only entries that explain colour, symbol, size."""
-    import plotly.graph_objects as go
-
-    traces: list[go.Scatter] = []
-    cmap = colors(dict.fromkeys(run.frame["provider"]))
-    n = df["seq_k"].astype(float)
-    n_lo = float(n.min())
-    df = df.assign(size=(7 + 3.2 * (n / n_lo).map(math.log2)).clip(upper=24))
-    extra = [
-        ("compulsory intensity (ROOF_RULE)", "roof_ai", ".4g"),
-        ("% of roofline (one roof per case)", "roof_pct", ".1f"),
-        ("bound (the case's)", "roof_bound", "s"),
-        ("own traffic's intensity, L2 reuse", "ai_provider", ".4g"),
-        ("what this implementation's own traffic allows, TFLOP/s", "attainable_own_tflops", ".4g"),
-        ("% of that", "pct_of_own_roofline", ".1f"),
-        ("its own bound", "own_bound", "s"),
-        ("no-L2 intensity", "ai_no_l2", ".4g"),
-        ("% of family no-L2 bound", "pct_of_family_bound", ".1f"),
-        ("compute dtype", "compute_dtype", "s"),
-    ]
-    text = hover(df, extra)
-    if prefix:
-        text = [f"<b>{html.escape(prefix.rstrip(' ·'))}</b><br>{t}" for t in text]
-    df = df.assign(text=text, above=above_no_l2_roof(df))
-    for (provider, mode, causal), grp in df.groupby(["provider", "mode", "causal"], sort=False):
-        traces.append(
-            go.Scatter(
-                x=grp["roof_ai"],
-                y=grp["tflops"],
-                mode="markers",
-                name=f"{provider} {mode} {mask_label(causal)}",
-                legendgroup=provider,
-                showlegend=False,
-                marker={
-                    "color": cmap[provider],
-                    "symbol": symbol(mode, causal),
-                    "size": grp["size"],
-                    "line": {"width": 0.6, "color": "#fff"},
-                },
-                text=grp["text"],
-                hovertemplate="%{text}<extra></extra>",
-            )
-        )
-    for group, name, column, words in OVERLAYS:
-        traces += _overlay(df, cmap, group, name if legend else "", column, words)
-    if legend:
-        traces += _legend(df, cmap)
-    return traces
-
-
-def _overlay(
-    df: pd.DataFrame, cmap: dict[str, str], group: str, name: str, column: str, words: str
-) -> list[go.Scatter]:
-    """Open points at another intensity, joined to their filled point by a faint line; hidden until their legend
-    entry is clicked (name "" : no entry of its own, the entry of another panel toggles it)."""
-    import plotly.graph_objects as go
-
-    far = df[df[column].notna() & ((df[column] - df["roof_ai"]).abs() > 0.01 * df["roof_ai"])]
-    if far.empty:
-        return []
-    links_x: list[float | None] = []
-    links_y: list[float | None] = []
-    for a, b, y in zip(far["roof_ai"], far[column], far["tflops"], strict=True):
-        links_x += [a, b, None]
-        links_y += [y, y, None]
-    if column == "ai_no_l2":
-        notes = [
-            ": above the memory roof there, the L2 cache served re-reads that the no-L2 model counts as DRAM traffic"
-            if a
-            else ": at or under the memory roof there"
-            for a in far["above"]
-        ]
-    else:
-        notes = [""] * len(far)
-    common = {"legendgroup": group, "visible": "legendonly"}
-    return [
-        go.Scatter(
-            x=links_x,
-            y=links_y,
-            mode="lines",
-            line={"color": "rgba(120,120,120,0.25)", "width": 0.8},
-            hoverinfo="skip",
-            showlegend=False,
-            name=f"{group} link",
-            **common,
-        ),
-        go.Scatter(
-            x=far[column],
-            y=far["tflops"],
-            mode="markers",
-            name=name or group,
-            showlegend=bool(name),
-            marker={
-                "color": [cmap[p] for p in far["provider"]],
-                "symbol": [f"{symbol(m, c)}-open" for m, c in zip(far["mode"], far["causal"], strict=True)],
-                "size": far["size"] * 0.8,
-                "opacity": 0.7,
-            },
-            text=[f"{words}{nt}<br>{t}" for nt, t in zip(notes, far["text"], strict=True)],
-            hovertemplate="%{text}<extra></extra>",
-            **common,
-        ),
-    ]
-
-
-def _legend(df: pd.DataFrame, cmap: dict[str, str]) -> list[go.Scatter]:
-    """Legend-only entries: one per provider (colour), one per mode and mask (symbol), and size."""
-    import plotly.graph_objects as go
-
-    def entry(name: str, marker: dict[str, Any], group: str) -> go.Scatter:
-        return go.Scatter(x=[None], y=[None], mode="markers", marker=marker, name=name, legendgroup=group)
-
-    out = [
-        entry(p, {"color": cmap[p], "symbol": "circle", "size": 10}, p) for p in dict.fromkeys(df["provider"])
-    ]
-    for mode, causal in dict.fromkeys(zip(df["mode"], df["causal"], strict=True)):
-        marker = {"color": "#777", "symbol": symbol(mode, causal), "size": 10}
-        out.append(entry(f"{mode} · {mask_label(causal)}", marker, "symbols"))
-    ns = sorted(df["seq_k"].unique())
-    out.append(
-        entry(
-            f"size: N ({n_tick_label(int(ns[0]))} … {n_tick_label(int(ns[-1]))})",
-            {"color": "#bbb", "size": 16},
-            "symbols",
-        )
-    )
-    return out
