@@ -18,7 +18,7 @@ from report_helpers import H100_SPEED, read_jsonl
 import flashbench
 from flashbench.analysis import host, runs
 from flashbench.report import build, verdict
-from flashbench.report.figures import hover, with_context
+from flashbench.report.hover import hover, with_context
 
 HOST = Path(__file__).resolve().parent / "fixtures" / "synthetic-host"
 

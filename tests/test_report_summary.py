@@ -15,7 +15,7 @@ from flashbench.analysis import clocks, leads, summary
 from flashbench.analysis import runs as analysis
 from flashbench.gpu.calibrate import throttle_verdict
 from flashbench.report import tables, verdict
-from flashbench.report.figures import hover, with_context
+from flashbench.report.hover import hover, with_context
 from flashbench.results.rows import Row
 from flashbench.spec.cases import Case
 
