@@ -134,3 +134,18 @@ def test_a_run_without_host_time_says_so_and_shows_no_empty_columns() -> None:
     assert "**Host time**: not measured in this run" in md
     best = md.split("### Best TFLOP/s per provider", 1)[1].split("###", 1)[0]
     assert "host-bound" not in best and "TFLOP/J" not in best and "### Host time" not in md
+
+
+def test_the_tflops_figure_leaves_serving_rows_out_and_says_so() -> None:
+    from flashbench.report import figures
+
+    run = runs.load_run(HOST)
+    fig = figures.speed_vs_seq(run, "tflops")
+    train = {r["seq_k"] for r in raw() if r["seq_q"] == r["seq_k"]}
+    drawn = {x for t in fig.data if t.x is not None for x in t.x if x is not None}
+    assert drawn == train  # the decode rows' 1, 4 and 16k-key caches are not TFLOP/s points
+    assert "Serving rows are left out" in build(HOST, fmt="html")
+    latency = figures.speed_vs_seq(run, "median_ms")
+    assert {x for t in latency.data if t.x is not None for x in t.x if x is not None} == {
+        r["seq_k"] for r in raw()
+    }

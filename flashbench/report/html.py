@@ -230,6 +230,10 @@ def _speed_sections(run: Run, reference: str | None, add: Any) -> None:
         note = f"Only cases with status ok. FLOPs: {html.escape(FLOP_CONVENTION)}.{ring}"
         if metric == "tflops":
             note += " Panels of one mode share their scale; the dashed line is the GPU's datasheet peak."
+            if run.frame["serving"].any():
+                note += " Serving rows are left out: a decode's TFLOP/s says little; its GB/s is in the decode section."
+        else:
+            note += " Against the KV length (N for training rows, the cache length for serving rows)."
         add(anchor, title, note, _fig(fig))
     if reference:
         fig = figures.speedup(run, reference)
