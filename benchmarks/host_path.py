@@ -14,7 +14,7 @@ runs of `--calls` calls:
                launcher (cuLaunchKernel) and the TMA descriptor encoding are stubbed. Needs the GPU machine's
                Triton (3.6) in a side environment (see sm90_compile.py); the pick is (64, 128, 4, 2), causal.
 
-For the whole path on a GPU use benchmarks/launch_overhead.py.
+For the whole path on a GPU use benchmarks/host_time.py.
 
     python3 benchmarks/host_path.py
     /tmp/t36/bin/python benchmarks/host_path.py --sm90-stub

@@ -6,6 +6,7 @@
     python benchmarks/tables.py decode RUN              # a `--preset decode` sweep: GB/s of the bundled decode
     python benchmarks/tables.py fp8 RUN                 # a `--preset fp8` sweep: the FP8 forward vs bf16
     python benchmarks/tables.py window RUN              # a `--preset window` sweep: a window against no window
+    python benchmarks/tables.py host RUN                # any sweep with triton and sdpa-cudnn: host, loop, GPU time
 
 Every ratio is between medians measured in the same run. With several runs, `speed` takes the TFLOP/s from the
 first and prints each run's ratios side by side (run-to-run spread).
@@ -226,6 +227,30 @@ def window(run: str) -> None:
         print(f"| {mode} | {n} | {win} | {fewer:.2f} | {cells}{vs} | {kernel} |")
 
 
+def host(run: str, other: str = "sdpa-cudnn") -> None:
+    """What a training loop pays, bundled kernel beside `other`: host enqueue, eager-loop and GPU time per call
+    (us), the loop over the GPU time, and the loop ratio (what an eager loop gains by the bundled call)."""
+    df = ok_rows(run)
+    df = df[df.provider.isin(["triton", other]) & df.loop_ms.notna()]
+    us = lambda x: "-" if pd.isna(x) else f"{x * 1e3:.0f}"  # noqa: E731
+    print(
+        f"| mode | d | causal | N | triton host | loop | GPU | loop/GPU | {other} host | loop | GPU | loop/GPU | loop x {other} |"
+    )
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for (mode, d, causal, n), g in df.groupby(["mode", "head_dim", "causal", "seq_q"], sort=True):
+        rows = {r.provider: r for r in g.itertuples()}
+        if "triton" not in rows or other not in rows:
+            continue
+        a, b = rows["triton"], rows[other]
+        cells = []
+        for r in (a, b):
+            gpu = r.loop_gpu_ms if not pd.isna(r.loop_gpu_ms) else r.median_ms
+            cells += [us(r.host_ms), us(r.loop_ms), us(gpu), ratio(r.loop_ms, gpu)]
+        print(
+            f"| {mode} | {d} | {'yes' if causal else 'no'} | {n} | {' | '.join(cells)} | {ratio(b.loop_ms, a.loop_ms)} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="table", required=True)
@@ -237,6 +262,7 @@ def main() -> None:
     sub.add_parser("decode").add_argument("run")
     sub.add_parser("fp8").add_argument("run")
     sub.add_parser("window").add_argument("run")
+    sub.add_parser("host").add_argument("run")
     args = ap.parse_args()
     if args.table == "speed":
         speed(args.runs)
@@ -248,6 +274,8 @@ def main() -> None:
         fp8(args.run)
     elif args.table == "window":
         window(args.run)
+    elif args.table == "host":
+        host(args.run)
     else:
         providers(args.run, args.seq)
 

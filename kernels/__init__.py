@@ -12,6 +12,7 @@ kernels/decode.py). `last_config()` returns the forward config of the most recen
 launchers raise `KernelUnsupported` (a ValueError) naming what they refuse.
 """
 
+from . import ops  # noqa: F401  (registers the torch.library custom ops that torch.compile traces)
 from .api import flash_attn
 from .common import SUPPORTED_HEAD_DIMS, KernelUnsupported, last_config
 from .decode import flash_decode

@@ -64,7 +64,7 @@ from .common import (
 )
 from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, INTERPRET_BWD
 from .descriptors import host_descriptor, use_tma
-from .launch import launch
+from .launch import KernelCall, PlanCache, TmaArg, TunedCall, config_key, env_key, tensor_key
 
 __all__ = ["attention_backward", "last_bwd_config"]
 
@@ -106,6 +106,136 @@ def _bwd_preprocess(
     tl.store(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
 
 
+class _BackwardPlan:
+    """The backward's launch plan for one input signature: which dK/dV pass (Gluon, one pass or not, or tl),
+    the dQ pass, TMA or pointers, strides and grids, made once (launch.PlanCache); run() allocates the
+    gradients and launches (each kernel through Triton's JIT the first time, then its compiled binary)."""
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        o: torch.Tensor,
+        do: torch.Tensor,
+        p: torch.Tensor | None,
+        causal: bool,
+        dkdv_config: dict[str, Any] | None,
+        dq_config: dict[str, Any] | None,
+        window: tuple[int, int] | None,
+    ) -> None:
+        B, H, Nq, D = q.shape
+        Hkv, Nk = k.shape[1], k.shape[2]
+        self.delta_shape = (B, H, Nq)
+        pre_m = 64
+        self.pre_args = (*row_strides(o, do), H, Nq)
+        self.pre = KernelCall(
+            _bwd_preprocess, (cdiv(Nq, pre_m), B * H), {"HEAD_DIM": D, "BLOCK_M": pre_m}, {}
+        )
+        self.stored = p is not None
+        self.p_strides = p.stride() if p is not None else (0, 0, 0, 0)
+        ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, self.stored, dkdv_config)
+        self.ws = backward_ws.DkdvPlan(q, k, causal, ws_cfg) if ws_cfg is not None else None
+        self.one_pass = self.ws is not None and self.ws.one_pass
+        self.tma = use_tma(q, k, v, do)
+        # what each pass streams (dK/dV: Q, dO; dQ: K, V) through descriptors: not Q, dO where the Gluon pass runs
+        self.streamed_tma = tuple(self.tma and not (self.ws is not None and i < 2) for i in range(4))
+        self.geometry = tuple((tuple(t.shape), t.stride()) for t in (q, do, k, v))
+        right_limit, left_limit, win_left, win_right = window_flags(causal, window)
+        constexprs = {
+            "HEAD_DIM": D,
+            "CAUSAL": right_limit,
+            "WINDOW": left_limit,
+            "STORED_P": self.stored,
+            "IEEE": q.dtype == torch.float32,
+            "TMA": self.tma,
+        }
+        name = "stored_p" if self.stored else "recompute"
+        g_strides = (H * Nq * D, Nq * D, D)  # dq; dk, dv: (Hkv * Nk * D, Nk * D, D)
+        kv_strides = (Hkv * Nk * D, Nk * D, D)
+        self.strides = (*row_strides(q, k, v, do), *self.p_strides)
+        self.dkdv_strides, self.dq_strides = (*kv_strides, *kv_strides), g_strides
+        self.heads = (H, Hkv, H // Hkv)
+        self.sizes_a = (Nq, Nk)
+        self.sizes_b = (win_left, win_right, seq_bucket(max(Nq, Nk)))
+        self.dkdv = self.dq = None
+        if self.ws is None:
+            self.dkdv = TunedCall(
+                name=f"dkdv_{name}",
+                kind="dkdv",
+                kernel=_bwd_dkdv,
+                grid=lambda meta: (cdiv(Nk, meta["BLOCK_N"]), B * Hkv),
+                constexprs=constexprs,
+                space=BWD_DKDV_SPACE,
+                forced=dkdv_config,
+                interpret_config=INTERPRET_BWD,
+            )
+        if not self.one_pass:
+            self.dq = TunedCall(
+                name=f"dq_{name}",
+                kind="dq",
+                kernel=_bwd_dq,
+                grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
+                constexprs=constexprs,
+                space=BWD_DQ_SPACE,
+                forced=dq_config,
+                interpret_config=INTERPRET_BWD,
+            )
+
+    def _streamed(self, call: TunedCall | None, tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+        """q, do, k, v as the passes stream them: descriptors where TMA (TmaArgs once `call` launches directly),
+        else the tensors."""
+        direct = call is None or call.direct
+        return tuple(
+            (TmaArg(t, *g) if direct else host_descriptor(t)) if tma else t
+            for t, g, tma in zip(tensors, self.geometry, self.streamed_tma, strict=True)
+        )
+
+    def run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        o: torch.Tensor,
+        lse: torch.Tensor,
+        do: torch.Tensor,
+        p: torch.Tensor | None,
+        sm_scale: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+        dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+        dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+        delta = torch.empty(self.delta_shape, dtype=torch.float32, device=q.device)
+        self.pre((o, do, delta, *self.pre_args))
+        qk_scale = sm_scale * LOG2E
+        if self.one_pass:
+            assert self.ws is not None
+            dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+            cfg_kv = self.ws.run((q, do, k, v, dk, dv, dq_acc), lse, delta, qk_scale, sm_scale)
+            dq.copy_(dq_acc)
+            _set_last_bwd_config(cfg_kv, {"kernel": "gluon-ws", "ONE_PASS": 1})
+            return dq, dk, dv
+        inputs = (q, k, v, do, lse, delta, p if p is not None else lse)  # lse: never read without STORED_P
+        sizes = (*self.sizes_a, qk_scale, sm_scale, *self.sizes_b)
+        if self.ws is not None:
+            cfg_kv = self.ws.run((q, do, k, v, dk, dv, None), lse, delta, qk_scale, sm_scale)
+        else:
+            assert self.dkdv is not None
+            sq, sdo = self._streamed(self.dkdv, (q, do, k, v))[:2]
+            cfg_kv = self.dkdv(
+                (*inputs, dk, dv, sq, sdo, *self.strides, *self.dkdv_strides, *self.heads, *sizes)
+            )
+        assert self.dq is not None
+        sk, sv = self._streamed(self.dq, (q, do, k, v))[2:]
+        h, _, group = self.heads
+        cfg_q = self.dq((*inputs, dq, sk, sv, *self.strides, *self.dq_strides, h, group, *sizes))
+        _set_last_bwd_config(cfg_kv, cfg_q)
+        return dq, dk, dv
+
+
+_PLANS = PlanCache(_BackwardPlan)
+
+
 def attention_backward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -125,79 +255,22 @@ def attention_backward(
 
     dkdv_config / dq_config force a pass's config ({"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}, as
     `last_bwd_config()` reports it; benchmarks/kernel_configs.py uses this); otherwise they are autotuned.
+    The passes, their configs and launch geometry are chosen once per input signature (_BackwardPlan).
     """
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
     do = unit_stride(do)
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
-    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    delta = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-    pre_m = 64
-    _bwd_preprocess[(cdiv(Nq, pre_m), B * H)](
-        o, do, delta, *row_strides(o, do), H, Nq, HEAD_DIM=D, BLOCK_M=pre_m
+    key = (
+        *(tensor_key(t) for t in (q, k, v, o, lse, do)),
+        tensor_key(p) if p is not None else None,
+        q.device,
+        causal,
+        window,
+        config_key(dkdv_config),
+        config_key(dq_config),
+        torch.are_deterministic_algorithms_enabled(),
+        env_key(),
     )
-    stored = p is not None
-    p_arg = p if stored else lse  # placeholder, never read when STORED_P is False
-    p_strides = p.stride() if stored else (0, 0, 0, 0)
-    ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, stored, dkdv_config)
-    tma = use_tma(q, k, v, do)
-    streamed = (q, do, k, v)  # what each pass streams (dK/dV: Q, dO; dQ: K, V), as descriptors or not
-    if tma:  # the Gluon dK/dV pass builds its own
-        streamed = tuple(
-            t if ws_cfg is not None and i < 2 else host_descriptor(t) for i, t in enumerate(streamed)
-        )
-    right_limit, left_limit, win_left, win_right = window_flags(causal, window)
-    constexprs = {
-        "HEAD_DIM": D,
-        "CAUSAL": right_limit,
-        "WINDOW": left_limit,
-        "STORED_P": stored,
-        "IEEE": q.dtype == torch.float32,
-        "TMA": tma,
-    }
-    name = "stored_p" if stored else "recompute"
-    # The kernels' arguments in order: inputs, outputs, descriptors, strides, sizes.
-    inputs = (q, k, v, do, lse, delta, p_arg)
-    strides = (*row_strides(q, k, v, do), *p_strides)
-    sizes = (Nq, Nk, sm_scale * LOG2E, sm_scale, win_left, win_right, seq_bucket(max(Nq, Nk)))
-    if ws_cfg is not None and ws_cfg.get("ONE_PASS"):
-        dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        cfg_kv = backward_ws.dkdv(
-            q, k, v, do, lse, delta, dk, dv, causal, sm_scale, sm_scale * LOG2E, ws_cfg, dq_acc
-        )
-        dq.copy_(dq_acc)
-        _set_last_bwd_config(cfg_kv, {"kernel": "gluon-ws", "ONE_PASS": 1})
-        return dq, dk, dv
-    if ws_cfg is not None:
-        cfg_kv = backward_ws.dkdv(q, k, v, do, lse, delta, dk, dv, causal, sm_scale, sm_scale * LOG2E, ws_cfg)
-    else:
-        dkdv_args = (*inputs, dk, dv, *streamed[:2], *strides, *row_strides(dk, dv), H, Hkv, H // Hkv, *sizes)
-        cfg_kv = launch(
-            name=f"dkdv_{name}",
-            kind="dkdv",
-            kernel=_bwd_dkdv,
-            grid=lambda meta: (cdiv(Nk, meta["BLOCK_N"]), B * Hkv),
-            args=dkdv_args,
-            constexprs=constexprs,
-            space=BWD_DKDV_SPACE,
-            forced=dkdv_config,
-            interpret_config=INTERPRET_BWD,
-        )
-    dq_args = (*inputs, dq, *streamed[2:], *strides, *row_strides(dq), H, H // Hkv, *sizes)
-    cfg_q = launch(
-        name=f"dq_{name}",
-        kind="dq",
-        kernel=_bwd_dq,
-        grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
-        args=dq_args,
-        constexprs=constexprs,
-        space=BWD_DQ_SPACE,
-        forced=dq_config,
-        interpret_config=INTERPRET_BWD,
-    )
-    _set_last_bwd_config(cfg_kv, cfg_q)
-    return dq, dk, dv
+    plan = _PLANS.get(key, q, k, v, o, do, p, causal, dkdv_config, dq_config, window)
+    return plan.run(q, k, v, o, lse, do, p, sm_scale)
 
 
 def _gluon_dkdv_config(

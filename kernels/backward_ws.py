@@ -36,6 +36,7 @@ import torch
 
 from . import flash_ws
 from .common import cdiv
+from .launch import KernelCall, TmaArg
 
 OFF = ("0", "false", "no", "off")
 
@@ -548,70 +549,68 @@ if HAVE_GLUON:
             )
 
 
-def dkdv(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    do: torch.Tensor,
-    lse: torch.Tensor,
-    delta: torch.Tensor,
-    dk: torch.Tensor,
-    dv: torch.Tensor,
-    causal: bool,
-    sm_scale: float,
-    qk_scale: float,
-    cfg: dict[str, Any],
-    dq_acc: torch.Tensor | None = None,
-) -> dict[str, Any]:
-    """Run the dK/dV pass into dk, dv (contiguous, k's shape); `supported` must have passed. ONE_PASS: dq_acc
-    (fp32, q's shape, zeroed) receives dQ too. Returns the config as a row reports it."""
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    dt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-    bm, num_wg = cfg["BLOCK_M"], cfg["NUM_WG"]
-    q_layout = gl.NVMMASharedLayout.get_default_for([bm, D], dt)
-    kv_layout = gl.NVMMASharedLayout.get_default_for([KEYS, D], dt)
-    qd, dod = (TensorDescriptor.from_tensor(t.view(-1, D), [bm, D], q_layout) for t in (q, do))
-    kd, vd, dkd, dvd = (
-        TensorDescriptor.from_tensor(t.view(-1, D), [KEYS, D], kv_layout) for t in (k, v, dk, dv)
-    )
-    dqd = kd
-    if cfg.get("ONE_PASS"):
+class DkdvPlan:
+    """The Gluon dK/dV pass's launch plan for one input signature (`supported` passed): the grid, the
+    compile-time arguments, the descriptors' layouts and geometry; run() launches (launch.KernelCall)."""
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: dict[str, Any]) -> None:
+        B, H, Nq, D = q.shape
+        Hkv, Nk = k.shape[1], k.shape[2]
+        dt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+        bm, num_wg = cfg["BLOCK_M"], cfg["NUM_WG"]
+        self.one_pass = bool(cfg.get("ONE_PASS"))
+        self.q_block, self.kv_block = [bm, D], [KEYS, D]
+        self.q_layout = gl.NVMMASharedLayout.get_default_for(self.q_block, dt)
+        self.kv_layout = gl.NVMMASharedLayout.get_default_for(self.kv_block, dt)
         # dQ leaves in [BLOCK_M, 32] fp32 boxes (128-byte rows, swizzled: the staging stores are free of bank
         # conflicts; with 256-byte unswizzled rows they were 8-way and the one-pass took 1.11x the time at d = 128,
         # N = 8192 on an H100)
-        dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
-        dqd = TensorDescriptor.from_tensor(dq_acc.view(-1, D), [bm, 32], dq_layout)
-    heads = cfg.get("SCHED_HEADS", 0)
-    num_n = cdiv(Nk, num_wg * KEYS)
-    _bwd_dkdv_ws[(num_n * B * Hkv,) if heads else (num_n, B * Hkv)](
-        qd,
-        dod,
-        kd,
-        vd,
-        dkd,
-        dvd,
-        dqd,
-        lse,
-        delta,
-        H,
-        H // Hkv,
-        Nq,
-        Nk,
-        qk_scale,
-        sm_scale,
-        HEAD_DIM=D,
-        BLOCK_M=bm,
-        NUM_WG=num_wg,
-        STAGES=cfg["STAGES"],
-        CAUSAL=bool(causal),
-        ROTATE=cfg["ROTATE"],
-        HEADS=heads,
-        ONE_PASS=bool(cfg.get("ONE_PASS")),
-        CONSUMER_REGS=ONE_PASS_REGS[0] if cfg.get("ONE_PASS") else CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS,
-        DQ_REGS=ONE_PASS_REGS[1],
-        num_warps=4,
-    )
-    warps = 4 * num_wg + (4 + 1 if cfg.get("ONE_PASS") else 1)
-    return {"kernel": "gluon-ws", **cfg, "BLOCK_N": num_wg * KEYS, "num_warps": warps}
+        self.dq_block = [bm, 32]
+        self.dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+        self.sizes = (H, H // Hkv, Nq, Nk)
+        self.geometry: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
+        heads = cfg.get("SCHED_HEADS", 0)
+        num_n = cdiv(Nk, num_wg * KEYS)
+        constexprs = {
+            "HEAD_DIM": D,
+            "BLOCK_M": bm,
+            "NUM_WG": num_wg,
+            "STAGES": cfg["STAGES"],
+            "CAUSAL": bool(causal),
+            "ROTATE": cfg["ROTATE"],
+            "HEADS": heads,
+            "ONE_PASS": self.one_pass,
+            "CONSUMER_REGS": ONE_PASS_REGS[0] if self.one_pass else CONSUMER_REGS,
+            "PRODUCER_REGS": PRODUCER_REGS,
+            "DQ_REGS": ONE_PASS_REGS[1],
+        }
+        grid = (num_n * B * Hkv,) if heads else (num_n, B * Hkv)
+        self.call = KernelCall(_bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
+        warps = 4 * num_wg + (4 + 1 if self.one_pass else 1)
+        self.config = {"kernel": "gluon-ws", **cfg, "BLOCK_N": num_wg * KEYS, "num_warps": warps}
+
+    def run(
+        self,
+        tensors: tuple[torch.Tensor, ...],
+        lse: torch.Tensor,
+        delta: torch.Tensor,
+        qk_scale: float,
+        sm_scale: float,
+    ) -> dict[str, Any]:
+        """tensors: q, do, k, v, dk, dv (contiguous), and the zeroed fp32 dQ (ONE_PASS) or None. Returns the
+        config as a row reports it."""
+        rest = (lse, delta, *self.sizes, qk_scale, sm_scale)
+        views = tensors[:6] + (tensors[6] if self.one_pass else tensors[2],)
+        if self.call.direct:
+            descs = tuple(TmaArg(t, *g) for t, g in zip(views, self.geometry, strict=True))
+        else:
+            D = self.q_block[1]
+            blocks = [(self.q_block, self.q_layout)] * 2 + [(self.kv_block, self.kv_layout)] * 4
+            blocks.append((self.dq_block, self.dq_layout) if self.one_pass else blocks[2])
+            descs = tuple(
+                TensorDescriptor.from_tensor(t.view(-1, D), block, layout)
+                for t, (block, layout) in zip(views, blocks, strict=True)
+            )
+            self.geometry = tuple(TmaArg.geometry(d) for d in descs)
+        self.call((*descs, *rest))
+        return self.config

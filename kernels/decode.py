@@ -446,6 +446,12 @@ def flash_decode(
     {"BLOCK_N", "num_warps", "num_stages"} (default: GPU_CONFIGS per head dim).
     Raises KernelUnsupported (a ValueError) naming what it refuses.
     """
+    if torch.compiler.is_compiling():  # one custom op for torch.compile's graph (kernels/ops.py)
+        if config is not None:
+            _refuse("config= is not taken under torch.compile (call it eagerly)")
+        return torch.ops.flashbench.decode(
+            q, k_cache, v_cache, cache_seqlens, block_table, causal, sm_scale, num_splits, validate
+        )
     _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table)
     k, v, paged = k_cache, v_cache, block_table is not None
     if not isinstance(causal, bool):

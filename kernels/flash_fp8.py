@@ -57,12 +57,11 @@ from .common import (
     cdiv,
     check_inputs,
     interpreting,
-    row_strides,
     seq_bucket,
 )
 from .configs import FP8_FWD_SPACE, INTERPRET_FWD, normalize_config
 from .descriptors import host_descriptor, use_tma
-from .launch import launch
+from .launch import PlanCache, TmaArg, TunedCall, config_key, env_key, tensor_key
 
 NAME = "flash_attn (fp8)"
 FP8_DTYPES = (torch.float8_e4m3fn,)
@@ -330,6 +329,108 @@ def _descale(t: Any, label: str, b: int, hkv: int, device: torch.device) -> torc
         ) from None
 
 
+class _TlForwardFp8:
+    """The tl FP8 forward's launch plan for one input signature (v as value_layout gives it): TMA or pointers,
+    strides, the grid; its config picked on the first call (launch.TunedCall), launched directly after."""
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        config: dict[str, Any] | None,
+        neg_scale: bool,
+    ) -> None:
+        B, H, Nq, D = q.shape
+        Hkv, Nk = k.shape[1], k.shape[2]
+        vt = v.transpose(-1, -2)  # [B, Hkv, D, Nk], unit last stride
+        self.o_shape, self.lse_shape = (B, H, Nq, D), (B, H, Nq)
+        o_strides = (H * Nq * D, Nq * D, D)
+        # O (bf16, contiguous, fresh) meets TMA's rules wherever q does: use_tma(q, k, o) == use_tma(q, k)
+        self.tma = use_tma(q, k) and Nk >= 16 and use_tma(vt)
+        self.strides = (*q.stride()[:3], *k.stride()[:3], *vt.stride()[:3], *o_strides)
+        self.sizes = (H, Hkv, Nq, Nk)
+        self.bucket = seq_bucket(max(Nq, Nk))
+        self.geometry = tuple((tuple(t.shape), t.stride()) for t in (q, k, vt)) + (
+            (self.o_shape, (*o_strides, 1)),
+        )
+        self.call = TunedCall(
+            name="fwd_fp8",
+            kind="fwd",
+            kernel=_attn_fwd_fp8,
+            grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
+            constexprs={
+                "HEAD_DIM": D,
+                "CAUSAL": causal,
+                "TMA": self.tma,
+                "INTERPRET": interpreting(),
+                "NEG_SCALE": neg_scale,
+            },
+            space=FP8_FWD_SPACE,
+            forced=config,
+            interpret_config=INTERPRET_FWD,
+        )
+
+    def run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        sm_scale: float,
+        descales: tuple[torch.Tensor, ...],
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        vt = v.transpose(-1, -2)
+        o = torch.empty(self.o_shape, dtype=torch.bfloat16, device=q.device)
+        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        descs: tuple[Any, ...] = (q, k, vt, o)
+        if self.tma and self.call.direct:
+            descs = tuple(TmaArg(t, *g) for t, g in zip((q, k, v, o), self.geometry, strict=True))
+        elif self.tma:
+            D = q.shape[-1]
+            qd, kd, od = (host_descriptor(t) for t in (q, k, o))
+            vtd = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), [1, 1, D, 16])  # sized per config
+            descs = (qd, kd, vtd, od)
+        args = (
+            q,
+            k,
+            vt,
+            o,
+            lse,
+            *descs,
+            *descales,
+            *self.strides,
+            *self.sizes,
+            sm_scale * LOG2E,
+            self.bucket,
+        )
+        cfg = self.call(args)
+        return o, lse, cfg
+
+
+def _fp8_plan(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    config: dict[str, Any] | None,
+    neg_scale: bool,
+) -> Any:
+    """flash_ws's Gluon plan in its FP8 mode where it takes these inputs, else the tl FP8 kernel's."""
+    forced = bool(config) and config.get("kernel") == "gluon-ws"
+    if forced or not config and not neg_scale and flash_ws.preferred(q, k, v, causal):
+        if neg_scale:
+            raise KernelUnsupported(f"{NAME}: the Gluon FP8 forward takes no negative sm_scale")
+        try:
+            return flash_ws.ForwardPlan(q, k, v, causal, config)
+        except ValueError as exc:
+            raise KernelUnsupported(f"{NAME}: {exc}") from None
+    return _TlForwardFp8(q, k, v, causal, config, neg_scale)
+
+
+_PLANS = PlanCache(_fp8_plan)
+
+
 def attention_forward_fp8(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -345,47 +446,27 @@ def attention_forward_fp8(
 
     On Hopper, d = 128 (causal from N = 4096: flash_ws.GLUON_FP8_MIN_SEQ) and shapes flash_ws supports, the forward is
     flash_ws's warp-specialized Gluon kernel in its FP8 mode (these numerics, FA3's schedule) unless a Triton
-    config is forced, FLASHBENCH_GLUON=0 or sm_scale is negative; a config with "kernel": "gluon-ws" forces it."""
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
+    config is forced, FLASHBENCH_GLUON=0 or sm_scale is negative; a config with "kernel": "gluon-ws" forces it.
+    The choice and launch geometry are made once per input signature (launch.PlanCache)."""
     v = value_layout(v)
-    forced = bool(config) and config.get("kernel") == "gluon-ws"
-    if forced or not config and not neg_scale and flash_ws.preferred(q, k, v, causal):
-        if neg_scale:
-            raise KernelUnsupported(f"{NAME}: the Gluon FP8 forward takes no negative sm_scale")
+    key = (
+        tensor_key(q),
+        tensor_key(k),
+        tensor_key(v),
+        q.device,
+        causal,
+        config_key(config),
+        neg_scale,
+        env_key(),
+    )
+    plan = _PLANS.get(key, q, k, v, causal, config, neg_scale)
+    if isinstance(plan, flash_ws.ForwardPlan):
         try:
-            o, lse, cfg = flash_ws.attention_forward(q, k, v, causal, sm_scale, config, descales=descales)
+            o, lse, cfg = plan.run(q, k, v, sm_scale, descales)
         except ValueError as exc:
             raise KernelUnsupported(f"{NAME}: {exc}") from None
-        _set_last_config(cfg)
-        return o, lse, cfg
-    vt = v.transpose(-1, -2)  # [B, Hkv, D, Nk], unit last stride
-    o = torch.empty((B, H, Nq, D), dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-    tma = use_tma(q, k, o) and Nk >= 16 and use_tma(vt)
-    qd, kd, vtd, od = q, k, vt, o
-    if tma:
-        qd, kd, od = (host_descriptor(t) for t in (q, k, o))
-        vtd = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), [1, 1, D, 16])  # sized per config
-    strides = row_strides(q, k, vt, o)
-    cfg = launch(
-        name="fwd_fp8",
-        kind="fwd",
-        kernel=_attn_fwd_fp8,
-        grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
-        args=(q, k, vt, o, lse, qd, kd, vtd, od, *descales, *strides, H, Hkv, Nq, Nk, sm_scale * LOG2E)
-        + (seq_bucket(max(Nq, Nk)),),
-        constexprs={
-            "HEAD_DIM": D,
-            "CAUSAL": causal,
-            "TMA": tma,
-            "INTERPRET": interpreting(),
-            "NEG_SCALE": neg_scale,
-        },
-        space=FP8_FWD_SPACE,
-        forced=config,
-        interpret_config=INTERPRET_FWD,
-    )
+    else:
+        o, lse, cfg = plan.run(q, k, v, sm_scale, descales)
     _set_last_config(cfg)
     return o, lse, cfg
 

@@ -60,14 +60,13 @@ from .common import (
     cdiv,
     check_inputs,
     check_window,
-    row_strides,
     seq_bucket,
     window_flags,
 )
 from .configs import FWD_SPACE, INTERPRET_FWD, normalize_config
 from .descriptors import host_descriptor, twin_descriptor, use_tma
 from .forward_blocks import fwd_block, key_ranges
-from .launch import attend, launch
+from .launch import PlanCache, TmaArg, TunedCall, attend, config_key, env_key, tensor_key
 
 
 @triton.jit
@@ -274,6 +273,87 @@ def _attn_fwd(
         )
 
 
+class _TlForward:
+    """The tl forward's launch plan for one input signature: mask flags, TMA or pointers, strides, the grid;
+    its config is picked on the first call (launch.TunedCall) and launched directly after."""
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        config: dict[str, Any] | None,
+        window: tuple[int, int] | None,
+    ) -> None:
+        B, H, Nq, D = q.shape
+        Hkv, Nk = k.shape[1], k.shape[2]
+        self.o_shape, self.lse_shape = (B, H, Nq, D), (B, H, Nq)
+        right_limit, left_limit, win_left, win_right = window_flags(causal, window)
+        self.tma = use_tma(q, k, v)
+        self.twin = self.tma and right_limit  # the half-width diagonal blocks' descriptors
+        o_strides = (H * Nq * D, Nq * D, D)
+        self.strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o_strides)
+        self.sizes = (H, H // Hkv, Nq, Nk)
+        self.tail = (win_left, win_right, seq_bucket(max(Nq, Nk)))
+        contiguous = (self.o_shape, (*o_strides, 1))
+        self.geometry = tuple((tuple(t.shape), t.stride()) for t in (k, v, q)) + (contiguous,)
+        self.call = TunedCall(
+            name="fwd_v2",
+            kind="fwd",
+            kernel=_attn_fwd,
+            grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
+            constexprs={
+                "HEAD_DIM": D,
+                "CAUSAL": right_limit,
+                "WINDOW": left_limit,
+                "IEEE": q.dtype == torch.float32,
+                "TMA": self.tma,
+            },
+            space=FWD_SPACE,
+            forced=config,
+            interpret_config=INTERPRET_FWD,
+        )
+
+    def run(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        run_args = (*self.strides, *self.sizes, sm_scale * LOG2E, *self.tail)
+        if not self.tma:
+            descs: tuple[Any, ...] = (k, v, k, v, q, o)
+        elif self.call.direct:
+            kd, vd, qd, od = (TmaArg(t, *g) for t, g in zip((k, v, q, o), self.geometry, strict=True))
+            descs = (kd, vd, kd, vd, qd, od)
+        else:  # the JIT's calls: real descriptors, sized per config by the TunedCall
+            kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
+            kd2, vd2 = (twin_descriptor(kd), twin_descriptor(vd)) if self.twin else (k, v)
+            descs = (kd, vd, kd2, vd2, qd, od)
+        cfg = self.call((q, k, v, o, lse, *descs, *run_args))
+        return o, lse, cfg
+
+
+def _forward_plan(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    config: dict[str, Any] | None,
+    window: tuple[int, int] | None,
+) -> Any:
+    """The Gluon forward's plan where it takes these inputs (flash_ws.ForwardPlan), else the tl kernel's."""
+    if config.get("kernel") == "gluon-ws" if config else flash_ws.preferred(q, k, v, causal, window):
+        try:
+            return flash_ws.ForwardPlan(q, k, v, causal, config, window)
+        except ValueError as exc:
+            raise KernelUnsupported(f"flash_attn: {exc}") from None
+    return _TlForward(q, k, v, causal, config, window)
+
+
+_PLANS = PlanCache(_forward_plan)
+
+
 def attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -288,47 +368,20 @@ def attention_forward(
 
     On Hopper, fp16/bf16 at the head dims and lengths of flash_ws.GLUON_MIN_SEQ (and shapes it supports), the
     forward is flash_ws's warp-specialized Gluon kernel unless a Triton config is forced or FLASHBENCH_GLUON=0;
-    a config with "kernel": "gluon-ws" forces it. Both write the same O and base-2 LSE.
+    a config with "kernel": "gluon-ws" forces it. Both write the same O and base-2 LSE. The choice, the config
+    and the launch geometry are made once per input signature (launch.PlanCache).
     """
-    if config.get("kernel") == "gluon-ws" if config else flash_ws.preferred(q, k, v, causal, window):
-        try:
-            o, lse, cfg = flash_ws.attention_forward(q, k, v, causal, sm_scale, config, window)
-        except ValueError as exc:
-            raise KernelUnsupported(f"flash_attn: {exc}") from None
-        _set_last_config(cfg)
-        return o, lse, cfg
-    B, H, Nq, D = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    o = torch.empty((B, H, Nq, D), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-    right_limit, left_limit, win_left, win_right = window_flags(causal, window)
-    tma = use_tma(q, k, v)
-    kd, vd, kd2, vd2, qd, od = k, v, k, v, q, o
-    if tma:
-        kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
-        if right_limit:  # the half-width diagonal blocks' descriptors (used where BLOCK_N > BLOCK_M)
-            kd2, vd2 = twin_descriptor(kd), twin_descriptor(vd)
-    tensors = (q, k, v, o, lse, kd, vd, kd2, vd2, qd, od)
-    strides = row_strides(q, k, v, o)
-    sizes = (H, H // Hkv, Nq, Nk, sm_scale * LOG2E, win_left, win_right, seq_bucket(max(Nq, Nk)))
-    constexprs = {
-        "HEAD_DIM": D,
-        "CAUSAL": right_limit,
-        "WINDOW": left_limit,
-        "IEEE": q.dtype == torch.float32,
-        "TMA": tma,
-    }
-    cfg = launch(
-        name="fwd_v2",
-        kind="fwd",
-        kernel=_attn_fwd,
-        grid=lambda meta: (cdiv(Nq, meta["BLOCK_M"]), B * H),
-        args=(*tensors, *strides, *sizes),
-        constexprs=constexprs,
-        space=FWD_SPACE,
-        forced=config,
-        interpret_config=INTERPRET_FWD,
+    key = (
+        tensor_key(q),
+        tensor_key(k),
+        tensor_key(v),
+        q.device,
+        causal,
+        window,
+        config_key(config),
+        env_key(),
     )
+    o, lse, cfg = _PLANS.get(key, q, k, v, causal, config, window).run(q, k, v, sm_scale)
     _set_last_config(cfg)
     return o, lse, cfg
 
@@ -382,6 +435,11 @@ def flash_attn(
     """
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     window = check_window("flash_attn", window, causal)
+    if torch.compiler.is_compiling():  # one custom op for torch.compile's graph (kernels/ops.py)
+        if config is not None:
+            raise KernelUnsupported("flash_attn: config= is not taken under torch.compile (call it eagerly)")
+        left, right = window if window is not None else (-1, -1)
+        return torch.ops.flashbench.attn_fwd(q, k, v, causal, sm_scale, left, right)[0]
     if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
         config = normalize_config("flash_attn", config)
     if window is None:

@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from .common import LOG2E, cdiv
+from .launch import KernelCall, TmaArg
 
 try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
     from triton.experimental.gluon import language as gl
@@ -244,6 +245,8 @@ def input_refusal(
         return f"head dim {D} (64 or 128 only)"
     if not all(t.is_contiguous() for t in tensors.values()):
         return f"needs contiguous {', '.join(tensors)}"
+    if any(t.data_ptr() % 16 for t in tensors.values()):  # TMA's rule for a descriptor's base
+        return f"needs 16-byte aligned {', '.join(tensors)} (a view at an odd offset takes the tl kernel)"
     nq, nk = q.shape[2], k.shape[2]
     if nq % rows or nk % block_n:
         return f"needs seq_q % {rows} == 0 and seq_k % {block_n} == 0"
@@ -337,6 +340,111 @@ def lpt_table(
     return torch.tensor(table, dtype=torch.int32, device=device)
 
 
+class ForwardPlan:
+    """What the Gluon forward decides for one input signature (shapes, strides, dtype, device, mask, config),
+    decided once: the config, the checks, the grid, the schedule table, the descriptors' geometry. run() then
+    allocates O and the LSE and launches (launch.KernelCall: through Triton's JIT the first time, then the
+    compiled kernel). Raises ValueError where `supported` or the config refuses the inputs."""
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        config: dict[str, Any] | None = None,
+        window: tuple[int, int] | None = None,
+    ) -> None:
+        D = q.shape[-1]
+        causal = (
+            bool(causal) or window is not None
+        )  # a supported window has right limit 0: the causal diagonal
+        fp8 = q.dtype in FP8_DTYPES
+        cfg = default_config(D, causal, fp8)
+        if cfg.get("LPT"):
+            cfg["SCHED_HEADS"] = lpt_heads(k.shape[2], D)
+        cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
+        why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
+        if why:
+            raise ValueError(f"flash_ws forward: {why}")
+        if cfg.get("PIN_WAIT") and cfg["BLOCK_M"] != 128:
+            raise ValueError(
+                f"flash_ws forward: PIN_WAIT=1 needs BLOCK_M 128 (with {cfg['BLOCK_M']}, the consumers spill)"
+            )
+        if smem_bytes(cfg, D, fp8) > SMEM_LIMIT:
+            raise ValueError(
+                f"flash_ws forward: config needs {smem_bytes(cfg, D, fp8) // 1024} KiB of shared memory at head "
+                f"dim {D} (at most {SMEM_LIMIT // 1024}): fewer STAGES, or PERSISTENT=0"
+            )
+        B, H, Nq, _ = q.shape
+        Hkv, Nk = k.shape[1], k.shape[2]
+        num_wg = cfg["BLOCK_M"] // ROWS
+        num_m = cdiv(Nq, cfg["BLOCK_M"])
+        tiles = num_m * B * H
+        self.table, width = _no_table(q.device), 0  # round-robin
+        if cfg["PERSISTENT"]:
+            programs = min(
+                tiles, cfg.get("PROGRAMS") or _sm_count(q.device.index if q.device.index is not None else 0)
+            )
+            grid: tuple[int, ...] = (programs,)
+            if cfg.get("LPT"):
+                win = window[0] if window is not None else -1
+                self.table = lpt_table(
+                    num_m, B * H, cfg["SCHED_HEADS"], cfg["BLOCK_M"], programs, Nq, Nk, causal, win, q.device
+                )
+                width = self.table.shape[1]
+        else:
+            grid = (tiles,)
+        self.fp8 = fp8
+        self.o_shape, self.lse_shape = tuple(q.shape), (B, H, Nq)
+        self.o_dtype = torch.bfloat16 if fp8 else q.dtype
+        # run-time arguments after the four descriptors and the LSE
+        self.sizes = (H, H // Hkv, Nq, Nk, num_m, B * H)
+        self.tail = (window[0] if window is not None else 0,)
+        self.width = width
+        self.geometry: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
+        self.config = dict(cfg, kernel="gluon-ws")
+        constexprs = {
+            "HEAD_DIM": D,
+            "BLOCK_N": BLOCK_N,
+            "STAGES": cfg["STAGES"],
+            "CAUSAL": bool(causal),
+            "NUM_WG": num_wg,
+            "SCHED_HEADS": cfg["SCHED_HEADS"],
+            "SEP_O": bool(cfg["PERSISTENT"]) or fp8,
+            "WINDOW": window is not None,
+            "PIN_WAIT": bool(cfg.get("PIN_WAIT", 0)),
+            "CONSUMER_REGS": CONSUMER_REGS[num_wg],
+            "PRODUCER_REGS": PRODUCER_REGS[num_wg],
+        }
+        self.call = KernelCall(_attn_fwd_ws, grid, constexprs, {"num_warps": 4})
+
+    def run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        sm_scale: float,
+        descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """O [B,H,Nq,D] and lse2 [B,H,Nq] fp32 of inputs with this plan's signature, and the config."""
+        if self.fp8 and descales is None:
+            raise ValueError("flash_ws forward: FP8 inputs need their descales")
+        o = torch.empty(self.o_shape, dtype=self.o_dtype, device=q.device)
+        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        tensors = (q, k, v, o)
+        scales = descales if self.fp8 and descales is not None else (lse, lse, lse)
+        rest = (lse, *self.sizes, sm_scale * LOG2E, *self.tail, *scales, self.table, self.width)
+        if self.call.direct:
+            descs = tuple(TmaArg(t, *g) for t, g in zip(tensors, self.geometry, strict=True))
+            self.call((*descs, *rest))
+        else:
+            real = _descriptors(q, k, v, o, BLOCK_N)
+            self.geometry = tuple(TmaArg.geometry(d) for d in real)
+            self.call((*real, *rest))
+        return o, lse, self.config
+
+
 def attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -347,80 +455,8 @@ def attention_forward(
     window: tuple[int, int] | None = None,
     descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """Run the Gluon forward. Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used); raises ValueError if
-    `supported` refuses the inputs. FP8 (e4m3 q, k, v; v as `supported` says): descales are the q, k, v descales,
-    fp32 [B, Hkv] contiguous (flash_fp8's checked ones), O is bf16 and the LSE is of the descaled scores."""
-    D = q.shape[-1]
-    causal = bool(causal) or window is not None  # a supported window has right limit 0: the causal diagonal
-    fp8 = q.dtype in FP8_DTYPES
-    cfg = default_config(D, causal, fp8)
-    if cfg.get("LPT"):
-        cfg["SCHED_HEADS"] = lpt_heads(k.shape[2], D)
-    cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
-    why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
-    if why:
-        raise ValueError(f"flash_ws forward: {why}")
-    if cfg.get("PIN_WAIT") and cfg["BLOCK_M"] != 128:
-        raise ValueError(
-            f"flash_ws forward: PIN_WAIT=1 needs BLOCK_M 128 (with {cfg['BLOCK_M']}, the consumers spill)"
-        )
-    if fp8 and descales is None:
-        raise ValueError("flash_ws forward: FP8 inputs need their descales")
-    if smem_bytes(cfg, D, fp8) > SMEM_LIMIT:
-        raise ValueError(
-            f"flash_ws forward: config needs {smem_bytes(cfg, D, fp8) // 1024} KiB of shared memory at head dim {D} "
-            f"(at most {SMEM_LIMIT // 1024}): fewer STAGES, or PERSISTENT=0"
-        )
-    B, H, Nq, _ = q.shape
-    Hkv, Nk = k.shape[1], k.shape[2]
-    o = torch.empty(q.shape, dtype=torch.bfloat16 if fp8 else q.dtype, device=q.device)
-    lse = torch.empty((B, H, Nq), dtype=torch.float32, device=q.device)
-    qd, kd, vd, od = _descriptors(q, k, v, o, BLOCK_N)
-    num_wg = cfg["BLOCK_M"] // ROWS
-    num_m = cdiv(Nq, cfg["BLOCK_M"])
-    tiles = num_m * B * H
-    table, width = _no_table(q.device), 0  # round-robin
-    if cfg["PERSISTENT"]:
-        programs = min(
-            tiles, cfg.get("PROGRAMS") or _sm_count(q.device.index if q.device.index is not None else 0)
-        )
-        grid = (programs,)
-        if cfg.get("LPT"):
-            win = window[0] if window is not None else -1
-            table = lpt_table(
-                num_m, B * H, cfg["SCHED_HEADS"], cfg["BLOCK_M"], programs, Nq, Nk, causal, win, q.device
-            )
-            width = table.shape[1]
-    else:
-        grid = (tiles,)
-    _attn_fwd_ws[grid](
-        qd,
-        kd,
-        vd,
-        od,
-        lse,
-        H,
-        H // Hkv,
-        Nq,
-        Nk,
-        num_m,
-        B * H,
-        sm_scale * LOG2E,
-        window[0] if window is not None else 0,
-        *(descales if fp8 else (lse, lse, lse)),
-        table,
-        width,
-        HEAD_DIM=D,
-        BLOCK_N=BLOCK_N,
-        STAGES=cfg["STAGES"],
-        CAUSAL=bool(causal),
-        NUM_WG=num_wg,
-        SCHED_HEADS=cfg["SCHED_HEADS"],
-        SEP_O=bool(cfg["PERSISTENT"]) or fp8,
-        WINDOW=window is not None,
-        PIN_WAIT=bool(cfg.get("PIN_WAIT", 0)),
-        CONSUMER_REGS=CONSUMER_REGS[num_wg],
-        PRODUCER_REGS=PRODUCER_REGS[num_wg],
-        num_warps=4,
-    )
-    return o, lse, dict(cfg, kernel="gluon-ws")
+    """Run the Gluon forward (a plan made for this call alone; flash_v2 and flash_fp8 keep theirs per signature).
+    Returns (o [B,H,Nq,D], lse2 [B,H,Nq] fp32, config used); raises ValueError if `supported` refuses the inputs.
+    FP8 (e4m3 q, k, v; v as `supported` says): descales are the q, k, v descales, fp32 [B, Hkv] contiguous
+    (flash_fp8's checked ones), O is bf16 and the LSE is of the descaled scores."""
+    return ForwardPlan(q, k, v, causal, config, window).run(q, k, v, sm_scale, descales)

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 import triton
+from triton import knobs as _knobs
+from triton.runtime import driver as _driver
 from triton.runtime import errors as triton_errors
 from triton.runtime.errors import OutOfResources
 
@@ -35,6 +37,161 @@ from .descriptors import size_descriptors
 _UNFIT: tuple[type[BaseException], ...] = tuple(
     e for e in (OutOfResources, getattr(triton_errors, "PTXASError", None)) if isinstance(e, type)
 )
+
+
+class TmaArg:
+    """What Triton's launcher reads of a host tensor descriptor (base, shape, strides, padding), made per call
+    without a TensorDescriptor's validation: the plan that makes it validated a real descriptor of the same
+    shape, strides, dtype and alignment on its first launch (KernelCall), and the tile shape and layout live in
+    the compiled kernel. About 0.3 us against 3-4 us for a Gluon TensorDescriptor (its layout and checks)."""
+
+    __slots__ = ("base", "shape", "strides", "padding")
+
+    def __init__(self, base: torch.Tensor, shape: Sequence[int], strides: Sequence[int]) -> None:
+        self.base, self.shape, self.strides, self.padding = base, shape, strides, "zero"
+
+    @staticmethod
+    def geometry(desc: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(shape, strides) of a real descriptor, for the TmaArgs of later calls."""
+        return tuple(desc.shape), tuple(desc.strides)
+
+
+class KernelCall:
+    """One kernel of a launch plan: its grid, compile-time arguments and launch options, fixed per input
+    signature. The first call goes through Triton's JIT (compile or cache lookup, specialization, descriptor
+    checks); later calls launch the compiled binary through its launcher, with the same compile-time arguments
+    and the run-time ones in the same order.
+
+    JITFunction.run binds every argument, specializes each (alignment, ==1, %16), hashes the key and builds the
+    launch metadata on every call: 30-80 us of host time per launch of the bundled kernels on an H100 host
+    (cProfile, `python3 benchmarks/host_time.py --profile fwd`). The caller owns the correctness of skipping it:
+    its plan key must hold everything the specialization reads (shapes and strides, dtypes, the 16-byte
+    alignment of every pointer argument, the device), so that a call with the same key would specialize the
+    same. A profiler's launch hook (Triton's knobs.runtime.launch_enter_hook) sends every call through the JIT.
+    """
+
+    __slots__ = ("kernel", "grid", "constexprs", "options", "compiled", "tail")
+
+    def __init__(
+        self, kernel: Any, grid: tuple[int, ...], constexprs: dict[str, Any], options: dict[str, Any]
+    ) -> None:
+        self.kernel, self.constexprs, self.options = kernel, constexprs, options
+        self.grid = (*grid, 1, 1)[:3]
+        self.compiled: Any = None
+        self.tail: tuple[Any, ...] = ()
+
+    def __call__(self, args: Sequence[Any]) -> None:
+        """Launch with the run-time arguments `args` (the kernel's leading parameters, in order): real
+        descriptors until the kernel is compiled (`direct`), TmaArgs after."""
+        compiled = self.compiled
+        if compiled is not None and not _hooked():
+            stream = _driver.active.get_current_stream(_driver.active.get_current_device())
+            g = self.grid
+            compiled.run(
+                g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
+                *args, *self.tail,
+            )  # fmt: skip
+            return
+        kernel = self.kernel
+        compiled = kernel[self.grid](*args, **self.constexprs, **self.options)
+        if getattr(compiled, "packed_metadata", None) is not None:  # a compiled kernel (not the interpreter)
+            params = kernel.params[len(args) :]
+            self.tail = tuple(self.constexprs.get(p.name, p.default) for p in params)
+            self.compiled = compiled
+
+    @property
+    def direct(self) -> bool:
+        """Later calls skip the JIT (a kernel was compiled for this signature)."""
+        return self.compiled is not None
+
+
+class TunedCall:
+    """A kernel whose config `launch` picks on the first call (forced, the interpreter's, the first that fits,
+    or the autotuner's), then a KernelCall with that config: the JIT once more (it captures the compiled
+    kernel), then direct launches. `launch_kw` are launch()'s keywords but `args`."""
+
+    __slots__ = ("kw", "call", "config")
+
+    def __init__(self, **launch_kw: Any) -> None:
+        self.kw = launch_kw
+        self.call: KernelCall | None = None
+        self.config: dict[str, Any] = {}
+
+    @property
+    def direct(self) -> bool:
+        return self.call is not None and self.call.direct
+
+    def __call__(self, args: Sequence[Any]) -> dict[str, Any]:
+        """Launch; returns the config it ran with. `args`: real descriptors until `direct`, TmaArgs after."""
+        call = self.call
+        if call is not None:
+            if not call.direct:
+                size_descriptors(self.kw["kernel"], args, call.constexprs, call.constexprs)
+            call(args)
+            return self.config
+        kw = self.kw
+        self.config = launch(args=args, **kw)
+        meta = {k: v for k, v in self.config.items() if k not in LAUNCH_OPTIONS}
+        options = {k: v for k, v in self.config.items() if k in LAUNCH_OPTIONS}
+        self.call = KernelCall(kw["kernel"], kw["grid"](meta), {**kw["constexprs"], **meta}, options)
+        return self.config
+
+
+class PlanCache:
+    """Launch plans by input signature (plain tuples: shapes, strides, dtypes, pointer alignment, device, flags),
+    made by `make(*args)` on a miss; at most `size` kept, the oldest dropped first."""
+
+    def __init__(self, make: Callable[..., Any], size: int = 256) -> None:
+        self.make, self.size = make, size
+        self.plans: dict[Any, Any] = {}
+
+    def get(self, key: Any, *args: Any) -> Any:
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.make(*args)
+            if len(self.plans) >= self.size:
+                self.plans.pop(next(iter(self.plans)))
+            self.plans[key] = plan
+        return plan
+
+
+def tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
+    """What a launch plan depends on of one tensor: shape, strides, dtype and whether its base is 16-byte aligned
+    (Triton specializes pointers on it; TMA needs it)."""
+    return t.shape, t.stride(), t.dtype, t.data_ptr() % 16 == 0
+
+
+def config_key(config: dict[str, Any] | None) -> Any:
+    """A forced config as part of a plan key."""
+    return None if config is None else tuple(sorted(config.items()))
+
+
+_FLAGS = (
+    "FLASHBENCH_GLUON",
+    "FLASHBENCH_GLUON_BWD",
+    "FLASHBENCH_TMA",
+    "FLASHBENCH_AUTOTUNE",
+    "TRITON_INTERPRET",
+)
+
+
+# os.environ's own store, keyed by encoded names: a lookup there skips os.environ.get's encoding of the name
+# and of the value (about 1 us each, five per forward on the hot path); other platforms read os.environ.
+_ENVIRON: dict[Any, Any] | None = getattr(os.environ, "_data", None)
+_ENV_KEYS = tuple(os.environ.encodekey(name) for name in _FLAGS) if _ENVIRON is not None else _FLAGS
+
+
+def env_key() -> tuple[Any, ...]:
+    """The environment switches a plan's choices read (Gluon or tl, TMA, autotuning, the interpreter): read per
+    call, so a plan is never reused across a change of them."""
+    get = (_ENVIRON if _ENVIRON is not None else os.environ).get
+    return tuple(get(name) for name in _ENV_KEYS)
+
+
+def _hooked() -> bool:
+    """A launch hook is installed (Triton 3.6 keeps an empty HookChain there; older Triton keeps None)."""
+    hook = _knobs.runtime.launch_enter_hook
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def autotune_enabled() -> bool:

@@ -154,6 +154,18 @@ class Prepared:
 
         return (lambda: torch.autograd.grad(self._out, (q, k, v), do)), setup
 
+    def looped(self) -> Callable[[], Any]:
+        """What a caller's loop repeats (timing.measure_host): the timed call; in bwd mode the backward of one
+        forward with its graph retained, so that the loop holds backward passes alone."""
+        import torch
+
+        call, setup = self.timed()
+        if setup is None:
+            return call
+        q, k, v, do = self.q, self.k, self.v, self.do
+        out = self.forward()
+        return lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+
     def graphed(self) -> Callable[[], Any]:
         """The timed call captured in a CUDA graph (bwd: the backward of one forward, retained)."""
         import torch
@@ -356,6 +368,7 @@ def _time(prepared: Prepared, opts: Options, ctx: Context) -> tuple[list[float],
     if ctx.device != "cuda":
         call, setup = prepared.timed()
         knobs = {k: getattr(opts, k) for k in ("warmup_ms", "rep_ms", "min_samples", "max_samples")}
+        # no loop timing on the CPU: a call's run is its host time there, and the interpreter's calls are long
         return timing.time_cpu(call, setup=setup, **knobs), {}
     if ctx.flusher is None or ctx.flusher.mode != opts.l2_flush:
         ctx.flusher = timing.L2Flusher(torch.cuda.current_device(), opts.l2_flush)
@@ -372,17 +385,56 @@ def _time(prepared: Prepared, opts: Options, ctx: Context) -> tuple[list[float],
     took = timing.measure_cuda(
         call, flush=ctx.flusher, setup=setup, regime=opts, sampler=_sampler(ctx), blocker=blocker
     )
+    index = ctx.nvml_index
+    power = (
+        timing.counter_power(lambda: nvml.energy_mj(index), torch.cuda.synchronize) if ctx.sampler else None
+    )
+    held = timing.held_batch(blocker) if blocker is not None and not took.host_time_included else None
+    loop_call = call if opts.cuda_graph else prepared.looped()
     fields: dict[str, Any] = {
         "warmup_s": round(took.warmup_s, 3) if took.warmup_s is not None else None,
         "warmup_settled": took.warmup_settled,
         "host_time_included": took.host_time_included,
         **nvml.window_summary(took.window),
+        **_host_fields(loop_call, took.samples_ms, opts, torch.cuda.synchronize, held, power),
     }
     fields["throttled"] = bool(fields.get("throttle_reasons"))
     note = took.note or (ctx.block_note if opts.block_launches and blocker is None else "")
     if note:
         fields["reason"] = note
     return took.samples_ms, fields
+
+
+def _host_fields(
+    call: Callable[[], Any],
+    samples_ms: list[float],
+    opts: Options,
+    sync: Callable[[], Any],
+    held: timing.Held | None,
+    power: timing.Power | None,
+) -> dict[str, Any]:
+    """The row's host_ms, loop_ms, loop_samples_ms, loop_gpu_ms, host_bound and energy_j (timing.measure_host)
+    for a GPU case, or {} when host timing is off (host_loops = 0)."""
+    if opts.host_loops <= 0 or not samples_ms:
+        return {}
+    gpu_ms = timing.quantile(samples_ms, 0.5)
+    took = timing.measure_host(
+        call,
+        sync=sync,
+        gpu_ms=gpu_ms,
+        held=held,
+        power=power,
+        loops=opts.host_loops,
+        loop_ms=opts.host_loop_ms,
+    )
+    return {
+        "host_ms": round(took.host_ms, 6),
+        "loop_ms": round(took.loop_ms, 6),
+        "loop_samples_ms": [round(s, 6) for s in took.loop_samples_ms],
+        "loop_gpu_ms": round(took.loop_gpu_ms, 6) if took.loop_gpu_ms is not None else None,
+        "host_bound": took.host_bound(gpu_ms, opts.host_bound_pct),
+        "energy_j": round(took.energy_j, 6) if took.energy_j is not None else None,
+    }
 
 
 def _sampler(ctx: Context) -> Any:

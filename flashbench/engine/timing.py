@@ -23,6 +23,17 @@ The regime (measure_cuda; every GPU preset shares it, its knobs are SweepSpec's 
        launch gaps inside the events. The NVML thread keeps reading through the samples: the row stores the
        SM clock (median, min, max, raw readings), memory clock, power and clock-event reasons of that window.
     5. median / p20 / p80 from the raw samples
+    6. what a caller's loop pays (measure_host; NVBench's "CPU time" and "batch GPU" columns are the model),
+       `host_loops` rounds of: a held batch of HELD_CALLS calls enqueued behind the spin kernel (host_ms: the
+       median time the host took to enqueue one call, the GPU never waited on; loop_gpu_ms: their GPU time per
+       call, back to back with no gap and no L2 flush), then a loop of back-to-back calls about `host_loop_ms`
+       long with no spin kernel and one synchronize (loop_ms: the median per-call time of a loop, from before
+       its first enqueue to after its synchronize: what an eager training loop pays per step). A call whose
+       loop_ms exceeds loop_gpu_ms by more than `host_bound_pct` is host-bound: the GPU idles between its
+       launches. The loop's reference is the held batch's GPU time, not the samples': the samples interleave an
+       L2 flush and run at another duty cycle, so the power cap leaves them another clock (cuDNN's d = 128
+       forward at N = 1024 on an H100 looped 12% over its samples' median with no host gap). NVML's energy
+       counter over a back-to-back run gives the watts, and joules per call = watts x loop_ms.
 On the CPU (``--device cpu``) the same loop runs with time.perf_counter, a warm-up by time and no cache flush:
 such times are labelled device="cpu" and say nothing about a GPU.
 """
@@ -56,6 +67,9 @@ class Regime:
     max_samples: int = SweepSpec.max_samples
     block_launches: bool = SweepSpec.block_launches
     l2_flush: str = SweepSpec.l2_flush
+    host_loops: int = SweepSpec.host_loops  # 0: no host / loop timing
+    host_loop_ms: float = SweepSpec.host_loop_ms
+    host_bound_pct: float = SweepSpec.host_bound_pct
 
 
 @dataclass
@@ -68,6 +82,163 @@ class Timing:
     window: list[dict[str, Any]] = field(default_factory=list)  # NVML readings taken during the samples
     host_time_included: bool = True  # False: each sample ran behind a released spin kernel
     note: str = ""  # why samples may include host time although blocking was asked for
+
+
+@dataclass
+class HostTiming:
+    """What measure_host took: host enqueue time per call, the per-call time of each back-to-back loop, the GPU
+    time per call of held batches (the loop's own conditions without its host gaps), joules per call."""
+
+    host_ms: float
+    loop_samples_ms: list[float]
+    loop_gpu_ms: float | None = None
+    energy_j: float | None = None
+    calls_per_loop: int = 0
+
+    @property
+    def loop_ms(self) -> float:
+        return quantile(self.loop_samples_ms, 0.5)
+
+    def host_bound(self, gpu_ms: float, margin_pct: float) -> bool:
+        """The loop pays more than the GPU works by over margin_pct: launch gaps leave the GPU idle. The GPU time
+        is the held batches' where they were timed (same clock and duty cycle as the loop, no L2 flush), else
+        `gpu_ms` (the samples')."""
+        reference = self.loop_gpu_ms if self.loop_gpu_ms is not None else gpu_ms
+        return self.loop_ms > reference * (1.0 + margin_pct / 100.0)
+
+
+# Calls enqueued behind one held spin kernel (a held batch): few enough that their launches cannot fill the launch
+# queue (about a thousand launches; a naive fwd+bwd call makes ~30), so no enqueue waits for the GPU while the
+# spin holds it.
+HELD_CALLS = 16
+# The energy phase: at least two updates of NVML's energy counter, which moves about every 100 ms on an H100
+# (a probe there: 10 updates in 1 s of matmuls, 99.5 ms apart); power = its rise between the first and the last
+# update seen, each seen within 1 ms.
+ENERGY_MS = 300.0
+
+# held(call, count) -> (GPU ms per call of `count` calls enqueued behind a held spin kernel and run back to
+# back, or None where the hold failed; each call's enqueue time in seconds)
+Held = Callable[[Call, int], tuple[float | None, list[float]]]
+# power(call, ms) -> watts drawn while `call` runs back to back for about `ms`, or None
+Power = Callable[[Call, float], float | None]
+
+
+def measure_host(
+    call: Call,
+    *,
+    sync: Call,
+    gpu_ms: float,
+    held: Held | None = None,
+    power: Power | None = None,
+    loops: int = SweepSpec.host_loops,
+    loop_ms: float = SweepSpec.host_loop_ms,
+    clock: Callable[[], float] = time.perf_counter,
+) -> HostTiming:
+    """What a caller's loop pays for `call` (module docstring, step 6), in ms.
+
+    Each of `loops` rounds runs a held batch (`held`: the host's enqueue time per call with the GPU never
+    waited on, and the GPU time per call with no host gap) and then an unheld loop of max(3, loop_ms /
+    max(gpu_ms, a probe's host time)) calls (at most 1000) with one synchronize, timed by `clock`: long
+    enough that the synchronize and the first launch's latency are a small share. Without `held` the host time
+    is that of each loop's first calls. `power` (NVML) gives the watts of a back-to-back run after the loops;
+    energy per call = watts x loop time.
+    """
+    sync()
+    t0 = clock()
+    for _ in range(3):
+        call()
+    probe = (clock() - t0) / 3 * 1e3
+    sync()
+    calls = max(3, min(1000, int(loop_ms / max(gpu_ms, probe, 1e-3))))
+    batch = min(HELD_CALLS, calls)
+    enqueue: list[float] = []
+    batch_ms: list[float] = []
+    per_call: list[float] = []
+    for _ in range(loops):
+        if held is not None:
+            gpu, times = held(call, batch)
+            if gpu is not None:
+                batch_ms.append(gpu)
+                enqueue += times
+        sync()
+        start = clock()
+        for i in range(calls):
+            if held is None and i < batch:  # a loop's first calls: the launch queue is still short
+                t = clock()
+                call()
+                enqueue.append(clock() - t)
+            else:
+                call()
+        sync()
+        per_call.append((clock() - start) / calls * 1e3)
+    loop = quantile(per_call, 0.5)
+    watts = power(call, ENERGY_MS) if power is not None else None
+    return HostTiming(
+        host_ms=quantile(enqueue, 0.5) * 1e3 if enqueue else probe,
+        loop_samples_ms=per_call,
+        loop_gpu_ms=quantile(batch_ms, 0.5) if batch_ms else None,
+        energy_j=watts * loop / 1e3 if watts is not None else None,
+        calls_per_loop=calls,
+    )
+
+
+def held_batch(blocker: Any, clock: Callable[[], float] = time.perf_counter) -> Held:
+    """A `Held` on the current CUDA stream: hold it with the spin kernel (engine/blocking.py), enqueue the calls
+    (each timed), record events around them, release, wait. None as the GPU time when a spin ran out."""
+    import torch
+
+    def held(call: Call, count: int) -> tuple[float | None, list[float]]:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times: list[float] = []
+        blocker.reset()
+        blocker.hold()
+        try:
+            start.record()
+            for _ in range(count):
+                t = clock()
+                call()
+                times.append(clock() - t)
+            end.record()
+        finally:
+            blocker.release()
+        end.synchronize()
+        if blocker.missed():
+            return None, []
+        return start.elapsed_time(end) / count, times
+
+    return held
+
+
+def counter_power(
+    energy_mj: Callable[[], int | None], sync: Call, clock: Callable[[], float] = time.perf_counter
+) -> Power:
+    """A `Power` from an energy counter (mJ) that updates in steps: its rise between the first and the last
+    update seen while the call runs back to back, over the time between them; the counter is read at most once a
+    millisecond, so the reads add little host time to the run."""
+
+    def power(call: Call, ms: float) -> float | None:
+        last = energy_mj()
+        if last is None:
+            return None
+        ticks: list[tuple[float, int]] = []
+        now = clock()
+        end, poll = now + ms / 1e3, now
+        while now < end:
+            call()
+            now = clock()
+            if now - poll >= 1e-3:
+                poll = now
+                value = energy_mj()
+                if value is not None and value != last:
+                    ticks.append((now, value))
+                    last = value
+        sync()
+        if len(ticks) < 2:
+            return None
+        (t0, e0), (t1, e1) = ticks[0], ticks[-1]
+        return (e1 - e0) / 1e3 / (t1 - t0)
+
+    return power
 
 
 def quantile(values: list[float], q: float) -> float:

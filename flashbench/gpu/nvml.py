@@ -144,6 +144,18 @@ def sample(index: int = 0) -> dict[str, Any] | None:
     }
 
 
+def energy_mj(index: int = 0) -> int | None:
+    """GPU `index`'s total energy counter (mJ since the driver loaded; Volta and newer), or None."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    h = _handle(nv, index)
+    if h is None:
+        return None
+    value = _call(getattr(nv, "nvmlDeviceGetTotalEnergyConsumption", lambda _h: None), h)
+    return int(value) if value is not None else None
+
+
 def all_gpus() -> list[dict[str, Any]]:
     """gpu_facts() for every GPU NVML sees; [] without NVML."""
     nv = _nvml()

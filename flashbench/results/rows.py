@@ -102,8 +102,9 @@ class Row:
     host_ms: float | None = None  # host (CPU) time to enqueue one call: median, the GPU never waited on
     loop_ms: float | None = None  # per-call time of back-to-back calls, one sync, no spin kernel: median
     loop_samples_ms: list[float] = field(default_factory=list)  # per-call time of each back-to-back loop
-    host_bound: bool | None = None  # loop_ms exceeds median_ms by more than the spec's host-bound margin
-    energy_j: float | None = None  # joules per call over the back-to-back loops (NVML energy counter)
+    loop_gpu_ms: float | None = None  # GPU time per call of calls held back to back (no host gap, no flush)
+    host_bound: bool | None = None  # loop_ms exceeds loop_gpu_ms (else median_ms) by over host_bound_pct
+    energy_j: float | None = None  # joules per call: watts of a back-to-back run (NVML energy) x loop_ms
     # --- GPU state during the timed samples (NVML read every ~10 ms from the first sample to the last) ---
     sm_clock_mhz: float | None = None  # median SM clock: the clock the speed above was measured at
     sm_clock_min_mhz: int | None = None

@@ -195,6 +195,12 @@ class SweepSpec:
     # free) or "write" (zero it, as do_bench does: every line dirty, and the timed call pays their write-back,
     # ~9 us of a 53 us decode call on an H100: benchmarks/l2_flush.py)
     l2_flush: str = "read"
+    # what a caller's loop pays (engine/timing.py, step 6): host_loops loops of back-to-back calls, each about
+    # host_loop_ms long (0 loops: not measured); a row whose loop time exceeds its GPU time by more than
+    # host_bound_pct percent is marked host-bound
+    host_loops: int = 5
+    host_loop_ms: float = 50.0
+    host_bound_pct: float = 10.0
     timeout_s: float = 300.0  # per case, compile included
     cuda_graph: bool = False
     ncu: bool = False
@@ -246,6 +252,9 @@ _PARSERS: dict[str, Any] = {
     "rep_max_ms": lambda v: _float(v, "rep_max_ms"),
     "block_launches": lambda v: _bool(v, "block_launches"),
     "l2_flush": lambda v: _parse_choices(v, L2_FLUSHES, "l2_flush")[0],
+    "host_loops": lambda v: _count(v, "host_loops"),
+    "host_loop_ms": lambda v: _float(v, "host_loop_ms"),
+    "host_bound_pct": lambda v: _float(v, "host_bound_pct", allow_zero=True),
     "min_samples": lambda v: _single(v, "min_samples"),
     "max_samples": lambda v: _single(v, "max_samples"),
     "timeout_s": lambda v: _float(v, "timeout"),
@@ -291,6 +300,13 @@ def _float(value: Any, what: str, allow_zero: bool = False) -> float:
     if out < 0 or (out == 0 and not allow_zero) or out != out:
         raise FlashbenchError(f"{what}: {value!r} must be a positive number")
     return out
+
+
+def _count(value: Any, what: str) -> int:
+    """A whole number >= 0 (0 switches the measurement off)."""
+    if isinstance(value, bool) or not (isinstance(value, int) or str(value).strip().isdigit()):
+        raise FlashbenchError(f"{what}: {value!r} must be a whole number >= 0")
+    return int(value)
 
 
 def _bool(value: Any, what: str) -> bool:

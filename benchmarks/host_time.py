@@ -1,0 +1,242 @@
+"""What a training loop pays per call: host enqueue time, eager-loop time and GPU time, bundled kernels beside
+SDPA cuDNN, in one process (the table of docs/benchmarks.md "Host time").
+
+Three numbers per call, as flashbench's rows carry them (docs/measuring.md):
+  host    perf_counter around each of the first 8 of `--calls` calls enqueued back to back after a sync: the
+          median (us), while the launch queue is too short for an enqueue to wait for the GPU
+  loop    the per-call time of those calls, from before the first to after one synchronize: the median of
+          `--loops` loops (us): what an eager loop pays
+  gpu     triton.testing.do_bench's median (us): GPU time with the host's gaps mostly hidden
+and, with --graph, the per-call time of CUDA-graph replays back to back.
+
+    python3 benchmarks/host_time.py                           # the issue's shapes: bf16, d = 128, 16k tokens
+    python3 benchmarks/host_time.py --dims 64,128 --seqs 512,1024,2048,4096 --modes fwd,fwd+bwd --graph
+    python3 benchmarks/host_time.py --profile fwd+bwd --seqs 1024 --causal 1   # cProfile of the bundled call
+    python3 benchmarks/host_time.py --decode                  # flash_decode beside SDPA at batch 1..
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+from flashbench.kernels import flash_attn, flash_decode
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+from flashbench.engine.timing import capture_cuda_graph
+
+
+def host_and_loop(fn: Callable[[], Any], calls: int, loops: int) -> tuple[float, float]:
+    """(host us per call: the median over each loop's first enqueues, loop us per call: the median over the
+    loops)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    enq: list[float] = []
+    per_loop: list[float] = []
+    for _ in range(loops):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(calls):
+            if i < 8:  # a loop's first calls: the launch queue is still short, no enqueue waits for the GPU
+                a = time.perf_counter()
+                fn()
+                enq.append(time.perf_counter() - a)
+            else:
+                fn()
+        torch.cuda.synchronize()
+        per_loop.append((time.perf_counter() - t0) / calls)
+    return statistics.median(enq) * 1e6, statistics.median(per_loop) * 1e6
+
+
+def graph_us(fn: Callable[[], Any], calls: int) -> float | None:
+    try:
+        g = capture_cuda_graph(fn)
+    except Exception as exc:  # a path that does not capture: say so, do not stop the table
+        print(f"  graph capture failed: {type(exc).__name__}: {str(exc)[:120]}", file=sys.stderr)
+        return None
+    g.replay()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        g.replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def training_calls(n: int, d: int, causal: bool, mode: str, tokens: int, hidden: int) -> dict[str, Callable]:
+    b, h = max(1, tokens // n), hidden // d
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    do = torch.randn_like(q)
+
+    def cudnn(*x: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(*x, is_causal=causal)
+
+    def bundled(*x: torch.Tensor) -> torch.Tensor:
+        return flash_attn(*x, causal=causal)
+
+    if mode == "fwd":
+        return {"triton": lambda: bundled(q, k, v), "sdpa-cudnn": lambda: cudnn(q, k, v)}
+    return {
+        "triton": lambda: torch.autograd.grad(bundled(*leaves), leaves, do),
+        "sdpa-cudnn": lambda: torch.autograd.grad(cudnn(*leaves), leaves, do),
+    }
+
+
+def decode_calls(n: int, batch: int) -> dict[str, Callable]:
+    h, hkv, d = 32, 8, 128
+    q = torch.randn(batch, h, 1, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, hkv, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    kr, vr = (t.repeat_interleave(h // hkv, dim=1) for t in (k, v))
+
+    def cudnn() -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(q, kr, vr)
+
+    return {"triton-decode": lambda: flash_decode(q, k, v), "sdpa-cudnn": cudnn}
+
+
+def breakdown(n: int, d: int, causal: bool, tokens: int, hidden: int) -> list[str]:
+    """Host us per call of the pieces a training step's attention is made of, each enqueued alone."""
+    from flashbench.kernels.backward import attention_backward
+    from flashbench.kernels.flash_v2 import attention_forward
+
+    b, h = max(1, tokens // n), hidden // d
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    do = torch.randn_like(q)
+    scale = d**-0.5
+    o, lse, _ = attention_forward(q, k, v, causal, scale)
+
+    class Identity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):  # type: ignore[no-untyped-def, override]
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, g):  # type: ignore[no-untyped-def, override]
+            return g
+
+    x = torch.randn(8, device="cuda", requires_grad=True)
+    gx = torch.ones(8, device="cuda")
+    pieces: dict[str, Callable[[], Any]] = {
+        "torch.empty [B,H,N,D]": lambda: torch.empty(q.shape, dtype=q.dtype, device="cuda"),
+        "torch.zeros fp32 [B,H,N,D]": lambda: torch.zeros(q.shape, dtype=torch.float32, device="cuda"),
+        "autograd: identity Function fwd+grad": lambda: torch.autograd.grad(Identity.apply(x), (x,), gx),
+        "flash_attn fwd (no grad)": lambda: flash_attn(q, k, v, causal=causal),
+        "attention_forward (checked inputs)": lambda: attention_forward(q, k, v, causal, scale),
+        "attention_backward (saved tensors)": lambda: attention_backward(
+            q, k, v, o, lse, do, None, causal, scale
+        ),
+        "flash_attn fwd+bwd": lambda: torch.autograd.grad(flash_attn(*leaves, causal=causal), leaves, do),
+    }
+    lines = []
+    for name, fn in pieces.items():
+        host, _ = host_and_loop(fn, 20, 5)
+        lines.append(f"{name:40} {host:7.1f} us host")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def profile(fn: Callable[[], Any], calls: int) -> str:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(40)
+    return out.getvalue()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seqs", default="512,1024,2048,4096")
+    p.add_argument("--dims", default="128")
+    p.add_argument("--causal", default="1,0", help="1, 0 or both as 1,0")
+    p.add_argument("--modes", default="fwd,fwd+bwd")
+    p.add_argument("--tokens", type=int, default=16384)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--calls", type=int, default=50)
+    p.add_argument("--loops", type=int, default=7)
+    p.add_argument("--graph", action="store_true", help="also time CUDA-graph replays")
+    p.add_argument("--decode", action="store_true", help="flash_decode at batch 1 and 8 over --seqs keys")
+    p.add_argument("--profile", default="", help="cProfile the bundled call of this mode instead")
+    p.add_argument("--breakdown", action="store_true", help="host time of each piece of a step instead")
+    p.add_argument("--out", default=os.environ.get("OUT", "results"), help="rows go to OUT/host_time.jsonl")
+    a = p.parse_args()
+    seqs = [int(x) for x in a.seqs.split(",")]
+    dims = [int(x) for x in a.dims.split(",")]
+    causals = [bool(int(x)) for x in a.causal.split(",")]
+    rows: list[dict[str, Any]] = []
+    if a.breakdown:
+        for d in dims:
+            for n in seqs:
+                for causal in causals:
+                    print(f"### host breakdown d={d} N={n} causal={causal}")
+                    breakdown(n, d, causal, a.tokens, a.hidden)
+        return
+    if a.profile:
+        for d in dims:
+            for n in seqs:
+                for causal in causals:
+                    fn = training_calls(n, d, causal, a.profile, a.tokens, a.hidden)["triton"]
+                    print(f"### cProfile: triton {a.profile} d={d} N={n} causal={causal}, 200 calls")
+                    print(profile(fn, 200))
+        return
+    shapes: list[tuple[str, dict[str, Any], dict[str, Callable]]] = []
+    if a.decode:
+        for n in seqs:
+            for batch in (1, 8):
+                shapes.append((f"decode N={n} B={batch}", {"seq": n, "batch": batch}, decode_calls(n, batch)))
+    else:
+        for mode in a.modes.split(","):
+            for d in dims:
+                for n in seqs:
+                    for causal in causals:
+                        what = f"{mode} d={d} N={n} {'causal' if causal else 'full'}"
+                        case = {"mode": mode, "head_dim": d, "seq": n, "causal": causal}
+                        shapes.append((what, case, training_calls(n, d, causal, mode, a.tokens, a.hidden)))
+    header = f"{'case':32} {'provider':14} {'host':>7} {'loop':>7} {'gpu':>7} {'graph':>7}  (us per call)"
+    lines = [header]
+    for what, case, calls in shapes:
+        for name, fn in calls.items():
+            host, loop = host_and_loop(fn, a.calls, a.loops)
+            gpu = triton.testing.do_bench(fn, warmup=100, rep=300, return_mode="median") * 1e3
+            graph = graph_us(fn, a.calls) if a.graph else None
+            rows.append(
+                {**case, "provider": name, "host_us": host, "loop_us": loop, "gpu_us": gpu, "graph_us": graph}
+            )
+            g = f"{graph:7.0f}" if graph is not None else "      -"
+            lines.append(f"{what:32} {name:14} {host:7.0f} {loop:7.0f} {gpu:7.0f} {g}")
+            print(lines[-1], flush=True)
+        del calls
+        torch.cuda.empty_cache()
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "host_time.jsonl"), "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
