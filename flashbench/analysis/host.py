@@ -4,7 +4,8 @@ cases, and the energy per call, from the rows' own fields (engine/timing.py meas
 Three times per call, as NVBench reports them: the GPU time (median_ms: the samples, behind a spin kernel so host
 launch gaps do not count), the host (CPU) time to enqueue one call (host_ms), and the per-call time of
 back-to-back calls with one sync and no spin kernel (loop_ms: what a user's eager loop pays). A row whose loop
-time exceeds its GPU time by more than the sweep's margin says host_bound; these numbers only read that flag and
+time exceeds the GPU's work in the loop (loop_gpu_ms: calls held back to back, no flush; older rows: median_ms;
+the frame's gpu_in_loop_ms) by more than the sweep's margin says host_bound; these numbers only read that flag and
 the times, they never re-decide it. Rows written before these were measured have none: nothing is said of them.
 """
 
@@ -32,7 +33,7 @@ class HostLine:
     where: tuple[str, ...]  # the host-bound cases in words, smallest first
     worst_at: str  # the case with the largest loop / GPU time
     worst_loop_ms: float
-    worst_gpu_ms: float
+    worst_gpu_ms: float  # the GPU's work per call in that loop (gpu_in_loop_ms)
     worst_host_ms: float  # host time to enqueue one call in that case (NaN where not recorded)
     timed_as: str  # "eager", "CUDA graph", or both
 
@@ -61,7 +62,7 @@ def host_lines(frame: pd.DataFrame) -> list[HostLine]:
                 where=tuple(f"{r['mode']} {case_words(r)}" for r in bound.to_dict("records")),
                 worst_at=f"{worst['mode']} {case_words(worst)}",
                 worst_loop_ms=float(worst["loop_ms"]),
-                worst_gpu_ms=float(worst["median_ms"]),
+                worst_gpu_ms=float(worst["gpu_in_loop_ms"]),
                 worst_host_ms=float(worst["host_ms"]),
                 timed_as=" + ".join(sorted(set(grp["timed_as"]))),
             )
@@ -70,8 +71,9 @@ def host_lines(frame: pd.DataFrame) -> list[HostLine]:
 
 
 def host_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Every measured row: the case, how it was timed, GPU, host and loop time, loop / GPU, host-bound, the
-    joules per call and the work per joule; host-bound rows first, then the largest loop / GPU."""
+    """Every measured row: the case, how it was timed, GPU time (the samples' and in the loop), host and loop
+    time, loop / GPU in the loop, host-bound, the joules per call and the work per joule; host-bound rows first,
+    then the largest loop / GPU."""
     rows = measured(frame)
     out = rows.assign(case=[f"{r['mode']} {case_words(r)}" for r in rows.to_dict("records")])
     cols = {
@@ -79,6 +81,7 @@ def host_table(frame: pd.DataFrame) -> pd.DataFrame:
         "case": "case",
         "timed_as": "timed as",
         "median_ms": "GPU ms",
+        "gpu_in_loop_ms": "GPU ms in the loop",
         "host_ms": "host ms",
         "loop_ms": "loop ms",
         "loop_over_gpu": "loop / GPU",

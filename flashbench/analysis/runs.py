@@ -135,9 +135,9 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
     for col in ("median_ms", "p20_ms", "p80_ms", "tflops"):
         df.loc[~df["ok"], col] = np.nan
     # What a caller's loop pays and the energy per call (None on rows written before they were measured).
-    for col in ("host_ms", "loop_ms", "energy_j", *CLOCK_FIELDS):
+    for col in ("host_ms", "loop_ms", "loop_gpu_ms", "energy_j", *CLOCK_FIELDS):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
-    for col in ("host_ms", "loop_ms", "energy_j"):
+    for col in ("host_ms", "loop_ms", "loop_gpu_ms", "energy_j"):
         df.loc[~df["ok"], col] = np.nan
     df["host_bound"] = [
         bool(v) if isinstance(v, bool) and ok else None
@@ -169,7 +169,10 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
     modelled.add_model_columns(df)  # fills flops where the row lacks them
     missing = df["tflops"].isna() & df["ok"] & (df["median_ms"] > 0)
     df.loc[missing, "tflops"] = df.loc[missing, "flops"] / (df.loc[missing, "median_ms"] * 1e-3) / 1e12
-    df["loop_over_gpu"] = df["loop_ms"] / df["median_ms"]
+    # The GPU's work per call in the loop, as host_bound judges it: the time of calls held back to back (no host
+    # gap, no L2 flush), where the row has it; else the samples' median.
+    df["gpu_in_loop_ms"] = df["loop_gpu_ms"].fillna(df["median_ms"]).where(df["loop_ms"].notna())
+    df["loop_over_gpu"] = df["loop_ms"] / df["gpu_in_loop_ms"]
     # Energy per unit of work: TFLOP per joule (training rows), generated tokens per joule (a serving call makes
     # seq_q new tokens for each of its batch's sequences).
     df["tflop_per_j"] = (df["flops"] / df["energy_j"] / 1e12).where(~df["serving"])

@@ -42,6 +42,8 @@ COLUMNS = [
     "timed_as",
     "host_ms",
     "loop_ms",
+    "loop_gpu_ms",
+    "gpu_in_loop_ms",
     "loop_over_gpu",
     "host_bound",
     "energy_j",

@@ -44,7 +44,8 @@ def hover(df: pd.DataFrame, extra: Any = ()) -> list[str]:
             host = f", host {r['host_ms']:.4g} ms to enqueue" if _num(r.get("host_ms")) else ""
             bound = " · host-bound" if r.get("host_bound") is True else ""
             lines.append(
-                f"eager loop {r['loop_ms']:.4g} ms per call ({r['loop_over_gpu']:.2f}× GPU){host}{bound}"
+                f"eager loop {r['loop_ms']:.4g} ms per call ({r['loop_over_gpu']:.2f}× the GPU's "
+                f"{r['gpu_in_loop_ms']:.4g} ms in the loop){host}{bound}"
             )
         if _num(r.get("energy_j")):
             per = (

@@ -272,10 +272,12 @@ def _table_sections(run: Run, add: Any) -> None:
         add(
             "host",
             f"Host time and energy ({n_bound} of {len(hosts)} cases host-bound)",
-            "GPU ms: the samples' median, the GPU's work behind a spin kernel; host ms: the host (CPU) time to "
-            "enqueue one call; loop ms: the per-call time of back-to-back calls with one sync and no spin kernel, "
-            "what an eager loop pays; host-bound: the sweep's flag (loop time above the GPU time by more than its "
-            "margin). J per call: NVML's energy counter over the back-to-back loops. Host-bound cases first.",
+            "GPU ms: the samples' median, the GPU's work behind a spin kernel; GPU ms in the loop: its time per "
+            "call held back to back, no L2 flush (the samples' median on rows that predate it); host ms: the host "
+            "(CPU) time to enqueue one call; loop ms: the per-call time of back-to-back calls with one sync and no "
+            "spin kernel, what an eager loop pays; loop / GPU: loop ms over GPU ms in the loop; host-bound: the "
+            "sweep's flag (that ratio above 1 by more than its margin). J per call: NVML's energy counter over the "
+            "back-to-back loops. Host-bound cases first.",
             details(f"{len(hosts)} cases", table(hosts, ratios=("loop / GPU",)), open_=n_bound > 0),
         )
     bad = summary.failures_that_matter(frame)

@@ -151,7 +151,8 @@ def host_blocks(frame: Any) -> list[Block]:
         ]
     head = (
         "**Host time** (loop = per-call time of back-to-back eager calls with one sync and no spin kernel, what "
-        "a Python loop pays; host-bound = the sweep's flag, loop time above the GPU time by more than its margin):"
+        "a Python loop pays; the GPU's work = its time per call held back to back, where recorded, else the "
+        "samples' median; host-bound = the sweep's flag, loop time above the GPU's work by more than its margin):"
     )
     items = []
     for h in lines:

@@ -157,4 +157,11 @@ def _table(
     return [*lines, ""]
 
 
-HOST_FORMATS = {"GPU ms": ".4g", "host ms": ".4g", "loop ms": ".4g", "loop / GPU": ".2f", "J per call": ".4g"}
+HOST_FORMATS = {
+    "GPU ms": ".4g",
+    "GPU ms in the loop": ".4g",
+    "host ms": ".4g",
+    "loop ms": ".4g",
+    "loop / GPU": ".2f",
+    "J per call": ".4g",
+}
