@@ -10,8 +10,8 @@ import pytest
 
 from flashbench.analysis import runs
 from flashbench.cli.app import main
+from flashbench.cli.render import render_tables
 from flashbench.cli.roofline import render_roofline
-from flashbench.cli.sweep import render_tables
 from flashbench.engine import runner
 from flashbench.engine.progress import describe_case
 from flashbench.gpu import environment
@@ -115,6 +115,7 @@ def one_worker(monkeypatch):
 @pytest.mark.skipif(environment.gpu_present()[0], reason="this machine has a GPU")
 @pytest.mark.usefixtures("one_worker")
 def test_list_providers_without_a_gpu_says_cuda_only(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # one line per provider (a pytest-xdist worker has no terminal: 80)
     assert main(["list", "providers"]) == 0
     lines = {row.split("│")[1].strip(): row for row in capsys.readouterr().out.splitlines() if "│" in row}
     assert "no: cuda only (no GPU here)" in lines["sdpa-cudnn"] and " yes " in lines["naive"]
@@ -150,7 +151,8 @@ def test_cpu_sweep_footer_says_nothing_about_gpus(capsys):
     assert "CPU ms" in out and "GPU" not in out
 
 
-def test_gpu_sweep_footer_still_marks_throttling(capsys):
+def test_gpu_sweep_footer_still_marks_throttling(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the footer on one line
     render_tables([_row("naive", 16, throttled=True)])
     assert "GPU throttled" in capsys.readouterr().out
 
@@ -176,3 +178,33 @@ def test_report_speedup_vs_help_states_the_rule_pick_baseline_follows(capsys, tm
     assert runs.pick_baseline(frame) == "sdpa-math"
     frame = pd.DataFrame({"provider": ["flex", "triton"], "ok": [False, True]})
     assert runs.pick_baseline(frame) == "triton"
+
+
+def test_a_decode_sweep_table_shows_gb_s_as_the_report_computes_them(capsys, monkeypatch):
+    """A serving group's cells are GB/s, the same number the report states (its achieved_gb_s), not the 3-10
+    TFLOP/s a decode does; a training group keeps TFLOP/s."""
+    from flashbench.results.rows import read_rows
+
+    monkeypatch.setenv("COLUMNS", "200")
+    run_dir = Path(__file__).resolve().parents[1] / "results" / "examples" / "h100-decode"
+    decode = runs.load_run(run_dir)
+    rows = [r for r in read_rows(run_dir) if r.kv_heads == 8 and r.kv_layout == "contiguous"]
+    render_tables(rows + [_row("naive", 512)])
+    out = capsys.readouterr().out
+    assert "GB/s (median)" in out and "TFLOP/s (median)" in out and "N = KV length" in out
+    ok = decode.frame[
+        decode.frame["ok"] & (decode.frame["kv_heads"] == 8) & (decode.frame["kv_layout"] == "contiguous")
+    ]
+    cudnn = next(line for line in out.splitlines() if "sdpa-cudnn" in line)
+    expected = [f"{v:.0f}" for v in ok[ok["provider"] == "sdpa-cudnn"].sort_values("seq_k")["achieved_gb_s"]]
+    assert cudnn.replace("│", " ").split()[1:] == expected
+    assert all(float(v) > 1000 for v in expected)  # bytes/s of a cache read, not TFLOP/s
+
+
+def test_a_host_bound_row_is_marked_in_the_sweep_table(capsys):
+    render_tables([_row("naive", 512, host_bound=True, loop_ms=2.0, host_ms=1.5), _row("triton", 512)])
+    out = capsys.readouterr().out
+    naive = next(line for line in out.splitlines() if "naive" in line)
+    triton = next(line for line in out.splitlines() if "triton" in line)
+    assert "456.7†" in naive and "†" not in triton
+    assert "† = host-bound" in out

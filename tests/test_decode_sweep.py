@@ -106,7 +106,7 @@ def test_report_has_a_decode_section(decode_run):
     assert "triton-decode" in section and "paged16, random" in section and "ms per token" in section
     pytest.importorskip("plotly", reason="the HTML report needs plotly (the GPU machine has none)")
     page = build(decode_run, fmt="html")
-    assert '<section id="decode">' in page and "Decode: bandwidth against cache length" in page
+    assert '<section id="decode">' in page and "Decode: GB/s against KV length" in page
 
 
 BAD_KERNELS = """

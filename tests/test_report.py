@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from flashbench.analysis.modelled import ROOF_RULE
 from flashbench.cli.app import main
 from flashbench.models.roofline import BOUND_RULE
 from flashbench.results.rows import read_rows
@@ -155,7 +156,8 @@ def test_json_is_strict_and_tidy(fixture: Path, tmp_path: Path, capsys: pytest.C
     assert run_cli(["report", str(fixture), "--format", "json", "-o", str(out)], capsys)[0] == 0
     doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert doc["schema"] == 1 and "forward = 4*B*H*d" in doc["flop_convention"]
-    assert doc["bound_rule"] == BOUND_RULE  # the one definition of the rows' "bound"
+    assert doc["roof_rule"] == ROOF_RULE  # the one definition of the rows' "bound" and "% of roofline"
+    assert doc["own_traffic_rule"] == BOUND_RULE  # each provider's own roof: pct_of_own_roofline, own_bound
     assert len(doc["rows"]) == len(read_rows(fixture))
     ok = [r for r in doc["rows"] if r["status"] == "ok" and r["tflops"] is not None]
     assert ok and all(isinstance(r["samples_ms"], list) for r in ok)
@@ -308,7 +310,11 @@ def test_cross_gpu_comparison_labels_both_gpus(tmp_path: Path, capsys: pytest.Ca
     runs = [analysis.load_run(h200), analysis.load_run(h100)]
     assert [r.gpu_spec.name for r in runs][1] != runs[0].gpu_spec.name
     fig = roofline_figure.roofline_compare(runs, "bf16")
-    lines = [t.name for t in fig.data if t.mode == "lines" and t.showlegend is not False]
+    lines = [t.name for t in fig.data if t.mode == "lines"]
+    # every roof is named on its panel and none in the legend, which sits under both panels: a legend of both GPUs'
+    # roofs (17 entries) squeezed the panels
+    assert not [t.name for t in fig.data if t.mode == "lines" and t.showlegend is not False]
+    assert fig.layout.legend.orientation == "h"
     for gpu in ("NVIDIA H200", H100):
         assert any(n.startswith(f"{gpu} · datasheet: ") for n in lines), lines
         assert any(n.startswith(f"{gpu} · NVML-derived: ") for n in lines), lines

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 from report_helpers import H100, H100_FACTS, H100_SPEED, case_row, write_run
 
-from flashbench.analysis import clocks, summary
+from flashbench.analysis import clocks, leads, summary
 from flashbench.analysis import runs as analysis
 from flashbench.gpu.calibrate import throttle_verdict
 from flashbench.report import tables, verdict
-from flashbench.report.figures import hover, with_context
+from flashbench.report.hover import hover, with_context
 from flashbench.results.rows import Row
 from flashbench.spec.cases import Case
 
@@ -45,7 +45,7 @@ def three_providers(tmp_path: Path) -> analysis.Run:
 
 
 def test_fastest_and_its_margin_over_the_runner_up_per_group(tmp_path: Path) -> None:
-    (lead,) = summary.leads(three_providers(tmp_path).frame)
+    (lead,) = leads.leads(three_providers(tmp_path).frame)
     ratios = [b / a for a, b in zip(TIMES["A"], TIMES["B"], strict=True)]  # B's time / A's: 1.2, 1.1, 0.95
     assert (lead.fastest, lead.runner_up) == ("A", "B")
     assert lead.geomean == pytest.approx(statistics.geometric_mean(ratios))
@@ -70,7 +70,10 @@ def test_a_provider_not_installed_is_neither_a_case_nor_a_provider(tmp_path: Pat
     assert summary.description(run.frame)[0] == "3 providers (A, B, C)"
     assert summary.failures_that_matter(run.frame).empty
     md = verdict.markdown(run, None)
-    assert ": 9 cases, all ok." in md and "Not installed, so neither cases nor providers here: D." in md
+    assert (
+        ": 9 cases, all ok, every one timed as eager calls." in md
+        and "Not installed, so neither cases nor providers here: D." in md
+    )
 
 
 def test_failures_that_matter_are_wrong_crash_timeout_oom_not_refusals(tmp_path: Path) -> None:
@@ -98,7 +101,7 @@ def test_decode_shapes_need_not_have_seq_q_equal_seq_k(tmp_path: Path) -> None:
         case_row(p, ms * nk / 1024, n=1, nk=nk) for p, ms in (("A", 0.01), ("B", 0.02)) for nk in (1024, 8192)
     ]
     frame = analysis.load_run(write_run(tmp_path / "run", rows)).frame
-    (lead,) = summary.leads(frame)
+    (lead,) = leads.leads(frame)
     assert lead.fastest == "A" and [n for n, _ in lead.ratios] == ["1×1k", "1×8k"]
     assert lead.geomean == pytest.approx(2.0)
     assert "Nq = 1 over Nk = 1k, 8k" in summary.description(frame)
@@ -116,12 +119,12 @@ def test_windowed_cases_are_ranked_apart_from_full_ones(tmp_path: Path) -> None:
     rows += [row("A", 0.5, n, "256,0") for n in (1024, 2048)] + [
         row("B", 0.25, n, "256,0") for n in (1024, 2048)
     ]
-    leads = summary.leads(analysis.load_run(write_run(tmp_path / "run", rows)).frame)
-    assert [(lead.variant, lead.fastest, lead.geomean) for lead in leads] == [
+    groups = leads.leads(analysis.load_run(write_run(tmp_path / "run", rows)).frame)
+    assert [(lead.variant, lead.fastest, lead.geomean) for lead in groups] == [
         ("", "A", pytest.approx(1.5)),
         ("window 256,0", "B", pytest.approx(2.0)),
     ]
-    assert leads[1].group.endswith("causal · window 256,0")
+    assert groups[1].group.endswith("causal · window 256,0")
 
 
 def test_clock_event_reasons_in_words() -> None:
@@ -284,14 +287,14 @@ def test_a_run_without_calibration_says_it_has_no_measured_roof(tmp_path: Path) 
     assert "**Measured roof**: none. This run has no calibration" in verdict.markdown(run, None)
 
 
-def test_bound_and_percent_of_roofline_follow_the_one_rule() -> None:
+def test_bound_and_percent_of_roofline_are_one_roof_per_case() -> None:
     run = analysis.load_run(H100_SPEED)
     ok = run.frame[run.frame["ok"]]
     view = summary.roof_view(ok)
     roof = run.ceilings[0]  # the datasheet roof: % of roofline is against it
     peak, bw = roof.peak("bf16"), roof.bw_bytes_s
     for (_, r), (_, v) in zip(ok.iterrows(), view.iterrows(), strict=True):
-        ai = r["flops"] / r["model_bytes_provider"]
+        ai = r["flops"] / r["model_bytes_compulsory"]
         assert v["roof_ai"] == pytest.approx(ai)
         assert v["roof_bound"] == ("compute-bound" if ai >= peak / bw else "memory-bound")
         assert v["roof_pct"] == pytest.approx(100 * r["tflops"] * 1e12 / min(peak, ai * bw))
@@ -321,3 +324,97 @@ def test_the_run_is_described_from_what_ran_not_the_preset(tmp_path: Path) -> No
         "causal and non-causal",
         "fwd, fwd+bwd",
     ]
+
+
+def timed_row(provider: str, ms: float, spread: float, clock: float, n: int = 1024) -> Row:
+    """An ok row at `ms` whose p20-p80 band is ms x (1 -/+ spread), run at SM clock `clock` MHz."""
+    case = Case(provider, 1, 8, 8, n, n, 64, "bf16", False, "fwd")
+    samples = [ms * (1 - spread)] * 3 + [ms] * 4 + [ms * (1 + spread)] * 3
+    return Row.for_case(
+        case,
+        "ok",
+        gpu=H100,
+        samples_ms=samples,
+        median_ms=ms,
+        p20_ms=ms * (1 - spread),
+        p80_ms=ms * (1 + spread),
+        sm_clock_mhz=clock,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spread", "clock_a", "tied"),
+    [
+        (0.0, 1800.0, False),  # A 3% faster, no noise, same clock: a win
+        (0.02, 1800.0, True),  # each row's p20-p80 is +-2%: half-widths add to 4% > 3%
+        (0.005, 1800.0 * 1.03, True),  # 1% noise, and A ran at a 3% higher clock: 3% is within 4%
+        (0.005, 1800.0 / 1.03, False),  # A won at the lower clock: the clock explains nothing
+    ],
+)
+def test_a_margin_within_noise_and_clock_advantage_is_a_tie(
+    tmp_path: Path, spread: float, clock_a: float, tied: bool
+) -> None:
+    rows = [timed_row("A", 1.0 * k, spread, clock_a, n=1024 * k) for k in (1, 2)]
+    rows += [timed_row("B", 1.03 * k, spread, 1800.0, n=1024 * k) for k in (1, 2)]
+    run = analysis.load_run(write_run(tmp_path / "run", rows))
+    (lead,) = leads.leads(run.frame)
+    assert (lead.fastest, lead.runner_up) == ("A", "B")
+    assert lead.noise == pytest.approx(2 * spread)
+    assert lead.clock_gap == pytest.approx(max(clock_a / 1800.0 - 1, 0.0))
+    assert lead.tied is tied
+    line = next(x for x in verdict.markdown(run, None).splitlines() if x.startswith("- fwd"))
+    assert line.startswith("- fwd · d=64 · non-causal: tied: A 1.03× over B") == tied
+    assert line.startswith("- fwd · d=64 · non-causal: **A** 1.03× over B") == (not tied)
+
+
+def test_the_clock_sentence_is_computed_even_when_nothing_throttled(tmp_path: Path) -> None:
+    rows = [timed_row("A", 1.0, 0.0, 1980.0), timed_row("B", 1.2, 0.0, 1755.0)]
+    md = verdict.markdown(analysis.load_run(write_run(tmp_path / "run", rows)), None)
+    assert (
+        "**Clocks**: the 2 measured cases ran at SM clocks of 1755–1980 MHz" in md
+        and "none ran throttled" in md
+    )
+    assert "A at 1980 MHz, B at 1755 MHz, 12.8% apart against a 20.0% margin" not in md  # 20% > 12.8%: a win
+    assert "ran up to 12.8% apart (fwd · d=64 · non-causal: A at a higher clock, 1980 vs 1755 MHz)" in md
+    assert "compare like with like" not in md  # the sentence that was written in, not computed
+
+
+def test_a_measured_roof_quotes_its_own_dtypes_clock() -> None:
+    from flashbench.report import roofline_figure
+
+    run = analysis.load_run(H100_SPEED)
+    details = run.env.calibration["details"]["matmul"]
+    bf16, fp8 = details["bf16"]["sm_clock_mhz"], details["fp8"]["sm_clock_mhz"]
+    assert bf16 != fp8  # the committed calibration: bf16 at 1380 MHz, fp8 at 1215 MHz
+    fig = roofline_figure.roofline(run, "bf16")
+    (label,) = [t.name for t in fig.data if t.name and t.name.startswith("measured (")]
+    assert f"bf16 matmul at {bf16:.0f} MHz" in label and f"{fp8:.0f} MHz" not in label
+
+
+def test_each_calibration_figure_is_judged_by_its_own_measurement() -> None:
+    """The committed calibration: every matmul power-capped, the copy and the read at full clock. The summary calls
+    only the matmul figures no ceiling, and the roofline draws only the measured compute roof in red."""
+    from flashbench.report import roofline_figure
+    from flashbench.report.roofline_figure import THROTTLED_ROOF
+
+    run = analysis.load_run(H100_SPEED)
+    details = run.env.calibration["details"]
+    copy, read = details["copy"], details["read"]
+    assert (
+        copy["throttle_reasons"] == [] == read["throttle_reasons"]
+        and details["matmul"]["bf16"]["throttle_reasons"]
+    )
+    md = verdict.markdown(run, None)
+    assert (
+        f"{run.ceilings[-1].peak('bf16') / 1e12:.0f} TFLOP/s bf16 are what a throttled GPU did, not ceilings"
+        in md
+    )
+    assert (
+        f"{copy['gb_s']:.0f} GB/s copy at {copy['sm_clock_mhz']:.0f} MHz, {read['gb_s']:.0f} GB/s read at "
+        f"{read['sm_clock_mhz']:.0f} MHz ran unthrottled and stand"
+    ) in md
+    fig = roofline_figure.roofline(run, "bf16")
+    colours = {t.name: t.line.color for t in fig.data if t.mode == "lines"}
+    assert colours["HBM 3.00 TB/s (measured)"] != THROTTLED_ROOF
+    (peak,) = [c for n, c in colours.items() if n.startswith("measured (")]
+    assert peak == THROTTLED_ROOF

@@ -171,6 +171,18 @@ class Calibration:
     reasons: tuple[str, ...] = ()  # the clock-event reasons in short words (a chart label)
     reason: str = ""  # the throttle verdict in words: which reason held the clock, where, at what clock
     when: str = ""
+    # Per matmul dtype of a steady-regime record: (median SM clock MHz, the reasons in words) of that measurement,
+    # so a roof of one dtype quotes its own clock, never the lowest of all (the FP8 matmul's, usually).
+    matmul: tuple[tuple[str, float | None, tuple[str, ...]], ...] = ()
+    # The copy and read measurements of a steady-regime record: (name, GB/s, median SM clock, reasons in words).
+    bandwidth: tuple[tuple[str, float, float | None, tuple[str, ...]], ...] = ()
+
+    def matmul_clock(self, dtype: str) -> tuple[float | None, tuple[str, ...]]:
+        """(SM clock, reasons) of the `dtype` matmul measurement; the record's overall figures otherwise."""
+        for name, clock, reasons in self.matmul:
+            if name == dtype:
+                return clock, reasons
+        return self.clock_mhz, self.reasons
 
 
 def calibration(env: Environment, ceilings: list[Any], gpu_spec: Any = None) -> Calibration:
@@ -195,6 +207,27 @@ def calibration(env: Environment, ceilings: list[Any], gpu_spec: Any = None) -> 
     if "throttle_reason" in record:  # the steady-regime record
         names = [n for m in _measurements(record) for n in m.get("throttle_reasons") or []]
         clock = record.get("sm_clock_mhz")
+        matmuls = (record.get("details") or {}).get("matmul") or {}
+        per_dtype = tuple(
+            (
+                str(dtype),
+                float(m["sm_clock_mhz"]) if m.get("sm_clock_mhz") else None,
+                tuple(reason_words(names=m.get("throttle_reasons") or [])),
+            )
+            for dtype, m in matmuls.items()
+            if isinstance(m, dict) and "error" not in m
+        )
+        details = record.get("details") or {}
+        bandwidth = tuple(
+            (
+                name,
+                float(m["gb_s"]),
+                float(m["sm_clock_mhz"]) if m.get("sm_clock_mhz") else None,
+                tuple(reason_words(names=m.get("throttle_reasons") or [])),
+            )
+            for name in ("copy", "read")
+            if isinstance(m := details.get(name), dict) and m.get("gb_s")
+        )
         return Calibration(
             source=source,
             throttled=bool(record.get("throttled")),
@@ -202,6 +235,8 @@ def calibration(env: Environment, ceilings: list[Any], gpu_spec: Any = None) -> 
             reasons=tuple(reason_words(names=names)),
             reason=str(record.get("throttle_reason") or ""),
             when=when,
+            matmul=per_dtype,
+            bandwidth=bandwidth,
         )
     before, after = record.get("nvml_before") or {}, record.get("nvml_after") or {}
     bits = int(after.get("clock_event_reasons") or 0) | int(before.get("clock_event_reasons") or 0)

@@ -21,7 +21,17 @@ def compare_runs(current: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
     A ratio above 1 is a slowdown. Cases in only one run are left out; a case that is ok in the baseline and
     not ok now appears with change "newly failing" and no ratio.
     """
-    cols = ["key", "provider", "shape_key", *CASE_COLUMNS[1:], "panel", "status", "median_ms", "tflops"]
+    cols = [
+        "key",
+        "provider",
+        "shape_key",
+        *CASE_COLUMNS[1:],
+        "panel",
+        "serving",
+        "status",
+        "median_ms",
+        "tflops",
+    ]
     side = ["status", "median_ms", "tflops", "pct_of_roofline"]
     joined = current[[*cols, "pct_of_roofline"]].merge(
         baseline[["key", *side]], on="key", suffixes=("", "_baseline")
@@ -38,6 +48,26 @@ def same_gpu(a: Run, b: Run) -> bool:
     from flashbench.gpu.hardware import normalize_name
 
     return normalize_name(a.gpu_name) == normalize_name(b.gpu_name)
+
+
+def same_run(a: Run, b: Run) -> str:
+    """Why two runs are one and the same, in words ("" when they are not): the same directory, or every case with
+    the same raw samples. A comparison of a run with itself can only say 1.00x."""
+    if a.path.resolve() == b.path.resolve():
+        return "the same directory"
+    cols = ["key", "status", "samples_ms"]
+    left = a.frame[cols].assign(samples_ms=a.frame["samples_ms"].map(_samples))
+    right = b.frame[cols].assign(samples_ms=b.frame["samples_ms"].map(_samples))
+    if (
+        len(left)
+        and left.sort_values("key").to_numpy().tolist() == right.sort_values("key").to_numpy().tolist()
+    ):
+        return "every case has the same raw samples"
+    return ""
+
+
+def _samples(value: Any) -> tuple[float, ...]:
+    return tuple(value) if isinstance(value, list) else ()
 
 
 # Shown instead of the gate's verdict when the two runs come from different GPU models.

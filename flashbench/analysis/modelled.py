@@ -83,6 +83,26 @@ def add_model_columns(df: pd.DataFrame) -> None:
         df[f"ai_{name}"] = df["flops"] / df[f"model_bytes_{name}"]
 
 
+def provider_bytes(case: Case, kernel_config: dict[str, Any] | None = None) -> float:
+    """The DRAM bytes the case's provider family is modelled to move with L2 reuse: the bytes behind a serving
+    row's GB/s (add_bandwidth), for callers that hold Row records rather than the tidy frame (the sweep's
+    terminal table). Raises ValueError for a shape the model refuses."""
+    lens = case.kv_lengths() if case.ragged else None
+    dims = (case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k, case.head_dim)
+    traffic = io_model.hbm_traffic(
+        family_for_provider(case.provider),
+        *dims,
+        dtype_bytes(case.dtype),
+        case.causal,
+        case.mode,
+        l2_reuse=True,
+        blocks=Blocks.from_config(kernel_config),
+        seqlens_k=lens,
+        window=case.window_size,
+    )
+    return float(traffic.total)
+
+
 def seqlens_of(row: Any) -> tuple[int, ...] | None:
     """Each sequence's valid keys for a ragged case's row (a namedtuple with the Case fields), else None."""
     case = Case(**{name: getattr(row, name) for name in CASE_FIELDS})
@@ -166,35 +186,55 @@ def ceilings(env: Environment, frame: pd.DataFrame, gpu: str) -> tuple[Any, list
     return spec, [c for c in hardware.ceilings(spec, facts, calibration) if c.bw_bytes_s]
 
 
-def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
-    """models.roofline per case under the first ceiling (datasheet first), with the validity guard.
+# The one rule for "% of roofline" and "bound" in every table, headline, export and comparison: one roof per case.
+ROOF_RULE = (
+    "% of roofline: measured FLOP/s / min(peak, AI x bandwidth) at the case's compulsory intensity AI = credited "
+    "FLOPs / the DRAM bytes any exact attention must move (inputs read once, outputs written once), under the "
+    "first ceiling (datasheet) and the peak of the case's tensor-core dtype: one roof per case, the same for "
+    "every provider, so a provider that moves extra bytes scores lower, never higher. bound: the roof that "
+    "limits the case at that intensity (compute-bound if AI >= ridge = peak / bandwidth, else memory-bound). "
+    "Each provider's own modelled traffic (with L2 reuse) and compute dtype give what that implementation's own "
+    "traffic allows: shown in the hover and exported as pct_of_own_roofline and own_bound."
+)
 
-    bound, attainable_tflops, pct_of_roofline: models.roofline.BOUND_RULE, at ai_provider (the family's
-    modelled bytes with L2 reuse): compute-bound or memory-bound, min(peak, AI x bandwidth), achieved / that;
-    pct_of_floor_roofline: achieved / attainable at the compulsory intensity (what any exact attention could do);
-    pct_of_family_bound: the family's no-L2 minimum time / measured (above 100%: the L2 cache saved traffic);
-    roofline_error: set when the measured time beats the compulsory minimum under the most permissive ceiling
-    (a measurement or model error): such a case is never shown as a speed (ok is False).
+
+def case_compute_dtype(dtype: str) -> str:
+    """The peak a case is held to: its input dtype on the tensor cores (fp32 inputs: tf32, as tl.dot runs them),
+    whatever precision a given provider chooses to compute in."""
+    return io_model.compute_dtype("flash", dtype)
+
+
+def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
+    """ROOF_RULE per case under the first ceiling (datasheet first), each provider's own roof, and the guard.
+
+    peak_tflops, ridge_ai, attainable_tflops, pct_of_roofline, bound: ROOF_RULE (the case's compulsory
+    intensity ai_compulsory, the case's tensor-core peak); own_peak_tflops, attainable_own_tflops,
+    pct_of_own_roofline, own_bound: the same arithmetic at the provider family's own intensity with L2 reuse
+    (ai_provider) and its compute dtype (sdpa-math: fp32), models.roofline.BOUND_RULE: what that
+    implementation's own traffic allows; pct_of_family_bound: the family's no-L2 minimum time / measured (above
+    100%: the L2 cache saved traffic); roofline_error: set when the measured time beats the compulsory minimum
+    under the most permissive ceiling (a measurement or model error): such a case is never shown as a speed.
     """
     import numpy as np
 
     nan = float("nan")
-    names = [
+    numbers = [
         "peak_tflops",
         "bw_bytes_s",
-        "attainable_tflops",
-        "attainable_floor_tflops",
-        "attainable_no_l2_tflops",
         "ridge_ai",
+        "attainable_tflops",
         "pct_of_roofline",
-        "pct_of_floor_roofline",
+        "own_peak_tflops",
+        "attainable_own_tflops",
+        "pct_of_own_roofline",
+        "attainable_no_l2_tflops",
         "pct_of_family_bound",
-        "bound",
-        "roofline_error",
     ]
-    out: dict[str, list[Any]] = {k: [] for k in names}
+    words = ["bound", "own_bound", "roofline_error"]
+    out: dict[str, list[Any]] = {k: [] for k in numbers + words}
     for r in df[[*CASE_COLUMNS, "device", "ok", "median_ms", "kernel_config"]].itertuples(index=False):
-        values: list[Any] = [nan] * 9 + ["", ""]
+        row: dict[str, Any] = {k: nan for k in numbers} | {k: "" for k in words}
+        preds = []
         if ceilings and r.device != "cpu":
             try:
                 blocks = blocks_of(r.kernel_config)
@@ -204,38 +244,39 @@ def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
                 ]
             except (ValueError, TypeError, ZeroDivisionError):
                 preds = []
-            if preds:
-                p = preds[0]
-                values = [
-                    p.peak_flops_s / 1e12 if p.peak_flops_s else nan,
-                    p.bw_bytes_s,
-                    p.model.attainable_flops_s / 1e12,
-                    p.compulsory.attainable_flops_s / 1e12,
-                    p.no_l2.attainable_flops_s / 1e12,
-                    p.ridge if p.ridge else nan,
-                    nan,
-                    nan,
-                    nan,
-                    p.bound,
-                    "",
-                ]
-                if r.ok and r.median_ms == r.median_ms and r.median_ms > 0:
-                    guard = min(q.compulsory.min_time_s for q in preds)
-                    a = roofline.assess(r.median_ms * 1e-3, p, guard_min_time_s=guard)
-                    values[6:] = [
-                        a.pct_of_roofline,
-                        a.pct_of_floor_roofline,
-                        a.pct_of_family_bound,
-                        a.bound,
-                        a.error,
-                    ]
-        for key, value in zip(names, values, strict=True):
-            out[key].append(value)
-    for key in names:
-        df[key] = out[key] if key in ("bound", "roofline_error") else np.array(out[key], dtype=float)
+        if preds:
+            p, roof = preds[0], ceilings[0]
+            peak = roof.peak(case_compute_dtype(r.dtype)) or None
+            attainable = roofline.attainable_flops_s(p.compulsory.ai, peak, p.bw_bytes_s)
+            row |= {
+                "peak_tflops": peak / 1e12 if peak else nan,
+                "bw_bytes_s": p.bw_bytes_s,
+                "ridge_ai": roofline.ridge_point(peak, p.bw_bytes_s) if peak else nan,
+                "attainable_tflops": attainable / 1e12,
+                "bound": roofline.bound_kind(p.compulsory.ai, peak, p.bw_bytes_s),
+                "own_peak_tflops": p.peak_flops_s / 1e12 if p.peak_flops_s else nan,
+                "attainable_own_tflops": p.model.attainable_flops_s / 1e12,
+                "own_bound": p.bound,
+                "attainable_no_l2_tflops": p.no_l2.attainable_flops_s / 1e12,
+            }
+            if r.ok and r.median_ms == r.median_ms and r.median_ms > 0:
+                guard = min(q.compulsory.min_time_s for q in preds)
+                a = roofline.assess(r.median_ms * 1e-3, p, guard_min_time_s=guard)
+                row |= {
+                    "pct_of_roofline": 100.0 * a.achieved_flops_s / attainable,
+                    "pct_of_own_roofline": a.pct_of_roofline,
+                    "pct_of_family_bound": a.pct_of_family_bound,
+                    "roofline_error": a.error,
+                }
+        for key in out:
+            out[key].append(row[key])
+    for key in numbers:
+        df[key] = np.array(out[key], dtype=float)
+    for key in words:
+        df[key] = out[key]
     df["above_roofline"] = df["roofline_error"] != ""
     df["ok"] = df["ok"] & ~df["above_roofline"]
-    for col in ("tflops", "pct_of_roofline", "pct_of_floor_roofline", "pct_of_family_bound"):
+    for col in ("tflops", "pct_of_roofline", "pct_of_own_roofline", "pct_of_family_bound"):
         df.loc[df["above_roofline"], col] = nan
 
 

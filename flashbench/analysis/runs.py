@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis import modelled
+from flashbench.analysis import modelled, serving
 from flashbench.errors import FlashbenchError
 from flashbench.models.flops import (
     BWD_BLOCK_MATMULS,
@@ -36,6 +36,16 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CASE_COLUMNS = list(CASE_FIELDS)  # the Case fields, in their order
+# The GPU's state during the timed samples, as the rows record it (None on older rows).
+CLOCK_FIELDS = (
+    "sm_clock_mhz",
+    "sm_clock_min_mhz",
+    "sm_clock_max_mhz",
+    "mem_clock_mhz",
+    "power_w",
+    "temp_c",
+    "throttled_share",
+)
 NVML_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "clock_event_reasons")
 # Baseline providers tried in this order when --speedup-vs is not given: the paper's "standard attention" first,
 # then PyTorch's own SDPA backends, so "> 1 = faster than the reference" reads as a kernel beating a baseline (a
@@ -124,6 +134,16 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
     # Rows that are not "ok" are never shown as speeds, whatever timing they carry.
     for col in ("median_ms", "p20_ms", "p80_ms", "tflops"):
         df.loc[~df["ok"], col] = np.nan
+    # What a caller's loop pays and the energy per call (None on rows written before they were measured).
+    for col in ("host_ms", "loop_ms", "loop_gpu_ms", "energy_j", *CLOCK_FIELDS):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    for col in ("host_ms", "loop_ms", "loop_gpu_ms", "energy_j"):
+        df.loc[~df["ok"], col] = np.nan
+    df["host_bound"] = [
+        bool(v) if isinstance(v, bool) and ok else None
+        for v, ok in zip(df["host_bound"], df["ok"], strict=True)
+    ]
+    df["timed_as"] = np.where(df["cuda_graph"].fillna(False).astype(bool), "CUDA graph", "eager")
     df["ncu_dram_bytes"] = df["ncu_dram_read_bytes"] + df["ncu_dram_write_bytes"]
     for when in ("before", "after"):
         col = f"nvml_{when}"
@@ -133,6 +153,9 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
     df["kernel_config"] = df["kernel_config"].map(
         lambda c: json.dumps(c, sort_keys=True) if isinstance(c, dict) and c else ""
     )
+    df["serving"] = serving.serving_mask(df)
+    df["variant"] = serving.case_variants(df)
+    # One figure panel per group a lead is judged within: a serving cache or a window is never a line of another.
     df["panel"] = (
         "d="
         + df["head_dim"].astype(str)
@@ -141,10 +164,19 @@ def measurements(raw: pd.DataFrame, env: Environment | None = None) -> pd.DataFr
         + " · "
         + df["mode"]
         + np.where(df["dtype"].nunique() > 1, " · " + df["dtype"], "")
+        + df["variant"].where(df["variant"] == "", " · " + df["variant"])
     )
     modelled.add_model_columns(df)  # fills flops where the row lacks them
     missing = df["tflops"].isna() & df["ok"] & (df["median_ms"] > 0)
     df.loc[missing, "tflops"] = df.loc[missing, "flops"] / (df.loc[missing, "median_ms"] * 1e-3) / 1e12
+    # The GPU's work per call in the loop, as host_bound judges it: the time of calls held back to back (no host
+    # gap, no L2 flush), where the row has it; else the samples' median.
+    df["gpu_in_loop_ms"] = df["loop_gpu_ms"].fillna(df["median_ms"]).where(df["loop_ms"].notna())
+    df["loop_over_gpu"] = df["loop_ms"] / df["gpu_in_loop_ms"]
+    # Energy per unit of work: TFLOP per joule (training rows), generated tokens per joule (a serving call makes
+    # seq_q new tokens for each of its batch's sequences).
+    df["tflop_per_j"] = (df["flops"] / df["energy_j"] / 1e12).where(~df["serving"])
+    df["tokens_per_j"] = (df["batch"] * df["seq_q"] / df["energy_j"]).where(df["serving"])
     return df.drop(columns=["nvml_before", "nvml_after"])
 
 
@@ -313,30 +345,6 @@ def throttled(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[frame["throttled"], cols].reset_index(drop=True)
 
 
-def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per provider, dtype and mode: the highest TFLOP/s, where it was reached, and the median % of roofline."""
-    import pandas as pd
-
-    ok = frame[frame["ok"] & frame["tflops"].notna()]
-    rows = []
-    for (provider, dtype, mode), grp in ok.groupby(["provider", "dtype", "mode"], sort=False):
-        top = grp.loc[grp["tflops"].idxmax()]
-        pct = grp["pct_of_roofline"].dropna()
-        rows.append(
-            {
-                "provider": provider,
-                "dtype": dtype,
-                "mode": mode,
-                "time_label": top["time_label"],
-                "cases": len(grp),
-                "max_tflops": float(top["tflops"]),
-                "at": f"N={top['seq_q']} d={top['head_dim']} {mask_label(top['causal'])}",
-                "median_pct_of_roofline": float(pct.median()) if len(pct) else float("nan"),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def geomean(values: Any) -> float:
     vals = [float(v) for v in values if v == v and v > 0]
     return statistics.geometric_mean(vals) if vals else float("nan")
@@ -345,7 +353,6 @@ def geomean(values: Any) -> float:
 __all__ = [
     "FLOP_CONVENTION",
     "Run",
-    "best_per_provider",
     "failures",
     "load_run",
     "measurements",

@@ -1,26 +1,21 @@
-"""What a run says, computed from its rows: the verdict the report leads with.
-
-Per group of cases (dtype, mode, head dim, mask) who is fastest and by how much over the runner-up (the
-geometric mean and the range over N of the runner-up's median time / the fastest's), the best % of roofline
-and its bound, the speedups over the reference provider, the failures that matter, and a description of what
-actually ran (the clocks behind the numbers: analysis.clocks). Nothing here formats HTML or markdown
-(flashbench.report.verdict words these); every number is a pure function of the tidy frame (analysis.runs).
+"""What a run says, computed from its rows: the parts of the verdict the report leads with besides the leads
+(analysis.leads): the speedups over the reference provider, the best per provider, the failures that matter,
+and a description of what actually ran. Nothing here formats HTML or markdown (flashbench.report.verdict words
+these); every number is a pure function of the tidy frame (analysis.runs).
 
 Rules that hold everywhere here:
 - a provider that is not installed (status "unavailable") is neither a case nor a provider: its rows leave
   before anything is counted;
 - shapes are compared on their shape key (batch, heads, seq_q, seq_k, ...): nothing assumes seq_q == seq_k;
-- "bound" and "% of roofline" are models.roofline's one rule (roof_view below), never redefined here.
+- "bound" and "% of roofline" are analysis.modelled.ROOF_RULE's one roof per case (roof_view below), never
+  redefined here.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis.runs import best_per_provider as best
 from flashbench.analysis.runs import speedups
 from flashbench.results.rows import (
     CRASH,
@@ -71,15 +66,15 @@ def n_label(seq_q: int, seq_k: int) -> str:
 
 
 def roof_view(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per row: models.roofline.BOUND_RULE's intensity (roof_ai), bound (roof_bound) and % of roofline
-    (roof_pct), as analysis.modelled.add_roofline computed them (ai_provider, bound, pct_of_roofline): the one
-    definition, read here and never recomputed. roof_bound is "" where the run has no roof (a CPU run)."""
+    """Per row: analysis.modelled.ROOF_RULE's intensity (roof_ai: the case's compulsory one), bound (roof_bound)
+    and % of roofline (roof_pct), as analysis.modelled.add_roofline computed them: the one definition, read here
+    and never recomputed. roof_bound is "" where the run has no roof (a CPU run)."""
     import pandas as pd
 
     bound = frame["bound"].fillna("").astype(str)
     return pd.DataFrame(
         {
-            "roof_ai": frame["ai_provider"].astype(float),
+            "roof_ai": frame["ai_compulsory"].astype(float),
             "roof_bound": bound.where(bound != "nan", ""),
             "roof_pct": frame["pct_of_roofline"].astype(float),
         },
@@ -87,163 +82,9 @@ def roof_view(frame: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-# ------------------------------------------------------------------------------------------ leaders
-
-
-@dataclass(frozen=True)
-class Lead:
-    """One group of cases (dtype, mode, head dim, mask): the fastest provider and its margin.
-
-    ratios: (N label, runner-up's median time / the fastest's) per shape both measured ok, in N order;
-    above 1 the fastest was ahead at that N, below 1 the runner-up was.
-    """
-
-    dtype: str
-    mode: str
-    head_dim: int
-    causal: bool
-    providers: tuple[str, ...]  # providers with ok rows in the group, fastest first
-    fastest: str
-    runner_up: str | None
-    ratios: tuple[tuple[str, float], ...]
-    best_pct: float | None = None  # the highest % of roofline in the group
-    best_pct_provider: str = ""
-    best_pct_at: str = ""
-    best_pct_bound: str = ""
-    variant: str = ""  # a serving cache ("32/8 heads · paged16"), a window ("window 4096,0")
-
-    @property
-    def group(self) -> str:
-        group = f"{self.mode} · d={self.head_dim} · {mask_label(self.causal)}"
-        return f"{group} · {self.variant}" if self.variant else group
-
-    @property
-    def geomean(self) -> float:
-        return _geomean(r for _, r in self.ratios)
-
-    @property
-    def low(self) -> tuple[str, float]:
-        return min(self.ratios, key=lambda x: x[1])
-
-    @property
-    def high(self) -> tuple[str, float]:
-        return max(self.ratios, key=lambda x: x[1])
-
-    @property
-    def behind_at(self) -> list[str]:
-        """The N at which the runner-up was faster."""
-        return [n for n, r in self.ratios if r < 1.0]
-
-
 def _geomean(values: Any) -> float:
     vals = [float(v) for v in values if v == v and v > 0]
     return statistics.geometric_mean(vals) if vals else float("nan")
-
-
-def _shape_order(frame: pd.DataFrame) -> list[str]:
-    """Shape keys in N order (key length, then query length, then batch)."""
-    cols = ["seq_k", "seq_q", "batch", "heads", "shape_key"]
-    shapes = frame[cols].drop_duplicates("shape_key").sort_values(cols[:-1])
-    return list(shapes["shape_key"])
-
-
-def leads(frame: pd.DataFrame) -> list[Lead]:
-    """The fastest provider per (dtype, mode, head dim, mask), with its margin over the closest competitor.
-
-    For every pair of providers, the geometric mean over the shapes both measured ok of one's time over the
-    other's. The fastest is the provider whose worst such margin is the largest (it beats every other by at
-    least that); the runner-up is the provider that margin is against.
-    """
-    ok = frame[frame["ok"] & frame["median_ms"].notna()].copy()
-    view = roof_view(ok) if len(ok) else None
-    out: list[Lead] = []
-    ok["variant"] = case_variants(ok)
-    keys = ["dtype", "mode", "head_dim", "causal", "variant"]
-    for (dtype, mode, d, causal, variant), grp in ok.groupby(keys, sort=False):
-        times = grp.pivot_table(index="shape_key", columns="provider", values="median_ms", aggfunc="first")
-        times = times.reindex(_shape_order(grp))
-        names = list(dict.fromkeys(grp["provider"]))
-        margin: dict[str, tuple[float, str | None]] = {}
-        for p in names:
-            worst: tuple[float, str | None] = (math.inf, None)
-            for q in names:
-                if q == p:
-                    continue
-                both = times[[p, q]].dropna()
-                if len(both):
-                    worst = min(worst, (_geomean(both[q] / both[p]), q))
-            margin[p] = worst
-        fastest = max(names, key=lambda p: (margin[p][0], times[p].notna().sum()))
-        runner = margin[fastest][1]
-        ratios: tuple[tuple[str, float], ...] = ()
-        if runner is not None:
-            both = times[[fastest, runner]].dropna()
-            labels = grp.drop_duplicates("shape_key").set_index("shape_key")
-            ratios = tuple(
-                (_shape_label(labels, key, grp), float(both.at[key, runner] / both.at[key, fastest]))
-                for key in both.index
-            )
-        order = sorted(names, key=lambda p: -margin[p][0] if p != fastest else -math.inf)
-        best = _best_pct(grp, view)
-        lead = Lead(dtype, mode, int(d), bool(causal), tuple(order), fastest, runner, ratios, *best, variant)
-        out.append(lead)
-    return sorted(
-        out, key=lambda x: (x.dtype, MODE_ORDER.get(x.mode, 9), x.mode, x.head_dim, x.causal, x.variant)
-    )
-
-
-def case_variants(frame: pd.DataFrame) -> pd.Series:
-    """Per row, the variant its lead is judged within: the serving cache (cache_variants) and the sliding window,
-    so a windowed case is never ranked with a full one."""
-    variant = cache_variants(frame)
-    if "window" not in frame:
-        return variant
-    window = frame["window"].fillna("").astype(str)
-    words = ("window " + window).where(window != "", "")
-    return variant.str.cat(words, sep=" · ").str.strip(" ·")
-
-
-def cache_variants(frame: pd.DataFrame) -> pd.Series:
-    """Per row, the serving variant its lead is judged within: "" for a training sweep; for a run with serving
-    rows (seq_q != seq_k, a paged cache or ragged lengths) the heads over KV heads, the cache layout and the
-    lengths, so GQA and MHA, contiguous and paged caches are never one group."""
-    import pandas as pd
-
-    layout = frame["kv_layout"] if "kv_layout" in frame else pd.Series("contiguous", index=frame.index)
-    page = frame["page_size"] if "page_size" in frame else pd.Series(0, index=frame.index)
-    lengths = frame["seqlens"] if "seqlens" in frame else pd.Series("uniform", index=frame.index)
-    serving = (frame["seq_q"] != frame["seq_k"]) | (layout != "contiguous") | (lengths != "uniform")
-    if not serving.any():
-        return pd.Series("", index=frame.index)
-    words = (
-        frame["heads"].astype(int).astype(str) + "/" + frame["kv_heads"].astype(int).astype(str) + " heads"
-    )
-    words = words + layout.where(layout == "contiguous", "paged" + page.astype(int).astype(str)).radd(" · ")
-    return words + lengths.where(lengths == "uniform", " · ragged").where(lengths != "uniform", "")
-
-
-def _shape_label(labels: pd.DataFrame, key: str, grp: pd.DataFrame) -> str:
-    """N of one shape; with the batch too where the group has two shapes of one N."""
-    row = labels.loc[key]
-    label = n_label(int(row["seq_q"]), int(row["seq_k"]))
-    same_n = grp[(grp["seq_q"] == row["seq_q"]) & (grp["seq_k"] == row["seq_k"])]["shape_key"].nunique()
-    return f"{label} (batch {int(row['batch'])})" if same_n > 1 else label
-
-
-def _best_pct(grp: pd.DataFrame, view: pd.DataFrame | None) -> tuple[float | None, str, str, str]:
-    if view is None:
-        return None, "", "", ""
-    pct = view.loc[grp.index, "roof_pct"].dropna()
-    if pct.empty:
-        return None, "", "", ""
-    i = pct.idxmax()
-    row = grp.loc[i]
-    return (
-        float(pct[i]),
-        str(row["provider"]),
-        n_label(int(row["seq_q"]), int(row["seq_k"])),
-        str(view.at[i, "roof_bound"]),
-    )
 
 
 def reference_speedups(frame: pd.DataFrame, reference: str) -> pd.DataFrame:
@@ -278,24 +119,87 @@ def _mode_then_desc(col: pd.Series) -> pd.Series:
     return col.map(lambda m: MODE_ORDER.get(m, 9)) if col.name == "mode" else -col
 
 
+def shorten(text: Any, width: int) -> str:
+    """At most `width` characters, cut at a word boundary with an ellipsis: never mid-word."""
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1].rsplit(" ", 1)[0].rstrip(" ,;:")
+    return cut + " …"
+
+
 def case_words(row: Any) -> str:
     return f"N={n_label(int(row['seq_q']), int(row['seq_k']))} d={row['head_dim']} {mask_label(bool(row['causal']))}"
 
 
-def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
-    """analysis.runs.best_per_provider (its % of roofline is the one rule's), columns named for reading;
-    without a roofline (CPU runs) that column leaves."""
-    out = best(frame)
+def _best(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per provider, dtype and mode of the training rows (serving rows: analysis.serving.best_bandwidth): the
+    highest TFLOP/s, where it was reached, the median % of roofline (ROOF_RULE), how the calls were timed, and
+    where the rows carry them the median TFLOP per joule and the host-bound cases. Sorted by dtype, mode, then
+    the highest TFLOP/s first."""
+    import pandas as pd
+
+    ok = frame[frame["ok"] & frame["tflops"].notna() & ~frame["serving"]]
+    rows = []
+    for (provider, dtype, mode), grp in ok.groupby(["provider", "dtype", "mode"], sort=False):
+        top = grp.loc[grp["tflops"].idxmax()]
+        pct = grp["pct_of_roofline"].dropna()
+        energy = grp["tflop_per_j"].dropna()
+        rows.append(
+            {
+                "provider": provider,
+                "dtype": dtype,
+                "mode": mode,
+                "time_label": top["time_label"],
+                "timed_as": " + ".join(sorted(set(grp["timed_as"]))),
+                "cases": len(grp),
+                "max_tflops": float(top["tflops"]),
+                "at": f"N={top['seq_q']} d={top['head_dim']} {mask_label(top['causal'])}",
+                "median_pct_of_roofline": float(pct.median()) if len(pct) else float("nan"),
+                "median_tflop_per_j": float(energy.median()) if len(energy) else float("nan"),
+                "host_bound_cases": host_bound_cases(grp),
+            }
+        )
+    out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out = out.rename(
-        columns={
-            "time_label": "time",
-            "max_tflops": "max TFLOP/s",
-            "median_pct_of_roofline": "median % of roofline",
-        }
-    )
-    return out.drop(columns="median % of roofline") if out["median % of roofline"].isna().all() else out
+    out["_mode"] = out["mode"].map(lambda m: MODE_ORDER.get(m, 9))
+    out = out.sort_values(["dtype", "_mode", "max_tflops"], ascending=[True, True, False])
+    return out.drop(columns="_mode").reset_index(drop=True)
+
+
+def best_per_provider(frame: pd.DataFrame) -> pd.DataFrame:
+    """_best (its % of roofline is ROOF_RULE's), columns named for reading; a column the run has no value for (no
+    roofline on a CPU run, no energy or host time in an older run) leaves."""
+    out = _best(frame)
+    if out.empty:
+        return out
+    return drop_empty(out.rename(columns=BEST_COLUMNS), OPTIONAL_BEST)
+
+
+def host_bound_cases(rows: pd.DataFrame) -> str:
+    """ "3 of 5": how many of the rows that carry a loop time are host-bound; "" where none carries one."""
+    measured = rows["loop_ms"].notna()
+    return f"{int(rows['host_bound'].eq(True).sum())} of {int(measured.sum())}" if measured.any() else ""
+
+
+def drop_empty(table: pd.DataFrame, optional: tuple[str, ...]) -> pd.DataFrame:
+    """`table` without those `optional` columns that hold no value in any row (NaN or "")."""
+    empty = [c for c in optional if table[c].replace("", float("nan")).isna().all()]
+    return table.drop(columns=empty).reset_index(drop=True)
+
+
+BEST_COLUMNS = {
+    "time_label": "time",
+    "timed_as": "timed as",
+    "max_tflops": "max TFLOP/s",
+    "median_pct_of_roofline": "median % of roofline",
+    "median_tflop_per_j": "median TFLOP/J",
+    "host_bound_cases": "host-bound",
+}
+OPTIONAL_BEST = ("median % of roofline", "median TFLOP/J", "host-bound")
+# How the best tables print their numbers: one precision per column, never a mixture of decimals.
+BEST_FORMATS = {"max TFLOP/s": ".1f", "median % of roofline": ".1f", "median TFLOP/J": ".3f"}
 
 
 # --------------------------------------------------------------------------------------- failures
@@ -318,7 +222,7 @@ def failures_that_matter(frame: pd.DataFrame) -> pd.DataFrame:
                 "provider": provider,
                 "cases": len(g),
                 "where": "; ".join(cases[:4]) + (f"; … {len(cases) - 4} more" if len(cases) > 4 else ""),
-                "reason": str(g["reason"].iloc[0]).replace("\n", " ")[:200],
+                "reason": shorten(g["reason"].iloc[0], 200),
             }
         )
     return pd.DataFrame(rows, columns=["status", "provider", "cases", "where", "reason"])

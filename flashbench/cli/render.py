@@ -1,18 +1,28 @@
-"""Terminal tables shared by the commands: the console's width, and name columns that are never cut.
+"""Terminal tables shared by the commands: the console's width, name columns that are never cut, and the
+sweep's result tables.
 
 Names (providers, case keys) are what users type back into flags, so a table never truncates them: the name
 column does not wrap and is as wide as its longest name; every other column folds instead when the terminal
 is narrow. Off a terminal (CI logs, pipes) tables are 200 columns wide unless $COLUMNS says otherwise.
+
+A sweep's table shows each group's headline unit: TFLOP/s for training cases, GB/s for serving cases (a decode
+does ~H/Hkv FLOP per byte: its 3-10 TFLOP/s say nothing, its bytes/s against the bandwidth say everything), CPU
+ms on the CPU. A cell is marked * where the GPU throttled and † where the row is host-bound (an eager loop pays
+more per call than the GPU works).
 """
 
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from flashbench.results.rows import OK, Row
+from flashbench.spec.cases import mask_label
 
 LOG_WIDTH = 200  # off a terminal: wide enough that case keys and tables do not fold in CI logs
 
@@ -34,3 +44,96 @@ def name_column(table: Table, header: str, names: Iterable[str]) -> None:
 def folding_column(table: Table, header: str, **kw: Any) -> None:
     """Any other column: folds its text when the terminal is too narrow for the table."""
     table.add_column(header, overflow="fold", **kw)
+
+
+# A status in a cell of the sweep's table, in few letters.
+SHORT = {
+    "wrong": "WRONG",
+    "oom": "oom",
+    "predicted-oom": "pred-oom",
+    "unsupported": "unsup",
+    "unavailable": "n/a",
+    "crash": "crash",
+    "timeout": "timeout",
+    "skipped": "skip",
+}
+
+
+def serving_row(row: Row) -> bool:
+    """A serving case (analysis.serving.serving_mask's rule on one Row): judged on GB/s."""
+    return row.seq_q != row.seq_k or row.kv_layout != "contiguous" or row.seqlens != "uniform"
+
+
+def gb_s(row: Row) -> float | None:
+    """The row's achieved GB/s: its provider's modelled DRAM bytes (analysis.modelled.provider_bytes, the report's
+    number) over the median time; None where the model refuses the shape."""
+    from flashbench.analysis.modelled import provider_bytes
+
+    if not row.median_ms:
+        return None
+    try:
+        return provider_bytes(row.case, row.kernel_config) / (row.median_ms * 1e-3) / 1e9
+    except (ValueError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _cell(row: Row, unit: str) -> str:
+    if row.status != OK:
+        return SHORT.get(row.status, row.status)
+    mark = ("*" if row.throttled else "") + ("†" if row.host_bound else "")
+    if unit == "CPU ms":
+        return f"{row.median_ms:.3g}{mark}"
+    if unit == "GB/s":
+        value = gb_s(row)
+        return f"{value:.0f}{mark}" if value is not None else f"{row.median_ms:.3g} ms{mark}"
+    return f"{row.tflops:.1f}{mark}" if row.tflops is not None else f"{row.median_ms:.3g} ms{mark}"
+
+
+def render_tables(rows: list[Row], tokens: int | None = None) -> None:
+    """One table per shape group: providers x N (the KV length), TFLOP/s or GB/s (median) or the status."""
+    out = console()
+    groups: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
+    for row in rows:
+        # a serving case's table: its query tokens, KV layout and lengths (training: seq_q = N, none of these)
+        serving = " ".join(row.case.key.split("|")[10:])
+        nq = f" Nq={row.seq_q}" if row.seq_q != row.seq_k else ""
+        groups[(row.dtype, row.head_dim, row.heads, row.kv_heads, row.causal, row.mode, nq, serving)].append(
+            row
+        )
+    units = set()
+    for (dtype, d, h, kv, causal, mode, nq, serving), members in groups.items():
+        cpu = all(r.device == "cpu" for r in members)
+        unit = "CPU ms" if cpu else ("GB/s" if all(serving_row(r) for r in members) else "TFLOP/s")
+        units.add(unit)
+        seqs = sorted({r.seq_k for r in members})
+        gqa = f"/kv{kv}" if kv != h else ""
+        title = f"{dtype} d={d} H={h}{gqa} {mask_label(causal)} {mode}{nq}" + (
+            f" {serving}" if serving else ""
+        )
+        table = Table(title=title, title_justify="left")
+        by_provider: dict[str, dict[int, Row]] = defaultdict(dict)
+        for r in members:
+            by_provider[r.provider][r.seq_k] = r
+        name_column(table, f"{unit} (median)", by_provider)
+        for n in seqs:
+            folding_column(table, f"N={n}", justify="right")
+        for provider, cells in by_provider.items():
+            table.add_row(provider, *(_cell(cells[n], unit) if n in cells else "" for n in seqs))
+        out.print(table)
+    if not rows:
+        return
+    batch = f"; batch = max(1, {tokens} // N)" if tokens else ""
+    if units == {"CPU ms"}:
+        out.print(f"CPU ms: median time per call on the CPU{batch}")
+        return
+    notes = []
+    if "TFLOP/s" in units:
+        notes.append("FLOPs: forward 4*B*H*d*(unmasked pairs), bwd 2.5x, fwd+bwd 3.5x")
+    if "GB/s" in units:
+        notes.append(
+            "GB/s: the byte model's DRAM bytes (the KV cache read once per KV head) / median time; N = KV length"
+        )
+    notes.append("* = GPU throttled during the case")
+    if any(r.host_bound for r in rows):
+        notes.append("† = host-bound (an eager loop pays more per call than the GPU works)")
+    out.print("; ".join(notes) + batch)

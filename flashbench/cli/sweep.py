@@ -4,27 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from flashbench.cli.render import console as make_console
-from flashbench.cli.render import folding_column, name_column
-from flashbench.results.rows import OK, Row
-from flashbench.spec.cases import mask_label
-
-_SHORT = {
-    "wrong": "WRONG",
-    "oom": "oom",
-    "predicted-oom": "pred-oom",
-    "unsupported": "unsup",
-    "unavailable": "n/a",
-    "crash": "crash",
-    "timeout": "timeout",
-    "skipped": "skip",
-}
+from flashbench.cli.render import folding_column, name_column, render_tables
 
 
 def sweep_command(
@@ -173,57 +159,6 @@ def sweep_command(
     print(
         f"{len(result.rows)} cases ({counts}) in {result.wall_s:.1f} s; rows in {result.run_dir}/rows.jsonl"
     )
-
-
-def _cell(row: Row) -> str:
-    if row.status != OK:
-        return _SHORT.get(row.status, row.status)
-    mark = "*" if row.throttled else ""
-    if row.device == "cpu":
-        return f"{row.median_ms:.3g}{mark}"
-    return f"{row.tflops:.1f}{mark}"
-
-
-def render_tables(rows: list[Row], tokens: int | None = None) -> None:
-    """One table per shape group: providers x N, TFLOP/s (median) or the status."""
-    from rich.table import Table
-
-    console = make_console()
-    groups: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
-    for row in rows:
-        # a serving case's table: its query tokens, KV layout and lengths (training: seq_q = N, none of these)
-        serving = " ".join(row.case.key.split("|")[10:])
-        nq = f" Nq={row.seq_q}" if row.seq_q != row.seq_k else ""
-        groups[(row.dtype, row.head_dim, row.heads, row.kv_heads, row.causal, row.mode, nq, serving)].append(
-            row
-        )
-    for (dtype, d, h, kv, causal, mode, nq, serving), members in groups.items():
-        cpu = all(r.device == "cpu" for r in members)
-        seqs = sorted({r.seq_k for r in members})
-        gqa = f"/kv{kv}" if kv != h else ""
-        title = f"{dtype} d={d} H={h}{gqa} {mask_label(causal)} {mode}{nq}" + (
-            f" {serving}" if serving else ""
-        )
-        table = Table(title=title, title_justify="left")
-        by_provider: dict[str, dict[int, Row]] = defaultdict(dict)
-        for r in members:
-            by_provider[r.provider][r.seq_k] = r
-        name_column(table, "CPU ms (median)" if cpu else "TFLOP/s (median)", by_provider)
-        for n in seqs:
-            folding_column(table, f"N={n}", justify="right")
-        for provider, cells in by_provider.items():
-            table.add_row(provider, *(_cell(cells[n]) if n in cells else "" for n in seqs))
-        console.print(table)
-    if not rows:
-        return
-    batch = f"; batch = max(1, {tokens} // N)" if tokens else ""
-    if all(r.device == "cpu" for r in rows):
-        console.print(f"CPU ms: median time per call on the CPU{batch}")
-    else:
-        console.print(
-            "FLOPs: forward 4*B*H*d*(unmasked pairs), bwd 2.5x, fwd+bwd 3.5x; * = GPU throttled during the case"
-            + batch
-        )
 
 
 list_app = typer.Typer(help="List providers, sweep presets or GPUs.", no_args_is_help=True)

@@ -13,19 +13,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis import clocks, summary
+from flashbench.analysis import summary
 from flashbench.analysis.runs import speedups
+from flashbench.report.hover import ROOF_HOVER, hover, with_context
 from flashbench.report.style import (
     OOM_MARK,
     PREDICTED_OOM_MARK,
     THROTTLE_RING,
     colors,
     decade_axis,
-    fmt_bytes,
     n_ticks,
 )
 from flashbench.results.rows import OOM, PREDICTED_OOM, SKIPPED
-from flashbench.spec.cases import mask_label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,54 +37,6 @@ COLS = 4
 ENDED_BY_OOM = (OOM, PREDICTED_OOM, SKIPPED)
 
 
-def with_context(df: pd.DataFrame) -> pd.DataFrame:
-    """df with the one roofline rule's columns (roof_ai, roof_bound, roof_pct) and each case's clock."""
-    return df.join(summary.roof_view(df)).join(clocks.case_clocks(df))
-
-
-def hover(df: pd.DataFrame, extra: Any = ()) -> list[str]:
-    """One HTML hover text per row: the case, its numbers, its clock. extra: (label, column, format)."""
-    out = []
-    for r in df.to_dict("records"):
-        lines = [
-            f"<b>{r['provider']}</b> · {r['time_label']}",
-            f"N={summary.n_label(r['seq_q'], r['seq_k'])} d={r['head_dim']} {r['dtype']} "
-            f"{mask_label(r['causal'])} {r['mode']}",
-            f"batch={r['batch']} heads={r['heads']}"
-            + (f" kv={r['kv_heads']}" if r["kv_heads"] != r["heads"] else ""),
-        ]
-        if _num(r.get("median_ms")):
-            lines.append(f"median {r['median_ms']:.4g} ms (p20 {r['p20_ms']:.4g}, p80 {r['p80_ms']:.4g})")
-        if _num(r.get("tflops")):
-            lines.append(f"{r['tflops']:.4g} TFLOP/s")
-        for label, col, fmt in extra:
-            value = r.get(col)
-            if value is not None and value == value and value != "":
-                lines.append(f"{label}: {fmt_bytes(value) if fmt == 'B' else format(value, fmt)}")
-        if _num(r.get("clock_mhz")):
-            lo, hi = r.get("clock_min_mhz"), r.get("clock_max_mhz")
-            span = f", {lo:.0f}–{hi:.0f}" if _num(lo) and _num(hi) and lo != hi else ""
-            why = f"; throttled: {r['reasons'] or 'reason not recorded'}" if r.get("throttled") else ""
-            share = r.get("throttled_share")
-            if why and _num(share):
-                why += f" (in {share:.0%} of the readings)"
-            lines.append(f"SM clock {r['clock_mhz']:.0f} MHz{span} ({r['clock_source']}){why}")
-        if (
-            r.get("warmup_settled") is False
-        ):  # the measurement regime's own flags, where the sweep recorded them
-            lines.append("the warm-up stopped before the SM clock settled")
-        if r.get("host_time_included") is True:
-            lines.append("host launch gaps may be counted in this GPU time")
-        if r.get("status") != "ok":
-            lines.append(f"status: {r['status']} {str(r.get('reason', ''))[:80]}")
-        out.append("<br>".join(lines))
-    return out
-
-
-def _num(value: Any) -> bool:
-    return value is not None and value == value
-
-
 def grid(
     panels: list[str], title: str, y_title: str, x_title: str = "sequence length N", **kw: Any
 ) -> go.Figure:
@@ -96,7 +47,7 @@ def grid(
     fig = make_subplots(
         rows=rows,
         cols=cols,
-        subplot_titles=panels,
+        subplot_titles=[panel_title(p) for p in panels],
         horizontal_spacing=0.06,
         vertical_spacing=min(0.14, 0.55 / max(rows - 1, 1)),
         **kw,
@@ -106,15 +57,26 @@ def grid(
         height=PANEL_HEIGHT * rows + 150,
         template="plotly_white",
         legend={"orientation": "h", "y": -0.1 if rows > 1 else -0.25, "x": 0},
-        margin={"t": 80, "l": 60, "r": 20, "b": 60},
+        margin={"t": 100 if any("<br>" in panel_title(p) for p in panels) else 80, "l": 60, "r": 20, "b": 60},
         hoverlabel={"align": "left"},
     )
+    fig.update_annotations(font_size=12)  # the subplot titles
     fig.update_xaxes(type="log", title_text=None)
     for c in range(1, cols + 1):
         fig.update_xaxes(title_text=x_title, row=rows, col=c)
     for r in range(1, rows + 1):
         fig.update_yaxes(title_text=y_title, row=r, col=1)
     return fig
+
+
+def panel_title(panel: str, width: int = 32) -> str:
+    """A panel's title on two lines where it is long (a serving variant after the mode), so neighbouring
+    titles of a four-column grid never run into each other."""
+    if len(panel) <= width:
+        return panel
+    parts = panel.split(" · ")
+    cut = min(range(1, len(parts)), key=lambda i: abs(len(" · ".join(parts[:i])) - len(panel) / 2))
+    return " · ".join(parts[:cut]) + "<br>" + " · ".join(parts[cut:])
 
 
 def cell(panels: list[str], panel: str) -> tuple[int, int]:
@@ -135,20 +97,34 @@ def time_word(df: pd.DataFrame) -> str:
     )
 
 
+def x_title(df: pd.DataFrame) -> str:
+    """The x-axis of a speed figure: every speed is drawn against seq_k, the KV length; for training rows that is
+    N (seq_q = seq_k), for serving rows the cache length (seq_q is the handful of new tokens)."""
+    if df["serving"].all():
+        return "KV length (keys in the cache)"
+    return "N (KV length for serving rows)" if df["serving"].any() else "sequence length N"
+
+
 def speed_vs_seq(run: Run, metric: str = "tflops") -> go.Figure | None:
-    """TFLOP/s (metric="tflops") or latency (metric="median_ms", log y) against N, per provider, faceted."""
+    """TFLOP/s (metric="tflops") or latency (metric="median_ms", log y) against N, per provider, faceted.
+
+    TFLOP/s leaves out the serving rows: a decode does ~H/Hkv FLOP per byte, so its TFLOP/s says nothing (its
+    GB/s is the decode section's headline); latency draws them against their KV length."""
     import plotly.graph_objects as go
 
-    df = run.frame[run.frame["ok"] & run.frame[metric].notna()].sort_values("seq_q")
+    f = run.frame
+    df = f[f["ok"] & f[metric].notna() & ~(f["serving"] & (metric == "tflops"))].sort_values("seq_k")
     if df.empty:
         return None
     df = with_context(df)
     panels, cmap = panel_order(df), colors(dict.fromkeys(run.frame["provider"]))
-    word = time_word(df)
+    word, against = time_word(df), x_title(df)
     if metric == "tflops":
-        fig = grid(panels, f"Achieved TFLOP/s against sequence length ({word}; bars p20–p80)", "TFLOP/s")
+        title = f"Achieved TFLOP/s against {against} ({word}; bars p20–p80)"
+        fig = grid(panels, title, "TFLOP/s", against)
     else:
-        fig = grid(panels, f"Latency against sequence length ({word}, median, bars p20–p80)", "ms (log)")
+        title = f"Latency against {against} ({word}, median, bars p20–p80)"
+        fig = grid(panels, title, "ms (log)", against)
     seen: set[str] = set()
     for (panel, provider), grp in df.groupby(["panel", "provider"], sort=False):
         row, col = cell(panels, panel)
@@ -168,7 +144,7 @@ def speed_vs_seq(run: Run, metric: str = "tflops") -> go.Figure | None:
         }
         fig.add_trace(
             go.Scatter(
-                x=grp["seq_q"],
+                x=grp["seq_k"],
                 y=y,
                 mode="lines+markers",
                 name=provider,
@@ -181,7 +157,7 @@ def speed_vs_seq(run: Run, metric: str = "tflops") -> go.Figure | None:
                     "line": {"color": THROTTLE_RING, "width": [2 if t else 0 for t in grp["throttled"]]},
                 },
                 error_y=err,
-                text=hover(grp, [("% of roofline", "roof_pct", ".1f"), ("bound", "roof_bound", "s")]),
+                text=hover(grp, ROOF_HOVER),
                 hovertemplate="%{text}<extra></extra>",
             ),
             row=row,
@@ -197,7 +173,7 @@ def speed_vs_seq(run: Run, metric: str = "tflops") -> go.Figure | None:
             sub = df[df["panel"] == panel]
             decade_axis(fig, list(sub["p20_ms"]) + list(sub["p80_ms"]), row=row, col=col)
     _legend_marks(fig, df, run.frame)
-    n_ticks(fig, df)
+    n_ticks(fig, df, x="seq_k")
     return fig
 
 
@@ -212,14 +188,14 @@ def _oom_end(
         (frame["provider"] == r0["provider"])
         & (frame["panel"] == r0["panel"])
         & frame["status"].isin(ENDED_BY_OOM)
-        & (frame["seq_q"] > r0["seq_q"])
+        & (frame["seq_k"] > r0["seq_k"])
     )
     if not same.any():
         return
-    nxt = frame[same].sort_values("seq_q").iloc[0]
+    nxt = frame[same].sort_values("seq_k").iloc[0]
     fig.add_trace(
         go.Scatter(
-            x=[r0["seq_q"], nxt["seq_q"]],
+            x=[r0["seq_k"], nxt["seq_k"]],
             y=[r0[metric], r0[metric]],
             mode="lines+markers+text",
             line={"color": color, "dash": "dot", "width": 1},
@@ -234,7 +210,7 @@ def _oom_end(
             showlegend=False,
             hovertext=[
                 "",
-                f"{nxt['provider']} at N={nxt['seq_q']}: {nxt['status']}: {str(nxt['reason'])[:100]}",
+                f"{nxt['provider']} at N={nxt['seq_k']}: {nxt['status']}: {summary.shorten(nxt['reason'], 100)}",
             ],
             hoverinfo="text",
         ),
@@ -299,7 +275,7 @@ def speedup(run: Run, baseline: str) -> go.Figure | None:
     import plotly.graph_objects as go
 
     df = speedups(run.frame, baseline)
-    df = df[df["provider"] != baseline].sort_values("seq_q")
+    df = df[df["provider"] != baseline].sort_values("seq_k")
     if df.empty:
         return None
     df = with_context(df)
@@ -308,20 +284,24 @@ def speedup(run: Run, baseline: str) -> go.Figure | None:
         panels,
         f"Speedup over {baseline}: its median time / the provider's, same shape (above 1 = faster than {baseline})",
         f"× {baseline}",
+        x_title(df),
     )
     seen: set[str] = set()
     for (panel, provider), grp in df.groupby(["panel", "provider"], sort=False):
         row, col = cell(panels, panel)
         fig.add_trace(
             go.Scatter(
-                x=grp["seq_q"],
+                x=grp["seq_k"],
                 y=grp["speedup"],
                 mode="lines+markers",
                 name=provider,
                 legendgroup=provider,
                 showlegend=provider not in seen,
                 line={"color": cmap[provider]},
-                text=hover(grp, [("speedup", "speedup", ".3g"), (f"{baseline} ms", "baseline_ms", ".4g")]),
+                text=hover(
+                    grp,
+                    [("speedup", "speedup", ".3g"), (f"{baseline} ms", "baseline_ms", ".4g"), *ROOF_HOVER],
+                ),
                 hovertemplate="%{text}<extra></extra>",
             ),
             row=row,
@@ -336,7 +316,7 @@ def speedup(run: Run, baseline: str) -> go.Figure | None:
             sub = df[df["mode"] == mode]["speedup"]
             fig.update_yaxes(range=[min(low, sub.min() * 0.92), max(top, sub.max() * 1.08)], row=row, col=col)
     fig.add_hline(y=1.0, line={"color": "#888", "width": 1, "dash": "dot"})
-    n_ticks(fig, df)
+    n_ticks(fig, df, x="seq_k")
     return fig
 
 
@@ -354,7 +334,7 @@ def comparison(
     """
     import plotly.graph_objects as go
 
-    df = joined[joined["ratio"].notna()].sort_values("seq_q")
+    df = joined[joined["ratio"].notna()].sort_values("seq_k")
     if df.empty:
         return None
     panels, cmap = panel_order(df), colors(dict.fromkeys(joined["provider"]))
@@ -365,7 +345,7 @@ def comparison(
         )
     else:
         title = f"This run against {baseline_name}: time ratio per case (above 1 = slower now)"
-    fig = grid(panels, title, "ratio")
+    fig = grid(panels, title, "ratio", x_title(df))
     seen: set[str] = set()
     cur, base = _hover_escape(current_label), _hover_escape(baseline_label)
     for (panel, provider), grp in df.groupby(["panel", "provider"], sort=False):
@@ -374,7 +354,7 @@ def comparison(
         cols += ["pct_of_roofline", "pct_of_roofline_baseline"]
         fig.add_trace(
             go.Scatter(
-                x=grp["seq_q"],
+                x=grp["seq_k"],
                 y=grp["ratio"],
                 mode="lines+markers",
                 name=provider,
@@ -383,7 +363,7 @@ def comparison(
                 line={"color": cmap[provider]},
                 customdata=grp.reindex(columns=cols).to_numpy(dtype=float),
                 hovertemplate=(
-                    f"{provider}<br>N=%{{x}}<br>ratio %{{y:.3f}}<br>"
+                    f"{provider}<br>N (KV length)=%{{x}}<br>ratio %{{y:.3f}}<br>"
                     f"{cur}: %{{customdata[0]:.4g}} ms, %{{customdata[2]:.4g}} TFLOP/s, "
                     "%{customdata[4]:.1f}% of its roofline<br>"
                     f"{base}: %{{customdata[1]:.4g}} ms, %{{customdata[3]:.4g}} TFLOP/s, "
@@ -395,7 +375,7 @@ def comparison(
         )
         seen.add(provider)
     fig.add_hline(y=1.0, line={"color": "#888", "width": 1, "dash": "dot"})
-    n_ticks(fig, df)
+    n_ticks(fig, df, x="seq_k")
     return fig
 
 

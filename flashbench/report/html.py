@@ -12,11 +12,19 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from flashbench import __version__
-from flashbench.analysis import clocks, summary
-from flashbench.analysis.comparison import cross_gpu_note, same_gpu
+from flashbench.analysis import clocks, host, serving, summary
+from flashbench.analysis.comparison import cross_gpu_note, same_gpu, same_run
+from flashbench.analysis.modelled import ROOF_RULE
 from flashbench.analysis.runs import failures, recompute_overhead
-from flashbench.models.roofline import BOUND_RULE
-from flashbench.report import compare, decode, figures, model_figures, roofline_figure, verdict
+from flashbench.report import (
+    compare,
+    decode,
+    figures,
+    model_figures,
+    roofline_figure,
+    roofline_points,
+    verdict,
+)
 from flashbench.report.tables import details, env_table, recompute_table, status_counts, table
 from flashbench.report.tables import figure as _fig
 from flashbench.results.rows import FLOP_CONVENTION
@@ -82,6 +90,10 @@ def render(
     frame = run.frame
     blocks = verdict.blocks(run, baseline_provider, baseline_run, verdicts)
     add("summary", "Summary", "", _verdict_html(blocks))
+    # A serving run's headline is its bandwidth: the decode section leads; a training run's is its roofline.
+    serving_first = bool(frame["serving"][frame["ok"]].mean() > 0.5) if frame["ok"].any() else False
+    if serving_first:
+        decode.html_section(run, add)
     _roofline_sections(run, baseline_run, add)
     _speed_sections(run, baseline_provider, add)
     fig = model_figures.memory(run)
@@ -107,7 +119,8 @@ def render(
             "(right). An empty cell in the table says why (OOM: that side ran out of memory).",
             _fig(fig) + details("Recompute overhead table", table(recompute_table(rc))),
         )
-    decode.html_section(run, add)
+    if not serving_first:
+        decode.html_section(run, add)
     fig = model_figures.hbm_bytes(run)
     if fig is not None:
         add("bytes", "Measured vs modelled HBM bytes", "Rows measured with sweep --ncu.", _fig(fig))
@@ -174,15 +187,16 @@ def _roofline_sections(run: Run, baseline_run: Run | None, add: Any) -> None:
             continue
         drawn = True
         pts = roofline_figure.points(run, dtype)
-        above = int(roofline_figure.above_no_l2_roof(pts).sum()) if len(pts) else 0
+        above = int(roofline_points.above_no_l2_roof(pts).sum()) if len(pts) else 0
         note += (
-            "Each filled point is one measured case at its arithmetic intensity over the DRAM bytes its family "
-            "is modelled to move with L2 reuse; colour: provider, symbol: mode and mask, size: N. "
-            f"<i>{html.escape(BOUND_RULE)}</i> The open point joined to it is the same measurement at the "
-            "no-L2 intensity (every K/V re-read counted as DRAM traffic)"
+            "Each filled point is one measured case at its compulsory intensity (FLOPs over the bytes any exact "
+            "attention must move), the same for every provider of the case, so providers compare by height: "
+            f"colour: provider, symbol: mode and mask, size: N. <i>{html.escape(ROOF_RULE)}</i> Two legend entries "
+            "show, on demand, the same measurements open at each implementation's own modelled intensity, with "
+            "and without L2 reuse"
             + (
-                f": {above} of {len(pts)} sit above the memory roof there, which is the L2 cache serving those "
-                "re-reads, not a kernel beating the hardware."
+                f" (without it, {above} of {len(pts)} sit above the memory roof: the L2 cache serving re-reads "
+                "the no-L2 model counts as DRAM traffic, not a kernel beating the hardware)."
                 if above
                 else "."
             )
@@ -217,6 +231,10 @@ def _speed_sections(run: Run, reference: str | None, add: Any) -> None:
         note = f"Only cases with status ok. FLOPs: {html.escape(FLOP_CONVENTION)}.{ring}"
         if metric == "tflops":
             note += " Panels of one mode share their scale; the dashed line is the GPU's datasheet peak."
+            if run.frame["serving"].any():
+                note += " Serving rows are left out: a decode's TFLOP/s says little; its GB/s is in the decode section."
+        else:
+            note += " Against the KV length (N for training rows, the cache length for serving rows)."
         add(anchor, title, note, _fig(fig))
     if reference:
         fig = figures.speedup(run, reference)
@@ -234,14 +252,45 @@ def _table_sections(run: Run, add: Any) -> None:
     frame = run.frame
     best = summary.best_per_provider(frame)
     if len(best):
-        add("best", "Best TFLOP/s per provider", html.escape(BOUND_RULE), table(best))
+        add(
+            "best",
+            "Best TFLOP/s per provider",
+            html.escape(ROOF_RULE) + " Sorted by mode, then the highest TFLOP/s.",
+            table(best, formats=summary.BEST_FORMATS),
+        )
+    bw = serving.best_bandwidth(frame)
+    if len(bw):
+        add(
+            "best-gb-s",
+            "Best GB/s per provider (serving rows)",
+            "Serving rows are judged on bytes/s: the byte model's DRAM bytes over the median time, as a share of the "
+            "calibrated read bandwidth and of the datasheet's. Sorted by KV cache, then the highest GB/s.",
+            table(bw, formats=serving.BANDWIDTH_FORMATS),
+        )
+    hosts = host.host_table(frame)
+    if len(hosts):
+        n_bound = int(hosts["host-bound"].eq(True).sum())
+        add(
+            "host",
+            f"Host time and energy ({n_bound} of {len(hosts)} cases host-bound)",
+            "GPU ms: the samples' median, the GPU's work behind a spin kernel; GPU ms in the loop: its time per "
+            "call held back to back, no L2 flush (the samples' median on rows that predate it); host ms: the host "
+            "(CPU) time to enqueue one call; loop ms: the per-call time of back-to-back calls with one sync and no "
+            "spin kernel, what an eager loop pays; loop / GPU: loop ms over GPU ms in the loop; host-bound: the "
+            "sweep's flag (that ratio above 1 by more than its margin). J per call: NVML's energy counter over the "
+            "back-to-back loops. Host-bound cases first.",
+            details(f"{len(hosts)} cases", table(hosts, ratios=("loop / GPU",)), open_=n_bound > 0),
+        )
     bad = summary.failures_that_matter(frame)
     refused = frame[frame["status"].isin(summary.NOT_RUN)]
     missing = summary.not_installed(frame)
     body = table(bad) if len(bad) else "<p>None: no wrong result, crash, timeout or OOM.</p>"
     if len(refused):
         body += "<h3>Refused or not attempted</h3>" + status_counts(refused)
-        body += details("Every refused case", table(failures(refused)))
+        every = failures(refused)
+        # Cut at a word boundary: a stored reason may itself end mid-word (the sweep keeps its first 800 characters).
+        every["reason"] = every["reason"].map(lambda r: summary.shorten(r, 300))
+        body += details("Every refused case", table(every))
     if missing:
         body += f"<p class='note'>Not installed, so neither cases nor providers here: {html.escape(', '.join(missing))}.</p>"
     add(
@@ -284,6 +333,12 @@ def _header(run: Run, baseline_run: Run | None) -> str:
         banners += '<div class="banner warn">SYNTHETIC results: generated for tests, not measured.</div>'
     if baseline_run is not None:
         banners += f'<div class="banner info">Compared with {html.escape(str(baseline_run.path))}.</div>'
+        why = same_run(run, baseline_run)
+        if why:
+            banners += (
+                f'<div class="banner warn">The baseline is this run itself ({html.escape(why)}): every ratio on '
+                "this page is 1 by construction.</div>"
+            )
         note = cross_gpu_note(run, baseline_run)
         if note:
             banners += f'<div class="banner warn">{html.escape(note[0].upper() + note[1:])}</div>'

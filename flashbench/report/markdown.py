@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis import clocks, summary
+from flashbench.analysis import clocks, host, serving, summary
 from flashbench.analysis import comparison as cmp
 from flashbench.analysis import runs as an
+from flashbench.analysis.modelled import ROOF_RULE
 from flashbench.report import decode, verdict
 from flashbench.report.style import fmt_bytes
 from flashbench.results.rows import FLOP_CONVENTION
@@ -30,8 +31,19 @@ def render(
 
     best = summary.best_per_provider(f)
     if len(best):
-        out += ["### Best TFLOP/s per provider", ""]
-        out += _table(best.drop(columns=["time", "cases"]))
+        out += ["### Best TFLOP/s per provider", "", f"{ROOF_RULE}", ""]
+        out += _table(best.drop(columns=["time", "cases"]), formats=summary.BEST_FORMATS)
+    bw = serving.best_bandwidth(f)
+    if len(bw):
+        out += ["### Best GB/s per provider (serving rows)", ""]
+        out += _table(bw.drop(columns=["cases"]), formats=serving.BANDWIDTH_FORMATS)
+    hosts = host.host_table(f)
+    if len(hosts):
+        bound = int(hosts["host-bound"].eq(True).sum())
+        out += [f"### Host time and energy ({bound} of {len(hosts)} cases host-bound; host-bound first)", ""]
+        out += _table(hosts.head(MAX_LINES), formats=HOST_FORMATS)
+        if len(hosts) > MAX_LINES:
+            out += [f"… {len(hosts) - MAX_LINES} more in the CSV export (host_ms, loop_ms, energy_j).", ""]
 
     rc = an.recompute_overhead(f)
     refs = an.recompute_references()
@@ -101,7 +113,7 @@ def render(
             .agg(cases=("status", "size"), reason=("reason", "first"))
             .reset_index()
         )
-        counts["reason"] = counts["reason"].map(lambda s: str(s)[:100].replace("|", "/").replace("\n", " "))
+        counts["reason"] = counts["reason"].map(lambda s: summary.shorten(s, 100).replace("|", "/"))
         out += _table(counts)
     thr = clocks.throttled_cases(f, run.env)
     if len(thr):
@@ -128,10 +140,28 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "/")
 
 
-def _table(df: pd.DataFrame, names: dict[str, str] | None = None) -> list[str]:
-    names = names or {}
+def _table(
+    df: pd.DataFrame, names: dict[str, str] | None = None, formats: dict[str, str] | None = None
+) -> list[str]:
+    """A markdown table; formats: {column: format spec}, one precision per column."""
+    names, formats = names or {}, formats or {}
     head = [names.get(c, c) for c in df.columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for rec in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_cell(v.item() if hasattr(v, "item") else v) for v in rec) + " |")
+        cells = []
+        for col, v in zip(df.columns, rec, strict=True):
+            v = v.item() if hasattr(v, "item") else v
+            fmt = formats.get(col)
+            cells.append(format(v, fmt) if fmt and isinstance(v, float) and v == v else _cell(v))
+        lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+HOST_FORMATS = {
+    "GPU ms": ".4g",
+    "GPU ms in the loop": ".4g",
+    "host ms": ".4g",
+    "loop ms": ".4g",
+    "loop / GPU": ".2f",
+    "J per call": ".4g",
+}

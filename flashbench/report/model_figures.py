@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from flashbench.analysis.runs import recompute_references
-from flashbench.report.figures import cell, grid, hover, panel_order, time_word
+from flashbench.report.figures import cell, grid, panel_order, time_word, x_title
+from flashbench.report.hover import hover
 from flashbench.report.style import (
     GIB,
     OOM_MARK,
@@ -44,7 +45,7 @@ def memory(run: Run) -> go.Figure | None:
     """
     import plotly.graph_objects as go
 
-    df = run.frame.sort_values("seq_q")
+    df = run.frame.sort_values("seq_k")
     has_mem = df["peak_mem_bytes"].notna() | df["status"].isin([OOM, PREDICTED_OOM])
     if not has_mem.any():
         return None
@@ -60,49 +61,52 @@ def memory(run: Run) -> go.Figure | None:
     title = "Peak memory above the inputs (markers: measured; dotted lines: memory model)"
     if total and not draw_total:
         title += f"; the GPU's {total / GIB:.1f} GiB is far above this scale"
-    fig = grid(panels, title, "GiB (log)")
+    fig = grid(panels, title, "GiB (log)", x_title(df))
     seen: set[str] = set()
     for (panel, provider), grp in df.groupby(["panel", "provider"], sort=False):
         row, col = cell(panels, panel)
-        show = provider not in seen
-        seen.add(provider)
-        model = grp[grp["model_mem_bytes"].notna()]
+        # The model's line only where the provider ran (or ran out of memory): an unsupported provider's model
+        # line was a line no marker or legend entry explained.
+        model = grp[grp["model_mem_bytes"].notna() & (grp["ok"] | grp["status"].isin([OOM, PREDICTED_OOM]))]
         if len(model):
             fig.add_trace(
                 go.Scatter(
-                    x=model["seq_q"],
+                    x=model["seq_k"],
                     y=model["model_mem_bytes"] / GIB,
                     mode="lines",
                     name=f"{provider} (model)",
                     legendgroup=provider,
                     showlegend=False,
                     line={"color": cmap[provider], "dash": "dot", "width": 1.5},
-                    hovertemplate=f"{provider} model: %{{y:.3g}} GiB at N=%{{x}}<extra></extra>",
+                    hovertemplate=f"{provider} model: %{{y:.3g}} GiB at KV length %{{x}}<extra></extra>",
                 ),
                 row=row,
                 col=col,
             )
         meas = grp[grp["peak_mem_bytes"].notna() & grp["ok"]]
-        fig.add_trace(
-            go.Scatter(
-                x=meas["seq_q"],
-                y=meas["peak_mem_bytes"] / GIB,
-                mode="markers",
-                name=provider,
-                legendgroup=provider,
-                showlegend=show,
-                marker={"color": cmap[provider], "size": 7},
-                text=hover(meas, [("peak", "peak_mem_bytes", "B"), ("model", "model_mem_bytes", "B")]),
-                hovertemplate="%{text}<extra></extra>",
-            ),
-            row=row,
-            col=col,
-        )
+        show = provider not in seen and len(meas) > 0
+        seen |= {provider} if show else set()
+        if len(meas):
+            fig.add_trace(
+                go.Scatter(
+                    x=meas["seq_k"],
+                    y=meas["peak_mem_bytes"] / GIB,
+                    mode="markers",
+                    name=provider,
+                    legendgroup=provider,
+                    showlegend=show,
+                    marker={"color": cmap[provider], "size": 7},
+                    text=hover(meas, [("peak", "peak_mem_bytes", "B"), ("model", "model_mem_bytes", "B")]),
+                    hovertemplate="%{text}<extra></extra>",
+                ),
+                row=row,
+                col=col,
+            )
         failed = grp[grp["status"].isin([OOM, PREDICTED_OOM])]
         if len(failed):
             fig.add_trace(
                 go.Scatter(
-                    x=failed["seq_q"],
+                    x=failed["seq_k"],
                     y=failed["predicted_mem_bytes"].fillna(failed["model_mem_bytes"]) / GIB,
                     mode="markers",
                     name=f"{provider} OOM",
@@ -121,11 +125,15 @@ def memory(run: Run) -> go.Figure | None:
                 col=col,
             )
     if draw_total and total is not None:
-        fig.add_hline(
-            y=total / GIB,
-            line={"color": "#c00", "width": 1, "dash": "dash"},
-            annotation_text=f"GPU memory {total / GIB:.1f} GiB",
-            annotation_font={"size": 10, "color": "#c00"},
+        # The line runs through every panel but plotly labels one: the legend names it for all of them.
+        line = {"color": "#c00", "width": 1, "dash": "dash"}
+        fig.add_hline(y=total / GIB, line=line)
+        fig.add_trace(
+            go.Scatter(
+                x=[None], y=[None], mode="lines", line=line, name=f"the GPU's memory, {total / GIB:.1f} GiB"
+            ),
+            row=1,
+            col=1,
         )
         shown.append(total)
     decade_axis(fig, [v / GIB for v in shown])
@@ -141,7 +149,7 @@ def memory(run: Run) -> go.Figure | None:
             fig.add_trace(
                 go.Scatter(x=[None], y=[None], mode="markers", marker=marker, name=name), row=1, col=1
             )
-    n_ticks(fig, df)
+    n_ticks(fig, df, x="seq_k")
     return fig
 
 

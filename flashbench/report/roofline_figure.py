@@ -2,16 +2,20 @@
 every measured case a point whose colour is its provider, whose symbol is its mode and mask, and whose size
 grows with N.
 
-A point sits at the intensity of models.roofline's one rule for "bound" (analysis.summary.roof_view: FLOPs over
-the DRAM bytes the provider's family is modelled to move with L2 reuse); left of the ridge it is memory-bound,
-right of it compute-bound, and its % of roofline is its height over the roof above it. The same measurement is
-repeated, open and joined by a faint line, at the family's no-L2 intensity (every K/V re-read counted as DRAM
-traffic): an open point above the memory roof there is not faster than the hardware, it is the L2 cache serving
-re-reads the no-L2 model charges to DRAM.
+A point sits at its case's compulsory intensity (analysis.modelled.ROOF_RULE: FLOPs over the DRAM bytes any
+exact attention must move), the same x for every provider of one case, so providers compare by height alone:
+left of the ridge the case is memory-bound, right of it compute-bound, and a point's % of roofline is its
+height over the roof above it. What each implementation's own traffic allows is on demand: a legend entry shows
+the same measurements, open, at the provider family's own intensity with L2 reuse, and another at its no-L2
+intensity (every K/V re-read counted as DRAM traffic: an open point above the memory roof there is the L2 cache
+serving those re-reads, not a kernel beating the hardware). Hidden by default, so a run of 120 cases draws 120
+markers, not 360.
 
 Bandwidth slopes of ceilings that agree within 1% (the datasheet and NVML-derived HBM bandwidth usually do) are
-one line, labelled with both names. A measured roof from a throttled calibration is drawn in red and says so;
-a run without a calibration says it has no measured roof.
+one line, labelled with both names. A measured roof from a throttled calibration is drawn in red and says so,
+quoting the clock of that dtype's own matmul; a run without a calibration says it has no measured roof. The
+x-axis spans the points: a decode run's 1-4 FLOP/B do not sit on an axis that runs to the ridge, which is then
+named at the right edge instead.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from flashbench.analysis import clocks
-from flashbench.report.figures import hover, with_context
-from flashbench.report.style import colors, decade_axis, n_tick_label, symbol
-from flashbench.spec.cases import mask_label
+from flashbench.report.hover import with_context
+from flashbench.report.roofline_points import points_traces
+from flashbench.report.style import decade_axis
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,13 +53,8 @@ def points(run: Run, dtype: str) -> pd.DataFrame:
     """The ok cases of one input dtype that have a modelled intensity, with roof_view's and the clock columns."""
     f = run.frame
     df = f[(f["dtype"] == dtype) & f["ok"] & f["tflops"].notna()]
-    df = df[df["ai_provider"].notna() & (df["ai_provider"] > 0)]
+    df = df[df["ai_compulsory"].notna() & (df["ai_compulsory"] > 0)]
     return with_context(df) if len(df) else df
-
-
-def above_no_l2_roof(df: pd.DataFrame) -> pd.Series:
-    """Points whose TFLOP/s beat the memory roof at their no-L2 intensity: the L2 served the re-reads."""
-    return df["ai_no_l2"].notna() & (df["tflops"] > df["attainable_no_l2_tflops"] * 1.0001)
 
 
 def roofline(run: Run, dtype: str) -> go.Figure | None:
@@ -68,18 +67,20 @@ def roofline(run: Run, dtype: str) -> go.Figure | None:
     lo, hi = _ai_range(df, run, dtype)
     fig = go.Figure()
     traces, notes = _roofs(run, dtype, df, (lo, hi))
-    for trace in traces + _points(df, run):
+    for trace in traces + points_traces(df, run):
         fig.add_trace(trace)
     for note in notes:
         fig.add_annotation(**note)
     fig.update_layout(
-        title=f"Roofline, {dtype} inputs, {run.gpu_name} (filled: the case's intensity; open: its no-L2 intensity)",
-        xaxis={"title": "arithmetic intensity (FLOP per DRAM byte, modelled with L2 reuse)"},
+        title=f"Roofline, {dtype} inputs, {run.gpu_name} (each case at its compulsory intensity)",
+        xaxis={
+            "title": "arithmetic intensity (FLOP per compulsory DRAM byte: inputs read once, outputs written once)"
+        },
         yaxis={"title": "TFLOP/s"},
         **LAYOUT,
     )
     decade_axis(fig, [lo, hi], axis="x", widen=False)
-    decade_axis(fig, _y_range(df, run, dtype), widen=False)
+    decade_axis(fig, _y_range(df, run, dtype, hi), widen=False)
     return fig
 
 
@@ -101,7 +102,11 @@ def roofline_compare(runs: list[Run], dtype: str) -> go.Figure | None:
     for col, (run, df) in enumerate(zip(runs, frames, strict=True), start=1):
         color = GPU_COLORS[(col - 1) % len(GPU_COLORS)]
         traces, notes = _roofs(run, dtype, df, (lo, hi), color, f"{run.gpu_name} · ")
-        for trace in traces + (_points(df, run, f"{run.gpu_name} · ", col == 1) if len(df) else []):
+        for trace in traces:
+            trace.showlegend = (
+                False  # each roof is named on its panel: a legend of both GPUs' roofs squeezed them
+            )
+        for trace in traces + (points_traces(df, run, f"{run.gpu_name} · ", col == 1) if len(df) else []):
             fig.add_trace(trace, row=1, col=col)
         axis = "" if col == 1 else str(col)
         for note in notes:
@@ -124,31 +129,52 @@ def roofline_compare(runs: list[Run], dtype: str) -> go.Figure | None:
                 row=1,
                 col=col,
             )
-    fig.update_xaxes(title_text="arithmetic intensity (FLOP/B, modelled with L2 reuse)")
+    fig.update_xaxes(title_text="arithmetic intensity (FLOP per compulsory DRAM byte)")
     fig.update_yaxes(title_text="TFLOP/s", row=1, col=1)
     decade_axis(fig, [lo, hi], axis="x", widen=False)
-    spans = [_y_range(df, r, dtype) for r, df in zip(runs, frames, strict=True) if len(df)]
+    spans = [_y_range(df, r, dtype, hi) for r, df in zip(runs, frames, strict=True) if len(df)]
     decade_axis(fig, [min(s[0] for s in spans), max(s[1] for s in spans)], widen=False)
     names = " vs ".join(r.gpu_name for r in runs)
+    # The legend goes under both panels in rows: beside them it took the width the two panels need.
+    layout = {
+        **LAYOUT,
+        "height": 720,
+        "legend": {"orientation": "h", "y": -0.14, "x": 0, "font": {"size": 11}},
+    }
     fig.update_layout(
-        title=f"Roofline, {dtype} inputs, {names}: each run on its own GPU's ceilings", **LAYOUT
+        title=f"Roofline, {dtype} inputs, {names}: each run on its own GPU's ceilings", **layout
     )
     return fig
 
 
 def _ai_range(df: pd.DataFrame, run: Run, dtype: str) -> tuple[float, float]:
+    """The x-axis: the points' intensities (the on-demand open ones too) widened 3x each side, and the ridges
+    where they lie within a decade and a half of the points; a ridge further out is named at the edge instead
+    (a decode run's 1-4 FLOP/B against a ridge near 300)."""
     import numpy as np
 
-    ais = np.concatenate([df["ai_provider"].to_numpy(), df["ai_no_l2"].dropna().to_numpy()])
+    cols = [df[c].dropna().to_numpy() for c in ("ai_compulsory", "ai_provider", "ai_no_l2") if c in df]
+    ais = np.concatenate(cols)
+    ais = ais[ais > 0]
+    lo, hi = float(np.nanmin(ais)) / 3, float(np.nanmax(ais)) * 3
     ridges = [c.ridge(dtype) for c in run.ceilings if c.ridge(dtype)]
-    return min(float(np.nanmin(ais)), *ridges) / 3, max(float(np.nanmax(ais)), *ridges) * 3
+    near = [r for r in ridges if lo / RIDGE_REACH <= r <= hi * RIDGE_REACH]  # lo, hi: already 3x out
+    return min([lo, *(r / 3 for r in near)]), max([hi, *(r * 3 for r in near)])
 
 
-def _y_range(df: pd.DataFrame, run: Run, dtype: str) -> list[float]:
-    """TFLOP/s from under the slowest point to over the highest roof."""
-    peaks = [c.peak(cdt) for c in run.ceilings for cdt in {dtype, *df["compute_dtype"]} if c.peak(cdt)]
+RIDGE_REACH = 10.0  # a ridge more than a decade from the points is named at the axis' edge, not drawn
+
+
+def _y_range(df: pd.DataFrame, run: Run, dtype: str, ai_hi: float) -> list[float]:
+    """TFLOP/s from under the slowest point to over the highest roof drawn within the x-axis."""
+    roofs = [c for c in run.ceilings if c.bw_bytes_s]
+    tops = []
+    for c in roofs:
+        for cdt in {dtype, *df["compute_dtype"]}:
+            peak = c.peak(cdt)
+            tops.append(min(peak, ai_hi * c.bw_bytes_s) if peak else ai_hi * c.bw_bytes_s)
     low = float(df["tflops"].min()) / 2.5
-    return [low, max(peaks, default=low * 1e13) / 1e12 * 1.6]
+    return [low, max(tops, default=low * 1e13) / 1e12 * 1.6]
 
 
 def _line(xs: Any, ys: Any, label: str, color: str, dash: str, **kw: Any) -> go.Scatter:
@@ -184,8 +210,16 @@ def _roofs(
     traces: list[go.Scatter] = []
     notes: list[dict[str, Any]] = []
 
-    def roof_color(c: Any) -> str:
-        return THROTTLED_ROOF if c.source == "measured" and cal.throttled else color
+    # Each measured figure is judged by its own measurement's clock-event reasons (a steady-regime record has them):
+    # a power-capped matmul does not make the unthrottled copy a suspect bandwidth. An older record: all or none.
+    copy_throttled = (
+        any(r for name, _, _, r in cal.bandwidth if name == "copy") if cal.bandwidth else cal.throttled
+    )
+    peak_throttled = bool(cal.matmul_clock(dtype)[1]) if cal.matmul else cal.throttled
+
+    def roof_color(c: Any, kind: str = "peak") -> str:
+        suspect = copy_throttled if kind == "bandwidth" else peak_throttled
+        return THROTTLED_ROOF if c.source == "measured" and suspect else color
 
     # Memory slopes: one per distinct bandwidth, up to the highest ridge among the ceilings sharing it.
     groups: list[list[Any]] = []
@@ -194,26 +228,61 @@ def _roofs(
             groups[-1].append(c)
         else:
             groups.append([c])
-    for group in groups:
+    for k, group in enumerate(groups):
         bw = group[0].bw_bytes_s
         end = max(c.ridge(dtype) for c in group)
         names = " = ".join(ROOF_NAMES.get(c.source, c.source) for c in group)
-        xs = np.geomspace(lo, end, 40)
+        xs = np.geomspace(lo, min(end, hi), 40)
         label = f"{prefix}HBM {bw / 1e12:.2f} TB/s ({names})"
         traces.append(
-            _line(xs, xs * bw / 1e12, label, roof_color(group[0]), ROOF_DASH.get(group[0].source, "dashdot"))
+            _line(
+                xs,
+                xs * bw / 1e12,
+                label,
+                roof_color(group[0], "bandwidth"),
+                ROOF_DASH.get(group[0].source, "dashdot"),
+            )
         )
         x0 = max(lo * 1.6, float(df["tflops"].min()) / 2 * 1e12 / bw) if len(df) else lo * 1.6
         notes.append(
-            _note(x0, x0 * bw / 1e12, f"{bw / 1e12:.2f} TB/s · {names}", roof_color(group[0]), "left")
+            # The highest slope labelled above its line, the others below theirs: two labels never stack.
+            _note(
+                x0,
+                x0 * bw / 1e12,
+                f"{bw / 1e12:.2f} TB/s · {names}",
+                roof_color(group[0], "bandwidth"),
+                "left",
+                k == 0,
+            )
         )
-    # Compute roofs, flat from each ridge; the highest labelled above its line, the others below.
-    for i, c in enumerate(sorted(roofs, key=lambda c: -c.peak(dtype))):
+    # Compute roofs, flat from each ridge; the highest labelled above its line, the others below. A ridge right of
+    # the axis (every point far into the memory-bound side) is named at the edge instead of drawn.
+    beyond = [c for c in roofs if c.ridge(dtype) >= hi]
+    if beyond:
+        ridge, name = beyond[0].ridge(dtype), ROOF_NAMES.get(beyond[0].source, beyond[0].source)
+        notes.append(
+            {
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.99,
+                "y": 0.02,
+                "showarrow": False,
+                "xanchor": "right",
+                "align": "right",
+                "text": (
+                    f"compute roofs start at the ridge ({name}: {ridge:.0f} FLOP/B), off this chart to the right: "
+                    "every point here is memory-bound"
+                ),
+                "font": {"size": 11, "color": "#555"},
+            }
+        )
+    for i, c in enumerate(sorted((c for c in roofs if c.ridge(dtype) < hi), key=lambda c: -c.peak(dtype))):
         peak, ridge = c.peak(dtype), c.ridge(dtype)
         name = ROOF_NAMES.get(c.source, c.source)
-        if c.source == "measured" and cal.throttled:
-            at = f"{cal.clock_mhz:.0f} MHz, " if cal.clock_mhz else ""
-            why = f"calibration throttled: {at}{', '.join(cal.reasons) or 'throttled'}"
+        if c.source == "measured" and peak_throttled:
+            clock, reasons = cal.matmul_clock(dtype)  # this dtype's own matmul, not the lowest of all
+            at = f"{dtype} matmul at {clock:.0f} MHz, " if clock else ""
+            why = f"calibration throttled: {at}{', '.join(reasons) or 'throttled'}"
             label = f"{prefix}{name} ({why}): {peak / 1e12:.0f} TFLOP/s {dtype}, not a ceiling"
             name += " (throttled calibration: not a ceiling)"
         else:
@@ -244,8 +313,9 @@ def _roofs(
             )
         )
     first = run.ceilings[0] if run.ceilings else None
-    if first is not None and first.ridge(dtype):
+    if first is not None and first.ridge(dtype) and first.ridge(dtype) < hi:
         ridge = first.ridge(dtype)
+        # Below and right of the ridge: under the flat roof and clear of the slope, which runs down-left.
         notes.append(
             {
                 "x": math.log10(ridge),
@@ -253,9 +323,11 @@ def _roofs(
                 "text": f"ridge {ridge:.0f} FLOP/B",
                 "showarrow": True,
                 "arrowhead": 0,
-                "ax": 0,
-                "ay": 36,
+                "ax": 46,
+                "ay": 34,
+                "xanchor": "left",
                 "font": {"size": 11, "color": color},
+                "bgcolor": "rgba(255,255,255,0.75)",
             }
         )
     # Any other compute dtype in use (sdpa-math computes fp16/bf16 inputs in fp32): that dtype's datasheet roof.
@@ -265,6 +337,8 @@ def _roofs(
             continue
         users = ", ".join(sorted(set(df.loc[df["compute_dtype"] == other, "provider"])))
         ridge = peak / run.ceilings[0].bw_bytes_s
+        if ridge >= hi:
+            continue
         label = f"{prefix}{other} peak ({users} compute in {other}): {peak / 1e12:.0f} TFLOP/s"
         traces.append(_line([ridge, hi], [peak / 1e12] * 2, label, "#999", "dot"))
         notes.append(
@@ -298,136 +372,3 @@ def _note(x: float, y: float, text: str, color: str, side: str, above: bool = Tr
         "font": {"size": 11, "color": color},
         "bgcolor": "rgba(255,255,255,0.75)",  # legible over the points it may cross
     }
-
-
-def _points(df: pd.DataFrame, run: Run, prefix: str = "", legend: bool = True) -> list[go.Scatter]:
-    """One trace per (provider, mode, mask): filled at the rule's intensity, sized by N; open at the no-L2
-    intensity, joined to it; plus legend-only entries that explain colour, symbol and size once."""
-    import plotly.graph_objects as go
-
-    traces: list[go.Scatter] = []
-    cmap = colors(dict.fromkeys(run.frame["provider"]))
-    n = df["seq_k"].astype(float)
-    n_lo = float(n.min())
-    df = df.assign(size=(7 + 3.2 * (n / n_lo).map(math.log2)).clip(upper=24))
-    above = above_no_l2_roof(df)
-    extra = [
-        ("intensity with L2 reuse (the rule's)", "roof_ai", ".4g"),
-        ("bound", "roof_bound", "s"),
-        ("% of roofline (at that intensity)", "roof_pct", ".1f"),
-        ("compulsory intensity", "ai_compulsory", ".4g"),
-        ("% of roofline (at the compulsory intensity)", "pct_of_floor_roofline", ".1f"),
-        ("no-L2 intensity", "ai_no_l2", ".4g"),
-        ("% of family no-L2 bound", "pct_of_family_bound", ".1f"),
-        ("compute dtype", "compute_dtype", "s"),
-    ]
-    text = hover(df, extra)
-    if prefix:
-        text = [f"<b>{html.escape(prefix.rstrip(' ·'))}</b><br>{t}" for t in text]
-    df = df.assign(text=text, above=above)
-    links_x: list[float | None] = []
-    links_y: list[float | None] = []
-    for (provider, mode, causal), grp in df.groupby(["provider", "mode", "causal"], sort=False):
-        sym = symbol(mode, causal)
-        traces.append(
-            go.Scatter(
-                x=grp["roof_ai"],
-                y=grp["tflops"],
-                mode="markers",
-                name=f"{provider} {mode} {mask_label(causal)}",
-                legendgroup=provider,
-                showlegend=False,
-                marker={
-                    "color": cmap[provider],
-                    "symbol": sym,
-                    "size": grp["size"],
-                    "line": {"width": 0.6, "color": "#fff"},
-                },
-                text=grp["text"],
-                hovertemplate="%{text}<extra></extra>",
-            )
-        )
-        far = grp[
-            grp["ai_no_l2"].notna() & ((grp["ai_no_l2"] - grp["roof_ai"]).abs() > 0.01 * grp["roof_ai"])
-        ]
-        if far.empty:
-            continue
-        note = [
-            "above the memory roof at this intensity: the L2 cache served re-reads that the no-L2 model counts "
-            "as DRAM traffic<br>"
-            if a
-            else "at or under the memory roof at this intensity<br>"
-            for a in far["above"]
-        ]
-        traces.append(
-            go.Scatter(
-                x=far["ai_no_l2"],
-                y=far["tflops"],
-                mode="markers",
-                name=f"{provider} {mode} {mask_label(causal)} (no-L2 intensity)",
-                legendgroup=provider,
-                showlegend=False,
-                marker={
-                    "color": cmap[provider],
-                    "symbol": f"{sym}-open",
-                    "size": far["size"] * 0.8,
-                    "opacity": 0.6,
-                },
-                text=[
-                    f"the same measurement at its no-L2 intensity, {nt}{t}"
-                    for nt, t in zip(note, far["text"], strict=True)
-                ],
-                hovertemplate="%{text}<extra></extra>",
-            )
-        )
-        for a, b, y in zip(far["roof_ai"], far["ai_no_l2"], far["tflops"], strict=True):
-            links_x += [a, b, None]
-            links_y += [y, y, None]
-    if links_x:
-        traces.insert(
-            0,
-            go.Scatter(
-                x=links_x,
-                y=links_y,
-                mode="lines",
-                line={"color": "rgba(120,120,120,0.13)", "width": 0.8},
-                hoverinfo="skip",
-                showlegend=False,
-                name="no-L2 link",
-            ),
-        )
-    if legend:
-        traces += _legend(df, cmap, bool(links_x))
-    return traces
-
-
-def _legend(df: pd.DataFrame, cmap: dict[str, str], open_points: bool) -> list[go.Scatter]:
-    """Legend-only entries: one per provider (colour), one per mode and mask (symbol), size and open points."""
-    import plotly.graph_objects as go
-
-    def entry(name: str, marker: dict[str, Any], group: str) -> go.Scatter:
-        return go.Scatter(x=[None], y=[None], mode="markers", marker=marker, name=name, legendgroup=group)
-
-    out = [
-        entry(p, {"color": cmap[p], "symbol": "circle", "size": 10}, p) for p in dict.fromkeys(df["provider"])
-    ]
-    for mode, causal in dict.fromkeys(zip(df["mode"], df["causal"], strict=True)):
-        marker = {"color": "#777", "symbol": symbol(mode, causal), "size": 10}
-        out.append(entry(f"{mode} · {mask_label(causal)}", marker, "symbols"))
-    ns = sorted(df["seq_k"].unique())
-    out.append(
-        entry(
-            f"size: N ({n_tick_label(int(ns[0]))} … {n_tick_label(int(ns[-1]))})",
-            {"color": "#bbb", "size": 16},
-            "symbols",
-        )
-    )
-    if open_points:
-        out.append(
-            entry(
-                "open: same point at its no-L2 intensity",
-                {"color": "#777", "symbol": "circle-open", "size": 10},
-                "symbols",
-            )
-        )
-    return out

@@ -19,6 +19,7 @@ PROVIDER_COLORS = {
     "triton": "#1f77b4",  # blue: the bundled kernel
     "triton-stored-p": "#6baed6",
     "triton-v1": "#08519c",
+    "triton-decode": "#3e6fd8",  # the bundled split-KV decode kernel
     "sdpa-flash": "#d62728",  # red
     "sdpa-cudnn": "#2ca02c",  # green
     "sdpa-efficient": "#e377c2",
@@ -84,16 +85,33 @@ def decade_axis(fig: go.Figure, values: Any, axis: str = "y", widen: bool = True
         return
     vals, text, rng = decades(min(finite), max(finite))
     if not widen:
-        rng = [math.log10(min(finite)), math.log10(max(finite))]
-        keep = [i for i, v in enumerate(vals) if min(finite) <= v <= max(finite)]
-        vals, text = [vals[i] for i in keep], [text[i] for i in keep]
+        lo, hi = min(finite), max(finite)
+        rng = [math.log10(lo), math.log10(hi)]
+        vals = [v for v in vals if lo <= v <= hi]
+        if len(vals) < 3:
+            # Fewer than three decades inside the range (a roofline's 50-1600 TFLOP/s had labels at 100 and 1000
+            # only): label 1, 2 and 5 of each decade instead.
+            vals = [
+                v * m
+                for v in [vals[0] / 10 if vals else 10.0 ** math.floor(rng[0]), *vals]
+                for m in (1, 2, 5)
+            ]
+            vals = [v for v in vals if lo <= v <= hi] or [float(f"{lo:.2g}"), float(f"{hi:.2g}")]
+        text = [f"{v:g}" for v in vals]
     update = fig.update_yaxes if axis == "y" else fig.update_xaxes
     update(
         type="log",
         range=rng,
         tickvals=vals,
         ticktext=text,
-        minor={"tickvals": [v * m for v in [vals[0] / 10, *vals] for m in range(2, 10)], "showgrid": True},
+        minor={
+            "tickvals": [
+                10.0**k * m
+                for k in range(math.floor(rng[0]) - 1, math.ceil(rng[1]) + 1)
+                for m in range(2, 10)
+            ],
+            "showgrid": True,
+        },
         **where,
     )
 

@@ -9,6 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from flashbench.analysis import clocks
+from flashbench.analysis.summary import shorten
 from flashbench.report.style import GIB, fmt_bytes
 from flashbench.spec.cases import mask_label
 
@@ -44,7 +45,7 @@ def details(summary: str, body: str, open_: bool = False) -> str:
     return f"<details{' open' if open_ else ''}><summary>{html.escape(summary)}</summary>{body}</details>"
 
 
-def _fmt(value: Any, col: str, ratios: tuple[str, ...]) -> tuple[str, bool]:
+def _fmt(value: Any, col: str, ratios: tuple[str, ...], formats: dict[str, str]) -> tuple[str, bool]:
     """(text, is_number) for one table cell."""
     if value is None or (isinstance(value, float) and value != value):
         return "", False
@@ -52,6 +53,8 @@ def _fmt(value: Any, col: str, ratios: tuple[str, ...]) -> tuple[str, bool]:
         return ("yes" if value else "no"), False
     if isinstance(value, int | float) and col.endswith("bytes"):
         return fmt_bytes(value), True
+    if isinstance(value, float) and col in formats:
+        return format(value, formats[col]), True
     if isinstance(value, float):
         return (f"{value:.3f}" if col in ratios else f"{value:.4g}"), True
     if isinstance(value, int):
@@ -60,8 +63,14 @@ def _fmt(value: Any, col: str, ratios: tuple[str, ...]) -> tuple[str, bool]:
 
 
 def table(
-    df: pd.DataFrame, header: bool = True, ratios: tuple[str, ...] = (), limit: int = MAX_TABLE_ROWS
+    df: pd.DataFrame,
+    header: bool = True,
+    ratios: tuple[str, ...] = (),
+    limit: int = MAX_TABLE_ROWS,
+    formats: dict[str, str] | None = None,
 ) -> str:
+    """A plain HTML table. ratios: columns printed with 3 decimals; formats: {column: format spec}, so a column
+    keeps one precision in every row."""
     if df.empty:
         return "<p>None.</p>"
     shown = df.head(limit)
@@ -71,7 +80,9 @@ def table(
     for rec in shown.itertuples(index=False):
         cells = []
         for col, value in zip(shown.columns, rec, strict=True):
-            text, num = _fmt(value.item() if hasattr(value, "item") else value, str(col), ratios)
+            text, num = _fmt(
+                value.item() if hasattr(value, "item") else value, str(col), ratios, formats or {}
+            )
             bad = col == "status" and text != "ok"
             cls = ' class="num"' if num else (' class="status-bad"' if bad else "")
             cls = ' class="name"' if col in NAME_COLUMNS and not bad else cls
@@ -92,7 +103,7 @@ def status_counts(rows: pd.DataFrame) -> str:
         .agg(cases=("status", "size"), first_reason=("reason", "first"))
         .reset_index()
     )
-    counts["first_reason"] = counts["first_reason"].astype(str).str.slice(0, 160)
+    counts["first_reason"] = counts["first_reason"].map(lambda r: shorten(r, 160))
     return table(counts)
 
 

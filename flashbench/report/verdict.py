@@ -1,22 +1,26 @@
 """The verdict the report leads with, in words a reader can paste into a pull request.
 
-One markdown text, built from analysis.summary and analysis.clocks: the markdown report prints it as it is and
+One markdown text, built from analysis.summary, analysis.leads and (through report.machine_words: clocks, the
+measured roof, bandwidth, host time) analysis.clocks and analysis.host: the markdown report prints it as it is and
 the HTML page renders the same text (markdown-it, raw HTML escaped) above its figures, each block in its own
 colour (a gate that failed in red). Nothing here computes a number: it only words them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis import clocks, summary
-from flashbench.analysis.comparison import NO_GATE_ACROSS_GPUS, same_gpu
-from flashbench.analysis.modelled import ROOF_LABELS
+from flashbench.analysis import leads as lead_rows
+from flashbench.analysis import summary
+from flashbench.analysis.comparison import NO_GATE_ACROSS_GPUS, same_gpu, same_run
 from flashbench.analysis.runs import DEFAULT_BASELINES, pick_baseline
+from flashbench.report.machine_words import bandwidth_blocks, clock_blocks, host_blocks
+from flashbench.report.words import Block, pct, x
 
 if TYPE_CHECKING:
     from flashbench.analysis.runs import Run
+
+__all__ = ["Block", "blocks", "markdown"]
 
 MAX_WORST = 5  # worst gate cases named
 # Gate verdicts (flashbench.gate) of cases that compare nothing, and of the cases worth naming, worst kinds first.
@@ -31,14 +35,6 @@ IN_RUN_RATIO = (
 )
 
 
-@dataclass(frozen=True)
-class Block:
-    """One paragraph or list of the verdict. kind: "text", "pass", "fail" or "warn" (the HTML's colour)."""
-
-    kind: str
-    markdown: str
-
-
 def blocks(run: Run, reference: str | None, baseline_run: Run | None = None, gate: Any = None) -> list[Block]:
     """The verdict of `run` as markdown blocks (with a baseline run: the gate's verdict first)."""
     f = run.frame
@@ -46,12 +42,16 @@ def blocks(run: Run, reference: str | None, baseline_run: Run | None = None, gat
     if baseline_run is not None:
         out += _gate_blocks(run, baseline_run, gate)
     out.append(Block("text", _what_ran(run)))
-    groups = summary.leads(f)
+    groups = lead_rows.leads(f)
     lead_lines = [_lead_line(x, len({g.dtype for g in groups}) > 1) for x in groups]
     if lead_lines:
         head = (
             "**Fastest per case group** (× = the runner-up's median time / the fastest's: geometric mean over N, "
-            "then the range; best % of roofline in the group and its bound):"
+            "then the range; *tied* where that margin is within the rows' p20–p80 noise plus the fastest's "
+            "clock advantage; best % of roofline in the group, one roof per case, and the case's bound; for "
+            "serving groups the best % of the calibrated read bandwidth"
+            + ("; the energy per unit of work where measured" if any(g.energy for g in groups) else "")
+            + "):"
         )
         out.append(Block("text", "\n".join([head, "", *lead_lines])))
     if reference:
@@ -59,8 +59,10 @@ def blocks(run: Run, reference: str | None, baseline_run: Run | None = None, gat
         if line:
             out.append(Block("text", line))
     out += _failure_blocks(f)
+    out += bandwidth_blocks(run)
     if not run.is_cpu:
-        out += _clock_blocks(run)
+        out += clock_blocks(run, groups)
+    out += host_blocks(f)
     return out
 
 
@@ -69,17 +71,20 @@ def markdown(run: Run, reference: str | None, baseline_run: Run | None = None, g
     return "\n\n".join(b.markdown for b in blocks(run, reference, baseline_run, gate)) + "\n"
 
 
-def _x(value: float) -> str:
-    return f"{value:.2f}×"
-
-
 def _what_ran(run: Run) -> str:
     f = run.frame
     meas = summary.measured(f)
     ok = int(meas["ok"].sum())
     device = "CPU" if run.is_cpu else run.gpu_name
     text = f"**{device}** · " + " · ".join(summary.description(f))
-    text += f": {len(meas)} cases, {'all' if ok == len(meas) else ok} ok."
+    text += f": {len(meas)} cases, {'all' if ok == len(meas) else ok} ok"
+    modes = meas.loc[meas["ok"], "timed_as"].value_counts()
+    if len(modes) == 1:
+        text += f", every one timed as {TIMED_AS.get(modes.index[0], modes.index[0])}."
+    elif len(modes) > 1:
+        text += ", timed as " + " and ".join(f"{TIMED_AS.get(m, m)} ({n})" for m, n in modes.items()) + "."
+    else:
+        text += "."
     missing = summary.not_installed(f)
     if missing:
         text += f" Not installed, so neither cases nor providers here: {', '.join(missing)}."
@@ -90,25 +95,49 @@ def _what_ran(run: Run) -> str:
     return text
 
 
-def _lead_line(lead: summary.Lead, with_dtype: bool) -> str:
-    text = f"- {lead.group}" + (f" · {lead.dtype}" if with_dtype else "") + f": **{lead.fastest}**"
+# How each row's samples were taken (the rows' cuda_graph flag), in words.
+TIMED_AS = {"eager": "eager calls", "CUDA graph": "CUDA graph replays"}
+
+
+def _lead_line(lead: lead_rows.Lead, with_dtype: bool) -> str:
+    text = f"- {lead.group}" + (f" · {lead.dtype}" if with_dtype else "") + ": "
     if lead.runner_up is None:
-        text += " (the only provider measured)"
+        text += f"**{lead.fastest}** (the only provider measured)"
     else:
         (lo_n, lo), (hi_n, hi) = lead.low, lead.high
-        span = f"{_x(lo)} at N={lo_n} … {_x(hi)} at N={hi_n}" if len(lead.ratios) > 1 else f"N={lo_n}"
-        text += f" {_x(lead.geomean)} over {lead.runner_up} ({span}"
+        span = f"{x(lo)} at N={lo_n} … {x(hi)} at N={hi_n}" if len(lead.ratios) > 1 else f"N={lo_n}"
+        name = lead.fastest if lead.tied else f"**{lead.fastest}**"
+        text += ("tied: " if lead.tied else "") + f"{name} {x(lead.geomean)} over {lead.runner_up} ({span}"
         behind = _behind_words(lead)
         text += f"; {lead.runner_up} ahead {behind})" if behind else ")"
+        text += _noise_words(lead)
     if lead.best_pct is not None:
         text += (
-            f" · best {lead.best_pct:.0f}% of roofline ({lead.best_pct_provider}, N={lead.best_pct_at}, "
-            f"{lead.best_pct_bound})"
+            f" · best {lead.best_pct:.0f}% of {lead.best_pct_of} ({lead.best_pct_provider}, "
+            f"N={lead.best_pct_at}, {lead.best_pct_bound})"
         )
+    if lead.energy:
+        each = ", ".join(f"{p} {e:.3g}" for p, e in lead.energy)
+        text += f" · {lead.energy_unit}: {each}"
     return text
 
 
-def _behind_words(lead: summary.Lead) -> str:
+def _noise_words(lead: lead_rows.Lead) -> str:
+    """What the margin is judged against: the noise, and the two clocks where they differ by 1% or more."""
+    words = []
+    if lead.noise == lead.noise:
+        words.append(f"noise ±{pct(lead.noise)}")
+    a, b = lead.fastest_clock, lead.runner_clock
+    if a == a and b == b and abs(a / b - 1.0) >= 0.01:
+        words.append(f"SM clock {a:.0f} vs {b:.0f} MHz")
+    if not words:
+        return ""
+    if lead.tied:
+        return "; within " + " and ".join(words) if len(words) == 1 else f"; within {words[0]}, {words[1]}"
+    return "; " + ", ".join(words)
+
+
+def _behind_words(lead: lead_rows.Lead) -> str:
     """Where the runner-up was faster: "from N=4k", "up to N=2k" or "at N=1k, 8k"."""
     labels = [n for n, _ in lead.ratios]
     behind = lead.behind_at
@@ -130,8 +159,7 @@ def _reference_line(frame: Any, reference: str) -> str:
     parts = []
     for mode, g in sp.groupby("mode", sort=False):
         each = [
-            f"{r['provider']} {_x(r['geomean'])} ({r['min']:.2f}–{_x(r['max'])})"
-            for r in g.to_dict("records")
+            f"{r['provider']} {x(r['geomean'])} ({r['min']:.2f}–{x(r['max'])})" for r in g.to_dict("records")
         ]
         parts.append(f"{mode}: " + ", ".join(each))
     return (
@@ -163,57 +191,9 @@ def _failure_blocks(frame: Any) -> list[Block]:
         ]
     lines = [f"**Failures that matter** ({int(bad['cases'].sum())} cases):", ""]
     for r in bad.to_dict("records"):
-        reason = r["reason"] if len(r["reason"]) <= 120 else r["reason"][:119] + "…"
+        reason = summary.shorten(r["reason"], 120)
         lines.append(f"- {r['cases']} {r['status']}, {r['provider']}: {r['where']} (`{reason}`)")
     return [Block("warn", "\n".join(lines) + ("\n\n" + tail.strip() if tail else ""))]
-
-
-def _clock_blocks(run: Run) -> list[Block]:
-    out: list[Block] = []
-    t = clocks.throttling(run.frame, run.env)
-    if t.throttled:
-        top = f" of {t.max_clock:.0f} max" if t.max_clock else ""
-        span = f"; SM clock {t.clock_min:.0f}–{t.clock_max:.0f} MHz{top}" if t.clock_min is not None else ""
-        text = (
-            f"**Clocks**: {t.throttled} of {t.cases} measured cases ran throttled "
-            f"({', '.join(t.reasons) or 'reason not recorded'}){span} (read {t.clock_source}). "
-            "Ratios between providers in this run compare like with like; absolute TFLOP/s hold at these clocks."
-        )
-        out.append(Block("warn" if t.throttled > t.cases / 2 else "text", text))
-    cal = clocks.calibration(run.env, run.ceilings, run.gpu_spec)
-    measured_roof = next((c for c in run.ceilings if c.source == "measured"), None)
-    if not cal.source:
-        out.append(
-            Block(
-                "text",
-                "**Measured roof**: none. This run has no calibration, so there is no measured roof, only the "
-                "datasheet and NVML-derived ones (`flashbench calibrate` on the GPU before the sweep records one).",
-            )
-        )
-    elif cal.throttled:
-        where = "" if cal.source == "run" else " (this machine's calibrate file, not the run's record)"
-        rates = ""
-        if measured_roof is not None:
-            peaks = [
-                f"{measured_roof.peak(d) / 1e12:.0f} TFLOP/s {d}"
-                for d in dict.fromkeys(run.frame["dtype"])
-                if measured_roof.peak(d)
-            ]
-            rates = f" Its {', '.join([*peaks, f'{measured_roof.bw_bytes_s / 1e12:.2f} TB/s'])} are"
-            rates += " what a throttled GPU did, not ceilings."
-        out.append(
-            Block(
-                "warn",
-                f"**Measured roof**: the calibration{where} ran on a throttled GPU "
-                f"({cal.reason or 'reason not recorded'}).{rates} % of roofline is against the "
-                f"{_first_roof(run)} roof.",
-            )
-        )
-    return out
-
-
-def _first_roof(run: Run) -> str:
-    return ROOF_LABELS.get(run.ceilings[0].source, run.ceilings[0].source) if run.ceilings else "datasheet"
 
 
 # ------------------------------------------------------------------------------------------- the gate
@@ -221,10 +201,23 @@ def _first_roof(run: Run) -> str:
 
 def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
     name = baseline_run.name
+    self_compare = []
+    why = same_run(run, baseline_run)
+    if why:
+        self_compare = [
+            Block(
+                "warn",
+                f"**The baseline is this run itself** ({why}): every ratio below is 1 by construction, and the "
+                "gate's verdict says nothing about the code.",
+            )
+        ]
     if not same_gpu(run, baseline_run):
-        return [Block("warn", NO_GATE_ACROSS_GPUS)]
+        return [*self_compare, Block("warn", NO_GATE_ACROSS_GPUS)]
     if gate is None:
-        return [Block("warn", f"**No gate verdict against `{name}`**: the two runs have no case in common.")]
+        return [
+            *self_compare,
+            Block("warn", f"**No gate verdict against `{name}`**: the two runs have no case in common."),
+        ]
     threshold = getattr(getattr(gate, "config", None), "threshold", None)
     thr = f" (threshold {threshold:.0%} slower)" if threshold is not None else ""
     word = "PASS" if gate.passed else "FAIL"
@@ -243,7 +236,7 @@ def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
     if worst:
         lines += ["", "Worst cases (now / before, median time):", ""]
         for c in worst:
-            ratio = f"{_x(c.ratio)} slower" if c.ratio else c.current_status or "not in this run"
+            ratio = f"{x(c.ratio)} slower" if c.ratio else c.current_status or "not in this run"
             ci = f", interval {c.ci_low:.3f}–{c.ci_high:.3f}" if c.ci_low is not None else ""
             lines.append(f"- {_case_of(keys, c.key)}: {ratio} ({c.verdict}{ci})")
     ratios = getattr(gate, "ratios", [])
@@ -258,7 +251,7 @@ def _gate_blocks(run: Run, baseline_run: Run, gate: Any) -> list[Block]:
                     f"- {r.bundled} / {r.reference} at {_shape_of(run.frame, r.shape)}: {r.baseline_ratio:.3f} "
                     f"before, {r.current_ratio:.3f} now ({r.change - 1:+.1%}, {r.verdict})"
                 )
-    return [Block("pass" if gate.passed else "fail", "\n".join(lines))]
+    return [*self_compare, Block("pass" if gate.passed else "fail", "\n".join(lines))]
 
 
 def _case_of(keys: Any, key: str) -> str:
