@@ -5,14 +5,22 @@ Every run made here is SYNTHETIC (env.json says so): its numbers test the report
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from flashbench.results.env import Environment, write_env
 from flashbench.results.rows import Row, append_row
 from flashbench.spec.cases import Case
+
+# The HTML page and its figures need plotly; markdown, CSV and JSON do not.
+needs_plotly = pytest.mark.skipif(
+    importlib.util.find_spec("plotly") is None, reason="plotly is not installed (the HTML report needs it)"
+)
 
 H100 = "NVIDIA H100 80GB HBM3"
 H100_FACTS = {

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from report_helpers import needs_plotly
 from test_gate_cli import SYNTH, derive_run, gate, scaled, slow_provider
 
 from flashbench.cli.app import main
@@ -172,6 +173,7 @@ def test_table_fits_the_terminal_without_cutting_a_name_verdict_or_number(
     assert "80 cases not ok on either side, not listed (flash-attn, flash-attn-3)" in out
 
 
+@needs_plotly
 def test_report_comparison_says_which_code_each_side_ran(tmp_path):
     from flashbench.analysis.runs import load_run
     from flashbench.report import compare

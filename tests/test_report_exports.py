@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_helpers import H100_DECODE, H100_SPEED
+from report_helpers import H100_DECODE, H100_SPEED, needs_plotly
 
 from flashbench.report import build
 
@@ -164,6 +164,7 @@ def test_the_rows_above_the_read_bandwidth_are_explained_with_the_csvs_numbers()
     assert not math.isnan(over[0]["read_bw_gb_s"])
 
 
+@needs_plotly
 def test_the_page_and_the_exports_state_the_same_rules() -> None:
     _, doc = exported(H100_SPEED)
     page = build(H100_SPEED, fmt="html")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_helpers import H100_SPEED, read_jsonl
+from report_helpers import H100_SPEED, needs_plotly, read_jsonl
 
 import flashbench
 from flashbench.analysis import host, runs
@@ -146,6 +146,7 @@ def test_a_run_without_host_time_says_so_and_shows_no_empty_columns() -> None:
     assert "host-bound" not in best and "TFLOP/J" not in best and "### Host time" not in md
 
 
+@needs_plotly
 def test_the_tflops_figure_leaves_serving_rows_out_and_says_so() -> None:
     from flashbench.report import figures
 

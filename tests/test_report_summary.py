@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from report_helpers import H100, H100_FACTS, H100_SPEED, case_row, write_run
+from report_helpers import H100, H100_FACTS, H100_SPEED, case_row, needs_plotly, write_run
 
 from flashbench.analysis import clocks, leads, summary
 from flashbench.analysis import runs as analysis
@@ -379,6 +379,7 @@ def test_the_clock_sentence_is_computed_even_when_nothing_throttled(tmp_path: Pa
     assert "compare like with like" not in md  # the sentence that was written in, not computed
 
 
+@needs_plotly
 def test_a_measured_roof_quotes_its_own_dtypes_clock() -> None:
     from flashbench.report import roofline_figure
 
@@ -391,6 +392,7 @@ def test_a_measured_roof_quotes_its_own_dtypes_clock() -> None:
     assert f"bf16 matmul at {bf16:.0f} MHz" in label and f"{fp8:.0f} MHz" not in label
 
 
+@needs_plotly
 def test_each_calibration_figure_is_judged_by_its_own_measurement() -> None:
     """The committed calibration: every matmul power-capped, the copy and the read at full clock. The summary calls
     only the matmul figures no ceiling, and the roofline draws only the measured compute roof in red."""

@@ -121,6 +121,7 @@ def test_calibrate_without_gpu_exits_3(capsys):
 def test_one_bound_rule_in_the_modelled_table_the_overlay_and_the_json(capsys, tmp_path, monkeypatch):
     """A bundled forward at 646 TFLOP/s (65% of the H100's bf16 roof) is compute-bound wherever it is shown,
     and the modelled table gives its family the same bound at the same N; naive at N = 4096 is memory-bound."""
+    monkeypatch.setenv("COLUMNS", "200")  # whole words in the bound column (an xdist worker has 80)
     from flashbench.models.flops import attention_flops
     from flashbench.models.roofline import BOUND_RULE
 
