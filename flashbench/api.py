@@ -32,7 +32,8 @@ from flashbench.providers.user import check_paths
 from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
 from flashbench.results.rows import Row, load
 from flashbench.spec.config import SweepSpec, load_spec
-from flashbench.spec.plan import check_resumable, plan, resolve_providers
+from flashbench.spec.plan import plan, resolve_providers
+from flashbench.spec.resume import check_resumable, check_same_gpu, check_same_sweep, stored_spec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,17 +70,18 @@ def resolve_spec(
     resume: bool = False,
     overrides: dict[str, Any] | None = None,
 ) -> SweepSpec:
-    """The spec a sweep would run: stored spec (--resume) or built-in defaults <- preset/config <- flags."""
+    """The spec a sweep would run: built-in defaults <- preset/config <- flags; with --resume the run's stored
+    spec, which the flags may only repeat (spec/resume.py: another sweep is refused, exit 2)."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    base = None
     if resume and out is not None and (Path(out) / ENV_FILE).is_file():
-        stored = read_env(out).spec
-        if isinstance(stored, dict):
-            base = SweepSpec.from_dict(stored)
-    if base is None and preset is None and config is None:
+        stored = stored_spec(read_env(out), out)
+        asked = load_spec(preset=preset, config=config, overrides=overrides, base=stored)
+        check_same_sweep(out, stored, asked)
+        return asked
+    if preset is None and config is None:
         device = overrides.get("device", "cuda")
         preset = "cpu" if str(device).lower() == "cpu" else "default"
-    return load_spec(preset=preset, config=config, overrides=overrides, base=base)
+    return load_spec(preset=preset, config=config, overrides=overrides)
 
 
 def sweep(
@@ -125,6 +127,10 @@ def sweep(
     Raises FlashbenchError (exit_code 2 for bad input, 3 when device="cuda" finds no GPU).
     """
     started = time.monotonic()
+    if resume and force:
+        raise FlashbenchError(
+            "--resume and --force exclude each other: --resume continues the run in --out, --force starts it over"
+        )
     if resume:
         check_resumable(out)
     shard_t = shards.parse_shard(shard)
@@ -195,6 +201,15 @@ def sweep(
         sweep_planned = len(planned)
         if shard_t is not None:
             planned = shards.select(planned, shard_t)
+        previous = read_env(run_dir) if resume else None  # check_resumable: resume has an env.json
+        if previous is not None:
+            check_same_gpu(run_dir, previous, str(facts.get("gpu", "")))
+            done = runner.finished_rows(run_dir)
+            if previous.finished and all(p.case.key in done for p in planned):
+                # nothing would run: leave the finished run as it is, env.json included
+                _note(f"flashbench: {run_dir} is finished; nothing to resume, nothing written", progress)
+                rows = [done[p.case.key] for p in planned]
+                return SweepResult(run_dir, spec, rows, time.monotonic() - started, previous)
         runner.prepare_run_dir(run_dir, resume, force)
         env = replace(
             environment.collect(spec.device, facts),
@@ -207,8 +222,7 @@ def sweep(
             sweep_planned_cases=sweep_planned,
             devices_used=[int(d) for d in devices] if devices else None,
         )
-        if resume and (run_dir / ENV_FILE).is_file():
-            previous = read_env(run_dir)
+        if previous is not None:
             env.previous_runs = [*previous.previous_runs, previous.started]
             if env.calibration is None and previous.gpu == env.gpu:
                 # a session on a machine without a stored calibration keeps the run's measured ceiling

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from flashbench.errors import FlashbenchError
 from flashbench.models.memory import FAMILIES, predicted_peak_bytes
 from flashbench.providers.registry import ProviderInfo
-from flashbench.results.env import ENV_FILE
 from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
 from flashbench.spec.cases import Case
 from flashbench.spec.config import SweepSpec, heads_for, suggest
@@ -30,16 +28,6 @@ class PlannedCase:
     status: str | None = None  # None: to be run; else the final status decided up front
     reason: str = ""
     predicted_mem_bytes: int | None = None
-
-
-def check_resumable(out: str | Path | None) -> None:
-    """--resume continues a sweep that was started: `out` must hold its env.json; else a one-line error (exit 2),
-    never a silent new run in a directory the user believes holds their earlier results."""
-    if out is None:
-        raise FlashbenchError("nothing to resume: --resume needs --out DIR, the run directory to continue")
-    if not (Path(out) / ENV_FILE).is_file():
-        what = "does not exist" if not Path(out).exists() else f"holds no {ENV_FILE} (no sweep started there)"
-        raise FlashbenchError(f"nothing to resume: {out} {what}; drop --resume to start a new run")
 
 
 def batch_for(spec: SweepSpec, seq: int) -> list[int]:
