@@ -30,6 +30,7 @@ from flashbench.providers import registry
 from flashbench.providers.registry import ProviderInfo
 from flashbench.providers.user import check_paths
 from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
+from flashbench.results.paths import check_writable_dir
 from flashbench.results.rows import Row, load
 from flashbench.spec.config import SweepSpec, load_spec
 from flashbench.spec.plan import plan, resolve_providers
@@ -179,6 +180,7 @@ def sweep(
         raise FlashbenchError(
             f"run directory {run_dir} is not empty: add --resume to continue it or --force to start over"
         )
+    check_writable_dir(run_dir, "--out")  # before the worker's start-up, not after it
     if spec.device == "cuda":
         present, _ = environment.gpu_present()
         if not present:
