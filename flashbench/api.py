@@ -33,7 +33,7 @@ from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
 from flashbench.results.paths import check_writable_dir
 from flashbench.results.rows import Row, load
 from flashbench.spec.config import SweepSpec, load_spec
-from flashbench.spec.plan import plan, resolve_providers
+from flashbench.spec.plan import check_defined, plan, resolve_providers
 from flashbench.spec.resume import check_resumable, check_same_gpu, check_same_sweep, stored_spec
 
 if TYPE_CHECKING:
@@ -162,6 +162,7 @@ def sweep(
         **measure,
     }
     spec = resolve_spec(preset=preset, config=config, out=out, resume=resume, overrides=overrides)
+    check_defined(spec)
     kernels_t = check_paths(list(spec.kernels)) if spec.kernels else ()
     registry.load_builtins()
     if not kernels_t:  # user files' names are known only once a worker loaded them

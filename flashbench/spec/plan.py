@@ -17,7 +17,7 @@ from flashbench.providers.registry import ProviderInfo
 from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
 from flashbench.spec.cases import Case
 from flashbench.spec.config import SweepSpec, heads_for, suggest
-from flashbench.spec.window import effective, parse_window, window_text
+from flashbench.spec.window import effective, keyless_queries, parse_window, window_text
 
 GIB = 2**30
 
@@ -106,6 +106,27 @@ def interleave(cases: list[Case]) -> list[Case]:
     return [
         case for j, group in enumerate(shapes.values()) for case in (group if j % 2 == 0 else group[::-1])
     ]
+
+
+def check_defined(spec: SweepSpec) -> None:
+    """Refuse (exit 2) a spec with a case where some query sees no key: more query tokens than the keys its mask
+    lets the first of them see (seq_q > seq_k with a causal mask or a window's right bound; with ragged lengths,
+    the shortest sequence's). Such a row has no attention to average; spec/window.py says why it is refused."""
+    for case in expand(spec, ["-"]):
+        shortest = min(case.kv_lengths())
+        keyless = keyless_queries(case.seq_q, shortest, case.causal, case.window_size)
+        if not keyless:
+            continue
+        bounds = effective(case.causal, case.window_size) if case.window else None
+        right = bounds[1] if bounds is not None else 0
+        mask = f"window {case.window}" if case.window else "causal"
+        keys = f"seq {case.seq_k}" + (f" (its shortest sequence: {shortest} keys)" if case.ragged else "")
+        fix = "a window whose right side reaches them (-1: no bound)" if case.window else "use --causal false"
+        raise FlashbenchError(
+            f"seq-q {case.seq_q} over {keys}, {mask}: {keyless} of the {case.seq_q} queries would see no key "
+            f"(masks align bottom-right: query i sits at key i + seq - seq-q); with this mask seq-q may be at "
+            f"most {shortest + right}, or {fix}"
+        )
 
 
 def input_bytes(case: Case) -> int:
