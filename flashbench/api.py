@@ -12,6 +12,7 @@ Arguments take the CLI's syntax (strings like "512..32768") or Python values (in
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import sys
 import time
 from collections import Counter
@@ -198,7 +199,7 @@ def sweep(
         worker.wait_ready()
         infos = {d["name"]: ProviderInfo.from_dict(d) for d in worker.providers}
         facts = worker.facts
-        memory = facts.get("total_memory_bytes") if spec.device == "cuda" else None
+        memory = facts.get("total_memory_bytes") if spec.device == "cuda" else _host_memory_bytes()
         planned = plan(spec, infos, memory)
         names = resolve_providers(spec.providers, list(infos))
         sweep_planned = len(planned)
@@ -292,6 +293,14 @@ def sweep(
 def _gpu_count(gpus: Any, device: str) -> int:
     """How many GPUs NVML (or nvidia-smi) sees, asked only where --gpus needs it."""
     return len(environment.gpu_present()[1]) if gpus is not None and device == "cuda" else 0
+
+
+def _host_memory_bytes() -> int | None:
+    """The host's physical memory: what a CPU sweep's cases must fit in (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _note(message: str, enabled: bool) -> None:

@@ -1,5 +1,6 @@
 """Spec -> Cases. Cases a provider declares it cannot run are marked `unsupported` (or `unavailable`), and
-cases the memory model says cannot fit on this GPU are marked `predicted-oom`, before any worker runs them.
+cases the memory model says cannot fit in the device's memory (the GPU's; with --device cpu, the host's) are
+marked `predicted-oom`, before any worker runs them.
 
 Order: provider, dtype, head_dim, heads, kv_heads, causal, mode, KV layout / page size / lengths, window, query tokens,
 then sequence length ascending, so that an OOM at one N lets the runner skip the larger N of the same provider
@@ -113,7 +114,7 @@ def check_defined(spec: SweepSpec) -> None:
     lets the first of them see (seq_q > seq_k with a causal mask or a window's right bound; with ragged lengths,
     the shortest sequence's). Such a row has no attention to average; spec/window.py says why it is refused."""
     for case in expand(spec, ["-"]):
-        shortest = min(case.kv_lengths())
+        shortest = _shortest(case)
         keyless = keyless_queries(case.seq_q, shortest, case.causal, case.window_size)
         if not keyless:
             continue
@@ -129,6 +130,16 @@ def check_defined(spec: SweepSpec) -> None:
         )
 
 
+def _shortest(case: Case) -> int:
+    """The fewest keys any sequence of the case holds. Past a million ragged sequences, the bound of their draw
+    (ceil(N / 2), cases.kv_lengths) stands in for drawing them all: a million draws reach it anyway."""
+    if not case.ragged:
+        return case.seq_k
+    if case.batch > 1_000_000:
+        return max(1, -(-case.seq_k // 2))
+    return min(case.kv_lengths())
+
+
 def input_bytes(case: Case) -> int:
     """Bytes of the inputs the worker allocates: q, k, v (and dO in the backward modes); for a paged case also
     the page pool beside the contiguous cache it is copied from (engine/measure.py), and the page table."""
@@ -137,7 +148,11 @@ def input_bytes(case: Case) -> int:
     do = q if case.mode != "fwd" else 0
     pool = 0
     if case.paged and case.page_size > 0:
-        pages = sum(-(-n // case.page_size) for n in case.kv_lengths())
+        per_sequence = -(-case.seq_k // case.page_size)
+        if case.ragged and case.batch <= 1_000_000:
+            pages = sum(-(-n // case.page_size) for n in case.kv_lengths())
+        else:  # every sequence at N, or (past a million ragged ones) at most N: no tuple of a billion lengths
+            pages = case.batch * per_sequence
         pool = 2 * pages * case.page_size * case.kv_heads * case.head_dim
     return (q + kv + do + pool) * case.elem_bytes
 
@@ -174,12 +189,13 @@ def predicted_mem_bytes(
 def plan(
     spec: SweepSpec,
     infos: Mapping[str, ProviderInfo],
-    gpu_memory_bytes: int | None = None,
+    memory_bytes: int | None = None,
 ) -> list[PlannedCase]:
     """Cases for `spec`, each either to run or already decided (unavailable / unsupported / predicted-oom).
 
     `infos` are the providers as the worker described them (availability resolved on that machine).
-    `gpu_memory_bytes` is the device's total memory (None: no predicted-oom marking, e.g. on the CPU).
+    `memory_bytes` is the device's total memory: the GPU's, or the host's for a CPU sweep (None: no predicted-oom
+    marking). A case whose inputs alone exceed it is predicted-oom even where no memory model covers its provider.
     """
     names = resolve_providers(spec.providers, list(infos))
     if len(names) == 1 and spec.providers != ("all",):
@@ -195,15 +211,16 @@ def plan(
         if why:
             planned.append(PlannedCase(case, UNSUPPORTED, why, predicted))
             continue
-        if spec.device == "cuda" and gpu_memory_bytes and predicted is not None:
-            need = input_bytes(case) + predicted
-            if need > gpu_memory_bytes:
-                reason = (
-                    f"predicted {predicted / GIB:.1f} GiB above {input_bytes(case) / GIB:.1f} GiB of inputs "
-                    f"({need} bytes) > {gpu_memory_bytes / GIB:.1f} GiB on the GPU"
-                )
-                planned.append(PlannedCase(case, PREDICTED_OOM, reason, predicted))
-                continue
+        need = input_bytes(case) + (predicted or 0)
+        if memory_bytes and need > memory_bytes:
+            where = "on the GPU" if spec.device == "cuda" else "of host memory"
+            above = f"predicted {predicted / GIB:.3g} GiB above " if predicted is not None else ""
+            reason = (
+                f"{above}{input_bytes(case) / GIB:.3g} GiB of inputs ({need} bytes) > "
+                f"{memory_bytes / GIB:.1f} GiB {where}"
+            )
+            planned.append(PlannedCase(case, PREDICTED_OOM, reason, predicted))
+            continue
         planned.append(PlannedCase(case, None, "", predicted))
     return planned
 
