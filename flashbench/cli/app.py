@@ -33,9 +33,9 @@ def version() -> None:
 def _register_commands() -> None:
     # Each command-group module defines register(app). Imported here, not at module import time,
     # so `flashbench --help` stays cheap and no module imports torch before it must.
-    from flashbench.cli import gate, memory, merge, report, roofline, sweep
+    from flashbench.cli import gate, listing, memory, merge, report, roofline, sweep
 
-    for module in (sweep, merge, roofline, memory, report, gate):
+    for module in (sweep, listing, merge, roofline, memory, report, gate):
         module.register(app)
 
 

@@ -14,7 +14,7 @@ import typer
 
 from flashbench.analysis.roofline import ROOF_DTYPES, build_roofline, parse_families
 from flashbench.cli.render import console as make_console
-from flashbench.cli.render import folding_column, name_column
+from flashbench.cli.render import word_table
 from flashbench.errors import warn
 from flashbench.gpu.calibrate import calibrate
 from flashbench.spec.cases import DTYPES, MODES, mask_label
@@ -62,20 +62,9 @@ def render_roofline(report: dict[str, Any]) -> None:
     for e in report["predictions"]:
         groups.setdefault((e["dtype"], e["mode"], e["head_dim"]), []).append(e)
     for (dtype, mode, d), entries in groups.items():
-        p = Table(title=f"{dtype} {mode}, head dim {d}: intensity (FLOP/B), bound, minimum time")
-        for col in (
-            "family (matmul)",
-            "N",
-            "AI floor",
-            "AI model",
-            "AI no-L2",
-            "bound",
-            "min ms",
-            "no-L2 ms",
-        ):
-            p.add_column(col, justify="left" if col in ("family (matmul)", "bound") else "right")
-        for e in entries:
-            p.add_row(
+        headers = ["family (matmul)", "N", "AI floor", "AI model", "AI no-L2", "bound", "min ms", "no-L2 ms"]
+        rows = [
+            [
                 f"{e['family']} ({e['compute_dtype']})",
                 str(e["seq"]),
                 f"{e['compulsory']['ai']:.0f}",
@@ -84,8 +73,11 @@ def render_roofline(report: dict[str, Any]) -> None:
                 e["bound"],
                 f"{e['model']['min_time_s'] * 1e3:.3g}",
                 f"{e['no_l2']['min_time_s'] * 1e3:.3g}",
-            )
-        console.print(p)
+            ]
+            for e in entries
+        ]
+        title = f"{dtype} {mode}, head dim {d}: intensity (FLOP/B), bound, minimum time"
+        console.print(word_table(title, headers, rows, console.width, right=(1, 2, 3, 4, 6, 7)))
     console.print(
         "AI floor: compulsory traffic (inputs read once, outputs written once), the best any exact attention can do; "
         "AI model: the family's own traffic with L2 reuse; AI no-L2: with none.",
@@ -93,38 +85,32 @@ def render_roofline(report: dict[str, Any]) -> None:
     )
     console.print(report["bound_rule"], style="dim")
     if report["measured"]:
-        m = Table(title="Measured against the roofline")
-        name_column(m, "provider", [e["provider"] for e in report["measured"]])
-        for col in ("case", "ms", "TFLOP/s", "AI", "% of roofline", "bound", "note"):
-            folding_column(m, col)
+        headers = ["provider", "case", "ms", "TFLOP/s", "AI", "% of roofline", "bound", "note"]
+        rows = []
         for e in report["measured"]:
             case = (
                 f"{e.get('dtype', '')} {e.get('mode', '')} N={e.get('seq_q', '')} d={e.get('head_dim', '')}"
             )
             if not e["valid"]:
-                m.add_row(
-                    e["provider"],
-                    case,
-                    _fmt(e.get("median_ms"), ".4g"),
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    f"[red]ERROR: {e['error']}",
-                )
+                ms = _fmt(e.get("median_ms"), ".4g")
+                rows.append([e["provider"], case, ms, "-", "-", "-", "-", f"[red]ERROR: {e['error']}"])
                 continue
             note = "throttled" if e["throttled"] else ""
-            m.add_row(
-                e["provider"],
-                case,
-                f"{e['median_ms']:.4g}",
-                f"{e['achieved_tflops']:.1f}",
-                f"{e['ai']:.0f}",
-                f"{e['pct_of_roofline']:.1f}%",
-                e["bound"],
-                note,
+            rows.append(
+                [
+                    e["provider"],
+                    case,
+                    f"{e['median_ms']:.4g}",
+                    f"{e['achieved_tflops']:.1f}",
+                    f"{e['ai']:.0f}",
+                    f"{e['pct_of_roofline']:.1f}%",
+                    e["bound"],
+                    note,
+                ]
             )
-        console.print(m)
+        console.print(
+            word_table("Measured against the roofline", headers, rows, console.width, right=(2, 3, 4, 5))
+        )
 
 
 def roofline(
