@@ -15,10 +15,10 @@ import typer
 from flashbench.analysis.roofline import ROOF_DTYPES, build_roofline, parse_families
 from flashbench.cli.render import console as make_console
 from flashbench.cli.render import word_table
-from flashbench.errors import warn
+from flashbench.errors import FlashbenchError, warn
 from flashbench.gpu.calibrate import calibrate
 from flashbench.spec.cases import DTYPES, MODES, mask_label
-from flashbench.spec.config import parse_range, split_choices
+from flashbench.spec.config import parse_causal, parse_range, split_choices
 from flashbench.spec.window import parse_window
 
 DEFAULT_SEQ = "1024..32768"
@@ -130,8 +130,12 @@ def roofline(
     heads: Annotated[int, typer.Option(help="Query heads of the modelled cases.")] = 16,
     kv_heads: Annotated[int | None, typer.Option(help="K/V heads (GQA); default = heads.")] = None,
     causal: Annotated[
-        bool, typer.Option("--causal", help="Model causal attention (exact unmasked-pair FLOPs).")
-    ] = False,
+        str,
+        typer.Option(
+            help="true | false: the mask of every modelled case (causal: exact unmasked-pair FLOPs); "
+            "a bare --causal: true."
+        ),
+    ] = "false",
     window: Annotated[
         str,
         typer.Option(
@@ -154,7 +158,7 @@ def roofline(
         batch=batch,
         heads=heads,
         kv_heads=kv_heads,
-        causal=causal,
+        causal=_one_mask(causal),
         results=results,
         window=parse_window(window),
     )
@@ -162,6 +166,13 @@ def roofline(
         print(json.dumps(report, indent=2, default=str))
     else:
         render_roofline(report)
+
+
+def _one_mask(text: str) -> bool:
+    masks = parse_causal(text)
+    if len(masks) > 1:
+        raise FlashbenchError("--causal both: roofline models one mask per call; give --causal true or false")
+    return masks[0]
 
 
 def calibrate_cmd(

@@ -70,7 +70,7 @@ def sweep_command(
     dtype: Annotated[
         str | None, typer.Option(help="fp16,bf16,fp32,fp8 (fp8: float8_e4m3fn inputs, forward only)")
     ] = None,
-    causal: Annotated[str | None, typer.Option(help="true | false | both")] = None,
+    causal: Annotated[str | None, typer.Option(help="true | false | both (a bare --causal: true)")] = None,
     mode: Annotated[str | None, typer.Option(help="fwd,bwd,fwd+bwd")] = None,
     providers: Annotated[
         str | None, typer.Option(help="comma list, or 'all' (see `flashbench list providers`)")
