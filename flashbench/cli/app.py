@@ -10,6 +10,8 @@ One flag convention in every command (README "Flags"):
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 from typing import Any
 
@@ -53,8 +55,63 @@ _register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; return the exit code instead of raising (used by tests and __main__)."""
+    """Run the CLI; return the exit code instead of raising (used by tests and __main__).
+
+    A reader that goes away (`flashbench sweep ... | head`) costs the command nothing: output to a closed pipe
+    is dropped, the sweep goes on measuring and writing rows, and the exit code is the command's own.
+    """
     args = implied_values(sys.argv[1:] if argv is None else list(argv))
+    streams = sys.stdout, sys.stderr
+    out, err = ReaderSafe(streams[0]), ReaderSafe(streams[1])
+    sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+    try:
+        code = _run(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+    if out.lost and not err.lost:
+        print(
+            "flashbench: note: standard output was closed by its reader; the command ran to its end",
+            file=sys.stderr,
+        )
+    return code
+
+
+class ReaderSafe:
+    """A text stream whose reader may leave: a write to a closed pipe is dropped, not raised (Python raises
+    BrokenPipeError at the next print, which stopped a sweep piped into `head` after a few rows)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream, self.lost = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._lose()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._lose()
+
+    def _lose(self) -> None:
+        self.lost = True
+        try:  # the descriptor to /dev/null: the interpreter's last flush of what is buffered stays quiet
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass  # no descriptor (a test's capture): nothing will flush it
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _run(args: list[str]) -> int:
     try:
         result = _command()(args=args, prog_name="flashbench", standalone_mode=False)
     except FlashbenchError as exc:
