@@ -33,7 +33,7 @@ from flashbench.providers.user import check_paths
 from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
 from flashbench.results.paths import check_writable_dir
 from flashbench.results.rows import Row, load
-from flashbench.spec.config import SweepSpec, load_spec
+from flashbench.spec.config import SweepSpec, load_spec, parse_device
 from flashbench.spec.plan import check_defined, plan, resolve_providers
 from flashbench.spec.resume import check_resumable, check_same_gpu, check_same_sweep, stored_spec
 
@@ -317,8 +317,7 @@ def list_providers(
     ("cuda only (no GPU here)"): installed is not the same as usable.
     """
     gpu = environment.gpu_present()[0]
-    if device is None:
-        device = "cuda" if gpu else "cpu"
+    device = parse_device(device) if device is not None else "cuda" if gpu else "cpu"
     worker = runner.describe(device, check_paths(list(kernels)) if kernels else ())
     infos = [ProviderInfo.from_dict(d) for d in worker.providers]
     return [i if not i.available or device in i.devices else _elsewhere(i, device, gpu) for i in infos]
@@ -334,6 +333,7 @@ def environment_record(device: str | None = None) -> Environment:
     """The environment record (what env.json holds), with torch's view from a short-lived worker."""
     if device is None:
         device = "cuda" if environment.gpu_present()[0] else "cpu"
+    device = parse_device(device)
     try:
         facts = runner.describe(device, ()).facts
     except FlashbenchError as exc:

@@ -55,7 +55,7 @@ def render_roofline(report: dict[str, Any]) -> None:
     shape = report["shape"]
     console.print(
         f"Cases: batch {shape['batch']}, heads {shape['heads']} (kv {shape['kv_heads']}), "
-        f"{mask_label(shape['causal'])}; roof: {report['roof_used']}. FLOPs: {report['flop_convention']}",
+        f"{_mask_text(shape)}; roof: {report['roof_used']}. FLOPs: {report['flop_convention']}",
         style="dim",
     )
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
@@ -113,6 +113,17 @@ def render_roofline(report: dict[str, Any]) -> None:
         )
 
 
+def _mask_text(shape: dict[str, Any]) -> str:
+    """The modelled cases' mask in words: a window says how far each query sees (its numbers apply it)."""
+    window = parse_window(shape.get("window") or "")
+    if window is None:
+        return mask_label(shape["causal"])
+    left, right = window
+    back = f"{left} keys back" if left >= 0 else "every key back"
+    ahead = "none ahead" if right == 0 else f"{right} ahead" if right > 0 else "every key ahead"
+    return f"sliding window {left},{right} ({back}, {ahead})"
+
+
 def roofline(
     gpu: Annotated[
         str, typer.Option(help="GPU: a name from configs/gpus.toml (h100, a100, l40s...) or 'auto' (NVML).")
@@ -148,12 +159,14 @@ def roofline(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
 ) -> None:
     """Ceilings, ridge points and per-family intensity / bound / minimum time; overlay measured rows. No GPU needed."""
+    dtypes = tuple(split_choices(dtype, "--dtype", DTYPES))
+    modes = tuple(split_choices(mode, "--mode", MODES))
     report = build_roofline(
         gpu=gpu,
         seqs=parse_range(seq, "--seq"),
         head_dims=tuple(parse_range(head_dim, "--head-dim")),
-        dtypes=tuple(split_choices(dtype, "--dtype", DTYPES)),
-        modes=tuple(split_choices(mode, "--mode", MODES)),
+        dtypes=dtypes,
+        modes=modes,
         families=tuple(parse_families(families)),
         batch=batch,
         heads=heads,
@@ -162,6 +175,11 @@ def roofline(
         results=results,
         window=parse_window(window),
     )
+    if "fp8" in dtypes and any(m != "fwd" for m in modes):
+        # FA3 and the bundled kernel take fp8 forward only: say so rather than model a backward as if it ran
+        warn(
+            "fp8 is forward only in every provider: its bwd and fwd+bwd rows model a backward no kernel runs"
+        )
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:

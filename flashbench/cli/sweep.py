@@ -12,6 +12,7 @@ import typer
 
 from flashbench.cli.render import console as make_console
 from flashbench.cli.render import folding_column, name_column
+from flashbench.errors import plural
 from flashbench.results.rows import OK, Row
 from flashbench.spec.cases import mask_label
 
@@ -171,7 +172,7 @@ def sweep_command(
     render_tables(result.rows, tokens=result.spec.tokens)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
     print(
-        f"{len(result.rows)} cases ({counts}) in {result.wall_s:.1f} s; rows in {result.run_dir}/rows.jsonl"
+        f"{plural(len(result.rows), 'case')} ({counts}) in {result.wall_s:.1f} s; rows in {result.run_dir}/rows.jsonl"
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flashbench.errors import FlashbenchError
+from flashbench.errors import FlashbenchError, plural
 from flashbench.models.memory import FAMILIES, predicted_peak_bytes
 from flashbench.providers.registry import ProviderInfo
 from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
@@ -121,7 +121,9 @@ def check_defined(spec: SweepSpec) -> None:
         bounds = effective(case.causal, case.window_size) if case.window else None
         right = bounds[1] if bounds is not None else 0
         mask = f"window {case.window}" if case.window else "causal"
-        keys = f"seq {case.seq_k}" + (f" (its shortest sequence: {shortest} keys)" if case.ragged else "")
+        keys = f"seq {case.seq_k}" + (
+            f" (its shortest sequence: {plural(shortest, 'key')})" if case.ragged else ""
+        )
         fix = "a window whose right side reaches them (-1: no bound)" if case.window else "use --causal false"
         raise FlashbenchError(
             f"seq-q {case.seq_q} over {keys}, {mask}: {keyless} of the {case.seq_q} queries would see no key "
