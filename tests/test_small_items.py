@@ -110,3 +110,21 @@ def test_a_closed_pipe_does_not_stop_the_sweep(tmp_path):
     assert proc.wait(timeout=600) == 0
     rows = read_rows(out)
     assert len(rows) == 8 and all(r.status == "ok" for r in rows) and read_env(out).finished
+
+
+def test_a_sweep_whose_stdout_closes_says_on_stderr_that_it_ran_to_its_end(tmp_path):
+    out = tmp_path / "run"
+    args = ["--device", "cpu", "--providers", "naive", "--seq", "16", "--batch", "1", "--heads", "2"]
+    args += ["--head-dim", "16", "--causal", "false", "--mode", "fwd", "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flashbench", "sweep", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # nobody reads the table
+    err = proc.stderr.read()
+    assert proc.wait(timeout=600) == 0
+    assert "flashbench: stdout closed early; the sweep ran to its end: 1 case (1 ok) in " in err
+    assert f"; rows in {out}/rows.jsonl" in err and len(read_rows(out)) == 1

@@ -62,17 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = implied_values(sys.argv[1:] if argv is None else list(argv))
     streams = sys.stdout, sys.stderr
-    out, err = ReaderSafe(streams[0]), ReaderSafe(streams[1])
-    sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+    sys.stdout, sys.stderr = ReaderSafe(streams[0]), ReaderSafe(streams[1])  # type: ignore[assignment]
     try:
         code = _run(args)
     finally:
         sys.stdout, sys.stderr = streams
-    if out.lost and not err.lost:
-        print(
-            "flashbench: note: standard output was closed by its reader; the command ran to its end",
-            file=sys.stderr,
-        )
     return code
 
 

@@ -168,12 +168,22 @@ def sweep_command(
             "rows": [r.to_dict() for r in result.rows],
         }
         sys.stdout.write(json.dumps(payload, default=str) + "\n")
+        _say_if_unread(f"{plural(len(result.rows), 'case')} in {result.wall_s:.1f} s", result.run_dir)
         return
     render_tables(result.rows, tokens=result.spec.tokens)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
-    print(
-        f"{plural(len(result.rows), 'case')} ({counts}) in {result.wall_s:.1f} s; rows in {result.run_dir}/rows.jsonl"
-    )
+    summary = f"{plural(len(result.rows), 'case')} ({counts}) in {result.wall_s:.1f} s"
+    print(f"{summary}; rows in {result.run_dir}/rows.jsonl")
+    _say_if_unread(summary, result.run_dir)
+
+
+def _say_if_unread(summary: str, run_dir: Path) -> None:
+    """Where stdout's reader left early (`| head`, cli.app.ReaderSafe), say on stderr that the sweep did not stop."""
+    if getattr(sys.stdout, "lost", False):
+        print(
+            f"flashbench: stdout closed early; the sweep ran to its end: {summary}; rows in {run_dir}/rows.jsonl",
+            file=sys.stderr,
+        )
 
 
 def _cell(row: Row) -> str:
