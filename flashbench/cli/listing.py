@@ -42,6 +42,7 @@ def list_providers_command(
 
 def render_providers(infos: list[ProviderInfo]) -> None:
     """The providers table, then one wrapped line per unavailable provider saying why."""
+    from rich.markup import escape
     from rich.table import Table
 
     console = make_console()
@@ -62,7 +63,7 @@ def render_providers(infos: list[ProviderInfo]) -> None:
     ]
     if user_files:  # bundled vs builtin says little; which file a provider came from is worth a column
         headers.append("source")
-    table = word_table("providers", headers, rows, console.width)
+    table = word_table("providers", headers, [[escape(cell) for cell in row] for row in rows], console.width)
     console.print(table)
     missing = [i for i in infos if not i.available]
     if missing:
@@ -70,7 +71,7 @@ def render_providers(infos: list[ProviderInfo]) -> None:
         why.add_column(no_wrap=True)
         why.add_column(overflow="fold")
         for i in missing:
-            why.add_row(i.name, i.reason or "unavailable")
+            why.add_row(i.name, escape(i.reason or "unavailable"))  # "[Errno 2]" is text, not markup
         console.print("Not available here:")
         console.print(why)
 
