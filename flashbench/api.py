@@ -12,6 +12,7 @@ Arguments take the CLI's syntax (strings like "512..32768") or Python values (in
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import sys
 import time
 from collections import Counter
@@ -30,9 +31,11 @@ from flashbench.providers import registry
 from flashbench.providers.registry import ProviderInfo
 from flashbench.providers.user import check_paths
 from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
+from flashbench.results.paths import check_writable_dir
 from flashbench.results.rows import Row, load
-from flashbench.spec.config import SweepSpec, load_spec
-from flashbench.spec.plan import check_resumable, plan, resolve_providers
+from flashbench.spec.config import SweepSpec, load_spec, parse_device
+from flashbench.spec.plan import check_defined, plan, resolve_providers
+from flashbench.spec.resume import check_resumable, check_same_gpu, check_same_sweep, stored_spec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,17 +72,18 @@ def resolve_spec(
     resume: bool = False,
     overrides: dict[str, Any] | None = None,
 ) -> SweepSpec:
-    """The spec a sweep would run: stored spec (--resume) or built-in defaults <- preset/config <- flags."""
+    """The spec a sweep would run: built-in defaults <- preset/config <- flags; with --resume the run's stored
+    spec, which the flags may only repeat (spec/resume.py: another sweep is refused, exit 2)."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    base = None
     if resume and out is not None and (Path(out) / ENV_FILE).is_file():
-        stored = read_env(out).spec
-        if isinstance(stored, dict):
-            base = SweepSpec.from_dict(stored)
-    if base is None and preset is None and config is None:
+        stored = stored_spec(read_env(out), out)
+        asked = load_spec(preset=preset, config=config, overrides=overrides, base=stored)
+        check_same_sweep(out, stored, asked)
+        return asked
+    if preset is None and config is None:
         device = overrides.get("device", "cuda")
         preset = "cpu" if str(device).lower() == "cpu" else "default"
-    return load_spec(preset=preset, config=config, overrides=overrides, base=base)
+    return load_spec(preset=preset, config=config, overrides=overrides)
 
 
 def sweep(
@@ -125,6 +129,10 @@ def sweep(
     Raises FlashbenchError (exit_code 2 for bad input, 3 when device="cuda" finds no GPU).
     """
     started = time.monotonic()
+    if resume and force:
+        raise FlashbenchError(
+            "--resume and --force exclude each other: --resume continues the run in --out, --force starts it over"
+        )
     if resume:
         check_resumable(out)
     shard_t = shards.parse_shard(shard)
@@ -155,6 +163,7 @@ def sweep(
         **measure,
     }
     spec = resolve_spec(preset=preset, config=config, out=out, resume=resume, overrides=overrides)
+    check_defined(spec)
     kernels_t = check_paths(list(spec.kernels)) if spec.kernels else ()
     registry.load_builtins()
     if not kernels_t:  # user files' names are known only once a worker loaded them
@@ -173,6 +182,7 @@ def sweep(
         raise FlashbenchError(
             f"run directory {run_dir} is not empty: add --resume to continue it or --force to start over"
         )
+    check_writable_dir(run_dir, "--out")  # before the worker's start-up, not after it
     if spec.device == "cuda":
         present, _ = environment.gpu_present()
         if not present:
@@ -190,12 +200,21 @@ def sweep(
         worker.wait_ready()
         infos = {d["name"]: ProviderInfo.from_dict(d) for d in worker.providers}
         facts = worker.facts
-        memory = facts.get("total_memory_bytes") if spec.device == "cuda" else None
+        memory = facts.get("total_memory_bytes") if spec.device == "cuda" else _host_memory_bytes()
         planned = plan(spec, infos, memory)
         names = resolve_providers(spec.providers, list(infos))
         sweep_planned = len(planned)
         if shard_t is not None:
             planned = shards.select(planned, shard_t)
+        previous = read_env(run_dir) if resume else None  # check_resumable: resume has an env.json
+        if previous is not None:
+            check_same_gpu(run_dir, previous, str(facts.get("gpu", "")))
+            done = runner.finished_rows(run_dir)
+            if previous.finished and all(p.case.key in done for p in planned):
+                # nothing would run: leave the finished run as it is, env.json included
+                _note(f"flashbench: {run_dir} is finished; nothing to resume, nothing written", progress)
+                rows = [done[p.case.key] for p in planned]
+                return SweepResult(run_dir, spec, rows, time.monotonic() - started, previous)
         runner.prepare_run_dir(run_dir, resume, force)
         env = replace(
             environment.collect(spec.device, facts, kernels_t),
@@ -208,8 +227,7 @@ def sweep(
             sweep_planned_cases=sweep_planned,
             devices_used=[int(d) for d in devices] if devices else None,
         )
-        if resume and (run_dir / ENV_FILE).is_file():
-            previous = read_env(run_dir)
+        if previous is not None:
             env.previous_runs = [*previous.previous_runs, previous.started]
             if env.calibration is None and previous.gpu == env.gpu:
                 # a session on a machine without a stored calibration keeps the run's measured ceiling
@@ -278,6 +296,14 @@ def _gpu_count(gpus: Any, device: str) -> int:
     return len(environment.gpu_present()[1]) if gpus is not None and device == "cuda" else 0
 
 
+def _host_memory_bytes() -> int | None:
+    """The host's physical memory: what a CPU sweep's cases must fit in (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def _note(message: str, enabled: bool) -> None:
     if enabled:
         print(message, file=sys.stderr, flush=True)
@@ -292,8 +318,7 @@ def list_providers(
     ("cuda only (no GPU here)"): installed is not the same as usable.
     """
     gpu = environment.gpu_present()[0]
-    if device is None:
-        device = "cuda" if gpu else "cpu"
+    device = parse_device(device) if device is not None else "cuda" if gpu else "cpu"
     worker = runner.describe(device, check_paths(list(kernels)) if kernels else ())
     infos = [ProviderInfo.from_dict(d) for d in worker.providers]
     return [i if not i.available or device in i.devices else _elsewhere(i, device, gpu) for i in infos]
@@ -309,6 +334,7 @@ def environment_record(device: str | None = None) -> Environment:
     """The environment record (what env.json holds), with torch's view from a short-lived worker."""
     if device is None:
         device = "cuda" if environment.gpu_present()[0] else "cpu"
+    device = parse_device(device)
     try:
         facts = runner.describe(device, ()).facts
     except FlashbenchError as exc:

@@ -24,6 +24,11 @@ class FlashbenchError(Exception):
         self.exit_code = exit_code
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """ "1 case", "2 cases" (`nouns` where the plural is not noun + "s"): counts in messages read as English."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def warn(message: str) -> None:
     """A user-facing warning: one line on stderr, `flashbench: warning: ...` (the form errors take)."""
     print(f"flashbench: warning: {message}", file=sys.stderr)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from flashbench.configfiles import config_path, read_toml
-from flashbench.errors import EXIT_OK, EXIT_REGRESSION, FlashbenchError
+from flashbench.errors import EXIT_OK, EXIT_REGRESSION, FlashbenchError, plural
 from flashbench.gate_rule import (
     CANNOT_JUDGE,
     CURRENT_ONLY,
@@ -117,12 +117,14 @@ def load_config(
         )
     except (TypeError, ValueError) as exc:
         raise FlashbenchError(f"gate config: {exc}") from None
-    for name, value in [("", cfg.threshold), *cfg.provider_thresholds.items()]:
+    if threshold is not None and not 0.0 < cfg.threshold < 1.0:
+        raise FlashbenchError(
+            f"--threshold {threshold:g}: a slowdown threshold is a fraction in (0, 1), 0.05 = 5%"
+        )
+    for name, value in [("threshold", cfg.threshold), *cfg.provider_thresholds.items()]:
         if not 0.0 < value < 1.0:
-            of = f" of provider {name}" if name else ""
-            raise FlashbenchError(
-                f"the gate threshold{of} must be a fraction in (0, 1) (0.05 = 5%), got {value}"
-            )
+            what = "the threshold" if name == "threshold" else f"the threshold of provider {name}"
+            raise FlashbenchError(f"gate config: {what} must be a fraction in (0, 1), got {value}")
     if not 0.5 < cfg.confidence < 1.0 or cfg.resamples < 100 or any(len(p) != 2 for p in pairs):
         raise FlashbenchError(
             "gate config: need 0.5 < confidence < 1, resamples >= 100, pairs of two providers"
@@ -246,7 +248,12 @@ class GateResult:
             for n, label in [
                 (self.count(REGRESSION), "regressed"),
                 (self.count(NEWLY_FAILING), "newly failing"),
-                (len(self.missing), "baseline cases missing from the current run" + self._first_missing()),
+                (
+                    len(self.missing),
+                    ("baseline case" if len(self.missing) == 1 else "baseline cases")
+                    + " missing from the current run"
+                    + self._first_missing(),
+                ),
                 (len(self.ratio_regressions), "in-run ratio regressed"),
                 (len(self.loop_regressions), "loop time regressed"),
                 (self.count(IMPROVEMENT), "improved"),
@@ -258,7 +265,7 @@ class GateResult:
         ]
         compared = sum(c.verdict not in (MISSING, CURRENT_ONLY) for c in self.cases)
         verdict = "PASS" if self.passed else "FAIL"
-        return f"{verdict}: {compared} cases compared" + (f"; {', '.join(parts)}" if parts else "")
+        return f"{verdict}: {plural(compared, 'case')} compared" + (f"; {', '.join(parts)}" if parts else "")
 
     def _first_missing(self) -> str:
         keys = self.missing

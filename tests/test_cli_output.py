@@ -112,37 +112,88 @@ def one_worker(monkeypatch):
     monkeypatch.setattr(runner, "describe", describe)
 
 
+def _providers_table(out: str, names: set[str]) -> tuple[str, dict[str, str], dict[str, str]]:
+    """`list providers` output as (header line, name -> its table row, name -> its reason under the table);
+    a reason that wraps is joined back into one string."""
+    lines = out.splitlines()
+    header = next(line for line in lines if line.split()[:1] == ["name"])
+    split = next(j for j, line in enumerate(lines) if line.startswith("Not available here:"))
+    table = {line.split()[0]: line for line in lines[:split] if line.split()[:1] and line.split()[0] in names}
+    reasons: dict[str, str] = {}
+    last = ""
+    for line in lines[split + 1 :]:
+        first = line.split()[:1]
+        if first and first[0] in names and not line.startswith(" "):
+            last = first[0]
+            reasons[last] = line[len(last) :].strip()
+        elif last and line.strip():
+            reasons[last] += " " + line.strip()
+    return header, table, reasons
+
+
 @pytest.mark.skipif(environment.gpu_present()[0], reason="this machine has a GPU")
 @pytest.mark.usefixtures("one_worker")
-def test_list_providers_without_a_gpu_says_cuda_only(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")  # one line per provider (a pytest-xdist worker has no terminal: 80)
-    assert main(["list", "providers"]) == 0
-    lines = {row.split("│")[1].strip(): row for row in capsys.readouterr().out.splitlines() if "│" in row}
-    assert "no: cuda only (no GPU here)" in lines["sdpa-cudnn"] and " yes " in lines["naive"]
+def test_list_providers_without_a_gpu_says_cuda_only(capsys):
     assert main(["list", "providers", "--json"]) == 0
     infos = {i["name"]: i for i in json.loads(capsys.readouterr().out)}
     assert not infos["sdpa-cudnn"]["available"] and infos["sdpa-cudnn"]["reason"] == "cuda only (no GPU here)"
-    monkeypatch.setenv("COLUMNS", "80")
     assert main(["list", "providers"]) == 0
-    names = {row.split("│")[1].strip() for row in capsys.readouterr().out.splitlines() if "│" in row}
-    assert set(infos) <= names  # every name whole at 80 columns
+    _, table, reasons = _providers_table(capsys.readouterr().out, set(infos))
+    assert table["sdpa-cudnn"].split()[1] == "no" and reasons["sdpa-cudnn"] == "cuda only (no GPU here)"
+    assert table["naive"].split()[1] == "yes" and "naive" not in reasons
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_list_providers_reads_at_80_and_100_columns(capsys, monkeypatch, width):
+    """Every line fits; names are whole; a cell wraps between words, never inside one (the table showed
+    "conti" / "guous"); each unavailable provider's reason is there in full, wrapped under the table (it ran
+    over 15 lines of a 5-character cell)."""
+    assert main(["list", "providers", "--json"]) == 0
+    infos = {i["name"]: i for i in json.loads(capsys.readouterr().out)}
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert main(["list", "providers"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= width
+    _, table, reasons = _providers_table(out, set(infos))
+    assert set(table) == set(infos)
+    assert reasons == {n: i["reason"] for n, i in infos.items() if not i["available"]}
+    words = {w for i in infos.values() for key in ("dtypes", "kv_layouts", "devices") for w in i[key]}
+    words |= {str(d) for i in infos.values() for d in i["head_dims"] or ()} | set(infos)
+    words |= {"yes", "no", "any", "causal", "window", "bwd", "GQA", "ragged", "-", "8..256:8"}
+    body = out.split("Not available here:")[0].splitlines()[3:]  # below the title and the header
+    assert {w for line in body for w in line.split()} <= words
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_roofline_tables_read_at_80_and_100_columns(capsys, monkeypatch, width):
+    """The modelled and measured tables fit, cut nothing short ("sdpa-m…", "memory-…" at 80 columns) and
+    break no word ("throttl" / "ed")."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    run = Path(__file__).resolve().parent.parent / "results" / "examples" / "h100-speed"
+    assert main(["roofline", "--gpu", "h100", "--seq", "1024,8192", "--results", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= width and "…" not in out
+    families = ("naive (bf16)", "sdpa-math (fp32)", "flash (bf16)", "stored-p (bf16)", "flash-v1 (bf16)")
+    assert all(family in out for family in families)
+    words = out.split()
+    assert {"memory-bound", "compute-bound", "throttled", "sdpa-cudnn"} <= set(words)
 
 
 @pytest.mark.usefixtures("one_worker")
 def test_list_providers_says_who_takes_a_window_and_which_kv_caches(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
+    assert main(["list", "providers", "--json"]) == 0
+    names = {i["name"] for i in json.loads(capsys.readouterr().out)}
     assert main(["list", "providers"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    header = [c.strip() for c in next(r for r in lines if "┃" in r and "name" in r).split("┃")]
-    rows = [r for r in lines if "│" in r]
-    cells = {r.split("│")[1].strip(): [c.strip() for c in r.split("│")] for r in rows}
-    window, cache = header.index("window"), header.index("KV cache")
-    assert cells["triton"][window] == "yes" and cells["flex"][window] == "yes"
-    assert cells["sdpa-cudnn"][window] == "no" and cells["triton-stored-p"][window] == "no"
-    assert (
-        cells["triton-decode"][cache] == "contiguous,paged,ragged"
-        and cells["sdpa-cudnn"][cache] == "contiguous"
-    )
+    header, table, _ = _providers_table(capsys.readouterr().out, names)
+    starts = [header.index(h) for h in ("takes", "KV cache", "devices")]
+
+    def cell(name: str, j: int) -> str:
+        return table[name][starts[j] : starts[j + 1]].strip()
+
+    assert "window" in cell("triton", 0).split() and "window" in cell("flex", 0).split()
+    assert "window" not in cell("sdpa-cudnn", 0) and "window" not in cell("triton-stored-p", 0)
+    assert cell("triton-decode", 1) == "contiguous paged ragged" and cell("sdpa-cudnn", 1) == "contiguous"
 
 
 def test_cpu_sweep_footer_says_nothing_about_gpus(capsys):

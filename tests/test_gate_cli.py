@@ -231,13 +231,16 @@ def test_gate_fails_when_baseline_cases_are_missing_from_the_current_run(capsys,
     rc, out, err = gate(capsys, base, truncated)
     assert rc == 1 and not err
     lost = len(keys) - 1
-    assert "FAIL: 1 cases compared" in out and f"{lost} baseline cases missing from the current run" in out
+    assert "FAIL: 1 case compared" in out and f"{lost} baseline cases missing from the current run" in out
     assert show(sorted(keys)[1]) in out  # the first few missing keys are named
     result = json.loads(gate(capsys, base, truncated, "--format", "json")[1])
     assert not result["passed"] and len(result["missing"]) == lost and kept not in result["missing"]
     # Deliberately fewer cases (a shard, a narrower sweep): --allow-missing, and the report still says so.
     rc, md, _ = gate(capsys, base, truncated, "--format", "md", "--allow-missing")
     assert rc == 0 and f"### Missing from the current run ({lost})" in md and "--allow-missing" in md
+    # one case lost reads as one case
+    one_lost = derive_run(src, tmp_path / "one-lost", lambda r: None if r.key == kept else r)
+    assert "; 1 baseline case missing from the current run" in gate(capsys, base, one_lost)[1]
 
 
 def test_torn_last_row_is_a_one_line_warning_and_counts_as_missing(capsys, tmp_path):

@@ -111,13 +111,13 @@ def test_predicted_oom_skips_up_front_with_the_bytes(monkeypatch):
             "mode": "fwd",
         }
     )
-    planned = plan(spec, _infos(), gpu_memory_bytes=8 * 2**30)
+    planned = plan(spec, _infos(), memory_bytes=8 * 2**30)
     status = {p.case.seq_q: p.status for p in planned}
     assert status == {1024: None, 2048: None, 4096: "predicted-oom"}
     oom = planned[-1]
     assert oom.predicted_mem_bytes == 4096**2 * 1000 and "GiB" in oom.reason and "bytes" in oom.reason
-    # no GPU memory known (the CPU): nothing is predicted to fail
-    assert all(p.status is None for p in plan(spec, _infos(), gpu_memory_bytes=None))
+    # no device memory known: nothing is predicted to fail
+    assert all(p.status is None for p in plan(spec, _infos(), memory_bytes=None))
 
 
 def test_unknown_provider_suggests_a_close_match():
@@ -140,3 +140,14 @@ def test_input_bytes_counts_q_k_v_and_the_output_gradient():
     assert input_bytes(case) == 2 * (2 * 8 * 100 * 64 + 2 * 2 * 2 * 200 * 64)
     bwd = Case("x", 2, 8, 2, 100, 200, 64, "bf16", False, "fwd+bwd")
     assert input_bytes(bwd) - input_bytes(case) == 2 * 2 * 8 * 100 * 64
+
+
+def test_a_case_whose_inputs_exceed_the_memory_is_predicted_oom_without_a_model():
+    """A provider with no memory model still cannot hold inputs larger than the device: those bytes are certain."""
+    spec = load_spec(
+        overrides={"seq": "1024", "batch": 1, "providers": "plain", "causal": "false", "mode": "fwd"}
+    )
+    infos = _infos(plain=ProviderInfo("plain", devices=("cuda", "cpu")))  # no memory_family
+    (case,) = plan(spec, infos, memory_bytes=2**20)
+    assert case.status == "predicted-oom" and case.predicted_mem_bytes is None
+    assert case.reason == f"0.0117 GiB of inputs ({input_bytes(case.case)} bytes) > 0.0 GiB on the GPU"

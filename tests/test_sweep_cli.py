@@ -205,7 +205,24 @@ def test_resume_keeps_the_runs_calibration_when_this_machine_has_none(tmp_path, 
     assert env["calibration"] is None  # none stored in this FLASHBENCH_HOME
     record = {"gpu": env["gpu"], "bf16_tflops": 700.0}
     env["calibration"] = record
+    env["finished"] = None  # a session that did not finish: a finished run is not rewritten
     env_path.write_text(json.dumps(env))
-    assert main([*args, "--seq", "16,32", "--resume"]) == 0
+    assert main([*args, "--seq", "16", "--resume"]) == 0
     resumed = read_env(out)
     assert resumed.calibration == record and len(resumed.previous_runs) == 1
+
+
+@pytest.mark.parametrize(
+    "size", [["--seq", "99999999999999", "--batch", "1"], ["--seq", "16", "--batch", "10000000000"]]
+)
+def test_impossible_sizes_on_the_cpu_are_predicted_oom_rows_not_crashes(tmp_path, size):
+    """The host's memory bounds a CPU sweep as the GPU's bounds a GPU sweep: nothing is allocated, nothing crashes."""
+    out = tmp_path / "run"
+    args = ["sweep", "--device", "cpu", "--heads", "2", "--head-dim", "16", "--dtype", "fp16"]
+    args += ["--providers", "naive,sdpa-math", "--causal", "false", "--mode", "fwd", *size, "--out", str(out)]
+    assert main(args) == 0
+    rows = read_rows(out)
+    assert len(rows) == 2 and all(r.status == "predicted-oom" for r in rows), [
+        (r.status, r.reason) for r in rows
+    ]
+    assert all(r.reason.endswith("GiB of host memory") for r in rows)

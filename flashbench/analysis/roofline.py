@@ -15,7 +15,7 @@ from flashbench.models import roofline as rl
 from flashbench.results.rows import FLOP_CONVENTION, OK, read_rows
 from flashbench.spec.cases import DTYPE_BYTES
 from flashbench.spec.config import split_choices
-from flashbench.spec.window import effective
+from flashbench.spec.window import effective, window_text
 
 ROOF_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
@@ -125,7 +125,13 @@ def build_roofline(
         "ceilings": [
             {**c.to_dict(), "ridge": {d: c.ridge(d) for d in ROOF_DTYPES if c.ridge(d)}} for c in roofs
         ],
-        "shape": {"batch": batch, "heads": heads, "kv_heads": kv, "causal": causal},
+        "shape": {
+            "batch": batch,
+            "heads": heads,
+            "kv_heads": kv,
+            "causal": causal,
+            "window": window_text(window),
+        },
         "flop_convention": FLOP_CONVENTION,
         "bound_rule": rl.BOUND_RULE,
         "predictions": predictions,

@@ -28,8 +28,8 @@ from flashbench.models.flops import (
     recompute_overhead_references,
 )
 from flashbench.models.traffic import one_pass_backward
-from flashbench.results.env import Environment, read_env
-from flashbench.results.rows import FLOP_CONVENTION, OK, load
+from flashbench.results.env import ENV_FILE, Environment, read_env
+from flashbench.results.rows import FLOP_CONVENTION, OK, ROWS_FILE, load
 from flashbench.spec.cases import CASE_FIELDS, mask_label
 
 if TYPE_CHECKING:
@@ -88,7 +88,11 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     if not path.exists():
         raise FlashbenchError(f"results directory not found: {path}")
-    if path.is_file():
+    if path.is_file():  # a run's own file names its run; any other file is not a run
+        if path.name not in (ROWS_FILE, ENV_FILE):
+            raise FlashbenchError(
+                f"{path} is a file, not a run directory (one holding env.json and rows.jsonl)"
+            )
         path = path.parent
     env = read_env(path)
     raw = load(path)

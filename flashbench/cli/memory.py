@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from flashbench.analysis.memory_plan import build_memory
-from flashbench.errors import FlashbenchError
+from flashbench.errors import FlashbenchError, plural
 from flashbench.spec.cases import DTYPES
 from flashbench.spec.config import parse_range, split_choices
 
@@ -58,7 +58,7 @@ def render_memory(report: dict[str, Any]) -> None:
     console.print(t)
     kv = Table(
         title=(
-            f"KV cache for serving: {report['batch']} sequences x N tokens, {report['layers']} layers x "
+            f"KV cache for serving: {plural(report['batch'], 'sequence')} x N tokens, {report['layers']} layers x "
             f"{report['kv_heads']} KV heads x d {report['head_dim']}, {report['dtype']}"
         )
     )

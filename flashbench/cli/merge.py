@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from flashbench.errors import plural
+
 
 def merge_command(
     runs: Annotated[list[Path], typer.Argument(help="Run directories of `flashbench sweep --shard i/n`.")],
@@ -26,7 +28,7 @@ def merge_command(
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.env.status_counts.items()))
     present = len(result.env.shards_present)
     print(
-        f"merged {present}/{result.env.shard_count} shards: {len(result.rows)} cases ({counts}) "
+        f"merged {present}/{result.env.shard_count} shards: {plural(len(result.rows), 'case')} ({counts}) "
         f"in {result.run_dir}"
     )
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from flashbench.results.rows import OK, Row
 from flashbench.spec.cases import mask_label
@@ -137,3 +138,52 @@ def render_tables(rows: list[Row], tokens: int | None = None) -> None:
     if any(r.host_bound for r in rows):
         notes.append("† = host-bound (an eager loop pays more per call than the GPU works)")
     out.print("; ".join(notes) + batch)
+
+
+def word_table(
+    title: str, headers: list[str], rows: list[list[str]], width: int, right: Iterable[int] = ()
+) -> Table:
+    """A table of plain cells that fits `width` columns where its words can: column 0 (names) never wraps,
+    every other cell wraps between words and never inside one, and no box (a boxed table's dividers cost
+    an 80-column terminal its last column). `right`: the columns to right-justify (numbers)."""
+    table = Table(title=title, title_justify="left", box=None, header_style="bold underline")
+    cells = [[Text.from_markup(cell).plain for cell in row] for row in [headers, *rows]]
+    lows = [max(len(word) for row in cells for word in row[j].split() or [""]) for j in range(len(headers))]
+    lows[0] = max(len(row[0]) for row in cells)
+    highs = [max(len(" ".join(row[j].split())) for row in cells) for j in range(len(headers))]
+    widths = fitted_widths(lows, highs, width - 2 * len(headers))  # 2: a column's padding, one each side
+    righted = set(right)
+    for j, header in enumerate(headers):
+        table.add_column(
+            header,
+            no_wrap=j == 0,
+            overflow="fold",
+            width=widths[j],
+            justify="right" if j in righted else "left",
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def fitted_widths(lows: list[int], highs: list[int], room: int) -> list[int]:
+    """Column widths in `room` characters, column 0 (the names) at its low whatever the room.
+
+    The others: at least their low (a column's longest word, so that a cell wraps between words, never inside
+    one) and at most their high (its longest cell), the room left over the lows given in proportion to how much
+    more each could use. Where even the lows do not fit, the others share what the names leave, in proportion
+    to their lows, at least 1 each: the last resort folds words, and the names stay whole.
+    """
+    spare = room - sum(lows)
+    if spare < 0:
+        rest, total = max(room - lows[0], len(lows) - 1), sum(lows[1:]) or 1
+        return [lows[0], *(max(1, rest * low // total) for low in lows[1:])]
+    wants = [high - low for low, high in zip(lows, highs, strict=True)]
+    if not any(wants):
+        return list(lows)
+    if spare >= sum(wants):
+        return list(highs)
+    widths = [low + spare * want // sum(wants) for low, want in zip(lows, wants, strict=True)]
+    for j in sorted(range(len(widths)), key=lambda j: wants[j], reverse=True)[: room - sum(widths)]:
+        widths[j] += 1  # the rounding's remainder, to the columns that want the most
+    return widths

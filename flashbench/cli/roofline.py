@@ -14,11 +14,11 @@ import typer
 
 from flashbench.analysis.roofline import ROOF_DTYPES, build_roofline, parse_families
 from flashbench.cli.render import console as make_console
-from flashbench.cli.render import folding_column, name_column
-from flashbench.errors import warn
+from flashbench.cli.render import word_table
+from flashbench.errors import FlashbenchError, warn
 from flashbench.gpu.calibrate import calibrate
 from flashbench.spec.cases import DTYPES, MODES, mask_label
-from flashbench.spec.config import parse_range, split_choices
+from flashbench.spec.config import parse_causal, parse_range, split_choices
 from flashbench.spec.window import parse_window
 
 DEFAULT_SEQ = "1024..32768"
@@ -55,27 +55,16 @@ def render_roofline(report: dict[str, Any]) -> None:
     shape = report["shape"]
     console.print(
         f"Cases: batch {shape['batch']}, heads {shape['heads']} (kv {shape['kv_heads']}), "
-        f"{mask_label(shape['causal'])}; roof: {report['roof_used']}. FLOPs: {report['flop_convention']}",
+        f"{_mask_text(shape)}; roof: {report['roof_used']}. FLOPs: {report['flop_convention']}",
         style="dim",
     )
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for e in report["predictions"]:
         groups.setdefault((e["dtype"], e["mode"], e["head_dim"]), []).append(e)
     for (dtype, mode, d), entries in groups.items():
-        p = Table(title=f"{dtype} {mode}, head dim {d}: intensity (FLOP/B), bound, minimum time")
-        for col in (
-            "family (matmul)",
-            "N",
-            "AI floor",
-            "AI model",
-            "AI no-L2",
-            "bound",
-            "min ms",
-            "no-L2 ms",
-        ):
-            p.add_column(col, justify="left" if col in ("family (matmul)", "bound") else "right")
-        for e in entries:
-            p.add_row(
+        headers = ["family (matmul)", "N", "AI floor", "AI model", "AI no-L2", "bound", "min ms", "no-L2 ms"]
+        rows = [
+            [
                 f"{e['family']} ({e['compute_dtype']})",
                 str(e["seq"]),
                 f"{e['compulsory']['ai']:.0f}",
@@ -84,8 +73,11 @@ def render_roofline(report: dict[str, Any]) -> None:
                 e["bound"],
                 f"{e['model']['min_time_s'] * 1e3:.3g}",
                 f"{e['no_l2']['min_time_s'] * 1e3:.3g}",
-            )
-        console.print(p)
+            ]
+            for e in entries
+        ]
+        title = f"{dtype} {mode}, head dim {d}: intensity (FLOP/B), bound, minimum time"
+        console.print(word_table(title, headers, rows, console.width, right=(1, 2, 3, 4, 6, 7)))
     console.print(
         "AI floor: compulsory traffic (inputs read once, outputs written once), the best any exact attention can do; "
         "AI model: the family's own traffic with L2 reuse; AI no-L2: with none.",
@@ -93,38 +85,43 @@ def render_roofline(report: dict[str, Any]) -> None:
     )
     console.print(report["bound_rule"], style="dim")
     if report["measured"]:
-        m = Table(title="Measured against the roofline")
-        name_column(m, "provider", [e["provider"] for e in report["measured"]])
-        for col in ("case", "ms", "TFLOP/s", "AI", "% of roofline", "bound", "note"):
-            folding_column(m, col)
+        headers = ["provider", "case", "ms", "TFLOP/s", "AI", "% of roofline", "bound", "note"]
+        rows = []
         for e in report["measured"]:
             case = (
                 f"{e.get('dtype', '')} {e.get('mode', '')} N={e.get('seq_q', '')} d={e.get('head_dim', '')}"
             )
             if not e["valid"]:
-                m.add_row(
-                    e["provider"],
-                    case,
-                    _fmt(e.get("median_ms"), ".4g"),
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    f"[red]ERROR: {e['error']}",
-                )
+                ms = _fmt(e.get("median_ms"), ".4g")
+                rows.append([e["provider"], case, ms, "-", "-", "-", "-", f"[red]ERROR: {e['error']}"])
                 continue
             note = "throttled" if e["throttled"] else ""
-            m.add_row(
-                e["provider"],
-                case,
-                f"{e['median_ms']:.4g}",
-                f"{e['achieved_tflops']:.1f}",
-                f"{e['ai']:.0f}",
-                f"{e['pct_of_roofline']:.1f}%",
-                e["bound"],
-                note,
+            rows.append(
+                [
+                    e["provider"],
+                    case,
+                    f"{e['median_ms']:.4g}",
+                    f"{e['achieved_tflops']:.1f}",
+                    f"{e['ai']:.0f}",
+                    f"{e['pct_of_roofline']:.1f}%",
+                    e["bound"],
+                    note,
+                ]
             )
-        console.print(m)
+        console.print(
+            word_table("Measured against the roofline", headers, rows, console.width, right=(2, 3, 4, 5))
+        )
+
+
+def _mask_text(shape: dict[str, Any]) -> str:
+    """The modelled cases' mask in words: a window says how far each query sees (its numbers apply it)."""
+    window = parse_window(shape.get("window") or "")
+    if window is None:
+        return mask_label(shape["causal"])
+    left, right = window
+    back = f"{left} keys back" if left >= 0 else "every key back"
+    ahead = "none ahead" if right == 0 else f"{right} ahead" if right > 0 else "every key ahead"
+    return f"sliding window {left},{right} ({back}, {ahead})"
 
 
 def roofline(
@@ -144,8 +141,12 @@ def roofline(
     heads: Annotated[int, typer.Option(help="Query heads of the modelled cases.")] = 16,
     kv_heads: Annotated[int | None, typer.Option(help="K/V heads (GQA); default = heads.")] = None,
     causal: Annotated[
-        bool, typer.Option("--causal", help="Model causal attention (exact unmasked-pair FLOPs).")
-    ] = False,
+        str,
+        typer.Option(
+            help="true | false: the mask of every modelled case (causal: exact unmasked-pair FLOPs); "
+            "a bare --causal: true."
+        ),
+    ] = "false",
     window: Annotated[
         str,
         typer.Option(
@@ -158,24 +159,38 @@ def roofline(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
 ) -> None:
     """Ceilings, ridge points and per-family intensity / bound / minimum time; overlay measured rows. No GPU needed."""
+    dtypes = tuple(split_choices(dtype, "--dtype", DTYPES))
+    modes = tuple(split_choices(mode, "--mode", MODES))
     report = build_roofline(
         gpu=gpu,
         seqs=parse_range(seq, "--seq"),
         head_dims=tuple(parse_range(head_dim, "--head-dim")),
-        dtypes=tuple(split_choices(dtype, "--dtype", DTYPES)),
-        modes=tuple(split_choices(mode, "--mode", MODES)),
+        dtypes=dtypes,
+        modes=modes,
         families=tuple(parse_families(families)),
         batch=batch,
         heads=heads,
         kv_heads=kv_heads,
-        causal=causal,
+        causal=_one_mask(causal),
         results=results,
         window=parse_window(window),
     )
+    if "fp8" in dtypes and any(m != "fwd" for m in modes):
+        # FA3 and the bundled kernel take fp8 forward only: say so rather than model a backward as if it ran
+        warn(
+            "fp8 is forward only in every provider: its bwd and fwd+bwd rows model a backward no kernel runs"
+        )
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:
         render_roofline(report)
+
+
+def _one_mask(text: str) -> bool:
+    masks = parse_causal(text)
+    if len(masks) > 1:
+        raise FlashbenchError("--causal both: roofline models one mask per call; give --causal true or false")
+    return masks[0]
 
 
 def calibrate_cmd(

@@ -1,4 +1,4 @@
-"""`flashbench sweep`, `flashbench list providers|presets|gpus`, `flashbench env`: parse, one library call, render."""
+"""`flashbench sweep`: parse, one library call, render (`list` and `env` are in cli/listing.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from flashbench.cli.render import console as make_console
-from flashbench.cli.render import folding_column, name_column, render_tables
+from flashbench.cli.render import render_tables
+from flashbench.errors import plural
 
 
 def sweep_command(
@@ -56,7 +56,7 @@ def sweep_command(
     dtype: Annotated[
         str | None, typer.Option(help="fp16,bf16,fp32,fp8 (fp8: float8_e4m3fn inputs, forward only)")
     ] = None,
-    causal: Annotated[str | None, typer.Option(help="true | false | both")] = None,
+    causal: Annotated[str | None, typer.Option(help="true | false | both (a bare --causal: true)")] = None,
     mode: Annotated[str | None, typer.Option(help="fwd,bwd,fwd+bwd")] = None,
     providers: Annotated[
         str | None, typer.Option(help="comma list, or 'all' (see `flashbench list providers`)")
@@ -153,133 +153,23 @@ def sweep_command(
             "rows": [r.to_dict() for r in result.rows],
         }
         sys.stdout.write(json.dumps(payload, default=str) + "\n")
+        _say_if_unread(f"{plural(len(result.rows), 'case')} in {result.wall_s:.1f} s", result.run_dir)
         return
     render_tables(result.rows, tokens=result.spec.tokens)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(result.counts().items()))
-    print(
-        f"{len(result.rows)} cases ({counts}) in {result.wall_s:.1f} s; rows in {result.run_dir}/rows.jsonl"
-    )
+    summary = f"{plural(len(result.rows), 'case')} ({counts}) in {result.wall_s:.1f} s"
+    print(f"{summary}; rows in {result.run_dir}/rows.jsonl")
+    _say_if_unread(summary, result.run_dir)
 
 
-list_app = typer.Typer(help="List providers, sweep presets or GPUs.", no_args_is_help=True)
-
-
-@list_app.command("providers")
-def list_providers_command(
-    device: Annotated[str | None, typer.Option(help="cuda | cpu (default: cuda if a GPU is present)")] = None,
-    kernel: Annotated[
-        list[Path] | None, typer.Option(help="also load a user kernel file (repeatable)")
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Every provider, what it supports, and whether it is available here (and why not)."""
-    from flashbench.api import list_providers
-
-    infos = list_providers(device, [str(k) for k in kernel] if kernel else ())
-    if json_out:
-        print(json.dumps([i.to_dict() for i in infos]))
-        return
-    from rich.table import Table
-
-    table = Table(title="providers")
-    name_column(table, "name", [i.name for i in infos])
-    columns = (
-        "available",
-        "dtypes",
-        "head dims",
-        "causal",
-        "window",
-        "bwd",
-        "GQA",
-        "KV cache",
-        "devices",
-        "source",
-    )
-    for col in columns:
-        folding_column(table, col)
-    for i in infos:
-        dims = "any" if i.head_dims is None else _dims(i.head_dims)
-        table.add_row(
-            i.name,
-            "yes" if i.available else f"no: {i.reason}",
-            ",".join(i.dtypes),
-            dims,
-            _yes(i.causal),
-            _yes(i.window),
-            _yes(i.backward),
-            _yes(i.gqa),
-            ",".join(i.kv_layouts) + (",ragged" if i.ragged else ""),
-            ",".join(i.devices),
-            i.source if i.source in ("builtin", "bundled") else Path(i.source).name,
+def _say_if_unread(summary: str, run_dir: Path) -> None:
+    """Where stdout's reader left early (`| head`, cli.app.ReaderSafe), say on stderr that the sweep did not stop."""
+    if getattr(sys.stdout, "lost", False):
+        print(
+            f"flashbench: stdout closed early; the sweep ran to its end: {summary}; rows in {run_dir}/rows.jsonl",
+            file=sys.stderr,
         )
-    make_console().print(table)
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
-def _dims(dims: tuple[int, ...]) -> str:
-    if len(dims) > 6 and all(b - a == dims[1] - dims[0] for a, b in zip(dims, dims[1:], strict=False)):
-        return f"{dims[0]}..{dims[-1]}:{dims[1] - dims[0]}"
-    return ",".join(str(d) for d in dims)
-
-
-@list_app.command("presets")
-def list_presets_command() -> None:
-    """The sweep presets shipped in configs/sweeps/ (use with --preset NAME)."""
-    from flashbench.spec.config import preset_file, preset_names, read_preset
-
-    for name in preset_names():
-        values = read_preset(preset_file(name))
-        print(f"{name:14s} {values.get('description', '')}")
-
-
-@list_app.command("gpus")
-def list_gpus_command() -> None:
-    """GPUs known to flashbench's spec table (where present) and the GPUs on this machine."""
-    from flashbench.gpu import environment
-
-    try:
-        from flashbench.gpu import hardware  # the spec table (another command group's module)
-
-        for attr in ("list_gpus", "gpu_names", "known_gpus"):
-            fn = getattr(hardware, attr, None)
-            if callable(fn):
-                print("spec table: " + ", ".join(str(g) for g in fn()))
-                break
-    except ImportError:
-        pass
-    present, gpus = environment.gpu_present()
-    if not present:
-        print("this machine: no NVIDIA GPU (NVML and nvidia-smi see none)")
-        return
-    for i, gpu in enumerate(gpus):
-        print(f"this machine: GPU {i}: " + ", ".join(f"{k}={v}" for k, v in gpu.items()))
-
-
-def env_command(
-    device: Annotated[str | None, typer.Option(help="cuda | cpu (default: cuda if a GPU is present)")] = None,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """The environment record: GPUs, driver, CUDA, torch, triton, python, flashbench version, the code's
-    fingerprint (a digest of the installed flashbench and its kernels) and git sha."""
-    from flashbench.api import environment_record
-
-    record = environment_record(device)
-    if json_out:
-        print(json.dumps(record.to_dict(), indent=2, default=str))
-        return
-    keys = ("flashbench", "fingerprint", "git_sha", "git_dirty", "git_diff", "python", "platform", "device")
-    for key in (*keys, "gpu", "driver", "cuda", "cudnn", "torch", "triton"):
-        print(f"{key:12s} {getattr(record, key)}")
-    for i, gpu in enumerate(record.gpus):
-        print(f"{'gpu ' + str(i):12s} " + ", ".join(f"{k}={v}" for k, v in gpu.items()))
-    if record.worker.get("error"):
-        print(f"{'worker':12s} {record.worker['error']}")
 
 
 def register(app: typer.Typer) -> None:
     app.command("sweep")(sweep_command)
-    app.add_typer(list_app, name="list")
-    app.command("env")(env_command)

@@ -35,6 +35,7 @@ from flashbench.engine import worker as worker_process
 from flashbench.errors import EXIT_USAGE, EXIT_WORKER, FlashbenchError
 from flashbench.models.memory import reported_workspace_bytes
 from flashbench.results.env import ENV_FILE
+from flashbench.results.paths import check_writable_dir, make_dir
 from flashbench.results.rows import (
     CRASH,
     OOM,
@@ -276,8 +277,7 @@ def describe(device: str, kernels: tuple[str, ...]) -> Worker:
 
 def prepare_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
     """Refuse to overwrite a run without --force; with --resume keep it (and repair a torn last line)."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise FlashbenchError(f"--out {run_dir} exists and is not a directory")
+    check_writable_dir(run_dir, "--out")
     if run_dir.is_dir() and any(run_dir.iterdir()):
         if force and not resume:
             for name in (ROWS_FILE, ENV_FILE):
@@ -286,7 +286,7 @@ def prepare_run_dir(run_dir: Path, resume: bool, force: bool) -> None:
             raise FlashbenchError(
                 f"run directory {run_dir} is not empty: add --resume to continue it or --force to start over"
             )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(run_dir, "--out")
     repair_torn_tail(run_dir / ROWS_FILE)
 
 

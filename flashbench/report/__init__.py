@@ -14,6 +14,7 @@ from flashbench import gate
 from flashbench.analysis import runs as analysis
 from flashbench.errors import FlashbenchError
 from flashbench.report import exports, markdown
+from flashbench.results.paths import make_dir
 
 FORMATS = ("html", "md", "csv", "json")
 
@@ -49,8 +50,8 @@ def build(
         text = exports.to_csv(run, base_provider) if fmt == "csv" else exports.to_json(run, base_provider)
     if out is not None:
         out = Path(out)
+        make_dir(out.parent, "-o", out)  # "afile.txt is a file", not mkdir's "File exists"
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise FlashbenchError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -23,6 +23,7 @@ from typing import Any
 
 from flashbench.errors import FlashbenchError
 from flashbench.results.env import Environment, read_env
+from flashbench.results.paths import make_dir
 from flashbench.results.rows import OK, ROWS_FILE, SCHEMA_VERSION, STATUSES, Row, read_rows
 
 BASELINE_FORMAT = "flashbench-baseline"
@@ -305,8 +306,11 @@ def save_baseline(
     target = Path(out_dir) / f"{name}.json"
     if target.exists() and not force:
         raise FlashbenchError(f"{target} exists (pass --force to replace it)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(dumps_baseline(baseline_dict(side, name, source=side.label)), encoding="utf-8")
+    make_dir(target.parent, "--out-dir")
+    try:
+        target.write_text(dumps_baseline(baseline_dict(side, name, source=side.label)), encoding="utf-8")
+    except OSError as exc:
+        raise FlashbenchError(f"cannot write {target}: {exc.strerror or exc}") from None
     return target
 
 

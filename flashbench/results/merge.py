@@ -23,6 +23,7 @@ from typing import Any
 from flashbench.engine import shard as shards
 from flashbench.errors import FlashbenchError
 from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
+from flashbench.results.paths import check_writable_dir, make_dir
 from flashbench.results.rows import ROWS_FILE, Row, read_rows, write_rows
 
 # Per-shard facts kept in the merged env.json's `shards` list.
@@ -63,6 +64,7 @@ def merge(runs: list[str | Path], out: str | Path, force: bool = False) -> Merge
     paths = [Path(r) for r in runs]
     if any(p.resolve() == out.resolve() for p in paths):
         raise FlashbenchError(f"merge: --out {out} is one of the runs being merged")
+    check_writable_dir(out, "--out")  # before reading every shard
     envs = [read_env(p) for p in paths]
     _check_same(paths, envs, "flashbench", "flashbench versions")
     for path, env in zip(paths, envs, strict=True):
@@ -161,11 +163,9 @@ def _merged_env(
 
 
 def _prepare_out(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise FlashbenchError(f"merge: --out {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
         if not force:
             raise FlashbenchError(f"merge: {out} is not empty: add --force to replace its results")
         for name in (ROWS_FILE, ENV_FILE):
             (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out, "--out")

@@ -130,6 +130,11 @@ def parse_causal(text: str | bool | list[Any]) -> list[bool]:
     raise FlashbenchError(f"causal: {text!r} must be true, false or both")
 
 
+def parse_device(text: str) -> str:
+    """cuda | cpu; anything else is a one-line error (exit 2), never a worker that cannot start."""
+    return _parse_choices(text, DEVICES, "device")[0]
+
+
 def parse_names(text: str | list[Any]) -> list[str]:
     """A comma list of provider names ("all" is kept as is and expanded by the plan)."""
     items = [str(t) for t in text] if isinstance(text, (list, tuple)) else str(text).split(",")
@@ -242,7 +247,7 @@ _PARSERS: dict[str, Any] = {
     "dtype": lambda v: tuple(parse_dtypes(v)),
     "causal": lambda v: tuple(parse_causal(v)),
     "mode": lambda v: tuple(parse_modes(v)),
-    "device": lambda v: _parse_choices(v, DEVICES, "device")[0],
+    "device": parse_device,
     "order": lambda v: _parse_choices(v, ORDERS, "order")[0],
     "warmup_ms": lambda v: _float(v, "warmup_ms", allow_zero=True),
     "warmup_max_ms": lambda v: _float(v, "warmup_max_ms", allow_zero=True),

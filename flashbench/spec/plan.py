@@ -1,5 +1,6 @@
 """Spec -> Cases. Cases a provider declares it cannot run are marked `unsupported` (or `unavailable`), and
-cases the memory model says cannot fit on this GPU are marked `predicted-oom`, before any worker runs them.
+cases the memory model says cannot fit in the device's memory (the GPU's; with --device cpu, the host's) are
+marked `predicted-oom`, before any worker runs them.
 
 Order: provider, dtype, head_dim, heads, kv_heads, causal, mode, KV layout / page size / lengths, window, query tokens,
 then sequence length ascending, so that an OOM at one N lets the runner skip the larger N of the same provider
@@ -10,16 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from flashbench.errors import FlashbenchError
+from flashbench.errors import FlashbenchError, plural
 from flashbench.models.memory import FAMILIES, predicted_peak_bytes
 from flashbench.providers.registry import ProviderInfo
-from flashbench.results.env import ENV_FILE
 from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
 from flashbench.spec.cases import Case
 from flashbench.spec.config import SweepSpec, heads_for, suggest
-from flashbench.spec.window import effective, parse_window, window_text
+from flashbench.spec.window import effective, keyless_queries, parse_window, window_text
 
 GIB = 2**30
 
@@ -30,16 +29,6 @@ class PlannedCase:
     status: str | None = None  # None: to be run; else the final status decided up front
     reason: str = ""
     predicted_mem_bytes: int | None = None
-
-
-def check_resumable(out: str | Path | None) -> None:
-    """--resume continues a sweep that was started: `out` must hold its env.json; else a one-line error (exit 2),
-    never a silent new run in a directory the user believes holds their earlier results."""
-    if out is None:
-        raise FlashbenchError("nothing to resume: --resume needs --out DIR, the run directory to continue")
-    if not (Path(out) / ENV_FILE).is_file():
-        what = "does not exist" if not Path(out).exists() else f"holds no {ENV_FILE} (no sweep started there)"
-        raise FlashbenchError(f"nothing to resume: {out} {what}; drop --resume to start a new run")
 
 
 def batch_for(spec: SweepSpec, seq: int) -> list[int]:
@@ -119,6 +108,39 @@ def interleave(cases: list[Case]) -> list[Case]:
     ]
 
 
+def check_defined(spec: SweepSpec) -> None:
+    """Refuse (exit 2) a spec with a case where some query sees no key: more query tokens than the keys its mask
+    lets the first of them see (seq_q > seq_k with a causal mask or a window's right bound; with ragged lengths,
+    the shortest sequence's). Such a row has no attention to average; spec/window.py says why it is refused."""
+    for case in expand(spec, ["-"]):
+        shortest = _shortest(case)
+        keyless = keyless_queries(case.seq_q, shortest, case.causal, case.window_size)
+        if not keyless:
+            continue
+        bounds = effective(case.causal, case.window_size) if case.window else None
+        right = bounds[1] if bounds is not None else 0
+        mask = f"window {case.window}" if case.window else "causal"
+        keys = f"seq {case.seq_k}" + (
+            f" (its shortest sequence: {plural(shortest, 'key')})" if case.ragged else ""
+        )
+        fix = "a window whose right side reaches them (-1: no bound)" if case.window else "use --causal false"
+        raise FlashbenchError(
+            f"seq-q {case.seq_q} over {keys}, {mask}: {keyless} of the {case.seq_q} queries would see no key "
+            f"(masks align bottom-right: query i sits at key i + seq - seq-q); with this mask seq-q may be at "
+            f"most {shortest + right}, or {fix}"
+        )
+
+
+def _shortest(case: Case) -> int:
+    """The fewest keys any sequence of the case holds. Past a million ragged sequences, the bound of their draw
+    (ceil(N / 2), cases.kv_lengths) stands in for drawing them all: a million draws reach it anyway."""
+    if not case.ragged:
+        return case.seq_k
+    if case.batch > 1_000_000:
+        return max(1, -(-case.seq_k // 2))
+    return min(case.kv_lengths())
+
+
 def input_bytes(case: Case) -> int:
     """Bytes of the inputs the worker allocates: q, k, v (and dO in the backward modes); for a paged case also
     the page pool beside the contiguous cache it is copied from (engine/measure.py), and the page table."""
@@ -127,7 +149,11 @@ def input_bytes(case: Case) -> int:
     do = q if case.mode != "fwd" else 0
     pool = 0
     if case.paged and case.page_size > 0:
-        pages = sum(-(-n // case.page_size) for n in case.kv_lengths())
+        per_sequence = -(-case.seq_k // case.page_size)
+        if case.ragged and case.batch <= 1_000_000:
+            pages = sum(-(-n // case.page_size) for n in case.kv_lengths())
+        else:  # every sequence at N, or (past a million ragged ones) at most N: no tuple of a billion lengths
+            pages = case.batch * per_sequence
         pool = 2 * pages * case.page_size * case.kv_heads * case.head_dim
     return (q + kv + do + pool) * case.elem_bytes
 
@@ -164,12 +190,13 @@ def predicted_mem_bytes(
 def plan(
     spec: SweepSpec,
     infos: Mapping[str, ProviderInfo],
-    gpu_memory_bytes: int | None = None,
+    memory_bytes: int | None = None,
 ) -> list[PlannedCase]:
     """Cases for `spec`, each either to run or already decided (unavailable / unsupported / predicted-oom).
 
     `infos` are the providers as the worker described them (availability resolved on that machine).
-    `gpu_memory_bytes` is the device's total memory (None: no predicted-oom marking, e.g. on the CPU).
+    `memory_bytes` is the device's total memory: the GPU's, or the host's for a CPU sweep (None: no predicted-oom
+    marking). A case whose inputs alone exceed it is predicted-oom even where no memory model covers its provider.
     """
     names = resolve_providers(spec.providers, list(infos))
     if len(names) == 1 and spec.providers != ("all",):
@@ -185,15 +212,16 @@ def plan(
         if why:
             planned.append(PlannedCase(case, UNSUPPORTED, why, predicted))
             continue
-        if spec.device == "cuda" and gpu_memory_bytes and predicted is not None:
-            need = input_bytes(case) + predicted
-            if need > gpu_memory_bytes:
-                reason = (
-                    f"predicted {predicted / GIB:.1f} GiB above {input_bytes(case) / GIB:.1f} GiB of inputs "
-                    f"({need} bytes) > {gpu_memory_bytes / GIB:.1f} GiB on the GPU"
-                )
-                planned.append(PlannedCase(case, PREDICTED_OOM, reason, predicted))
-                continue
+        need = input_bytes(case) + (predicted or 0)
+        if memory_bytes and need > memory_bytes:
+            where = "on the GPU" if spec.device == "cuda" else "of host memory"
+            above = f"predicted {predicted / GIB:.3g} GiB above " if predicted is not None else ""
+            reason = (
+                f"{above}{input_bytes(case) / GIB:.3g} GiB of inputs ({need} bytes) > "
+                f"{memory_bytes / GIB:.1f} GiB {where}"
+            )
+            planned.append(PlannedCase(case, PREDICTED_OOM, reason, predicted))
+            continue
         planned.append(PlannedCase(case, None, "", predicted))
     return planned
 

@@ -3,8 +3,10 @@
 Convention (flash-attn's `window_size`, aligned bottom-right like flashbench's causal mask): query i sits at key
 position p = i + seq_k - seq_q and sees keys j with p - left <= j <= p + right; -1 = no limit on that side. A
 causal mask is right = 0, so causal with (left, -1) or (left, 0) is the same window, and causal with right > 0
-contradicts itself (`effective` refuses it). A row whose window holds no key (p + right < 0) sees nothing: its
-output is 0 and it gets no gradient.
+contradicts itself (`effective` refuses it). A row whose window holds no key (p + right < 0, which needs
+seq_q > seq_k + right) sees nothing: the oracle gives it output 0 and no gradient. A sweep refuses such a case
+(keyless_queries; spec/plan.check_defined) rather than time it: providers do not agree on it (the naive
+provider's softmax gives NaN, SDPA's math backend 0), so its rows would read as kernel bugs.
 
 Text form (`--window L,R`, a Case's `window` field): "L,R" with L, R whole numbers >= -1, e.g. "4096,0"; "" (or
 "none", "-1,-1") is no window. A sweep takes several, separated by ';' or as a TOML list.
@@ -72,6 +74,17 @@ def effective(causal: bool, window: Window | None) -> Window | None:
         if left == -1:
             return None
     return left, right
+
+
+def keyless_queries(seq_q: int, seq_k: int, causal: bool, window: Window | None) -> int:
+    """How many of seq_q queries over seq_k keys see no key at all: the first seq_q - seq_k - right, where the
+    mask bounds the right side (causal: right = 0); 0 without such a bound or for a contradictory window."""
+    try:
+        bounds = effective(causal, window)
+    except ValueError:
+        return 0  # the plan marks it unsupported
+    right = bounds[1] if bounds is not None else (0 if causal else -1)
+    return max(0, seq_q - seq_k - right) if right >= 0 else 0
 
 
 def visible(rows: Any, cols: Any, seq_q: int, seq_k: int, causal: bool, window: Window | None) -> Any:
