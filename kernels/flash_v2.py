@@ -325,7 +325,7 @@ class _TlForward:
             descs: tuple[Any, ...] = (k, v, k, v, q, o)
         elif self.call.direct:
             kd, vd, qd, od = (TmaArg(t, *g) for t, g in zip((k, v, q, o), self.geometry, strict=True))
-            descs = (kd, vd, kd, vd, qd, od)
+            descs = (kd, vd, *((kd, vd) if self.twin else (k, v)), qd, od)  # KD2, VD2: pointers without twins
         else:  # the JIT's calls: real descriptors, sized per config by the TunedCall
             kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
             kd2, vd2 = (twin_descriptor(kd), twin_descriptor(vd)) if self.twin else (k, v)

@@ -148,7 +148,8 @@ def test_a_cuda_graph_of_a_decode_step_replays_new_data_exactly() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("n", "causal"), [(512, True), (1024, True), (2048, False)])
+# the tl forward with and without its half-width diagonal descriptors, the Gluon kernels causal and not
+@pytest.mark.parametrize(("n", "causal"), [(512, True), (512, False), (1024, True), (2048, False)])
 def test_later_calls_launch_directly_and_stay_correct(n: int, causal: bool) -> None:
     """The plan's first call goes through Triton's JIT, later ones launch the compiled kernels: fresh data on
     every call, each checked against the float64 oracle, and a misaligned view gets a plan of its own."""
@@ -168,3 +169,15 @@ def test_later_calls_launch_directly_and_stay_correct(n: int, causal: bool) -> N
     k2, v2 = (torch.randn(2, 4, n, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     out = flash_attn(q_odd, k2, v2, causal=causal)
     assert verify({"out": out}, q_odd, k2, v2, causal=causal).ok
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "causal"), [(1024, False), (4096, True), (2048, False)])
+def test_later_fp8_calls_launch_directly_and_stay_correct(n: int, causal: bool) -> None:
+    """The FP8 forward's plans (the tl kernel at d = 64, the Gluon kernel at d = 128, causal or not) on
+    fresh inputs three times each: the second and third launch the compiled kernel; each held to the fp8
+    budget."""
+    from test_fp8 import check
+
+    for seed in range(3):
+        check(2, 8, 4, n, n, 64 if n == 1024 else 128, causal=causal, seed=seed)
