@@ -493,7 +493,13 @@ def _ratio_verdicts(base: Side, cur: Side, cfg: GateConfig) -> list[RatioVerdict
             nbb, nbr, ncb, ncr = (q.n for q in timed)
             change = cfg.threshold_for(bundled)
             key = f"ratio|{bundled}|{ref}|{shape}"
-            comp = _compare([cb, br], [cr, bb], change, cfg, key, sizes=[ncb, nbr, ncr, nbb])
+            clocks = [q.sm_clock_mhz or 0.0 for q in timed]
+            # the ratio in cycles: the bundled kernel's clock move over the reference's (each provider's clock is
+            # the power cap's answer to its own kernel), so the rule's "slower in time and in cycles" holds here
+            # too: an H100 ci pair of the same code moved triton / sdpa-flash +1.6% in time, +0.8% in cycles
+            # (triton 1800 -> 1785 MHz, sdpa-flash 1980 both times)
+            clock = (clocks[2] / clocks[0]) / (clocks[3] / clocks[1]) if all(clocks) else 1.0
+            comp = _compare([cb, br], [cr, bb], change, cfg, key, sizes=[ncb, nbr, ncr, nbb], clock=clock)
             out.append(
                 RatioVerdict(
                     shape,
