@@ -21,6 +21,7 @@ from flashbench.report import build, verdict
 from flashbench.report.hover import hover, with_context
 
 HOST = Path(__file__).resolve().parent / "fixtures" / "synthetic-host"
+H200_DEFAULT = Path(__file__).resolve().parent / "measured" / "h200-default"
 
 
 def raw() -> list[dict[str, Any]]:
@@ -138,9 +139,9 @@ def test_exports_and_load_carry_host_time_energy_and_mode() -> None:
 
 
 def test_a_run_without_host_time_says_so_and_shows_no_empty_columns() -> None:
-    run = runs.load_run(H100_SPEED)
+    run = runs.load_run(H200_DEFAULT)  # measured before rows carried host time
     assert host.host_lines(run.frame) == [] and host.host_table(run.frame).empty
-    md = build(H100_SPEED, fmt="md")
+    md = build(H200_DEFAULT, fmt="md")
     assert "**Host time**: not measured in this run" in md
     best = md.split("### Best TFLOP/s per provider", 1)[1].split("###", 1)[0]
     assert "host-bound" not in best and "TFLOP/J" not in best and "### Host time" not in md
@@ -160,3 +161,19 @@ def test_the_tflops_figure_leaves_serving_rows_out_and_says_so() -> None:
     assert {x for t in latency.data if t.x is not None for x in t.x if x is not None} == {
         r["seq_k"] for r in raw()
     }
+
+
+def test_the_committed_h100_run_states_each_providers_loop_from_its_rows() -> None:
+    """The H100 speed run (2026-11-26) carries host time: each provider's line names its largest loop / GPU
+    ratio as the rows give it, and none of its cases is host-bound (every bundled call from N = 1024 up)."""
+    run = runs.load_run(H100_SPEED)
+    lines = {line.provider: line for line in host.host_lines(run.frame)}
+    assert set(lines) == {"triton", "sdpa-flash", "sdpa-cudnn"}
+    md = build(H100_SPEED, fmt="md")
+    for row in read_jsonl(H100_SPEED):
+        if row["status"] == "ok":
+            assert row["loop_ms"] > 0 and row["host_ms"] > 0 and row["energy_j"] > 0
+    for name, line in lines.items():
+        assert line.measured == 40 and line.host_bound == 0
+        assert f"{name}: none of 40 cases host-bound" in md
+        assert f"an eager loop pays {line.worst_loop_ms:.4g} ms per call where the GPU works" in md
