@@ -131,5 +131,7 @@ def test_flashbench_env_prints_the_fingerprint_of_the_code_installed(capsys):
 
     assert main(["env", "--device", "cpu"]) == 0
     # a key with an empty value (git_diff of a clean checkout) is a line of its own
-    lines = dict((line.split(None, 1) + [""])[:2] for line in capsys.readouterr().out.splitlines() if line.strip())
+    lines = dict(
+        (line.split(None, 1) + [""])[:2] for line in capsys.readouterr().out.splitlines() if line.strip()
+    )
     assert lines["fingerprint"].strip() == environment.code_fingerprint()[0]
