@@ -67,6 +67,15 @@ def _handle(nv: Any, index: int) -> Any | None:
     return _call(nv.nvmlDeviceGetHandleByIndex, index)
 
 
+def _device(index: int) -> tuple[Any, Any] | None:
+    """(the NVML module, GPU `index`'s handle), or None without NVML or that GPU."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    h = _handle(nv, index)
+    return None if h is None else (nv, h)
+
+
 def derived_bandwidth(max_mem_clock_mhz: float | None, bus_width_bits: int | None) -> float | None:
     """Peak DRAM bytes/s from NVML's max memory clock and bus width: 2 x clock x width / 8."""
     if not max_mem_clock_mhz or not bus_width_bits:
@@ -88,12 +97,10 @@ def reason_names(reasons: int | None) -> list[str]:
 def gpu_facts(index: int = 0) -> dict[str, Any] | None:
     """Static facts about GPU `index`: name, memory, max clocks, bus width, derived bandwidth, driver, the
     enforced power limit."""
-    nv = _nvml()
-    if nv is None:
+    found = _device(index)
+    if found is None:
         return None
-    h = _handle(nv, index)
-    if h is None:
-        return None
+    nv, h = found
     name = _call(nv.nvmlDeviceGetName, h)
     if name is None:
         return None
@@ -122,12 +129,10 @@ def gpu_facts(index: int = 0) -> dict[str, Any] | None:
 
 def sample(index: int = 0) -> dict[str, Any] | None:
     """Clocks, power, temperature and clock-event reasons of GPU `index` right now."""
-    nv = _nvml()
-    if nv is None:
+    found = _device(index)
+    if found is None:
         return None
-    h = _handle(nv, index)
-    if h is None:
-        return None
+    nv, h = found
     power_mw = _call(nv.nvmlDeviceGetPowerUsage, h)
     get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
         nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
@@ -146,12 +151,10 @@ def sample(index: int = 0) -> dict[str, Any] | None:
 
 def energy_mj(index: int = 0) -> int | None:
     """GPU `index`'s total energy counter (mJ since the driver loaded; Volta and newer), or None."""
-    nv = _nvml()
-    if nv is None:
+    found = _device(index)
+    if found is None:
         return None
-    h = _handle(nv, index)
-    if h is None:
-        return None
+    nv, h = found
     value = _call(getattr(nv, "nvmlDeviceGetTotalEnergyConsumption", lambda _h: None), h)
     return int(value) if value is not None else None
 
