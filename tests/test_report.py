@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import re
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from report_helpers import needs_plotly
 
 from flashbench.analysis.modelled import ROOF_RULE
 from flashbench.cli.app import main
@@ -25,12 +25,6 @@ FIXTURE_DIRS = sorted(p.parent for p in FIXTURES.glob("*/rows.jsonl"))
 # Any tag that makes the browser fetch something: <script src>, <link href>, <img src>, <iframe src>, ...
 FETCHING_TAG = re.compile(r"<(script|link|img|iframe|source|video|audio|embed|object)\b[^>]*>", re.IGNORECASE)
 REMOTE = re.compile(r"""(src|href|data)\s*=\s*["']?\s*(https?:)?//""", re.IGNORECASE)
-
-
-# The HTML page and its figures need plotly (the GPU machine has none); markdown, CSV and JSON do not.
-needs_plotly = pytest.mark.skipif(
-    importlib.util.find_spec("plotly") is None, reason="plotly is not installed (the HTML report needs it)"
-)
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
