@@ -5,7 +5,8 @@ Used by flash_v2.py (recompute), flash_v1.py (the same recompute backward: the v
 forward loop order only) and stored_p.py (STORED_P=True: P is read from the N x N tensor the forward wrote).
 
 Three launches:
-  1. preprocess (here), grid (query blocks, B*H):  D = rowsum(dO * O) in fp32.
+  1. preprocess (here), grid (query blocks, B*H):  D = rowsum(dO * O) in fp32 (and the one-pass backward's
+     zeroed fp32 dQ, one launch fewer than a memset).
   2. dK/dV (backward_dkdv.py), grid (key blocks, B*H_KV): K and V blocks resident, dK and dV accumulated in
      fp32 while streaming query blocks of every query head of the GQA group (so no atomics are needed for GQA
      either). Per query block: P^T = exp2(K Q^T * qk_scale - LSE2) (or loaded), dV += P^T dO, dP^T = V dO^T,
@@ -74,6 +75,7 @@ def _bwd_preprocess(
     O,  # [B, H, N_Q, D] forward output
     DO,  # [B, H, N_Q, D] gradient of the output
     DELTA,  # [B, H, N_Q] fp32 contiguous, out: rowsum(dO * O)
+    DQ_ACC,  # [B, H, N_Q, D] fp32 contiguous, out with ZERO_DQ: zeros (the one-pass backward adds dQ into it)
     stride_oz,
     stride_oh,
     stride_om,
@@ -84,6 +86,7 @@ def _bwd_preprocess(
     N_Q,  # query length
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    ZERO_DQ: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -104,6 +107,10 @@ def _bwd_preprocess(
     )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
+    if ZERO_DQ:  # the rows this program owns: one launch fewer than a separate memset
+        rows = pid_bh.to(tl.int64) * N_Q + offs_m
+        zeros = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        tl.store(DQ_ACC + rows[:, None] * HEAD_DIM + offs_d[None, :], zeros, mask=row_ok)
 
 
 class _BackwardPlan:
@@ -127,16 +134,15 @@ class _BackwardPlan:
         B, H, Nq, D = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
         self.delta_shape = (B, H, Nq)
-        pre_m = 64
-        self.pre_args = (*row_strides(o, do), H, Nq)
-        self.pre = KernelCall(
-            _bwd_preprocess, (cdiv(Nq, pre_m), B * H), {"HEAD_DIM": D, "BLOCK_M": pre_m}, {}
-        )
         self.stored = p is not None
         self.p_strides = p.stride() if p is not None else (0, 0, 0, 0)
         ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, self.stored, dkdv_config)
         self.ws = backward_ws.DkdvPlan(q, k, causal, ws_cfg) if ws_cfg is not None else None
         self.one_pass = self.ws is not None and self.ws.one_pass
+        pre_m = 64
+        self.pre_args = (*row_strides(o, do), H, Nq)
+        pre_constexprs = {"HEAD_DIM": D, "BLOCK_M": pre_m, "ZERO_DQ": self.one_pass}
+        self.pre = KernelCall(_bwd_preprocess, (cdiv(Nq, pre_m), B * H), pre_constexprs, {})
         self.tma = use_tma(q, k, v, do)
         # what each pass streams (dK/dV: Q, dO; dQ: K, V) through descriptors: not Q, dO where the Gluon pass runs
         self.streamed_tma = tuple(self.tma and not (self.ws is not None and i < 2) for i in range(4))
@@ -206,15 +212,16 @@ class _BackwardPlan:
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
         delta = torch.empty(self.delta_shape, dtype=torch.float32, device=q.device)
-        self.pre((o, do, delta, *self.pre_args))
         qk_scale = sm_scale * LOG2E
         if self.one_pass:
             assert self.ws is not None
-            dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+            dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # zeroed by the preprocess
+            self.pre((o, do, delta, dq_acc, *self.pre_args))
             cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
             dq.copy_(dq_acc)
             _set_last_bwd_config(cfg_kv, {"kernel": "gluon-ws", "ONE_PASS": 1})
             return dq, dk, dv
+        self.pre((o, do, delta, delta, *self.pre_args))  # DQ_ACC unused
         inputs = (q, k, v, do, lse, delta, p if p is not None else lse)  # lse: never read without STORED_P
         sizes = (*self.sizes_a, qk_scale, sm_scale, *self.sizes_b)
         if self.ws is not None:

@@ -45,6 +45,7 @@ Cautions:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -381,9 +382,38 @@ def attention_forward(
         config_key(config),
         env_key(),
     )
-    o, lse, cfg = _PLANS.get(key, q, k, v, causal, config, window).run(q, k, v, sm_scale)
+    return _run_plan(_PLANS.get(key, q, k, v, causal, config, window), q, k, v, causal, sm_scale)
+
+
+def _run_plan(
+    plan: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float, *_: Any
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """A forward plan's launch, in attention_forward's signature once `plan` is bound (`causal` and a config
+    are the plan's)."""
+    o, lse, cfg = plan.run(q, k, v, sm_scale)
     _set_last_config(cfg)
     return o, lse, cfg
+
+
+# A call signature seen before, with everything its checks and plan lookup concluded: (the forward launcher bound
+# to its plan, the softmax scale, the checked window). Only signatures whose checks return the inputs themselves
+# (unit-stride, scale >= 0) are kept, so a hit is exactly what the checks would have done.
+_CHECKED: dict[Any, tuple[Callable[..., Any], float, tuple[int, int] | None]] = {}
+
+
+def _signature(q: Any, k: Any, v: Any, causal: Any, sm_scale: Any, window: Any) -> tuple[Any, ...] | None:
+    """The key of `_CHECKED` for a call, or None where it has none (under torch.compile, arguments that are not
+    tensors or not hashable): the tensors' plan keys, the device, the arguments with their types (causal=1 is
+    refused where True is not) and the environment switches."""
+    if torch.compiler.is_compiling() or type(causal) is not bool:
+        return None
+    try:
+        win = window if window is None else tuple((type(x), x) for x in window)
+        key = (tensor_key(q), tensor_key(k), tensor_key(v), q.device, causal, type(sm_scale), sm_scale, win)
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return (*key, env_key())
 
 
 class RecomputeAttention(torch.autograd.Function):
@@ -433,6 +463,12 @@ def flash_attn(
     Differentiable: the backward recomputes P from Q, K and the saved log-sum-exp.
     Raises KernelUnsupported naming what is unsupported.
     """
+    signature = _signature(q, k, v, causal, sm_scale, window) if config is None else None
+    hit = _CHECKED.get(signature) if signature is not None else None
+    if hit is not None:
+        forward, scale, checked = hit
+        return attend(RecomputeAttention, forward, q, k, v, causal, scale, None, forward, checked)
+    q0, k0, v0 = q, k, v
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     window = check_window("flash_attn", window, causal)
     if torch.compiler.is_compiling():  # one custom op for torch.compile's graph (kernels/ops.py)
@@ -442,6 +478,12 @@ def flash_attn(
         return torch.ops.flashbench.attn_fwd(q, k, v, causal, sm_scale, left, right)[0]
     if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
         config = normalize_config("flash_attn", config)
+    if signature is not None and config is None and q is q0 and k is k0 and v is v0:
+        if len(_CHECKED) >= _PLANS.size:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        key = (*signature[:4], causal, window, None, signature[-1])  # attention_forward's plan key
+        plan = _PLANS.get(key, q, k, v, causal, None, window)
+        _CHECKED[signature] = (functools.partial(_run_plan, plan), sm_scale, window)
     if window is None:
         return attend(RecomputeAttention, attention_forward, q, k, v, causal, sm_scale, config)
     forward = functools.partial(attention_forward, window=window)

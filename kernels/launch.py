@@ -70,7 +70,7 @@ class KernelCall:
     same. A profiler's launch hook (Triton's knobs.runtime.launch_enter_hook) sends every call through the JIT.
     """
 
-    __slots__ = ("kernel", "grid", "constexprs", "options", "compiled", "tail")
+    __slots__ = ("kernel", "grid", "constexprs", "options", "compiled", "tail", "raw")
 
     def __init__(
         self, kernel: Any, grid: tuple[int, ...], constexprs: dict[str, Any], options: dict[str, Any]
@@ -79,6 +79,7 @@ class KernelCall:
         self.grid = (*grid, 1, 1)[:3]
         self.compiled: Any = None
         self.tail: tuple[Any, ...] = ()
+        self.raw: RawLaunch | None = None
 
     def __call__(self, args: Sequence[Any]) -> None:
         """Launch with the run-time arguments `args` (the kernel's leading parameters, in order): real
@@ -87,6 +88,10 @@ class KernelCall:
         if compiled is not None and not _hooked():
             stream = _driver.active.get_current_stream(_driver.active.get_current_device())
             g = self.grid
+            raw = self.raw
+            if raw is not None:
+                raw(g, stream, compiled, args, self.tail)
+                return
             compiled.run(
                 g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
                 *args, *self.tail,
@@ -98,11 +103,107 @@ class KernelCall:
             params = kernel.params[len(args) :]
             self.tail = tuple(self.constexprs.get(p.name, p.default) for p in params)
             self.compiled = compiled
+            self.raw = RawLaunch.of(compiled.run)
 
     @property
     def direct(self) -> bool:
         """Later calls skip the JIT (a kernel was compiled for this signature)."""
         return self.compiled is not None
+
+
+class RawLaunch:
+    """Triton's C launcher of one compiled kernel, called without its Python wrappers, with each tensor
+    descriptor's encoded CUtensorMap kept for the next call at the same address.
+
+    Triton 3.6's CudaLauncher turns every host descriptor into a CUtensorMap (cuTensorMapEncodeTiled) on every
+    launch, in Python, and allocates no scratch for the bundled kernels. A map depends only on the base address,
+    the shape and strides and the kernel's tile metadata, so the one made for a (position, address, shape,
+    strides) is the one a later call would make: an eager loop whose allocator hands back the same blocks encodes
+    each map once. `of` returns None where the launcher is not the one this mirrors (another Triton, scratch
+    memory, fp4 descriptors); the caller then launches through `compiled.run`.
+    """
+
+    __slots__ = ("launch", "coop", "pdl", "descs", "maps")
+
+    def __init__(self, launch: Any, coop: Any, pdl: Any, descs: dict[int, Any]) -> None:
+        self.launch, self.coop, self.pdl, self.descs = launch, coop, pdl, descs
+        self.maps: dict[tuple[Any, ...], list[Any]] = {}
+
+    @staticmethod
+    def of(run: Any) -> RawLaunch | None:
+        launch = getattr(run, "launch", None)
+        scratch = (getattr(run, "global_scratch_size", 1), getattr(run, "profile_scratch_size", 1))
+        if launch is None or any(scratch):
+            return None
+        code = getattr(launch, "__code__", None)
+        if code is None:  # the C launcher itself: no descriptor among the arguments
+            return RawLaunch(launch, run.launch_cooperative_grid, run.launch_pdl, {})
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in launch.__closure__ or ()), strict=False))
+        inner, indices, meta = (
+            cells.get("launcher"),
+            cells.get("tensordesc_indices"),
+            cells.get("tensordesc_meta"),
+        )
+        if inner is None or indices is None or getattr(inner, "__code__", None) is not None:
+            return None
+        metas = list(meta) if meta else [None] * len(indices)
+        if len(metas) != len(indices) or any(m is not None and m.get("fp4_padded") for m in metas):
+            return None
+        return RawLaunch(
+            inner, run.launch_cooperative_grid, run.launch_pdl, dict(zip(sorted(indices), metas, strict=True))
+        )
+
+    def __call__(
+        self, grid: tuple[int, ...], stream: int, compiled: Any, args: Sequence[Any], tail: tuple[Any, ...]
+    ) -> None:
+        final: list[Any] = [
+            grid[0], grid[1], grid[2], stream, compiled.function, self.coop, self.pdl, None, None,
+            compiled.packed_metadata, None, None, None,
+        ]  # fmt: skip
+        descs = self.descs
+        if not descs:
+            self.launch(*final, *args, *tail)
+            return
+        for i, arg in enumerate((*args, *tail)):
+            if i not in descs:
+                final.append(arg)
+                continue
+            meta = descs[i]
+            if (
+                meta is None
+            ):  # a tl kernel's descriptor: the frontend decomposes it, the launcher reads it twice
+                final.extend(
+                    (arg.base, *arg.shape, *arg.strides, arg.padding == "nan", *arg.shape, *arg.strides)
+                )
+                continue
+            key = (i, arg.base.data_ptr(), arg.shape, arg.strides, arg.padding)
+            encoded = self.maps.get(key)
+            if encoded is None:
+                encoded = _encode(arg, meta)
+                if len(self.maps) >= 64:
+                    self.maps.clear()
+                self.maps[key] = encoded
+            final.extend(encoded)
+        self.launch(*final)
+
+
+def _encode(arg: Any, meta: dict[str, Any]) -> list[Any]:
+    """[CUtensorMap, *shape, *strides] of a host descriptor for a kernel's tile metadata, as Triton's launcher
+    makes it (triton/backends/nvidia/driver.py, make_tensordesc_arg)."""
+    from triton.backends.nvidia import driver as nvidia
+
+    shape, strides = list(arg.shape), list(arg.strides)
+    cu_map = _driver.active.utils.fill_tma_descriptor(
+        arg.base.data_ptr(),
+        meta["swizzle"],
+        meta["elem_size"],
+        nvidia.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
+        meta["block_size"],
+        shape,
+        strides,
+        1 if arg.padding == "nan" else 0,
+    )
+    return [cu_map, *shape, *strides]
 
 
 class TunedCall:

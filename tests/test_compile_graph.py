@@ -181,3 +181,32 @@ def test_later_fp8_calls_launch_directly_and_stay_correct(n: int, causal: bool) 
 
     for seed in range(3):
         check(2, 8, 4, n, n, 64 if n == 1024 else 128, causal=causal, seed=seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "causal"), [(512, True), (2048, False)])  # the tl forward and the Gluon one
+def test_the_raw_launch_reuses_encoded_maps_and_matches_tritons_launcher(n: int, causal: bool) -> None:
+    """After its first call a plan's kernel launches through Triton's C launcher with the tensor maps of earlier
+    calls at the same addresses (launch.RawLaunch): repeated calls on the same tensors encode no new map, and the
+    output is bit for bit what Triton's own launcher gives."""
+    from flashbench.kernels import flash_v2
+
+    flash_v2._PLANS.plans.clear()  # this test's plan is then the only one
+    flash_v2._CHECKED.clear()
+    q, k, v = _inputs(2, 8, 4, n, 128, grad=False)
+    flash_attn(q, k, v, causal=causal)
+    out = flash_attn(q, k, v, causal=causal)
+    (plan,) = flash_v2._PLANS.plans.values()
+    call = getattr(plan.call, "call", plan.call)  # a TunedCall's KernelCall, or the Gluon plan's own
+    if call.raw is None:
+        pytest.skip("this Triton's launcher is not the one launch.RawLaunch mirrors (Triton 3.6)")
+    maps = len(call.raw.maps)
+    for _ in range(5):
+        again = flash_attn(q, k, v, causal=causal)
+    assert len(call.raw.maps) == maps and torch.equal(again, out)
+    raw, call.raw = call.raw, None
+    try:
+        through_triton = flash_attn(q, k, v, causal=causal)
+    finally:
+        call.raw = raw
+    assert torch.equal(through_triton, out)

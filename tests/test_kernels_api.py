@@ -167,3 +167,32 @@ def test_default_config_fits_every_head_dim():
     }
     big = default_config("fwd", FWD_SPACE, 256, 2)
     assert big["BLOCK_M"] * big["BLOCK_N"] < 128 * 64
+
+
+def test_a_repeated_call_skips_the_checks_but_not_what_they_refuse(monkeypatch):
+    """flash_attn checks a call signature once (kernels/flash_v2._CHECKED): a second call with the same tensors'
+    shapes, strides, dtypes, alignment, device, arguments and environment runs without the checks and gives the
+    same output; an argument the checks refuse (causal=1, a bad window) is still refused after a good call."""
+    from flashbench.kernels import flash_v2
+
+    calls = []
+    real = flash_v2.check_inputs
+    monkeypatch.setattr(flash_v2, "check_inputs", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    q, k, v = (t(1, 2, 16, 32, dtype=torch.float32) for _ in range(3))
+    first = flash_attn(q, k, v, causal=True, window=(4, 0))
+    again = flash_attn(q, k, v, causal=True, window=(4, 0))
+    assert len(calls) == 1 and torch.equal(first, again)
+    q2 = t(1, 2, 16, 32, dtype=torch.float32)  # new data, same signature: no check, its own output
+    i = torch.arange(16, device=q.device)
+    visible = (i[None, :] <= i[:, None]) & (i[None, :] >= i[:, None] - 4)
+    scores = (q2 @ k.transpose(-1, -2) / 32**0.5).masked_fill(~visible, float("-inf"))
+    expected = torch.softmax(scores, dim=-1) @ v
+    assert torch.allclose(flash_attn(q2, k, v, causal=True, window=(4, 0)), expected, atol=1e-4)
+    assert len(calls) == 1
+    with pytest.raises(KernelUnsupported, match="causal must be a bool"):
+        flash_attn(q, k, v, causal=1, window=(4, 0))
+    with pytest.raises(KernelUnsupported, match="window left must be an int"):
+        flash_attn(q, k, v, causal=True, window=(True, 0))
+    flash_attn(q, k, v, causal=True, window=(4, 0), sm_scale=-0.5)  # negated q: checked on every call
+    flash_attn(q, k, v, causal=True, window=(4, 0), sm_scale=-0.5)
+    assert len(calls) == 5
