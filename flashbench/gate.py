@@ -56,6 +56,7 @@ from flashbench.gate_rule import (
     compare_samples,
     pct,
 )
+from flashbench.providers import builtin
 from flashbench.results.baseline import ENV_FIELDS, CaseResult, Side, load_side
 from flashbench.results.env import same_code
 from flashbench.results.rows import OK
@@ -84,7 +85,8 @@ class GateConfig:
     min_samples: int = 5  # fewer raw samples on a side: no noise measure, the full threshold decides (noted)
     absolute: bool = True  # gate each case's own median
     ratios: bool = True  # gate in-run ratios bundled / reference
-    ratio_pairs: tuple[tuple[str, str], ...] = (("triton", "sdpa-flash"),)
+    # (provider, reference) pairs of the in-run ratio: what the providers declare (ratio_vs), unless gate.toml names them
+    ratio_pairs: tuple[tuple[str, str], ...] = field(default_factory=builtin.ratio_pairs)
 
     def threshold_for(self, provider: str) -> float:
         return float(self.provider_thresholds.get(provider, self.threshold))
@@ -102,7 +104,7 @@ def load_config(
     per_provider = {**data.get("provider", {}), **preset_table.get("provider", {})}
     if threshold is not None:
         default, per_provider = threshold, {}
-    pairs = tuple(tuple(p) for p in gate.get("ratio_pairs", [["triton", "sdpa-flash"]]))
+    pairs = tuple(tuple(p) for p in gate.get("ratio_pairs", builtin.ratio_pairs()))
     try:
         cfg = GateConfig(
             threshold=float(default),

@@ -28,6 +28,7 @@ from flashbench.models.flops import (
     recompute_overhead_references,
 )
 from flashbench.models.traffic import one_pass_backward
+from flashbench.providers import builtin
 from flashbench.results.env import ENV_FILE, Environment, read_env
 from flashbench.results.rows import FLOP_CONVENTION, OK, ROWS_FILE, load
 from flashbench.spec.cases import CASE_FIELDS, mask_label
@@ -47,13 +48,13 @@ CLOCK_FIELDS = (
     "throttled_share",
 )
 NVML_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "clock_event_reasons")
-# Baseline providers tried in this order when --speedup-vs is not given: the paper's "standard attention" first,
-# then PyTorch's own SDPA backends, so "> 1 = faster than the reference" reads as a kernel beating a baseline (a
-# bundled or user kernel is never the default reference while a baseline ran).
-DEFAULT_BASELINES = ("naive", "sdpa-math", "sdpa", "sdpa-flash", "sdpa-efficient", "flex", "sdpa-cudnn")
+# Baseline providers are tried in the order their declared `baseline` ranks give (providers/builtin.py) when
+# --speedup-vs is not given: the paper's "standard attention" first, then PyTorch's own SDPA backends, so "> 1 =
+# faster than the reference" reads as a kernel beating a baseline (a bundled or user kernel is never the default
+# reference while a baseline ran).
 SPEEDUP_VS_HELP = (
     "The provider speedups are taken against. Default: the first of "
-    + ", ".join(DEFAULT_BASELINES)
+    + ", ".join(builtin.baselines())
     + " that has an ok row in the run, else the first provider that has one."
 )
 # Recompute backward vs stored-P backward: the stored-P variant's name is the recompute provider's + this suffix.
@@ -201,7 +202,7 @@ def pick_baseline(frame: pd.DataFrame, wanted: str | None = None) -> str | None:
             raise FlashbenchError(f"--speedup-vs: no provider {wanted!r} in this run{hint}")
         return wanted
     ok = frame.loc[frame["ok"], "provider"]
-    for name in DEFAULT_BASELINES:
+    for name in builtin.baselines():
         if (ok == name).any():
             return name
     return str(ok.iloc[0]) if len(ok) else None

@@ -406,7 +406,12 @@ def run_cases(
                 done[case.key] = earlier_skips[case.key]
                 emit(done[case.key], True)
                 continue
-            common = {"device": device, "gpu": gpu, "predicted_mem_bytes": item.predicted_mem_bytes}
+            common = {
+                "device": device,
+                "gpu": gpu,
+                "predicted_mem_bytes": item.predicted_mem_bytes,
+                "family": item.family,
+            }
             if item.status is not None:
                 row = Row.for_case(case, item.status, reason=item.reason, timestamp=time.time(), **common)
             elif skip:

@@ -30,7 +30,7 @@ def build(
     """Render the report of `run_dir` in `fmt`; write it to `out` when given. Returns the text.
 
     baseline: another run directory to compare with case by case. speedup_vs: the provider speedups are
-    taken against (default: analysis.runs.SPEEDUP_VS_HELP's rule, over analysis.runs.DEFAULT_BASELINES).
+    taken against (default: analysis.runs.SPEEDUP_VS_HELP's rule, over the providers' declared baselines).
     """
     if fmt not in FORMATS:
         raise FlashbenchError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")

@@ -69,6 +69,8 @@ class Row:
     seqlens: str = "uniform"
     seed: int = 0
     window: str = ""
+    # --- the provider's model family as it declares it (providers/registry.py); None: not modelled ---
+    family: str | None = ""  # "" (not given, or a row written before rows carried it): filled from the registry
     # --- outcome ---
     status: str = ""  # always given (Row.for_case); the default only lets the serving fields above have theirs
     reason: str = ""  # why it is not "ok": torch's refusal, the stderr tail, the predicted bytes...
@@ -125,6 +127,14 @@ class Row:
     # --- bookkeeping ---
     timestamp: float = 0.0
     schema: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        # A row built without its family, or read from a file written before rows carried it, takes the family its
+        # provider declares now; a provider no registry here knows (a user kernel), the default family.
+        if self.family == "":
+            from flashbench.providers.builtin import family_of
+
+            self.family = family_of(self.provider)
 
     @property
     def case(self) -> Case:
