@@ -236,7 +236,7 @@ def sweep(
         write_env(run_dir, env)
         ncu_fn = None
         if spec.ncu:
-            from flashbench.gpu import ncu as ncu_mod
+            from flashbench.engine import ncu as ncu_mod
 
             if spec.device != "cuda":
                 _note("flashbench: --ncu needs --device cuda; ignored", progress)

@@ -383,7 +383,7 @@ def test_shards_deal_sorted_shapes_round_robin():
 
 
 def test_shard_is_one_based_and_anything_else_is_a_one_line_error():
-    from flashbench.engine.shard import parse_shard
+    from flashbench.results.env import parse_shard
 
     m = stated(
         "multi-gpu.md",
