@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flashbench import gate
+from flashbench.analysis import gate
 from flashbench.analysis import runs as analysis
 from flashbench.errors import FlashbenchError
 from flashbench.models import memory

@@ -30,7 +30,7 @@ from flashbench.models.flops import (
 from flashbench.models.traffic import one_pass_backward
 from flashbench.providers import builtin
 from flashbench.results.env import ENV_FILE, Environment, read_env
-from flashbench.results.rows import FLOP_CONVENTION, OK, ROWS_FILE, load
+from flashbench.results.rows import FLOP_CONVENTION, OK, ROWS_FILE, Row, frame_of, read_rows
 from flashbench.spec.cases import CASE_FIELDS, mask_label
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class Run:
 
     path: Path
     env: Environment
+    rows: list[Row]  # as read from rows.jsonl (the last row per case), once: the gate's view reads them too
     frame: pd.DataFrame  # measurements() + the roofline columns: one row per case
     ceilings: list[Any] = field(default_factory=list)  # hardware.Ceiling: datasheet, nvml, measured
     gpu_spec: Any = None  # hardware.GpuSpec, or None (CPU run, unknown GPU)
@@ -96,14 +97,14 @@ def load_run(path: str | Path) -> Run:
             )
         path = path.parent
     env = read_env(path)
-    raw = load(path)
-    if raw.empty:
+    rows = read_rows(path)
+    if not rows:
         raise FlashbenchError(f"{path}: rows.jsonl has no rows (did the sweep run?)")
-    frame = measurements(raw, env)
+    frame = measurements(frame_of(rows), env)
     spec, ceilings = modelled.ceilings(env, frame, gpu_name(env, frame))
     modelled.add_roofline(frame, ceilings)
     modelled.add_bandwidth(frame, ceilings)
-    return Run(path=path, env=env, frame=frame, ceilings=ceilings, gpu_spec=spec)
+    return Run(path=path, env=env, rows=rows, frame=frame, ceilings=ceilings, gpu_spec=spec)
 
 
 def gpu_name(env: Environment, frame: pd.DataFrame | None = None) -> str:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["Block", "blocks", "markdown"]
 
 MAX_WORST = 5  # worst gate cases named
-# Gate verdicts (flashbench.gate) of cases that compare nothing, and of the cases worth naming, worst kinds first.
+# Gate verdicts (flashbench.analysis.gate) of cases that compare nothing, and of the cases worth naming, worst kinds first.
 # "baseline-only" became "missing" when the gate learnt to fail on cases the current run lost: both are read.
 NOT_COMPARED = ("not-ok-both", "baseline-only", "missing", "current-only")
 WORST = ("regression", "newly-failing", "missing", "slower-within-noise")

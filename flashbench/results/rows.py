@@ -258,12 +258,16 @@ def _torn_case_key(text: str) -> str | None:
 
 def load(path: str | Path) -> pd.DataFrame:
     """A run directory (or its rows.jsonl) as a pandas DataFrame, one row per case, with a `key` column."""
-    import pandas as pd
-
     run_dir = Path(path)
     if run_dir.name == ROWS_FILE:
         run_dir = run_dir.parent
-    rows = read_rows(run_dir)
+    return frame_of(read_rows(run_dir))
+
+
+def frame_of(rows: list[Row]) -> pd.DataFrame:
+    """Rows as a pandas DataFrame, one row per case, the Row fields as columns after a `key` column."""
+    import pandas as pd
+
     frame = pd.DataFrame([r.to_dict() for r in rows], columns=list(ROW_FIELDS))
     frame.insert(0, "key", [r.key for r in rows])
     return frame
