@@ -40,7 +40,7 @@ import triton.testing
 
 from flashbench.engine.measure import Context, Options, measure_case, prepare
 from flashbench.gpu import nvml
-from flashbench.providers import registry
+from flashbench.providers import builtin
 from flashbench.results.rows import Row
 from flashbench.spec.cases import Case
 
@@ -91,7 +91,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("fidelity: needs a CUDA GPU", file=sys.stderr)
         return 3
-    registry.load_builtins()
+    builtin.load()
     ctx = Context(device="cuda", gpu=torch.cuda.get_device_name())
     sweep = Options()  # the sweep's regime (SweepSpec's defaults: the L2 emptied by a read)
     opts = dataclasses.replace(sweep, l2_flush="write")  # the judged runs: do_bench's flush, a write

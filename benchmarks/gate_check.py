@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from itertools import permutations
 from pathlib import Path
 
+from flashbench.analysis.gate import CANNOT_JUDGE, REGRESSION, GateResult, run_gate
 from flashbench.errors import FlashbenchError
-from flashbench.gate import CANNOT_JUDGE, REGRESSION, GateResult, run_gate
 from flashbench.results.baseline import learn_baseline
 from flashbench.results.env import ENV_FILE
 from flashbench.results.rows import OK, Row, append_row, read_rows

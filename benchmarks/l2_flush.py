@@ -29,7 +29,7 @@ import torch
 from flashbench.engine import timing
 from flashbench.engine.measure import Context, Options, measure_case
 from flashbench.gpu import nvml
-from flashbench.providers import registry
+from flashbench.providers import builtin
 from flashbench.spec.cases import Case
 
 
@@ -81,7 +81,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("l2_flush: needs a CUDA GPU", file=sys.stderr)
         return 3
-    registry.load_builtins()
+    builtin.load()
     opts = Options()
     points: list[dict[str, Any]] = []
     for mode in MODES:

@@ -27,7 +27,7 @@ from flashbench.engine import shard as shards
 from flashbench.engine.progress import Progress
 from flashbench.errors import EXIT_NO_GPU, FlashbenchError
 from flashbench.gpu import environment
-from flashbench.providers import registry
+from flashbench.providers import builtin, registry
 from flashbench.providers.registry import ProviderInfo
 from flashbench.providers.user import check_paths
 from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
@@ -165,7 +165,7 @@ def sweep(
     spec = resolve_spec(preset=preset, config=config, out=out, resume=resume, overrides=overrides)
     check_defined(spec)
     kernels_t = check_paths(list(spec.kernels)) if spec.kernels else ()
-    registry.load_builtins()
+    builtin.load()
     if not kernels_t:  # user files' names are known only once a worker loaded them
         resolve_providers(spec.providers, registry.names())
     run_dir = Path(out) if out is not None else default_run_dir(spec)
@@ -236,7 +236,7 @@ def sweep(
         write_env(run_dir, env)
         ncu_fn = None
         if spec.ncu:
-            from flashbench.gpu import ncu as ncu_mod
+            from flashbench.engine import ncu as ncu_mod
 
             if spec.device != "cuda":
                 _note("flashbench: --ncu needs --device cuda; ignored", progress)

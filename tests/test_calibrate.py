@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from flashbench.gpu import calibrate
+from flashbench.engine import calibrate
 
 
 def test_throttle_verdict_names_the_reason_the_measurement_and_the_clock():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from flashbench.engine import kv_cache
-from flashbench.providers import registry
+from flashbench.providers import builtin, registry
 from flashbench.results.rows import read_rows
 from flashbench.spec.cases import Case, kv_lengths
 from flashbench.spec.config import load_spec
@@ -125,7 +125,7 @@ def test_cache_keywords_for_each_kind_of_case():
 
 @pytest.fixture(scope="module")
 def infos() -> dict[str, registry.ProviderInfo]:
-    registry.load_builtins()
+    builtin.load()
     return {name: registry.get(name).info for name in registry.names()}
 
 

@@ -29,7 +29,7 @@ def stated(page: str, pattern: str) -> re.Match[str]:
 
 # ---------------------------------------------------------------------------------------------- docs/gate.md
 def test_gate_limit_is_half_the_threshold_or_the_noise_band_and_judgeable_below_half():
-    from flashbench.gate_rule import can_judge, case_threshold
+    from flashbench.analysis.gate_rule import can_judge, case_threshold
 
     stated("gate.md", r"limit = max\(threshold / 2, noise band\) judgeable = noise band <= threshold / 2")
     for threshold in (0.03, 0.05, 0.1):
@@ -39,7 +39,7 @@ def test_gate_limit_is_half_the_threshold_or_the_noise_band_and_judgeable_below_
 
 
 def test_gate_noise_band_is_the_largest_of_half_the_p20_p80_spread_half_the_interval_the_history_and_the_clock():
-    from flashbench.gate_rule import compare_samples, relative_spread
+    from flashbench.analysis.gate_rule import compare_samples, relative_spread
 
     stated(
         "gate.md",
@@ -59,8 +59,8 @@ def test_gate_noise_band_is_the_largest_of_half_the_p20_p80_spread_half_the_inte
 
 
 def test_gate_case_with_too_few_samples_fails_beyond_the_full_threshold():
-    from flashbench.gate import GateConfig
-    from flashbench.gate_rule import REGRESSION, UNCHANGED, compare_samples
+    from flashbench.analysis.gate import GateConfig
+    from flashbench.analysis.gate_rule import REGRESSION, UNCHANGED, compare_samples
 
     few = int(
         stated(
@@ -79,7 +79,7 @@ def test_gate_case_with_too_few_samples_fails_beyond_the_full_threshold():
 def test_gate_missing_baseline_cases_fail_and_current_only_cases_never_do(tmp_path):
     from test_gate_cli import SYNTH, derive_run
 
-    from flashbench.gate import run_gate
+    from flashbench.analysis.gate import run_gate
     from flashbench.results.rows import Row, read_rows
 
     stated(
@@ -383,7 +383,7 @@ def test_shards_deal_sorted_shapes_round_robin():
 
 
 def test_shard_is_one_based_and_anything_else_is_a_one_line_error():
-    from flashbench.engine.shard import parse_shard
+    from flashbench.results.env import parse_shard
 
     m = stated(
         "multi-gpu.md",

@@ -63,7 +63,7 @@ def test_gpu_name_falls_back_to_nvml_facts_when_torch_named_none():
 # ---------------------------------------------------------------------------------------------- the code's fingerprint
 def test_fingerprint_covers_the_installed_package_and_kernels_not_configs_or_bytecode():
     files = environment.package_files()
-    assert "flashbench/gate.py" in files and "flashbench/kernels/api.py" in files
+    assert "flashbench/analysis/gate.py" in files and "flashbench/kernels/api.py" in files
     assert not any(n.startswith("flashbench/configs/") or "__pycache__" in n for n in files)
     fingerprint, parts = environment.code_fingerprint()
     assert len(fingerprint) == environment.FINGERPRINT_CHARS and set(parts) == {"flashbench"}

@@ -12,9 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flashbench.errors import FlashbenchError
-from flashbench.gate import GateConfig, load_config
-from flashbench.gate_rule import (
+from flashbench.analysis.gate import GateConfig, load_config
+from flashbench.analysis.gate_rule import (
     CANNOT_JUDGE,
     IMPROVEMENT,
     NOISY,
@@ -26,6 +25,7 @@ from flashbench.gate_rule import (
     decide,
     median_ratio_ci,
 )
+from flashbench.errors import FlashbenchError
 from flashbench.results.baseline import learned_band
 
 CFG = GateConfig()  # the defaults: threshold 5%, 95% interval, 2000 resamples

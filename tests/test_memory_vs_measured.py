@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from flashbench.models.memory import predicted_peak_bytes, reported_workspace_bytes
-from flashbench.providers import registry
+from flashbench.providers import builtin, registry
 from flashbench.results.rows import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ RUN = ROOT / "tests" / "measured" / "h200-default"
 
 @pytest.mark.skipif(not (RUN / "rows.jsonl").is_file(), reason="no committed GPU run")
 def test_predicted_peak_memory_is_within_5_percent_of_the_measured_peak():
-    registry.load_builtins()
+    builtin.load()
     rows = [r for r in read_rows(RUN) if r.status == "ok" and r.peak_mem_bytes]
     assert len(rows) >= 400  # the whole sweep, not a handful
     off = []
@@ -57,10 +57,10 @@ def test_predicted_peak_memory_is_within_5_percent_of_the_measured_peak():
 _CPU_PEAK = """
 import contextlib, json, sys
 import torch
-from flashbench.providers import registry
+from flashbench.providers import builtin, registry
 from flashbench.spec.cases import Case
 torch.set_num_threads(1)
-registry.load_builtins()
+builtin.load()
 case = Case.from_dict(json.loads(sys.argv[1]))
 dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[case.dtype]
 grad = case.mode != "fwd"

@@ -226,12 +226,7 @@ def test_fwd_bwd_is_the_sum_of_fwd_and_bwd():
         assert total == io_model.hbm_bytes(fam, *args, "fwd") + io_model.hbm_bytes(fam, *args, "bwd")
 
 
-def test_provider_families():
-    assert io_model.family_for_provider("sdpa-math") == "sdpa-math"
-    assert io_model.family_for_provider("naive") == "naive"
-    assert io_model.family_for_provider("sdpa-flash") == "flash"
-    assert io_model.family_for_provider("flashbench-stored-p") == "stored-p"
-    assert memory.family_for_provider("sdpa-math") == "sdpa-math"
+def test_compute_dtype_of_a_family():
     assert io_model.compute_dtype("sdpa-math", "bf16") == "fp32"
     assert io_model.compute_dtype("flash", "fp32") == "tf32"
 

@@ -147,7 +147,7 @@ def test_a_case_whose_inputs_exceed_the_memory_is_predicted_oom_without_a_model(
     spec = load_spec(
         overrides={"seq": "1024", "batch": 1, "providers": "plain", "causal": "false", "mode": "fwd"}
     )
-    infos = _infos(plain=ProviderInfo("plain", devices=("cuda", "cpu")))  # no memory_family
+    infos = _infos(plain=ProviderInfo("plain", devices=("cuda", "cpu"), memory_family=None))  # not modelled
     (case,) = plan(spec, infos, memory_bytes=2**20)
     assert case.status == "predicted-oom" and case.predicted_mem_bytes is None
     assert case.reason == f"0.0117 GiB of inputs ({input_bytes(case.case)} bytes) > 0.0 GiB on the GPU"

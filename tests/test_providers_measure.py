@@ -9,10 +9,10 @@ import torch
 
 from flashbench.engine import correctness, timing
 from flashbench.engine.measure import Context, Options, classify, measure_case, prepare
-from flashbench.providers import registry
+from flashbench.providers import builtin, registry
 from flashbench.spec.cases import Case
 
-registry.load_builtins()
+builtin.load()
 FAST = Options(warmup_ms=0, rep_ms=1, min_samples=10, max_samples=10)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flashbench.errors import FlashbenchError
-from flashbench.providers import registry
+from flashbench.providers import builtin, registry
 from flashbench.spec.cases import Case
 
 FIXTURES = Path(__file__).parent / "fixtures_providers"
@@ -17,7 +17,7 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "my_attention.py"
 
 
 def test_builtins_are_registered_with_their_declarations():
-    registry.load_builtins()
+    builtin.load()
     names = registry.names()
     for name in (
         "naive",
@@ -97,7 +97,7 @@ def test_bad_kernel_files_are_one_line_errors(tmp_path):
     clash.write_text(
         "from flashbench.providers import register\n@register('naive')\ndef f(q, k, v, causal, sm_scale): pass\n"
     )
-    registry.load_builtins()
+    builtin.load()
     with pytest.raises(FlashbenchError, match="clashes"):
         registry.load_kernel_file(clash)
     with pytest.raises(FlashbenchError, match="not found"):
@@ -107,8 +107,8 @@ def test_bad_kernel_files_are_one_line_errors(tmp_path):
 def test_parent_side_modules_never_import_torch():
     code = (
         "import sys, flashbench, flashbench.api, flashbench.engine.runner, flashbench.spec.plan, flashbench.cli.sweep\n"
-        "from flashbench.providers import registry\n"
-        "registry.load_builtins()\n"
+        "from flashbench.providers import builtin\n"
+        "builtin.load()\n"
         "from flashbench.spec.config import load_spec\n"
         "load_spec(preset='default')\n"
         "bad = [m for m in ('torch', 'triton') if m in sys.modules]\n"

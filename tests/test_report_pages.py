@@ -23,7 +23,7 @@ from report_helpers import H100_DECODE, H100_SPEED, read_jsonl, slowed_copy
 from test_report_browser import find_chromium, render
 
 from flashbench.report import build
-from flashbench.report.style import PROVIDER_COLORS
+from flashbench.report.style import provider_color
 
 pytest.importorskip("plotly", reason="the HTML report needs plotly (the GPU machine has none)")
 
@@ -325,7 +325,7 @@ def test_decode_report_in_chromium_judges_each_cache_variant_from_the_rows(
         )
     colours = colours_by_provider(record, {"triton-decode", "sdpa-cudnn", "sdpa-flash"})
     for provider, seen in colours.items():
-        assert seen == {PROVIDER_COLORS[provider]}, (provider, seen)  # the fixed colours, in every figure
+        assert seen == {provider_color(provider)}, (provider, seen)  # the fixed colours, in every figure
     decode_colours = {
         c
         for t, p in plots.items()
@@ -333,7 +333,7 @@ def test_decode_report_in_chromium_judges_each_cache_variant_from_the_rows(
         for n, c in p["colors"]
         if n.startswith("triton-decode")
     }
-    assert decode_colours == {PROVIDER_COLORS["triton-decode"]}  # lines and legend agree
+    assert decode_colours == {provider_color("triton-decode")}  # lines and legend agree
 
     (roof,) = [p for t, p in plots.items() if t.startswith("Roofline, bf16")]
     lo, hi = (10**x for x in roof["xrange"])

@@ -13,7 +13,7 @@ from report_helpers import H100, H100_FACTS, H100_SPEED, case_row, needs_plotly,
 
 from flashbench.analysis import clocks, leads, summary
 from flashbench.analysis import runs as analysis
-from flashbench.gpu.calibrate import throttle_verdict
+from flashbench.engine.calibrate import throttle_verdict
 from flashbench.report import tables, verdict
 from flashbench.report.hover import hover, with_context
 from flashbench.results.rows import Row
@@ -213,7 +213,7 @@ def test_a_throttled_calibration_is_no_ceiling_and_the_summary_says_so() -> None
 
 
 def steady_calibration(bf16_reasons: list[str], **record: object) -> dict[str, object]:
-    """A calibration record as `flashbench calibrate` writes it in the steady regime (gpu/calibrate.py): each
+    """A calibration record as `flashbench calibrate` writes it in the steady regime (engine/calibrate.py): each
     measurement with the clocks of its repetitions, the verdict worded by calibrate's own throttle_verdict."""
     details = {
         "copy": {"gb_s": 3000.0, "sm_clock_mhz": 1980.0, "power_w": 300.0, "throttle_reasons": []},

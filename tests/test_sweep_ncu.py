@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flashbench.gpu.ncu import parse_csv
+from flashbench.engine.ncu import parse_csv
 
 RAW = """==PROF== Disconnected from process 1234
 "ID","Process ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum"

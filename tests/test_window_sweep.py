@@ -13,7 +13,7 @@ from flashbench.cli.app import main
 from flashbench.errors import FlashbenchError
 from flashbench.models import io_model, memory
 from flashbench.models.flops import attention_flops, unmasked_pairs
-from flashbench.providers import registry
+from flashbench.providers import builtin, registry
 from flashbench.providers.registry import ProviderInfo
 from flashbench.results.rows import Row, read_rows
 from flashbench.spec.cases import Case
@@ -131,7 +131,7 @@ def test_window_cases_expand_once_per_window_in_order():
 
 
 def test_builtin_providers_declare_which_take_a_window():
-    registry.load_builtins()
+    builtin.load()
     takes = {p.name for p in registry.providers() if p.info.window}
     assert takes == {"triton", "naive", "sdpa-math", "flex", "flash-attn"}
 

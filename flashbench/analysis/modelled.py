@@ -14,7 +14,7 @@ from flashbench.errors import FlashbenchError
 from flashbench.gpu import hardware
 from flashbench.models import io_model, memory, roofline
 from flashbench.models.flops import attention_flops
-from flashbench.models.io_model import Blocks, family_for_provider
+from flashbench.models.io_model import Blocks
 from flashbench.results.env import Environment
 from flashbench.spec.cases import CASE_FIELDS, DTYPE_BYTES, Case
 from flashbench.spec.window import parse_window
@@ -35,25 +35,24 @@ def blocks_of(kernel_config: str) -> Any:
 
 
 def add_model_columns(df: pd.DataFrame) -> None:
-    """Byte-model family, compute dtype, modelled memory, HBM bytes (compulsory / family / no-L2), intensities."""
+    """Compute dtype, modelled memory, HBM bytes (compulsory / family / no-L2) and intensities, each under the
+    family the row carries (its provider's declaration; None: not modelled, NaN)."""
 
     nan = float("nan")
     cols: dict[str, list[Any]] = {
-        k: []
-        for k in ("family", "compute_dtype", "model_mem_bytes", "bytes_c", "bytes_f", "bytes_n", "flops_m")
+        k: [] for k in ("compute_dtype", "model_mem_bytes", "bytes_c", "bytes_f", "bytes_n", "flops_m")
     }
-    for r in df[[*CASE_COLUMNS, "kernel_config", "device"]].itertuples(index=False):
-        family = io_model.family_for_provider(r.provider)
+    for r in df[[*CASE_COLUMNS, "family", "kernel_config", "device"]].itertuples(index=False):
+        family = r.family
         shape = (r.batch, r.heads, r.kv_heads, r.seq_q, r.seq_k, r.head_dim, dtype_bytes(r.dtype))
         try:
             lens = seqlens_of(r)
             window = window_of(r)
             kw: dict[str, Any] = dict(blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window)
             values = [
-                family,
                 io_model.compute_dtype(family, r.dtype),
                 memory.predicted_peak_bytes(
-                    memory.family_for_provider(r.provider),
+                    family,
                     *shape,
                     r.causal,
                     r.mode,
@@ -70,10 +69,9 @@ def add_model_columns(df: pd.DataFrame) -> None:
             TypeError,
             ZeroDivisionError,
         ):  # a shape the models refuse (e.g. heads % kv_heads)
-            values = [family, r.dtype, nan, nan, nan, nan, nan]
+            values = [r.dtype, nan, nan, nan, nan, nan]
         for key, value in zip(cols, values, strict=True):
             cols[key].append(value)
-    df["family"] = cols["family"]
     df["compute_dtype"] = cols["compute_dtype"]
     df["model_mem_bytes"] = [float(v) for v in cols["model_mem_bytes"]]
     df["predicted_mem_bytes"] = df["predicted_mem_bytes"].fillna(df["model_mem_bytes"])
@@ -83,14 +81,16 @@ def add_model_columns(df: pd.DataFrame) -> None:
         df[f"ai_{name}"] = df["flops"] / df[f"model_bytes_{name}"]
 
 
-def provider_bytes(case: Case, kernel_config: dict[str, Any] | None = None) -> float:
-    """The DRAM bytes the case's provider family is modelled to move with L2 reuse: the bytes behind a serving
+def provider_bytes(case: Case, family: str | None, kernel_config: dict[str, Any] | None = None) -> float:
+    """The DRAM bytes the case's provider `family` is modelled to move with L2 reuse: the bytes behind a serving
     row's GB/s (add_bandwidth), for callers that hold Row records rather than the tidy frame (the sweep's
     terminal table). Raises ValueError for a shape the model refuses."""
+    if family is None:
+        raise ValueError(f"{case.provider} declares no model family")
     lens = case.kv_lengths() if case.ragged else None
     dims = (case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k, case.head_dim)
     traffic = io_model.hbm_traffic(
-        family_for_provider(case.provider),
+        family,
         *dims,
         dtype_bytes(case.dtype),
         case.causal,
@@ -232,16 +232,16 @@ def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
     ]
     words = ["bound", "own_bound", "roofline_error"]
     out: dict[str, list[Any]] = {k: [] for k in numbers + words}
-    for r in df[[*CASE_COLUMNS, "device", "ok", "median_ms", "kernel_config"]].itertuples(index=False):
+    for r in df[[*CASE_COLUMNS, "family", "device", "ok", "median_ms", "kernel_config"]].itertuples(
+        index=False
+    ):
         row: dict[str, Any] = {k: nan for k in numbers} | {k: "" for k in words}
         preds = []
         if ceilings and r.device != "cpu":
             try:
                 blocks = blocks_of(r.kernel_config)
                 case = Case(**{name: getattr(r, name) for name in CASE_FIELDS})
-                preds = [
-                    predict_case(case, _family(r.provider), c.flops_s, c.bw_bytes_s, blocks) for c in ceilings
-                ]
+                preds = [predict_case(case, r.family, c.flops_s, c.bw_bytes_s, blocks) for c in ceilings]
             except (ValueError, TypeError, ZeroDivisionError):
                 preds = []
         if preds:
@@ -278,11 +278,6 @@ def add_roofline(df: pd.DataFrame, ceilings: list[Any]) -> None:
     df["ok"] = df["ok"] & ~df["above_roofline"]
     for col in ("tflops", "pct_of_roofline", "pct_of_own_roofline", "pct_of_family_bound"):
         df.loc[df["above_roofline"], col] = nan
-
-
-def _family(provider: str) -> str:
-
-    return family_for_provider(provider)
 
 
 def dtype_bytes(dtype: str) -> int:

@@ -148,9 +148,11 @@ def _overlay(results: Path, roofs: list[Any]) -> list[dict[str, Any]]:
     for r in read_rows(results):
         if r.status != OK or not r.median_ms or r.device != "cuda" or r.dtype not in DTYPE_BYTES:
             continue
-        fam = io_model.family_for_provider(r.provider)
+        fam = r.family
         blocks = io_model.Blocks.from_config(r.kernel_config) or io_model.Blocks()
         try:
+            if fam is None:
+                raise ValueError(f"{r.provider} declares no model family")
             p = modelled.predict_case(r.case, fam, roof.flops_s, roof.bw_bytes_s, blocks)
             # The guard uses the most permissive roof: the highest peak and bandwidth among all sources.
             peak = max((c.peak(p.compute_dtype) or 0.0 for c in roofs), default=0.0) or None

@@ -28,8 +28,9 @@ from flashbench.models.flops import (
     recompute_overhead_references,
 )
 from flashbench.models.traffic import one_pass_backward
+from flashbench.providers import builtin
 from flashbench.results.env import ENV_FILE, Environment, read_env
-from flashbench.results.rows import FLOP_CONVENTION, OK, ROWS_FILE, load
+from flashbench.results.rows import FLOP_CONVENTION, OK, ROWS_FILE, Row, frame_of, read_rows
 from flashbench.spec.cases import CASE_FIELDS, mask_label
 
 if TYPE_CHECKING:
@@ -47,13 +48,13 @@ CLOCK_FIELDS = (
     "throttled_share",
 )
 NVML_FIELDS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temp_c", "clock_event_reasons")
-# Baseline providers tried in this order when --speedup-vs is not given: the paper's "standard attention" first,
-# then PyTorch's own SDPA backends, so "> 1 = faster than the reference" reads as a kernel beating a baseline (a
-# bundled or user kernel is never the default reference while a baseline ran).
-DEFAULT_BASELINES = ("naive", "sdpa-math", "sdpa", "sdpa-flash", "sdpa-efficient", "flex", "sdpa-cudnn")
+# Baseline providers are tried in the order their declared `baseline` ranks give (providers/builtin.py) when
+# --speedup-vs is not given: the paper's "standard attention" first, then PyTorch's own SDPA backends, so "> 1 =
+# faster than the reference" reads as a kernel beating a baseline (a bundled or user kernel is never the default
+# reference while a baseline ran).
 SPEEDUP_VS_HELP = (
     "The provider speedups are taken against. Default: the first of "
-    + ", ".join(DEFAULT_BASELINES)
+    + ", ".join(builtin.baselines())
     + " that has an ok row in the run, else the first provider that has one."
 )
 # Recompute backward vs stored-P backward: the stored-P variant's name is the recompute provider's + this suffix.
@@ -66,6 +67,7 @@ class Run:
 
     path: Path
     env: Environment
+    rows: list[Row]  # as read from rows.jsonl (the last row per case), once: the gate's view reads them too
     frame: pd.DataFrame  # measurements() + the roofline columns: one row per case
     ceilings: list[Any] = field(default_factory=list)  # hardware.Ceiling: datasheet, nvml, measured
     gpu_spec: Any = None  # hardware.GpuSpec, or None (CPU run, unknown GPU)
@@ -95,14 +97,14 @@ def load_run(path: str | Path) -> Run:
             )
         path = path.parent
     env = read_env(path)
-    raw = load(path)
-    if raw.empty:
+    rows = read_rows(path)
+    if not rows:
         raise FlashbenchError(f"{path}: rows.jsonl has no rows (did the sweep run?)")
-    frame = measurements(raw, env)
+    frame = measurements(frame_of(rows), env)
     spec, ceilings = modelled.ceilings(env, frame, gpu_name(env, frame))
     modelled.add_roofline(frame, ceilings)
     modelled.add_bandwidth(frame, ceilings)
-    return Run(path=path, env=env, frame=frame, ceilings=ceilings, gpu_spec=spec)
+    return Run(path=path, env=env, rows=rows, frame=frame, ceilings=ceilings, gpu_spec=spec)
 
 
 def gpu_name(env: Environment, frame: pd.DataFrame | None = None) -> str:
@@ -201,7 +203,7 @@ def pick_baseline(frame: pd.DataFrame, wanted: str | None = None) -> str | None:
             raise FlashbenchError(f"--speedup-vs: no provider {wanted!r} in this run{hint}")
         return wanted
     ok = frame.loc[frame["ok"], "provider"]
-    for name in DEFAULT_BASELINES:
+    for name in builtin.baselines():
         if (ok == name).any():
             return name
     return str(ok.iloc[0]) if len(ok) else None

@@ -73,7 +73,7 @@ def gb_s(row: Row) -> float | None:
     if not row.median_ms:
         return None
     try:
-        return provider_bytes(row.case, row.kernel_config) / (row.median_ms * 1e-3) / 1e9
+        return provider_bytes(row.case, row.family, row.kernel_config) / (row.median_ms * 1e-3) / 1e9
     except (ValueError, TypeError, ZeroDivisionError):
         return None
 

@@ -15,8 +15,8 @@ import typer
 from flashbench.analysis.roofline import ROOF_DTYPES, build_roofline, parse_families
 from flashbench.cli.render import console as make_console
 from flashbench.cli.render import word_table
+from flashbench.engine.calibrate import calibrate
 from flashbench.errors import FlashbenchError, warn
-from flashbench.gpu.calibrate import calibrate
 from flashbench.spec.cases import DTYPES, MODES, mask_label
 from flashbench.spec.config import parse_causal, parse_range, split_choices
 from flashbench.spec.window import parse_window

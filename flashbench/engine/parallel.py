@@ -9,31 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from flashbench.engine import shard
-from flashbench.engine.runner import Worker, finished_rows, run_cases
+from flashbench.engine.runner import Shared, Worker, finished_rows, run_cases
 from flashbench.results.rows import Row
 from flashbench.spec.cases import Case
 from flashbench.spec.plan import PlannedCase
-
-
-class Shared:
-    """What the threads of a multi-GPU run share: the rows-file lock, a stop flag and the live workers."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self._workers: list[Worker] = []
-
-    def add(self, worker: Worker) -> None:
-        with self.lock:
-            self._workers.append(worker)
-
-    def stop_all(self) -> None:
-        """Stop every thread after its current case, killing the workers so none waits out a long case."""
-        self.stop.set()
-        with self.lock:
-            workers = list(self._workers)
-        for worker in workers:
-            worker.kill()
 
 
 def run_parallel(

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from flashbench.engine import timing
 from flashbench.engine import worker as worker_process
@@ -49,9 +49,6 @@ from flashbench.results.rows import (
 )
 from flashbench.spec.cases import Case
 from flashbench.spec.plan import PlannedCase
-
-if TYPE_CHECKING:
-    from flashbench.engine.parallel import Shared
 
 STARTUP_TIMEOUT_S = 180.0  # import torch + CUDA init (+ user kernel files) on a cold machine
 _TAIL_BYTES = 6000
@@ -262,6 +259,27 @@ def _headline(tail: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
+class Shared:
+    """What the threads of a multi-GPU run share: the rows-file lock, a stop flag and the live workers."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self._workers: list[Worker] = []
+
+    def add(self, worker: Worker) -> None:
+        with self.lock:
+            self._workers.append(worker)
+
+    def stop_all(self) -> None:
+        """Stop every thread after its current case, killing the workers so none waits out a long case."""
+        self.stop.set()
+        with self.lock:
+            workers = list(self._workers)
+        for worker in workers:
+            worker.kill()
+
+
 def describe(device: str, kernels: tuple[str, ...]) -> Worker:
     """Start a worker, wait for its description (facts, providers), and stop it."""
     worker = Worker(device, kernels, None, describe=True)
@@ -406,7 +424,12 @@ def run_cases(
                 done[case.key] = earlier_skips[case.key]
                 emit(done[case.key], True)
                 continue
-            common = {"device": device, "gpu": gpu, "predicted_mem_bytes": item.predicted_mem_bytes}
+            common = {
+                "device": device,
+                "gpu": gpu,
+                "predicted_mem_bytes": item.predicted_mem_bytes,
+                "family": item.family,
+            }
             if item.status is not None:
                 row = Row.for_case(case, item.status, reason=item.reason, timestamp=time.time(), **common)
             elif skip:

@@ -15,39 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 from flashbench.errors import FlashbenchError
+from flashbench.results.env import format_shard, parse_shard
 from flashbench.spec.cases import Case
 
-_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+__all__ = ["format_shard", "parse_gpus", "parse_shard", "select", "slice_of_shapes", "split", "sweep_id"]
 
 T = TypeVar("T")
-
-
-@overload
-def parse_shard(text: None) -> None: ...
-@overload
-def parse_shard(text: str | tuple[int, int]) -> tuple[int, int]: ...
-def parse_shard(text: str | tuple[int, int] | None) -> tuple[int, int] | None:
-    """Parse "i/n" (1 <= i <= n) -> (i, n); None stays None. Anything else is a one-line FlashbenchError."""
-    if text is None:
-        return None
-    if isinstance(text, tuple):
-        text = f"{text[0]}/{text[1]}"
-    match = _SHARD.match(str(text))
-    if not match:
-        raise FlashbenchError(f"--shard {text!r}: expected i/n with 1 <= i <= n (1-based), e.g. 1/4")
-    index, count = int(match.group(1)), int(match.group(2))
-    if count < 1 or not 1 <= index <= count:
-        raise FlashbenchError(f"--shard {text!r}: expected i/n with 1 <= i <= n (1-based), e.g. 1/4")
-    return index, count
-
-
-def format_shard(shard: tuple[int, int]) -> str:
-    return f"{shard[0]}/{shard[1]}"
 
 
 def _shape_order(case: Case) -> tuple[Any, ...]:

@@ -157,9 +157,9 @@ def _nvml_index() -> int:
 # The parent process imports this module (runner builds the worker's command line from it) and must stay free of
 # torch: everything that leads to torch (measure, the providers) is imported inside the functions the worker runs.
 def _load_providers(kernels: list[str]) -> None:
-    from flashbench.providers import registry, user
+    from flashbench.providers import builtin, user
 
-    registry.load_builtins()
+    builtin.load()
     user.load(kernels)
 
 

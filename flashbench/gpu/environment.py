@@ -30,6 +30,7 @@ from typing import Any
 import flashbench
 from flashbench.errors import FlashbenchError
 from flashbench.gpu import hardware, nvml
+from flashbench.providers import builtin
 from flashbench.results.env import Environment
 
 
@@ -200,7 +201,7 @@ def collect(
         triton=facts.get("triton") or _version("triton"),
         gpu=str(facts.get("gpu") or ""),
         worker=facts,
-        packages={p: _version(p) for p in ("flash-attn", "flash_attn_3", "nvidia-ml-py", "pandas")},
+        packages={p: _version(p) for p in builtin.packages()},
         calibration=_calibration(facts.get("gpu") or next((g.get("name") for g in gpus), None)),
     )
 

@@ -425,22 +425,6 @@ def hbm_bytes(family: str, *args: object, **kw: object) -> int:
     return hbm_traffic(family, *args, **kw).total  # type: ignore[arg-type]
 
 
-def family_for_provider(provider: str) -> str:
-    """Byte-model family of a provider name (a best guess from the name; a provider may declare its own)."""
-    name = provider.lower()
-    if "decode" in name:
-        return DECODE
-    if "math" in name:
-        return "sdpa-math"
-    if "stored" in name:
-        return "stored-p"
-    if "v1" in name:
-        return "flash-v1"
-    if any(tag in name for tag in ("naive", "eager", "standard", "manual")):
-        return "naive"
-    return "flash"
-
-
 def compute_dtype(family: str, dtype: str) -> str:
     """The matmul precision a family runs in, i.e. which peak TFLOP/s ceiling applies.
 

@@ -204,22 +204,6 @@ def reported_workspace_bytes(
     return 0
 
 
-def family_for_provider(provider: str) -> str:
-    """The memory family of a provider name (a best guess from the name; providers may declare their own)."""
-    name = provider.lower()
-    if "decode" in name:
-        return "decode"
-    if "stored" in name:
-        return "stored-p"
-    if "v1" in name:
-        return "flash-v1"
-    if "math" in name:
-        return "sdpa-math"
-    if any(tag in name for tag in ("naive", "eager", "standard", "manual")):
-        return "naive"
-    return "flash"
-
-
 # ------------------------------------------------------------------------------ the memory planner
 
 

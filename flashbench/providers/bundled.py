@@ -85,7 +85,9 @@ def _bundled(attr: str) -> Any:
 
 
 # Only flash_attn takes a sliding window (window=(left, right)); the variants' windowed cases are unsupported rows.
-for _name, _attr, _family, _window, _what, _dtypes in (
+# The gate holds triton's time over sdpa-flash's, per shape, against the baseline run's (a slower machine slows
+# both and leaves the ratio alone: docs/gate.md).
+for _name, _attr, _family, _window, _what, _dtypes, _ratio_vs, _colour in (
     (
         "triton",
         "flash_attn",
@@ -93,6 +95,8 @@ for _name, _attr, _family, _window, _what, _dtypes in (
         True,
         "FlashAttention-2 style: fwd + recompute bwd; fp8: FA3-style e4m3 forward",
         ("fp16", "bf16", "fp32", "fp8"),
+        "sdpa-flash",
+        "#1f77b4",  # blue: the bundled kernel
     ),
     (
         "triton-stored-p",
@@ -101,6 +105,8 @@ for _name, _attr, _family, _window, _what, _dtypes in (
         False,
         "tiled fwd that stores P; bwd reads P (no recompute)",
         ("fp16", "bf16", "fp32"),
+        None,
+        "#6baed6",
     ),
     (
         "triton-v1",
@@ -109,6 +115,8 @@ for _name, _attr, _family, _window, _what, _dtypes in (
         False,
         "FlashAttention-1 loop order (outer loop over K/V blocks)",
         ("fp16", "bf16", "fp32"),
+        None,
+        "#08519c",
     ),
 ):
     register(
@@ -118,6 +126,8 @@ for _name, _attr, _family, _window, _what, _dtypes in (
         devices=("cuda", "cpu"),
         memory_family=_family,
         window=_window,
+        ratio_vs=_ratio_vs,
+        colour=_colour,
         builder=True,
         requires=_kernels_requires,
         kernel_config=_last_config,
@@ -155,6 +165,7 @@ def _last_decode_config() -> dict[str, Any] | None:
     kv_layouts=("contiguous", "paged"),
     ragged=True,
     max_seq_q=DECODE_MAX_SEQ_Q,
+    colour="#3e6fd8",
     builder=True,
     requires=_kernels_requires,
     kernel_config=_last_decode_config,

@@ -33,12 +33,20 @@ Sliding windows (`--window L,R`, spec/window.py): a provider that declares windo
 window=(left, right) as a keyword on the cases that have one (a builder reads case.window_size); every other
 provider's windowed cases are `unsupported` rows saying so.
 
+What the rest of flashbench knows of a provider it reads here, from the declaration (docs/providers.md):
+memory_family (the family the memory and byte models take it for; every row carries it), baseline (its rank
+among the default speedup references), ratio_vs (the reference the gate holds its in-run ratio against), colour
+(its fixed colour in every report) and package (the distribution whose version the environment records). Adding a
+built-in provider is its registration plus its docs page. The built-in providers register when
+flashbench.providers.builtin is imported; this module knows none of them.
+
 This module imports no torch: the parent process reads the registry without touching CUDA.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -46,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from flashbench.errors import FlashbenchError
+from flashbench.models.memory import FAMILIES
 from flashbench.spec.cases import DTYPES, KV_LAYOUTS, Case
 from flashbench.spec.window import effective
 
@@ -53,8 +62,10 @@ from flashbench.spec.window import effective
 # e4m3 inputs and q_descale=, k_descale=, v_descale= (module docstring).
 DEFAULT_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
 
-# Memory families known to flashbench.models.memory (how a provider's peak memory grows with N).
-MEMORY_FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1", "decode")
+# The model families (flashbench.models.memory and io_model: how a provider's peak memory and DRAM bytes grow).
+MEMORY_FAMILIES = FAMILIES
+# What a provider is modelled as unless it declares otherwise: a fused kernel (FlashAttention's O(N) memory).
+DEFAULT_FAMILY = "flash"
 
 
 class Unsupported(Exception):
@@ -73,7 +84,7 @@ class ProviderInfo:
     backward: bool = True
     gqa: bool = False
     devices: tuple[str, ...] = ("cuda",)
-    memory_family: str | None = None  # one of MEMORY_FAMILIES, or None when unknown
+    memory_family: str | None = DEFAULT_FAMILY  # one of MEMORY_FAMILIES; None: not modelled
     # Extra q-sized buffers (input dtype) the backward allocates beyond O, dQ, dK, dV and the row statistics,
     # e.g. an fp32 dQ accumulator counts 2 in bf16: models.memory's bwd_workspace_q.
     bwd_workspace_q: float = 0.0
@@ -83,6 +94,13 @@ class ProviderInfo:
     ragged: bool = False  # takes cache_seqlens (a batch of sequences of different lengths)
     max_seq_q: int | None = None  # a decode kernel's limit on query tokens per sequence (None: any)
     window: bool = False  # takes a sliding window: called with window=(left, right) (module docstring)
+    # --- what the analysis, the report and the gate read (module docstring) ---
+    baseline: int | None = None  # rank among the default speedup references (lowest first); None: never one
+    ratio_vs: str | None = (
+        None  # the gate holds this provider / ratio_vs, per shape, against the baseline run
+    )
+    colour: str | None = None  # "#rrggbb" in every figure; None: a stable hash of the name picks one
+    package: str | None = None  # the distribution whose version the environment record lists
     source: str = "builtin"  # "builtin", "bundled" or the user kernel file's path
     available: bool = True
     reason: str = ""  # why it is unavailable
@@ -196,13 +214,17 @@ def register(
     backward: bool = True,
     gqa: bool = False,
     devices: Iterable[str] = ("cuda", "cpu"),
-    memory_family: str | None = None,
+    memory_family: str | None = DEFAULT_FAMILY,
     bwd_workspace_q: float = 0.0,
     layout: str = "bhnd",
     kv_layouts: Iterable[str] = ("contiguous",),
     ragged: bool = False,
     max_seq_q: int | None = None,
     window: bool = False,
+    baseline: int | None = None,
+    ratio_vs: str | None = None,
+    colour: str | None = None,
+    package: str | None = None,
     description: str = "",
     builder: bool = False,
     requires: Callable[[], str | None] | None = None,
@@ -217,6 +239,8 @@ def register(
         raise FlashbenchError(f"provider {name!r}: unknown dtype(s) {bad} (known: {', '.join(DTYPES)})")
     if memory_family is not None and memory_family not in MEMORY_FAMILIES:
         raise FlashbenchError(f"provider {name!r}: memory_family must be one of {MEMORY_FAMILIES}")
+    if colour is not None and not re.fullmatch(r"#[0-9a-fA-F]{6}", colour):
+        raise FlashbenchError(f"provider {name!r}: colour must be '#rrggbb', got {colour!r}")
     if layout not in ("bhnd", "bnhd"):
         raise FlashbenchError(f"provider {name!r}: layout must be 'bhnd' or 'bnhd'")
     kv_layouts = tuple(kv_layouts)
@@ -247,6 +271,10 @@ def register(
             ragged=ragged,
             max_seq_q=max_seq_q,
             window=window,
+            baseline=baseline,
+            ratio_vs=ratio_vs,
+            colour=colour,
+            package=package,
             source=origin,
         )
         build = fn if builder else _function_builder(fn)
@@ -267,12 +295,6 @@ def _function_builder(fn: Callable[..., Any]) -> Builder:
         return lambda q, k, v, **cache: fn(q, k, v, causal=causal, sm_scale=scale, **masks, **cache)
 
     return build
-
-
-def load_builtins() -> None:
-    """Register the torch baselines and the bundled kernels (imports no torch)."""
-    # deferred: those modules import this one to register (a cycle at import time) and registering is an act
-    from flashbench.providers import bundled, torch_baselines  # noqa: F401  (registration side effect)
 
 
 def load_kernel_file(path: str | Path) -> list[str]:
@@ -319,3 +341,10 @@ def names() -> list[str]:
 
 def providers() -> list[Provider]:
     return list(_REGISTRY.values())
+
+
+def family_of(name: str) -> str | None:
+    """The model family a registered provider declares; DEFAULT_FAMILY for a name not registered here (a user
+    kernel's row read in a process that never ran its file)."""
+    provider = _REGISTRY.get(name)
+    return provider.info.memory_family if provider is not None else DEFAULT_FAMILY

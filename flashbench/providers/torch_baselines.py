@@ -33,6 +33,8 @@ def _scale(case: Case) -> float:
     devices=("cuda", "cpu"),
     memory_family="naive",
     window=True,
+    baseline=0,  # the paper's "standard attention": the first default speedup reference
+    colour="#7f7f7f",
     builder=True,
     source="builtin",
     description="PyTorch eager: S = QK^T and P = softmax(S) (fp32) materialized; autograd backward",
@@ -105,17 +107,18 @@ def _sdpa_builder(backend_name: str | None) -> Any:
     return build
 
 
-# The last column is the backward's workspace in q-sized buffers of the input dtype (models/memory.py),
-# measured in bf16 on an H200 with torch 2.11: peak above the inputs minus O, dQ, dK, dV. The default
-# dispatch measured like cuDNN there (it picks cuDNN for these shapes); on other GPUs it may differ.
+# `workspace` is the backward's workspace in q-sized buffers of the input dtype (models/memory.py), measured in
+# bf16 on an H200 with torch 2.11: peak above the inputs minus O, dQ, dK, dV. The default dispatch measured like
+# cuDNN there (it picks cuDNN for these shapes); on other GPUs it may differ. `baseline`: the rank among the
+# default speedup references, after naive: PyTorch's own backends, math first.
 # Windows: only the math backend, through an explicit mask; the fused backends' windowed cases are unsupported
 # rows (with a dense mask they would run a different kernel, or none).
-for _name, _backend, _family, _devices, _what, _workspace in (
-    ("sdpa", None, "flash", ("cuda", "cpu"), "default dispatch", 2.0),
-    ("sdpa-math", "MATH", "sdpa-math", ("cuda", "cpu"), "forced MATH backend", 0.0),
-    ("sdpa-efficient", "EFFICIENT_ATTENTION", "flash", ("cuda",), "forced EFFICIENT_ATTENTION backend", 3.0),
-    ("sdpa-flash", "FLASH_ATTENTION", "flash", ("cuda", "cpu"), "forced FLASH_ATTENTION backend", 4.0),
-    ("sdpa-cudnn", "CUDNN_ATTENTION", "flash", ("cuda",), "forced CUDNN_ATTENTION backend", 2.0),
+for _name, _backend, _family, _devices, _workspace, _baseline, _colour in (
+    ("sdpa", None, "flash", ("cuda", "cpu"), 2.0, 2, "#bcbd22"),
+    ("sdpa-math", "MATH", "sdpa-math", ("cuda", "cpu"), 0.0, 1, "#8c564b"),
+    ("sdpa-efficient", "EFFICIENT_ATTENTION", "flash", ("cuda",), 3.0, 4, "#e377c2"),
+    ("sdpa-flash", "FLASH_ATTENTION", "flash", ("cuda", "cpu"), 4.0, 3, "#d62728"),
+    ("sdpa-cudnn", "CUDNN_ATTENTION", "flash", ("cuda",), 2.0, 6, "#2ca02c"),
 ):
     register(
         _name,
@@ -124,9 +127,12 @@ for _name, _backend, _family, _devices, _what, _workspace in (
         memory_family=_family,
         bwd_workspace_q=_workspace,
         window=_backend == "MATH",
+        baseline=_baseline,
+        colour=_colour,
         builder=True,
         source="builtin",
-        description=f"torch scaled_dot_product_attention, {_what}",
+        description="torch scaled_dot_product_attention, "
+        + (f"forced {_backend} backend" if _backend else "default dispatch"),
     )(_sdpa_builder(_backend))
 
 
@@ -158,6 +164,8 @@ def _dynamo_graph_count() -> int | None:
     kv_layouts=("contiguous", "paged"),
     ragged=True,
     window=True,
+    baseline=5,
+    colour="#9467bd",
     builder=True,
     requires=_flex_requires,
     source="builtin",
@@ -263,6 +271,8 @@ def _to_bnhd(x: Any) -> Any:
     bwd_workspace_q=2.0,  # its fp32 dQ accumulator (from flash-attn's source; not measured: not installed)
     layout="bnhd",
     window=True,
+    colour="#ff7f0e",
+    package="flash-attn",
     builder=True,
     requires=_module_requires("flash_attn", "flash-attn"),
     source="builtin",
@@ -287,6 +297,8 @@ def _build_flash_attn(case: Case, device: str, stack: Any) -> Any:
     memory_family="flash",
     bwd_workspace_q=2.0,  # its fp32 dQ accumulator (from flash-attn's source; not measured: not installed)
     layout="bnhd",
+    colour="#f2b701",
+    package="flash_attn_3",
     builder=True,
     requires=_module_requires("flash_attn_interface", "flash-attn 3 (hopper/)"),
     source="builtin",
@@ -323,6 +335,7 @@ def _build_flash_attn_3(case: Case, device: str, stack: Any) -> Any:
     layout="bnhd",
     kv_layouts=("contiguous", "paged"),
     ragged=True,
+    package="flash-attn",
     builder=True,
     requires=_module_requires("flash_attn", "flash-attn"),
     source="builtin",

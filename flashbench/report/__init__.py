@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flashbench import gate
 from flashbench.analysis import runs as analysis
+from flashbench.analysis.gate import judge
 from flashbench.errors import FlashbenchError
 from flashbench.report import exports, markdown
+from flashbench.results.baseline import side_of
 from flashbench.results.paths import make_dir
 
 FORMATS = ("html", "md", "csv", "json")
@@ -30,14 +31,14 @@ def build(
     """Render the report of `run_dir` in `fmt`; write it to `out` when given. Returns the text.
 
     baseline: another run directory to compare with case by case. speedup_vs: the provider speedups are
-    taken against (default: analysis.runs.SPEEDUP_VS_HELP's rule, over analysis.runs.DEFAULT_BASELINES).
+    taken against (default: analysis.runs.SPEEDUP_VS_HELP's rule, over the providers' declared baselines).
     """
     if fmt not in FORMATS:
         raise FlashbenchError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
     run = analysis.load_run(run_dir)
     base_run = analysis.load_run(baseline) if baseline is not None else None
     base_provider = analysis.pick_baseline(run.frame, speedup_vs)
-    verdicts = gate_view(baseline, run_dir) if baseline is not None else None
+    verdicts = gate_view(base_run, run) if base_run is not None else None
     if fmt == "html":
         from flashbench.report import (
             html,  # deferred: it needs plotly, which md/csv/json do not (GPU machines may lack it)
@@ -58,14 +59,16 @@ def build(
     return text
 
 
-def gate_view(baseline: str | Path, current: str | Path) -> Any:
-    """The gate's decision for the two runs (flashbench.gate.run_gate), for the report to show beside its ratios.
+def gate_view(baseline: analysis.Run, current: analysis.Run) -> Any:
+    """The gate's decision for the two runs (flashbench.analysis.gate.judge), for the report to show beside its ratios:
+    judged on the rows the report read, so each run is read from disk once.
 
     The report never fails on it: another GPU model is allowed (and noted), and a comparison the gate refuses
     (no case in common) leaves the report's own case-by-case ratios alone (None).
     """
+    sides = (side_of(run.name, run.env, run.rows) for run in (baseline, current))
     try:
-        return gate.run_gate(baseline, current, allow_mismatch=True)
+        return judge(*sides, allow_mismatch=True)
     except FlashbenchError:
         return None
 

@@ -1,9 +1,9 @@
 """What every figure of the report shares: a provider's colour (the same in every report), the marker symbol
 of a mode and mask, byte units (GiB, as the rows and errors use), log axes labelled by decades, N ticks.
 
-Colours: a fixed map for the providers flashbench ships, so triton is blue in every report whatever else ran;
-a provider of a user kernel file gets a colour from a stable hash of its name (crc32, not Python's salted hash),
-so it too keeps its colour from one report to the next.
+Colours: a provider flashbench ships declares its own (providers/builtin.py), so triton is blue in every report
+whatever else ran; a provider that declares none (a user kernel) gets a colour from a stable hash of its name
+(crc32, not Python's salted hash), so it too keeps its colour from one report to the next.
 """
 
 from __future__ import annotations
@@ -12,25 +12,12 @@ import math
 import zlib
 from typing import TYPE_CHECKING, Any
 
+from flashbench.providers import builtin
+
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-PROVIDER_COLORS = {
-    "triton": "#1f77b4",  # blue: the bundled kernel
-    "triton-stored-p": "#6baed6",
-    "triton-v1": "#08519c",
-    "triton-decode": "#3e6fd8",  # the bundled split-KV decode kernel
-    "sdpa-flash": "#d62728",  # red
-    "sdpa-cudnn": "#2ca02c",  # green
-    "sdpa-efficient": "#e377c2",
-    "sdpa-math": "#8c564b",
-    "sdpa": "#bcbd22",
-    "naive": "#7f7f7f",
-    "flex": "#9467bd",
-    "flash-attn": "#ff7f0e",
-    "flash-attn-3": "#f2b701",
-}
-# For providers outside the map (user kernels): picked by crc32 of the name, none of them in the map above.
+# For providers that declare no colour (user kernels): picked by crc32 of the name, none of them a declared one.
 HASH_COLORS = ("#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#e6550d", "#31a354")
 # Marker symbol per mode: (non-causal, causal).
 MODE_SYMBOLS = {
@@ -46,7 +33,7 @@ GIB = 1 << 30
 
 
 def provider_color(name: str) -> str:
-    return PROVIDER_COLORS.get(name) or HASH_COLORS[zlib.crc32(name.encode()) % len(HASH_COLORS)]
+    return builtin.colours().get(name) or HASH_COLORS[zlib.crc32(name.encode()) % len(HASH_COLORS)]
 
 
 def colors(names: Any) -> dict[str, str]:

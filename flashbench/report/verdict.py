@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from flashbench.analysis import leads as lead_rows
 from flashbench.analysis import summary
 from flashbench.analysis.comparison import NO_GATE_ACROSS_GPUS, same_gpu, same_run
-from flashbench.analysis.runs import DEFAULT_BASELINES, pick_baseline
+from flashbench.analysis.runs import pick_baseline
+from flashbench.providers import builtin
 from flashbench.report.machine_words import bandwidth_blocks, clock_blocks, host_blocks
 from flashbench.report.words import Block, pct, x
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["Block", "blocks", "markdown"]
 
 MAX_WORST = 5  # worst gate cases named
-# Gate verdicts (flashbench.gate) of cases that compare nothing, and of the cases worth naming, worst kinds first.
+# Gate verdicts (flashbench.analysis.gate) of cases that compare nothing, and of the cases worth naming, worst kinds first.
 # "baseline-only" became "missing" when the gate learnt to fail on cases the current run lost: both are read.
 NOT_COMPARED = ("not-ok-both", "baseline-only", "missing", "current-only")
 WORST = ("regression", "newly-failing", "missing", "slower-within-noise")
@@ -172,8 +173,9 @@ def _reference_line(frame: Any, reference: str) -> str:
 def _reference_rule(frame: Any, reference: str) -> str:
     if pick_baseline(frame) != reference:
         return "named by `--speedup-vs`"
-    if reference in DEFAULT_BASELINES:
-        return f"the first of {', '.join(DEFAULT_BASELINES)} that ran; `--speedup-vs` picks another"
+    references = builtin.baselines()
+    if reference in references:
+        return f"the first of {', '.join(references)} that ran; `--speedup-vs` picks another"
     return (
         "the first provider measured, none of the usual references having run; `--speedup-vs` picks another"
     )

@@ -93,10 +93,13 @@ def load_side(path: str | Path) -> Side:
 
 
 def _side_from_run(run_dir: Path) -> Side:
-    env = read_env(run_dir)
-    rows = read_rows(run_dir)
+    return side_of(run_dir.name, read_env(run_dir), read_rows(run_dir))
+
+
+def side_of(label: str, env: Environment, rows: list[Row]) -> Side:
+    """A run already read (its environment record and rows) as the gate sees it."""
     cases = {row.key: _case_from_row(row) for row in rows}
-    return Side(label=run_dir.name, env=summarize_env(env, rows), cases=cases)
+    return Side(label=label, env=summarize_env(env, rows), cases=cases)
 
 
 def _case_from_row(row: Row) -> CaseResult:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from flashbench.errors import FlashbenchError
 from flashbench.results.rows import FLOP_CONVENTION, SCHEMA_VERSION
 
 ENV_FILE = "env.json"
+_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
 
 @dataclass
@@ -150,3 +152,27 @@ def read_env(run_dir: str | Path) -> Environment:
         return Environment.from_dict(data)
     except TypeError as exc:
         raise FlashbenchError(f"{path} is corrupt: {exc}") from None
+
+
+# ------------------------------------------------------------------- Environment.shard: "i/n" (engine/shard.py)
+@overload
+def parse_shard(text: None) -> None: ...
+@overload
+def parse_shard(text: str | tuple[int, int]) -> tuple[int, int]: ...
+def parse_shard(text: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    """Parse "i/n" (1 <= i <= n) -> (i, n); None stays None. Anything else is a one-line FlashbenchError."""
+    if text is None:
+        return None
+    if isinstance(text, tuple):
+        text = f"{text[0]}/{text[1]}"
+    match = _SHARD.match(str(text))
+    if not match:
+        raise FlashbenchError(f"--shard {text!r}: expected i/n with 1 <= i <= n (1-based), e.g. 1/4")
+    index, count = int(match.group(1)), int(match.group(2))
+    if count < 1 or not 1 <= index <= count:
+        raise FlashbenchError(f"--shard {text!r}: expected i/n with 1 <= i <= n (1-based), e.g. 1/4")
+    return index, count
+
+
+def format_shard(shard: tuple[int, int]) -> str:
+    return f"{shard[0]}/{shard[1]}"

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from flashbench.engine import shard as shards
 from flashbench.errors import FlashbenchError
-from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
+from flashbench.results.env import ENV_FILE, Environment, format_shard, parse_shard, read_env, write_env
 from flashbench.results.paths import check_writable_dir, make_dir
 from flashbench.results.rows import ROWS_FILE, Row, read_rows, write_rows
 
@@ -73,10 +72,10 @@ def merge(runs: list[str | Path], out: str | Path, force: bool = False) -> Merge
                 f"merge: {path} has no sweep_id (a run from before --shard): cannot merge it"
             )
     _check_same(paths, envs, "sweep_id", "sweeps (sweep_id)")
-    parsed = [shards.parse_shard(env.shard) or (1, 1) for env in envs]
+    parsed = [parse_shard(env.shard) or (1, 1) for env in envs]
     counts = {n for _, n in parsed}
     if len(counts) > 1:
-        what = ", ".join(f"{p} is {shards.format_shard(s)}" for p, s in zip(paths, parsed, strict=True))
+        what = ", ".join(f"{p} is {format_shard(s)}" for p, s in zip(paths, parsed, strict=True))
         raise FlashbenchError(f"merge: shards of different counts ({what})")
     count = counts.pop()
     seen: dict[int, Path] = {}
@@ -141,7 +140,7 @@ def _merged_env(
         run_dir=None,
         shard=None,
         shard_count=count,
-        shards_present=sorted(shards.parse_shard(s["shard"])[0] for s in summaries),
+        shards_present=sorted(parse_shard(s["shard"])[0] for s in summaries),
         shards_missing=missing,
         shards=summaries,
         merged=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -69,6 +69,8 @@ class Row:
     seqlens: str = "uniform"
     seed: int = 0
     window: str = ""
+    # --- the provider's model family as it declares it (providers/registry.py); None: not modelled ---
+    family: str | None = ""  # "" (not given, or a row written before rows carried it): filled from the registry
     # --- outcome ---
     status: str = ""  # always given (Row.for_case); the default only lets the serving fields above have theirs
     reason: str = ""  # why it is not "ok": torch's refusal, the stderr tail, the predicted bytes...
@@ -125,6 +127,14 @@ class Row:
     # --- bookkeeping ---
     timestamp: float = 0.0
     schema: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        # A row built without its family, or read from a file written before rows carried it, takes the family its
+        # provider declares now; a provider no registry here knows (a user kernel), the default family.
+        if self.family == "":
+            from flashbench.providers.builtin import family_of
+
+            self.family = family_of(self.provider)
 
     @property
     def case(self) -> Case:
@@ -248,12 +258,16 @@ def _torn_case_key(text: str) -> str | None:
 
 def load(path: str | Path) -> pd.DataFrame:
     """A run directory (or its rows.jsonl) as a pandas DataFrame, one row per case, with a `key` column."""
-    import pandas as pd
-
     run_dir = Path(path)
     if run_dir.name == ROWS_FILE:
         run_dir = run_dir.parent
-    rows = read_rows(run_dir)
+    return frame_of(read_rows(run_dir))
+
+
+def frame_of(rows: list[Row]) -> pd.DataFrame:
+    """Rows as a pandas DataFrame, one row per case, the Row fields as columns after a `key` column."""
+    import pandas as pd
+
     frame = pd.DataFrame([r.to_dict() for r in rows], columns=list(ROW_FIELDS))
     frame.insert(0, "key", [r.key for r in rows])
     return frame

@@ -29,6 +29,7 @@ class PlannedCase:
     status: str | None = None  # None: to be run; else the final status decided up front
     reason: str = ""
     predicted_mem_bytes: int | None = None
+    family: str | None = ""  # the provider's declared model family (Row.family; "": not given)
 
 
 def batch_for(spec: SweepSpec, seq: int) -> list[int]:
@@ -206,11 +207,11 @@ def plan(
         info = infos[case.provider]
         predicted = predicted_mem_bytes(case, info.memory_family, info.bwd_workspace_q, spec.device)
         if not info.available:
-            planned.append(PlannedCase(case, UNAVAILABLE, info.reason, predicted))
+            planned.append(PlannedCase(case, UNAVAILABLE, info.reason, predicted, info.memory_family))
             continue
         why = info.supports(case, spec.device)
         if why:
-            planned.append(PlannedCase(case, UNSUPPORTED, why, predicted))
+            planned.append(PlannedCase(case, UNSUPPORTED, why, predicted, info.memory_family))
             continue
         need = input_bytes(case) + (predicted or 0)
         if memory_bytes and need > memory_bytes:
@@ -220,9 +221,9 @@ def plan(
                 f"{above}{input_bytes(case) / GIB:.3g} GiB of inputs ({need} bytes) > "
                 f"{memory_bytes / GIB:.1f} GiB {where}"
             )
-            planned.append(PlannedCase(case, PREDICTED_OOM, reason, predicted))
+            planned.append(PlannedCase(case, PREDICTED_OOM, reason, predicted, info.memory_family))
             continue
-        planned.append(PlannedCase(case, None, "", predicted))
+        planned.append(PlannedCase(case, None, "", predicted, info.memory_family))
     return planned
 
 

@@ -1,6 +1,6 @@
 """The performance-regression gate: compare a current run with a baseline and decide pass (0) or fail (1).
 
-Per case matched by key (both sides "ok"), the rule of flashbench/gate_rule.py (its docstring is the design
+Per case matched by key (both sides "ok"), the rule of flashbench/analysis/gate_rule.py (its docstring is the design
 record: the per-case noise band, why half the threshold, the bootstrap interval, the p10 condition, the clock)
 judges three things:
     - the GPU time: median of the samples, current / baseline, with the SM clock of each side;
@@ -37,9 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from flashbench.configfiles import config_path, read_toml
-from flashbench.errors import EXIT_OK, EXIT_REGRESSION, FlashbenchError, plural
-from flashbench.gate_rule import (
+from flashbench.analysis.gate_rule import (
     CANNOT_JUDGE,
     CURRENT_ONLY,
     FAILING,
@@ -56,6 +54,9 @@ from flashbench.gate_rule import (
     compare_samples,
     pct,
 )
+from flashbench.configfiles import config_path, read_toml
+from flashbench.errors import EXIT_OK, EXIT_REGRESSION, FlashbenchError, plural
+from flashbench.providers import builtin
 from flashbench.results.baseline import ENV_FIELDS, CaseResult, Side, load_side
 from flashbench.results.env import same_code
 from flashbench.results.rows import OK
@@ -84,7 +85,8 @@ class GateConfig:
     min_samples: int = 5  # fewer raw samples on a side: no noise measure, the full threshold decides (noted)
     absolute: bool = True  # gate each case's own median
     ratios: bool = True  # gate in-run ratios bundled / reference
-    ratio_pairs: tuple[tuple[str, str], ...] = (("triton", "sdpa-flash"),)
+    # (provider, reference) pairs of the in-run ratio: what the providers declare (ratio_vs), unless gate.toml names them
+    ratio_pairs: tuple[tuple[str, str], ...] = field(default_factory=builtin.ratio_pairs)
 
     def threshold_for(self, provider: str) -> float:
         return float(self.provider_thresholds.get(provider, self.threshold))
@@ -102,7 +104,7 @@ def load_config(
     per_provider = {**data.get("provider", {}), **preset_table.get("provider", {})}
     if threshold is not None:
         default, per_provider = threshold, {}
-    pairs = tuple(tuple(p) for p in gate.get("ratio_pairs", [["triton", "sdpa-flash"]]))
+    pairs = tuple(tuple(p) for p in gate.get("ratio_pairs", builtin.ratio_pairs()))
     try:
         cfg = GateConfig(
             threshold=float(default),
@@ -298,11 +300,32 @@ def run_gate(
     config: str | Path | None = None,
     preset: str | None = None,
 ) -> GateResult:
-    """Load both sides, refuse another GPU model unless allowed, and decide. Raises FlashbenchError (exit 2).
+    """Load both sides (run directories or baseline files) and judge them. Raises FlashbenchError (exit 2)."""
+    return judge(
+        load_side(baseline),
+        load_side(current),
+        threshold=threshold,
+        allow_mismatch=allow_mismatch,
+        allow_missing=allow_missing,
+        config=config,
+        preset=preset,
+    )
+
+
+def judge(
+    base: Side,
+    cur: Side,
+    *,
+    threshold: float | None = None,
+    allow_mismatch: bool = False,
+    allow_missing: bool = False,
+    config: str | Path | None = None,
+    preset: str | None = None,
+) -> GateResult:
+    """Refuse another GPU model unless allowed, and decide. Raises FlashbenchError (exit 2).
 
     Baseline cases absent from the current run fail the gate unless `allow_missing` (see the module docstring).
     """
-    base, cur = load_side(baseline), load_side(current)
     env = [EnvLine(name, base.env.get(name, ""), cur.env.get(name, "")) for name in ENV_FIELDS]
     notes: list[str] = []
     mismatched = [e for e in env if e.name in MUST_MATCH and e.differs and e.baseline and e.current]
