@@ -19,7 +19,8 @@ from flashbench.models.memory import FAMILIES, predicted_peak_bytes
 from flashbench.providers.registry import ProviderInfo
 from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
 from flashbench.spec.cases import Case
-from flashbench.spec.config import SweepSpec, heads_for, suggest
+from flashbench.spec.config import SweepSpec, heads_for
+from flashbench.spec.parse import suggest
 from flashbench.spec.window import effective, keyless_queries, parse_window, window_text
 
 GIB = 2**30
