@@ -21,7 +21,7 @@ from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
 from flashbench.spec.cases import Case
 from flashbench.spec.config import SweepSpec, heads_for
 from flashbench.spec.parse import suggest
-from flashbench.spec.window import effective, keyless_queries, parse_window, window_text
+from flashbench.spec.window import bounds, effective, keyless_queries, parse_window, window_text
 
 GIB = 2**30
 
@@ -132,8 +132,7 @@ def check_defined(spec: SweepSpec) -> None:
         keyless = keyless_queries(case.seq_q, shortest, case.causal, case.window_size)
         if not keyless:
             continue
-        bounds = effective(case.causal, case.window_size) if case.window else None
-        right = bounds[1] if bounds is not None else 0
+        right = bounds(case.causal, case.window_size)[1]
         mask = f"window {case.window}" if case.window else "causal"
         keys = f"seq {case.seq_k}" + (
             f" (its shortest sequence: {plural(shortest, 'key')})" if case.ragged else ""
