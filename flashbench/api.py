@@ -12,11 +12,16 @@ Arguments take the CLI's syntax (strings like "512..32768") or Python values (in
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import inspect
+import operator
 import os
 import sys
 import time
+import types
+import typing
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,8 +38,8 @@ from flashbench.providers.user import check_paths
 from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
 from flashbench.results.paths import check_writable_dir
 from flashbench.results.rows import Row, load
-from flashbench.spec.config import SPEC_OPTIONS, SweepSpec, load_spec
-from flashbench.spec.options import RUN_OPTIONS
+from flashbench.spec.config import SPEC_OPTIONS, SPEC_TYPES, SweepSpec, load_spec
+from flashbench.spec.options import RUN_OPTIONS, Option
 from flashbench.spec.parse import parse_device
 from flashbench.spec.plan import check_defined, plan, resolve_providers
 from flashbench.spec.resume import check_resumable, check_same_gpu, check_same_sweep, stored_spec
@@ -82,6 +87,21 @@ def resolve_spec(
         device = overrides.get("device", "cuda")
         preset = "cpu" if str(device).lower() == "cpu" else "default"
     return load_spec(preset=preset, config=config, overrides=overrides)
+
+
+def _takes(option: Option) -> Any:
+    """What a keyword takes: the CLI's text, or the Python value of the field (a sequence for a tuple field)."""
+    if option.cli is bool:
+        return bool if option.default is not None else bool | None
+    hint = SPEC_TYPES.get(option.field or "", option.cli)
+    kinds: list[Any] = [str]
+    for kind in typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,):
+        if typing.get_origin(kind) is tuple:
+            item = typing.get_args(kind)[0]
+            kinds += [item, typing.cast(Any, Sequence)[item]]
+        elif kind is not type(None):
+            kinds.append(kind)
+    return functools.reduce(operator.or_, dict.fromkeys(kinds)) | None
 
 
 def sweep(**options: Any) -> SweepResult:
@@ -136,7 +156,7 @@ def sweep(**options: Any) -> SweepResult:
 # The keywords, made from the options (spec/config.py): help(flashbench.sweep) lists each with its help.
 sweep.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [
-        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=Any)
+        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=_takes(o))
         for o in (*SPEC_OPTIONS, *RUN_OPTIONS)
     ],
     return_annotation=SweepResult,

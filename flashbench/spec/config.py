@@ -10,6 +10,7 @@ command line override its keys. Every bad value is a one-line FlashbenchError (e
 
 from __future__ import annotations
 
+import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -280,6 +281,7 @@ SPEC_OPTIONS: tuple[Option, ...] = tuple(
     for f in fields(SweepSpec)
     if "option" in f.metadata
 )
+SPEC_TYPES: dict[str, Any] = typing.get_type_hints(SweepSpec)  # each field's type, resolved
 # TOML keys and library keywords -> their option; a key may be written with '-' or '_', a renamed field by
 # either name (timeout, timeout_s).
 _BY_KEY: dict[str, Option] = {
