@@ -12,9 +12,14 @@ Arguments take the CLI's syntax (strings like "512..32768") or Python values (in
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import inspect
+import operator
 import os
 import sys
 import time
+import types
+import typing
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -33,16 +38,14 @@ from flashbench.providers.user import check_paths
 from flashbench.results.env import ENV_FILE, Environment, read_env, write_env
 from flashbench.results.paths import check_writable_dir
 from flashbench.results.rows import Row, load
-from flashbench.spec.config import SweepSpec, load_spec, parse_device
+from flashbench.spec.config import SPEC_OPTIONS, SPEC_TYPES, SweepSpec, load_spec
+from flashbench.spec.options import RUN_OPTIONS, Option
+from flashbench.spec.parse import parse_device
 from flashbench.spec.plan import check_defined, plan, resolve_providers
 from flashbench.spec.resume import check_resumable, check_same_gpu, check_same_sweep, stored_spec
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# What a sweep argument takes: the CLI's text ("512..32768", "64,128", "bf16,fp16") or Python values.
-Ints = str | int | Sequence[int] | None
-Choices = str | Sequence[str] | None
 
 
 @dataclass
@@ -86,144 +89,193 @@ def resolve_spec(
     return load_spec(preset=preset, config=config, overrides=overrides)
 
 
-def sweep(
-    *,
-    preset: str | None = None,
-    config: str | Path | None = None,
-    seq: Ints = None,
-    seq_q: Ints = None,
-    kv_layout: Choices = None,
-    page_size: Ints = None,
-    seqlens: Choices = None,
-    seed: int | None = None,
-    window: str | Sequence[Any] | None = None,
-    batch: Ints = None,
-    tokens: Ints = None,
-    heads: Ints = None,
-    hidden: Ints = None,
-    kv_heads: Ints = None,
-    head_dim: Ints = None,
-    dtype: Choices = None,
-    causal: str | bool | Sequence[bool] | None = None,
-    mode: Choices = None,
-    providers: Choices = None,
-    device: str | None = None,
-    order: str | None = None,
-    timeout: float | None = None,
-    cuda_graph: bool | None = None,
-    ncu: bool | None = None,
-    kernels: list[str] | tuple[str, ...] | None = None,
-    out: str | Path | None = None,
-    resume: bool = False,
-    force: bool = False,
-    progress: bool = False,
-    shard: str | tuple[int, int] | None = None,
-    gpus: str | list[int] | None = None,
-    **measure: Any,
-) -> SweepResult:
+def _takes(option: Option) -> Any:
+    """What a keyword takes: the CLI's text, or the Python value of the field (a sequence for a tuple field)."""
+    if option.cli is bool:
+        return bool if option.default is not None else bool | None
+    hint = SPEC_TYPES.get(option.field or "", option.cli)
+    kinds: list[Any] = [str]
+    for kind in typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,):
+        if typing.get_origin(kind) is tuple:
+            item = typing.get_args(kind)[0]
+            kinds += [item, typing.cast(Any, Sequence)[item]]
+        elif kind is not type(None):
+            kinds.append(kind)
+    return functools.reduce(operator.or_, dict.fromkeys(kinds)) | None
+
+
+def sweep(**options: Any) -> SweepResult:
     """Plan and run a sweep; rows are appended to `out`/rows.jsonl as each case ends (see module docstring).
 
-    `shard="i/n"` (1-based) runs one slice of the planned cases (flashbench.engine.shard: by shape); `gpus="all"` or
-    "0,1" runs one worker per device, each on its share of the shapes (with device="cpu": that many CPU
-    workers). `measure` may set warmup_ms, rep_ms, min_samples, max_samples, ref_flops_limit.
+    The keywords are the sweep's options (spec/config.py, the same as `flashbench sweep`'s flags; the signature
+    lists them): the spec's, each None for "the preset's value", and the run's (preset, config, out, resume,
+    force, progress, shard, gpus). `shard="i/n"` (1-based) runs one slice of the planned cases
+    (flashbench.engine.shard: by shape); `gpus="all"` or "0,1" runs one worker per device, each on its share of
+    the shapes (with device="cpu": that many CPU workers).
     Raises FlashbenchError (exit_code 2 for bad input, 3 when device="cuda" finds no GPU).
     """
     started = time.monotonic()
+    run = {o.name: options.pop(o.name, o.default) for o in RUN_OPTIONS}
+    out, resume, force = run["out"], run["resume"], run["force"]
     if resume and force:
         raise FlashbenchError(
             "--resume and --force exclude each other: --resume continues the run in --out, --force starts it over"
         )
     if resume:
         check_resumable(out)
-    shard_t = shards.parse_shard(shard)
-    overrides = {
-        "seq": seq,
-        "seq_q": seq_q,
-        "kv_layout": kv_layout,
-        "page_size": page_size,
-        "seqlens": seqlens,
-        "seed": seed,
-        "window": window,
-        "batch": batch,
-        "tokens": tokens,
-        "heads": heads,
-        "hidden": hidden,
-        "kv_heads": kv_heads,
-        "head_dim": head_dim,
-        "dtype": dtype,
-        "causal": causal,
-        "mode": mode,
-        "providers": providers,
-        "device": device,
-        "order": order,
-        "timeout_s": timeout,
-        "cuda_graph": cuda_graph,
-        "ncu": ncu,
-        "kernels": check_paths(list(kernels)) if kernels else None,
-        **measure,
-    }
-    spec = resolve_spec(preset=preset, config=config, out=out, resume=resume, overrides=overrides)
+    shard = shards.parse_shard(run["shard"])
+    if options.get("kernels"):
+        given = options["kernels"]
+        options["kernels"] = check_paths(
+            [str(k) for k in ([given] if isinstance(given, (str, Path)) else given)]
+        )
+    spec = resolve_spec(preset=run["preset"], config=run["config"], out=out, resume=resume, overrides=options)
     check_defined(spec)
-    kernels_t = check_paths(list(spec.kernels)) if spec.kernels else ()
+    kernels = check_paths(list(spec.kernels)) if spec.kernels else ()
     builtin.load()
-    if not kernels_t:  # user files' names are known only once a worker loaded them
+    if not kernels:  # user files' names are known only once a worker loaded them
         resolve_providers(spec.providers, registry.names())
     run_dir = Path(out) if out is not None else default_run_dir(spec)
     if resume and (run_dir / ENV_FILE).is_file():  # a resumed shard stays the same shard
-        stored = shards.parse_shard(read_env(run_dir).shard)
-        if shard_t is None:
-            shard_t = stored
-        elif stored is not None and stored != shard_t:
-            raise FlashbenchError(
-                f"{run_dir} is shard {shards.format_shard(stored)}; cannot resume it as "
-                f"--shard {shards.format_shard(shard_t)}"
-            )
+        shard = _same_shard(run_dir, shard)
     if run_dir.is_dir() and any(run_dir.iterdir()) and not (resume or force):
         raise FlashbenchError(
             f"run directory {run_dir} is not empty: add --resume to continue it or --force to start over"
         )
     check_writable_dir(run_dir, "--out")  # before the worker's start-up, not after it
-    if spec.device == "cuda":
-        present, _ = environment.gpu_present()
-        if not present:
-            raise FlashbenchError(
-                "no NVIDIA GPU found (NVML and nvidia-smi see none); use --device cpu to run on the CPU",
-                exit_code=EXIT_NO_GPU,
-            )
-    devices = shards.parse_gpus(gpus, spec.device, _gpu_count(gpus, spec.device))
-    show: Progress | None = None
+    if spec.device == "cuda" and not environment.gpu_present()[0]:
+        raise FlashbenchError(
+            "no NVIDIA GPU found (NVML and nvidia-smi see none); use --device cpu to run on the CPU",
+            exit_code=EXIT_NO_GPU,
+        )
+    devices = shards.parse_gpus(run["gpus"], spec.device, _gpu_count(run["gpus"], spec.device))
+    session = _Session(spec, kernels, run_dir, shard, devices, resume, force, bool(run["progress"]), started)
+    return session.run()
+
+
+# The keywords, made from the options (spec/config.py): help(flashbench.sweep) lists each with its help.
+sweep.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=_takes(o))
+        for o in (*SPEC_OPTIONS, *RUN_OPTIONS)
+    ],
+    return_annotation=SweepResult,
+)
+sweep.__doc__ = f"{sweep.__doc__}\n    Keywords:\n" + "\n".join(
+    f"        {o.name}: {o.help}" for o in (*SPEC_OPTIONS, *RUN_OPTIONS)
+)
+
+
+def _same_shard(run_dir: Path, asked: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The shard a resumed run continues: the one it was started as (another one asked for is refused)."""
+    stored = shards.parse_shard(read_env(run_dir).shard)
+    if asked is None:
+        return stored
+    if stored is not None and stored != asked:
+        raise FlashbenchError(
+            f"{run_dir} is shard {shards.format_shard(stored)}; cannot resume it as "
+            f"--shard {shards.format_shard(asked)}"
+        )
+    return asked
+
+
+@dataclass
+class _Session:
+    """One sweep session once its input is checked: start a worker, plan, write env.json, run, finish."""
+
+    spec: SweepSpec
+    kernels: tuple[str, ...]
+    run_dir: Path
+    shard: tuple[int, int] | None
+    devices: list[str] | None
+    resume: bool
+    force: bool
+    progress: bool
+    started: float
     env: Environment | None = None
-    earlier_wall = 0.0  # a resumed run's earlier sessions (kill -9 loses a session's wall time)
-    worker: runner.Worker | None  # None once run_cases has closed it
-    worker = runner.Worker(spec.device, kernels_t, None, visible=devices[0] if devices else None)
-    try:
-        worker.wait_ready()
-        infos = {d["name"]: ProviderInfo.from_dict(d) for d in worker.providers}
-        facts = worker.facts
-        memory = facts.get("total_memory_bytes") if spec.device == "cuda" else _host_memory_bytes()
-        planned = plan(spec, infos, memory)
-        names = resolve_providers(spec.providers, list(infos))
-        sweep_planned = len(planned)
-        if shard_t is not None:
-            planned = shards.select(planned, shard_t)
-        previous = read_env(run_dir) if resume else None  # check_resumable: resume has an env.json
-        if previous is not None:
-            check_same_gpu(run_dir, previous, str(facts.get("gpu", "")))
-            done = runner.finished_rows(run_dir)
-            if previous.finished and all(p.case.key in done for p in planned):
-                # nothing would run: leave the finished run as it is, env.json included
-                _note(f"flashbench: {run_dir} is finished; nothing to resume, nothing written", progress)
-                rows = [done[p.case.key] for p in planned]
-                return SweepResult(run_dir, spec, rows, time.monotonic() - started, previous)
-        runner.prepare_run_dir(run_dir, resume, force)
+    earlier_wall: float = 0.0  # a resumed run's earlier sessions (kill -9 loses a session's wall time)
+
+    def run(self) -> SweepResult:
+        spec, devices = self.spec, self.devices
+        show: Progress | None = None
+        worker: runner.Worker | None  # None once run_cases has closed it
+        worker = runner.Worker(spec.device, self.kernels, None, visible=devices[0] if devices else None)
+        try:
+            worker.wait_ready()
+            infos = {d["name"]: ProviderInfo.from_dict(d) for d in worker.providers}
+            facts = worker.facts
+            memory = facts.get("total_memory_bytes") if spec.device == "cuda" else _host_memory_bytes()
+            planned = plan(spec, infos, memory)
+            names = resolve_providers(spec.providers, list(infos))
+            sweep_planned = len(planned)
+            if self.shard is not None:
+                planned = shards.select(planned, self.shard)
+            previous = (
+                read_env(self.run_dir) if self.resume else None
+            )  # check_resumable: resume has an env.json
+            if previous is not None:
+                check_same_gpu(self.run_dir, previous, str(facts.get("gpu", "")))
+                done = runner.finished_rows(self.run_dir)
+                if previous.finished and all(p.case.key in done for p in planned):
+                    # nothing would run: leave the finished run as it is, env.json included
+                    _note(
+                        f"flashbench: {self.run_dir} is finished; nothing to resume, nothing written",
+                        self.progress,
+                    )
+                    rows = [done[p.case.key] for p in planned]
+                    return SweepResult(self.run_dir, spec, rows, time.monotonic() - self.started, previous)
+            runner.prepare_run_dir(self.run_dir, self.resume, self.force)
+            self._write_env(facts, names, len(planned), sweep_planned, previous)
+            ncu = self._ncu()
+            show = Progress(len(planned), enabled=self.progress)
+            run: dict[str, Any] = dict(
+                device=spec.device,
+                kernels=self.kernels,
+                opts=runner.options(spec),
+                timeout_s=spec.timeout_s,
+                worker=worker,
+                gpu=str(facts.get("gpu", "")),
+                on_row=show.advance,
+                ncu=ncu,
+            )
+            if devices:
+                rows = parallel.run_parallel(planned, self.run_dir, devices=devices, **run)
+            else:
+                rows = runner.run_cases(planned, self.run_dir, **run)
+            worker = None  # run_cases closed it
+        except KeyboardInterrupt:
+            if self.env is not None:  # Ctrl-C (or `timeout -s INT`): keep the wall time of this session
+                self._record(interrupted=True)
+            raise
+        finally:
+            if show is not None:
+                show.close()
+            if worker is not None:
+                worker.close()
+        compile_s = sum((r.compile_ms or 0.0) for r in rows) / 1e3
+        finished = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        counts = dict(Counter(r.status for r in rows))
+        wall = self._record(finished=finished, status_counts=counts, compile_s_total=round(compile_s, 3))
+        return SweepResult(self.run_dir, spec, rows, wall, self.env or Environment())
+
+    def _write_env(
+        self,
+        facts: dict[str, Any],
+        names: list[str],
+        planned: int,
+        sweep_planned: int,
+        previous: Environment | None,
+    ) -> None:
+        """env.json as the session starts: the machine, the spec, what is planned (and a resumed run's past)."""
+        spec, devices = self.spec, self.devices
         env = replace(
-            environment.collect(spec.device, facts, kernels_t),
+            environment.collect(spec.device, facts, self.kernels),
             spec=spec.to_dict(),
             preset=spec.name,
-            planned_cases=len(planned),
-            run_dir=str(run_dir),
+            planned_cases=planned,
+            run_dir=str(self.run_dir),
             sweep_id=shards.sweep_id(spec.to_dict(), names, flashbench.__version__),
-            shard=shards.format_shard(shard_t) if shard_t else None,
+            shard=shards.format_shard(self.shard) if self.shard else None,
             sweep_planned_cases=sweep_planned,
             devices_used=[int(d) for d in devices] if devices else None,
         )
@@ -232,63 +284,36 @@ def sweep(
             if env.calibration is None and previous.gpu == env.gpu:
                 # a session on a machine without a stored calibration keeps the run's measured ceiling
                 env.calibration = previous.calibration
-            earlier_wall = float(previous.wall_s_total or previous.wall_s or 0.0)
-        write_env(run_dir, env)
-        ncu_fn = None
-        if spec.ncu:
-            from flashbench.engine import ncu as ncu_mod
+            self.earlier_wall = float(previous.wall_s_total or previous.wall_s or 0.0)
+        self.env = env
+        write_env(self.run_dir, env)
 
-            if spec.device != "cuda":
-                _note("flashbench: --ncu needs --device cuda; ignored", progress)
-            elif devices:  # ncu profiles in its own process, not pinned to a worker's GPU
-                _note("flashbench: --ncu is not supported with --gpus; ignored", progress)
-            elif ncu_mod.ncu_path() is None:
-                _note("flashbench: ncu (Nsight Compute) not found on PATH; --ncu ignored", progress)
-            else:
-                ncu_fn = lambda case: ncu_mod.measure(case, kernels_t, spec.timeout_s)  # noqa: E731
-        show = Progress(len(planned), enabled=progress)
-        run: dict[str, Any] = dict(
-            device=spec.device,
-            kernels=kernels_t,
-            opts=runner.options(spec),
-            timeout_s=spec.timeout_s,
-            worker=worker,
-            gpu=str(facts.get("gpu", "")),
-            on_row=show.advance,
-            ncu=ncu_fn,
-        )
-        if devices:
-            rows = parallel.run_parallel(planned, run_dir, devices=devices, **run)
+    def _record(self, **fields: Any) -> float:
+        """env.json with this session's wall time (and `fields`); the wall time."""
+        assert self.env is not None  # written as the session started
+        wall = time.monotonic() - self.started
+        fields.setdefault("interrupted", False)
+        total = round(self.earlier_wall + wall, 3)
+        self.env = replace(self.env, wall_s=round(wall, 3), wall_s_total=total, **fields)
+        write_env(self.run_dir, self.env)
+        return wall
+
+    def _ncu(self) -> Any:
+        """With --ncu, the per-case Nsight Compute measurement, or None (said why, where it cannot run)."""
+        if not self.spec.ncu:
+            return None
+        from flashbench.engine import ncu as ncu_mod
+
+        if self.spec.device != "cuda":
+            _note("flashbench: --ncu needs --device cuda; ignored", self.progress)
+        elif self.devices:  # ncu profiles in its own process, not pinned to a worker's GPU
+            _note("flashbench: --ncu is not supported with --gpus; ignored", self.progress)
+        elif ncu_mod.ncu_path() is None:
+            _note("flashbench: ncu (Nsight Compute) not found on PATH; --ncu ignored", self.progress)
         else:
-            rows = runner.run_cases(planned, run_dir, **run)
-        worker = None  # run_cases closed it
-    except KeyboardInterrupt:
-        if env is not None:  # Ctrl-C (or `timeout -s INT`): keep the wall time of this session
-            wall = time.monotonic() - started
-            env = replace(
-                env, interrupted=True, wall_s=round(wall, 3), wall_s_total=round(earlier_wall + wall, 3)
-            )
-            write_env(run_dir, env)
-        raise
-    finally:
-        if show is not None:
-            show.close()
-        if worker is not None:
-            worker.close()
-    wall = time.monotonic() - started
-    counts = dict(Counter(r.status for r in rows))
-    compile_s = sum((r.compile_ms or 0.0) for r in rows) / 1e3
-    env = replace(
-        env,
-        finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        interrupted=False,
-        wall_s=round(wall, 3),
-        wall_s_total=round(earlier_wall + wall, 3),
-        status_counts=counts,
-        compile_s_total=round(compile_s, 3),
-    )
-    write_env(run_dir, env)
-    return SweepResult(run_dir, spec, rows, wall, env)
+            kernels, timeout_s = self.kernels, self.spec.timeout_s
+            return lambda case: ncu_mod.measure(case, kernels, timeout_s)
+        return None
 
 
 def _gpu_count(gpus: Any, device: str) -> int:

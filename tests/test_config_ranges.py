@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 
 from flashbench.errors import FlashbenchError
-from flashbench.spec.config import (
-    SweepSpec,
-    load_spec,
-    parse_causal,
-    parse_dtypes,
-    parse_modes,
-    parse_range,
-    preset_names,
-)
+from flashbench.spec.config import SweepSpec, load_spec, preset_names
+from flashbench.spec.parse import parse_causal, parse_dtypes, parse_modes, parse_range
 
 
 @pytest.mark.parametrize(

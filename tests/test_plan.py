@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 
 from flashbench.errors import FlashbenchError
@@ -151,3 +155,13 @@ def test_a_case_whose_inputs_exceed_the_memory_is_predicted_oom_without_a_model(
     (case,) = plan(spec, infos, memory_bytes=2**20)
     assert case.status == "predicted-oom" and case.predicted_mem_bytes is None
     assert case.reason == f"0.0117 GiB of inputs ({input_bytes(case.case)} bytes) > 0.0 GiB on the GPU"
+
+
+@pytest.mark.parametrize("name", ["every-axis", "hidden-tokens", "case-order"])
+def test_expansion_keeps_the_cases_and_their_order(name):
+    """expand() gives the cases the nested-loop expansion gave, in its order (tests/golden/plan_expansions.json:
+    every axis swept with two or more values, --hidden and --tokens, and the interleaved case order)."""
+    golden = json.loads((Path(__file__).parent / "golden" / "plan_expansions.json").read_text())[name]
+    keys = [c.key for c in expand(load_spec(overrides=golden["overrides"]), ["p", "q"])]
+    assert (len(keys), keys[:3], keys[-3:]) == (golden["count"], golden["first"], golden["last"])
+    assert hashlib.sha256("\n".join(keys).encode()).hexdigest() == golden["sha256"]

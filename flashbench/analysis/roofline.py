@@ -14,7 +14,7 @@ from flashbench.models import io_model
 from flashbench.models import roofline as rl
 from flashbench.results.rows import FLOP_CONVENTION, OK, read_rows
 from flashbench.spec.cases import DTYPE_BYTES
-from flashbench.spec.config import split_choices
+from flashbench.spec.parse import split_choices
 from flashbench.spec.window import effective, window_text
 
 ROOF_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")

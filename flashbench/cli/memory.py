@@ -13,7 +13,7 @@ import typer
 from flashbench.analysis.memory_plan import build_memory
 from flashbench.errors import FlashbenchError, plural
 from flashbench.spec.cases import DTYPES
-from flashbench.spec.config import parse_range, split_choices
+from flashbench.spec.parse import parse_range, split_choices
 
 
 def _bytes(n: float) -> str:

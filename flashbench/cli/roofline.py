@@ -18,7 +18,7 @@ from flashbench.cli.render import word_table
 from flashbench.engine.calibrate import calibrate
 from flashbench.errors import FlashbenchError, warn
 from flashbench.spec.cases import DTYPES, MODES, mask_label
-from flashbench.spec.config import parse_causal, parse_range, split_choices
+from flashbench.spec.parse import parse_causal, parse_range, split_choices
 from flashbench.spec.window import parse_window
 
 DEFAULT_SEQ = "1024..32768"

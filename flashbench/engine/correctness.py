@@ -47,7 +47,7 @@ from typing import Any
 
 from flashbench.models.flops import attention_flops
 from flashbench.spec.cases import Case
-from flashbench.spec.window import visible
+from flashbench.spec.window import masked, visible
 
 EPS = {"fp16": 1e-4, "bf16": 1e-3, "fp32": 3e-3, "fp8": 1e-3}
 DEFAULT_FLOPS_LIMIT = {"cuda": 2e13, "cpu": 2e9}
@@ -158,7 +158,7 @@ def _attend(
         for r0 in range(0, nq, block):
             r1 = min(nq, r0 + block)
             s = (q[head, r0:r1] @ k.T).to(sm) * scale  # [rows, Nk]
-            if causal or window is not None:  # bottom-right: query i sits at key position i + Nk - Nq
+            if masked(causal, window):  # bottom-right: query i sits at key position i + Nk - Nq
                 rows = torch.arange(r0, r1, device=q.device)[:, None]
                 s.masked_fill_(~visible(rows, cols, nq, nk, causal, window), float("-inf"))
             lse[head, r0:r1] = torch.logsumexp(s, dim=-1)

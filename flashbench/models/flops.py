@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-Alignment = Literal["bottom-right", "top-left"]
+# The mask rule and its pair count live in the mask module (spec/window.py); the FLOP model counts with them.
+from flashbench.spec.window import Alignment, unmasked_pairs
 
 MODE_MULTIPLIER: dict[str, float] = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
 RECOMPUTE_MULTIPLIER = 0.5  # the credited backward's share for recomputing S = Q K^T
@@ -41,49 +41,6 @@ RECOMPUTE_MULTIPLIER = 0.5  # the credited backward's share for recomputing S = 
 #   recompute in one pass (Gluon, Hopper; kernel_config ONE_PASS): S, dP, dV, dK, dQ                     -> 5
 #   stored P (P read in both passes): dK/dV pass dP, dV, dK; dQ pass dP, dQ                              -> 5
 BWD_BLOCK_MATMULS: dict[str, int] = {"recompute": 7, "recompute-one-pass": 5, "stored-p": 5}
-
-
-def unmasked_pairs(
-    seq_q: int,
-    seq_k: int,
-    causal: bool,
-    alignment: Alignment = "bottom-right",
-    window: tuple[int, int] | None = None,
-) -> int:
-    """Number of (query, key) pairs that the mask keeps, for one batch element and one head.
-
-    bottom-right (flash-attn >= 2.1, our kernels): query i sees keys j <= i + (seq_k - seq_q).
-    top-left (PyTorch's is_causal for seq_q != seq_k): query i sees keys j <= i.
-    window (left, right), flash-attn's window_size (spec/window.py): query i at key position p = i + offset sees
-    keys p - left <= j <= p + right (-1: no limit; causal means right = 0).
-    """
-    if seq_q < 0 or seq_k < 0:
-        raise ValueError("sequence lengths must be >= 0")
-    offset = seq_k - seq_q if alignment == "bottom-right" else 0
-    left, right = window if window is not None else (-1, -1)
-    if causal:
-        right = 0
-    # Row i keeps clamp(p + right + 1, 0, seq_k) - clamp(p - left, 0, seq_k) keys (never negative): the keys at
-    # or before p + right minus those before p - left, each summed over the rows in closed form.
-    keep = _clamped_ramp(seq_q, seq_k, offset + right) if right >= 0 else seq_q * seq_k
-    if left >= 0:
-        keep -= _clamped_ramp(seq_q, seq_k, offset - left - 1)
-    return keep
-
-
-def _clamped_ramp(seq_q: int, seq_k: int, offset: int) -> int:
-    """sum over rows i < seq_q of clamp(i + offset + 1, 0, seq_k): the keys at or before i + offset."""
-    # Three ranges of rows: those that keep nothing, those on the ramp, those that keep all seq_k keys.
-    first_ramp = max(0, -offset)  # first row with at least one key
-    first_full = max(0, min(seq_q, seq_k - offset - 1))  # first row that keeps all keys
-    first_full = max(first_full, first_ramp)
-    ramp_rows = first_full - first_ramp
-    # keys kept on the ramp: (first_ramp + offset + 1) ... (first_full - 1 + offset + 1)
-    lo = first_ramp + offset + 1
-    hi = first_full + offset
-    ramp = (lo + hi) * ramp_rows // 2 if ramp_rows > 0 else 0
-    full = max(0, seq_q - first_full) * seq_k
-    return ramp + full
 
 
 def forward_flops(

@@ -73,6 +73,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flashbench.models.traffic import one_pass_backward, out_bytes
+from flashbench.spec import window as mask_rule
 
 FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1", "decode")
 MODES = ("fwd", "bwd", "fwd+bwd")
@@ -129,7 +130,7 @@ def predicted_peak_bytes(
     `window`: a sliding window (left, right): the naive and math paths build its mask as they build the causal
     one; the tiled families allocate nothing for it.
     """
-    masked = causal or window is not None
+    masked = mask_rule.masked(causal, window)
     _check(family, mode, batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
     e = elem_bytes
     backward = mode != "fwd"

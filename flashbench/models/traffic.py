@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from flashbench.models.flops import Alignment
+from flashbench.spec import window as mask_rule
+from flashbench.spec.window import Alignment
 
 FP32 = 4
 
@@ -150,17 +151,9 @@ class Shape:
     def row_bytes(self) -> int:  # one row of Q / O / dO
         return self.head_dim * self.elem_bytes
 
-    def offset(self) -> int:
-        return self.seq_k - self.seq_q if self.alignment == "bottom-right" else 0
-
     @property
     def masked(self) -> bool:
-        return self.causal or self.window is not None
-
-    def limits(self) -> tuple[int, int]:
-        """(left, right) keys around a row's position it sees, -1 = no limit (causal: right = 0)."""
-        left, right = self.window if self.window is not None else (-1, -1)
-        return left, 0 if self.causal else right
+        return mask_rule.masked(self.causal, self.window)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -168,19 +161,13 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def key_span(s: Shape, first_row: int, last_row: int) -> tuple[int, int]:
-    """Keys [lo, hi) seen by some query row of [first_row, last_row] (hi <= lo: none)."""
-    left, right = s.limits()
-    hi = s.seq_k if right < 0 else max(0, min(s.seq_k, last_row + s.offset() + right + 1))
-    lo = 0 if left < 0 else max(0, min(s.seq_k, first_row + s.offset() - left))
-    return lo, hi
+    """Keys [lo, hi) seen by some query row of [first_row, last_row] (hi <= lo: none): spec/window.py's rule."""
+    return mask_rule.key_span(first_row, last_row, s.seq_q, s.seq_k, s.causal, s.window, s.alignment)
 
 
 def row_span(s: Shape, first_key: int, last_key: int) -> tuple[int, int]:
-    """Query rows [lo, hi) that see some key of [first_key, last_key] (hi <= lo: none)."""
-    left, right = s.limits()
-    lo = 0 if right < 0 else max(0, min(s.seq_q, first_key - s.offset() - right))
-    hi = s.seq_q if left < 0 else max(0, min(s.seq_q, last_key - s.offset() + left + 1))
-    return lo, hi
+    """Query rows [lo, hi) that see some key of [first_key, last_key] (hi <= lo: none): spec/window.py's rule."""
+    return mask_rule.row_span(first_key, last_key, s.seq_q, s.seq_k, s.causal, s.window, s.alignment)
 
 
 def _visited_keys(s: Shape, start: int, rows: int, block_n: int) -> int:

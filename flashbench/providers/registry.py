@@ -330,7 +330,7 @@ def get(name: str) -> Provider:
     try:
         return _REGISTRY[name]
     except KeyError:
-        from flashbench.spec.config import suggest
+        from flashbench.spec.parse import suggest
 
         raise FlashbenchError(f"unknown provider {name!r}{suggest(name, _REGISTRY)}") from None
 

@@ -18,19 +18,18 @@ from typing import Any
 
 from flashbench.providers.registry import Unsupported
 from flashbench.spec.cases import Case
+from flashbench.spec.window import visible
 
 FLASH_ATTN_PAGE_MULTIPLE = 256  # flash-attn 2's paged KV cache: "block size must be divisible by 256"
 
 
 def _length_mask(case: Case, lengths: Any) -> Callable[..., Any]:
-    """mask_mod keeping key j of sequence b iff j < L_b and, when causal, j <= L_b - Nq + i."""
-    nq, causal = case.seq_q, case.causal
+    """mask_mod keeping key j of sequence b iff j < L_b and the case's mask lets query i see it over L_b keys
+    (spec/window.py; causal: j <= L_b - Nq + i)."""
+    nq, causal, window = case.seq_q, case.causal, case.window_size
 
     def mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-        keep = kv_idx < lengths[b]
-        if causal:
-            keep = keep & (kv_idx <= lengths[b] - nq + q_idx)
-        return keep
+        return (kv_idx < lengths[b]) & visible(q_idx, kv_idx, nq, lengths[b], causal, window)
 
     return mask
 

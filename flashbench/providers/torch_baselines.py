@@ -14,7 +14,7 @@ from typing import Any
 from flashbench.providers import serving
 from flashbench.providers.registry import Unsupported, register
 from flashbench.spec.cases import Case
-from flashbench.spec.window import visible
+from flashbench.spec.window import masked, visible
 
 _FLASH_HEAD_DIMS = tuple(range(8, 257, 8))  # flash-attn 2/3: multiples of 8 up to 256
 
@@ -51,11 +51,8 @@ def _build_naive(case: Case, device: str, stack: Any) -> Any:
         # GQA without copying K/V: query heads h*g..h*g+g-1 share kv head h, so fold them into rows.
         qg = q.reshape(b, hkv, group * nq, -1)  # [B, Hkv, g*Nq, D]
         s = torch.matmul(qg, k.transpose(-2, -1)).view(b, h, nq, nk) * scale  # S: [B, H, Nq, Nk]
-        if window is not None:  # one bool [Nq, Nk] mask, as for causal
-            s = s.masked_fill(~_window_mask(case, q.device), float("-inf"))
-        elif causal:
-            keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
-            s = s.masked_fill(~keep, float("-inf"))
+        if masked(causal, window):  # one bool [Nq, Nk] mask (causal, a window: spec/window.py)
+            s = s.masked_fill(~_mask(case, q.device), float("-inf"))
         p = torch.softmax(s.float(), dim=-1).to(q.dtype)  # P: softmax in fp32, stored in the input dtype
         out = torch.matmul(p.view(b, hkv, group * nq, nk), v)  # [B, Hkv, g*Nq, D]
         return out.view(b, h, nq, -1)
@@ -63,8 +60,8 @@ def _build_naive(case: Case, device: str, stack: Any) -> Any:
     return naive
 
 
-def _window_mask(case: Case, device: Any) -> Any:
-    """The case's sliding window as a bool [Nq, Nk] mask, True = attend (spec/window.py's convention)."""
+def _mask(case: Case, device: Any) -> Any:
+    """The case's mask as a bool [Nq, Nk] tensor, True = attend (spec/window.py's rule)."""
     import torch
 
     rows = torch.arange(case.seq_q, device=device)[:, None]
@@ -83,7 +80,7 @@ def _sdpa_builder(backend_name: str | None) -> Any:
         if case.kv_heads != case.heads:
             kwargs["enable_gqa"] = True
         if case.window:  # an explicit bool mask (built once, untimed): only the math backend takes it here
-            kwargs["attn_mask"] = _window_mask(case, device)
+            kwargs["attn_mask"] = _mask(case, device)
         elif case.causal and case.seq_q == 1:
             pass  # one query, the last token: bottom-right causal sees every key, so no mask at all
         elif case.causal and case.seq_q != case.seq_k:
@@ -197,22 +194,13 @@ def _build_flex(case: Case, device: str, stack: Any) -> Any:
         if case.window:
             raise Unsupported("flex: a sliding window over a paged or ragged KV cache is not built here")
         return serving.flex_kv_cache(case, device, compiled, gqa, scale, _compile_check(graphs_before))
-    if case.window:  # a sliding-window block mask: blocks outside every window are skipped
-        nq, nk, causal, window = case.seq_q, case.seq_k, case.causal, case.window_size
+    nq, nk, causal, window = case.seq_q, case.seq_k, case.causal, case.window_size
+    if masked(causal, window):  # a block mask (spec/window.py's rule): blocks no query sees are skipped
 
-        def sliding(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
             return visible(q_idx, kv_idx, nq, nk, causal, window)
 
-        block_mask = create_block_mask(sliding, B=None, H=None, Q_LEN=nq, KV_LEN=nk, device=device)
-    elif case.causal:
-        offset = case.seq_k - case.seq_q
-
-        def bottom_right(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-            return q_idx + offset >= kv_idx
-
-        block_mask = create_block_mask(
-            bottom_right, B=None, H=None, Q_LEN=case.seq_q, KV_LEN=case.seq_k, device=device
-        )
+        block_mask = create_block_mask(mask_mod, B=None, H=None, Q_LEN=nq, KV_LEN=nk, device=device)
 
     def flex(q: Any, k: Any, v: Any) -> Any:
         return compiled(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)

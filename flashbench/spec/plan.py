@@ -9,16 +9,19 @@ and shape.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from flashbench.errors import FlashbenchError, plural
 from flashbench.models.memory import FAMILIES, predicted_peak_bytes
 from flashbench.providers.registry import ProviderInfo
 from flashbench.results.rows import PREDICTED_OOM, UNAVAILABLE, UNSUPPORTED
 from flashbench.spec.cases import Case
-from flashbench.spec.config import SweepSpec, heads_for, suggest
-from flashbench.spec.window import effective, keyless_queries, parse_window, window_text
+from flashbench.spec.config import SweepSpec, heads_for
+from flashbench.spec.parse import suggest
+from flashbench.spec.window import bounds, effective, keyless_queries, parse_window, window_text
 
 GIB = 2**30
 
@@ -54,11 +57,13 @@ def resolve_providers(requested: tuple[str, ...] | list[str], known: list[str]) 
     return out
 
 
-def serving_variants(spec: SweepSpec) -> list[tuple[str, int, str, int]]:
-    """(kv_layout, page_size, seqlens, seed) combinations of the spec: page size and seed only where they apply."""
+def serving_variants(spec: SweepSpec) -> list[dict[str, Any]]:
+    """The KV-cache fields (kv_layout, page_size, seqlens, seed) of the spec's cases: page size and seed only where
+    they apply (0 elsewhere), each combination once."""
     layouts = [(lay, p if lay == "paged" else 0) for lay in spec.kv_layout for p in spec.page_size]
     lens = [(s, spec.seed if s != "uniform" else 0) for s in spec.seqlens]
-    return list(dict.fromkeys((lay, p, s, seed) for lay, p in layouts for s, seed in lens))
+    combos = dict.fromkeys((lay, p, s, seed) for lay, p in layouts for s, seed in lens)
+    return [dict(kv_layout=lay, page_size=p, seqlens=s, seed=seed) for lay, p, s, seed in combos]
 
 
 def case_window(causal: bool, text: str) -> str:
@@ -72,29 +77,39 @@ def case_window(causal: bool, text: str) -> str:
 
 def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
     """Every case of the spec (order: the module docstring; sequence length innermost, ascending)."""
-    cases: list[Case] = []
-    serving: list[tuple[str, int, str, int, str]] = [
-        (*extra, w) for extra in serving_variants(spec) for w in spec.window
+    head_shapes = [  # heads follow the head dim (--hidden), kv heads the heads (none given: no GQA)
+        dict(head_dim=d, heads=h, kv_heads=kv)
+        for d in spec.head_dim
+        for h in heads_for(spec, d)
+        for kv in spec.kv_heads or (h,)
     ]
-    for provider in providers:
-        for dtype in spec.dtype:
-            for head_dim in spec.head_dim:
-                for heads in heads_for(spec, head_dim):
-                    for kv_heads in spec.kv_heads or (heads,):
-                        for causal in spec.causal:
-                            for mode in spec.mode:
-                                for extra in serving:
-                                    for seq_q in spec.seq_q or (None,):
-                                        for seq in spec.seq:
-                                            for batch in batch_for(spec, seq):
-                                                shape = (batch, heads, kv_heads, seq_q or seq, seq, head_dim)
-                                                w = case_window(causal, extra[4])  # the window
-                                                cases.append(
-                                                    Case(provider, *shape, dtype, causal, mode, *extra[:4], w)
-                                                )
-    if spec.order == "case":
-        return interleave(cases)
-    return cases
+    lengths = [dict(seq_k=n, batch=b) for n in spec.seq for b in batch_for(spec, n)]  # batch follows N
+    axes = (
+        providers,
+        spec.dtype,
+        head_shapes,
+        spec.causal,
+        spec.mode,
+        serving_variants(spec),
+        spec.window,
+        spec.seq_q or (None,),
+        lengths,
+    )
+    cases = [
+        Case(
+            provider=provider,
+            dtype=dtype,
+            causal=causal,
+            mode=mode,
+            seq_q=seq_q or length["seq_k"],
+            window=case_window(causal, window),
+            **head,
+            **cache,
+            **length,
+        )
+        for provider, dtype, head, causal, mode, cache, window, seq_q, length in itertools.product(*axes)
+    ]
+    return interleave(cases) if spec.order == "case" else cases
 
 
 def interleave(cases: list[Case]) -> list[Case]:
@@ -118,8 +133,7 @@ def check_defined(spec: SweepSpec) -> None:
         keyless = keyless_queries(case.seq_q, shortest, case.causal, case.window_size)
         if not keyless:
             continue
-        bounds = effective(case.causal, case.window_size) if case.window else None
-        right = bounds[1] if bounds is not None else 0
+        right = bounds(case.causal, case.window_size)[1]
         mask = f"window {case.window}" if case.window else "causal"
         keys = f"seq {case.seq_k}" + (
             f" (its shortest sequence: {plural(shortest, 'key')})" if case.ragged else ""
@@ -231,29 +245,30 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
     """A single provider the user named must support what the user asked for: else a one-line error."""
     if not info.available:
         return  # rows say "unavailable" with the reason
-    for case in (
-        Case(
-            info.name,
-            1,
-            heads_for(spec, d)[0],
-            heads_for(spec, d)[0],
-            nq,
-            128,
-            d,
-            dtype,
-            causal,
-            mode,
-            *extra,
-            window,
-        )
-        for d in spec.head_dim
-        for dtype in spec.dtype
-        for causal in spec.causal
-        for mode in spec.mode
-        for extra in serving_variants(spec)
-        for nq in (spec.seq_q or (128,))
-        for window in {case_window(causal, w) for w in spec.window}
+    for d, dtype, causal, mode, cache, nq, window in itertools.product(
+        spec.head_dim,
+        spec.dtype,
+        spec.causal,
+        spec.mode,
+        serving_variants(spec),
+        spec.seq_q or (128,),
+        spec.window,
     ):
+        heads = heads_for(spec, d)[0]
+        case = Case(
+            provider=info.name,
+            batch=1,
+            heads=heads,
+            kv_heads=heads,
+            seq_q=nq,
+            seq_k=128,
+            head_dim=d,
+            dtype=dtype,
+            causal=causal,
+            mode=mode,
+            window=case_window(causal, window),
+            **cache,
+        )
         why = info.supports(case, spec.device)
         if why:
             raise FlashbenchError(why)

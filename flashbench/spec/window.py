@@ -1,4 +1,9 @@
-"""Sliding-window (local) attention: the window's convention, its text form, and the mask it makes. Pure: no torch.
+"""The attention mask, in one place: which keys each query sees (causal, a sliding window, seq_q vs seq_k aligned
+bottom-right), and what follows from it: the visible pairs (`visible`, elementwise on ints or tensors: the oracle's
+mask, the torch baselines' explicit masks and FlexAttention's mask_mod), the key span of a block of queries and the
+query span of a block of keys (`key_span`, `row_span`: the byte model's visited tiles), the unmasked pairs
+(`unmasked_pairs`: the FLOP model), and the cases the rule leaves undefined (`keyless_queries`). Pure: no torch.
+A new mask kind (a document mask for packed batches) is a new rule here, then its kernels.
 
 Convention (flash-attn's `window_size`, aligned bottom-right like flashbench's causal mask): query i sits at key
 position p = i + seq_k - seq_q and sees keys j with p - left <= j <= p + right; -1 = no limit on that side. A
@@ -15,11 +20,14 @@ Text form (`--window L,R`, a Case's `window` field): "L,R" with L, R whole numbe
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from flashbench.errors import FlashbenchError
 
 Window = tuple[int, int]
+# Where query i sits among the keys: bottom-right at key i + seq_k - seq_q (flash-attn >= 2.1, flashbench's
+# kernels, the oracle), top-left at key i (PyTorch's is_causal for seq_q != seq_k; the FLOP model can count it).
+Alignment = Literal["bottom-right", "top-left"]
 _PAIR = re.compile(r"^\s*([+-]?\d+)\s*,\s*([+-]?\d+)\s*$")
 _NONE = ("", "none", "off", "full")
 
@@ -76,22 +84,41 @@ def effective(causal: bool, window: Window | None) -> Window | None:
     return left, right
 
 
+def bounds(causal: bool, window: Window | None) -> Window:
+    """(left, right): the keys before and after its position that a query sees, -1 = no limit; causal is right = 0
+    (a window whose right > 0 contradicts causal: `effective` refuses it, and here it counts as causal)."""
+    left, right = window if window is not None else (-1, -1)
+    return left, 0 if causal else right
+
+
+def masked(causal: bool, window: Window | None) -> bool:
+    """Whether any (query, key) pair is masked out by the rule (beyond what seq_q, seq_k hold)."""
+    return causal or window is not None
+
+
+def offset(seq_q: Any, seq_k: Any, alignment: Alignment = "bottom-right") -> Any:
+    """The key position of query 0 (ints, or a tensor of per-sequence key counts)."""
+    return seq_k - seq_q if alignment == "bottom-right" else 0
+
+
 def keyless_queries(seq_q: int, seq_k: int, causal: bool, window: Window | None) -> int:
     """How many of seq_q queries over seq_k keys see no key at all: the first seq_q - seq_k - right, where the
     mask bounds the right side (causal: right = 0); 0 without such a bound or for a contradictory window."""
     try:
-        bounds = effective(causal, window)
+        effective(causal, window)
     except ValueError:
         return 0  # the plan marks it unsupported
-    right = bounds[1] if bounds is not None else (0 if causal else -1)
+    right = bounds(causal, window)[1]
     return max(0, seq_q - seq_k - right) if right >= 0 else 0
 
 
-def visible(rows: Any, cols: Any, seq_q: int, seq_k: int, causal: bool, window: Window | None) -> Any:
-    """Whether query `rows` see key `cols` (ints, or broadcasting tensors: the oracle's and the baselines' mask);
-    True (a plain bool) when nothing is masked."""
-    left, right = effective(causal, window) or (-1, 0 if causal else -1)
-    pos = rows + (seq_k - seq_q)
+def visible(rows: Any, cols: Any, seq_q: Any, seq_k: Any, causal: bool, window: Window | None) -> Any:
+    """Whether query `rows` see key `cols` (ints, or broadcasting tensors; seq_k may be a tensor of per-sequence
+    key counts): the oracle's mask, the baselines' bool masks and mask_mods. True (a plain bool) when nothing is
+    masked; ValueError for a window that contradicts causal."""
+    effective(causal, window)
+    left, right = bounds(causal, window)
+    pos = rows + offset(seq_q, seq_k)
     if right >= 0 and left >= 0:
         return (cols <= pos + right) & (cols >= pos - left)
     if right >= 0:
@@ -99,3 +126,73 @@ def visible(rows: Any, cols: Any, seq_q: int, seq_k: int, causal: bool, window: 
     if left >= 0:
         return cols >= pos - left
     return True
+
+
+def key_span(
+    first_row: int,
+    last_row: int,
+    seq_q: int,
+    seq_k: int,
+    causal: bool,
+    window: Window | None,
+    alignment: Alignment = "bottom-right",
+) -> tuple[int, int]:
+    """Keys [lo, hi) seen by some query row of [first_row, last_row] (hi <= lo: none)."""
+    left, right = bounds(causal, window)
+    at = offset(seq_q, seq_k, alignment)
+    hi = seq_k if right < 0 else max(0, min(seq_k, last_row + at + right + 1))
+    lo = 0 if left < 0 else max(0, min(seq_k, first_row + at - left))
+    return lo, hi
+
+
+def row_span(
+    first_key: int,
+    last_key: int,
+    seq_q: int,
+    seq_k: int,
+    causal: bool,
+    window: Window | None,
+    alignment: Alignment = "bottom-right",
+) -> tuple[int, int]:
+    """Query rows [lo, hi) that see some key of [first_key, last_key] (hi <= lo: none)."""
+    left, right = bounds(causal, window)
+    at = offset(seq_q, seq_k, alignment)
+    lo = 0 if right < 0 else max(0, min(seq_q, first_key - at - right))
+    hi = seq_q if left < 0 else max(0, min(seq_q, last_key - at + left + 1))
+    return lo, hi
+
+
+def unmasked_pairs(
+    seq_q: int,
+    seq_k: int,
+    causal: bool,
+    alignment: Alignment = "bottom-right",
+    window: Window | None = None,
+) -> int:
+    """Number of (query, key) pairs that the mask keeps, for one batch element and one head (the FLOP model's
+    pairs: models/flops.py), in closed form."""
+    if seq_q < 0 or seq_k < 0:
+        raise ValueError("sequence lengths must be >= 0")
+    at = offset(seq_q, seq_k, alignment)
+    left, right = bounds(causal, window)
+    # Row i keeps clamp(p + right + 1, 0, seq_k) - clamp(p - left, 0, seq_k) keys (never negative): the keys at
+    # or before p + right minus those before p - left, each summed over the rows in closed form.
+    keep = _clamped_ramp(seq_q, seq_k, at + right) if right >= 0 else seq_q * seq_k
+    if left >= 0:
+        keep -= _clamped_ramp(seq_q, seq_k, at - left - 1)
+    return keep
+
+
+def _clamped_ramp(seq_q: int, seq_k: int, at: int) -> int:
+    """sum over rows i < seq_q of clamp(i + at + 1, 0, seq_k): the keys at or before i + at."""
+    # Three ranges of rows: those that keep nothing, those on the ramp, those that keep all seq_k keys.
+    first_ramp = max(0, -at)  # first row with at least one key
+    first_full = max(0, min(seq_q, seq_k - at - 1))  # first row that keeps all keys
+    first_full = max(first_full, first_ramp)
+    ramp_rows = first_full - first_ramp
+    # keys kept on the ramp: (first_ramp + at + 1) ... (first_full - 1 + at + 1)
+    lo = first_ramp + at + 1
+    hi = first_full + at
+    ramp = (lo + hi) * ramp_rows // 2 if ramp_rows > 0 else 0
+    full = max(0, seq_q - first_full) * seq_k
+    return ramp + full
