@@ -39,10 +39,6 @@ VARIANTS = {  # "ws" is flash_ws's default for the head dim; "ws3" three consume
     "ws2p": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2},
     "ws3p": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2},
     "ws3p-s3": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 3},
-    "ws3p-h16": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 16},
-    # each P V wait held below the next block's softmax (flash_ws.PIN_WAIT): ws2 and ws2p with it
-    "ws2-pin": {"BLOCK_M": 128, "PIN_WAIT": 1},
-    "ws2p-pin": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2, "PIN_WAIT": 1},
 }
 
 
