@@ -2,7 +2,7 @@
 
 Not the benchmark of record (that is `flashbench sweep`): an A/B of forward variants in one process, on the
 speed preset's shapes (16k tokens per batch, hidden 2048 so heads = 2048 / d, bf16). Rounds rotate the order of
-the providers (reversed every other round); each timing is flashbench.timing.time_cuda (L2 flushed, 50 ms
+the providers (reversed every other round); each timing is flashbench.engine.timing.time_cuda (L2 flushed, 50 ms
 warm-up, 100 ms of samples); the table gives the median over rounds of each round's median.
 
     python3 benchmarks/ws_quick.py check             # correctness of every variant against fp32 math
