@@ -83,7 +83,7 @@ PRODUCER_REGS = 24
 # ONE_PASS: four warpgroups (the consumers, dQ's, the producer warp's) share the 64K registers, 512 per lane:
 # the second consumer 216, dQ's 64 (the least ptxas keeps setmaxnreg for with its 32 fp32 accumulators), the
 # producer's 24, and Triton gives the first consumer (the default partition) the rest, 208. Fewer for the
-# consumers and ptxas serializes their wgmmas (`benchmarks/sm90_compile.py` prints "serialized").
+# consumers and ptxas serializes their wgmmas (`tools/sm90_compile.py` prints "serialized").
 ONE_PASS_REGS = (216, 64)
 
 
