@@ -6,8 +6,8 @@
 Each variant is `flashbench.kernels.backward.attention_backward` with that dK/dV config (null: the tl dK/dV pass,
 autotuned, as with FLASHBENCH_GLUON_BWD=0) and the tl dQ pass; "cudnn" is SDPA's cuDNN backward (torch.autograd.grad of its output). Shapes: the speed preset's
 (bf16, hidden 2048, 16k tokens per batch), causal and not. Every variant's dQ, dK, dV is checked against the tl
-backward first (max |difference| / max |tl|, printed). Timing: triton.testing.do_bench (L2 cleared between
-calls), the variants in rotating order for --rounds rounds, the median of the round medians; TFLOP/s counts the
+backward first (max |difference| / max |tl|, printed). Timing: as the autotuner times
+(flashbench.engine.timing.time_cuda: L2 flushed, 50 ms of warm-up, 100 ms of samples), the variants in rotating order for --rounds rounds, the median of the round medians; TFLOP/s counts the
 backward as 2.5 forwards (causal: half the pairs).
 """
 
@@ -28,6 +28,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 from flashbench.kernels.backward import attention_backward, last_bwd_config  # noqa: E402
 from flashbench.kernels.flash_v2 import attention_forward  # noqa: E402
+
+from flashbench.engine.timing import L2Flusher, time_cuda  # noqa: E402
 
 DEFAULT_VARIANTS = '{"tl": null, "ws": {"kernel": "gluon-ws"}}'
 
@@ -68,9 +70,10 @@ def measure(
     calls["cudnn"] = functools.partial(torch.autograd.grad, out, (qr, kr, vr), do, retain_graph=True)
     names = list(calls)
     times: dict[str, list[float]] = {name: [] for name in names}
+    flush = L2Flusher("cuda")
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            times[name].append(triton.testing.do_bench(calls[name], warmup=50, rep=300))
+            times[name].append(statistics.median(time_cuda(calls[name], flush=flush)))
     flops = 4 * b * h * n * n * d * 2.5 * (0.5 if causal else 1.0)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     cells = [

@@ -25,6 +25,7 @@ and then gaps fall inside the events.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -88,6 +89,9 @@ def shape(row: Row) -> dict[str, Any]:
 
 
 def main() -> int:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     if not torch.cuda.is_available():
         print("fidelity: needs a CUDA GPU", file=sys.stderr)
         return 3

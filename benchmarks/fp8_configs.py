@@ -9,8 +9,9 @@ unless --causal; inputs quantized from bf16 per (batch, K/V head), V in the kern
     python3 benchmarks/fp8_configs.py --no-space --extra 64,128,4,3 --gluon   # one tl config beside Gluon's
 
 Each tl config of the space (unless --no-space), plus a few outside it (--extra), and with --gluon the Gluon
-kernel's configs (GLUON: K/V stages 2-4, one program per tile or persistent) is timed with triton.testing.do_bench (median, L2
-flushed between samples) after one checked call; the bf16 bundled forward (its default kernel) in the same
+kernel's configs (GLUON: K/V stages 2-4, one program per tile or persistent) is timed as the autotuner does
+(flashbench.engine.timing.time_cuda: L2 flushed, 50 ms of warm-up, 100 ms of samples, the median) after one
+checked call; the bf16 bundled forward (its default kernel) in the same
 process. Prints TFLOP/s per config and shape and the best config per shape; writes $OUT/fp8_configs.json. A
 config that does not compile or run is printed with its error.
 """
@@ -21,13 +22,14 @@ import argparse
 import functools
 import json
 import os
+import statistics
 
 import torch
-import triton
 from flashbench.kernels import flash_attn, last_config, value_layout
 from flashbench.kernels.configs import FP8_FWD_SPACE, config_dict
 
 from flashbench.engine import fp8
+from flashbench.engine.timing import L2Flusher, time_cuda
 from flashbench.models.flops import attention_flops
 
 EXTRA = ((128, 256, 8, 2), (64, 128, 4, 3), (128, 128, 8, 3, 168))
@@ -54,7 +56,8 @@ def study(d: int, n: int, causal: bool, configs: list[dict]) -> dict:
     scales = {"q_descale": qd, "k_descale": kd, "v_descale": vd}
     vt = value_layout(v8)
     flops = attention_flops(b, h, n, n, d, causal, "fwd")
-    ms = triton.testing.do_bench(functools.partial(flash_attn, q, k, v, causal=causal), warmup=50, rep=200)
+    flush = L2Flusher("cuda")
+    ms = statistics.median(time_cuda(functools.partial(flash_attn, q, k, v, causal=causal), flush=flush))
     row = {"d": d, "N": n, "batch": b, "heads": h, "bf16": flops / ms / 1e9, "bf16_config": last_config()}
     ref = flash_attn(q8, k8, v8, causal=causal, **scales)
     for cfg in configs:
@@ -62,7 +65,7 @@ def study(d: int, n: int, causal: bool, configs: list[dict]) -> dict:
         call = functools.partial(flash_attn, q8, k8, vt, causal=causal, config=cfg, **scales)
         try:
             torch.testing.assert_close(call(), ref, atol=0.05, rtol=0.05)  # every config: the same output
-            row[name] = flops / triton.testing.do_bench(call, warmup=50, rep=200) / 1e9
+            row[name] = flops / statistics.median(time_cuda(call, flush=flush)) / 1e9
         except Exception as exc:  # a config that does not fit: recorded, not hidden
             row[name] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
     return row

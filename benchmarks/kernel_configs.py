@@ -10,8 +10,9 @@ This is the evidence behind the config spaces in kernels/configs.py, not the ben
     TRITON_INTERPRET=1 python benchmarks/kernel_configs.py time --smoke   # CPU: tiny shapes, checks the script
 
 `run` first starts `--jobs` processes that only compile (each launches its share of the kernels once, which
-fills Triton's on-disk cache), then times everything in this process with triton.testing.do_bench (median,
-L2 flushed between samples), every binary loaded from the cache. Writes $OUT/kernel_configs.json and prints the
+fills Triton's on-disk cache), then times everything in this process as the autotuner does
+(flashbench.engine.timing.time_cuda: L2 flushed, 50 ms of warm-up, 100 ms of samples, the median), every binary
+loaded from the cache. Writes $OUT/kernel_configs.json and prints the
 best configs per shape. A config that does not compile or run is recorded with its error, not hidden.
 """
 
@@ -28,7 +29,6 @@ import time
 from typing import Any
 
 import torch
-import triton
 from flashbench.kernels import backward_dkdv, backward_dq, flash_attn, flash_v2
 from flashbench.kernels.backward import attention_backward
 from flashbench.kernels.configs import FWD_SPACE
@@ -36,6 +36,7 @@ from flashbench.kernels.flash_v2 import attention_forward
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+from flashbench.engine.timing import L2Flusher, time_cuda
 from flashbench.models.flops import attention_flops
 
 HIDDEN, TOKENS = 2048, 16384
@@ -51,7 +52,7 @@ FWD = [  # (BLOCK_M, BLOCK_N, warps, stages)
 # Forward variants side by side per config (TMA on): keys merged into the forced config. "maxnreg" caps the
 # registers per thread (two 8-warp programs per SM at 128). Variants measured and removed since (per-program
 # descriptors, P V overlapped with the next block's softmax "OV", Triton's warp specialization "WS", Q in
-# registers, lazy rescaling "LR") are in docs/benchmarks.md with the commit that had them.
+# registers, lazy rescaling "LR") are in docs/kernels.md, measured and not adopted.
 FWD_VARIANT_CONFIGS = [c[:4] for c in FWD_SPACE[:7]]  # the autotuner's configs for d = 64 and 128
 FWD_VARIANTS = [{}, {"maxnreg": 128}]
 JIT = {"dkdv": backward_dkdv._bwd_dkdv, "dq": backward_dq._bwd_dq}  # whose compiled kernels give regs, spills
@@ -230,10 +231,11 @@ def time_all(out_path: str | None) -> list[dict[str, Any]]:
                 )
                 continue
             ready.append((row, call))
+        flush = L2Flusher("cuda") if DEVICE == "cuda" else None
         for _ in range(ROUNDS if DEVICE == "cuda" else 1):
             for row, call in ready:
-                if DEVICE == "cuda":
-                    ms = triton.testing.do_bench(call, warmup=25, rep=100, return_mode="median")
+                if flush is not None:
+                    ms = statistics.median(time_cuda(call, flush=flush))
                 else:  # smoke test: one timed call
                     t0 = time.perf_counter()
                     call()

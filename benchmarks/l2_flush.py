@@ -17,6 +17,7 @@ and a pure read of 134 MB (torch.sum over bf16) as the control: its time under "
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -78,6 +79,9 @@ def control(mode: str, opts: Options, ctx: Context) -> dict[str, Any]:
 
 
 def main() -> int:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     if not torch.cuda.is_available():
         print("l2_flush: needs a CUDA GPU", file=sys.stderr)
         return 3

@@ -11,6 +11,7 @@ N = 8192 forward read 692 TFLOP/s in `quick` and 624 in `speed` on one H100 with
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -26,6 +27,9 @@ CASES += ["--tokens", "16384", "--causal", "both", "--mode", "fwd"]
 
 
 def main() -> int:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     out_dir = Path(os.environ.get("OUT", "."))
     table: dict[str, dict[str, dict]] = {}
     for preset, i in RUNS:

@@ -2,7 +2,7 @@
 
 Not the benchmark of record (that is `flashbench sweep`): an A/B of forward variants in one process, on the
 speed preset's shapes (16k tokens per batch, hidden 2048 so heads = 2048 / d, bf16). Rounds rotate the order of
-the providers (reversed every other round); each timing is flashbench.timing.time_cuda (L2 flushed, 50 ms
+the providers (reversed every other round); each timing is flashbench.engine.timing.time_cuda (L2 flushed, 50 ms
 warm-up, 100 ms of samples); the table gives the median over rounds of each round's median.
 
     python3 benchmarks/ws_quick.py check             # correctness of every variant against fp32 math
@@ -39,10 +39,6 @@ VARIANTS = {  # "ws" is flash_ws's default for the head dim; "ws3" three consume
     "ws2p": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2},
     "ws3p": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2},
     "ws3p-s3": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 3},
-    "ws3p-h16": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "SCHED_HEADS": 16},
-    # each P V wait held below the next block's softmax (flash_ws.PIN_WAIT): ws2 and ws2p with it
-    "ws2-pin": {"BLOCK_M": 128, "PIN_WAIT": 1},
-    "ws2p-pin": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2, "PIN_WAIT": 1},
 }
 
 

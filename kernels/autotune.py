@@ -12,7 +12,7 @@ Per key (kernel name, sequence-length bucket, compile-time arguments, Q's dtype,
   1. every candidate is compiled and run once; one that does not fit the GPU (out of shared memory or
      registers, a ptxas failure) is dropped;
   2. ROUNDS rounds, the order reversed every other round, each timing every candidate exactly as the sweep
-     times a case (flashbench.timing.time_cuda: WARMUP_MS of warm-up, then REP_MS of samples, L2 flushed
+     times a case (flashbench.engine.timing.time_cuda: WARMUP_MS of warm-up, then REP_MS of samples, L2 flushed
      before each, CUDA events), so each candidate is judged at the clocks it sustains;
   3. the candidate with the lowest median of its round medians wins (ties: the earlier in the space): one
      round disturbed by a clock change does not decide (seen on an H100 with two rounds: one candidate's
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 ROUNDS = 3
-WARMUP_MS = 50.0  # per candidate and round: the sweep's defaults (flashbench.timing.time_cuda)
+WARMUP_MS = 50.0  # per candidate and round: the sweep's defaults (flashbench.engine.timing.time_cuda)
 REP_MS = 100.0
 
 # key -> the tuned config; one process-wide table for every kernel (the key starts with the kernel's name)

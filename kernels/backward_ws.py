@@ -12,7 +12,8 @@ their rows' LSE and D, which the consumers read from there where they use them).
   dV += P^T dO,  dK += dS^T Q                              (P^T, dS^T as register A operands)
 and releases the stage; at the end dK *= sm_scale, and dK, dV leave through shared memory by TMA. The consumers do
 not take turns: two warpgroups running freely keep the tensor cores fed while either computes P^T and dS^T.
-ROTATE=1 starts program p's walk at its p-th query block (1-3% faster on an H100).
+The programs launch one K/V head after another (a grid [key blocks, B * H_KV]), and program p starts its walk at
+its p-th query block (1-3% faster than every program starting at the first; docs/kernels.md, the backward).
 
 ONE_PASS=1 (the default): the consumers also store dS to shared memory, and a third warpgroup (_dq_partition)
 computes dQ = dS K over the program's 128 keys from it and the resident K, and adds it into a zeroed fp32 dQ by
@@ -59,27 +60,19 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GLUON = False
 
 KEYS = 64  # keys per consumer warpgroup
-# The one-pass backward (dQ here too), one K/V head after another (SCHED_HEADS 0), with two stages of Q and dO at
-# d = 128 and three at d = 64; TWO_PASS updates it where dQ must be deterministic (two stages measured best
-# there). H100, bf16, `python3 benchmarks/backward_ab.py --dims 128,64 --seqs 2048,8192 --rounds 3 --variants ...`
-# (2026-11-25), us, stages 3 / 2 one head after another, then 3 / 2 in groups of 2 heads key block by key block
-# (_program): d = 128 causal 895 / 861 / 934 / 884 (N = 2048), 2736 / 2660 / 2826 / 2623 (8192); not causal 1401 /
-# 1373 / 1490 / 1398, 4901 / 4884 / 5126 / 4909; d = 64 causal 1015 / 1008 / 1051 / 1020, 3107 / 3182 / 3214 /
-# 3167; not causal 1597 / 1604 / 1722 / 1630, 5693 / 5761 / 6032 / 5764. The same at N = 4096 and 16384 on
-# another H100 ranked them alike (two stages one head after another best at d = 128 in three of four shapes).
+# The one pass with two stages of Q and dO at d = 128 and three at d = 64; TWO_PASS updates it where dQ must be
+# deterministic (two stages measured best there too; docs/kernels.md, the backward).
 DEFAULT_CONFIG = {
-    64: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 3, "ROTATE": 1, "ONE_PASS": 1},
-    128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ROTATE": 1, "ONE_PASS": 1},
+    64: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 3, "ONE_PASS": 1},
+    128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ONE_PASS": 1},
 }
 TWO_PASS = {"ONE_PASS": 0, "STAGES": 2}
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (64,),
     "NUM_WG": (2,),
-    "STAGES": (1, 2, 3),
-    "ROTATE": (0, 1),
+    "STAGES": (2, 3),
     "ONE_PASS": (0, 1),
-    "SCHED_HEADS": (0, 1, 2, 4, 8, 16),
     # reported with the config (derived from NUM_WG and ONE_PASS), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1, 4 * 2 + 4 + 1),
@@ -90,7 +83,7 @@ PRODUCER_REGS = 24
 # ONE_PASS: four warpgroups (the consumers, dQ's, the producer warp's) share the 64K registers, 512 per lane:
 # the second consumer 216, dQ's 64 (the least ptxas keeps setmaxnreg for with its 32 fp32 accumulators), the
 # producer's 24, and Triton gives the first consumer (the default partition) the rest, 208. Fewer for the
-# consumers and ptxas serializes their wgmmas (`benchmarks/sm90_compile.py` prints "serialized").
+# consumers and ptxas serializes their wgmmas (`tools/sm90_compile.py` prints "serialized").
 ONE_PASS_REGS = (216, 64)
 
 
@@ -100,8 +93,7 @@ def enabled() -> bool:
 
 
 # Where the backward takes this kernel by default: the shortest query length per (head dim, causal); None: never.
-# One pass (`python3 benchmarks/backward_ab.py --seqs 1024,2048`, H100, bf16, the speed preset's shapes,
-# 2026-11-25): 1.03-1.12x cuDNN's backward at d = 64 and 128 from N = 1024, where the two tl passes ran 0.78-1.01x
+# The one pass ran 1.03-1.12x cuDNN's backward from N = 1024, where the two tl passes ran 0.78-1.01x
 # (docs/kernels.md, the backward).
 MIN_SEQ: dict[tuple[int, bool], int | None] = {
     (64, False): 1024,
@@ -109,9 +101,8 @@ MIN_SEQ: dict[tuple[int, bool], int | None] = {
     (128, False): 1024,
     (128, True): 1024,
 }
-# Where dQ must be deterministic (torch.use_deterministic_algorithms), the two passes: the Gluon dK/dV pass took
-# 0.91-0.97x the tl passes' time at d = 128 (N = 1024-8192) but 1.02-1.06x at d = 64, where the tl dK/dV pass's
-# 32-query tiles are faster.
+# Where dQ must be deterministic (torch.use_deterministic_algorithms), the two passes: the Gluon dK/dV pass only
+# at d = 128 (0.91-0.97x the tl pass's time; at d = 64 the tl pass's 32-query tiles are faster).
 MIN_SEQ_TWO_PASS: dict[tuple[int, bool], int | None] = {
     (64, False): None,
     (64, True): None,
@@ -205,8 +196,6 @@ if HAVE_GLUON:
         sched,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
-        ROTATE: gl.constexpr,
-        HEADS: gl.constexpr,
     ):
         """One warp: this consumer's K and V slices once, then Q, dO, LSE and D of each query block into ring
         stage i % STAGES once every consumer has released it (empty[s])."""
@@ -216,45 +205,30 @@ if HAVE_GLUON:
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
-        nb, bkv = _program(sched, BLOCK_N, HEADS)
+        nb, bkv = _program()
         n0 = nb * BLOCK_N
         mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
         for w in gl.static_range(NUM_WG):
             tma.async_copy_global_to_shared(kd, [bkv * N_K + n0 + w * 64, 0], kv_bar, k_smem.index(w))
             tma.async_copy_global_to_shared(vd, [bkv * N_K + n0 + w * 64, 0], kv_bar, v_smem.index(w))
-        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL, HEADS)
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
         for i in range(GROUP * walk[2]):
-            row = _block(i, walk, ROTATE * nb, N_Q, BLOCK_M)[1]
+            row = _block(i, walk, nb, N_Q, BLOCK_M)[1]
             _load_block(i, row, descs, smem, bars)
 
     @gluon.jit
-    def _program(sched, BLOCK_N: gl.constexpr, HEADS: gl.constexpr):
-        """This program's (key block, batch * K/V head). Programs start in launch order, so that order is the
-        schedule: HEADS = 0, a grid [key blocks, B * H_KV] (the key blocks of one head after another); HEADS > 0,
-        a 1-D grid over the heads in groups of HEADS, within a group key block by key block (under a causal mask
-        the first key blocks see the most query blocks: the longest programs start first, the last ones are
-        short, and a group's Q and dO stay in L2 while its programs run)."""
-        if HEADS == 0:
-            nb = gl.program_id(0)
-            bkv = gl.program_id(1)
-        else:
-            N_K = sched[3]
-            t = gl.program_id(0)
-            num_n = gl.cdiv(N_K, BLOCK_N)
-            base = (t // (num_n * HEADS)) * HEADS
-            heads = gl.minimum(gl.num_programs(0) // num_n - base, HEADS)
-            r = t - base * num_n
-            nb = r // heads
-            bkv = base + r % heads
-        return nb, bkv
+    def _program():
+        """This program's (key block, batch * K/V head): a grid [key blocks, B * H_KV], so programs start one K/V
+        head after another."""
+        return gl.program_id(0), gl.program_id(1)
 
     @gluon.jit
-    def _walk(sched, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, HEADS: gl.constexpr):
+    def _walk(sched, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
         """The query blocks every partition of the program walks, as (head0, lo, n_m): rows of query head
         head0 + j (Q viewed as [B * H * N_Q, D]) for the GQA group's j < GROUP, blocks lo .. lo + n_m - 1 of each
         (causal: from the first block that sees one of the program's keys)."""
         H, GROUP, N_Q, N_K = sched
-        nb, bkv = _program(sched, BLOCK_N, HEADS)
+        nb, bkv = _program()
         lo = 0
         if CAUSAL:
             lo = gl.maximum(nb * BLOCK_N - (N_K - N_Q), 0) // BLOCK_M
@@ -264,7 +238,8 @@ if HAVE_GLUON:
     @gluon.jit
     def _block(i, walk, spin, N_Q, BLOCK_M: gl.constexpr):
         """The program's i-th query block of `walk` (_walk), as (block index m, its first row): query head
-        head0 + i // n_m, block lo + (i % n_m + spin) % n_m (spin: ROTATE's start)."""
+        head0 + i // n_m, block lo + (i % n_m + spin) % n_m (spin: the program's key block, where its walk
+        starts)."""
         head0, lo, n_m = walk
         m = lo + (i % n_m + spin) % n_m
         return m, (head0 + i // n_m) * N_Q + m * BLOCK_M
@@ -313,8 +288,6 @@ if HAVE_GLUON:
         WG: gl.constexpr,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
-        ROTATE: gl.constexpr,
-        HEADS: gl.constexpr,
         ONE_PASS: gl.constexpr,
     ):
         """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of the program's block. Each query block's matmuls
@@ -338,10 +311,10 @@ if HAVE_GLUON:
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         key_s: gl.constexpr = gl.SliceLayout(1, s_layout)
 
-        nb, bkv = _program(sched, BLOCK_N, HEADS)
+        nb, bkv = _program()
         n0 = nb * BLOCK_N
         causal_off = N_K - N_Q
-        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL, HEADS)
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
         my_n0 = n0 + WG * 64
         keys = my_n0 + gl.arange(0, 64, key_s)
         k = k_smem.index(WG)
@@ -355,7 +328,7 @@ if HAVE_GLUON:
         LEAN: gl.constexpr = ONE_PASS and (HEAD_DIM == 128 or not CAUSAL)
         mbarrier.wait(kv_bar, 0)
         for i in range(GROUP * walk[2]):
-            m = _block(i, walk, ROTATE * nb, N_Q, BLOCK_M)[0]
+            m = _block(i, walk, nb, N_Q, BLOCK_M)[0]
             s = i % STAGES
             q = q_smem.index(s)
             do = do_smem.index(s)
@@ -411,8 +384,6 @@ if HAVE_GLUON:
         sm_scale,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
-        ROTATE: gl.constexpr,
-        HEADS: gl.constexpr,
     ):
         """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
@@ -427,8 +398,8 @@ if HAVE_GLUON:
         dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
         )
-        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL, HEADS)
-        spin = ROTATE * _program(sched, BLOCK_N, HEADS)[0]
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+        spin = _program()[0]
         zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
@@ -478,8 +449,6 @@ if HAVE_GLUON:
         NUM_WG: gl.constexpr,
         STAGES: gl.constexpr,
         CAUSAL: gl.constexpr,
-        HEADS: gl.constexpr,  # launch order: 0 one K/V head after another, else groups of HEADS heads, key block-major
-        ROTATE: gl.constexpr,  # program p walks its query blocks from its p-th (mod their count) on
         ONE_PASS: gl.constexpr,  # a third warpgroup adds dQ = dS K into dqd's tensor (_dq_partition)
         CONSUMER_REGS: gl.constexpr,
         PRODUCER_REGS: gl.constexpr,
@@ -528,10 +497,10 @@ if HAVE_GLUON:
         if ONE_PASS:  # a fourth warpgroup: dQ
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ROTATE, HEADS, ONE_PASS)),
-                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ROTATE, HEADS, ONE_PASS)),
-                    (_dq_partition, (smem, bars, dqd, sched, sm_scale, BLOCK_N, CAUSAL, ROTATE, HEADS)),
-                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE, HEADS)),
+                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ONE_PASS)),
+                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ONE_PASS)),
+                    (_dq_partition, (smem, bars, dqd, sched, sm_scale, BLOCK_N, CAUSAL)),
+                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, DQ_REGS, PRODUCER_REGS],
@@ -539,9 +508,9 @@ if HAVE_GLUON:
         else:  # the producer is one warp
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ROTATE, HEADS, ONE_PASS)),
-                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ROTATE, HEADS, ONE_PASS)),
-                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL, ROTATE, HEADS)),
+                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ONE_PASS)),
+                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ONE_PASS)),
+                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
@@ -568,7 +537,6 @@ class DkdvPlan:
         self.dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
         self.sizes = (H, H // Hkv, Nq, Nk)
         self.geometry: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
-        heads = cfg.get("SCHED_HEADS", 0)
         num_n = cdiv(Nk, num_wg * KEYS)
         constexprs = {
             "HEAD_DIM": D,
@@ -576,15 +544,12 @@ class DkdvPlan:
             "NUM_WG": num_wg,
             "STAGES": cfg["STAGES"],
             "CAUSAL": bool(causal),
-            "ROTATE": cfg["ROTATE"],
-            "HEADS": heads,
             "ONE_PASS": self.one_pass,
             "CONSUMER_REGS": ONE_PASS_REGS[0] if self.one_pass else CONSUMER_REGS,
             "PRODUCER_REGS": PRODUCER_REGS,
             "DQ_REGS": ONE_PASS_REGS[1],
         }
-        grid = (num_n * B * Hkv,) if heads else (num_n, B * Hkv)
-        self.call = KernelCall(_bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
+        self.call = KernelCall(_bwd_dkdv_ws, (num_n, B * Hkv), constexprs, {"num_warps": 4})
         warps = 4 * num_wg + (4 + 1 if self.one_pass else 1)
         self.config = {"kernel": "gluon-ws", **cfg, "BLOCK_N": num_wg * KEYS, "num_warps": warps}
 

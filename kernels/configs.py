@@ -39,10 +39,8 @@ FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (64, 64, 4, 3),
     (64, 32, 4, 2),
 )
-# A register cap (a fifth entry, maxnreg) fits two 8-warp programs on an SM: on an H100 it lifts (128, 64, 8, 2)
-# at d=128 by 4-24% and (128, 128, 8, 2) at d=64 by 24-50%, but never past the best uncapped tile, and
-# (64, 128, 4, 2) capped at d=128 spills (8x slower) (`python3 benchmarks/kernel_configs.py run --kinds
-# variants,sdpa --seqs 4096,16384`); so the space has none. config={"maxnreg": 128, ...} forces one.
+# No register cap (a fifth entry, maxnreg): it never lifted a tile past the best uncapped one (docs/kernels.md,
+# measured and not adopted). config={"maxnreg": 128, ...} forces one.
 # The stored-P and FA1-order forwards are measuring devices, not speed targets: a smaller space keeps their
 # autotune (and a sweep's compile time) short.
 VARIANT_FWD_SPACE: tuple[tuple[int, ...], ...] = (
@@ -54,9 +52,8 @@ VARIANT_FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (64, 32, 4, 2),
 )
 # The FP8 forward's space (flash_fp8.py): FA3's 128-row query tiles, 64- or 128-key blocks, 4 or 8 warps, 2-4
-# stages (e4m3 tiles are half the bytes of bf16 ones, so deeper pipelines fit), and 64-row tiles. On an H100 at
-# d = 128, N = 4k-16k (`python3 benchmarks/fp8_configs.py`): (128, 64, 4, 3) 735-743 TFLOP/s and (64, 128, 4, 3)
-# 737-762 led; 8-warp 128-row tiles reached 605-687.
+# stages (e4m3 tiles are half the bytes of bf16 ones, so deeper pipelines fit), and 64-row tiles; the 4-warp
+# tiles led (docs/kernels.md, the FP8 forward).
 FP8_FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (128, 128, 8, 3),
     (128, 64, 4, 3),
@@ -120,15 +117,9 @@ def config_dict(entry: Sequence[int]) -> dict[str, int]:
 def register_budget(elem: int) -> int:
     """fp32 accumulator registers per thread (estimate) a config may need, of the 255 a thread can have.
 
-    16-bit inputs get 192. The forward's (128, 64, 4, 2) at d = 128 needs 192 and is the fastest d = 128 tile on an
-    H100 (ptxas: 255 registers, 20-26 bytes spilled, two 4-warp programs per SM): 490 / 511 / 541 TFLOP/s
-    non-causal at N = 4096 / 8192 / 16384 against 488 / 494 / 480 for (128, 128, 8, 3), the pick of a budget of
-    160 (`python3 benchmarks/kernel_configs.py run --kinds fwd,sdpa --seqs 2048,4096,8192,16384 --tma 1`). The
-    dK/dV pass's 128-key tiles need 192 too ((32, 128, 4, *) at d = 64, (64, 128, 8, *) at d = 128; 0-6 bytes
-    spilled), and on an H100 they cut the whole backward's time by 5.3% at d = 64 and 8.4% at d = 128
-    non-causal, N = 8192, against the best tile a budget of 160 let through, (32, 64, 4, 3)
-    (`python3 benchmarks/kernel_configs.py run --kinds dkdv,dq,sdpa --tma 1`). fp32 inputs (FMA dots, no tensor
-    cores) keep 160.
+    16-bit inputs get 192: the forward's fastest d = 128 tile, (128, 64, 4, 2), and the dK/dV pass's 128-key
+    tiles need it, and both beat the best tile a budget of 160 lets through (docs/kernels.md, configs). fp32
+    inputs (FMA dots, no tensor cores) keep 160.
     """
     return 192 if elem <= 2 else 160
 

@@ -50,11 +50,9 @@ from .common import LOG2E, KernelUnsupported, interpreting
 
 DECODE_HEAD_DIMS: tuple[int, ...] = (16, 32, 64, 128, 256)
 DECODE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
-# The kernel's tile per head dim on CUDA: BLOCK_N keys per step, num_warps, num_stages. On an H100 (bf16,
-# `python3 benchmarks/decode_speed.py --tune`): at d = 128, (128, 4, 3) was the best or within 3% of the best of
-# the tiles tried at every contiguous shape (2.78-3.04 TB/s from 537 MB of KV up), where (64, 4, 3) fell to
-# 2.76-2.87 at s = 1; at d = 64 (128, 4, 3) led too (2.58-2.60 TB/s at 268 MB); at d = 256 (64, 4, 2) was within
-# 2% of (64, 4, 3) and (128, 4, 2), and (128, 4, 3) does not fit (274 KB of shared memory).
+# The kernel's tile per head dim on CUDA: BLOCK_N keys per step, num_warps, num_stages; the best or within 3% of
+# the best tile at every contiguous shape tried (docs/kernels.md, the decode kernel). (128, 4, 3) does not fit
+# at d = 256 (274 KB of shared memory).
 GPU_CONFIGS: dict[int, dict[str, int]] = {
     16: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
     32: {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
@@ -63,9 +61,8 @@ GPU_CONFIGS: dict[int, dict[str, int]] = {
     256: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
 }
 # A paged cache's tile: two more stages. The page-table load is a pipeline stage of its own, so the K/V loads
-# behind it get one shared-memory buffer at num_stages 3-4 and two (as contiguous at 3) at 5 (Triton 3.6 TTGIR).
-# H100, GQA 32/8 batch 1, 16-token pages: 57.6 us at N = 32k, 22.7 at 8k with (128, 4, 5) and 16 splits, against
-# 61.0 / 27.6 for the best of stages 2-4 (contiguous 53.7 / 21.6; `benchmarks/decode_speed.py --tune --grid`).
+# behind it get one shared-memory buffer at num_stages 3-4 and two (as contiguous at 3) at 5 (Triton 3.6 TTGIR);
+# 6-18% faster than the best of stages 2-4 (docs/kernels.md, the decode kernel).
 PAGED_CONFIGS: dict[int, dict[str, int]] = {
     d: {**cfg, "num_stages": cfg["num_stages"] + 2} if d <= 128 else cfg for d, cfg in GPU_CONFIGS.items()
 }
@@ -263,10 +260,9 @@ def choose_num_splits(programs: int, capacity: int, block_n: int, slots: int) ->
     """Key splits per sequence when the caller gives none: flash-attn's num_splits_heuristic, in short.
 
     `programs`: kernel programs without splitting (sequences x KV heads x query-row blocks); `slots`: programs
-    that keep HBM busy: one per SM. One program per SM already streams HBM at full speed: at d = 128 on an
-    H100, 128 programs on the 132 SMs read 537 MB of KV at 2.78-2.84 TB/s, with 1 split (batch 16) or 4 (batch
-    4), and more splits only add work (2.47-2.68 TB/s at 32); a paged cache's tile (PAGED_CONFIGS) keeps as
-    many loads in flight (`python3 benchmarks/decode_speed.py --tune`, H100, bf16).
+    that keep HBM busy: one per SM. One program per SM already streams HBM at full speed, and more splits only
+    add work (docs/kernels.md, the decode kernel); a paged cache's tile (PAGED_CONFIGS) keeps as many loads in
+    flight.
     So: if the programs nearly fill the slots (80%), one split. Otherwise s splits cost waves(s) x blocks per
     split (the critical path: waves of programs over the slots, each streaming whole blocks of `block_n` keys
     of the `capacity`), and the pick is the fewest splits within 10% of the cheapest. Every split keeps at

@@ -26,20 +26,15 @@ Cautions:
   - GQA: query head h reads K/V head h // (heads // kv_heads).
   - Offsets of batch/head bases are int64 (B*H*N*D can pass 2^31 elements).
   - Hopper and newer (`use_tma`): Q, K, V and O move through 4-D [B, H, N, D] tensor descriptors built on the
-    host (loads past N zero-filled within the head, stores clipped); elsewhere through pointers. Against
-    per-head descriptors built by every program: forward median +2.5% over 70 config x shape pairs, +5.7% for
-    (64, 64, 4, 3) causal d=128 N=4096 on an H100 (`python3 benchmarks/kernel_configs.py run --kinds
-    variants,sdpa --tma 1` at commit 1a61f90, which had both paths).
-  - Causal grids run their query blocks from the last, heaviest one, so the light ones fill the grid's tail:
-    d=128 N=16384 2.450 -> 2.325 ms (+5.4%), d=64 N=4096 +2.5%, within the rounds' spread elsewhere, on an
-    H100 (both orders in rotation, benchmarks/schedule_ab.py at commit 1a61f90). The dQ pass gained nothing.
+    host (loads past N zero-filled within the head, stores clipped; faster than per-head descriptors built by
+    every program); elsewhere through pointers.
+  - Causal grids run their query blocks from the last, heaviest one, so the light ones fill the grid's tail
+    (+5.4% at d = 128 N = 16384; the dQ pass gained nothing).
   - Causal, BLOCK_N > BLOCK_M: the masked key range (the diagonal) runs in blocks of BLOCK_N // 2: with 64-row
-    query tiles and 128-key blocks every other tile's diagonal block lies half past the diagonal (6.25% ->
-    3.1% of the work wasted at N = 2048): d=64 causal N=2048 356 -> 372 TFLOP/s on an H100 (`python3
-    benchmarks/ws_quick.py speed --rounds 2 --dims 64` at commit 1a61f90).
-  - Tried here and left out (docs/benchmarks.md, H100): each block's P V issued after the next block's Q K^T
-    (FlashAttention-3's intra-warpgroup overlap; 0.95-0.96x median, never better than the best plain tile);
-    Triton's warp_specialize on the key loop (within 1%; 4-warp tiles do not compile on Triton 3.6).
+    query tiles and 128-key blocks every other tile's diagonal block lies half past the diagonal (+4.5% at
+    d = 64 causal N = 2048).
+  - Measured and left out: P V issued after the next block's Q K^T, Triton's warp_specialize on the key loop.
+The numbers and their commands: docs/kernels.md.
 """
 
 from __future__ import annotations

@@ -6,12 +6,11 @@ consumer warpgroups each own 64 rows of the query tile (BLOCK_M = 128 or 192, FA
   - inter-warpgroup ping-pong: a consumer issues its matmuls only on its turn (a ring of mbarriers, one per
     warpgroup), so one warpgroup's softmax runs while another's matmuls keep the tensor cores busy;
   - intra-warpgroup overlap: in iteration j a consumer issues S_j = Q K_j^T and then P_{j-1} V_{j-1}, and runs
-    the softmax of S_j while P_{j-1} V_{j-1} is still in flight. ptxas moves the wait for P_{j-1} V_{j-1} above
-    that softmax unless PIN_WAIT=1 holds it below (flash_ws_kernel._consumer_step); off by default until timed.
+    the softmax of S_j while P_{j-1} V_{j-1} is still in flight (ptxas moves that wait up above the softmax;
+    holding it below gained nothing: docs/kernels.md, measured and not adopted).
 Triton 3.6 does not generate either schedule from a tl.dot loop, which is why this kernel spells them out with
-Gluon's explicit layouts, barriers and warp_specialize (flash_ws_kernel.py): at d = 128 N = 8192 on an H100 the
-tensor pipe is busy 78.9% of the time for this kernel, 77.3% for cuDNN, 62.4% for the best tl tile (Nsight
-Compute, `python3 benchmarks/ncu_pipes.py drive --providers triton,sdpa-cudnn`).
+Gluon's explicit layouts, barriers and warp_specialize (flash_ws_kernel.py): it keeps the tensor pipe busier
+than the best tl tile (docs/kernels.md, the Gluon forward).
 
 Same contract as flash_v2._attn_fwd: q [B, H, Nq, D], k/v [B, Hkv, Nk, D], O in q's dtype, LSE2 (base-2
 log-sum-exp, fp32) per row, exp2 with the scale folded in, causal aligned bottom-right, GQA by h // (H // Hkv).
@@ -21,10 +20,9 @@ before row 0 and its warpgroups that own no row only keep the barrier protocol (
 PERSISTENT=1 launches one program per SM; each walks tiles t = pid, pid + programs, ... (in flash_ws_parts.tile's order), and
 the K/V ring, the turns and the Q barriers keep counting across its tiles (`it`: key blocks so far, `tc`: tiles
 so far). The output then has its own shared-memory buffers, so the next tile's Q can load during this tile's
-epilogue. The walk is static round-robin, balanced for equal tiles (no mask) but not for causal ones; LPT=1
-walks a table built on the host instead (lpt_table): the tiles in the same order, each handed to the program
-with the least work so far, as a dynamic scheduler would, so the longest tiles go first and the programs end
-together.
+epilogue. Without a mask the walk is static round-robin (the tiles are equal); under a causal mask LPT=1 walks
+a table built on the host (lpt_table): the tiles in the same order, each handed to the program with the least
+work so far, as a dynamic scheduler would, so the longest tiles go first and the programs end together.
 
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
 contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (the 2-D descriptors span all heads, so a partial
@@ -64,75 +62,46 @@ ROWS = 64  # query rows per consumer warpgroup
 # splits (240 / 240 / 24 with two consumers, 160 x 3 / 32 with three) fill the 64K-register file.
 CONSUMER_REGS = {2: 240, 3: 160}
 PRODUCER_REGS = {2: 24, 3: 32}
-# Keys per K/V tile: 64-key tiles were 5-16% slower than 128-key ones at d = 128 on an H100
-# (`python3 benchmarks/ws_quick.py speed --rounds 2`, variant "ws-n64" at commit 1a61f90).
-BLOCK_N = 128
-# Default config per (head dim, causal), from `python3 benchmarks/ws_quick.py speed` on an H100: d = 64 takes
-# FA3's 192-row tiles (three consumers), persistent when not causal (458 vs 437-445 TFLOP/s at N = 2048). Causal
-# tiles are unequal: a round-robin persistent walk is unbalanced (197 TFLOP/s at d = 64 N = 2048), but the
-# list-scheduled one (LPT=1, two stages) beat one program per tile with three stages (TFLOP/s, d = 128 causal,
-# N = 1k/2k/4k, groups of 4 heads: 403/492/550 vs 339/438/503, cuDNN 402/434/458; d = 64 causal N = 8k: 442 vs
-# 421; `python3 benchmarks/ws_quick.py speed --causal yes --variants '{"h4": {"BLOCK_M": 128, "PERSISTENT": 1,
-# "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}}'`, H100, 2026-11-25).
-# Three K/V stages were up to 14% ahead of two at d = 128 with one program per tile. The group of heads is
-# lpt_heads's: 4 while their K and V take at most LPT_GROUP_BYTES, else 1 (d = 128 causal, N = 8k/16k/32k: h1
-# 572/621/619, h4 548-559/596-603/595-601, one program per tile 553/598/591; d = 64 N = 32k: 483, 473, 466).
+BLOCK_N = 128  # keys per K/V tile: 64-key tiles were 5-16% slower at d = 128 (docs/kernels.md)
+# Default config per (head dim, causal), the measured winners (docs/kernels.md, the Gluon forward): d = 64 takes
+# FA3's 192-row tiles (three consumers), persistent when not causal; causal tiles are unequal, so they are
+# persistent and list-scheduled (LPT) over two stages; d = 128 not causal, one program per tile, three stages.
 _BASE = {"BLOCK_N": BLOCK_N, "SCHED_HEADS": 1}  # reported with every config (the byte model reads the tiles)
 _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
-LPT_GROUP_BYTES = 8 * 2**20
+LPT_GROUP_BYTES = 8 * 2**20  # lpt_heads: groups of 4 heads while their K and V fit, else one (2-4% faster)
 DEFAULT_CONFIG = {
     (64, False): {**_BASE, "BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1},
     (64, True): {**_BASE, "BLOCK_M": 192, **_LPT},
     (128, False): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
     (128, True): {**_BASE, "BLOCK_M": 128, **_LPT},
 }
-# FP8: 128-row tiles at both head dims (192 rows spill: 323 spill stores at d = 128, 164 at d = 64 by
-# `benchmarks/sm90_compile.py ws '{"BLOCK_M": 192}' --fp8`). Stages at d = 128 on an H100 (TFLOP/s, N = 4k/8k/16k,
-# `python3 benchmarks/fp8_configs.py --dims 128 --no-space --gluon`): 2: 810/844/826, 3: 803/845/847, 4: 810/826/841;
-# persistent 3: 843/828/841 (causal at 16k: 561 against 792 for one program per tile).
+# FP8: 128-row tiles at both head dims (192 rows spill), three stages, one program per tile (docs/kernels.md).
 FP8_CONFIG = {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0}
 HEAD_DIMS = (64, 128)
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
-# problems stay on the tl kernel, which was as fast or faster there (ws_quick on an H100, TFLOP/s):
-#   d=128 causal N=1024: the list-scheduled walk 403 vs 342 (one program per tile: 339); shorter not measured;
-#   d=64 not causal N=1024: 396 vs 394 (a tie); d=64 causal: 348 vs 363 at N=2048, 403 vs 402 at 4096 (192-row
-#   tiles waste 12% of their work on the causal diagonal at 2048, the tl kernel's 64-row ones 6%), 442 vs 430
-#   at 8192.
+# problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
 GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, True): 1024}
-# The same for FP8 (flash_fp8's forward), against the tl FP8 kernel's best tile (64x128, 4 warps, 3 stages) on an
-# H100 (`python3 benchmarks/fp8_configs.py --dims 128[,64] [--causal] --seqs 4096,16384 --no-space --extra
-# 64,128,4,3 --gluon`, TFLOP/s): d = 128 803-847 vs 748-769, causal 679/792 vs 661/743 at N = 4096/16384 (shorter
-# causal problems not measured); d = 64 493/530 vs 548/529, so d = 64 stays on the tl kernel.
+# The same for FP8 (flash_fp8's forward) against the tl FP8 kernel's best tile; d = 64 stays on the tl kernel.
 GLUON_FP8_MIN_SEQ = {(128, False): 0, (128, True): 4096}
 FP8_DTYPES = (torch.float8_e4m3fn,)
 # A forced config's keys and their values (None: any). PERSISTENT: one program per SM (or PROGRAMS of them, for
 # tests) walks its share of the tiles, and the output gets its own shared-memory buffers so the next tile's
-# loads overlap this tile's epilogue. SCHED_HEADS: tiles are walked in groups of this many heads (flash_ws_parts.tile); no
-# default groups, but groups of 16 lifted the persistent causal walk at d = 64 N = 2048 from 197 to 312
-# TFLOP/s on an H100 (`python3 benchmarks/ws_quick.py speed --dims 64`, variants ws3p and ws3p-h16).
-# PIN_WAIT=1 keeps each P V wait below the next block's softmax (unmasked blocks), through a store of the row
-# sums to shared memory (ROWS fp32 per consumer). Compiled for sm_90a (benchmarks/sm90_compile.py), it spills
-# nothing with two consumers (240 registers each); with three (160 each, d = 64 non-causal) 132 spill stores
-# and 132 loads against none unpinned, so it takes BLOCK_M 128 only. Timed on an H100 it gains nothing, so it is off
-# by default: d = 128 bf16, N = 1k-16k, ws2-pin / ws2 -3% to +2% (non-causal 495-634 vs 509-630 TFLOP/s, causal
-# 260-608 vs 274-598), ws2p-pin / ws2p -6% to +3% (`python3 benchmarks/ws_quick.py speed --rounds 3 --dims 128
-# --providers ws2,ws2-pin,ws2p,ws2p-pin,sdpa-cudnn`): with two consumer warpgroups in ping-pong the tensor core
-# is already busy while one of them runs its softmax.
+# loads overlap this tile's epilogue. LPT: the persistent walk is list-scheduled (lpt_table); a causal one must
+# be (round-robin left causal programs unbalanced). SCHED_HEADS: tiles are walked in groups of this many heads
+# (flash_ws_parts.tile; lpt_heads picks it for LPT).
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
     "BLOCK_N": (BLOCK_N,),
     "STAGES": (2, 3, 4),
     "PERSISTENT": (0, 1),
-    "SCHED_HEADS": (1, 4, 16, 32, 64),
+    "SCHED_HEADS": (1, 4),
     "PROGRAMS": None,
-    "PIN_WAIT": (0, 1),
     "LPT": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
-# the tl kernel beat one program per tile on the causal diagonal (d=128 causal N=1024: 344 vs 279 TFLOP/s; the
-# list-scheduled walk, 403 there, is not yet measured on narrow windows).
+# the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
 GLUON_MIN_WINDOW = 1024
 SMEM_LIMIT = 232448 - 1024  # an H100's opt-in shared memory per block, less the barriers
 
@@ -153,7 +122,7 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, 
 
 def lpt_heads(n_k: int, head_dim: int) -> int:
     """The list-scheduled walk's group of heads (SCHED_HEADS) when none is forced: 4 heads while their K and V
-    (16-bit) take at most LPT_GROUP_BYTES of L2, else 1 (measured on an H100: DEFAULT_CONFIG's note)."""
+    (16-bit) take at most LPT_GROUP_BYTES of L2, else 1."""
     return 4 if 4 * 2 * n_k * head_dim * 2 <= LPT_GROUP_BYTES else 1
 
 
@@ -187,12 +156,10 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def smem_bytes(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> int:
-    """Shared memory of a config: Q (and O when persistent, or FP8) slices of 64 rows, the K/V ring, the row sums
-    that PIN_WAIT stores."""
+    """Shared memory of a config: Q (and O when persistent, or FP8) slices of 64 rows, the K/V ring."""
     size = 1 if fp8 else 2  # bytes per element of Q, K and V; O is 2 bytes
     q_o = cfg["BLOCK_M"] * head_dim * (size + (2 if cfg.get("PERSISTENT") or fp8 else 0))
-    pins = cfg["BLOCK_M"] * 4 if cfg.get("PIN_WAIT") else 0
-    return q_o + 2 * cfg["STAGES"] * BLOCK_N * head_dim * size + pins
+    return q_o + 2 * cfg["STAGES"] * BLOCK_N * head_dim * size
 
 
 @functools.cache
@@ -365,13 +332,11 @@ class ForwardPlan:
         if cfg.get("LPT"):
             cfg["SCHED_HEADS"] = lpt_heads(k.shape[2], D)
         cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
+        if causal and cfg["PERSISTENT"] and not cfg.get("LPT"):
+            raise ValueError("flash_ws forward: a causal persistent walk is list-scheduled (LPT=1)")
         why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
         if why:
             raise ValueError(f"flash_ws forward: {why}")
-        if cfg.get("PIN_WAIT") and cfg["BLOCK_M"] != 128:
-            raise ValueError(
-                f"flash_ws forward: PIN_WAIT=1 needs BLOCK_M 128 (with {cfg['BLOCK_M']}, the consumers spill)"
-            )
         if smem_bytes(cfg, D, fp8) > SMEM_LIMIT:
             raise ValueError(
                 f"flash_ws forward: config needs {smem_bytes(cfg, D, fp8) // 1024} KiB of shared memory at head "
@@ -414,7 +379,6 @@ class ForwardPlan:
             "SCHED_HEADS": cfg["SCHED_HEADS"],
             "SEP_O": bool(cfg["PERSISTENT"]) or fp8,
             "WINDOW": window is not None,
-            "PIN_WAIT": bool(cfg.get("PIN_WAIT", 0)),
             "CONSUMER_REGS": CONSUMER_REGS[num_wg],
             "PRODUCER_REGS": PRODUCER_REGS[num_wg],
         }

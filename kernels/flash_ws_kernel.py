@@ -2,8 +2,8 @@
 
 gl.warp_specialize runs the consumers (two or three warpgroups, 64 query rows each; consumer 0 is the default
 partition) beside one producer warp (flash_ws_parts.load_partition). They share three tuples, built once per program:
-  smem  = (q_smem, o_smem, k_smem, v_smem, pins): the query slices [NUM_WG, 64, D]; the output slices (q_smem
-          itself unless persistent); the K and V ring [STAGES, BLOCK_N, D]; PIN_WAIT's row sums [NUM_WG, 64];
+  smem  = (q_smem, o_smem, k_smem, v_smem): the query slices [NUM_WG, 64, D]; the output slices (q_smem itself
+          unless persistent); the K and V ring [STAGES, BLOCK_N, D];
   bars  = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns): the query slices have landed; every consumer is
           done with them; K / V of ring stage s has landed; every consumer has released K (empty_bars[s]) or
           V (empty_bars[STAGES + s]) of stage s; consumer w may issue its matmuls (turns[w]);
@@ -47,7 +47,6 @@ def _consumer_step(
     m_i,
     l_i,
     q,  # this warpgroup's query slice in shared memory
-    pin,  # PIN_WAIT: this warpgroup's [64] fp32 slice of `pins`
     smem,
     bars,
     my_turn,
@@ -60,15 +59,11 @@ def _consumer_step(
     MASK: gl.constexpr,
     FLIP: gl.constexpr,  # 1 for consumer 0 (its first turn is free)
     WINDOW: gl.constexpr,
-    PIN_WAIT: gl.constexpr,
     P_SHIFT: gl.constexpr,
 ):
-    """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs. ptxas (CUDA 12.8)
-    moves a wgmma wait up past register-only work, so without PIN_WAIT the wait for P_{g-1} V_{g-1} lands
-    before the first row-max shuffle of S_g and every exp2; it does not move it above a shared-memory store,
-    so PIN_WAIT stores the row sums (they need every exp2) just before it. The store changes no value (nothing
-    reads it). Masked blocks (one or two per tile) stay unpinned: pinned, d = 128 causal spilled."""
-    _, _, k_smem, v_smem, _ = smem
+    """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs (ptxas (CUDA 12.8)
+    moves the wait for P_{g-1} V_{g-1} up above the softmax: the ping-pong between warpgroups is the overlap)."""
+    _, _, k_smem, v_smem = smem
     _, _, k_bars, v_bars, empty_bars, _ = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -97,8 +92,6 @@ def _consumer_step(
         WINDOW=WINDOW,
         P_SHIFT=P_SHIFT,
     )
-    if PIN_WAIT and not MASK:
-        pin.store(l_i)  # holds the wait below the softmax (see above)
     acc = pv_wait(acc, pa)
     mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
@@ -122,10 +115,9 @@ def _consumer(
     SCHED_HEADS: gl.constexpr,
     SEP_O: gl.constexpr,  # the output has its own buffers (persistent)
     WINDOW: gl.constexpr,  # a sliding window's left limit (sched's WIN_LEFT)
-    PIN_WAIT: gl.constexpr,
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
-    q_smem, _, k_smem, _, _ = smem
+    q_smem, _, k_smem, _ = smem
     _, q_empty, k_bars, v_bars, empty_bars, turns = bars
     num_m, BH, _, _, N_Q, N_K, WIN_LEFT, _, _ = sched
     FP8: gl.constexpr = k_smem.dtype.is_fp8()
@@ -190,7 +182,6 @@ def _consumer(
                     CAUSAL=CAUSAL,
                     SEP_O=SEP_O,
                     WINDOW=WINDOW,
-                    PIN_WAIT=PIN_WAIT,
                 )
             it += n_blocks - first
     tma.store_wait(0)
@@ -221,10 +212,9 @@ def _consumer_tile(
     CAUSAL: gl.constexpr,
     SEP_O: gl.constexpr,
     WINDOW: gl.constexpr,
-    PIN_WAIT: gl.constexpr,
 ):
     """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
-    q_smem, o_smem, k_smem, v_smem, pins = smem
+    q_smem, o_smem, k_smem, v_smem = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -244,7 +234,6 @@ def _consumer_tile(
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
     q = q_smem.index(WG)
-    pin = pins.index(WG)
     rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
@@ -289,7 +278,6 @@ def _consumer_tile(
             m_i=m_i,
             l_i=l_i,
             q=q,
-            pin=pin,
             smem=smem,
             bars=bars,
             my_turn=my_turn,
@@ -302,7 +290,6 @@ def _consumer_tile(
             MASK=True,
             FLIP=FLIP,
             WINDOW=WINDOW,
-            PIN_WAIT=PIN_WAIT,
             P_SHIFT=P_SHIFT,
         )
     for j in range(mid, full_blocks):
@@ -314,7 +301,6 @@ def _consumer_tile(
             m_i=m_i,
             l_i=l_i,
             q=q,
-            pin=pin,
             smem=smem,
             bars=bars,
             my_turn=my_turn,
@@ -327,7 +313,6 @@ def _consumer_tile(
             MASK=False,
             FLIP=FLIP,
             WINDOW=WINDOW,
-            PIN_WAIT=PIN_WAIT,
             P_SHIFT=P_SHIFT,
         )
     for j in range(gl.maximum(full_blocks, mid), n_blocks):
@@ -339,7 +324,6 @@ def _consumer_tile(
             m_i=m_i,
             l_i=l_i,
             q=q,
-            pin=pin,
             smem=smem,
             bars=bars,
             my_turn=my_turn,
@@ -352,7 +336,6 @@ def _consumer_tile(
             MASK=CAUSAL,
             FLIP=FLIP,
             WINDOW=WINDOW,
-            PIN_WAIT=PIN_WAIT,
             P_SHIFT=P_SHIFT,
         )
     if SEP_O:
@@ -412,7 +395,6 @@ def _attn_fwd_ws(
     SCHED_HEADS: gl.constexpr,
     SEP_O: gl.constexpr,  # the output has its own buffers (persistent; always for FP8, whose Q is e4m3, O bf16)
     WINDOW: gl.constexpr,  # a sliding window's left limit (with CAUSAL: flash-attn's window (WIN_LEFT, 0))
-    PIN_WAIT: gl.constexpr,  # keep each P V wait after the next block's softmax (_consumer_step)
     CONSUMER_REGS: gl.constexpr,  # registers per thread (setmaxnreg) of the consumers and of the producer
     PRODUCER_REGS: gl.constexpr,
 ):
@@ -433,10 +415,6 @@ def _attn_fwd_ws(
     k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_layout)
     V_TILE: gl.constexpr = vd.block_type.shape  # [BLOCK_N, D]; FP8: V^T's [D, BLOCK_N]
     v_smem = gl.allocate_shared_memory(vd.dtype, [STAGES, V_TILE[0], V_TILE[1]], vd.layout)
-    if PIN_WAIT:  # row sums, stored only to hold each P V wait below the softmax (_consumer_step)
-        pins = gl.allocate_shared_memory(gl.float32, [NUM_WG, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    else:
-        pins = q_smem  # unused
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -455,7 +433,7 @@ def _attn_fwd_ws(
     fence_async_shared()
 
     descs = (qd, kd, vd)
-    smem = (q_smem, o_smem, k_smem, v_smem, pins)
+    smem = (q_smem, o_smem, k_smem, v_smem)
     bars = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns)
     sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, TILES, ROUNDS)
     scales = (qk_scale, Q_DESCALE, K_DESCALE, V_DESCALE)
@@ -465,15 +443,15 @@ def _attn_fwd_ws(
             [
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 2, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 2, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
                 ),
                 (load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
             ],
@@ -485,11 +463,11 @@ def _attn_fwd_ws(
             [
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, PIN_WAIT),
+                    (smem, bars, od, LSE, sched, scales, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
                 ),
                 (load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
             ],

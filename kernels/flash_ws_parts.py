@@ -95,7 +95,7 @@ def load_partition(
     that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
     the program's tiles, so the ring and its barrier phases run on from one tile into the next."""
     qd, kd, vd = descs
-    q_smem, _, k_smem, v_smem, _ = smem
+    q_smem, _, k_smem, v_smem = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
     num_m, BH, _, _, _, N_K, _, _, _ = sched
     NUM_WG: gl.constexpr = q_smem.shape[0]

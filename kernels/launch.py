@@ -450,7 +450,7 @@ def attend(
     """The attention output of checked inputs: through the autograd Function `function` (`function.apply(q, k, v,
     causal, sm_scale, config, *extra)`) when a gradient may be asked for, else the forward launcher alone
     (`forward(q, k, v, causal, sm_scale, config)[0]`): with nothing to differentiate the autograd node is only
-    host time, on every eager call (benchmarks/host_path.py)."""
+    host time, on every eager call (tools/host_path.py)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return function.apply(q, k, v, causal, sm_scale, config, *extra)
     return forward(q, k, v, causal, sm_scale, config)[0]

@@ -65,14 +65,10 @@ def check(shape, dtype, causal, config):
     [
         {},
         {"STAGES": 2},
-        {"ROTATE": 0},
         {"ONE_PASS": 0, "STAGES": 2},
-        {"ONE_PASS": 0, "STAGES": 1},
         {"ONE_PASS": 0, "STAGES": 3},
-        {"SCHED_HEADS": 4},  # a 1-D grid: groups of 4 K/V heads, key block-major
-        {"SCHED_HEADS": 16},  # one group larger than B * H_KV
     ],
-    ids=["default", "s2", "no-rotate", "two-pass", "two-pass-s1", "two-pass-s3", "heads4", "heads16"],
+    ids=["default", "s2", "two-pass", "two-pass-s3"],
 )
 # The smoke tier: the configs the backward dispatches (the one pass, and the two passes where torch asks for
 # deterministic algorithms: backward_ws.TWO_PASS) on every shape in bf16, and in fp16 on the first.
@@ -188,6 +184,14 @@ def test_forced_config_is_checked():
         backward_ws.config_for(128, {"BLOCK_K": 64})
     with pytest.raises(ValueError, match="STAGES=4 must be one of"):
         backward_ws.config_for(128, {"STAGES": 4})
+    with pytest.raises(ValueError, match="STAGES=1 must be one of"):
+        backward_ws.config_for(128, {"ONE_PASS": 0, "STAGES": 1})  # no default used one stage
+    for lost in (
+        "ROTATE",
+        "SCHED_HEADS",
+    ):  # measured slower, removed: every program rotates, heads go in order
+        with pytest.raises(ValueError, match=f"unknown key '{lost}'"):
+            backward_ws.config_for(128, {lost: 0})
     with pytest.raises(ValueError, match="NUM_WG=3 must be one of"):
         backward_ws.config_for(128, {"NUM_WG": 3})
     assert backward_ws.config_for(64, {"kernel": "gluon-ws", "STAGES": 2})["STAGES"] == 2
@@ -206,8 +210,8 @@ def test_default_config_only_where_measured(monkeypatch):
     def default(n, d, causal=False):
         return backward_ws.default_config(torch.empty(1, 2, n, d), causal)
 
-    # one K/V head after another, causal or not; two stages at d = 128, three at d = 64
-    assert default(1024, 128) == backward_ws.config_for(128) and "SCHED_HEADS" not in default(1024, 128)
+    # causal or not; two stages at d = 128, three at d = 64
+    assert default(1024, 128) == backward_ws.config_for(128)
     assert default(16384, 128, True) == default(1024, 128)
     assert default(1024, 128)["ONE_PASS"] == 1 and default(1024, 128)["STAGES"] == 2
     assert default(4096, 64, True)["STAGES"] == 3

@@ -23,7 +23,7 @@ D128 = (2, 4, 4, 256, 256, 128)
 def default_config_bf16(shape, dtype, causal, config) -> bool:
     """The smoke tier: the config flash_attn dispatches (DEFAULT_CONFIG: 128-row tiles at d = 128, 192-row persistent
     ones at d = 64, list-scheduled when causal) on every shape in bf16, and in fp16 on the d = 128 one; the forced
-    configs (stages, persistent walks, head groups, the pinned wait) are the full tier's."""
+    configs (stages, persistent walks, head groups) are the full tier's."""
     return config == {} and (dtype == torch.bfloat16 or shape == D128)
 
 
@@ -54,33 +54,12 @@ def rel(a, b) -> float:
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 4, "STAGES": 2, "SCHED_HEADS": 4},
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "SCHED_HEADS": 4, "LPT": 1},
-        {"PIN_WAIT": 1, "BLOCK_M": 128},  # PIN_WAIT takes 128-row tiles only (d = 64 defaults to 192)
     ],
-    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt", "pinned"],
+    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt"],
 )
 @smoke(default_config_bf16)
 def test_forward_matches_reference(shape, dtype, causal, config):
     check_forward(shape, dtype, causal, config)
-
-
-@pytest.mark.gpu
-@pytest.mark.full  # PIN_WAIT is off by default (flash_ws.py: measured no gain)
-@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [128, 64])
-@pytest.mark.parametrize(
-    "config", [{}, {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2}], ids=["tile", "persistent"]
-)
-def test_pinned_wait_changes_no_bit(d, causal, config):
-    """PIN_WAIT only reorders the compiled code (a store nothing reads holds a wait in place): O and the LSE
-    must be bit for bit those of the same config without it."""
-    g = torch.Generator(device="cuda").manual_seed(d)
-    q, k, v = (torch.randn(2, 4, 1024, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
-    cfg = {"BLOCK_M": 128, **config}
-    o0, lse0, _ = flash_ws.attention_forward(q, k, v, causal, d**-0.5, cfg)
-    o1, lse1, used = flash_ws.attention_forward(q, k, v, causal, d**-0.5, {**cfg, "PIN_WAIT": 1})
-    assert used["PIN_WAIT"] == 1
-    assert torch.equal(o0, o1) and torch.equal(lse0, lse1)
 
 
 @pytest.mark.gpu
@@ -99,10 +78,9 @@ def test_pinned_wait_changes_no_bit(d, causal, config):
         {"STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 3},
         {"PERSISTENT": 1, "PROGRAMS": 2, "SCHED_HEADS": 4, "STAGES": 2},
-        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 16, "STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1},
     ],
-    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-h16-p5", "persistent-lpt"],
+    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt-p5"],
 )
 @smoke(lambda dtype, config, **_: config == {} and dtype == torch.bfloat16)  # d = 64's dispatched config
 def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config):
@@ -148,9 +126,6 @@ def test_refusals_name_the_reason():
         flash_ws.attention_forward(t(1, 2, 256, 96), t(1, 2, 256, 96), t(1, 2, 256, 96), False, 0.1)
     with pytest.raises(ValueError, match="KiB of shared memory"):
         flash_ws.attention_forward(q, q, q, False, 0.1, {"PERSISTENT": 1, "STAGES": 3})
-    q64 = t(1, 2, 384, 64)
-    with pytest.raises(ValueError, match="PIN_WAIT=1 needs BLOCK_M 128"):
-        flash_ws.attention_forward(q64, q64, q64, False, 0.1, {"PIN_WAIT": 1})  # d = 64: 192 rows by default
 
 
 @pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")
@@ -201,19 +176,28 @@ def test_forced_gluon_config_is_checked():
         flash_ws.check_config({"BLOCK_M": 256})
     with pytest.raises(ValueError, match="PROGRAMS=-1 must be a count"):
         flash_ws.check_config({"PROGRAMS": -1})
-    with pytest.raises(ValueError, match="SCHED_HEADS=3 must be one of"):
-        flash_ws.check_config({"SCHED_HEADS": 3})
+    with pytest.raises(ValueError, match="SCHED_HEADS=16 must be one of"):
+        flash_ws.check_config({"SCHED_HEADS": 16})  # groups of 16 went with the round-robin causal walk
     with pytest.raises(ValueError, match="BLOCK_N=64 must be one of"):
         flash_ws.check_config({"BLOCK_N": 64})
-    with pytest.raises(ValueError, match="PIN_WAIT=2 must be one of"):
-        flash_ws.check_config({"PIN_WAIT": 2})
-    assert flash_ws.check_config({"PERSISTENT": 1, "SCHED_HEADS": 64}) == {"PERSISTENT": 1, "SCHED_HEADS": 64}
+    with pytest.raises(ValueError, match="unknown key 'PIN_WAIT'"):
+        flash_ws.check_config({"PIN_WAIT": 1})  # measured no gain, removed
+    assert flash_ws.check_config({"PERSISTENT": 1, "SCHED_HEADS": 4}) == {"PERSISTENT": 1, "SCHED_HEADS": 4}
     assert flash_ws.smem_bytes({"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}, 128) > flash_ws.SMEM_LIMIT
-    # the pinned wait's row sums (64 fp32 per consumer) still fit beside three d = 128 stages
-    pinned = {"BLOCK_M": 128, "STAGES": 3, "PIN_WAIT": 1}
-    assert flash_ws.smem_bytes(pinned, 128) == flash_ws.smem_bytes({**pinned, "PIN_WAIT": 0}, 128) + 512
-    assert flash_ws.smem_bytes(pinned, 128) <= flash_ws.SMEM_LIMIT
+    assert flash_ws.smem_bytes({"BLOCK_M": 128, "STAGES": 3}, 128) == 128 * 128 * 2 + 2 * 3 * 128 * 128 * 2
     assert flash_ws.check_config({"STAGES": 2, "PERSISTENT": 0}) == {"STAGES": 2, "PERSISTENT": 0}
+
+
+def test_causal_persistent_walk_must_be_list_scheduled():
+    """Round-robin left causal programs unbalanced (their tiles are unequal): a forced causal persistent config
+    without LPT is refused before any input check, and the causal defaults are list-scheduled."""
+    q = torch.zeros(1, 2, 256, 128, dtype=torch.float16)
+    with pytest.raises(ValueError, match="causal persistent walk is list-scheduled"):
+        flash_ws.attention_forward(q, q, q, True, 0.1, {"PERSISTENT": 1, "LPT": 0})
+    with pytest.raises(ValueError, match="causal persistent walk is list-scheduled"):
+        flash_ws.attention_forward(q, q, q, False, 0.1, {"PERSISTENT": 1, "LPT": 0}, window=(1024, 0))
+    for (_, causal), cfg in flash_ws.DEFAULT_CONFIG.items():
+        assert not causal or (cfg["PERSISTENT"] and cfg["LPT"])
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -9,15 +9,15 @@ runs of `--calls` calls:
                glue, Gluon/tl dispatch, allocation, TMA checks, host descriptors, config lookup, descriptor
                sizing).
   --sm90-stub  flash_v2.attention_forward (after the input checks and autograd glue) through Triton's own
-               launch path for a kernel compiled for sm_90a (benchmarks/sm90_compile.py's stub driver): argument
+               launch path for a kernel compiled for sm_90a (tools/sm90_compile.py's stub driver): argument
                binding and specialization, the kernel cache, the launcher's descriptor handling. Only the C
                launcher (cuLaunchKernel) and the TMA descriptor encoding are stubbed. Needs the GPU machine's
                Triton (3.6) in a side environment (see sm90_compile.py); the pick is (64, 128, 4, 2), causal.
 
 For the whole path on a GPU use benchmarks/host_time.py.
 
-    python3 benchmarks/host_path.py
-    /tmp/t36/bin/python benchmarks/host_path.py --sm90-stub
+    python3 tools/host_path.py
+    /tmp/t36/bin/python tools/host_path.py --sm90-stub
 """
 
 from __future__ import annotations

@@ -5,13 +5,13 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
 (3.6; Gluon's API differs in later releases), e.g. in a side environment that reuses this machine's torch:
 `python3 -m venv --system-site-packages /tmp/t36 && /tmp/t36/bin/pip install triton==3.6.0`.
 
-    /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{"BLOCK_M": 192, "PERSISTENT": 1}' --causal
-    /tmp/t36/bin/python benchmarks/sm90_compile.py tl  '{"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}' --causal
-    /tmp/t36/bin/python benchmarks/sm90_compile.py bwd '{"dkdv": [64, 128, 8, 3], "dq": [128, 64, 8, 3]}' --dim 128
-    /tmp/t36/bin/python benchmarks/sm90_compile.py bwd '{"dkdv": {"kernel": "gluon-ws"}, "dq": [128, 64, 8, 3]}' --dim 128
-    /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{}' --dim 128 --causal --window 4096,0
-    /tmp/t36/bin/python benchmarks/sm90_compile.py ws  '{"STAGES": 4}' --dim 128 --fp8
-    /tmp/t36/bin/python benchmarks/sm90_compile.py dump DIR [--part 0/2]
+    /tmp/t36/bin/python tools/sm90_compile.py ws  '{"BLOCK_M": 192, "PERSISTENT": 1}' --causal
+    /tmp/t36/bin/python tools/sm90_compile.py tl  '{"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}' --causal
+    /tmp/t36/bin/python tools/sm90_compile.py bwd '{"dkdv": [64, 128, 8, 3], "dq": [128, 64, 8, 3]}' --dim 128
+    /tmp/t36/bin/python tools/sm90_compile.py bwd '{"dkdv": {"kernel": "gluon-ws"}, "dq": [128, 64, 8, 3]}' --dim 128
+    /tmp/t36/bin/python tools/sm90_compile.py ws  '{}' --dim 128 --causal --window 4096,0
+    /tmp/t36/bin/python tools/sm90_compile.py ws  '{"STAGES": 4}' --dim 128 --fp8
+    /tmp/t36/bin/python tools/sm90_compile.py dump DIR [--part 0/2]
 
 ws / tl / bwd print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
 HGMMA and QGMMA (e4m3) counts, the wgmma groups (ptxas's "serialized" wgmma: one group per wgmma); for each P V
@@ -20,8 +20,9 @@ SASS order: the softmax that overlaps it); --sass DIR writes each kernel's SASS 
 kernels' pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as flash_fp8's forward launches it (V^T, descales).
 dump writes the SASS of every shipped config to DIR, one file per kernel: the tl forward's autotune candidates
 at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults
-(and its FP8 default at d = 128, not causal); the backward passes' candidates (recompute) and defaults (stored
-P, pointers, the Gluon dK/dV pass); the stored-P and FA1-order forwards' defaults. A change that should leave
+(each head group of the list-scheduled walk, and the FP8 default at d = 128); the backward passes' candidates
+(recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV); the
+stored-P and FA1-order forwards' defaults. A change that should leave
 the code alone is checked with `diff -r` of two dumps; --part i/n
 compiles every n-th kernel from the i-th (n processes side by side).
 """
@@ -100,6 +101,8 @@ def _stub_gpu(tma: bool) -> None:
 
     for name, module in list(sys.modules.items()):
         if name.startswith("flashbench.kernels"):
+            if hasattr(module, "_PLANS"):  # a plan made under the other TMA answer would launch its kernel
+                module._PLANS.plans.clear()
             if hasattr(module, "use_tma"):
                 module.use_tma = lambda *tensors: tma
             if hasattr(module, "_max_shared_mem"):
@@ -230,7 +233,7 @@ def _tag(config: dict[str, int]) -> str:
 
 def shipped() -> list[tuple[str, bool, functools.partial]]:
     """(name, TMA, compile call) of every shipped config (see the module docstring)."""
-    from flashbench.kernels import flash_ws
+    from flashbench.kernels import backward_ws, flash_ws
 
     s = _spaces()
     jobs: list[tuple[str, bool, functools.partial]] = []
@@ -245,6 +248,10 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
             add(f"tl-{shape}-{'tma' if tma else 'ptr'}-{_tag(cfg)}", tma, tl_forward, cfg, dim, causal)
         if dim in flash_ws.HEAD_DIMS:
             add(f"ws-{shape}-default", True, ws_forward, {}, dim, causal, 8192)
+            if causal and flash_ws.lpt_heads(2048, dim) != flash_ws.lpt_heads(
+                8192, dim
+            ):  # its other head group
+                add(f"ws-{shape}-default-n2048", True, ws_forward, {}, dim, causal, 2048)
             if (dim, causal) in flash_ws.GLUON_FP8_MIN_SEQ:
                 add(f"ws-fp8-{shape}-default", True, ws_forward, {}, dim, causal, 8192, fp8=True)
         dkdv = s["candidates"]("dkdv", s["dkdv"], dim, 2, SMEM)
@@ -255,6 +262,9 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
             add(f"bwd-{shape}-tma-{_tag(a)}-{_tag(b)}", True, backward, a, b, dim, causal)
         add(f"bwd-{shape}-ptr-default", False, backward, dkdv[0], dq[0], dim, causal)
         add(f"bwd-ws-{shape}-default", True, backward, {"kernel": "gluon-ws"}, dq[0], dim, causal)
+        if backward_ws.MIN_SEQ_TWO_PASS.get((dim, causal)) is not None:  # the deterministic default
+            two_pass = {"kernel": "gluon-ws", **backward_ws.TWO_PASS}
+            add(f"bwd-ws-two-pass-{shape}-default", True, backward, two_pass, dq[0], dim, causal)
         add(f"bwd-stored_p-{shape}-ptr-default", False, backward, dkdv[0], dq[0], dim, causal, stored_p=True)
         variant = s["candidates"]("fwd", s["variant"], dim, 2, SMEM)[0]
         for name in ("v1", "stored_p"):

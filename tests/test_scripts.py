@@ -1,0 +1,87 @@
+"""The scripts the docs cite (benchmarks/, tools/): each exists, starts, and is cited somewhere.
+
+"Starts" is the most a CPU machine can check of a GPU script: its imports resolve and its command line parses
+(`--help` exits 0; a shell script passes `bash -n`). All Python scripts run in one subprocess, so torch and
+Triton are imported once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = re.compile(r"\b((?:benchmarks|tools)/[\w.-]+\.(?:py|sh))\b")
+# Pages a user reads; CHANGELOG.md is history and may name scripts that are gone.
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks/README.md"]
+DOCS.append(ROOT / "tools/README.md")
+CODE = [
+    p
+    for folder in ("flashbench", "kernels", "benchmarks", "tools", "tests")
+    for p in (ROOT / folder).rglob("*")
+]
+
+# Runs each script as __main__ with --help; prints {script: exit code or the exception}.
+STARTER = """
+import contextlib, io, json, runpy, sys
+codes = {}
+for path in sys.argv[1:]:
+    sys.argv = [path, "--help"]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            runpy.run_path(path, run_name="__main__")
+        codes[path] = "returned without exiting"
+    except SystemExit as exc:
+        codes[path] = exc.code or 0
+    except BaseException as exc:
+        codes[path] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(codes))
+"""
+
+
+def cited(files: list[Path]) -> dict[str, list[str]]:
+    """Script path -> the files that name it."""
+    out: dict[str, list[str]] = {}
+    for f in files:
+        if f.is_file() and f.suffix in (".md", ".py", ".sh", ".toml"):
+            for name in SCRIPT.findall(f.read_text(encoding="utf-8")):
+                out.setdefault(name, []).append(str(f.relative_to(ROOT)))
+    return out
+
+
+def test_every_script_the_docs_or_the_code_cite_exists():
+    missing = {s: where for s, where in cited(DOCS + CODE).items() if not (ROOT / s).is_file()}
+    assert not missing, f"cited but gone: {missing}"
+
+
+def test_every_script_in_benchmarks_and_tools_is_cited_by_a_doc():
+    docs = cited(DOCS)
+    shipped = [p for folder in ("benchmarks", "tools") for p in sorted((ROOT / folder).glob("*.[ps][yh]"))]
+    uncited = [str(p.relative_to(ROOT)) for p in shipped if str(p.relative_to(ROOT)) not in docs]
+    assert not uncited, f"no doc cites {uncited}: document them or delete them"
+
+
+def test_every_script_the_docs_cite_starts():
+    scripts = sorted(cited(DOCS))
+    shell = [s for s in scripts if s.endswith(".sh")]
+    python = [s for s in scripts if s.endswith(".py")]
+    assert shell and python
+    for s in shell:
+        run = subprocess.run(["bash", "-n", s], cwd=ROOT, capture_output=True, text=True)
+        assert run.returncode == 0, f"{s}: {run.stderr}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, "-c", STARTER, *python],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    codes = json.loads(run.stdout.strip().splitlines()[-1])
+    assert codes == dict.fromkeys(python, 0), {s: c for s, c in codes.items() if c != 0}
