@@ -12,6 +12,7 @@ and, with --graph, the per-call time of CUDA-graph replays back to back.
     python3 benchmarks/host_time.py                           # the issue's shapes: bf16, d = 128, 16k tokens
     python3 benchmarks/host_time.py --dims 64,128 --seqs 512,1024,2048,4096 --modes fwd,fwd+bwd --graph
     python3 benchmarks/host_time.py --profile fwd+bwd --seqs 1024 --causal 1   # cProfile of the bundled call
+    python3 benchmarks/host_time.py --breakdown --seqs 1024,2048 --causal 1    # each piece of a step, GPU held
     python3 benchmarks/host_time.py --decode                  # flash_decode beside SDPA at batch 1..
 """
 
@@ -110,8 +111,29 @@ def decode_calls(n: int, batch: int) -> dict[str, Callable]:
     return {"triton-decode": lambda: flash_decode(q, k, v), "sdpa-cudnn": cudnn}
 
 
+def held_us(fn: Callable[[Any], Any], setup: Callable[[], Any] | None = None, calls: int = 20) -> float:
+    """Host us per call of `fn` while the GPU is held by torch.cuda._sleep, so that no enqueue waits for it: the
+    median over 5 batches of each batch's median. `setup` makes each call's argument outside the timed region."""
+    medians = []
+    for _ in range(5):
+        items = [setup() if setup else None for _ in range(calls)]
+        torch.cuda.synchronize()
+        torch.cuda._sleep(300_000_000)  # ~0.2 s of GPU cycles: longer than the batch takes to enqueue
+        times = []
+        for item in items:
+            t0 = time.perf_counter_ns()
+            fn(item)
+            times.append(time.perf_counter_ns() - t0)
+        torch.cuda.synchronize()
+        medians.append(statistics.median(times) / 1e3)
+    return statistics.median(medians)
+
+
 def breakdown(n: int, d: int, causal: bool, tokens: int, hidden: int) -> list[str]:
-    """Host us per call of the pieces a training step's attention is made of, each enqueued alone."""
+    """Host us per call of the pieces of a training step's attention, the bundled kernel beside cuDNN, the GPU held
+    (held_us); then where a bundled step's host time goes: its forward, the autograd engine's hand-over to the
+    thread that runs CUDA backward nodes, the backward, and the hand-back."""
+    from flashbench.kernels import flash_v2
     from flashbench.kernels.backward import attention_backward
     from flashbench.kernels.flash_v2 import attention_forward
 
@@ -121,34 +143,87 @@ def breakdown(n: int, d: int, causal: bool, tokens: int, hidden: int) -> list[st
     do = torch.randn_like(q)
     scale = d**-0.5
     o, lse, _ = attention_forward(q, k, v, causal, scale)
-
-    class Identity(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):  # type: ignore[no-untyped-def, override]
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx, g):  # type: ignore[no-untyped-def, override]
-            return g
-
+    calls = training_calls(n, d, causal, "fwd", tokens, hidden)
     x = torch.randn(8, device="cuda", requires_grad=True)
     gx = torch.ones(8, device="cuda")
-    pieces: dict[str, Callable[[], Any]] = {
-        "torch.empty [B,H,N,D]": lambda: torch.empty(q.shape, dtype=q.dtype, device="cuda"),
-        "torch.zeros fp32 [B,H,N,D]": lambda: torch.zeros(q.shape, dtype=torch.float32, device="cuda"),
-        "autograd: identity Function fwd+grad": lambda: torch.autograd.grad(Identity.apply(x), (x,), gx),
-        "flash_attn fwd (no grad)": lambda: flash_attn(q, k, v, causal=causal),
-        "attention_forward (checked inputs)": lambda: attention_forward(q, k, v, causal, scale),
-        "attention_backward (saved tensors)": lambda: attention_backward(
+
+    def cudnn(*t: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(*t, is_causal=causal)
+
+    pieces: dict[str, Callable[[Any], Any]] = {
+        "torch.empty bf16 [B,H,N,D]": lambda _: torch.empty(q.shape, dtype=q.dtype, device="cuda"),
+        "torch.zeros fp32 [B,H,N,D]": lambda _: torch.zeros(q.shape, dtype=torch.float32, device="cuda"),
+        "autograd.grad of one C++ op (8 floats)": lambda _: torch.autograd.grad(x.mul(2), (x,), gx),
+        "bundled fwd, no grad": lambda _: calls["triton"](),
+        "attention_forward (checked inputs)": lambda _: attention_forward(q, k, v, causal, scale),
+        "bundled fwd, grad recorded": lambda _: flash_attn(*leaves, causal=causal),
+        "attention_backward (saved tensors)": lambda _: attention_backward(
             q, k, v, o, lse, do, None, causal, scale
         ),
-        "flash_attn fwd+bwd": lambda: torch.autograd.grad(flash_attn(*leaves, causal=causal), leaves, do),
+        "bundled step (fwd + autograd.grad)": lambda _: torch.autograd.grad(
+            flash_attn(*leaves, causal=causal), leaves, do
+        ),
+        "cuDNN fwd, no grad": lambda _: calls["sdpa-cudnn"](),
+        "cuDNN fwd, grad recorded": lambda _: cudnn(*leaves),
+        "cuDNN step (fwd + autograd.grad)": lambda _: torch.autograd.grad(cudnn(*leaves), leaves, do),
     }
     lines = []
     for name, fn in pieces.items():
-        host, _ = host_and_loop(fn, 20, 5)
-        lines.append(f"{name:40} {host:7.1f} us host")
+        for _ in range(3):
+            fn(None)
+        lines.append(f"{name:42} {held_us(fn):7.1f} us host")
         print(lines[-1], flush=True)
+    for name, make in (
+        ("bundled", lambda: flash_attn(*leaves, causal=causal)),
+        ("cuDNN", lambda: cudnn(*leaves)),
+    ):
+        us = held_us(lambda out: torch.autograd.grad(out, leaves, do), setup=make, calls=12)
+        lines.append(f"{name + ' autograd.grad of a recorded fwd':42} {us:7.1f} us host")
+        print(lines[-1], flush=True)
+
+    marks: dict[str, int] = {}
+    backward = flash_v2.RecomputeAttention.backward
+
+    def timed_backward(ctx: Any, grad: torch.Tensor) -> Any:
+        marks["in"] = time.perf_counter_ns()
+        out = backward(ctx, grad)
+        marks["out"] = time.perf_counter_ns()
+        return out
+
+    flash_v2.RecomputeAttention.backward = staticmethod(timed_backward)  # type: ignore[method-assign]
+    try:
+        spans: list[tuple[float, ...]] = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(300_000_000)
+            for _ in range(20):
+                t0 = time.perf_counter_ns()
+                out = flash_attn(*leaves, causal=causal)
+                t1 = time.perf_counter_ns()
+                torch.autograd.grad(out, leaves, do)
+                t2 = time.perf_counter_ns()
+                spans.append(
+                    tuple(
+                        (b - a) / 1e3
+                        for a, b in (
+                            (t0, t1),
+                            (t1, marks["in"]),
+                            (marks["in"], marks["out"]),
+                            (marks["out"], t2),
+                        )
+                    )
+                )
+            torch.cuda.synchronize()
+    finally:
+        flash_v2.RecomputeAttention.backward = backward  # type: ignore[method-assign]
+    names = ("forward", "engine -> backward", "backward", "backward -> return")
+    lines.append(
+        "bundled step, medians: "
+        + ", ".join(f"{nm} {statistics.median(s[i] for s in spans):.1f}" for i, nm in enumerate(names))
+        + " us"
+    )
+    print(lines[-1], flush=True)
     return lines
 
 

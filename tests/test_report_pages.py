@@ -154,14 +154,9 @@ def test_run_report_in_chromium_states_the_fastest_from_the_rows(browser: str, t
             f"({ratios[lo_n]:.2f}× at N={n_label(lo_n)} … {ratios[hi_n]:.2f}× at N={n_label(hi_n)}"
         )
         assert expected in words, expected
-    # a tie is no win: its provider is not in bold. The committed run (2026-11-26) has three: cuDNN's 1.00x at
-    # d=64 causal forward, inside the noise, and the bundled kernel's fwd+bwd without a mask, 1.10x at d=64 and
-    # 1.04x at d=128, where it ran at a median clock above cuDNN's (d=64: 1845 against 1710 MHz)
-    assert {g for g, v in groups.items() if v[4]} == {
-        ("fwd", 64, True),
-        ("fwd+bwd", 64, False),
-        ("fwd+bwd", 128, False),
-    }
+    # a tie is no win: its provider is not in bold. The committed run (2026-11-26) has one: cuDNN's 1.01x at d=64
+    # causal forward, inside the noise (the rows' p20-p80 band, ±0.9%)
+    assert {g for g, v in groups.items() if v[4]} == {("fwd", 64, True)}
     summary = re.search(r'<section id="summary">(.*?)</section>', dom, re.S).group(1)
     for (mode, d, causal), (fastest, *_, tied) in groups.items():
         line = re.search(
