@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flashbench.analysis import comparison
+from flashbench.analysis import comparison, summary
 from flashbench.analysis import runs as analysis
 from flashbench.errors import FlashbenchError
 from flashbench.results.env import Environment, write_env
@@ -56,7 +56,7 @@ def test_speedup_is_baseline_time_over_provider_time_on_the_same_shape(tmp_path:
         [ok_row("naive", 256, 4.0), ok_row("triton", 256, 1.0), ok_row("triton", 512, 1.0)],
     )
     frame = analysis.load_run(run).frame
-    sp = analysis.speedups(frame, "naive")
+    sp = summary.speedups(frame, "naive")
     tri = sp[sp["provider"] == "triton"]
     assert list(tri["seq_q"]) == [256]  # N=512 has no naive row to compare with
     assert tri["speedup"].iloc[0] == pytest.approx(4.0)

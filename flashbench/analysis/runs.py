@@ -209,18 +209,6 @@ def pick_baseline(frame: pd.DataFrame, wanted: str | None = None) -> str | None:
     return str(ok.iloc[0]) if len(ok) else None
 
 
-def speedups(frame: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Per ok case: speedup = baseline's median time / this provider's, on the same shape key."""
-    ok = frame[frame["ok"]]
-    base = ok[ok["provider"] == baseline][["shape_key", "median_ms"]].rename(
-        columns={"median_ms": "baseline_ms"}
-    )
-    out = ok.merge(base, on="shape_key", how="inner")
-    out["speedup"] = out["baseline_ms"] / out["median_ms"]
-    out["baseline_provider"] = baseline
-    return out
-
-
 RECOMPUTE_OVERHEAD = (
     "recompute overhead = median time of the recompute backward / median time of the stored-P backward - 1, "
     "per shape, from --mode bwd rows: the backward alone (each forward runs outside the timed region, so the "
@@ -366,6 +354,5 @@ __all__ = [
     "RECOMPUTE_OVERHEAD",
     "recompute_overhead",
     "recompute_references",
-    "speedups",
     "throttled",
 ]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis.runs import speedups
 from flashbench.results.rows import (
     CRASH,
     OOM,
@@ -39,6 +38,18 @@ MATTERING = (WRONG, CRASH, TIMEOUT, OOM)
 NOT_RUN = (UNSUPPORTED, PREDICTED_OOM, SKIPPED)
 ABOVE_ROOFLINE = "above roofline"  # an ok row faster than physics allows: a measurement or model error
 MODE_ORDER = {"fwd": 0, "bwd": 1, "fwd+bwd": 2}
+
+
+def speedups(frame: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per ok case: speedup = baseline's median time / this provider's, on the same shape key."""
+    ok = frame[frame["ok"]]
+    base = ok[ok["provider"] == baseline][["shape_key", "median_ms"]].rename(
+        columns={"median_ms": "baseline_ms"}
+    )
+    out = ok.merge(base, on="shape_key", how="inner")
+    out["speedup"] = out["baseline_ms"] / out["median_ms"]
+    out["baseline_provider"] = baseline
+    return out
 
 
 def measured(frame: pd.DataFrame) -> pd.DataFrame:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from flashbench.analysis.clocks import case_clocks
 from flashbench.analysis.leads import TIE_RULE, Lead, leads
 from flashbench.analysis.modelled import ROOF_RULE
-from flashbench.analysis.runs import CLOCK_FIELDS, speedups
+from flashbench.analysis.runs import CLOCK_FIELDS
+from flashbench.analysis.summary import speedups
 from flashbench.models.roofline import BOUND_RULE
 from flashbench.results.rows import FLOP_CONVENTION, SCHEMA_VERSION
 from flashbench.spec.cases import CASE_FIELDS

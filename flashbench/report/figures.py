@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from flashbench.analysis import summary
-from flashbench.analysis.runs import speedups
+from flashbench.analysis.summary import speedups
 from flashbench.report.hover import ROOF_HOVER, hover, with_context
 from flashbench.report.style import (
     OOM_MARK,
