@@ -209,7 +209,7 @@ class _Session:
             names = resolve_providers(spec.providers, list(infos))
             sweep_planned = len(planned)
             if self.shard is not None:
-                planned = shards.select(planned, self.shard)
+                planned = shards.select(planned, self.shard, settings=spec.to_dict())
             previous = (
                 read_env(self.run_dir) if self.resume else None
             )  # check_resumable: resume has an env.json

@@ -14,6 +14,7 @@ from flashbench.cli.app import main
 from flashbench.engine import shard
 from flashbench.results.env import read_env
 from flashbench.results.rows import read_rows
+from flashbench.spec.cases import Case
 from flashbench.spec.config import load_spec
 from flashbench.spec.plan import expand
 
@@ -45,8 +46,13 @@ def test_shards_partition_the_cases_and_never_split_a_shape(count):
     for index, part in enumerate(slices):
         for case in part:
             assert owner.setdefault(case.shape_key, index) == index  # a shape's providers stay together
-    shapes_per_slice = [len({c.shape_key for c in part}) for part in slices]
-    assert max(shapes_per_slice) - min(shapes_per_slice) <= 1  # dealt round robin: balanced by shapes
+    # dealt by predicted cost, costliest first to the least loaded slice: the slices' predicted work differs by
+    # no more than the costliest shape
+    shape_cost: dict[str, float] = {}
+    for case in cases:
+        shape_cost[case.shape_key] = shape_cost.get(case.shape_key, 0.0) + shard.case_cost_s(case)
+    loads = [sum(shape_cost[k] for k in {c.shape_key for c in part}) for part in slices]
+    assert max(loads) - min(loads) <= max(shape_cost.values()) + 1e-9
     for part in slices:  # each slice keeps the plan's order
         order = [cases.index(c) for c in part]
         assert order == sorted(order)
@@ -93,4 +99,37 @@ def test_shard_run_records_its_slice_and_the_sweep_id(tmp_path, capsys):
     rows = read_rows(tmp_path / "s2")
     assert env.shard == "2/2" and len(env.sweep_id) == 16
     assert env.sweep_planned_cases == 4 and env.planned_cases == 2 == len(rows)
-    assert {r.seq_k for r in rows} == {32} and {r.provider for r in rows} == {"naive", "sdpa-math"}
+    # the costlier shape (N = 32) is dealt first, to shard 1; shard 2 holds N = 16 with both its providers
+    assert {r.seq_k for r in rows} == {16} and {r.provider for r in rows} == {"naive", "sdpa-math"}
+
+
+def _case(n: int, mode: str = "fwd", provider: str = "triton") -> Case:
+    return Case(provider, max(1, 16384 // n), 16, 16, n, n, 128, "bf16", True, mode)
+
+
+def test_a_case_costs_its_fixed_budgets_plus_its_calls_at_the_roofs():
+    """A short call costs the sweep's fixed budgets (warm-up, samples, host loops); a long one adds min_samples
+    calls at its roofline time; the measurement settings of the sweep are the ones priced."""
+    spec = load_spec(preset="speed")
+    fixed = spec.warmup_ms / 1e3 + spec.rep_ms / 1e3 + spec.host_loops * spec.host_loop_ms / 1e3
+    short = shard.case_cost_s(_case(256), spec.to_dict())
+    assert fixed < short < fixed * 1.01
+    slow = Case("triton", 8, 64, 64, 32768, 32768, 128, "bf16", False, "fwd+bwd")  # ~1 s a call at the roofs
+    long = shard.case_cost_s(slow, spec.to_dict())
+    assert long > spec.min_samples * 0.5
+    assert shard.case_cost_s(_case(256), {**spec.to_dict(), "rep_ms": 5000.0}) == pytest.approx(
+        short + 5 - spec.rep_ms / 1e3
+    )
+
+
+def test_a_costly_shape_gets_a_slice_of_its_own_and_the_rest_share_the_others():
+    """One shape that costs more than all the others together goes alone to slice 1 (round robin gave it a
+    quarter of the rest besides); each slice keeps all providers of its shapes."""
+    big = Case("triton", 8, 64, 64, 32768, 32768, 128, "bf16", False, "fwd+bwd")
+    cases = [
+        big,
+        *(_case(n, provider=p) for n in (256, 512, 1024, 2048, 4096, 8192) for p in ("triton", "sdpa")),
+    ]
+    slices = [shard.select(cases, (i, 4), case_of=lambda c: c) for i in range(1, 5)]
+    assert slices[0] == [big]
+    assert sorted(len(s) for s in slices[1:]) == [4, 4, 4]

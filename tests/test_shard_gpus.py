@@ -39,7 +39,8 @@ def test_gpus_combines_with_shard(tmp_path, capsys):
     args = ["sweep", *TINY, "--providers", "naive,sdpa-math", "--seq", "16,32,64,128", "--causal", "false"]
     assert main([*args, "--mode", "fwd", "--gpus", "0,1", "--shard", "1/2", "--out", str(out)]) == 0
     rows = read_rows(out)
-    assert {r.seq_k for r in rows} == {16, 64} and {r.gpu_index for r in rows} == {0, 1}
+    # costliest first, each to the lighter shard: N = 128 to shard 1, 64 and 32 to shard 2, 16 to shard 1
+    assert {r.seq_k for r in rows} == {16, 128} and {r.gpu_index for r in rows} == {0, 1}
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from typing import Any
 
 from flashbench.engine import correctness, fp8, kv_cache, timing
 from flashbench.gpu import nvml
-from flashbench.models.flops import attention_flops
+from flashbench.models.flops import case_flops
 from flashbench.providers import registry
 from flashbench.results.rows import CRASH, OK, OOM, UNAVAILABLE, UNSUPPORTED, WRONG, Row
 from flashbench.spec.cases import Case
@@ -220,18 +220,7 @@ def measure_case(case: Case, opts: Options, ctx: Context) -> tuple[Row, bool]:
     import torch
 
     base = {"device": ctx.device, "gpu": ctx.gpu, "cuda_graph": opts.cuda_graph, "timestamp": time.time()}
-    lengths = case.kv_lengths() if case.ragged else None
-    flops = attention_flops(
-        case.batch,
-        case.heads,
-        case.seq_q,
-        case.seq_k,
-        case.head_dim,
-        case.causal,
-        case.mode,
-        seqlens_k=lengths,
-        window=case.window_size,
-    )
+    flops = case_flops(case)
     base["flops"] = flops
     info = ctx.info(case.provider)
     if not info.available:

@@ -30,13 +30,14 @@ def run_parallel(
     ncu: Callable[[Case], dict[str, Any]] | None = None,
 ) -> list[Row]:
     """--gpus: one worker per entry of `devices` (its CUDA_VISIBLE_DEVICES), each running run_cases over its
-    share of the shapes (shard.split: all providers of a shape on one device) in a thread of this process.
+    share of the shapes (shard.split: by predicted cost, all providers of a shape on one device) in a thread of
+    this process.
 
     `worker`, when given, must already be pinned to devices[0]; it runs the first share. Rows from every
     thread are appended by this process under one lock. A failure in one thread stops the others.
     """
     done = finished_rows(run_dir)
-    shares = shard.split(planned, len(devices))
+    shares = shard.split(planned, len(devices), settings=opts)
     shared = Shared()
     if worker is not None:
         shared.add(worker)

@@ -1,11 +1,14 @@
 """Slices of a sweep: `--shard i/n` (many machines) and `--gpus` (one worker per GPU of a host).
 
-The partition rule, the same for both: the distinct shapes (Case.shape_key: the case without its provider)
-are sorted by (dtype, head_dim, heads, kv_heads, causal, mode, seq_q, seq_k, batch) and dealt round robin, the
-j-th shape (0-based) to slice j % n. Every provider of a shape lands in the same slice, so the comparisons
-inside a slice are like for like, and neighbouring sequence lengths go to different slices, which evens out the
-work. The rule reads only the cases, never Python's hash(): it gives the same slices on every machine and in
-every process. Shard indices are 1-based (`--shard 1/4` .. `--shard 4/4`).
+The partition rule, the same for both: the planned cases are grouped by shape (Case.shape_key: the case without
+its provider), and each shape gets a predicted cost: the seconds its cases take to measure, from the sweep's
+measurement settings (warm-up, sample budget, host loops) and each call's time at the roofline of a reference GPU
+(the FLOP and byte models over the H100 SXM's datasheet roofs; `case_cost_s`). The shapes, costliest first (ties in
+(dtype, head_dim, heads, kv_heads, causal, mode, seq_q, seq_k, batch) order), each go to the slice with the least
+predicted work so far (the first such slice on a tie): the longest-processing-time rule, so that the slices finish
+together. Every provider of a shape lands in the same slice, so the comparisons inside a slice are like for like.
+The rule reads only the sweep (its cases and settings), never the GPU it runs on nor Python's hash(): it gives the
+same slices on every machine and in every process. Shard indices are 1-based (`--shard 1/4` .. `--shard 4/4`).
 
 `sweep_id` is a digest of the resolved spec, the resolved providers and the flashbench version: every shard of
 one sweep records the same one in env.json, and `flashbench merge` refuses runs whose ids differ.
@@ -15,14 +18,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from flashbench.errors import FlashbenchError
+from flashbench.gpu import hardware
+from flashbench.models.flops import case_flops
+from flashbench.models.io_model import compulsory_traffic
 from flashbench.results.env import format_shard, parse_shard
 from flashbench.spec.cases import Case
+from flashbench.spec.config import SweepSpec
 
-__all__ = ["format_shard", "parse_gpus", "parse_shard", "select", "slice_of_shapes", "split", "sweep_id"]
+__all__ = [
+    "case_cost_s",
+    "format_shard",
+    "parse_gpus",
+    "parse_shard",
+    "select",
+    "slice_of_shapes",
+    "split",
+    "sweep_id",
+]
+
+# The GPU whose datasheet roofs price a call for the partition: a fixed one, so that every machine deals alike.
+COST_GPU = "h100-sxm"
 
 T = TypeVar("T")
 
@@ -41,28 +60,79 @@ def _shape_order(case: Case) -> tuple[Any, ...]:
     )
 
 
-def slice_of_shapes(cases: Sequence[Case], count: int) -> dict[str, int]:
+def case_cost_s(case: Case, settings: Mapping[str, Any] | None = None) -> float:
+    """The predicted seconds of measuring `case` under the sweep's measurement `settings` (a SweepSpec's fields by
+    name; SweepSpec's defaults for those absent): one checked call, the steady warm-up's minimum, the samples (the
+    budget or min_samples calls, whichever is longer) and the host loops, with one call's time its bound at the
+    COST_GPU's datasheet roofs (FLOPs over the peak of its dtype, or the compulsory bytes over the bandwidth)."""
+    got = dict(settings or {})
+
+    def setting(name: str) -> float:
+        return float(got.get(name, getattr(SweepSpec, name)))
+
+    gpu = hardware.lookup(COST_GPU)
+    flops = case_flops(case)
+    nbytes = compulsory_traffic(
+        case.batch,
+        case.heads,
+        case.kv_heads,
+        case.seq_q,
+        case.seq_k,
+        case.head_dim,
+        case.elem_bytes,
+        case.mode,
+        case.kv_lengths() if case.ragged else None,
+    ).total
+    peak = gpu.peak_flops(case.dtype) or gpu.peak_flops("fp32") or 1.0
+    call = max(flops / peak, nbytes / (gpu.bw_bytes_s or 1.0))
+    warm = max(setting("warmup_ms") / 1e3, 3 * call)
+    samples = max(setting("rep_ms") / 1e3, setting("min_samples") * call)
+    loops = setting("host_loops") * max(setting("host_loop_ms") / 1e3, 2 * call)
+    return call + warm + samples + loops
+
+
+def slice_of_shapes(
+    cases: Sequence[Case], count: int, settings: Mapping[str, Any] | None = None
+) -> dict[str, int]:
     """shape_key -> its 0-based slice among `count` (the rule in the module docstring)."""
-    shapes: dict[str, Case] = {}
+    cost: dict[str, float] = {}
+    first: dict[str, Case] = {}
     for case in cases:
-        shapes.setdefault(case.shape_key, case)
-    ordered = sorted(shapes.values(), key=_shape_order)
-    return {case.shape_key: j % count for j, case in enumerate(ordered)}
+        first.setdefault(case.shape_key, case)
+        cost[case.shape_key] = cost.get(case.shape_key, 0.0) + case_cost_s(case, settings)
+    ordered = sorted(first.values(), key=lambda c: (-cost[c.shape_key], _shape_order(c)))
+    load = [0.0] * count
+    where: dict[str, int] = {}
+    for case in ordered:
+        j = min(range(count), key=lambda i: (load[i], i))
+        where[case.shape_key] = j
+        load[j] += cost[case.shape_key]
+    return where
 
 
-def split(items: Sequence[T], count: int, case_of: Any = lambda item: item.case) -> list[list[T]]:
+def split(
+    items: Sequence[T],
+    count: int,
+    case_of: Any = lambda item: item.case,
+    settings: Mapping[str, Any] | None = None,
+) -> list[list[T]]:
     """`items` (planned cases, in their order) dealt into `count` slices by shape; each keeps the order."""
     slices: list[list[T]] = [[] for _ in range(count)]
-    where = slice_of_shapes([case_of(item) for item in items], count)
+    where = slice_of_shapes([case_of(item) for item in items], count, settings)
     for item in items:
         slices[where[case_of(item).shape_key]].append(item)
     return slices
 
 
-def select(items: Sequence[T], shard: tuple[int, int], case_of: Any = lambda item: item.case) -> list[T]:
+def select(
+    items: Sequence[T],
+    shard: tuple[int, int],
+    case_of: Any = lambda item: item.case,
+    settings: Mapping[str, Any] | None = None,
+) -> list[T]:
     """The items of shard (i, n), 1-based i."""
     index, count = shard
-    return split(items, count, case_of)[index - 1]
+    return split(items, count, case_of, settings)[index - 1]
 
 
 def sweep_id(spec: dict[str, Any], providers: Sequence[str], version: str) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # The mask rule and its pair count live in the mask module (spec/window.py); the FLOP model counts with them.
 from flashbench.spec.window import Alignment, unmasked_pairs
@@ -84,6 +85,21 @@ def attention_flops(
     except KeyError:
         raise ValueError(f"unknown mode {mode!r}; expected one of {sorted(MODE_MULTIPLIER)}") from None
     return mult * forward_flops(batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k, window)
+
+
+def case_flops(case: Any) -> float:
+    """attention_flops of a sweep case (spec/cases.Case: its shape, mask, mode, and ragged lengths if any)."""
+    return attention_flops(
+        case.batch,
+        case.heads,
+        case.seq_q,
+        case.seq_k,
+        case.head_dim,
+        case.causal,
+        case.mode,
+        seqlens_k=case.kv_lengths() if case.ragged else None,
+        window=case.window_size,
+    )
 
 
 @dataclass(frozen=True)
