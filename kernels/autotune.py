@@ -22,19 +22,22 @@ $FLASHBENCH_HOME/autotune (else ${XDG_CACHE_HOME:-~/.cache}/flashbench/autotune)
 kernel's source (Triton's cache key), the Triton version, the GPU name and the candidate list, so an edited
 kernel, another Triton or another GPU tunes afresh. FLASHBENCH_AUTOTUNE_CACHE=0 neither reads nor writes the
 files (picks stay in memory).
-A corrupt or unreadable cache file is ignored (tuned again and rewritten); writes are atomic (os.replace), so
-processes tuning side by side can lose each other's entries but never corrupt the file.
+A corrupt or unreadable cache file is ignored (tuned again and rewritten); writes are atomic (os.replace).
+Processes that share the cache directory (the workers of `--gpus`, or sweeps side by side on one host) tune a key
+once: the first takes a lock file beside the cache file for that key (an advisory flock, released when it ends or
+dies) and tunes; the others wait on the lock, then read its pick, so no two compile and time the same candidates.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import statistics
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,10 +136,62 @@ def tune(
     if path is not None and not disk_cache_enabled():
         path = None
     if path is not None:
-        hit = _read(path).get(skey)
-        if isinstance(hit, dict) and _valid(hit.get("config"), candidates):
-            _MEMORY[key] = dict(hit["config"])
-            return dict(hit["config"])
+        picked = _cached(path, skey, candidates)
+        if picked is not None:
+            _MEMORY[key] = picked
+            return dict(picked)
+    with _tuning(path, skey):
+        if path is not None:  # another process may have tuned it while this one waited for the lock
+            picked = _cached(path, skey, candidates)
+            if picked is not None:
+                _MEMORY[key] = picked
+                return dict(picked)
+        return _tune(key, skey, candidates, run, unfit=unfit, path=path, bench=bench)
+
+
+def _cached(path: Path, skey: str, candidates: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    hit = _read(path).get(skey)
+    if isinstance(hit, dict) and _valid(hit.get("config"), candidates):
+        return dict(hit["config"])
+    return None
+
+
+@contextlib.contextmanager
+def _tuning(path: Path | None, skey: str) -> Iterator[None]:
+    """Hold the lock of one key of a cache file while tuning it (nothing without a file, or where flock is
+    missing or the directory cannot be written: each process then tunes on its own, as before)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        fcntl = None  # type: ignore[assignment]
+    if path is None or fcntl is None:
+        yield
+        return
+    lock = path.with_name(f"{path.name}.{hashlib.sha256(skey.encode()).hexdigest()[:12]}.lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(lock, "a")  # noqa: SIM115  (held open for the lock's life)
+    except OSError:
+        yield
+        return
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _tune(
+    key: tuple,
+    skey: str,
+    candidates: Sequence[dict[str, Any]],
+    run: Callable[[dict[str, Any]], None],
+    *,
+    unfit: tuple[type[BaseException], ...],
+    path: Path | None,
+    bench: Callable[[Sequence[Callable[[], None]]], list[list[float]]] | None,
+) -> dict[str, Any]:
     bench = bench or _rotated_ms
     alive: list[int] = []
     failure: BaseException | None = None

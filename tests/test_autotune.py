@@ -207,3 +207,41 @@ def test_gpu_rotated_timing_reverses_the_order_and_ranks_the_work(monkeypatch):
     # a candidate's calls within a round are consecutive; a reversed round starts where the one before ended
     assert [i for i, _ in itertools.groupby(order)] == [0, 1, 0, 1, 0][: autotune.ROUNDS + 1]
     assert statistics.median(rounds[1]) > 2 * statistics.median(rounds[0])
+
+
+_SIDE_BY_SIDE = """
+import json, os, sys, time
+from flashbench.kernels import autotune
+A = {"BLOCK_M": 64, "BLOCK_N": 64}
+B = {"BLOCK_M": 128, "BLOCK_N": 64}
+
+def bench(fns):
+    with open(sys.argv[1], "a") as log:  # one line per tuning that timed candidates
+        log.write(f"{os.getpid()}\\n")
+    time.sleep(1.0)  # long enough for the other process to reach the lock
+    return [[2.0], [1.0]]
+
+path = autotune.cache_file("k", ("identity",))
+print(json.dumps(autotune.tune(("k", 1), [A, B], lambda c: None, unfit=(), path=path, bench=bench)))
+"""
+
+
+def test_processes_side_by_side_tune_a_key_once_and_share_the_pick(tmp_path):
+    """Two processes on one cache directory (the workers of --gpus): one tunes while the other waits on the key's
+    lock and then reads the pick; the candidates are timed once."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "tunings.log"
+    env = {**os.environ, "FLASHBENCH_HOME": str(tmp_path)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SIDE_BY_SIDE, str(log)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(2)
+    ]
+    picks = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert picks == [B, B]
+    assert len(log.read_text().split()) == 1
