@@ -331,55 +331,77 @@ def test_flop_convention_forward_four_bhd_pairs_backward_two_and_a_half_fwd_bwd_
 
 
 # ---------------------------------------------------------------------------------------------- docs/multi-gpu.md
-def test_shards_deal_sorted_shapes_round_robin():
-    from flashbench.engine.shard import slice_of_shapes
+def test_shards_deal_shapes_by_predicted_cost_costliest_first():
+    from flashbench.engine.shard import case_cost_s, slice_of_shapes
+    from flashbench.gpu.hardware import lookup
+    from flashbench.models.flops import case_flops
+    from flashbench.models.io_model import compulsory_traffic
     from flashbench.spec.cases import Case
+    from flashbench.spec.config import SweepSpec
 
     stated(
         "multi-gpu.md",
-        r"sorted by \(dtype, head dim, heads, kv heads, causal, mode, query length, key length, "
-        r"batch\), shapes equal in all of these keeping the sweep's order, and dealt round robin: "
-        r"the j-th shape \(from 0\) goes to slice j mod n",
+        r"per case one checked call, the warm-up \(`warmup_ms`, or 3 calls if those take longer\), the samples "
+        r"\(the `rep_ms` budget, or `min_samples` calls if those take longer\) and the host loops \(`host_loops` x "
+        r"`host_loop_ms`, or 2 calls a loop if those take longer\), with a call's time its roofline bound \(its "
+        r"FLOPs over the peak of its dtype, or its compulsory bytes over the bandwidth\) at the H100 SXM's "
+        r"datasheet roofs",
     )
-    shapes = [
-        dict(
-            dtype=dt,
-            head_dim=d,
-            heads=h,
-            kv_heads=h,
-            causal=c,
-            mode="fwd",
-            seq_q=n,
-            seq_k=n,
-            batch=16384 // n,
-        )
+    stated(
+        "multi-gpu.md",
+        r"The shapes, costliest first, each go to the slice with the least predicted work so far \(the "
+        r"longest-processing-time rule; ties go to the lower slice",
+    )
+    h100, spec = lookup("h100-sxm"), SweepSpec()
+    cases = [
+        Case(p, 16384 // n, 16, 16, n, n, d, dt, c, mode)
         for dt in ("fp16", "bf16")
         for d in (128, 64)
-        for h in (16,)
         for c in (True, False)
-        for n in (4096, 1024)
+        for mode in ("fwd", "fwd+bwd")
+        for n in (1024, 4096, 65536)
+        for p in ("triton", "sdpa-flash")
     ]
-    cases = [Case(p, **s) for s in shapes for p in ("triton", "sdpa-flash")]
-    order = sorted(
-        shapes,
-        key=lambda s: (
-            s["dtype"],
-            s["head_dim"],
-            s["heads"],
-            s["kv_heads"],
-            s["causal"],
-            s["mode"],
-            s["seq_q"],
-            s["seq_k"],
-            s["batch"],
-        ),
+    for case in cases:
+        nbytes = compulsory_traffic(
+            case.batch,
+            case.heads,
+            case.kv_heads,
+            case.seq_q,
+            case.seq_k,
+            case.head_dim,
+            case.elem_bytes,
+            case.mode,
+        ).total
+        call = max(case_flops(case) / h100.peak_flops(case.dtype), nbytes / h100.bw_bytes_s)
+        stated_cost = (
+            call
+            + max(spec.warmup_ms / 1e3, 3 * call)
+            + max(spec.rep_ms / 1e3, spec.min_samples * call)
+            + spec.host_loops * max(spec.host_loop_ms / 1e3, 2 * call)
+        )
+        assert case_cost_s(case) == stated_cost
+    shape_cost: dict[str, float] = {}
+    first: dict[str, Case] = {}
+    for case in cases:
+        shape_cost[case.shape_key] = shape_cost.get(case.shape_key, 0.0) + case_cost_s(case)
+        first.setdefault(case.shape_key, case)
+    stated(
+        "multi-gpu.md",
+        r"shapes of equal cost keep the order \(dtype, head dim, heads, kv heads, causal, mode, query length, key "
+        r"length, batch\)",
     )
-    where = slice_of_shapes(cases, 3)
-    for j, shape in enumerate(order):
-        assert where[Case("triton", **shape).shape_key] == j % 3
-    assert {where[c.shape_key] for c in cases if c.shape_key == cases[0].shape_key} == {
-        where[cases[0].shape_key]
-    }
+
+    def order(key: str) -> tuple[object, ...]:
+        c = first[key]  # fp16 and bf16 cost the same here (one peak on the H100)
+        fields = (c.dtype, c.head_dim, c.heads, c.kv_heads, c.causal, c.mode, c.seq_q, c.seq_k, c.batch)
+        return (-shape_cost[key], fields)
+
+    where, load = slice_of_shapes(cases, 3), [0.0, 0.0, 0.0]
+    for key in sorted(shape_cost, key=order):
+        j = min(range(3), key=lambda i: (load[i], i))
+        assert where[key] == j
+        load[j] += shape_cost[key]
 
 
 def test_shard_is_one_based_and_anything_else_is_a_one_line_error():
