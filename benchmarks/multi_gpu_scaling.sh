@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # How a sweep scales over the GPUs of one host: the same sweep on one GPU, on all with --gpus all, and as two
 # --shard slices run side by side (one per GPU, as a scheduler would run them) merged with `flashbench merge`.
-# Each run gets an empty Triton cache, so every run pays its own compiles and the wall times compare like for
-# like. Needs two GPUs; run directories and logs are packed into $OUT/multi_gpu.tgz. About 4 minutes on
-# 2 x H200: the multi-GPU table of docs/benchmarks.md.
+# Each run (and each shard) starts cold: its own empty TRITON_CACHE_DIR and FLASHBENCH_HOME, made anew each time
+# the script runs, so no run reuses another's (or an earlier invocation's) compiled kernels or autotune picks;
+# every run pays its own compiles and tuning, and the wall times compare like for like. Needs two GPUs; run
+# directories and logs are packed into $OUT/multi_gpu.tgz. About 4 minutes on 2 x H200: the multi-GPU table of
+# docs/benchmarks.md.
 #
 #   bash benchmarks/multi_gpu_scaling.sh
 set -uo pipefail
@@ -18,11 +20,18 @@ SWEEP=(--providers triton,sdpa-flash,sdpa-cudnn,sdpa-efficient,sdpa-math,naive -
     --hidden 2048 --head-dim 64,128 --dtype bf16 --causal both --mode fwd --device cuda)
 LIMIT=${RUN_LIMIT_S:-200}
 
-timed() {  # timed NAME CMD...: run with a fresh Triton cache, record wall seconds
+cold() {  # cold NAME: empty the Triton cache and flashbench home of run NAME
+    rm -rf "$RUNS/cold-$1"
+    mkdir -p "$RUNS/cold-$1/triton" "$RUNS/cold-$1/home"
+}
+
+timed() {  # timed NAME CMD...: run cold, record wall seconds
     local name=$1
     shift
+    cold "$name"
     local t0=$SECONDS
-    TRITON_CACHE_DIR="$RUNS/triton-cache-$name" timeout "$LIMIT" "$@" >"$RUNS/$name.log" 2>&1
+    TRITON_CACHE_DIR="$RUNS/cold-$name/triton" FLASHBENCH_HOME="$RUNS/cold-$name/home" timeout "$LIMIT" "$@" \
+        >"$RUNS/$name.log" 2>&1
     local rc=$?
     log "$name: rc=$rc wall=$((SECONDS - t0)) s"
     tail -1 "$RUNS/$name.log" | tee -a "$RUNS/multi_gpu.log"
@@ -33,10 +42,12 @@ timed one flashbench sweep "${SWEEP[@]}" --gpus 0 --out "$RUNS/one" --force
 log "two GPUs (--gpus all)"
 timed two flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/two" --force
 log "two shards side by side, one per GPU, then merge"
+for i in 1 2; do cold "shard$i"; done
 t0=$SECONDS
 for i in 1 2; do
-    CUDA_VISIBLE_DEVICES=$((i - 1)) TRITON_CACHE_DIR="$RUNS/triton-cache-shard$i" timeout "$LIMIT" \
-        flashbench sweep "${SWEEP[@]}" --shard "$i/2" --out "$RUNS/shard$i" --force >"$RUNS/shard$i.log" 2>&1 &
+    CUDA_VISIBLE_DEVICES=$((i - 1)) TRITON_CACHE_DIR="$RUNS/cold-shard$i/triton" \
+        FLASHBENCH_HOME="$RUNS/cold-shard$i/home" timeout "$LIMIT" flashbench sweep "${SWEEP[@]}" --shard "$i/2" \
+        --out "$RUNS/shard$i" --force >"$RUNS/shard$i.log" 2>&1 &
 done
 wait
 log "shards: wall=$((SECONDS - t0)) s"
