@@ -101,9 +101,11 @@ def test_every_document_forward_backward_within_budget(lengths, h, hkv, dtype, c
     check(lengths, h, hkv, 32, dtype, causal=causal, window=window, validate=dtype == torch.float32)
 
 
-def test_a_document_gets_what_flash_attn_gives_it_alone():
+def test_a_document_gets_what_flash_attn_gives_it_alone(monkeypatch):
     """The varlen launch is the uniform kernel with a per-program document offset: each document's output and
-    gradients are the very numbers flash_attn computes for that document as a batch of one."""
+    gradients are the very numbers flash_attn computes for that document as a batch of one (through pointers, as
+    varlen loads: no TMA on Hopper)."""
+    monkeypatch.setenv("FLASHBENCH_TMA", "0")
     lq = [70, 1, 130]
     q, k, v, do = inputs(lq, lq, 2, 2, 32, torch.float32, seed=1)
     cu = prefix(lq)
@@ -206,10 +208,10 @@ REFUSED = [  # (arguments, words the one-line message holds)
     (dict(cu_k=_int32(0, 64)), "lengths differ (3 vs 2)"),
     (dict(max_q=-1), "max_seqlen_q must be an int >= 0"),
     (dict(max_k=True), "max_seqlen_k must be an int >= 0"),
-    (dict(q=torch.zeros(1, 64, 2, 32)), "q must be a 3-D torch.Tensor"),
-    (dict(v=torch.zeros(60, 2, 32)), "k and v shapes differ"),
-    (dict(q=torch.zeros(64, 3, 32)), "does not divide heads"),
-    (dict(q=torch.zeros(64, 2, 32, dtype=torch.float64)), "q, k, v dtypes differ"),
+    (dict(q=torch.zeros(1, 64, 2, 32, device=DEVICE)), "q must be a 3-D torch.Tensor"),
+    (dict(v=torch.zeros(60, 2, 32, device=DEVICE)), "k and v shapes differ"),
+    (dict(q=torch.zeros(64, 3, 32, device=DEVICE)), "does not divide heads"),
+    (dict(q=torch.zeros(64, 2, 32, dtype=torch.float64, device=DEVICE)), "q, k, v dtypes differ"),
     (dict(window=(4,)), "window must be a pair"),
     # the value checks: validate=True only
     (dict(cu_q=_int32(1, 40, 64), validate=True), "cu_seqlens_q must start at 0, starts at 1"),
