@@ -6,10 +6,12 @@
     flash_attn_v1(q, k, v, causal=False, sm_scale=None, config=None)        FlashAttention-1 loop order, v2's backward
     flash_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=True, sm_scale=None,
                  num_splits=None)                                           split-KV decode over a contiguous or paged cache
+    flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                      sm_scale=None, window=None, validate=False)           packed documents (varlen.py), with backward
 
-q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D]; the first three are autograd functions (flash_decode: forward only,
-kernels/decode.py). `last_config()` returns the forward config of the most recent launch of the first three;
-launchers raise `KernelUnsupported` (a ValueError) naming what they refuse.
+q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D] (flash_attn_varlen: q [total_q, H, D], k, v [total_k, Hkv, D]); all but
+flash_decode are autograd functions (flash_decode: forward only, kernels/decode.py). `last_config()` returns the
+forward config of the most recent launch of the first three or flash_attn_varlen; launchers raise `KernelUnsupported` (a ValueError) naming what they refuse.
 """
 
 from . import ops  # noqa: F401  (registers the torch.library custom ops that torch.compile traces)
@@ -19,6 +21,7 @@ from .decode import flash_decode
 from .flash_fp8 import value_layout
 from .flash_v1 import flash_attn_v1
 from .stored_p import flash_attn_stored_p
+from .varlen import flash_attn_varlen
 
 __all__ = [
     "SUPPORTED_HEAD_DIMS",
@@ -26,6 +29,7 @@ __all__ = [
     "flash_attn",
     "flash_attn_stored_p",
     "flash_attn_v1",
+    "flash_attn_varlen",
     "flash_decode",
     "last_config",
     "value_layout",

@@ -54,6 +54,7 @@ from .backward_dkdv import _bwd_dkdv
 from .backward_dq import _bwd_dq
 from .common import (
     LOG2E,
+    NOT_VARLEN,
     KernelUnsupported,
     _set_last_bwd_config,
     cdiv,
@@ -155,6 +156,7 @@ class _BackwardPlan:
             "STORED_P": self.stored,
             "IEEE": q.dtype == torch.float32,
             "TMA": self.tma,
+            **NOT_VARLEN,
         }
         name = "stored_p" if self.stored else "recompute"
         g_strides = (H * Nq * D, Nq * D, D)  # dq; dk, dv: (Hkv * Nk * D, Nk * D, D)

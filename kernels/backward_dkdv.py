@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import dot
+from .common import document_block, dot
 
 
 @triton.jit
@@ -169,13 +169,16 @@ def _bwd_dkdv(
     H,  # query heads
     H_KV,  # key/value heads
     GROUP,  # H // H_KV
-    N_Q,
-    N_K,
+    N_Q,  # query length (VARLEN: rows of the packed queries, B = 1)
+    N_K,  # key length (VARLEN: rows of the packed keys)
     qk_scale,  # sm_scale * log2(e)
     sm_scale,  # softmax scale (dK = sm_scale * dS^T Q)
     WIN_LEFT,  # as in flash_v2._attn_fwd
     WIN_RIGHT,
     N_BUCKET,  # autotune key only
+    CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
+    CU_K,  # VARLEN: the same for the keys; else None
+    NUM_DOCS,  # VARLEN: documents; else None
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,  # a right limit (causal: WIN_RIGHT = 0)
     WINDOW: tl.constexpr,  # a left limit
@@ -184,8 +187,22 @@ def _bwd_dkdv(
     TMA: tl.constexpr,  # stream Q and dO through the host descriptors QD, DOD
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    VARLEN: tl.constexpr,  # packed documents: a program is a key block of one document (common.document_block)
 ):
     pid_n = tl.program_id(0)
+    rows_q = N_Q  # LSE and DELTA rows per head
+    if VARLEN:
+        pid_n, k_row0, N_K, q_row0, N_Q = document_block(
+            CU_K, CU_Q, NUM_DOCS, N_K, N_Q, pid_n, BLOCK_N, False
+        )
+        K += k_row0.to(tl.int64) * stride_kn
+        V += k_row0.to(tl.int64) * stride_vn
+        DK += k_row0.to(tl.int64) * stride_dkn
+        DV += k_row0.to(tl.int64) * stride_dvn
+        Q += q_row0.to(tl.int64) * stride_qm
+        DO += q_row0.to(tl.int64) * stride_dom
+        LSE += q_row0
+        DELTA += q_row0
     pid_bkv = tl.program_id(1)
     b = (pid_bkv // H_KV).to(tl.int64)
     hkv = (pid_bkv % H_KV).to(tl.int64)
@@ -238,8 +255,8 @@ def _bwd_dkdv(
                 do_src=do_src,
                 desc_b=b.to(tl.int32),
                 desc_h=h.to(tl.int32),
-                lse_base=LSE + bh * N_Q,
-                delta_base=DELTA + bh * N_Q,
+                lse_base=LSE + bh * rows_q,
+                delta_base=DELTA + bh * rows_q,
                 p_base=p_base,
                 stride_qm=stride_qm,
                 stride_dom=stride_dom,
@@ -272,8 +289,8 @@ def _bwd_dkdv(
                 do_src=do_src,
                 desc_b=b.to(tl.int32),
                 desc_h=h.to(tl.int32),
-                lse_base=LSE + bh * N_Q,
-                delta_base=DELTA + bh * N_Q,
+                lse_base=LSE + bh * rows_q,
+                delta_base=DELTA + bh * rows_q,
                 p_base=p_base,
                 stride_qm=stride_qm,
                 stride_dom=stride_dom,
@@ -306,8 +323,8 @@ def _bwd_dkdv(
                 do_src=do_src,
                 desc_b=b.to(tl.int32),
                 desc_h=h.to(tl.int32),
-                lse_base=LSE + bh * N_Q,
-                delta_base=DELTA + bh * N_Q,
+                lse_base=LSE + bh * rows_q,
+                delta_base=DELTA + bh * rows_q,
                 p_base=p_base,
                 stride_qm=stride_qm,
                 stride_dom=stride_dom,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import dot
+from .common import document_block, dot
 from .forward_blocks import key_ranges
 
 
@@ -122,13 +122,16 @@ def _bwd_dq(
     stride_dqm,
     H,  # query heads
     GROUP,  # H // H_KV
-    N_Q,
-    N_K,
+    N_Q,  # query length (VARLEN: rows of the packed queries, B = 1)
+    N_K,  # key length (VARLEN: rows of the packed keys)
     qk_scale,
     sm_scale,
     WIN_LEFT,  # as in flash_v2._attn_fwd
     WIN_RIGHT,
     N_BUCKET,  # autotune key only
+    CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
+    CU_K,  # VARLEN: the same for the keys; else None
+    NUM_DOCS,  # VARLEN: documents; else None
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,  # a right limit (causal: WIN_RIGHT = 0)
     WINDOW: tl.constexpr,  # a left limit
@@ -137,8 +140,21 @@ def _bwd_dq(
     TMA: tl.constexpr,  # stream K and V through the host descriptors KD, VD
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    VARLEN: tl.constexpr,  # packed documents: a program is a query block of one document (common.document_block)
 ):
     pid_m = tl.program_id(0)
+    rows_q = N_Q  # LSE and DELTA rows per head
+    if VARLEN:
+        pid_m, q_row0, N_Q, k_row0, N_K = document_block(
+            CU_Q, CU_K, NUM_DOCS, N_Q, N_K, pid_m, BLOCK_M, False
+        )
+        Q += q_row0.to(tl.int64) * stride_qm
+        DO += q_row0.to(tl.int64) * stride_dom
+        DQ += q_row0.to(tl.int64) * stride_dqm
+        LSE += q_row0
+        DELTA += q_row0
+        K += k_row0.to(tl.int64) * stride_kn
+        V += k_row0.to(tl.int64) * stride_vn
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
@@ -156,8 +172,8 @@ def _bwd_dq(
         mask=row_ok[:, None],
         other=0.0,
     )
-    lse = tl.load(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=float("inf"))
-    delta = tl.load(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, mask=row_ok, other=0.0)
+    lse = tl.load(LSE + pid_bh.to(tl.int64) * rows_q + offs_m, mask=row_ok, other=float("inf"))
+    delta = tl.load(DELTA + pid_bh.to(tl.int64) * rows_q + offs_m, mask=row_ok, other=0.0)
     k_src = K + b * stride_kz + hkv * stride_kh
     v_src = V + b * stride_vz + hkv * stride_vh
     if TMA:

@@ -210,3 +210,59 @@ def dot(a, b, acc, IEEE: tl.constexpr):
     else:
         out = tl.dot(a, b, acc)
     return out
+
+
+# The compile-time arguments of a launch of flash_v2._attn_fwd, backward_dkdv._bwd_dkdv or backward_dq._bwd_dq
+# on a [B, H, N, D] batch; flash_attn_varlen (varlen.py) passes the documents instead.
+NOT_VARLEN: dict[str, Any] = {"CU_Q": None, "CU_K": None, "NUM_DOCS": None, "VARLEN": False}
+
+
+@triton.jit
+def document_block(
+    CU,  # int32 [NUM_DOCS + 1]: prefix sums of the documents' lengths on the walked side (queries or keys)
+    CU_OTHER,  # the same on the other side
+    NUM_DOCS,
+    TOTAL,  # rows of the walked side's packed tensor
+    TOTAL_OTHER,  # rows of the other side's
+    pid,  # the program's place in the walk
+    BLOCK: tl.constexpr,  # rows per block on the walked side
+    REVERSE: tl.constexpr,  # walk each document's blocks from its last
+    CHUNK: tl.constexpr = 64,  # documents read per step
+):
+    """The block of a packed batch that program `pid` owns (called positionally, in this order, by the VARLEN
+    kernels: flash_v2._attn_fwd, backward_dq._bwd_dq walk the queries, backward_dkdv._bwd_dkdv the keys), as (block index within its document, the document's
+    first row and length on the walked side, its first row and length on the other side).
+
+    The walk visits each document's cdiv(length, BLOCK) blocks in document order, so no program holds rows of
+    two documents and no block is empty; the document is found on the device by a prefix sum of the block
+    counts, CHUNK documents at a time (the scheme of flash-attn 3's varlen tile scheduler), so a launch needs
+    no host sync. Rows past CU[NUM_DOCS] form one more document, empty on the other side: their outputs and
+    gradients are written (zeros). A pid past the last block gets length 0 (its program stores nothing).
+    Offsets are clamped into [0, TOTAL]: bad prefix sums give wrong numbers, never an access past a tensor.
+    """
+    base = tl.zeros([], dtype=tl.int32)  # blocks of the documents before this chunk
+    doc = tl.zeros([], dtype=tl.int32)
+    row0 = tl.zeros([], dtype=tl.int32)
+    length = tl.zeros([], dtype=tl.int32)
+    block = tl.zeros([], dtype=tl.int32)
+    for c in range(0, NUM_DOCS + 1, CHUNK):
+        idx = c + tl.arange(0, CHUNK)
+        start = tl.load(CU + idx, mask=idx <= NUM_DOCS, other=0)
+        end = tl.load(CU + idx + 1, mask=idx < NUM_DOCS, other=TOTAL)  # the last document ends at TOTAL
+        start = tl.minimum(tl.maximum(start, 0), TOTAL)
+        size = tl.maximum(tl.minimum(tl.maximum(end, 0), TOTAL) - start, 0)
+        blocks = tl.where(idx <= NUM_DOCS, (size + BLOCK - 1) // BLOCK, 0)
+        first = base + tl.cumsum(blocks, 0) - blocks  # the walk's index of each document's first block
+        hit = (first <= pid) & (pid < first + blocks)  # at most one document holds pid
+        doc += tl.sum(tl.where(hit, idx, 0), 0)
+        row0 += tl.sum(tl.where(hit, start, 0), 0)
+        length += tl.sum(tl.where(hit, size, 0), 0)
+        if REVERSE:
+            block += tl.sum(tl.where(hit, first + blocks - 1 - pid, 0), 0)
+        else:
+            block += tl.sum(tl.where(hit, pid - first, 0), 0)
+        base += tl.sum(blocks, 0)
+    other0 = tl.minimum(tl.maximum(tl.load(CU_OTHER + doc), 0), TOTAL_OTHER)
+    other_end = tl.minimum(tl.maximum(tl.load(CU_OTHER + tl.minimum(doc + 1, NUM_DOCS)), 0), TOTAL_OTHER)
+    other_len = tl.where((doc < NUM_DOCS) & (length > 0), tl.maximum(other_end - other0, 0), 0)
+    return block, row0, length, other0, other_len

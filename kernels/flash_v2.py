@@ -51,11 +51,13 @@ from . import flash_ws
 from .backward import attention_backward
 from .common import (
     LOG2E,
+    NOT_VARLEN,
     KernelUnsupported,
     _set_last_config,
     cdiv,
     check_inputs,
     check_window,
+    document_block,
     seq_bucket,
     window_flags,
 )
@@ -92,12 +94,15 @@ def _attn_fwd(
     stride_om,
     H,  # query heads
     GROUP,  # H // H_KV: query heads per K/V head
-    N_Q,  # query length
-    N_K,  # key length
+    N_Q,  # query length (VARLEN: rows of the packed queries, B = 1)
+    N_K,  # key length (VARLEN: rows of the packed keys)
     qk_scale,  # sm_scale * log2(e)
     WIN_LEFT,  # WINDOW: query i sees keys from position i + N_K - N_Q - WIN_LEFT on
     WIN_RIGHT,  # CAUSAL: query i sees keys up to position i + N_K - N_Q + WIN_RIGHT (0: a causal mask)
     N_BUCKET,  # autotune key only: next power of two of max(N_Q, N_K)
+    CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
+    CU_K,  # VARLEN: the same for the keys; else None
+    NUM_DOCS,  # VARLEN: documents; else None
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,  # keys right of the row's window are masked (causal, or a window's right limit)
     WINDOW: tl.constexpr,  # keys left of the row's window are masked (a sliding window's left limit)
@@ -105,9 +110,20 @@ def _attn_fwd(
     TMA: tl.constexpr,  # Q, K, V, O through the host descriptors QD, KD, VD, OD (TMA, sm90+)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    VARLEN: tl.constexpr,  # packed documents: a program is a query block of one document (common.document_block)
 ):
     pid_m = tl.program_id(0)
-    if CAUSAL:
+    rows_q = N_Q  # LSE rows per head
+    if VARLEN:  # each document is a sequence of its own, aligned bottom-right by its own lengths
+        pid_m, q_row0, N_Q, k_row0, N_K = document_block(
+            CU_Q, CU_K, NUM_DOCS, N_Q, N_K, pid_m, BLOCK_M, CAUSAL
+        )
+        Q += q_row0.to(tl.int64) * stride_qm
+        O += q_row0.to(tl.int64) * stride_om
+        LSE += q_row0
+        K += k_row0.to(tl.int64) * stride_kn
+        V += k_row0.to(tl.int64) * stride_vn
+    elif CAUSAL:
         pid_m = tl.num_programs(0) - 1 - pid_m  # the last query blocks see the most keys: run them first
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
@@ -258,7 +274,7 @@ def _attn_fwd(
     out = acc / l_safe[:, None]
     lse = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
     row_ok = offs_m < N_Q
-    tl.store(LSE + pid_bh.to(tl.int64) * N_Q + offs_m, lse, mask=row_ok)
+    tl.store(LSE + pid_bh.to(tl.int64) * rows_q + offs_m, lse, mask=row_ok)
     if TMA:  # rows past N_Q are clipped by the descriptor's bounds
         OD.store([kv_b, q_h, pid_m * BLOCK_M, 0], out.to(O.dtype.element_ty).reshape(1, 1, BLOCK_M, HEAD_DIM))
     else:
@@ -305,6 +321,7 @@ class _TlForward:
                 "WINDOW": left_limit,
                 "IEEE": q.dtype == torch.float32,
                 "TMA": self.tma,
+                **NOT_VARLEN,
             },
             space=FWD_SPACE,
             forced=config,

@@ -1,0 +1,142 @@
+"""flash_attn_varlen on packed documents beside the same kernel on a uniform batch of the same useful FLOPs and
+FlexAttention's document mask (bf16, one GPU, triton.testing.do_bench; issue 38's shape class).
+
+Documents: lengths uniform in [--min-len, --max-len] (seeded), drawn until they fill --tokens, the last one cut
+to fit. Useful FLOPs count each document's own (q, k) pairs: forward 4 * H * D * pairs, fwd+bwd 3.5x that. The
+uniform batch: flash_attn at N = --uniform-n with as many sequences as give the same useful pairs (rounded).
+Each result is first checked against float64 attention per document (correctness' budget).
+
+    python3 benchmarks/varlen_speed.py [--causal 1] [--dims 128] [--tokens 16384]   # JSON to $OUT/varlen_speed.json
+
+Not the benchmark of record (the varlen sweep preset will be); a quick look at the issue's targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+from flashbench.kernels import flash_attn, flash_attn_varlen
+from triton.testing import do_bench
+
+from flashbench.engine import correctness
+
+
+def lengths(tokens: int, low: int, high: int, seed: int) -> list[int]:
+    gen = torch.Generator().manual_seed(seed)
+    out: list[int] = []
+    while sum(out) < tokens:
+        out.append(int(torch.randint(low, high + 1, (1,), generator=gen)))
+    out[-1] -= sum(out) - tokens
+    return out
+
+
+def pairs(n: int, causal: bool) -> int:
+    return n * (n + 1) // 2 if causal else n * n
+
+
+def timed(call, leaves: list[torch.Tensor], backward: bool) -> float:
+    """Median ms of the forward (no autograd graph), or of forward + backward (gradient of a fixed dO)."""
+    if not backward:
+        with torch.no_grad():
+            return do_bench(call, return_mode="median")
+    do = torch.randn_like(call())
+    return do_bench(lambda: call().backward(do), return_mode="median", grad_to_none=leaves)
+
+
+def check(out: torch.Tensor, q, k, v, docs: list[int], causal: bool) -> None:
+    tally, row = correctness.ErrorTally(), 0
+    for n in docs:
+        part = [t[row : row + n].transpose(0, 1).unsqueeze(0) for t in (q, k, v)]
+        got = {"out": out[row : row + n].transpose(0, 1).unsqueeze(0)}
+        ref = correctness.reference(*part, causal=causal)
+        low = correctness.reference(*part, causal=causal, dtype=q.dtype)
+        tally.add(got, {"out": ref["out"]}, {"out": low["out"]})
+        row += n
+    verdict = tally.verdict(q.dtype)
+    assert verdict.ok, verdict.reason
+
+
+def providers(a: argparse.Namespace, d: int, docs: list[int], causal: bool) -> dict[str, tuple]:
+    """name -> (call, its differentiable inputs, its useful (q, k) pairs), at head dim d."""
+    cu = torch.tensor([0, *torch.tensor(docs).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    useful = sum(pairs(n, causal) for n in docs)
+    q, k, v = (
+        torch.randn(a.tokens, a.heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
+    batch = max(1, round(useful / pairs(a.uniform_n, causal)))
+    uq, uk, uv = (
+        torch.randn(batch, a.heads, a.uniform_n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
+
+    def varlen():
+        return flash_attn_varlen(q, k, v, cu, cu, max(docs), max(docs), causal=causal)
+
+    check(varlen().detach(), q.detach(), k.detach(), v.detach(), docs, causal)
+    calls = {
+        "varlen": (varlen, [q, k, v], useful),
+        f"uniform {batch}x{a.uniform_n}": (
+            lambda: flash_attn(uq, uk, uv, causal=causal),
+            [uq, uk, uv],
+            batch * pairs(a.uniform_n, causal),
+        ),
+    }
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        doc = torch.repeat_interleave(
+            torch.arange(len(docs), device="cuda"), torch.tensor(docs, device="cuda")
+        )
+
+        def mask(b, h, i, j):
+            return (doc[i] == doc[j]) & (j <= i) if causal else doc[i] == doc[j]
+
+        block = create_block_mask(mask, None, None, a.tokens, a.tokens, device="cuda")
+        flex = torch.compile(flex_attention)
+        fq, fk, fv = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+        calls["flex document mask"] = (
+            lambda: flex(fq, fk, fv, block_mask=block)[0].transpose(0, 1),
+            [q, k, v],
+            useful,
+        )
+    except Exception as exc:  # noqa: BLE001  (reported, not fatal: the other rows still mean something)
+        print(f"flex: not run ({type(exc).__name__}: {exc})")
+    return calls
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--min-len", type=int, default=256)
+    ap.add_argument("--max-len", type=int, default=4096)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--dims", default="128", help="head dims, comma-separated")
+    ap.add_argument("--causal", type=int, default=1)
+    ap.add_argument("--uniform-n", type=int, default=2048)
+    a = ap.parse_args()
+    causal, docs = bool(a.causal), lengths(a.tokens, a.min_len, a.max_len, a.seed)
+    print(f"{len(docs)} documents, mean {sum(docs) / len(docs):.0f}, causal={causal}: {docs}")
+    rows = []
+    for d in (int(x) for x in a.dims.split(",")):
+        for name, (call, leaves, work) in providers(a, d, docs, causal).items():
+            for mode, factor in (("fwd", 1.0), ("fwd+bwd", 3.5)):
+                ms = timed(call, leaves, mode != "fwd")
+                tflops = factor * 4 * a.heads * d * work / ms / 1e9
+                rows.append(
+                    {"d": d, "provider": name, "mode": mode, "ms": round(ms, 4), "tflops": round(tflops, 1)}
+                )
+                print(f"d={d} {name:>24} {mode:>8}: {ms:8.3f} ms {tflops:7.1f} TFLOP/s (useful)")
+    out = os.environ.get("OUT", "results")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "varlen_speed.json"), "w") as f:
+        json.dump({"documents": docs, "causal": causal, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,269 @@
+"""flash_attn_varlen (packed documents, flash-attn's varlen convention) against the float64 reference per document.
+
+The oracle and its budget are flashbench.engine.correctness (the sweep's): out, dq, dk, dv of every document held,
+together, to 2x torch's own low-precision error + eps. Outputs are NaN-poisoned (torch.empty), so a row the
+kernels forget to write fails. On the CPU machine through Triton's interpreter (fp16, fp32: its bf16 dot is
+wrong); the `gpu` tests run bf16 at the issue's shape class and under a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+from flashbench.kernels import KernelUnsupported, flash_attn, flash_attn_varlen
+
+from flashbench.engine import correctness
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+FP32_IEEE = 1e-6  # the kernels' fp32 dots are IEEE fp32, as in test_kernels.py
+KERNELS = Path(inspect.getfile(flash_attn_varlen)).parent
+
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")  # conftest.py: NaN-filled torch.empty, no autotuning
+
+# Document lengths around the interpreter's 64-row tiles: odd, one token, empty, several tiles, exactly one tile.
+SELF = ([37, 1, 0, 130, 64, 5], None)
+# seq_q != seq_k per document: fewer and more keys than queries, keys without queries, queries without keys.
+CROSS = ([37, 1, 0, 130, 64, 5], [50, 1, 3, 100, 64, 0])
+
+
+def prefix(lengths: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+
+
+def inputs(lq, lk, h, hkv, d, dtype, seed=0, extra_rows=0):
+    """q [total_q, h, d], k, v [total_k, hkv, d], do; `extra_rows` rows past the last document on both sides."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    tq, tk = sum(lq) + extra_rows, sum(lk) + extra_rows
+    shapes = ((tq, h, d), (tk, hkv, d), (tk, hkv, d), (tq, h, d))
+    return [torch.randn(s, generator=gen).to(device=DEVICE, dtype=dtype) for s in shapes]
+
+
+def run(q, k, v, do, cu_q, cu_k, **kw):
+    """out, dq, dk, dv of flash_attn_varlen."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    lq, lk = (cu[1:] - cu[:-1] for cu in (cu_q, cu_k))
+    out = flash_attn_varlen(*leaves, cu_q, cu_k, int(lq.max()), int(lk.max()), **kw)
+    grads = torch.autograd.grad(out, leaves, do)
+    return dict(zip(("out", "dq", "dk", "dv"), (out, *grads), strict=True))
+
+
+def per_document(results, q, k, v, do, lq, lk, *, causal, window=None):
+    """The oracle's verdict over every document: each document's rows against the reference of that document
+    alone ([1, H, L, D] slices), all documents' errors summed into one verdict."""
+    tally = correctness.ErrorTally()
+    cq, ck = prefix(lq).tolist(), prefix(lk).tolist()
+    for b in range(len(lq)):
+        rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        doc = [t.transpose(0, 1).unsqueeze(0) for t in (q[rq], k[rk], v[rk], do[rq])]
+        kw = dict(causal=causal, do=doc[3], window=window)
+        ref = correctness.reference(*doc[:3], **kw)
+        low = correctness.reference(*doc[:3], **kw, dtype=q.dtype)
+        rows = {"out": rq, "dq": rq, "dk": rk, "dv": rk}
+        got = {n: t[rows[n]].transpose(0, 1).unsqueeze(0) for n, t in results.items()}
+        tally.add(got, ref, low)
+    return tally.verdict(q.dtype)
+
+
+def check(lengths, h, hkv, d, dtype, *, causal, window=None, validate=False):
+    lq, lk = lengths[0], lengths[1] or lengths[0]
+    q, k, v, do = inputs(lq, lk, h, hkv, d, dtype)
+    results = run(q, k, v, do, prefix(lq), prefix(lk), causal=causal, window=window, validate=validate)
+    verdict = per_document(results, q, k, v, do, lq, lk, causal=causal, window=window)
+    assert verdict.ok, f"{verdict.reason}; {verdict.describe()}"
+    if dtype == torch.float32:
+        assert max(e for e, _ in verdict.errors.values()) < FP32_IEEE, verdict.describe()
+    return results
+
+
+CASES = [  # (lengths, heads, kv_heads, dtype, causal, window)
+    (SELF, 4, 2, torch.float16, False, None),
+    (SELF, 4, 2, torch.float16, True, None),
+    (SELF, 2, 2, torch.float32, True, None),
+    (CROSS, 4, 2, torch.float16, True, None),
+    (CROSS, 4, 1, torch.float32, False, (20, 5)),
+    (SELF, 4, 2, torch.float16, False, (10, -1)),
+]
+
+
+@pytest.mark.parametrize(
+    "lengths,h,hkv,dtype,causal,window",
+    CASES,
+    ids=[
+        f"{'self' if c[0] is SELF else 'cross'}-h{c[1]}kv{c[2]}-{str(c[3])[-7:]}-c{int(c[4])}-{c[5]}"
+        for c in CASES
+    ],
+)
+def test_every_document_forward_backward_within_budget(lengths, h, hkv, dtype, causal, window):
+    check(lengths, h, hkv, 32, dtype, causal=causal, window=window, validate=dtype == torch.float32)
+
+
+def test_a_document_gets_what_flash_attn_gives_it_alone(monkeypatch):
+    """The varlen launch is the uniform kernel with a per-program document offset: each document's output and
+    gradients are the very numbers flash_attn computes for that document as a batch of one (through pointers, as
+    varlen loads: no TMA on Hopper)."""
+    monkeypatch.setenv("FLASHBENCH_TMA", "0")
+    lq = [70, 1, 130]
+    q, k, v, do = inputs(lq, lq, 2, 2, 32, torch.float32, seed=1)
+    cu = prefix(lq)
+    packed = run(q, k, v, do, cu, cu, causal=True)
+    for b in range(len(lq)):
+        rows = slice(int(cu[b]), int(cu[b + 1]))
+        alone = [t[rows].transpose(0, 1).unsqueeze(0).detach().requires_grad_(True) for t in (q, k, v)]
+        out = flash_attn(*alone, causal=True)
+        grads = torch.autograd.grad(out, alone, do[rows].transpose(0, 1).unsqueeze(0))
+        for name, want in zip(("out", "dq", "dk", "dv"), (out, *grads), strict=True):
+            assert torch.equal(packed[name][rows], want[0].transpose(0, 1)), (b, name)
+
+
+def test_packed_sequence_with_a_document_mask_is_the_same_call():
+    """Block-diagonal attention, causal within each document, over one packed sequence (float64 attention with
+    that explicit mask) is what flash_attn_varlen computes."""
+    lq = [45, 19, 100]
+    q, k, v, _ = inputs(lq, lq, 2, 2, 32, torch.float32, seed=2)
+    doc = torch.repeat_interleave(torch.arange(len(lq)), torch.tensor(lq)).to(DEVICE)
+    pos = torch.arange(sum(lq), device=DEVICE)
+    mask = (doc[:, None] == doc[None, :]) & (pos[None, :] <= pos[:, None])
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *(t.double().transpose(0, 1) for t in (q, k, v)), attn_mask=mask
+    ).transpose(0, 1)
+    got = flash_attn_varlen(q, k, v, prefix(lq), prefix(lq), max(lq), max(lq), causal=True)
+    assert (got.double() - want).abs().max() < FP32_IEEE
+
+
+def test_rows_past_the_last_document_get_zero_output_and_gradients():
+    lq = [40, 25]
+    q, k, v, do = inputs(lq, lq, 2, 2, 32, torch.float32, extra_rows=30)
+    results = run(q, k, v, do, prefix(lq), prefix(lq), causal=True, validate=True)
+    for name, t in results.items():
+        assert torch.isfinite(t).all(), name
+        assert (t[sum(lq) :] == 0).all(), name
+    verdict = per_document(
+        {n: t[: sum(lq)] for n, t in results.items()},
+        *(t[: sum(lq)] for t in (q, k, v, do)),
+        lq,
+        lq,
+        causal=True,
+    )
+    assert verdict.ok, verdict.describe()
+
+
+def _spy_host_reads(monkeypatch):
+    """Every .item(), .tolist(), bool() and int() of a tensor made from code in the kernels' folder, as a list."""
+    seen = []
+    for name in ("item", "tolist", "__bool__", "__int__", "__index__"):
+        real = getattr(torch.Tensor, name)
+
+        def spy(self, *a, _real=real, _name=name, **kw):
+            caller = Path(inspect.stack(0)[1].filename).resolve()
+            if caller.is_relative_to(KERNELS.resolve()):
+                seen.append(f"{_name} from {caller.name}")
+            return _real(self, *a, **kw)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    return seen
+
+
+def test_validate_false_reads_nothing_on_the_host_and_validate_true_syncs_once(monkeypatch):
+    lq = [33, 70]
+    q, k, v, do = inputs(lq, lq, 2, 1, 32, torch.float16)
+    cu = prefix(lq)
+    seen = _spy_host_reads(monkeypatch)
+    run(q, k, v, do, cu, cu, causal=True)
+    assert seen == []
+    flash_attn_varlen(q, k, v, cu, cu, 70, 70, validate=True)
+    assert seen == ["tolist from varlen.py"]
+
+
+def test_bad_prefix_sums_without_validate_stay_inside_the_tensors():
+    """validate=False reads nothing on the host; the kernels clamp every offset, so prefix sums past the tensor
+    or decreasing give numbers (finite), never an access outside q, k, v."""
+    q, k, v, _ = inputs([64], [64], 2, 2, 32, torch.float32)
+    for bad in ([0, 50, 10_000], [0, 60, 20], [-5, 30, 64]):
+        cu = torch.tensor(bad, dtype=torch.int32, device=DEVICE)
+        assert torch.isfinite(flash_attn_varlen(q, k, v, cu, cu, 64, 64)).all(), bad
+
+
+def _call(q=None, k=None, v=None, cu_q=None, cu_k=None, max_q=64, max_k=64, **kw):
+    base_q, base_k, base_v, _ = inputs([40, 24], [40, 24], 2, 2, 32, torch.float32)
+    cu = prefix([40, 24])
+    args = [
+        x if x is not None else d for x, d in zip((q, k, v, cu_q, cu_k), (base_q, base_k, base_v, cu, cu))
+    ]
+    return flash_attn_varlen(*args, max_q, max_k, **kw)
+
+
+def _int32(*values):
+    return torch.tensor(values, dtype=torch.int32, device=DEVICE)
+
+
+REFUSED = [  # (arguments, words the one-line message holds)
+    (dict(cu_q=_int32(0, 40, 64).long()), "cu_seqlens_q must be an int32"),
+    (dict(cu_k=[0, 40, 64]), "cu_seqlens_k must be an int32"),
+    (dict(cu_q=_int32(64)), "at least 2 entries"),
+    (dict(cu_q=_int32(0, 40, 64).reshape(1, 3)), "must be 1-D"),
+    (dict(cu_k=_int32(0, 64)), "lengths differ (3 vs 2)"),
+    (dict(max_q=-1), "max_seqlen_q must be an int >= 0"),
+    (dict(max_k=True), "max_seqlen_k must be an int >= 0"),
+    (dict(q=torch.zeros(1, 64, 2, 32, device=DEVICE)), "q must be a 3-D torch.Tensor"),
+    (dict(v=torch.zeros(60, 2, 32, device=DEVICE)), "k and v shapes differ"),
+    (dict(q=torch.zeros(64, 3, 32, device=DEVICE)), "does not divide heads"),
+    (dict(q=torch.zeros(64, 2, 32, dtype=torch.float64, device=DEVICE)), "q, k, v dtypes differ"),
+    (dict(window=(4,)), "window must be a pair"),
+    # the value checks: validate=True only
+    (dict(cu_q=_int32(1, 40, 64), validate=True), "cu_seqlens_q must start at 0, starts at 1"),
+    (dict(cu_k=_int32(0, 40, 30), validate=True), "cu_seqlens_k decreases"),
+    (dict(cu_q=_int32(0, 40, 65), validate=True), "cu_seqlens_q ends at 65, past the 64 rows of q"),
+    (dict(max_q=39, validate=True), "a document has 40 queries, max_seqlen_q is 39"),
+    (dict(max_k=0, validate=True), "max_seqlen_k is 0"),
+]
+
+
+@pytest.mark.parametrize("kwargs,words", REFUSED, ids=[w for _, w in REFUSED])
+def test_bad_inputs_get_a_one_line_refusal(kwargs, words):
+    with pytest.raises(KernelUnsupported) as err:
+        _call(**kwargs)
+    message = str(err.value)
+    assert message.startswith("flash_attn_varlen: ") and words in message and "\n" not in message
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_bf16_documents_at_the_issue_shape_class_within_budget(causal):
+    """d = 128, GQA 8:2, documents of 256..4096 tokens packed to ~16k (the issue's shape class, fewer heads)."""
+    lengths = torch.randint(256, 4097, (7,), generator=torch.Generator().manual_seed(0)).tolist()
+    check((lengths, None), 8, 2, 128, torch.bfloat16, causal=causal, validate=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+def test_captured_in_a_cuda_graph_it_follows_new_lengths():
+    """validate=False needs no host sync, so the forward and backward capture in a CUDA graph; replayed after the
+    prefix sums change in place (same shapes), the graph computes the new documents."""
+    lq, new = [300, 1, 211, 512], [100, 400, 24, 500]
+    q, k, v, do = inputs(lq, lq, 4, 2, 64, torch.float16)
+    cu = prefix(lq)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+
+    def step():
+        out = flash_attn_varlen(*leaves, cu, cu, 512, 512, causal=True)
+        return (out, *torch.autograd.grad(out, leaves, do))
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # compile outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    cu.copy_(prefix(new))
+    graph.replay()
+    torch.cuda.synchronize()
+    results = dict(zip(("out", "dq", "dk", "dv"), captured, strict=True))
+    verdict = per_document(results, q, k, v, do, new, new, causal=True)
+    assert verdict.ok, f"{verdict.reason}; {verdict.describe()}"
