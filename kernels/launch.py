@@ -103,7 +103,7 @@ class KernelCall:
             params = kernel.params[len(args) :]
             self.tail = tuple(self.constexprs.get(p.name, p.default) for p in params)
             self.compiled = compiled
-            self.raw = RawLaunch.of(compiled.run)
+            self.raw = RawLaunch.of(getattr(compiled, "run", None))
 
     @property
     def direct(self) -> bool:
@@ -131,6 +131,8 @@ class RawLaunch:
 
     @staticmethod
     def of(run: Any) -> RawLaunch | None:
+        """The raw launch of a compiled kernel's `run` (a CudaLauncher), or None where it is none such (None
+        itself: a driver without launchers, as tools/sm90_compile.py's compile-only stub)."""
         launch = getattr(run, "launch", None)
         scratch = (getattr(run, "global_scratch_size", 1), getattr(run, "profile_scratch_size", 1))
         if launch is None or any(scratch):
