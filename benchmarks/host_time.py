@@ -258,18 +258,27 @@ def main() -> None:
     p.add_argument("--decode", action="store_true", help="flash_decode at batch 1 and 8 over --seqs keys")
     p.add_argument("--profile", default="", help="cProfile the bundled call of this mode instead")
     p.add_argument("--breakdown", action="store_true", help="host time of each piece of a step instead")
-    p.add_argument("--out", default=os.environ.get("OUT", "results"), help="rows go to OUT/host_time.jsonl")
+    p.add_argument(
+        "--out",
+        default=os.environ.get("OUT", "results"),
+        help="rows go to OUT/host_time.jsonl (--breakdown: OUT/host_breakdown.txt)",
+    )
     a = p.parse_args()
     seqs = [int(x) for x in a.seqs.split(",")]
     dims = [int(x) for x in a.dims.split(",")]
     causals = [bool(int(x)) for x in a.causal.split(",")]
     rows: list[dict[str, Any]] = []
     if a.breakdown:
+        lines = []
         for d in dims:
             for n in seqs:
                 for causal in causals:
-                    print(f"### host breakdown d={d} N={n} causal={causal}")
-                    breakdown(n, d, causal, a.tokens, a.hidden)
+                    lines.append(f"### host breakdown d={d} N={n} causal={causal}")
+                    print(lines[-1])
+                    lines += breakdown(n, d, causal, a.tokens, a.hidden)
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "host_breakdown.txt"), "w") as fh:
+            fh.write("\n".join(lines) + "\n")
         return
     if a.profile:
         for d in dims:
