@@ -1,5 +1,7 @@
 """flash_attn_varlen on packed documents beside the same kernel on a uniform batch of the same useful FLOPs and
-FlexAttention's document mask (bf16, one GPU, triton.testing.do_bench; issue 38's shape class).
+FlexAttention's document mask (bf16, one GPU, timed as the autotuner times a candidate: L2 flushed before each
+sample, CUDA events, the median; flashbench.engine.timing.time_cuda). Default shape: 16k tokens packed from
+documents of 256-4096 tokens, d = 128.
 
 Documents: lengths uniform in [--min-len, --max-len] (seeded), drawn until they fill --tokens, the last one cut
 to fit. Useful FLOPs count each document's own (q, k) pairs: forward 4 * H * D * pairs, fwd+bwd 3.5x that. The
@@ -8,7 +10,7 @@ Each result is first checked against float64 attention per document (correctness
 
     python3 benchmarks/varlen_speed.py [--causal 1] [--dims 128] [--tokens 16384]   # JSON to $OUT/varlen_speed.json
 
-Not the benchmark of record (the varlen sweep preset will be); a quick look at the issue's targets.
+Not the benchmark of record (the varlen sweep preset will be).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 
 import torch
 from flashbench.kernels import flash_attn, flash_attn_varlen
-from triton.testing import do_bench
 
 from flashbench.engine import correctness
+from flashbench.engine.timing import L2Flusher, time_cuda
+from flashbench.spec.window import unmasked_pairs
 
 
 def lengths(tokens: int, low: int, high: int, seed: int) -> list[int]:
@@ -34,16 +38,23 @@ def lengths(tokens: int, low: int, high: int, seed: int) -> list[int]:
 
 
 def pairs(n: int, causal: bool) -> int:
-    return n * (n + 1) // 2 if causal else n * n
+    return unmasked_pairs(n, n, causal)
 
 
 def timed(call, leaves: list[torch.Tensor], backward: bool) -> float:
-    """Median ms of the forward (no autograd graph), or of forward + backward (gradient of a fixed dO)."""
+    """Median ms of the forward (no autograd graph), or of forward + backward (gradient of a fixed dO; the leaves'
+    gradients dropped before each sample, untimed)."""
+    flush = L2Flusher(torch.cuda.current_device())
     if not backward:
         with torch.no_grad():
-            return do_bench(call, return_mode="median")
+            return statistics.median(time_cuda(call, flush=flush))
     do = torch.randn_like(call())
-    return do_bench(lambda: call().backward(do), return_mode="median", grad_to_none=leaves)
+
+    def drop_grads() -> None:
+        for t in leaves:
+            t.grad = None
+
+    return statistics.median(time_cuda(lambda: call().backward(do), flush=flush, setup=drop_grads))
 
 
 def check(out: torch.Tensor, q, k, v, docs: list[int], causal: bool) -> None:
