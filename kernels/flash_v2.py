@@ -40,7 +40,6 @@ The numbers and their commands: docs/kernels.md.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -410,19 +409,19 @@ def _run_plan(
 # A call signature seen before, with everything its checks and plan lookup concluded: (the forward launcher bound
 # to its plan, the softmax scale, the checked window). Only signatures whose checks return the inputs themselves
 # (unit-stride, scale >= 0) are kept, so a hit is exactly what the checks would have done.
-_CHECKED: dict[Any, tuple[Callable[..., Any], float, tuple[int, int] | None]] = {}
+_CHECKED = PlanCache(lambda: None)  # filled by flash_attn's put(), never made by get()
 
 
 def _signature(q: Any, k: Any, v: Any, causal: Any, sm_scale: Any, window: Any) -> tuple[Any, ...] | None:
     """The key of `_CHECKED` for a call, or None where it has none (under torch.compile, arguments that are not
-    tensors or not hashable): the tensors' plan keys, the device, the arguments with their types (causal=1 is
-    refused where True is not) and the environment switches."""
+    tensors): the tensors' plan keys, the device, the arguments with their types (causal=1 is
+    refused where True is not) and the environment switches. An unhashable one raises TypeError where it is
+    looked up."""
     if torch.compiler.is_compiling() or type(causal) is not bool:
         return None
     try:
         win = window if window is None else tuple((type(x), x) for x in window)
         key = (tensor_key(q), tensor_key(k), tensor_key(v), q.device, causal, type(sm_scale), sm_scale, win)
-        hash(key)
     except (AttributeError, TypeError):
         return None
     return (*key, env_key())
@@ -476,7 +475,10 @@ def flash_attn(
     Raises KernelUnsupported naming what is unsupported.
     """
     signature = _signature(q, k, v, causal, sm_scale, window) if config is None else None
-    hit = _CHECKED.get(signature) if signature is not None else None
+    try:
+        hit = _CHECKED.plans.get(signature) if signature is not None else None
+    except TypeError:  # an unhashable argument (a list as sm_scale, say): the checks say what is wrong
+        signature, hit = None, None
     if hit is not None:
         forward, scale, checked = hit
         return attend(RecomputeAttention, forward, q, k, v, causal, scale, None, forward, checked)
@@ -491,11 +493,9 @@ def flash_attn(
     if config is not None and not (isinstance(config, dict) and config.get("kernel") == "gluon-ws"):
         config = normalize_config("flash_attn", config)
     if signature is not None and config is None and q is q0 and k is k0 and v is v0:
-        if len(_CHECKED) >= _PLANS.size:
-            _CHECKED.pop(next(iter(_CHECKED)))
         key = (*signature[:4], causal, window, None, signature[-1])  # attention_forward's plan key
         plan = _PLANS.get(key, q, k, v, causal, None, window)
-        _CHECKED[signature] = (functools.partial(_run_plan, plan), sm_scale, window)
+        _CHECKED.put(signature, (functools.partial(_run_plan, plan), sm_scale, window))
     if window is None:
         return attend(RecomputeAttention, attention_forward, q, k, v, causal, sm_scale, config)
     forward = functools.partial(attention_forward, window=window)

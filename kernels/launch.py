@@ -252,10 +252,14 @@ class PlanCache:
         plan = self.plans.get(key)
         if plan is None:
             plan = self.make(*args)
-            if len(self.plans) >= self.size:
-                self.plans.pop(next(iter(self.plans)))
-            self.plans[key] = plan
+            self.put(key, plan)
         return plan
+
+    def put(self, key: Any, plan: Any) -> None:
+        """Keep `plan` under `key`, the oldest dropped first when full."""
+        if len(self.plans) >= self.size:
+            self.plans.pop(next(iter(self.plans)))
+        self.plans[key] = plan
 
 
 def tensor_key(t: torch.Tensor) -> tuple[Any, ...]:

@@ -192,7 +192,7 @@ def test_the_raw_launch_reuses_encoded_maps_and_matches_tritons_launcher(n: int,
     from flashbench.kernels import flash_v2
 
     flash_v2._PLANS.plans.clear()  # this test's plan is then the only one
-    flash_v2._CHECKED.clear()
+    flash_v2._CHECKED.plans.clear()
     q, k, v = _inputs(2, 8, 4, n, 128, grad=False)
     out = flash_attn(
         q, k, v, causal=causal

@@ -16,6 +16,7 @@ one sweep records the same one in env.json, and `flashbench merge` refuses runs 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -65,12 +66,12 @@ def case_cost_s(case: Case, settings: Mapping[str, Any] | None = None) -> float:
     name; SweepSpec's defaults for those absent): one checked call, the steady warm-up's minimum, the samples (the
     budget or min_samples calls, whichever is longer) and the host loops, with one call's time its bound at the
     COST_GPU's datasheet roofs (FLOPs over the peak of its dtype, or the compulsory bytes over the bandwidth)."""
-    got = dict(settings or {})
+    got = settings or {}
 
     def setting(name: str) -> float:
         return float(got.get(name, getattr(SweepSpec, name)))
 
-    gpu = hardware.lookup(COST_GPU)
+    gpu = _cost_gpu()
     flops = case_flops(case)
     nbytes = compulsory_traffic(
         case.batch,
@@ -89,6 +90,11 @@ def case_cost_s(case: Case, settings: Mapping[str, Any] | None = None) -> float:
     samples = max(setting("rep_ms") / 1e3, setting("min_samples") * call)
     loops = setting("host_loops") * max(setting("host_loop_ms") / 1e3, 2 * call)
     return call + warm + samples + loops
+
+
+@functools.cache
+def _cost_gpu() -> hardware.GpuSpec:
+    return hardware.lookup(COST_GPU)
 
 
 def slice_of_shapes(
