@@ -208,6 +208,7 @@ def predicted_mem_bytes(
                 case.mode,
                 bwd_workspace_q=bwd_workspace_q,
                 device=device,
+                documents=case.documents(),
             )
         )
     except Exception:
