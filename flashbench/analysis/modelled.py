@@ -48,7 +48,10 @@ def add_model_columns(df: pd.DataFrame) -> None:
         try:
             lens = seqlens_of(r)
             window = window_of(r)
-            kw: dict[str, Any] = dict(blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window)
+            docs = documents_of(r)
+            kw: dict[str, Any] = dict(
+                blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window, documents=docs
+            )
             values = [
                 io_model.compute_dtype(family, r.dtype),
                 memory.predicted_peak_bytes(
@@ -58,11 +61,14 @@ def add_model_columns(df: pd.DataFrame) -> None:
                     r.mode,
                     device=r.device,
                     window=window,
+                    documents=docs,
                 ),
-                io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens).total,
+                io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens, documents=docs).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, **kw).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, **kw).total,
-                attention_flops(*shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens, window=window),
+                attention_flops(
+                    *shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens, window=window, documents=docs
+                ),
             ]
         except (
             ValueError,
@@ -99,6 +105,7 @@ def provider_bytes(case: Case, family: str | None, kernel_config: dict[str, Any]
         blocks=Blocks.from_config(kernel_config),
         seqlens_k=lens,
         window=case.window_size,
+        documents=case.documents(),
     )
     return float(traffic.total)
 
@@ -107,6 +114,11 @@ def seqlens_of(row: Any) -> tuple[int, ...] | None:
     """Each sequence's valid keys for a ragged case's row (a namedtuple with the Case fields), else None."""
     case = Case(**{name: getattr(row, name) for name in CASE_FIELDS})
     return case.kv_lengths() if case.ragged else None
+
+
+def documents_of(row: Any) -> tuple[int, ...] | None:
+    """A packed case's document lengths for its row (a namedtuple with the Case fields), else None."""
+    return Case(**{name: getattr(row, name) for name in CASE_FIELDS}).documents()
 
 
 def window_of(row: Any) -> tuple[int, int] | None:
@@ -131,6 +143,7 @@ def predict_case(case: Case, family: str, flops_s: dict[str, float], bw_bytes_s:
         blocks,
         lens,
         case.window_size,
+        case.documents(),
     )
 
 

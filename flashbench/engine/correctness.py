@@ -37,6 +37,10 @@ The reference works one (batch, K/V head) slice and one block of query rows at a
 at any N, and allocates with zeros/full, never torch.empty (which the kernel tests fill with NaN). The sweep's check() holds a case to the same budget; its cost grows as B*H*N^2, so beyond
 `flops_limit` only a spread of slices is checked (the row's `ref` says how many); if a single slice costs more
 than the limit the check is skipped and `ref` says why. NaN/Inf anywhere in the full results is always caught.
+A packed case (documents one after another, [total, H, D] tensors: engine/packed.py) is checked document by
+document, each its own batch of one with its own causal mask or window: every document, on as many K/V heads
+(spread evenly) as fit in the limit together; if one K/V head of every document does not fit, the check is
+skipped and `ref` says why.
 """
 
 from __future__ import annotations
@@ -338,6 +342,8 @@ def check(
     if bad:
         return CheckResult(False, None, None, "not compared", bad)
     limit = flops_limit or DEFAULT_FLOPS_LIMIT.get(device, 2e9)
+    if case.packed:
+        return _check_documents(case, inputs, results, device, limit)
     grads = "dq" in results
     g = case.heads // case.kv_heads
     # float64 reference + low-precision run of one slice; every (q, k) pair is computed, then masked
@@ -382,4 +388,55 @@ def check(
     verdict = tally.verdict(case.dtype)
     checked = "all" if count >= total else f"{count} of {total}"
     ref = f"float64 on {device}, {checked} (batch, kv-head) slices; err/budget: {verdict.describe()}"
+    return CheckResult(verdict.ok, verdict.rel_err, verdict.err_budget, ref, verdict.reason)
+
+
+def _check_documents(
+    case: Case, inputs: dict[str, Any], results: dict[str, Any], device: str, limit: float
+) -> CheckResult:
+    """check() of a packed case: every document on the K/V heads that fit in `limit` (module docstring)."""
+    from flashbench.engine.packed import split
+
+    lengths = case.documents() or ()
+    grads = "dq" in results
+    g = case.heads // case.kv_heads
+    one_head = sum(
+        2 * (3.5 if grads else 1.0) * attention_flops(1, g, n, n, case.head_dim, False, "fwd")
+        for n in lengths
+    )
+    if one_head > limit:
+        return CheckResult(
+            True,
+            None,
+            None,
+            f"skipped: one kv-head group of every document costs {one_head / 1e12:.1f} TFLOP in float64 "
+            f"> the limit of {limit / 1e12:.1f} TFLOP",
+        )
+    count = max(1, min(case.kv_heads, int(limit // one_head)))
+    heads_checked = sorted({j for _, j in _slices(1, case.kv_heads, count)})
+    names = ["q", "k", "v", *(["do"] if grads else [])]
+    parts = {name: split(inputs[name], lengths) for name in names}
+    got_parts = {name: split(t, lengths) for name, t in results.items()}
+    tally = ErrorTally()
+    for i in range(len(lengths)):
+        for j in heads_checked:
+            heads = slice(j * g, (j + 1) * g)
+            q, k, v = parts["q"][i][:, heads], parts["k"][i][:, j : j + 1], parts["v"][i][:, j : j + 1]
+            kw = dict(
+                causal=case.causal,
+                sm_scale=case.head_dim**-0.5,
+                do=parts["do"][i][:, heads] if grads else None,
+                window=case.window_size,
+            )
+            got = {
+                name: t[i][:, heads] if name in ("out", "dq") else t[i][:, j : j + 1]
+                for name, t in got_parts.items()
+            }
+            tally.add(got, reference(q, k, v, **kw), reference(q, k, v, **kw, dtype=case.dtype))
+    verdict = tally.verdict(case.dtype)
+    checked = "all" if count >= case.kv_heads else f"{count} of {case.kv_heads}"
+    ref = (
+        f"float64 on {device}, all {len(lengths)} documents x {checked} kv heads; "
+        f"err/budget: {verdict.describe()}"
+    )
     return CheckResult(verdict.ok, verdict.rel_err, verdict.err_budget, ref, verdict.reason)

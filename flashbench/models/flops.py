@@ -18,6 +18,9 @@ Convention (flash-attn's benchmarks, DESIGN.md):
 Ragged batches (a KV cache whose sequences hold different numbers of keys, `seqlens_k`): the pairs are summed
 sequence by sequence, each with its own key count and the queries as its last seq_q tokens.
 
+Packed documents (`documents`: each document's length, a packed training batch): each document attends only to
+itself, so the pairs are summed document by document, each a square seq_q = seq_k = L with its own mask.
+
 Sliding windows (flash-attn's window_size, spec/window.py) count their unmasked pairs exactly too: a causal
 window of W keys before each query at seq_q = seq_k = N keeps (W + 1) N - W (W + 1) / 2 pairs (W < N).
 
@@ -54,10 +57,14 @@ def forward_flops(
     alignment: Alignment = "bottom-right",
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
+    documents: Sequence[int] | None = None,
 ) -> int:
     """4 * B * H * d * unmasked pairs. GQA does not change it: every query head does its own matmuls.
     seqlens_k: each sequence's keys (a ragged batch; len == batch), instead of seq_k for all.
-    window: a sliding window (left, right) (unmasked_pairs)."""
+    window: a sliding window (left, right) (unmasked_pairs).
+    documents: a packed batch's document lengths (instead of batch, seq_q and seq_k): their own pairs only."""
+    if documents is not None:
+        return 4 * heads * head_dim * sum(unmasked_pairs(n, n, causal, alignment, window) for n in documents)
     if seqlens_k is None:
         return 4 * batch * heads * head_dim * unmasked_pairs(seq_q, seq_k, causal, alignment, window)
     if len(seqlens_k) != batch:
@@ -77,18 +84,22 @@ def attention_flops(
     alignment: Alignment = "bottom-right",
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
+    documents: Sequence[int] | None = None,
 ) -> float:
     """FLOPs credited to one call in `mode` ("fwd", "bwd", "fwd+bwd") under the stated convention; a sliding
-    window counts its unmasked pairs, as causal does."""
+    window counts its unmasked pairs, as causal does, and packed documents their own pairs."""
     try:
         mult = MODE_MULTIPLIER[mode]
     except KeyError:
         raise ValueError(f"unknown mode {mode!r}; expected one of {sorted(MODE_MULTIPLIER)}") from None
-    return mult * forward_flops(batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k, window)
+    return mult * forward_flops(
+        batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k, window, documents
+    )
 
 
 def case_flops(case: Any) -> float:
-    """attention_flops of a sweep case (spec/cases.Case: its shape, mask, mode, and ragged lengths if any)."""
+    """attention_flops of a sweep case (spec/cases.Case: its shape, mask, mode, and ragged lengths or packed
+    documents if any)."""
     return attention_flops(
         case.batch,
         case.heads,
@@ -99,6 +110,7 @@ def case_flops(case: Any) -> float:
         case.mode,
         seqlens_k=case.kv_lengths() if case.ragged else None,
         window=case.window_size,
+        documents=case.documents(),
     )
 
 

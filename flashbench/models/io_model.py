@@ -47,6 +47,10 @@ Families (hbm_traffic):
              bf16) and the lengths are left out. Counters (one int32 per group) likewise.
 Ragged batches (`seqlens_k`: each sequence's valid keys): every family's traffic is summed sequence by sequence
 (each a batch of one with its own key count), so K and V count the valid keys only.
+Packed documents (`documents`: a packed training batch's lengths, spec/cases.py): the tiled families' traffic is
+summed document by document, each a batch of one with seq_q = seq_k = L (blocks outside a document are never
+visited); naive and sdpa-math run one dense [T, T] score matrix over the T packed tokens under an explicit
+block-diagonal mask (providers/torch_baselines.py), so they are modelled as one sequence of T with a mask.
 The flash backward is the bundled kernel's (backward.py): a Delta pre-pass; a dK/dV pass per K/V block of
 each K/V head streaming Q, dO, LSE, Delta of every query head in its GQA group; then either a dQ pass per query
 block streaming K, V (two passes), or, where the row's kernel_config says ONE_PASS (the bundled Gluon backward,
@@ -77,6 +81,8 @@ from flashbench.models.traffic import (  # noqa: F401  (Part, Blocks, Shape and 
 )
 
 FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1")  # every mode
+# Families that attend packed documents as one dense [T, T] matrix under an explicit mask (module docstring).
+DENSE_MASKED = ("naive", "sdpa-math")
 DECODE = "decode"  # forward only: the split-KV decode kernel (module docstring)
 MODES = ("fwd", "bwd", "fwd+bwd")
 ComputeDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
@@ -103,9 +109,14 @@ def compulsory_traffic(
     elem_bytes: int,
     mode: str,
     seqlens_k: Sequence[int] | None = None,
+    documents: Sequence[int] | None = None,
 ) -> Traffic:
     """The floor for any exact attention: inputs read once, outputs written once (see module docstring).
-    seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch."""
+    seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch. documents: packed documents'
+    lengths (instead of batch, seq_q, seq_k): the tokens they hold."""
+    if documents is not None:
+        total = sum(documents)
+        return compulsory_traffic(1, heads, kv_heads, total, total, head_dim, elem_bytes, mode)
     if seqlens_k is not None:
         _check_lengths(batch, seqlens_k)
         shape = (heads, kv_heads, seq_q)
@@ -393,15 +404,26 @@ def hbm_traffic(
     alignment: Alignment = "bottom-right",
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
+    documents: Sequence[int] | None = None,
 ) -> Traffic:
     """DRAM traffic of one call of `family` in `mode` (see the module docstring for each family).
     seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch: summed sequence by sequence.
-    window: a sliding window (left, right): tiled families visit only the blocks some row's window reaches."""
+    window: a sliding window (left, right): tiled families visit only the blocks some row's window reaches.
+    documents: packed documents' lengths (instead of batch, seq_q, seq_k; module docstring)."""
     if family not in _MODELS:
         raise ValueError(f"unknown byte-model family {family!r}; expected one of {(*FAMILIES, DECODE)}")
+    kw: dict[str, Any] = dict(l2_reuse=l2_reuse, blocks=blocks, alignment=alignment, window=window)
+    if documents is not None:
+        if family in DENSE_MASKED:  # the whole [T, T] matrix, masked (a window is part of that mask)
+            total = sum(documents)
+            dense = (1, heads, kv_heads, total, total, head_dim, elem_bytes, True, mode)
+            return hbm_traffic(family, *dense, **{**kw, "window": None})
+        return per_sequence(
+            lambda n: hbm_traffic(family, 1, heads, kv_heads, n, n, head_dim, elem_bytes, causal, mode, **kw),
+            documents,
+        )
     if seqlens_k is not None:
         _check_lengths(batch, seqlens_k)
-        kw: dict[str, Any] = dict(l2_reuse=l2_reuse, blocks=blocks, alignment=alignment, window=window)
         return per_sequence(
             lambda n: hbm_traffic(
                 family, 1, heads, kv_heads, seq_q, n, head_dim, elem_bytes, causal, mode, **kw

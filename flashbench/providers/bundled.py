@@ -71,6 +71,8 @@ def _bundled(attr: str) -> Any:
         fn = getattr(kernels, attr)
         causal, scale, config = case.causal, case.head_dim**-0.5, forced_config()
         masks = {"window": case.window_size} if case.window else {}
+        if case.packed:
+            return _varlen(kernels.flash_attn_varlen, causal, scale, config, masks)
 
         def call(q: Any, k: Any, v: Any, **descales: Any) -> Any:  # descales: an fp8 case's (registry.py)
             return fn(q, k, v, causal=causal, sm_scale=scale, config=config, **masks, **descales)
@@ -82,6 +84,32 @@ def _bundled(attr: str) -> Any:
         return call
 
     return build
+
+
+def _varlen(fn: Any, causal: bool, scale: float, config: Any, masks: dict[str, Any]) -> Any:
+    """flash_attn_varlen (kernels/varlen.py) on a packed case: the documents' cu_seqlens for queries and keys.
+    The first call checks them on the host (one sync); the timed calls skip it, as a training loop would."""
+    validate = [True]
+
+    def call(q: Any, k: Any, v: Any, cu_seqlens: Any, max_seqlen: int) -> Any:
+        out = fn(
+            q,
+            k,
+            v,
+            cu_seqlens,
+            cu_seqlens,
+            max_seqlen,
+            max_seqlen,
+            causal=causal,
+            sm_scale=scale,
+            config=config,
+            validate=validate[0],
+            **masks,
+        )
+        validate[0] = False
+        return out
+
+    return call
 
 
 # Only flash_attn takes a sliding window (window=(left, right)); the variants' windowed cases are unsupported rows.
@@ -126,6 +154,7 @@ for _name, _attr, _family, _window, _what, _dtypes, _ratio_vs, _colour in (
         devices=("cuda", "cpu"),
         memory_family=_family,
         window=_window,
+        packed=_attr == "flash_attn",  # packed documents: flash_attn_varlen
         ratio_vs=_ratio_vs,
         colour=_colour,
         builder=True,

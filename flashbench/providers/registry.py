@@ -29,6 +29,12 @@ call(q, k, v, q_descale=..., k_descale=..., v_descale=...) with float8_e4m3fn q,
 per (batch, K/V head) and fp32 descales [B, Hkv] (flashbench.engine.fp8, FlashAttention-3's convention); it
 returns the bf16 output. Its `prepare` (above) sees the descales among the keywords.
 
+Packed training batches (spec/cases.py: --seqlens random|lognormal on the training shape): a provider that
+declares packed=True is called on them as call(q, k, v, cu_seqlens=..., max_seqlen=...) with q [total, H, D],
+k and v [total, Hkv, D] (total = batch * N tokens, the documents one after another) and cu_seqlens int32
+[documents + 1] their prefix sums (engine/packed.py, flash-attn's varlen convention; queries and keys share
+them); it returns out [total, H, D]. Every document attends only to itself, causal and windows within it.
+
 Sliding windows (`--window L,R`, spec/window.py): a provider that declares window=True is called with
 window=(left, right) as a keyword on the cases that have one (a builder reads case.window_size); every other
 provider's windowed cases are `unsupported` rows saying so.
@@ -94,6 +100,7 @@ class ProviderInfo:
     ragged: bool = False  # takes cache_seqlens (a batch of sequences of different lengths)
     max_seq_q: int | None = None  # a decode kernel's limit on query tokens per sequence (None: any)
     window: bool = False  # takes a sliding window: called with window=(left, right) (module docstring)
+    packed: bool = False  # takes packed documents: called with cu_seqlens=, max_seqlen= (module docstring)
     # --- what the analysis, the report and the gate read (module docstring) ---
     baseline: int | None = None  # rank among the default speedup references (lowest first); None: never one
     ratio_vs: str | None = (
@@ -133,6 +140,10 @@ class ProviderInfo:
             return f"{self.name} has no backward pass"
         if case.kv_heads != case.heads and not self.gqa:
             return f"{self.name} does not support GQA (kv_heads != heads)"
+        if case.packed and not self.packed:
+            return f"{self.name} takes no packed documents (--seqlens {case.seqlens} on the training shape)"
+        if case.packed and case.dtype == "fp8":
+            return "packed documents have no fp8 path"
         if case.serving and case.mode != "fwd":
             return "a paged or ragged KV cache is read by the forward only (decode has no backward)"
         if case.kv_layout not in self.kv_layouts:
@@ -221,6 +232,7 @@ def register(
     ragged: bool = False,
     max_seq_q: int | None = None,
     window: bool = False,
+    packed: bool = False,
     baseline: int | None = None,
     ratio_vs: str | None = None,
     colour: str | None = None,
@@ -271,6 +283,7 @@ def register(
             ragged=ragged,
             max_seq_q=max_seq_q,
             window=window,
+            packed=packed,
             baseline=baseline,
             ratio_vs=ratio_vs,
             colour=colour,
