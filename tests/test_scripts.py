@@ -1,5 +1,5 @@
 """The scripts the docs cite (benchmarks/, tools/): each exists, starts, and is cited somewhere; and every other
-path or `flashbench.x.y` name a doc page cites exists.
+path or `flashbench.x.y` name a doc page or the code cites exists.
 
 "Starts" is the most a CPU machine can check of a GPU script: its imports resolve and its command line parses
 (`--help` exits 0; a shell script passes `bash -n`). All Python scripts run in one subprocess, so torch and
@@ -122,9 +122,11 @@ def _resolves(dotted: str) -> bool:
     return False
 
 
-def test_every_file_and_flashbench_name_the_docs_cite_exists():
+def test_every_file_and_flashbench_name_the_docs_and_the_code_cite_exists():
+    """The docs and the code's docstrings and comments (tests/ names made-up paths on purpose)."""
+    code = [p for p in CODE if p.suffix in (".py", ".sh", ".toml") and p.parts[len(ROOT.parts)] != "tests"]
     missing: dict[str, list[str]] = {}
-    for page in DOCS:
+    for page in DOCS + code:
         text = page.read_text(encoding="utf-8")
         gone = [p for p in set(PATH.findall(text)) if not (ROOT / p).exists()]
         gone += [name for name in set(DOTTED.findall(text)) if not _resolves(name)]
