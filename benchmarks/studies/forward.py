@@ -8,7 +8,8 @@ as a sweep times a case (docs/measuring.md) and checked against the float64 orac
     flashbench sweep --config benchmarks/studies/fp8_forward.toml       # FP8 tiles and the Gluon FP8 configs
 
 Names: `fwd-BMxBN-wW-sS[-rR]` a tl tile (maxnreg R), `ws-...` a Gluon config, `fp8-...` either on e4m3 inputs.
-A config that does not fit raises at its first call: a `crash` or `unsupported` row that says why.
+A forced config the kernel refuses for a shape is an `unsupported` row, one that fails to compile a `crash` row,
+each with the kernel's reason.
 `FLASHBENCH_TMA=0 flashbench sweep ...` times the pointer path instead of tensor descriptors.
 """
 
@@ -23,7 +24,7 @@ from flashbench.kernels import flash_attn, last_config, value_layout
 from flashbench.kernels.configs import FP8_FWD_SPACE, FWD_SPACE, config_dict
 from flashbench.kernels.flash_ws import FP8_CONFIG
 
-from flashbench.providers import register
+from flashbench.providers import Unsupported, register
 from flashbench.spec.cases import Case
 
 # tl tiles outside FWD_SPACE that were measured and not adopted (docs/kernels.md): 4-warp 128x128, 32-key
@@ -104,7 +105,10 @@ def _register(
             if config is None:
                 with _gluon_off():
                     return flash_attn(q, k, v, causal=causal, sm_scale=scale)
-            return flash_attn(q, k, v, causal=causal, sm_scale=scale, config=config, **descales)
+            try:
+                return flash_attn(q, k, v, causal=causal, sm_scale=scale, config=config, **descales)
+            except ValueError as exc:  # flash_ws refuses a forced config for this shape (192 rows at d = 128)
+                raise Unsupported(f"{name}: {exc}") from None
 
         if case.dtype == "fp8":  # V in the FP8 kernels' layout, once, untimed (as the `triton` provider does)
             call.prepare = lambda q, k, v, **kw: (q, k, value_layout(v), kw)  # type: ignore[attr-defined]
