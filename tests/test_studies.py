@@ -6,6 +6,7 @@ user's --kernel file uses, and a variant's forced config is the one its rows rec
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,25 @@ def test_every_study_provider_is_in_a_study_config(registered):
         assert providers, f"{path} registers no provider"
         orphans = sorted(set(providers) - named)
         assert not orphans, f"{Path(path).name} registers providers no study config runs: {orphans}"
+
+
+def test_the_providers_a_doc_command_names_for_a_study_are_registered(registered):
+    """`--providers a,b` in a doc's command that loads a study (its config or its provider file)."""
+    known = {i.name for i in list_providers("cpu")}.union(*registered.values())
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks/README.md"]
+    commands = [
+        cmd
+        for page in pages
+        for cmd in re.findall(r"`([^`]*benchmarks/studies/[^`]*)`", page.read_text(encoding="utf-8"))
+    ]
+    named = [
+        n
+        for cmd in commands
+        for group in re.findall(r"--providers ([\w,.-]+)", cmd)
+        for n in group.split(",")
+    ]
+    assert named, "no doc command names a study's providers"
+    assert not [n for n in named if n not in known]
 
 
 def _tiny_cpu_sweep(tmp_path: Path, config: str, providers: str, mode: str) -> list:

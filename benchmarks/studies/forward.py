@@ -44,21 +44,39 @@ CAPPED = tuple((*c[:4], 128) for c in FWD_SPACE[:7])
 FP8_OUTSIDE = ((128, 256, 8, 2), (64, 128, 4, 3), (128, 128, 8, 3, 168))
 
 _GLUON = {"kernel": "gluon-ws"}
-# The Gluon forward's variants (flash_ws.CONFIG_KEYS), named by what they force; its defaults
-# (flash_ws.DEFAULT_CONFIG per head dim and causal) are what the study config's `triton` runs.
+# The Gluon forward's variants (flash_ws.CONFIG_KEYS). A forced config updates the default for the case's head dim
+# and mask (flash_ws.DEFAULT_CONFIG, what the study config's `triton` runs), so each variant names every key that
+# default sets: rows, K/V stages, one program per tile (`-sS`) or persistent (`-p`), and for a persistent causal
+# walk the list schedule (`-lpt`) over groups of one or four heads (`-hN`).
+_ONE_PER_TILE = {"PERSISTENT": 0, "LPT": 0, "SCHED_HEADS": 1}
 GLUON_VARIANTS: dict[str, dict[str, int]] = {
-    "ws-128": {"BLOCK_M": 128},
-    "ws-128-s2": {"BLOCK_M": 128, "STAGES": 2},
-    "ws-128-s3": {"BLOCK_M": 128, "STAGES": 3},
-    "ws-192": {"BLOCK_M": 192},
-    "ws-192-s2": {"BLOCK_M": 192, "STAGES": 2},
-    # persistent: one program per SM walks its tiles; a causal one is list-scheduled (LPT)
-    "ws-128-p-s2": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2},
-    "ws-192-p-s2": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2},
-    "ws-192-p-s3": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 3},
-    "ws-128-lpt-h1": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 1},
-    "ws-128-lpt-h4": {"BLOCK_M": 128, "PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4},
-    "ws-192-lpt-h1": {"BLOCK_M": 192, "PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 1},
+    **{
+        f"ws-{rows}-s{stages}": {"BLOCK_M": rows, "STAGES": stages, **_ONE_PER_TILE}
+        for rows in (128, 192)
+        for stages in (2, 3)
+    },
+    **{
+        f"ws-{rows}-p-s{stages}": {
+            "BLOCK_M": rows,
+            "STAGES": stages,
+            "PERSISTENT": 1,
+            "LPT": 0,
+            "SCHED_HEADS": 1,
+        }
+        for rows in (128, 192)
+        for stages in (2, 3)
+    },
+    **{
+        f"ws-{rows}-lpt-h{heads}": {
+            "BLOCK_M": rows,
+            "STAGES": 2,
+            "PERSISTENT": 1,
+            "LPT": 1,
+            "SCHED_HEADS": heads,
+        }
+        for rows in (128, 192)
+        for heads in (1, 4)
+    },
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not.
 FP8_GLUON_VARIANTS = {
