@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from flashbench.kernels import last_config
 from flashbench.kernels.backward import attention_backward
+from flashbench.kernels.backward_ws import TWO_PASS
 from flashbench.kernels.common import last_bwd_config
 from flashbench.kernels.configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, config_dict
 from flashbench.kernels.flash_v2 import attention_forward
@@ -41,7 +42,7 @@ GLUON_VARIANTS: dict[str, dict[str, Any]] = {
     "bwd-gluon": _GLUON,
     "bwd-gluon-s2": {**_GLUON, "STAGES": 2},
     "bwd-gluon-s3": {**_GLUON, "STAGES": 3},
-    "bwd-gluon-two-pass": {**_GLUON, "ONE_PASS": 0},
+    "bwd-gluon-two-pass": {**_GLUON, **TWO_PASS},  # what the deterministic backward runs at d = 128
     "bwd-gluon-two-pass-s3": {**_GLUON, "ONE_PASS": 0, "STAGES": 3},
 }
 
