@@ -19,7 +19,7 @@ Families (hbm_traffic):
              computes `tmp = grad * output` (8 bytes read, 4 written per element, fp32), then its kernel
              reads tmp and the output and writes dS (8 + 4; the kernel's second read of a row of tmp, after
              the row's sum, is assumed to hit L2: one row is 4 N bytes). Not yet checked with Nsight Compute:
-             `python3 benchmarks/ncu_bytes.py drive --impls naive,sdpa-math --modes bwd --kernels` lists the
+             `python3 tools/ncu_bytes.py drive --impls naive,sdpa-math --modes bwd --kernels` lists the
              measured DRAM bytes per kernel beside these parts.
              The N x N intermediates are assumed to miss L2 (true once B*H*N*N*e exceeds the L2 size).
   sdpa-math  torch >= 2.5's math backend: fp16/bf16 are upcast to fp32 (unless

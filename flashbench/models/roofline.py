@@ -24,7 +24,7 @@ Why those bytes, and not the two other counts each case carries:
   of an H100's bf16 compute roof. The L2 serves those re-reads: Nsight Compute measured 0.127 GB of DRAM
   traffic for the bundled forward at N = 8192, d = 128, bf16, B = 1, H = 16 on an H200 against 0.135 GB
   modelled with L2 reuse and 4.36 GB without (naive: 30.09 measured, 30.20 modelled;
-  benchmarks/ncu_bytes.py). The no-L2 intensity stays a separate column, to show what the L2 saves.
+  tools/ncu_bytes.py). The no-L2 intensity stays a separate column, to show what the L2 saves.
 The modelled bytes with L2 reuse are the best estimate of what the kernel really moves, which is the intensity
 a roofline is defined on (Williams, Waterman, Patterson 2009: operations per byte of DRAM traffic).
 
