@@ -36,6 +36,12 @@ def _error_line(capsys) -> str:
         (["--seq-q", "0"], "seq-q: 0 must be a positive number"),
         (["--seed", "-1"], "seed: -1 must be a whole number >= 0"),
         (["--providers", "sdpa-math", "--kv-layout", "paged"], "sdpa-math takes no paged KV cache"),
+        (["--kv-dtype", "fp4"], "unknown kv-dtype 'fp4'"),
+        (["--kv-dtype", "fp8", "--providers", "naive"], "naive takes no fp8 (e4m3 with scales) KV cache"),
+        (
+            ["--kv-dtype", "fp8", "--dtype", "fp32", "--providers", "triton-decode"],
+            "an fp8 KV cache is read under fp16 or bf16 queries",
+        ),
     ],
 )
 def test_bad_decode_flags_are_one_line_and_exit_2(args, message, capsys, tmp_path):

@@ -48,7 +48,8 @@ def add_model_columns(df: pd.DataFrame) -> None:
         try:
             lens = seqlens_of(r)
             window = window_of(r)
-            kw: dict[str, Any] = dict(blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window)
+            kv = dict(kv_elem_bytes=kv_elem_bytes(r))
+            kw: dict[str, Any] = dict(blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window, **kv)
             values = [
                 io_model.compute_dtype(family, r.dtype),
                 memory.predicted_peak_bytes(
@@ -59,7 +60,7 @@ def add_model_columns(df: pd.DataFrame) -> None:
                     device=r.device,
                     window=window,
                 ),
-                io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens).total,
+                io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens, **kv).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, **kw).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, **kw).total,
                 attention_flops(*shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens, window=window),
@@ -99,6 +100,7 @@ def provider_bytes(case: Case, family: str | None, kernel_config: dict[str, Any]
         blocks=Blocks.from_config(kernel_config),
         seqlens_k=lens,
         window=case.window_size,
+        kv_elem_bytes=kv_elem_bytes(case),
     )
     return float(traffic.total)
 
@@ -107,6 +109,13 @@ def seqlens_of(row: Any) -> tuple[int, ...] | None:
     """Each sequence's valid keys for a ragged case's row (a namedtuple with the Case fields), else None."""
     case = Case(**{name: getattr(row, name) for name in CASE_FIELDS})
     return case.kv_lengths() if case.ragged else None
+
+
+def kv_elem_bytes(row: Any) -> int:
+    """Bytes per stored K/V element of a row whose cache has its own dtype (an FP8 KV cache: 1), else 0 (the
+    row's dtype; rows written before the kv_dtype field existed have none)."""
+    kv = getattr(row, "kv_dtype", "")
+    return DTYPE_BYTES[kv] if isinstance(kv, str) and kv else 0
 
 
 def window_of(row: Any) -> tuple[int, int] | None:
@@ -131,6 +140,7 @@ def predict_case(case: Case, family: str, flops_s: dict[str, float], bw_bytes_s:
         blocks,
         lens,
         case.window_size,
+        kv_elem_bytes(case),
     )
 
 

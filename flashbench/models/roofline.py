@@ -150,16 +150,18 @@ def predict(
     blocks: io_model.Blocks | None = None,
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
+    kv_elem_bytes: int = 0,
 ) -> Prediction:
     """Roofline prediction for one case. peaks_flops_s maps compute dtype -> FLOP/s (missing = unknown).
     seqlens_k: each sequence's valid keys (a ragged KV cache): FLOPs and bytes of those keys only.
-    window: a sliding window (left, right): its unmasked pairs and visited blocks."""
+    window: a sliding window (left, right): its unmasked pairs and visited blocks.
+    kv_elem_bytes: bytes per K/V element of a cache in its own dtype (an FP8 KV cache: 1); 0: elem_bytes."""
     fl = flops_model.attention_flops(
         batch, heads, seq_q, seq_k, head_dim, causal, mode, seqlens_k=seqlens_k, window=window
     )
     shape = (batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
-    floor = io_model.compulsory_traffic(*shape, mode, seqlens_k=seqlens_k).total
-    kw: dict[str, Any] = dict(blocks=blocks, seqlens_k=seqlens_k, window=window)
+    floor = io_model.compulsory_traffic(*shape, mode, seqlens_k=seqlens_k, kv_elem_bytes=kv_elem_bytes).total
+    kw: dict[str, Any] = dict(blocks=blocks, seqlens_k=seqlens_k, window=window, kv_elem_bytes=kv_elem_bytes)
     model = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=True, **kw).total
     no_l2 = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=False, **kw).total
     cdt = io_model.compute_dtype(family, dtype)

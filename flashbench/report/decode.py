@@ -68,9 +68,10 @@ def decode_rows(frame: pd.DataFrame) -> pd.DataFrame:
     rows = frame[frame["serving"] & frame["ok"] & (frame["mode"] == "fwd")].copy()
     if rows.empty:
         return rows
+    stores = rows["kv_dtype"].fillna("") if "kv_dtype" in rows else [""] * len(rows)
     rows["layout"] = [
-        f"{lay}{p if lay == 'paged' else ''}{', ' + s if s != 'uniform' else ''}"
-        for lay, p, s in zip(rows["kv_layout"], rows["page_size"], rows["seqlens"], strict=True)
+        f"{lay}{p if lay == 'paged' else ''}{', ' + s if s != 'uniform' else ''}{', ' + kv if kv else ''}"
+        for lay, p, s, kv in zip(rows["kv_layout"], rows["page_size"], rows["seqlens"], stores, strict=True)
     ]
     rows["kv_mb"] = rows["model_bytes_compulsory"] / 1e6
     rows["latency_ms"] = rows["median_ms"] / rows["seq_q"]

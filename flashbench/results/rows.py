@@ -69,6 +69,7 @@ class Row:
     seqlens: str = "uniform"
     seed: int = 0
     window: str = ""
+    kv_dtype: str = ""
     # --- the provider's model family as it declares it (providers/registry.py); None: not modelled ---
     family: str | None = ""  # "" (not given, or a row written before rows carried it): filled from the registry
     # --- outcome ---

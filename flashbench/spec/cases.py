@@ -22,6 +22,9 @@ DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8")
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1}
 KV_LAYOUTS: tuple[str, ...] = ("contiguous", "paged")
 SEQLENS: tuple[str, ...] = ("uniform", "random")
+# A KV cache stored in another dtype than q: "" (the default) keeps it in the case's dtype; "fp8" stores K and V
+# in float8_e4m3fn with per-(sequence, KV head) float32 scales (engine/fp8.py), under fp16 or bf16 queries.
+KV_DTYPES: tuple[str, ...] = ("", "fp8")
 
 
 @dataclass(frozen=True, order=True)
@@ -55,13 +58,14 @@ class Case:
     seqlens: str = "uniform"  # "uniform" | "random"
     seed: int = 0  # the draw of the random lengths (0 when uniform)
     window: str = ""  # a sliding window "left,right" (spec/window.py), "" for none
+    kv_dtype: str = ""  # the KV cache's dtype when not the case's: "fp8" (e4m3 with scales), "" for the same
 
     @property
     def key(self) -> str:
         """Stable string key: identical across runs, machines and flashbench versions.
 
         A serving field or a window adds a part only when it is not the default ("|paged16", "|random-s0",
-        "|win4096,0"), so the key of every case without them, and of every baseline recorded before these fields
+        "|win4096,0", "|kvfp8"), so the key of every case without them, and of every baseline recorded before these fields
         existed, is unchanged.
         """
         key = (
@@ -74,6 +78,8 @@ class Case:
             key += f"|{self.seqlens}-s{self.seed}"
         if self.window:
             key += f"|win{self.window}"
+        if self.kv_dtype:
+            key += f"|kv{self.kv_dtype}"
         return key
 
     @property
@@ -91,6 +97,11 @@ class Case:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def kv_elem_bytes(self) -> int:
+        """Bytes per stored K or V element: the KV dtype's, else the case's."""
+        return DTYPE_BYTES[self.kv_dtype or self.dtype]
+
+    @property
     def paged(self) -> bool:
         return self.kv_layout == "paged"
 
@@ -100,8 +111,9 @@ class Case:
 
     @property
     def serving(self) -> bool:
-        """A case that needs a KV-cache input beyond q, k, v: a page table or per-sequence lengths."""
-        return self.paged or self.ragged
+        """A case that needs a KV-cache input beyond q, k, v: a page table, per-sequence lengths or the scales of
+        an FP8 cache."""
+        return self.paged or self.ragged or bool(self.kv_dtype)
 
     def kv_lengths(self) -> tuple[int, ...]:
         """The valid keys of each sequence (see kv_lengths())."""
