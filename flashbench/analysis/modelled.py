@@ -151,6 +151,10 @@ def add_bandwidth(df: pd.DataFrame, ceilings: list[Any]) -> None:
     row Q, K and V over the valid lengths once per KV head, O, and the split partials the kernel reported) / the
     median time. pct_of_read_bw: of the calibrated read-only bandwidth (`flashbench calibrate`'s read_bw_gb_s, the
     roof of a read-mostly decode); pct_of_datasheet_bw: of the datasheet's. NaN where unknown.
+    floor_ms and time_over_floor, on serving rows: the call's floor, its compulsory bytes at the calibrated read
+    bandwidth plus the calibrated empty-kernel time (the CUDA-graph replay's for rows timed as one, else the
+    eager launch's), and the median time over it (models.roofline.decode_floor_s); NaN without a calibration
+    that measured both.
     """
     import numpy as np
 
@@ -162,6 +166,15 @@ def add_bandwidth(df: pd.DataFrame, ceilings: list[Any]) -> None:
     df["datasheet_bw_gb_s"] = sheet / 1e9 if sheet else np.nan
     df["pct_of_read_bw"] = 100.0 * df["achieved_gb_s"] / df["read_bw_gb_s"]
     df["pct_of_datasheet_bw"] = 100.0 * df["achieved_gb_s"] / df["datasheet_bw_gb_s"]
+    measured = next((c for c in ceilings if c.source == "measured"), None)
+    eager = getattr(measured, "empty_kernel_s", None) or np.nan
+    graphed = getattr(measured, "empty_graph_s", None) or np.nan
+    graph_rows = df["cuda_graph"].fillna(False).astype(bool) if "cuda_graph" in df else False
+    empty_s = np.where(graph_rows, graphed, eager)
+    floor_s = roofline.decode_floor_s(df["model_bytes_compulsory"], read or np.nan, empty_s)
+    serving = df["serving"] if "serving" in df else np.ones(len(df), dtype=bool)
+    df["floor_ms"] = (floor_s * 1e3).where(serving)
+    df["time_over_floor"] = (seconds / floor_s).where(serving)
 
 
 def _series(values: list[float], index: Any) -> pd.Series:

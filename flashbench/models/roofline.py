@@ -34,6 +34,11 @@ H100's ridge (~300 FLOP/byte in bf16), so BOUND_RULE puts every decode row on th
 % of roofline is its bytes/s over the bandwidth.
 
 A measured time below the compulsory minimum is impossible and is flagged as an error, never a result.
+
+A decode call's floor (decode_floor_s): the pure read time of its compulsory bytes at the calibrated read
+bandwidth plus the measured empty-kernel time (one launch that does nothing, timed as the call is: the event
+floor no call can go under). A row's time_over_floor (analysis) = its median time / that floor: 1.0 is a call
+that only moves its bytes; docs/decode.md states the target (at most 1.25 under --cuda-graph, batch 1, 8k-32k keys).
 """
 
 from __future__ import annotations
@@ -198,6 +203,12 @@ class Assessment:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def decode_floor_s(nbytes: Any, read_bw_bytes_s: Any, empty_s: Any) -> Any:
+    """nbytes / read_bw_bytes_s + empty_s: a decode call's floor in seconds (module docstring). Plain arithmetic,
+    so numbers and pandas columns alike."""
+    return nbytes / read_bw_bytes_s + empty_s
 
 
 def check_valid(measured_s: float, floor_min_time_s: float, tolerance: float = GUARD_TOLERANCE) -> str:
