@@ -143,7 +143,7 @@ class ProviderInfo:
         if case.kv_heads != case.heads and not self.gqa:
             return f"{self.name} does not support GQA (kv_heads != heads)"
         if case.serving and case.mode != "fwd":
-            return "a paged or ragged KV cache is read by the forward only (decode has no backward)"
+            return "a paged, ragged or FP8 KV cache is read by the forward only (decode has no backward)"
         if case.kv_layout not in self.kv_layouts:
             return f"{self.name} takes no {case.kv_layout} KV cache (takes {', '.join(self.kv_layouts)})"
         if case.ragged and not self.ragged:
