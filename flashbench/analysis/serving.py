@@ -24,8 +24,9 @@ def serving_mask(frame: pd.DataFrame) -> pd.Series:
 
     layout = frame["kv_layout"] if "kv_layout" in frame else pd.Series("contiguous", index=frame.index)
     lengths = frame["seqlens"] if "seqlens" in frame else pd.Series("uniform", index=frame.index)
+    store = frame["kv_dtype"].fillna("") if "kv_dtype" in frame else pd.Series("", index=frame.index)
     ragged = (lengths != "uniform") & ~packed_mask(frame)  # packed documents are a training case
-    return (frame["seq_q"] != frame["seq_k"]) | (layout != "contiguous") | ragged
+    return (frame["seq_q"] != frame["seq_k"]) | (layout != "contiguous") | ragged | (store != "")
 
 
 def packed_mask(frame: pd.DataFrame) -> pd.Series:
@@ -50,8 +51,8 @@ def documents_text(case: Case) -> str:
 
 def cache_variants(frame: pd.DataFrame) -> pd.Series:
     """Per row, the serving variant its lead is judged within: "" for a training sweep; for a run with serving
-    rows the heads over KV heads, the cache layout and the lengths, so GQA and MHA, contiguous and paged caches
-    are never one group."""
+    rows the heads over KV heads, the cache layout, the lengths and an FP8 cache, so GQA and MHA, contiguous and
+    paged, bf16 and FP8 caches are never one group."""
     import pandas as pd
 
     layout = frame["kv_layout"] if "kv_layout" in frame else pd.Series("contiguous", index=frame.index)
@@ -63,7 +64,9 @@ def cache_variants(frame: pd.DataFrame) -> pd.Series:
         frame["heads"].astype(int).astype(str) + "/" + frame["kv_heads"].astype(int).astype(str) + " heads"
     )
     words = words + layout.where(layout == "contiguous", "paged" + page.astype(int).astype(str)).radd(" · ")
-    return words + lengths.where(lengths == "uniform", " · ragged").where(lengths != "uniform", "")
+    store = frame["kv_dtype"].fillna("") if "kv_dtype" in frame else pd.Series("", index=frame.index)
+    words = words + lengths.where(lengths == "uniform", " · ragged").where(lengths != "uniform", "")
+    return words + store.where(store == "", " · " + store + " KV")
 
 
 def case_variants(frame: pd.DataFrame) -> pd.Series:

@@ -101,12 +101,16 @@ class Prepared:
         ):  # e4m3 inputs and their descales, passed as q_descale=, k_descale=, v_descale=
             (self.q, qd), (k, kd), (v, vd) = (fp8.quantize(t, hkv) for t in (self.q, k, v))
             self.descales = {"q_descale": qd, "k_descale": kd, "v_descale": vd}
+        self.kv_scales: dict[str, Any] = {}
+        if case.kv_dtype == "fp8":  # an e4m3 cache and its k_scale=, v_scale= (kv_cache.quantize)
+            k, v, self.kv_scales = kv_cache.quantize(k, v)
         # The call's K/V: the contiguous cache, or its page pool, with the cache keywords of a serving case
         # (kv_cache.py); the float64 reference reads the contiguous cache (self.reference_kv).
         self.k, self.v, self.cache = kv_cache.build(case, k, v)
         self.cache.update(self.descales)
         if case.packed:
             self.cache.update(packed.keywords(case, device))
+        self.cache.update(self.kv_scales)
         self.reference_kv: tuple[Any, Any] | None = (k, v)
         prepare_inputs = getattr(fn, "prepare", None)  # a provider's own cache layout, made once, untimed
         if prepare_inputs is not None:
@@ -123,6 +127,8 @@ class Prepared:
             q, k, v = (
                 fp8.dequantize(t, self.descales[f"{n}_descale"]) for n, t in (("q", q), ("k", k), ("v", v))
             )
+        if self.kv_scales and k is not None:  # an FP8 cache: the real values it stands for
+            k, v = (fp8.dequantize(t, self.kv_scales[f"{n}_scale"]) for n, t in (("k", k), ("v", v)))
         return {"q": q, "k": k, "v": v, "do": self.do, "seqlens_k": lengths}
 
     def drop_reference(self) -> None:

@@ -110,18 +110,28 @@ def compulsory_traffic(
     mode: str,
     seqlens_k: Sequence[int] | None = None,
     documents: Sequence[int] | None = None,
+    kv_elem_bytes: int = 0,
 ) -> Traffic:
     """The floor for any exact attention: inputs read once, outputs written once (see module docstring).
     seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch. documents: packed documents'
-    lengths (instead of batch, seq_q, seq_k): the tokens they hold."""
+    lengths (instead of batch, seq_q, seq_k): the tokens they hold. kv_elem_bytes: bytes per K/V element of a
+    cache stored in its own dtype (an FP8 KV cache: 1; its scales, 8 bytes per sequence and KV head, are left
+    out); 0: elem_bytes."""
     if documents is not None:
         total = sum(documents)
-        return compulsory_traffic(1, heads, kv_heads, total, total, head_dim, elem_bytes, mode)
+        return compulsory_traffic(
+            1, heads, kv_heads, total, total, head_dim, elem_bytes, mode, kv_elem_bytes=kv_elem_bytes
+        )
     if seqlens_k is not None:
         _check_lengths(batch, seqlens_k)
         shape = (heads, kv_heads, seq_q)
-        return per_sequence(lambda n: compulsory_traffic(1, *shape, n, head_dim, elem_bytes, mode), seqlens_k)
-    s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, False)
+        return per_sequence(
+            lambda n: compulsory_traffic(
+                1, *shape, n, head_dim, elem_bytes, mode, kv_elem_bytes=kv_elem_bytes
+            ),
+            seqlens_k,
+        )
+    s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, False, kv_elem_bytes=kv_elem_bytes)
     lse = s.rows * FP32
     fwd = Traffic((Part("read Q, K, V", s.q + 2 * s.kv, 0), Part("write O", 0, s.o)))
     bwd = Traffic(
@@ -405,14 +415,18 @@ def hbm_traffic(
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
     documents: Sequence[int] | None = None,
+    kv_elem_bytes: int = 0,
 ) -> Traffic:
     """DRAM traffic of one call of `family` in `mode` (see the module docstring for each family).
     seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch: summed sequence by sequence.
     window: a sliding window (left, right): tiled families visit only the blocks some row's window reaches.
-    documents: packed documents' lengths (instead of batch, seq_q, seq_k; module docstring)."""
+    documents: packed documents' lengths (instead of batch, seq_q, seq_k; module docstring).
+    kv_elem_bytes: bytes per K/V element of a cache in its own dtype (compulsory_traffic); 0: elem_bytes."""
     if family not in _MODELS:
         raise ValueError(f"unknown byte-model family {family!r}; expected one of {(*FAMILIES, DECODE)}")
-    kw: dict[str, Any] = dict(l2_reuse=l2_reuse, blocks=blocks, alignment=alignment, window=window)
+    kw: dict[str, Any] = dict(
+        l2_reuse=l2_reuse, blocks=blocks, alignment=alignment, window=window, kv_elem_bytes=kv_elem_bytes
+    )
     if documents is not None:
         if family in DENSE_MASKED:  # the whole [T, T] matrix, masked (a window is part of that mask)
             total = sum(documents)
@@ -430,7 +444,9 @@ def hbm_traffic(
             ),
             seqlens_k,
         )
-    s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, causal, alignment, window)
+    s = Shape(
+        batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, causal, alignment, window, kv_elem_bytes
+    )
     b = blocks or Blocks()
     fwd, bwd = _MODELS[family]
     if mode == "fwd":

@@ -112,6 +112,8 @@ class Shape:
     causal: bool
     alignment: Alignment = "bottom-right"
     window: tuple[int, int] | None = None  # a sliding window (left, right), spec/window.py
+    # bytes per stored K/V element where the cache has its own dtype (an FP8 KV cache: 1); 0: elem_bytes
+    kv_elem_bytes: int = 0
 
     def __post_init__(self) -> None:
         dims = (self.batch, self.heads, self.kv_heads, self.seq_q, self.seq_k, self.head_dim, self.elem_bytes)
@@ -133,12 +135,16 @@ class Shape:
         return self.bh * self.seq_q * self.head_dim * out_bytes(self.elem_bytes)
 
     @property
+    def kv_elem(self) -> int:  # bytes per K/V element
+        return self.kv_elem_bytes or self.elem_bytes
+
+    @property
     def kv(self) -> int:  # bytes of one of K, V, dK, dV (kv heads)
-        return self.batch * self.kv_heads * self.seq_k * self.head_dim * self.elem_bytes
+        return self.batch * self.kv_heads * self.seq_k * self.head_dim * self.kv_elem
 
     @property
     def kv_exp(self) -> int:  # one of K, V expanded to all query heads
-        return self.bh * self.seq_k * self.head_dim * self.elem_bytes
+        return self.bh * self.seq_k * self.head_dim * self.kv_elem
 
     @property
     def rows(self) -> int:  # softmax rows: B * H * Nq

@@ -193,6 +193,7 @@ def _last_decode_config() -> dict[str, Any] | None:
     memory_family="decode",
     kv_layouts=("contiguous", "paged"),
     ragged=True,
+    kv_dtypes=("fp8",),
     max_seq_q=DECODE_MAX_SEQ_Q,
     colour="#3e6fd8",
     builder=True,
@@ -200,7 +201,8 @@ def _last_decode_config() -> dict[str, Any] | None:
     kernel_config=_last_decode_config,
     head_dims_from=_decode_head_dims,
     source="bundled",
-    description="bundled Triton split-KV decode (Flash-Decoding) over a contiguous or paged KV cache",
+    description="bundled Triton split-KV decode (Flash-Decoding) over a contiguous or paged KV cache, "
+    "bf16/fp16 or e4m3 with scales",
 )
 def _build_decode(case: Case, device: str, stack: Any) -> Any:
     from flashbench.kernels import flash_decode
@@ -208,11 +210,13 @@ def _build_decode(case: Case, device: str, stack: Any) -> Any:
     causal, scale = case.causal, case.head_dim**-0.5
     validate = [True]
 
-    def decode(q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None) -> Any:
-        # The first call checks the lengths and the page table against the cache (one device sync); the timed
-        # calls after it skip that check (validate=False), as a serving loop would.
+    def decode(
+        q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None, **scales: Any
+    ) -> Any:
+        # The first call checks the lengths, the page table and an FP8 cache's k_scale, v_scale against the cache
+        # (one device sync); the timed calls after it skip that check (validate=False), as a serving loop would.
         out = flash_decode(
-            q, k, v, cache_seqlens, block_table, causal=causal, sm_scale=scale, validate=validate[0]
+            q, k, v, cache_seqlens, block_table, causal=causal, sm_scale=scale, validate=validate[0], **scales
         )
         validate[0] = False
         return out

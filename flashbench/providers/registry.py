@@ -34,6 +34,11 @@ declares packed=True is called on them as call(q, k, v, cu_seqlens=..., max_seql
 k and v [total, Hkv, D] (total = batch * N tokens, the documents one after another) and cu_seqlens int32
 [documents + 1] their prefix sums (engine/packed.py, flash-attn's varlen convention; queries and keys share
 them); it returns out [total, H, D]. Every document attends only to itself, causal and windows within it.
+FP8 KV caches (`--kv-dtype fp8`, Case.kv_dtype): a provider that declares kv_dtypes=("fp8",) is called with q in
+fp16 or bf16 and k, v (contiguous or paged, as above) in float8_e4m3fn, plus k_scale=, v_scale= float32 [B, Hkv]
+(per (sequence, KV head) amax scales, engine/fp8.quantize): a stored value times its scale is the real value,
+and the output has q's dtype (flash_decode's convention). Every other provider's FP8-cache cases are
+`unsupported` rows: dequantizing the cache first is other work (twice the bytes read), not the same call.
 
 Sliding windows (`--window L,R`, spec/window.py): a provider that declares window=True is called with
 window=(left, right) as a keyword on the cases that have one (a builder reads case.window_size); every other
@@ -61,7 +66,7 @@ from typing import Any
 
 from flashbench.errors import FlashbenchError
 from flashbench.models.memory import FAMILIES
-from flashbench.spec.cases import DTYPES, KV_LAYOUTS, Case
+from flashbench.spec.cases import DTYPES, KV_DTYPES, KV_LAYOUTS, Case
 from flashbench.spec.window import effective
 
 # What a provider takes unless it declares otherwise: FP8 only by declaration, since its call then gets the
@@ -72,6 +77,8 @@ DEFAULT_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
 MEMORY_FAMILIES = FAMILIES
 # What a provider is modelled as unless it declares otherwise: a fused kernel (FlashAttention's O(N) memory).
 DEFAULT_FAMILY = "flash"
+# The query dtypes an FP8 KV cache is read under (flash_decode's, kernels/decode.py).
+KV_FP8_Q_DTYPES: tuple[str, ...] = ("fp16", "bf16")
 
 
 class Unsupported(Exception):
@@ -101,6 +108,7 @@ class ProviderInfo:
     max_seq_q: int | None = None  # a decode kernel's limit on query tokens per sequence (None: any)
     window: bool = False  # takes a sliding window: called with window=(left, right) (module docstring)
     packed: bool = False  # takes packed documents: called with cu_seqlens=, max_seqlen= (module docstring)
+    kv_dtypes: tuple[str, ...] = ()  # KV caches stored in another dtype than q: "fp8" (module docstring)
     # --- what the analysis, the report and the gate read (module docstring) ---
     baseline: int | None = None  # rank among the default speedup references (lowest first); None: never one
     ratio_vs: str | None = (
@@ -145,11 +153,18 @@ class ProviderInfo:
         if case.packed and case.dtype == "fp8":
             return "packed documents have no fp8 path"
         if case.serving and case.mode != "fwd":
-            return "a paged or ragged KV cache is read by the forward only (decode has no backward)"
+            return "a paged, ragged or FP8 KV cache is read by the forward only (decode has no backward)"
         if case.kv_layout not in self.kv_layouts:
             return f"{self.name} takes no {case.kv_layout} KV cache (takes {', '.join(self.kv_layouts)})"
         if case.ragged and not self.ragged:
             return f"{self.name} takes no per-sequence KV lengths (--seqlens {case.seqlens}): uniform only"
+        if case.kv_dtype and case.dtype not in KV_FP8_Q_DTYPES:
+            return f"an {case.kv_dtype} KV cache is read under fp16 or bf16 queries, not {case.dtype}"
+        if case.kv_dtype and case.kv_dtype not in self.kv_dtypes:
+            return (
+                f"{self.name} takes no {case.kv_dtype} (e4m3 with scales) KV cache; it is not run on a "
+                "dequantized copy"
+            )
         if self.max_seq_q is not None and case.seq_q > self.max_seq_q:
             return (
                 f"{self.name} is a decode kernel: at most {self.max_seq_q} query tokens per sequence, "
@@ -163,7 +178,7 @@ class ProviderInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProviderInfo:
         kw = dict(data)
-        for key in ("dtypes", "devices", "head_dims", "kv_layouts"):
+        for key in ("dtypes", "devices", "head_dims", "kv_layouts", "kv_dtypes"):
             if kw.get(key) is not None:
                 kw[key] = tuple(kw[key])
         return cls(**kw)
@@ -233,6 +248,7 @@ def register(
     max_seq_q: int | None = None,
     window: bool = False,
     packed: bool = False,
+    kv_dtypes: Iterable[str] = (),
     baseline: int | None = None,
     ratio_vs: str | None = None,
     colour: str | None = None,
@@ -256,6 +272,8 @@ def register(
     if layout not in ("bhnd", "bnhd"):
         raise FlashbenchError(f"provider {name!r}: layout must be 'bhnd' or 'bnhd'")
     kv_layouts = tuple(kv_layouts)
+    if any(k not in KV_DTYPES[1:] for k in kv_dtypes):
+        raise FlashbenchError(f"provider {name!r}: kv_dtypes must be among {KV_DTYPES[1:]}")
     if not kv_layouts or any(k not in KV_LAYOUTS for k in kv_layouts):
         raise FlashbenchError(f"provider {name!r}: kv_layouts must be among {KV_LAYOUTS}")
     if not name or "|" in name or "," in name or name.strip() != name:
@@ -284,6 +302,7 @@ def register(
             max_seq_q=max_seq_q,
             window=window,
             packed=packed,
+            kv_dtypes=tuple(kv_dtypes),
             baseline=baseline,
             ratio_vs=ratio_vs,
             colour=colour,

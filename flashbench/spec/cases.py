@@ -32,6 +32,9 @@ KV_LAYOUTS: tuple[str, ...] = ("contiguous", "paged")
 # The laws of per-sequence lengths (draw_length): "uniform" = all full length, "random" = uniform integers in a
 # range, "lognormal" = a log-normal truncated to the range (most documents short, a long tail).
 SEQLENS: tuple[str, ...] = ("uniform", "random", "lognormal")
+# A KV cache stored in another dtype than q: "" (the default) keeps it in the case's dtype; "fp8" stores K and V
+# in float8_e4m3fn with per-(sequence, KV head) float32 scales (engine/fp8.py), under fp16 or bf16 queries.
+KV_DTYPES: tuple[str, ...] = ("", "fp8")
 
 
 @dataclass(frozen=True, order=True)
@@ -71,14 +74,15 @@ class Case:
     seed: int = 0  # the draw of the random lengths (0 when uniform)
     window: str = ""  # a sliding window "left,right" (spec/window.py), "" for none
     min_seq: int = 0  # a packed batch's shortest document drawn (tokens); 0: not packed
+    kv_dtype: str = ""  # the KV cache's dtype when not the case's: "fp8" (e4m3 with scales), "" for the same
 
     @property
     def key(self) -> str:
         """Stable string key: identical across runs, machines and flashbench versions.
 
         A serving field or a window adds a part only when it is not the default ("|paged16", "|random-s0",
-        "|win4096,0"), so the key of every case without them, and of every baseline recorded before these fields
-        existed, is unchanged.
+        "|win4096,0", "|min256", "|kvfp8"), so the key of every case without them, and of every baseline recorded
+        before these fields existed, is unchanged.
         """
         key = (
             f"{self.provider}|b{self.batch}|h{self.heads}|kv{self.kv_heads}|q{self.seq_q}|k{self.seq_k}"
@@ -92,6 +96,8 @@ class Case:
             key += f"|win{self.window}"
         if self.min_seq:
             key += f"|min{self.min_seq}"
+        if self.kv_dtype:
+            key += f"|kv{self.kv_dtype}"
         return key
 
     @property
@@ -109,6 +115,11 @@ class Case:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def kv_elem_bytes(self) -> int:
+        """Bytes per stored K or V element: the KV dtype's, else the case's."""
+        return DTYPE_BYTES[self.kv_dtype or self.dtype]
+
+    @property
     def paged(self) -> bool:
         return self.kv_layout == "paged"
 
@@ -124,8 +135,9 @@ class Case:
 
     @property
     def serving(self) -> bool:
-        """A case that needs a KV-cache input beyond q, k, v: a page table or per-sequence lengths."""
-        return self.paged or self.ragged
+        """A case that needs a KV-cache input beyond q, k, v: a page table, per-sequence lengths or the scales of
+        an FP8 cache."""
+        return self.paged or self.ragged or bool(self.kv_dtype)
 
     def kv_lengths(self) -> tuple[int, ...]:
         """The valid keys of each sequence (see kv_lengths())."""

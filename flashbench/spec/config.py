@@ -17,7 +17,7 @@ from typing import Any
 
 from flashbench.configfiles import config_path, read_toml
 from flashbench.errors import FlashbenchError
-from flashbench.spec.cases import KV_LAYOUTS, SEQLENS
+from flashbench.spec.cases import KV_DTYPES, KV_LAYOUTS, SEQLENS
 from flashbench.spec.options import CACHE, SHAPE, Option, ints, maybe, spec_field
 from flashbench.spec.parse import (
     number,
@@ -39,6 +39,8 @@ from flashbench.spec.window import parse_windows
 # provider back to back, the direction alternating from shape to shape). See SweepSpec.order.
 ORDERS = ("provider", "case")
 L2_FLUSHES = ("read", "write")  # engine/timing.py L2Flusher
+# --kv-dtype's words: "same" is the Case's "" (the cache in the case's dtype)
+KV_CACHE_DTYPES: tuple[str, ...] = ("same", *KV_DTYPES[1:])
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,13 @@ class SweepSpec:
         lambda v: tuple(parse_choices(v, SEQLENS, "seqlens")),
         flag="--seqlens",
         panel=SHAPE,
+    )
+    kv_dtype: tuple[str, ...] = spec_field(
+        ("same",),
+        "KV cache storage: same (the --dtype) | fp8 (float8_e4m3fn, per-(sequence, KV head) scales) | same,fp8",
+        lambda v: tuple(parse_choices(v, KV_CACHE_DTYPES, "kv-dtype")),
+        flag="--kv-dtype",
+        panel=CACHE,
     )
     seed: int = spec_field(
         0,

@@ -58,12 +58,15 @@ def resolve_providers(requested: tuple[str, ...] | list[str], known: list[str]) 
 
 
 def serving_variants(spec: SweepSpec) -> list[dict[str, Any]]:
-    """The KV-cache fields (kv_layout, page_size, seqlens, seed) of the spec's cases: page size and seed only where
-    they apply (0 elsewhere), each combination once."""
+    """The KV-cache fields (kv_layout, page_size, seqlens, seed, kv_dtype) of the spec's cases: page size and seed
+    only where they apply (0 elsewhere), each combination once."""
     layouts = [(lay, p if lay == "paged" else 0) for lay in spec.kv_layout for p in spec.page_size]
     lens = [(s, spec.seed if s != "uniform" else 0) for s in spec.seqlens]
-    combos = dict.fromkeys((lay, p, s, seed) for lay, p in layouts for s, seed in lens)
-    return [dict(kv_layout=lay, page_size=p, seqlens=s, seed=seed) for lay, p, s, seed in combos]
+    stores = ["" if kv == "same" else kv for kv in spec.kv_dtype]
+    combos = dict.fromkeys((lay, p, s, seed, kv) for lay, p in layouts for s, seed in lens for kv in stores)
+    return [
+        dict(kv_layout=lay, page_size=p, seqlens=s, seed=seed, kv_dtype=kv) for lay, p, s, seed, kv in combos
+    ]
 
 
 def min_seq_for(spec: SweepSpec, cache: dict[str, Any], seq: int) -> int:
