@@ -90,9 +90,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip_gpu = pytest.mark.skip(reason="needs CUDA (runs on the GPU machine)")
     grouped = config.getoption("dist", "no") == "loadgroup"
     for item in items:
+        # Every smoke predicate runs on every machine, so a CPU run catches one that a GPU case's params break.
+        full_only = not full and tiers.in_full_tier(item)
         if not HAS_CUDA and "gpu" in item.keywords:
             item.add_marker(skip_gpu)
-        elif not full and tiers.in_full_tier(item):
+        elif full_only:
             item.add_marker(skip_full)
         if grouped:  # xdist sends a group to one worker: its compiles (and module fixtures) happen once
             item.add_marker(pytest.mark.xdist_group("|".join(tiers.compile_group(item))))
