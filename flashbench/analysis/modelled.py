@@ -48,7 +48,10 @@ def add_model_columns(df: pd.DataFrame) -> None:
         try:
             lens = seqlens_of(r)
             window = window_of(r)
-            kw: dict[str, Any] = dict(blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window)
+            dv = int(r.head_dim_v)
+            kw: dict[str, Any] = dict(
+                blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window, head_dim_v=dv
+            )
             values = [
                 io_model.compute_dtype(family, r.dtype),
                 memory.predicted_peak_bytes(
@@ -58,11 +61,14 @@ def add_model_columns(df: pd.DataFrame) -> None:
                     r.mode,
                     device=r.device,
                     window=window,
+                    head_dim_v=dv,
                 ),
-                io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens).total,
+                io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens, head_dim_v=dv).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, **kw).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, **kw).total,
-                attention_flops(*shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens, window=window),
+                attention_flops(
+                    *shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens, window=window, head_dim_v=dv
+                ),
             ]
         except (
             ValueError,
@@ -99,6 +105,7 @@ def provider_bytes(case: Case, family: str | None, kernel_config: dict[str, Any]
         blocks=Blocks.from_config(kernel_config),
         seqlens_k=lens,
         window=case.window_size,
+        head_dim_v=case.head_dim_v,
     )
     return float(traffic.total)
 
@@ -131,6 +138,7 @@ def predict_case(case: Case, family: str, flops_s: dict[str, float], bw_bytes_s:
         blocks,
         lens,
         case.window_size,
+        case.head_dim_v,
     )
 
 

@@ -347,7 +347,9 @@ def check(
     per_slice = (
         2
         * (3.5 if grads else 1.0)
-        * attention_flops(1, g, case.seq_q, case.seq_k, case.head_dim, False, "fwd")
+        * attention_flops(
+            1, g, case.seq_q, case.seq_k, case.head_dim, False, "fwd", head_dim_v=case.head_dim_v
+        )
     )
     total = case.batch * case.kv_heads
     if per_slice > limit:

@@ -121,6 +121,7 @@ def predicted_peak_bytes(
     bwd_workspace_q: float = 0.0,
     device: str = "cuda",
     window: tuple[int, int] | None = None,
+    head_dim_v: int = 0,
 ) -> int:
     """Peak bytes allocated above the inputs (q, k, v and, for a backward, dO) during one call in `mode`.
 
@@ -129,6 +130,7 @@ def predicted_peak_bytes(
     `device`: "cuda" or "cpu"; the naive backward differs (see the module docstring), the rest does not.
     `window`: a sliding window (left, right): the naive and math paths build its mask as they build the causal
     one; the tiled families allocate nothing for it.
+    `head_dim_v`: MLA's V dims (Case.head_dim_v): the decode and flash forwards' O has them.
     """
     masked = mask_rule.masked(causal, window)
     _check(family, mode, batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
@@ -162,10 +164,11 @@ def predicted_peak_bytes(
         mask = 4 * seq_q * seq_k if masked else 0  # the bool mask converted to an fp32 additive one
         return 9 * matrix + batch * heads * seq_q + upcast + q32 + gqa + mask
 
+    o_like = batch * heads * seq_q * (head_dim_v or head_dim) * e  # the forward's O
     if family == "decode":
         if backward:
             raise ValueError("the decode family is forward only")
-        return q_like
+        return o_like
 
     if family == "stored-p":
         lse = softmax_stats_bytes(batch, heads, seq_q)
@@ -186,7 +189,7 @@ def predicted_peak_bytes(
     # flash (FP8 inputs: a bf16 O, traffic.out_bytes)
     lse = softmax_stats_bytes(batch, heads, seq_q)
     if not backward:
-        return q_like * out_bytes(e) // e + lse
+        return o_like * out_bytes(e) // e + lse
     extra = 0
     if backward:
         delta = softmax_stats_bytes(batch, heads, seq_q)

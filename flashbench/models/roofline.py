@@ -150,16 +150,27 @@ def predict(
     blocks: io_model.Blocks | None = None,
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
+    head_dim_v: int = 0,
 ) -> Prediction:
     """Roofline prediction for one case. peaks_flops_s maps compute dtype -> FLOP/s (missing = unknown).
     seqlens_k: each sequence's valid keys (a ragged KV cache): FLOPs and bytes of those keys only.
-    window: a sliding window (left, right): its unmasked pairs and visited blocks."""
+    window: a sliding window (left, right): its unmasked pairs and visited blocks.
+    head_dim_v: MLA's V dims (Case.head_dim_v): FLOPs and bytes of the absorbed form."""
     fl = flops_model.attention_flops(
-        batch, heads, seq_q, seq_k, head_dim, causal, mode, seqlens_k=seqlens_k, window=window
+        batch,
+        heads,
+        seq_q,
+        seq_k,
+        head_dim,
+        causal,
+        mode,
+        seqlens_k=seqlens_k,
+        window=window,
+        head_dim_v=head_dim_v,
     )
     shape = (batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
-    floor = io_model.compulsory_traffic(*shape, mode, seqlens_k=seqlens_k).total
-    kw: dict[str, Any] = dict(blocks=blocks, seqlens_k=seqlens_k, window=window)
+    floor = io_model.compulsory_traffic(*shape, mode, seqlens_k=seqlens_k, head_dim_v=head_dim_v).total
+    kw: dict[str, Any] = dict(blocks=blocks, seqlens_k=seqlens_k, window=window, head_dim_v=head_dim_v)
     model = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=True, **kw).total
     no_l2 = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=False, **kw).total
     cdt = io_model.compute_dtype(family, dtype)

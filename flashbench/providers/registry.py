@@ -29,6 +29,11 @@ call(q, k, v, q_descale=..., k_descale=..., v_descale=...) with float8_e4m3fn q,
 per (batch, K/V head) and fp32 descales [B, Hkv] (flashbench.engine.fp8, FlashAttention-3's convention); it
 returns the bf16 output. Its `prepare` (above) sees the descales among the keywords.
 
+MLA cases (Case.head_dim_v > 0, DeepSeek's absorbed form, forward only): q [B, H, Nq, D], k the one latent head
+[B, 1, N, D] (or its page pool [pages, 1, page_size, D]) and v a view of k's first head_dim_v dims; the call returns
+[B, H, Nq, head_dim_v]. A provider takes them only when it declares latent="also" (ordinary cases too) or
+latent="only" (an MLA kernel, which takes nothing else).
+
 Sliding windows (`--window L,R`, spec/window.py): a provider that declares window=True is called with
 window=(left, right) as a keyword on the cases that have one (a builder reads case.window_size); every other
 provider's windowed cases are `unsupported` rows saying so.
@@ -61,6 +66,8 @@ from flashbench.spec.window import effective
 # What a provider takes unless it declares otherwise: FP8 only by declaration, since its call then gets the
 # e4m3 inputs and q_descale=, k_descale=, v_descale= (module docstring).
 DEFAULT_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
+# Whether a provider takes MLA cases (module docstring): not at all, besides the ordinary ones, or only them.
+LATENT: tuple[str, ...] = ("no", "also", "only")
 
 # The model families (flashbench.models.memory and io_model: how a provider's peak memory and DRAM bytes grow).
 MEMORY_FAMILIES = FAMILIES
@@ -94,6 +101,7 @@ class ProviderInfo:
     ragged: bool = False  # takes cache_seqlens (a batch of sequences of different lengths)
     max_seq_q: int | None = None  # a decode kernel's limit on query tokens per sequence (None: any)
     window: bool = False  # takes a sliding window: called with window=(left, right) (module docstring)
+    latent: str = "no"  # MLA cases (Case.head_dim_v): "no", "also" or "only" (module docstring)
     # --- what the analysis, the report and the gate read (module docstring) ---
     baseline: int | None = None  # rank among the default speedup references (lowest first); None: never one
     ratio_vs: str | None = (
@@ -120,6 +128,16 @@ class ProviderInfo:
                 return str(exc)
             if not self.window:
                 return f"{self.name} takes no sliding window (window {case.window})"
+        if case.latent:
+            if case.kv_heads != 1 or not 0 < case.head_dim_v <= case.head_dim or case.mode != "fwd":
+                return (
+                    "an MLA case is a forward over one latent KV head (kv_heads 1) with head_dim_v <= head_dim, "
+                    f"not kv_heads {case.kv_heads}, head_dim_v {case.head_dim_v}, {case.mode}"
+                )
+            if self.latent == "no":
+                return f"{self.name} takes no MLA latent cache (V as the first {case.head_dim_v} dims of K)"
+        elif self.latent == "only":
+            return f"{self.name} is an MLA kernel: it takes MLA cases only (--head-dim-v)"
         if case.dtype not in self.dtypes:
             if case.dtype == "fp8":
                 return f"{self.name} has no FP8 (e4m3 with descales) path; it is not run on upcast inputs"
@@ -221,6 +239,7 @@ def register(
     ragged: bool = False,
     max_seq_q: int | None = None,
     window: bool = False,
+    latent: str = "no",
     baseline: int | None = None,
     ratio_vs: str | None = None,
     colour: str | None = None,
@@ -246,6 +265,8 @@ def register(
     kv_layouts = tuple(kv_layouts)
     if not kv_layouts or any(k not in KV_LAYOUTS for k in kv_layouts):
         raise FlashbenchError(f"provider {name!r}: kv_layouts must be among {KV_LAYOUTS}")
+    if latent not in LATENT:
+        raise FlashbenchError(f"provider {name!r}: latent must be one of {LATENT}")
     if not name or "|" in name or "," in name or name.strip() != name:
         raise FlashbenchError(f"provider name {name!r} must be non-empty, without '|', ',' or spaces")
 
@@ -271,6 +292,7 @@ def register(
             ragged=ragged,
             max_seq_q=max_seq_q,
             window=window,
+            latent=latent,
             baseline=baseline,
             ratio_vs=ratio_vs,
             colour=colour,

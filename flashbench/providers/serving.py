@@ -119,3 +119,68 @@ def flash_attn_kv_cache(case: Case, to_bnhd: Callable[[Any], Any]) -> Callable[.
 
     call.prepare = prepare  # type: ignore[attr-defined]
     return call
+
+
+# --- MLA (Case.latent): the latent cache as one KV head; v a view of its first head_dim_v dims -------------------
+
+
+def sdpa_latent(case: Case, sdpa: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[..., Any]:
+    """SDPA on an MLA case: MQA over the latent dims, k [B, 1, N, D] and v [B, 1, N, Dv] expanded to the H query
+    heads as stride-0 views (not enable_gqa, which the efficient backend refuses and math copies per head)."""
+    heads = case.heads
+    kw = {key: value for key, value in kwargs.items() if key != "enable_gqa"}
+
+    def call(q: Any, k: Any, v: Any) -> Any:
+        return sdpa(q, k.expand(-1, heads, -1, -1), v.expand(-1, heads, -1, -1), **kw)
+
+    return call
+
+
+FLASH_MLA_PAGE = 64  # FlashMLA's paged cache: blocks of 64 tokens only
+
+
+def flash_mla_kv_cache(case: Case) -> Callable[..., Any]:
+    """FlashMLA's flash_mla_with_kvcache (deepseek-ai/FlashMLA; import-guarded, untested here) on an MLA case.
+
+    It takes q [B, Nq, H, D], a page pool [pages, 64, 1, D] (ours is [pages, 1, 64, D]: with one head the same
+    memory), block_table, cache_seqlens and its tile-scheduler metadata (made once per case, untimed, as a serving
+    engine makes it once per step for every layer). A contiguous cache is read as pages of 64 in order.
+    """
+    import torch
+    from flash_mla import flash_mla_with_kvcache, get_mla_metadata
+
+    if case.paged and case.page_size != FLASH_MLA_PAGE:
+        raise Unsupported(
+            f"FlashMLA's paged cache has pages of {FLASH_MLA_PAGE} tokens, not {case.page_size}"
+        )
+    if not case.paged and case.seq_k % FLASH_MLA_PAGE:
+        raise Unsupported(f"FlashMLA reads a contiguous cache as pages of {FLASH_MLA_PAGE}: N % 64 must be 0")
+    rows, dv, causal, scale = case.heads * case.seq_q, case.head_dim_v, case.causal, case.head_dim**-0.5
+
+    def call(q: Any, k: Any, v: Any, **cache: Any) -> Any:
+        out, _ = flash_mla_with_kvcache(
+            q.transpose(1, 2), k, cache["block_table"], cache["cache_seqlens"], dv, *cache["metadata"],
+            softmax_scale=scale, causal=causal,
+        )  # fmt: skip
+        return out.transpose(1, 2)
+
+    def prepare(q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None) -> Any:
+        batch, dim = q.shape[0], q.shape[3]
+        if block_table is None:  # [B, 1, N, D] -> pages of 64 in order
+            per = case.seq_k // FLASH_MLA_PAGE
+            block_table = torch.arange(batch * per, dtype=torch.int32, device=q.device).view(batch, per)
+            k = k.reshape(batch * per, 1, FLASH_MLA_PAGE, dim)
+        if cache_seqlens is None:
+            cache_seqlens = torch.full((batch,), case.seq_k, dtype=torch.int32, device=q.device)
+        metadata = get_mla_metadata(cache_seqlens, rows, 1)
+        pool = k.transpose(1, 2)  # [pages, 64, 1, D]
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)  # [B, Nq, H, D] storage
+        return (
+            q,
+            pool,
+            None,
+            {"cache_seqlens": cache_seqlens, "block_table": block_table, "metadata": metadata},
+        )
+
+    call.prepare = prepare  # type: ignore[attr-defined]
+    return call
