@@ -27,8 +27,8 @@ Why MLA decode can be compute-bound: each cache token (576 x 2 bytes in bf16) me
 
 Registers (Hopper, the reason for the tile): the fp32 accumulator is BLOCK_M x D_V; at 64 x 512 over 8 warps that
 is 128 registers per thread, plus S (64 x BLOCK_N fp32: 8-16) and the Q operand if Triton keeps it in registers.
-BLOCK_M = 128 would need 256 for the accumulator alone; fewer warps likewise. The cache tile is 72 KB of shared
-memory per stage at BLOCK_N = 64 (36 KB at 32), and Q 72 KB if staged there: GPU_CONFIGS holds the candidates.
+BLOCK_M = 128 would need 256 for the accumulator alone; fewer warps likewise. The cache tile is 36 KB of shared
+memory per stage at BLOCK_N = 32 (72 KB at 64), and Q 72 KB if staged there: GPU_CONFIG and CANDIDATE_CONFIGS.
 
 Cautions (as flash_decode's; its module docstring says why):
   - validate=True reads cache_seqlens and block_table on the host (one device sync); in a timed loop validate
@@ -71,10 +71,11 @@ MAX_QUERIES = 4  # query tokens per sequence (speculative decoding's few); the r
 MAX_HEAD_DIM_V = 512
 BLOCK_M = 64  # query rows per tile: one wgmma M per warpgroup on Hopper
 COMBINE_ROWS = 16  # rows the combine holds at a time: 16 x 512 fp32 over 8 warps is 32 registers per thread
-# The tile on CUDA: keys per step, warps, stages. Candidates for the H100 (the lead times them with
-# FLASHBENCH_TRITON_CONFIG, docs/decode.md): (64, 8, 2) is the default; (32, 8, 3) halves the cache tile for a
-# deeper pipeline; (64, 8, 1) gives the shared memory to Q and one cache tile.
-GPU_CONFIG: dict[str, int] = {"BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+# The tile on CUDA: keys per step, warps, stages; not yet timed on a GPU (docs/decode.md has the commands). Shared
+# memory at 576 dims in bf16: Q 72 KB if staged there, plus a cache tile of 36 KB (BLOCK_N 32) or 72 KB (64) per
+# stage, of an H100's 227 KB: (32, 8, 2) 144 KB, the default; (32, 8, 3) 180 KB, a deeper pipeline; (64, 8, 1)
+# 144 KB, twice the keys per step unpipelined. (64, 8, 2) would need 216 KB before any layout scratch.
+GPU_CONFIG: dict[str, int] = {"BLOCK_N": 32, "num_warps": 8, "num_stages": 2}
 CANDIDATE_CONFIGS: tuple[dict[str, int], ...] = (
     GPU_CONFIG,
     {"BLOCK_N": 32, "num_warps": 8, "num_stages": 3},
