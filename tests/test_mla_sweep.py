@@ -109,6 +109,42 @@ def test_providers_declare_what_they_take():
     assert get("flash-mla").info.latent == "only" and "flash_mla" in builtin.packages()
 
 
+def test_a_paged_latent_case_pools_the_cache_once_and_v_views_its_prefix():
+    import torch
+
+    from flashbench.engine import kv_cache
+
+    case = _case(batch=2, heads=4, head_dim=24, head_dim_v=16, seq_k=40, kv_layout="paged", page_size=16)
+    case = Case(**{**case.to_dict(), "seqlens": "random", "seed": 1})
+    k = torch.randn(2, 1, 40, 24)
+    pool, v, cache = kv_cache.build(case, k, k[..., :16])
+    assert pool.shape[1:] == (1, 16, 24) and v.shape == (*pool.shape[:3], 16)
+    assert v.data_ptr() == pool.data_ptr() and v.stride() == pool.stride()  # a view, not a second pool
+    back = kv_cache.unpage(pool, cache["block_table"], case.kv_lengths(), 40)
+    for b, n in enumerate(case.kv_lengths()):
+        assert torch.equal(back[b, :, :n], k[b, :, :n])
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_over_a_paged_latent_cache_matches_the_oracle():
+    # The flex provider's serving path (providers/serving.py) on CPU, with eager flex_attention standing in for
+    # the compiled one the provider runs on CUDA: the pool flattened for torch's PagedAttention, V with its own dims.
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from flashbench.engine import kv_cache
+    from flashbench.engine.correctness import reference
+    from flashbench.providers import serving
+
+    case = Case("flex", 2, 4, 1, 2, 40, 24, "fp32", True, "fwd", "paged", 16, "random", 1, "", 16)
+    k, q = torch.randn(2, 1, 40, 24), torch.randn(2, 4, 2, 24)
+    pool, v, cache = kv_cache.build(case, k, k[..., :16])
+    call = serving.flex_kv_cache(case, "cpu", flex_attention, True, 24**-0.5, None)
+    out = call(*call.prepare(q, pool, v, **cache)[:3])
+    ref = reference(q, k, k[..., :16], causal=True, seqlens_k=case.kv_lengths())["out"]
+    assert out.shape == (2, 4, 2, 16) and torch.allclose(out.double(), ref, atol=1e-5)
+
+
 # --- the sweep, end to end ---------------------------------------------------------------------------------
 
 DEVICE = "cuda" if environment.gpu_present()[0] else "cpu"

@@ -59,7 +59,7 @@ def flex_kv_cache(
             from torch.nn.attention.experimental._paged_attention import PagedAttention
         except ImportError as exc:
             raise Unsupported(f"this torch has no FlexAttention paged attention ({exc})") from None
-        pages, kv_heads, page, dim = k.shape
+        pages, kv_heads, page, _ = k.shape
         paged = PagedAttention(pages, page, case.batch, device=device)
         for b, n in enumerate(case.kv_lengths()):
             count = -(-n // page)
@@ -78,8 +78,8 @@ def flex_kv_cache(
         )
         state["mask"] = paged.convert_logical_block_mask(logical)
 
-        def flat(pool: Any) -> Any:  # [pages, Hkv, page, D] -> [1, Hkv, pages * page, D]
-            return pool.permute(1, 0, 2, 3).reshape(1, kv_heads, pages * page, dim)
+        def flat(pool: Any) -> Any:  # [pages, Hkv, page, D] -> [1, Hkv, pages * page, D] (MLA: V's own D)
+            return pool.permute(1, 0, 2, 3).reshape(1, kv_heads, pages * page, pool.shape[-1])
 
         return q, flat(k), flat(v), {}
 
