@@ -124,14 +124,25 @@ def flash_attn_kv_cache(case: Case, to_bnhd: Callable[[Any], Any]) -> Callable[.
 # --- MLA (Case.latent): the latent cache as one KV head; v a view of its first head_dim_v dims -------------------
 
 
-def sdpa_latent(case: Case, sdpa: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[..., Any]:
-    """SDPA on an MLA case: MQA over the latent dims, k [B, 1, N, D] and v [B, 1, N, Dv] expanded to the H query
-    heads as stride-0 views (not enable_gqa, which the efficient backend refuses and math copies per head)."""
-    heads = case.heads
-    kw = {key: value for key, value in kwargs.items() if key != "enable_gqa"}
+def sdpa_latent(case: Case, sdpa: Callable[..., Any], scale: float, device: str) -> Callable[..., Any]:
+    """SDPA on an MLA case: MQA over the latent dims, the H query heads folded into H * Nq query rows of one head
+    over k [B, 1, N, D] and v [B, 1, N, Dv] (a serving engine's form: nothing is expanded per head, where
+    enable_gqa or an expand would make the math backend's fp32 copy of K 128 heads wide). Row r = h * Nq + i is
+    query i; with Nq > 1 a causal mask is an explicit [H * Nq, N] bool mask (bottom-right per query), made once."""
+    import torch
+
+    if case.window:
+        raise Unsupported("sdpa: a sliding window over an MLA case is not built here")
+    heads, nq, nk = case.heads, case.seq_q, case.seq_k
+    kw: dict[str, Any] = {"scale": scale}
+    if case.causal and nq > 1:  # one query (the last token) sees every key: no mask
+        rows = torch.arange(heads * nq, device=device)[:, None] % nq
+        kw["attn_mask"] = visible(rows, torch.arange(nk, device=device)[None, :], nq, nk, True, None)
 
     def call(q: Any, k: Any, v: Any) -> Any:
-        return sdpa(q, k.expand(-1, heads, -1, -1), v.expand(-1, heads, -1, -1), **kw)
+        batch = q.shape[0]
+        out = sdpa(q.reshape(batch, 1, heads * nq, q.shape[3]), k, v, **kw)  # [B, 1, H * Nq, Dv]
+        return out.view(batch, heads, nq, v.shape[3])
 
     return call
 

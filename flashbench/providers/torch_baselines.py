@@ -100,7 +100,7 @@ def _sdpa_builder(backend_name: str | None) -> Any:
             stack.enter_context(sdpa_kernel(backend))
         sdpa = F.scaled_dot_product_attention
         if case.latent:  # MLA: MQA over the latent dims (math and efficient take a V of its own head dim)
-            return serving.sdpa_latent(case, sdpa, kwargs)
+            return serving.sdpa_latent(case, sdpa, kwargs["scale"], device)
         return lambda q, k, v: sdpa(q, k, v, **kwargs)
 
     return build
