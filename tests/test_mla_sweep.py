@@ -65,6 +65,10 @@ def test_bytes_of_the_absorbed_form_read_the_latent_cache_once():
     assert ragged.read == 400 * 1152 + 294_912
     # The decode family's workspace above the inputs is O: 512 dims per row.
     assert memory.predicted_peak_bytes("decode", *shape, True, "fwd", head_dim_v=512) == 262_144
+    # SDPA math folds the 128 heads into query rows: no per-head fp32 copy of the 9.4 MB cache (that would be
+    # 2 x 128 x 9.4 MB x 2, the GQA figure), only its own fp32 upcast of K and V.
+    math_mla = memory.predicted_peak_bytes("sdpa-math", *shape, True, "fwd", head_dim_v=512)
+    assert math_mla < 60e6 < 4e9 < memory.predicted_peak_bytes("sdpa-math", *shape, True, "fwd")
 
 
 def test_the_bound_moves_from_memory_to_compute_with_the_query_rows():

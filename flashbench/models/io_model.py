@@ -147,7 +147,7 @@ def compulsory_traffic(
 def _naive_fwd(s: Shape) -> Traffic:
     e, E, mask = s.elem_bytes, s.matrix, s.seq_q * s.seq_k
     parts = []
-    if s.kv_heads != s.heads:
+    if s.expanded:
         parts.append(Part("repeat_interleave K, V (GQA)", 2 * s.kv, 2 * s.kv_exp))
     parts.append(Part("S = Q K^T", s.q + s.kv_exp, E * e))
     parts.append(Part("S * scale", E * e, E * e))
@@ -180,7 +180,7 @@ def _naive_bwd(s: Shape) -> Traffic:
     parts.append(Part("dS * scale", E * e, E * e))
     parts.append(Part("dQ = dS K", E * e + s.kv_exp, s.q))
     parts.append(Part("dK = dS^T Q", E * e + s.q, s.kv_exp))
-    if s.kv_heads != s.heads:
+    if s.expanded:
         parts.append(Part("sum dK, dV over the group (GQA)", 2 * s.kv_exp, 2 * s.kv))
     return Traffic(tuple(parts))
 
@@ -202,7 +202,7 @@ def _sdpa_math_fwd(s: Shape) -> Traffic:
     if e < FP32:
         parts.append(Part("q, k, v .float()", s.q + 2 * s.kv, q32 + 2 * kv32))
     parts.append(Part("q, k * sqrt(scale)", q32 + kv32, q32 + kv32))
-    if s.kv_heads != s.heads:
+    if s.expanded:
         parts.append(Part("repeat_interleave K, V (GQA)", 2 * kv32, 2 * kvx32))
     parts.append(Part("S = Q K^T (fp32)", q32 + kvx32, E * FP32))
     if s.masked:
@@ -230,7 +230,7 @@ def _sdpa_math_bwd(s: Shape) -> Traffic:
     parts.append(_softmax_bwd_temporary(s))
     parts.append(Part("softmax backward", 2 * E * FP32, E * FP32))
     parts.append(Part("dQ = dS K, dK = dS^T Q", 2 * E * FP32 + q32 + kvx32, q32 + kvx32))
-    if s.kv_heads != s.heads:
+    if s.expanded:
         parts.append(Part("sum dK, dV over the group (GQA)", 2 * kvx32, 2 * kv32))
     parts.append(Part("dq, dk * sqrt(scale)", q32 + kv32, q32 + kv32))
     if e < FP32:

@@ -139,7 +139,8 @@ def predicted_peak_bytes(
     matrix = attention_matrix_bytes(batch, heads, seq_q, seq_k, 1)  # elements, all heads
     q_like = batch * heads * seq_q * head_dim * e  # O, dQ
     kv_like = batch * kv_heads * seq_k * head_dim * e  # dK, dV
-    kv_expanded = batch * heads * seq_k * head_dim * e if kv_heads != heads else 0
+    # K and V copied per query head by eager GQA; MLA folds the heads into query rows of its one latent head
+    kv_expanded = batch * heads * seq_k * head_dim * e if kv_heads != heads and not head_dim_v else 0
     grads = q_like + 2 * kv_like if backward else 0
 
     if family == "naive":

@@ -156,8 +156,14 @@ class Shape:
         return self.kv if self.latent else self.kv + self.v
 
     @property
-    def kv_exp(self) -> int:  # one of K, V expanded to all query heads
-        return self.bh * self.seq_k * self.head_dim * self.elem_bytes
+    def kv_exp(self) -> int:  # one of K, V expanded to all query heads (MLA: not expanded, read as one head)
+        return self.kv if self.latent else self.bh * self.seq_k * self.head_dim * self.elem_bytes
+
+    @property
+    def expanded(
+        self,
+    ) -> bool:  # eager GQA copies K and V per query head; MLA folds the heads into query rows
+        return self.kv_heads != self.heads and not self.latent
 
     @property
     def rows(self) -> int:  # softmax rows: B * H * Nq
