@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# How a sweep scales over the GPUs of one host: the same sweep on one GPU, on all with --gpus all, and as two
-# --shard slices run side by side (one per GPU, as a scheduler would run them) merged with `flashbench merge`.
+# How a sweep scales over the GPUs of one host: the same sweep on one GPU, on all with --gpus all (with the
+# compile-once step, and without it: FLASHBENCH_PRECOMPILE=0), and as two --shard slices run side by side (one per
+# GPU, as a scheduler would run them) merged with `flashbench merge`.
 # Each run (and each shard) starts cold: its own empty TRITON_CACHE_DIR and FLASHBENCH_HOME, made anew each time
 # the script runs, so no run reuses another's (or an earlier invocation's) compiled kernels or autotune picks;
 # every run pays its own compiles and tuning, and the wall times compare like for like. Needs two GPUs; run
-# directories and logs are packed into $OUT/multi_gpu.tgz. About 4 minutes on 2 x H200: the multi-GPU table of
+# directories, logs and $OUT/multi_gpu.txt (per run: wall, speed-up, first-call compile time summed over workers
+# and per worker, the compile-once step's wall time and builds; per case: each run's median over the one-GPU
+# run's) are packed into $OUT/multi_gpu.tgz. About 6 minutes on 2 x H100: the multi-GPU table of
 # docs/benchmarks.md.
 #
 #   bash benchmarks/multi_gpu_scaling.sh
@@ -39,6 +42,8 @@ timed() {  # timed NAME CMD...: run cold, record wall seconds
 
 log "one GPU"
 timed one flashbench sweep "${SWEEP[@]}" --gpus 0 --out "$RUNS/one" --force
+log "two GPUs (--gpus all), without the compile-once step"
+timed two-nopre env FLASHBENCH_PRECOMPILE=0 flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/two-nopre" --force
 log "two GPUs (--gpus all)"
 timed two flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/two" --force
 log "two shards side by side, one per GPU, then merge"
@@ -52,6 +57,27 @@ done
 wait
 log "shards: wall=$((SECONDS - t0)) s"
 flashbench merge "$RUNS/shard1" "$RUNS/shard2" --out "$RUNS/merged" --force 2>&1 | tee -a "$RUNS/multi_gpu.log"
-tar czf "$OUT/multi_gpu.tgz" -C "$RUNS" one two shard1 shard2 merged one.log two.log shard1.log shard2.log \
-    multi_gpu.log
+python3 - "$RUNS" <<'PY' | tee "$OUT/multi_gpu.txt" "$RUNS/multi_gpu.txt"
+import statistics, sys
+from pathlib import Path
+from flashbench.results.env import read_env
+from flashbench.results.rows import read_rows
+runs = Path(sys.argv[1])
+one = {r.key: r.median_ms for r in read_rows(runs / "one") if r.median_ms}
+base = read_env(runs / "one").wall_s or 0.0
+for name in ("one", "two-nopre", "two", "shard1", "shard2"):
+    env = read_env(runs / name)
+    pre = env.precompile or {}
+    step = pre.get("skipped") or f"{pre.get('wall_s')} s, {pre.get('builds')} builds, {pre.get('jobs')} processes"
+    wall = env.wall_s or 0.0
+    print(f"{name}: wall {wall:.1f} s ({base / wall if wall else 0:.2f}x), compile summed {env.compile_s_total} s,"
+          f" per worker {env.compile_s_by_worker}, compile-once step: {step}")
+for name in ("two-nopre", "two", "merged"):
+    ratios = [r.median_ms / one[r.key] for r in read_rows(runs / name) if r.median_ms and r.key in one]
+    if ratios:
+        print(f"{name}: per case vs one: median {statistics.median(ratios):.3f}, {min(ratios):.3f}..{max(ratios):.3f}"
+              f" ({len(ratios)} cases)")
+PY
+tar czf "$OUT/multi_gpu.tgz" -C "$RUNS" one two-nopre two shard1 shard2 merged one.log two-nopre.log two.log \
+    shard1.log shard2.log multi_gpu.log multi_gpu.txt
 log "done"

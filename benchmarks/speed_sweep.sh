@@ -4,9 +4,9 @@
 #   FLASHBENCH_HOME=$(mktemp -d) bash benchmarks/speed_sweep.sh [RUN_DIR]   # default RUN_DIR: results/speed
 #   SWEEP_ARGS="--cuda-graph" bash benchmarks/speed_sweep.sh results/speed-graph
 #
-# Steps: `flashbench calibrate` (the measured ceiling, stored in every row's env.json); compile the bundled
-# kernels' configs in parallel (fills Triton's cache, so first-call times stay short); `flashbench sweep
-# --preset speed` (every provider of a shape back to back); then the table (benchmarks/tables.py speed).
+# Steps: `flashbench calibrate` (the measured ceiling, stored in every row's env.json); `flashbench sweep
+# --preset speed` (every provider of a shape back to back; compile and autotune time kept out of the samples);
+# then the table (benchmarks/tables.py speed).
 # A fresh FLASHBENCH_HOME starts with an empty autotune cache, as a new machine would. About 5 minutes on an
 # H100. Nothing here changes clocks or power settings.
 set -euo pipefail
@@ -15,7 +15,6 @@ RUN=${1:-results/speed}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu \
     --format=csv
 flashbench calibrate
-python3 benchmarks/kernel_configs.py warm --jobs "${JOBS:-14}" --kinds fwd,dkdv,dq --tma 1 | tail -2
 # shellcheck disable=SC2086  # SWEEP_ARGS: extra sweep flags, word-split on purpose
 flashbench sweep --preset speed --out "$RUN" --force ${SWEEP_ARGS:-}
 python3 benchmarks/tables.py speed "$RUN"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import flashbench
-from flashbench.engine import parallel, runner
+from flashbench.engine import parallel, precompile, runner
 from flashbench.engine import shard as shards
 from flashbench.engine.progress import Progress
 from flashbench.errors import EXIT_NO_GPU, FlashbenchError
@@ -41,7 +41,7 @@ from flashbench.results.rows import Row, load
 from flashbench.spec.config import SPEC_OPTIONS, SPEC_TYPES, SweepSpec, load_spec
 from flashbench.spec.options import RUN_OPTIONS, Option
 from flashbench.spec.parse import parse_device
-from flashbench.spec.plan import check_defined, plan, resolve_providers
+from flashbench.spec.plan import PlannedCase, check_defined, plan, resolve_providers
 from flashbench.spec.resume import check_resumable, check_same_gpu, check_same_sweep, stored_spec
 
 if TYPE_CHECKING:
@@ -227,6 +227,7 @@ class _Session:
             runner.prepare_run_dir(self.run_dir, self.resume, self.force)
             self._write_env(facts, names, len(planned), sweep_planned, previous)
             ncu = self._ncu()
+            self._precompile(planned, infos)
             show = Progress(len(planned), enabled=self.progress)
             run: dict[str, Any] = dict(
                 device=spec.device,
@@ -253,9 +254,19 @@ class _Session:
             if worker is not None:
                 worker.close()
         compile_s = sum((r.compile_ms or 0.0) for r in rows) / 1e3
+        by_worker: dict[str, float] = {}
+        for r in rows:
+            if r.compile_ms:
+                name = "default" if r.gpu_index is None else str(r.gpu_index)
+                by_worker[name] = by_worker.get(name, 0.0) + r.compile_ms / 1e3
         finished = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         counts = dict(Counter(r.status for r in rows))
-        wall = self._record(finished=finished, status_counts=counts, compile_s_total=round(compile_s, 3))
+        wall = self._record(
+            finished=finished,
+            status_counts=counts,
+            compile_s_total=round(compile_s, 3),
+            compile_s_by_worker={k: round(v, 3) for k, v in sorted(by_worker.items())},
+        )
         return SweepResult(self.run_dir, spec, rows, wall, self.env or Environment())
 
     def _write_env(
@@ -297,6 +308,35 @@ class _Session:
         self.env = replace(self.env, wall_s=round(wall, 3), wall_s_total=total, **fields)
         write_env(self.run_dir, self.env)
         return wall
+
+    def _precompile(self, planned: list[PlannedCase], infos: dict[str, ProviderInfo]) -> None:
+        """Compile once per host (engine/precompile.py) the bundled kernels' builds of the cases still to run;
+        the step's record goes into env.json."""
+        done = runner.finished_rows(self.run_dir)
+        bundled = {name for name, info in infos.items() if info.source == "bundled"}
+        cases = [
+            p.case
+            for p in planned
+            if p.status is None and p.case.key not in done and p.case.provider in bundled
+        ]
+        visible = self.devices[0] if self.devices else None
+        rec = precompile.run(
+            cases,
+            device=self.spec.device,
+            kernels=self.kernels,
+            visible=visible,
+            timeout_s=self.spec.timeout_s,
+        )
+        if rec.skipped is None:
+            _note(
+                f"flashbench: compiled {rec.compiled} of {rec.builds} kernel builds ({rec.cases} cases) in "
+                f"{rec.wall_s:.1f} s on {rec.jobs} processes"
+                + (f", {rec.failed} failed" if rec.failed else ""),
+                self.progress,
+            )
+        assert self.env is not None  # written as the session started
+        self.env = replace(self.env, precompile=rec.to_dict())
+        write_env(self.run_dir, self.env)
 
     def _ncu(self) -> Any:
         """With --ncu, the per-case Nsight Compute measurement, or None (said why, where it cannot run)."""

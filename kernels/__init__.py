@@ -6,6 +6,7 @@
     flash_attn_v1(q, k, v, causal=False, sm_scale=None, config=None)        FlashAttention-1 loop order, v2's backward
     flash_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=True, sm_scale=None,
                  num_splits=None)                                           split-KV decode over a contiguous or paged cache
+        (..., k_scale=None, v_scale=None)                                   e4m3 k_cache, v_cache: an FP8 KV cache
     flash_mla_decode(q, kv_cache, cache_seqlens=None, block_table=None, causal=True, sm_scale=None,
                      num_splits=None, head_dim_v=512)                       MLA decode over one latent cache (mla.py)
     flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,

@@ -149,6 +149,15 @@ def tune(
         return _tune(key, skey, candidates, run, unfit=unfit, path=path, bench=bench)
 
 
+def cached_pick(key: tuple, candidates: Sequence[dict[str, Any]], path: Path | None) -> dict[str, Any] | None:
+    """The pick for `key` this process or the disk cache already holds, without tuning (None: it would tune)."""
+    if key in _MEMORY:
+        return dict(_MEMORY[key])
+    if path is None or not disk_cache_enabled():
+        return None
+    return _cached(path, json.dumps([str(part) for part in key]), candidates)
+
+
 def _cached(path: Path, skey: str, candidates: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     hit = _read(path).get(skey)
     if isinstance(hit, dict) and _valid(hit.get("config"), candidates):

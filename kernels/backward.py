@@ -263,7 +263,7 @@ def attention_backward(
     window: the sliding window the forward ran with (common.check_window's form), or None.
 
     dkdv_config / dq_config force a pass's config ({"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}, as
-    `last_bwd_config()` reports it; benchmarks/kernel_configs.py uses this); otherwise they are autotuned.
+    `last_bwd_config()` reports it; benchmarks/studies/backward.py uses this); otherwise they are autotuned.
     The passes, their configs and launch geometry are chosen once per input signature (_BackwardPlan).
     """
     do = unit_stride(do)

@@ -27,8 +27,8 @@ INTERPRET_BWD = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 1}
 # GPU forward space (BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]), pruned per head dim and dtype by
 # `fits`. Order matters: without autotuning (FLASHBENCH_AUTOTUNE=0) the first config that fits is used. The
 # first five each won at least one of the speed preset's forward shapes (bf16, d = 64 and 128, N = 2048-16384)
-# on an H100 (`python3 benchmarks/kernel_configs.py run --kinds fwd,sdpa --tma 1`); the smaller tiles are there
-# for D = 256 and for GPUs with less shared memory.
+# on an H100 (`flashbench sweep --config benchmarks/studies/forward_tiles.toml`, which times every tile of this
+# space beside a few outside it); the smaller tiles are there for D = 256 and for GPUs with less shared memory.
 FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (128, 64, 4, 2),
     (128, 128, 8, 3),
@@ -53,7 +53,7 @@ VARIANT_FWD_SPACE: tuple[tuple[int, ...], ...] = (
 )
 # The FP8 forward's space (flash_fp8.py): FA3's 128-row query tiles, 64- or 128-key blocks, 4 or 8 warps, 2-4
 # stages (e4m3 tiles are half the bytes of bf16 ones, so deeper pipelines fit), and 64-row tiles; the 4-warp
-# tiles led (docs/kernels.md, the FP8 forward).
+# tiles led (docs/kernels.md, the FP8 forward; `flashbench sweep --config benchmarks/studies/fp8_forward.toml`).
 FP8_FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (128, 128, 8, 3),
     (128, 64, 4, 3),
@@ -65,7 +65,8 @@ FP8_FWD_SPACE: tuple[tuple[int, ...], ...] = (
     (128, 64, 4, 2),
     (64, 64, 4, 3),
 )
-# GPU backward spaces. dK/dV: BLOCK_N keys resident, BLOCK_M query rows streamed; dQ: the reverse.
+# GPU backward spaces. dK/dV: BLOCK_N keys resident, BLOCK_M query rows streamed; dQ: the reverse. Each tile
+# side by side: `flashbench sweep --config benchmarks/studies/backward.toml`.
 BWD_DKDV_SPACE: tuple[tuple[int, int, int, int], ...] = (
     (32, 128, 4, 4),
     (64, 128, 8, 3),

@@ -19,9 +19,19 @@ log2-sum-exp per row, and bumps its group's counter; the program that bumps it l
 partials (weights exp2(lse_s - max)) into the output and zeroes the counter (_combine; flash-attn runs a second
 kernel for this, but a launch costs host time that short decodes pay in full).
 
+FP8 cache: k_cache and v_cache in torch.float8_e4m3fn under q in fp16 or bf16 (vLLM's and FlashInfer's
+"fp8_e4m3" KV cache), with float32 k_scale and v_scale broadcastable to [B, Hkv] (None: 1; per tensor, per
+sequence, per KV head or per (sequence, KV head)): a stored value times its scale is the real value. Each
+K/V tile is loaded as e4m3 (half the bytes) and converted to q's dtype in registers, exactly (e4m3's 3 mantissa
+bits and exponent range fit in fp16's and bf16's). The scales are constant over a program's (sequence, KV head),
+so they leave the loop: S = q (k8 ks)^T = (q k8^T) ks, and k_scale joins the softmax scale once per program;
+O = P (v8 vs) = (P v8) vs, and v_scale multiplies the normalised output (or each split's partial: the combine is
+linear in them). The e4m3 path is a constexpr (KV_FP8), so the fp16/bf16/fp32 caches' code is unchanged.
+
 Cautions:
   - validate=True (the default) reads cache_seqlens and block_table on the host, one device sync, to check that
-    every length fits the cache and every page a sequence uses lies in the pool; table entries past a
+    every length fits the cache and every page a sequence uses lies in the pool (and an e4m3 cache's scales,
+    that each is finite and > 0); table entries past a
     sequence's length are never read and may hold anything (-1, say). In a timed loop check once, then pass
     validate=False: the kernel still clamps lengths to the capacity, but a page id outside the pool then reads
     out of bounds.
@@ -50,6 +60,9 @@ from .common import LOG2E, KernelUnsupported, interpreting
 
 DECODE_HEAD_DIMS: tuple[int, ...] = (16, 32, 64, 128, 256)
 DECODE_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
+# An FP8 cache: k_cache and v_cache in e4m3 under q in fp16 or bf16 (module docstring, FP8 cache).
+KV_FP8_DTYPE = torch.float8_e4m3fn
+KV_FP8_Q_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16)
 # The kernel's tile per head dim on CUDA: BLOCK_N keys per step, num_warps, num_stages; the best or within 3% of
 # the best tile at every contiguous shape tried (docs/kernels.md, the decode kernel). (128, 4, 3) does not fit
 # at d = 256 (274 KB of shared memory).
@@ -84,6 +97,8 @@ _SCRATCH: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _COMPILED: dict[tuple, Any] = {}
 # What the most recent launch ran with: (num_splits, tile config, BLOCK_M, row blocks); last_decode_config().
 _LAST_LAUNCH: list[Any] = [None]
+# A float32 1 per device: the scale an e4m3 cache's missing k_scale or v_scale stands for.
+_ONE: dict[torch.device, torch.Tensor] = {}
 
 
 @triton.jit
@@ -138,6 +153,8 @@ def _decode(
     Out,  # [B, Hq, Nq, D] output, contiguous
     Part,  # fp32 workspace (not DIRECT): partial outputs [B, Hkv, splits, ROWS, D], then lse [B, Hkv, splits, ROWS]
     Counter,  # [B * Hkv * row blocks] int32 split counters, zero on entry and on exit (not DIRECT)
+    KScale,  # fp32 k_scale, element (b, h) at b * stride_ksb + h * stride_ksh (read when KV_FP8)
+    VScale,  # fp32 v_scale, the same way (read when KV_FP8)
     qk_scale,  # sm_scale * log2(e)
     capacity,  # keys the cache holds per sequence: Nmax, or max_pages * PAGE
     splits,  # key splits per sequence
@@ -149,6 +166,10 @@ def _decode(
     stride_vb,
     stride_vh,
     stride_vn,
+    stride_ksb,  # k_scale strides over sequences and KV heads (0 where it broadcasts)
+    stride_ksh,
+    stride_vsb,  # v_scale strides
+    stride_vsh,
     GROUP: tl.constexpr,  # G = Hq / Hkv query heads per KV head
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per tile, a power of two >= 16
@@ -159,6 +180,7 @@ def _decode(
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split: normalise and write Out, no partials, no combine
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots, not TF32
+    KV_FP8: tl.constexpr,  # e4m3 K/V: converted to Q's dtype in registers, k_scale and v_scale folded in
     ROWS_P2: tl.constexpr,  # the combine's rows per tile (a power of two)
     S_CHUNK: tl.constexpr,  # the combine's splits per step
 ):
@@ -169,6 +191,8 @@ def _decode(
     h = pid_bh % Hkv
     ROWS = GROUP * Nq
     L = capacity
+    if KV_FP8:  # S = q (k8 * k_scale)^T = (q k8^T) * k_scale: the scale joins the softmax scale
+        qk_scale = qk_scale * tl.load(KScale + b * stride_ksb + h * stride_ksh)
     if HAS_SEQLENS:
         L = tl.minimum(tl.load(Seqlens + b), capacity)
     # This split's keys [lo, hi): whole blocks of this sequence's own length.
@@ -212,6 +236,9 @@ def _decode(
             v_rows = v_head + offs_n.to(tl.int64) * stride_vn
         k = tl.load(k_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        if KV_FP8:  # every e4m3 value is exact in fp16 and bf16
+            k = k.to(Q.dtype.element_ty)
+            v = v.to(Q.dtype.element_ty)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -229,6 +256,8 @@ def _decode(
 
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
+    if KV_FP8:  # P (v8 * v_scale) = (P v8) * v_scale; the combine is linear in the partials
+        o = o * tl.load(VScale + b * stride_vsb + h * stride_vsh)
     if DIRECT:
         o_ptrs = Out + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :]
         tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None])
@@ -299,7 +328,13 @@ def _check_tensors(q: Any, k: Any, v: Any, lens: Any, table: Any) -> None:
             _refuse(
                 f"{label} must be an int32 torch.Tensor or None, got {getattr(t, 'dtype', type(t).__name__)}"
             )
-    if not q.dtype == k.dtype == v.dtype:
+    if k.dtype == KV_FP8_DTYPE:
+        if v.dtype != KV_FP8_DTYPE or q.dtype not in KV_FP8_Q_DTYPES:
+            _refuse(
+                f"an e4m3 cache needs e4m3 k_cache and v_cache under fp16 or bf16 q, got {q.dtype}, {k.dtype}, "
+                f"{v.dtype}"
+            )
+    elif not q.dtype == k.dtype == v.dtype:
         _refuse(f"q, k_cache, v_cache dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
     if q.dtype not in DECODE_DTYPES:
         _refuse(f"dtype {q.dtype} unsupported (fp16, bf16, fp32 are)")
@@ -344,19 +379,57 @@ def _check_tensors(q: Any, k: Any, v: Any, lens: Any, table: Any) -> None:
         _refuse(f"page size {page} (k_cache.shape[2]) must be a power of two >= 16")
 
 
+def _check_scales(k_scale: Any, v_scale: Any, q: torch.Tensor, k: torch.Tensor) -> tuple[Any, Any] | None:
+    """The scales as [B, Hkv] float32 views (broadcast: stride 0), or None for a cache that is not e4m3."""
+    fp8 = k.dtype == KV_FP8_DTYPE
+    if not fp8:
+        if k_scale is not None or v_scale is not None:
+            _refuse(f"k_scale and v_scale are for a float8_e4m3fn cache, not {k.dtype}")
+        return None
+    B, Hkv = q.shape[0], k.shape[1]
+    views = []
+    for label, t in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if t is None:
+            t = _ONE.get(q.device)
+            if t is None:
+                t = _ONE[q.device] = torch.ones((), device=q.device)
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.device != q.device:
+            _refuse(
+                f"{label} must be a float32 torch.Tensor on {q.device} or None, got "
+                f"{getattr(t, 'dtype', type(t).__name__)} on {getattr(t, 'device', '-')}"
+            )
+        shape = (1,) * (2 - t.dim()) + tuple(t.shape)
+        if t.dim() > 2 or shape[0] not in (1, B) or shape[1] not in (1, Hkv):
+            _refuse(f"{label} of shape {tuple(t.shape)} does not broadcast to [batch={B}, kv_heads={Hkv}]")
+        views.append(t.expand(B, Hkv))
+    return views[0], views[1]
+
+
 def _check_data(
-    lens: torch.Tensor | None, table: torch.Tensor | None, capacity: int, pool: int, page: int
+    lens: torch.Tensor | None,
+    table: torch.Tensor | None,
+    capacity: int,
+    pool: int,
+    page: int,
+    scales: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
-    """Every length within the capacity, every page a sequence uses inside the pool: one device sync."""
+    """Every length within the capacity, every page a sequence uses inside the pool, every scale finite and
+    positive: one device sync."""
     used = None
     if table is not None:  # table entries past a sequence's length are never read
         n = lens.clamp(0, capacity) if lens is not None else torch.full_like(table[:, 0], capacity)
         used = torch.arange(table.shape[1], device=table.device)[None, :] < (n[:, None] + page - 1) // page
     in_use = None if used is None or table is None else torch.where(used, table, 0)
     stats = [t for t in (lens, in_use) if t is not None]
+    if scales is not None:  # one value per scale: 1 when every element is finite and > 0, else 0
+        stats += [(torch.isfinite(s) & (s > 0)).all().to(torch.int32) for s in scales]
     if not stats:
         return
     values = torch.stack([x for t in stats for x in (t.min(), t.max())]).tolist()  # the sync
+    if scales is not None:
+        *values, k_ok, _, v_ok, _ = values
+        if not (k_ok and v_ok):
+            _refuse(f"{'k_scale' if not k_ok else 'v_scale'} holds a value that is not finite and > 0")
     if lens is not None:
         low, high, *values = values
         if low < 0:
@@ -400,6 +473,7 @@ def _launch(
     key = (
         kernel,
         ptrs[0].dtype,
+        ptrs[1].dtype,  # the cache's: fp8 or q's
         ptrs[0].device.index,
         warps,
         stages,
@@ -434,6 +508,8 @@ def flash_decode(
     sm_scale: float | None = None,
     num_splits: int | None = None,
     *,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
     validate: bool = True,
     config: dict[str, int] | None = None,
 ) -> torch.Tensor:
@@ -445,15 +521,33 @@ def flash_decode(
     (None: `choose_num_splits`; 1: one pass, no combine). validate: check cache_seqlens and block_table
     against the cache on the host (one device sync; see the module docstring). config: force the kernel's
     {"BLOCK_N", "num_warps", "num_stages"} (default: GPU_CONFIGS per head dim).
+    An e4m3 cache (torch.float8_e4m3fn k_cache and v_cache, q fp16 or bf16): k_scale, v_scale float32
+    broadcastable to [B, Hkv] (None: 1), a stored value times its scale being the real value; the output has
+    q's dtype. validate=True also checks that every scale is finite and > 0.
     Raises KernelUnsupported (a ValueError) naming what it refuses.
     """
     if torch.compiler.is_compiling():  # one custom op for torch.compile's graph (kernels/ops.py)
         if config is not None:
             _refuse("config= is not taken under torch.compile (call it eagerly)")
         return torch.ops.flashbench.decode(
-            q, k_cache, v_cache, cache_seqlens, block_table, causal, sm_scale, num_splits, validate
+            q,
+            k_cache,
+            v_cache,
+            cache_seqlens,
+            block_table,
+            causal,
+            sm_scale,
+            num_splits,
+            validate,
+            k_scale,
+            v_scale,
         )
     _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table)
+    scales = (
+        None
+        if k_scale is None and v_scale is None and k_cache.dtype != KV_FP8_DTYPE
+        else (_check_scales(k_scale, v_scale, q, k_cache))
+    )
     k, v, paged = k_cache, v_cache, block_table is not None
     if not isinstance(causal, bool):
         _refuse(f"causal must be a bool, got {causal!r}")
@@ -465,7 +559,7 @@ def flash_decode(
     if not isinstance(scale, int | float) or not math.isfinite(scale):
         _refuse(f"sm_scale must be a finite number, got {scale!r}")
     if validate:
-        _check_data(cache_seqlens, block_table, capacity, k.shape[0], page)
+        _check_data(cache_seqlens, block_table, capacity, k.shape[0], page, scales)
     cfg = INTERPRET_CONFIG if interpreting() else (PAGED_CONFIGS if paged else GPU_CONFIGS)[D]
     if config is not None:
         if not isinstance(config, dict) or not set(config) <= set(cfg):
@@ -492,17 +586,21 @@ def flash_decode(
     rows_p2 = min(block_m, _pow2(rows))
     s_chunk = max(1, min(_pow2(num_splits), COMBINE_ELEMENTS // (rows_p2 * D)))
     table = out if block_table is None else block_table.contiguous()
-    args = (  # _decode's arguments in order: 8 tensors, the float scale, then integers and constexprs
+    ks, vs = (out, out) if scales is None else scales
+    ks_strides = (0, 0) if scales is None else ks.stride()
+    vs_strides = (0, 0) if scales is None else vs.stride()
+    args = (  # _decode's arguments in order: 10 tensors, the float scale, then integers and constexprs
         q, k, v, out if cache_seqlens is None else cache_seqlens, table,
-        out, part, counters,
+        out, part, counters, ks, vs,
         float(scale) * LOG2E,
         capacity, num_splits, Hkv, Nq, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+        *ks_strides, *vs_strides,
         Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, cache_seqlens is not None, causal, direct,
-        q.dtype == torch.float32, rows_p2, s_chunk,
+        q.dtype == torch.float32, scales is not None, rows_p2, s_chunk,
     )  # fmt: skip
     _LAST_LAUNCH[0] = (num_splits, cfg, block_m, row_blocks)  # a tuple: no dict built on the host path
     try:
-        _launch((num_splits, row_blocks, B * Hkv), args, 8, cfg["num_warps"], cfg["num_stages"])
+        _launch((num_splits, row_blocks, B * Hkv), args, 10, cfg["num_warps"], cfg["num_stages"])
     except OutOfResources as exc:  # a forced config too large for this GPU (the defaults fit an H100)
         _refuse(f"config {cfg} does not fit this GPU at head_dim {D}: {exc}")
     return out

@@ -301,6 +301,11 @@ def _hooked() -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
+# Set by the pre-compile's recording process (flashbench/engine/compile_worker.py), where Triton's JIT records each
+# launch's build instead of compiling and running it: the autotuner then records every candidate and times none.
+RECORD_ONLY = False
+
+
 def autotune_enabled() -> bool:
     """False when FLASHBENCH_AUTOTUNE=0: CUDA launches then use `default_config` (no autotuning, one compile
     per shape class; the GPU test suite uses this to keep its compile time down)."""
@@ -385,13 +390,19 @@ def launch(
             device,
             json.dumps(pool, sort_keys=True),
         )
+        path = autotune.cache_file(name, identity)
+        if RECORD_ONLY:  # the builds the tuning would compile: the cached pick's, else every candidate's
+            picked = autotune.cached_pick(key, pool, path)
+            for c in [picked] if picked is not None else pool:
+                _run_config(kernel, grid, args, constexprs, c)
+            return dict(picked or pool[0])
         try:
             config = autotune.tune(
                 key,
                 pool,
                 lambda c: _run_config(kernel, grid, args, constexprs, c),
                 unfit=_UNFIT,
-                path=autotune.cache_file(name, identity),
+                path=path,
             )
         except _UNFIT as exc:  # every candidate failed to compile on this GPU
             raise KernelUnsupported(f"no config of {name} fits this GPU for head_dim {d}: {exc}") from None

@@ -2,8 +2,8 @@
 
     flashbench::attn_fwd(q, k, v, causal, sm_scale, window_left, window_right) -> (o, lse2)
     flashbench::attn_bwd(do, q, k, v, o, lse2, causal, sm_scale, window_left, window_right) -> (dq, dk, dv)
-    flashbench::decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, sm_scale, num_splits, validate)
-        -> out
+    flashbench::decode(q, k_cache, v_cache, cache_seqlens, block_table, causal, sm_scale, num_splits, validate,
+                       k_scale, v_scale) -> out
 
 attn_fwd's autograd formula is attn_bwd (register_autograd), so a compiled training step differentiates through
 it; each op has a fake (meta) implementation that gives the outputs' shapes, dtypes and strides without
@@ -98,12 +98,15 @@ def decode(
     sm_scale: float | None,
     num_splits: int | None,
     validate: bool,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     return _flash_decode(
-        q, k_cache, v_cache, cache_seqlens, block_table, causal, sm_scale, num_splits, validate=validate
-    )
+        q, k_cache, v_cache, cache_seqlens, block_table, causal, sm_scale, num_splits,
+        k_scale=k_scale, v_scale=v_scale, validate=validate,
+    )  # fmt: skip
 
 
 @decode.register_fake
-def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, sm_scale, num_splits, validate):  # type: ignore[no-untyped-def]
+def _(q, *_cache_and_options):  # type: ignore[no-untyped-def]
     return q.new_empty(q.shape)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from flashbench.engine import calibrate
+from flashbench.gpu import hardware
 
 
 def test_throttle_verdict_names_the_reason_the_measurement_and_the_clock():
@@ -34,3 +35,8 @@ def test_calibration_stores_read_bandwidth_and_the_clock_it_ran_at():
     assert record["sm_clock_mhz"] > 0 and record["throttled"] == bool(record["throttle_reason"])
     for result in (record["details"]["read"], *record["details"]["matmul"].values()):
         assert result["warmup_settled"] is not None and result["sm_clock_min_mhz"] <= result["sm_clock_mhz"]
+    # the empty kernel: behind the launch blocker, microseconds (an H100: a few), and stored for the floor
+    empty = record["details"]["empty"]
+    assert empty["note"] == "" and not empty["details"]["eager"]["host_time_included"]
+    assert 0 < record["empty_kernel_us"]["cuda_graph"] < 50 and 0 < record["empty_kernel_us"]["eager"] < 50
+    assert hardware.measured_ceiling(record).empty_graph_s == record["empty_kernel_us"]["cuda_graph"] * 1e-6

@@ -98,6 +98,22 @@ def test_flash_decode_compiles_without_graph_breaks_and_matches_eager(paged: boo
     assert torch.equal(compiled(q, k, v, lengths, table), step(q, k, v, lengths, table))
 
 
+def test_flash_decode_over_an_e4m3_cache_compiles_with_its_scales() -> None:
+    torch._dynamo.reset()
+    b, hq, hkv, n, d = 2, 4, 2, 64, 64
+    q = torch.randn(b, hq, 1, d, device=DEVICE, dtype=torch.float16)
+    k, v = (torch.randn(b, hkv, n, d, device=DEVICE).to(torch.float8_e4m3fn) for _ in range(2))
+    k_scale, v_scale = (torch.rand(b, hkv, device=DEVICE) + 0.5 for _ in range(2))
+
+    def step(q, k, v, k_scale, v_scale):  # type: ignore[no-untyped-def]
+        return flash_decode(q, k, v, k_scale=k_scale, v_scale=v_scale, validate=False)
+
+    compiled = torch.compile(step, fullgraph=True, backend=BACKEND)
+    out = compiled(q, k, v, k_scale, v_scale)
+    assert torch.equal(out, step(q, k, v, k_scale, v_scale))
+    assert not torch.equal(out, step(q, k, v, k_scale, v_scale * 2))  # the scales reach the compiled op
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n", [512, 2048])  # the tl forward and the Gluon kernels (H100)

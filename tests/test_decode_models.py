@@ -88,3 +88,43 @@ def test_memory_planner_reports_the_kv_cache_of_a_model():
     assert last["kv_cache_contiguous"] == 8 * 131072 * 131072  # 137 GB
     assert first["kv_cache_paged_unused"] == pytest.approx(8 * 7.5 * 131072)
     assert report["page_size"] == 16
+
+
+def test_decode_floor_is_the_read_time_plus_the_empty_kernel():
+    # 256 MB at 3000 GB/s is 85.33 us; with a 4.5 us empty kernel the floor is 89.83 us.
+    assert rl.decode_floor_s(256e6, 3.0e12, 4.5e-6) == pytest.approx(89.8333e-6, rel=1e-5)
+    assert rl.decode_floor_s(0, 3.0e12, 4.5e-6) == 4.5e-6  # no bytes: the launch alone
+
+
+def test_measured_ceiling_carries_the_empty_kernel_times():
+    calibration = {"read_bw_gb_s": 3000.0, "empty_kernel_us": {"eager": 4.5, "cuda_graph": 2.5}}
+    ceiling = hardware.measured_ceiling(calibration)
+    assert ceiling.empty_kernel_s == pytest.approx(4.5e-6) and ceiling.empty_graph_s == pytest.approx(2.5e-6)
+    assert hardware.measured_ceiling({"read_bw_gb_s": 3000.0}).empty_kernel_s is None  # an older calibration
+
+
+def test_time_over_floor_per_serving_row_takes_the_floor_of_its_timing_mode():
+    import pandas as pd
+
+    from flashbench.analysis.modelled import add_bandwidth
+
+    roof = hardware.measured_ceiling(
+        {"read_bw_gb_s": 3000.0, "empty_kernel_us": {"eager": 4.5, "cuda_graph": 2.5}}
+    )
+    frame = pd.DataFrame(
+        {
+            "ok": [True, True, True],
+            "serving": [True, True, False],
+            "cuda_graph": [False, True, False],
+            "median_ms": [0.12, 0.12, 1.0],
+            "model_bytes_compulsory": [256e6, 256e6, 1e9],
+            "model_bytes_provider": [256e6, 256e6, 1e9],
+        }
+    )
+    add_bandwidth(frame, [roof])
+    eager_floor, graph_floor = ((256e6 / 3e12 + e) * 1e3 for e in (4.5e-6, 2.5e-6))
+    assert frame["floor_ms"].tolist()[:2] == pytest.approx([eager_floor, graph_floor])
+    assert frame["time_over_floor"].tolist()[:2] == pytest.approx([0.12 / eager_floor, 0.12 / graph_floor])
+    assert frame["time_over_floor"].isna().tolist() == [False, False, True]  # training rows have no floor
+    add_bandwidth(frame, [hardware.measured_ceiling({"read_bw_gb_s": 3000.0})])  # no empty-kernel time
+    assert frame["time_over_floor"].isna().all()

@@ -36,6 +36,12 @@ def _error_line(capsys) -> str:
         (["--seq-q", "0"], "seq-q: 0 must be a positive number"),
         (["--seed", "-1"], "seed: -1 must be a whole number >= 0"),
         (["--providers", "sdpa-math", "--kv-layout", "paged"], "sdpa-math takes no paged KV cache"),
+        (["--kv-dtype", "fp4"], "unknown kv-dtype 'fp4'"),
+        (["--kv-dtype", "fp8", "--providers", "naive"], "naive takes no fp8 (e4m3 with scales) KV cache"),
+        (
+            ["--kv-dtype", "fp8", "--dtype", "fp32", "--providers", "triton-decode"],
+            "an fp8 KV cache is read under fp16 or bf16 queries",
+        ),
     ],
 )
 def test_bad_decode_flags_are_one_line_and_exit_2(args, message, capsys, tmp_path):
@@ -141,3 +147,14 @@ def test_bad_kv_cache_inputs_in_a_sweep_are_unsupported_rows(tmp_path):
     assert rows[("lengths-past-the-cache", "contiguous")].status == "unsupported"
     assert "past the cache capacity 48" in rows[("lengths-past-the-cache", "contiguous")].reason
     assert rows[("triton-decode", "paged")].status == "ok"  # the sweep went on
+
+
+def test_decode_table_shows_time_over_the_floor_where_a_calibration_gives_one(decode_run):
+    from flashbench.analysis.runs import load_run
+    from flashbench.report import decode
+
+    frame = load_run(decode_run).frame
+    rows = decode.decode_rows(frame)
+    assert rows["time_over_floor"].isna().all() and "x floor" not in decode.shown(rows)  # CPU: no GPU floor
+    rows["time_over_floor"] = 1.18
+    assert (decode.shown(rows)["x floor"] == 1.18).all()

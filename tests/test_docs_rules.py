@@ -285,7 +285,7 @@ def test_a_case_key_gains_a_serving_part_only_when_it_is_not_the_default():
     stated(
         "decode.md",
         r"`Case.key` appends a serving field only when it is not the default: "
-        r"`\.\.\.\|bf16\|causal\|fwd\|paged16` and `\.\.\.\|fwd\|random-s0`",
+        r"`\.\.\.\|bf16\|causal\|fwd\|paged16`,\s+`\.\.\.\|fwd\|random-s0` and `\.\.\.\|fwd\|kvfp8`",
     )
     base = dict(
         batch=1,
@@ -303,6 +303,7 @@ def test_a_case_key_gains_a_serving_part_only_when_it_is_not_the_default():
         "|bf16|causal|fwd|paged16"
     )
     assert Case("triton-decode", **base, seqlens="random", seed=0).key.endswith("|fwd|random-s0")
+    assert Case("triton-decode", **base, kv_dtype="fp8").key.endswith("|fwd|kvfp8")
 
 
 def test_decode_preset_batch_is_tokens_over_n_at_least_one():
@@ -417,3 +418,13 @@ def test_shard_is_one_based_and_anything_else_is_a_one_line_error():
         with pytest.raises(FlashbenchError) as err:
             parse_shard(bad)
         assert err.value.exit_code == 2 and "\n" not in str(err.value)
+
+
+def test_the_fp8_cache_budget_is_the_stated_derivation():
+    import math
+
+    from flashbench.engine.correctness import KV_FP8_EPS
+
+    stated("decode.md", r"plus `KV_FP8_EPS = 2\^-4`")
+    stated("decode.md", r"sqrt\(2/3\) x 2\^-4 = 0\.051; the term 2\^-4 = 0\.0625")
+    assert KV_FP8_EPS == 2.0**-4 and round(math.sqrt(2 / 3) * 2.0**-4, 3) == 0.051

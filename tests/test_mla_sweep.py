@@ -140,7 +140,7 @@ def test_flex_over_a_paged_latent_cache_matches_the_oracle():
     from flashbench.engine.correctness import reference
     from flashbench.providers import serving
 
-    case = Case("flex", 2, 4, 1, 2, 40, 24, "fp32", True, "fwd", "paged", 16, "random", 1, "", 16)
+    case = Case("flex", 2, 4, 1, 2, 40, 24, "fp32", True, "fwd", "paged", 16, "random", 1, "", head_dim_v=16)
     k, q = torch.randn(2, 1, 40, 24), torch.randn(2, 4, 2, 24)
     pool, v, cache = kv_cache.build(case, k, k[..., :16])
     call = serving.flex_kv_cache(case, "cpu", flex_attention, True, 24**-0.5, None)

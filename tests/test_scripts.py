@@ -1,12 +1,16 @@
-"""The scripts the docs cite (benchmarks/, tools/): each exists, starts, and is cited somewhere.
+"""The scripts the docs cite (benchmarks/, tools/): each exists, starts, and is cited somewhere; and every other
+path or `flashbench.x.y` name a doc page or the code cites exists.
 
 "Starts" is the most a CPU machine can check of a GPU script: its imports resolve and its command line parses
 (`--help` exits 0; a shell script passes `bash -n`). All Python scripts run in one subprocess, so torch and
-Triton are imported once.
+Triton are imported once. The studies in benchmarks/studies/ are provider files and sweep configs, not scripts:
+tests/test_studies.py loads and runs them.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import re
@@ -15,7 +19,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = re.compile(r"\b((?:benchmarks|tools)/[\w.-]+\.(?:py|sh))\b")
+SCRIPT = re.compile(r"\b((?:benchmarks|tools)/(?:[\w-]+/)*[\w.-]+\.(?:py|sh|toml))\b")
+STUDIES = "benchmarks/studies/"
+# Other files a page names, and the library's dotted names (`flashbench.engine.timing.time_cuda`).
+PATH = re.compile(
+    r"(?<![\w/.-])((?:flashbench|kernels|configs|tests|examples)/(?:[\w-]+/)*[\w.-]*\w\.(?:py|toml|md))"
+)
+DOTTED = re.compile(r"(?<![\w/.])flashbench(?:\.\w+)+")
 # Pages a user reads; CHANGELOG.md is history and may name scripts that are gone.
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks/README.md"]
 DOCS.append(ROOT / "tools/README.md")
@@ -60,13 +70,18 @@ def test_every_script_the_docs_or_the_code_cite_exists():
 
 def test_every_script_in_benchmarks_and_tools_is_cited_by_a_doc():
     docs = cited(DOCS)
-    shipped = [p for folder in ("benchmarks", "tools") for p in sorted((ROOT / folder).glob("*.[ps][yh]"))]
+    shipped = [
+        p
+        for folder in ("benchmarks", "tools")
+        for p in sorted((ROOT / folder).rglob("*"))
+        if p.suffix in (".py", ".sh", ".toml") and "__pycache__" not in p.parts
+    ]
     uncited = [str(p.relative_to(ROOT)) for p in shipped if str(p.relative_to(ROOT)) not in docs]
     assert not uncited, f"no doc cites {uncited}: document them or delete them"
 
 
 def test_every_script_the_docs_cite_starts():
-    scripts = sorted(cited(DOCS))
+    scripts = sorted(s for s in cited(DOCS) if not s.startswith(STUDIES))
     shell = [s for s in scripts if s.endswith(".sh")]
     python = [s for s in scripts if s.endswith(".py")]
     assert shell and python
@@ -85,3 +100,43 @@ def test_every_script_the_docs_cite_starts():
     assert run.returncode == 0, run.stderr[-2000:]
     codes = json.loads(run.stdout.strip().splitlines()[-1])
     assert codes == dict.fromkeys(python, 0), {s: c for s, c in codes.items() if c != 0}
+
+
+def _resolves(dotted: str) -> bool:
+    """`flashbench.a.b.c`: its longest importable prefix is a module and the rest are attributes of it."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            obj = importlib.import_module(name)
+            try:
+                for attr in parts[i:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                return False
+            return True
+    return False
+
+
+def test_every_file_and_flashbench_name_the_docs_and_the_code_cite_exists():
+    """The docs and the code's docstrings and comments (tests/ names made-up paths on purpose)."""
+    code = [p for p in CODE if p.suffix in (".py", ".sh", ".toml") and p.parts[len(ROOT.parts)] != "tests"]
+    missing: dict[str, list[str]] = {}
+    for page in DOCS + code:
+        text = page.read_text(encoding="utf-8")
+        gone = [p for p in set(PATH.findall(text)) if not (ROOT / p).exists()]
+        gone += [name for name in set(DOTTED.findall(text)) if not _resolves(name)]
+        for name in gone:
+            missing.setdefault(name, []).append(str(page.relative_to(ROOT)))
+    assert not missing, f"cited but gone: {missing}"
+
+
+def test_the_docs_reference_check_finds_a_stale_module_and_a_missing_file():
+    text = "see `flashbench.timing.time_cuda` and kernels/schedule_ab.py, not `flashbench.engine.timing.time_cuda`"
+    assert [n for n in DOTTED.findall(text) if not _resolves(n)] == ["flashbench.timing.time_cuda"]
+    assert PATH.findall(text) == ["kernels/schedule_ab.py"] and not (ROOT / "kernels/schedule_ab.py").exists()
+    assert SCRIPT.findall("run benchmarks/studies/backward.toml") == ["benchmarks/studies/backward.toml"]

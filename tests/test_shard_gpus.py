@@ -30,6 +30,11 @@ def test_gpus_with_device_cpu_runs_two_workers_and_writes_every_case_once(tmp_pa
     env = read_env(out)
     assert env.devices_used == [0, 1] and env.planned_cases == len(rows)
     assert env.status_counts == {"ok": len(rows)}
+    assert set(env.compile_s_by_worker) == {"0", "1"}  # each worker's first calls, apart
+    assert sum(env.compile_s_by_worker.values()) == pytest.approx(env.compile_s_total, abs=2e-3)
+    assert (
+        env.precompile is not None and "interpreter" in env.precompile["skipped"]
+    )  # nothing to compile on CPU
     assert main([*args, "--mode", "fwd", "--gpus", "0,1", "--out", str(out), "--resume"]) == 0
     assert len(read_rows(out, latest_only=False)) == len(rows)  # resume: nothing run twice
 

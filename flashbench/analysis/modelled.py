@@ -48,9 +48,11 @@ def add_model_columns(df: pd.DataFrame) -> None:
         try:
             lens = seqlens_of(r)
             window = window_of(r)
+            docs = documents_of(r)
             dv = int(r.head_dim_v)
+            kv = dict(kv_elem_bytes=kv_elem_bytes(r), head_dim_v=dv)
             kw: dict[str, Any] = dict(
-                blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window, head_dim_v=dv
+                blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window, documents=docs, **kv
             )
             values = [
                 io_model.compute_dtype(family, r.dtype),
@@ -61,13 +63,21 @@ def add_model_columns(df: pd.DataFrame) -> None:
                     r.mode,
                     device=r.device,
                     window=window,
+                    documents=docs,
                     head_dim_v=dv,
                 ),
-                io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens, head_dim_v=dv).total,
+                io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens, documents=docs, **kv).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, **kw).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, **kw).total,
                 attention_flops(
-                    *shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens, window=window, head_dim_v=dv
+                    *shape[:2],
+                    *shape[3:6],
+                    r.causal,
+                    r.mode,
+                    seqlens_k=lens,
+                    window=window,
+                    documents=docs,
+                    head_dim_v=dv,
                 ),
             ]
         except (
@@ -105,6 +115,8 @@ def provider_bytes(case: Case, family: str | None, kernel_config: dict[str, Any]
         blocks=Blocks.from_config(kernel_config),
         seqlens_k=lens,
         window=case.window_size,
+        documents=case.documents(),
+        kv_elem_bytes=kv_elem_bytes(case),
         head_dim_v=case.head_dim_v,
     )
     return float(traffic.total)
@@ -114,6 +126,18 @@ def seqlens_of(row: Any) -> tuple[int, ...] | None:
     """Each sequence's valid keys for a ragged case's row (a namedtuple with the Case fields), else None."""
     case = Case(**{name: getattr(row, name) for name in CASE_FIELDS})
     return case.kv_lengths() if case.ragged else None
+
+
+def documents_of(row: Any) -> tuple[int, ...] | None:
+    """A packed case's document lengths for its row (a namedtuple with the Case fields), else None."""
+    return Case(**{name: getattr(row, name) for name in CASE_FIELDS}).documents()
+
+
+def kv_elem_bytes(row: Any) -> int:
+    """Bytes per stored K/V element of a row whose cache has its own dtype (an FP8 KV cache: 1), else 0 (the
+    row's dtype; rows written before the kv_dtype field existed have none)."""
+    kv = getattr(row, "kv_dtype", "")
+    return DTYPE_BYTES[kv] if isinstance(kv, str) and kv else 0
 
 
 def window_of(row: Any) -> tuple[int, int] | None:
@@ -138,6 +162,8 @@ def predict_case(case: Case, family: str, flops_s: dict[str, float], bw_bytes_s:
         blocks,
         lens,
         case.window_size,
+        case.documents(),
+        kv_elem_bytes(case),
         case.head_dim_v,
     )
 
@@ -149,6 +175,10 @@ def add_bandwidth(df: pd.DataFrame, ceilings: list[Any]) -> None:
     row Q, K and V over the valid lengths once per KV head, O, and the split partials the kernel reported) / the
     median time. pct_of_read_bw: of the calibrated read-only bandwidth (`flashbench calibrate`'s read_bw_gb_s, the
     roof of a read-mostly decode); pct_of_datasheet_bw: of the datasheet's. NaN where unknown.
+    floor_ms and time_over_floor, on serving rows: the call's floor, its compulsory bytes at the calibrated read
+    bandwidth plus the calibrated empty-kernel time (the CUDA-graph replay's for rows timed as one, else the
+    eager launch's), and the median time over it (models.roofline.decode_floor_s); NaN without a calibration
+    that measured both.
     """
     import numpy as np
 
@@ -160,6 +190,15 @@ def add_bandwidth(df: pd.DataFrame, ceilings: list[Any]) -> None:
     df["datasheet_bw_gb_s"] = sheet / 1e9 if sheet else np.nan
     df["pct_of_read_bw"] = 100.0 * df["achieved_gb_s"] / df["read_bw_gb_s"]
     df["pct_of_datasheet_bw"] = 100.0 * df["achieved_gb_s"] / df["datasheet_bw_gb_s"]
+    measured = next((c for c in ceilings if c.source == "measured"), None)
+    eager = getattr(measured, "empty_kernel_s", None) or np.nan
+    graphed = getattr(measured, "empty_graph_s", None) or np.nan
+    graph_rows = df["cuda_graph"].fillna(False).astype(bool) if "cuda_graph" in df else False
+    empty_s = np.where(graph_rows, graphed, eager)
+    floor_s = roofline.decode_floor_s(df["model_bytes_compulsory"], read or np.nan, empty_s)
+    serving = df["serving"] if "serving" in df else np.ones(len(df), dtype=bool)
+    df["floor_ms"] = (floor_s * 1e3).where(serving)
+    df["time_over_floor"] = (seconds / floor_s).where(serving)
 
 
 def _series(values: list[float], index: Any) -> pd.Series:

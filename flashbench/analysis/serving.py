@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from flashbench.spec.cases import CASE_DEFAULTS, CASE_FIELDS, Case
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -22,13 +24,35 @@ def serving_mask(frame: pd.DataFrame) -> pd.Series:
 
     layout = frame["kv_layout"] if "kv_layout" in frame else pd.Series("contiguous", index=frame.index)
     lengths = frame["seqlens"] if "seqlens" in frame else pd.Series("uniform", index=frame.index)
-    return (frame["seq_q"] != frame["seq_k"]) | (layout != "contiguous") | (lengths != "uniform")
+    store = frame["kv_dtype"].fillna("") if "kv_dtype" in frame else pd.Series("", index=frame.index)
+    ragged = (lengths != "uniform") & ~packed_mask(frame)  # packed documents are a training case
+    return (frame["seq_q"] != frame["seq_k"]) | (layout != "contiguous") | ragged | (store != "")
+
+
+def packed_mask(frame: pd.DataFrame) -> pd.Series:
+    """Per row: True for a packed training batch (Case.min_seq > 0: documents of drawn lengths)."""
+    import pandas as pd
+
+    min_seq = frame["min_seq"] if "min_seq" in frame else pd.Series(0, index=frame.index)
+    return min_seq.fillna(0).astype(int) > 0
+
+
+def documents_text(case: Case) -> str:
+    """What a packed case's lengths were: "packed random [256, 4096] s0: 8 docs, mean 2048"; "" otherwise."""
+    lengths = case.documents()
+    if not lengths:
+        return ""
+    mean = sum(lengths) / len(lengths)
+    return (
+        f"packed {case.seqlens} [{case.min_seq}, {case.seq_k}] s{case.seed}: "
+        f"{len(lengths)} docs, mean {mean:.0f}"
+    )
 
 
 def cache_variants(frame: pd.DataFrame) -> pd.Series:
     """Per row, the serving variant its lead is judged within: "" for a training sweep; for a run with serving
-    rows the heads over KV heads, the cache layout and the lengths, so GQA and MHA, contiguous and paged caches
-    are never one group."""
+    rows the heads over KV heads, the cache layout, the lengths and an FP8 cache, so GQA and MHA, contiguous and
+    paged, bf16 and FP8 caches are never one group."""
     import pandas as pd
 
     layout = frame["kv_layout"] if "kv_layout" in frame else pd.Series("contiguous", index=frame.index)
@@ -40,13 +64,24 @@ def cache_variants(frame: pd.DataFrame) -> pd.Series:
         frame["heads"].astype(int).astype(str) + "/" + frame["kv_heads"].astype(int).astype(str) + " heads"
     )
     words = words + layout.where(layout == "contiguous", "paged" + page.astype(int).astype(str)).radd(" · ")
-    return words + lengths.where(lengths == "uniform", " · ragged").where(lengths != "uniform", "")
+    store = frame["kv_dtype"].fillna("") if "kv_dtype" in frame else pd.Series("", index=frame.index)
+    words = words + lengths.where(lengths == "uniform", " · ragged").where(lengths != "uniform", "")
+    return words + store.where(store == "", " · " + store + " KV")
 
 
 def case_variants(frame: pd.DataFrame) -> pd.Series:
     """Per row, the variant its lead and its figure panel are judged within: the serving cache (cache_variants)
-    and the sliding window, so a windowed case is never ranked with a full one."""
+    and the sliding window, so a windowed case is never ranked with a full one, and packed documents (their law,
+    range, count and mean length), so a packed batch is never ranked with a uniform one."""
+    import pandas as pd
+
     variant = cache_variants(frame)
+    if packed_mask(frame).any():  # packed documents are never ranked with uniform batches
+        docs = [
+            documents_text(Case(**{name: row.get(name, CASE_DEFAULTS.get(name)) for name in CASE_FIELDS}))
+            for row in frame.to_dict("records")
+        ]
+        variant = variant.str.cat(pd.Series(docs, index=frame.index), sep=" · ").str.strip(" ·")
     if "window" not in frame:
         return variant
     window = frame["window"].fillna("").astype(str)

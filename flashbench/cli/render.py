@@ -62,7 +62,7 @@ SHORT = {
 
 def serving_row(row: Row) -> bool:
     """A serving case (analysis.serving.serving_mask's rule on one Row): judged on GB/s."""
-    return row.seq_q != row.seq_k or row.kv_layout != "contiguous" or row.seqlens != "uniform"
+    return row.seq_q != row.seq_k or row.kv_layout != "contiguous" or row.case.ragged
 
 
 def gb_s(row: Row) -> float | None:

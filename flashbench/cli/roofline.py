@@ -200,14 +200,16 @@ def calibrate_cmd(
     seconds: Annotated[float, typer.Option(help="Target GPU time per measurement, seconds.")] = 0.5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON on stdout.")] = False,
 ) -> None:
-    """Measure this GPU's copy and read bandwidth and matmul TFLOP/s (clock settled first); store them as the
-    'measured' ceiling. Exit 3 without a GPU."""
+    """Measure this GPU's copy and read bandwidth, empty-kernel time and matmul TFLOP/s (clock settled first);
+    store them as the 'measured' ceiling. Exit 3 without a GPU."""
     record = calibrate(index=device, n=n, copy_bytes=copy_mib << 20, seconds=seconds)
     if as_json:
         print(json.dumps(record, indent=2, default=str))
         return
     print(f"{record['gpu']}: copy {record['copy_bw_gb_s']:.0f} GB/s (read + write)")
     print(f"  read {record['read_bw_gb_s']:.0f} GB/s (a reduction: bytes read)")
+    empty = record["empty_kernel_us"]
+    print(f"  empty kernel {empty['eager']:.2f} us, {empty['cuda_graph']:.2f} us replayed from a CUDA graph")
     for d, r in record["details"]["matmul"].items():
         print(
             f"  {d:5s} " + (f"{r['tflops']:.1f} TFLOP/s" if "tflops" in r else f"not measured: {r['error']}")

@@ -12,6 +12,9 @@ its clock fell to 1260 MHz at 697 W: each figure must carry the clock it was tak
   copy   device-to-device copy of buffers much larger than L2 (default 1 GiB): bytes read + written (2 x size)
   read   torch.sum over one such buffer: bytes read (the result is 4 bytes), the figure a decode kernel, which
          reads the KV cache and hardly writes, is held to
+  empty  one launch of a Triton kernel that does nothing, timed as the sweep times a call (CUDA events behind
+         the launch blocker, so no host gap counts), eagerly and as a CUDA-graph replay: the floor of any timed
+         call, and with the read bandwidth the floor of a decode call (models.roofline.decode_floor_s)
   matmul square n x n x n (default n = 8192), 2 n^3 FLOPs. fp32 runs with TF32 disabled, tf32 with it
          enabled; fp8 uses torch._scaled_mm (e4m3 inputs, bf16 output) where the GPU and torch support it.
 A calibration is `throttled` when a clock-event reason other than idle was active during its repetitions
@@ -80,6 +83,33 @@ def read_bandwidth(nbytes: int = 1 << 30, seconds: float = 0.5, index: int = 0) 
     return {**t, "bytes_moved": moved, "gb_s": moved / (t["median_ms"] * 1e-3) / 1e9}
 
 
+def empty_kernel(seconds: float = 0.5, index: int = 0) -> dict[str, Any]:
+    """The empty kernel's time (module docstring) in microseconds: {"eager_us", "cuda_graph_us", "details",
+    "note"}; note says why a figure may include host time (no launch blocker here)."""
+    torch = _require_cuda()
+    from flashbench.engine import blocking  # imports triton: only where a GPU is calibrated
+
+    blocker, note = blocking.make_blocker()
+    unused = torch.empty(1, device="cuda")
+    launch = lambda: blocking.launch_empty(unused)  # noqa: E731
+    graph = timing.capture_cuda_graph(launch)
+    regime = timing.Regime(rep_ms=seconds * 1e3, rep_max_ms=4 * seconds * 1e3, min_samples=10)
+    details = {}
+    for name, call in (("eager", launch), ("cuda_graph", graph.replay)):
+        took = timing.measure_cuda(call, flush=lambda: None, regime=regime, blocker=blocker)
+        details[name] = {
+            **timing.summarize(took.samples_ms),
+            "reps": len(took.samples_ms),
+            "host_time_included": took.host_time_included,
+        }
+    return {
+        "eager_us": details["eager"]["median_ms"] * 1e3,
+        "cuda_graph_us": details["cuda_graph"]["median_ms"] * 1e3,
+        "details": details,
+        "note": note,
+    }
+
+
 def matmul_tflops(dtype: str, n: int = 8192, seconds: float = 0.5, index: int = 0) -> dict[str, Any]:
     """Square matmul rate for one dtype: fp32, tf32, fp16, bf16 or fp8."""
     torch = _require_cuda()
@@ -139,6 +169,7 @@ def calibrate(
     before = nvml.sample(index)
     copy = copy_bandwidth(copy_bytes, seconds, index)
     read = read_bandwidth(copy_bytes, seconds, index)
+    empty = empty_kernel(seconds, index)
     matmuls = {d: matmul_tflops(d, n, seconds, index) for d in dtypes}
     after = nvml.sample(index)
     measured = {"copy": copy, "read": read, **{f"{d} matmul": r for d, r in matmuls.items() if "tflops" in r}}
@@ -150,20 +181,22 @@ def calibrate(
         "key": spec.key,
         "copy_bw_gb_s": copy["gb_s"],
         "read_bw_gb_s": read["gb_s"],
+        # the empty kernel's event time (us): eager and as a CUDA-graph replay (empty_kernel)
+        "empty_kernel_us": {"eager": empty["eager_us"], "cuda_graph": empty["cuda_graph_us"]},
         "matmul_tflops": {d: r["tflops"] for d, r in matmuls.items() if "tflops" in r},
         # the SM clock the figures were taken at: the lowest of the measurements' medians, and the maximum
         "sm_clock_mhz": min(clocks) if clocks else None,
         "max_sm_clock_mhz": max_sm,
         "throttled": bool(reason),
         "throttle_reason": reason,
-        "details": {"copy": copy, "read": read, "matmul": matmuls},
+        "details": {"copy": copy, "read": read, "empty": empty, "matmul": matmuls},
         "nvml_before": before,
         "nvml_after": after,
         "torch": torch.__version__,
         "timestamp_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "method": "steady warm-up (SM clock settled), then the median of CUDA-event-timed repetitions with "
         "NVML clocks read during them; copy counts read + write bytes, read (torch.sum) the bytes read; "
-        "matmul 2*n^3",
+        "empty: one do-nothing kernel behind the launch blocker; matmul 2*n^3",
     }
     if save:
         record["path"] = str(hardware.save_calibration(spec, record))

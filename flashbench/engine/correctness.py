@@ -34,10 +34,27 @@ quantization (the emulation's error is 1.4-2.5% of float64 on random inputs, 0.2
 attention is nearly one-hot). Measured: the bundled FP8 forward's error over the emulation's, 0.89-1.00 over
 tests/test_fp8.py's shapes on the CPU interpreter (the two differ by the running max and the summation order).
 
+An FP8 KV cache (Case.kv_dtype "fp8": q in fp16/bf16, K and V stored in e4m3 with float32 scales): the
+reference reads the real values the cache stands for (stored value x scale), "low precision" is torch in q's
+dtype over them, and EPS[q's dtype] gains KV_FP8_EPS = 2^-4, the error of rounding one more operand to e4m3, so
+that a provider whose FP8 tensor-core path rounds q and P to e4m3 (as vLLM's and FlashInfer's FP8 decode may) is
+not called wrong. The derivation: e4m3 keeps 3 mantissa bits, so rounding to nearest moves an element by at most
+half an ulp, a relative error of at most u = 2^-4 (at a mantissa of 1.0), spread evenly over [-u, u] on random
+data, rms u / sqrt(3). Rounding P: o_i = sum_j p_ij v_j picks up sum_j p_ij e_ij v_j, whose norm over o_i's is
+that rms (both sums run over the same independent terms). Rounding q: each score s_ij moves by about
+u / sqrt(3) x |s_ij|, and o_i by that over the softmax, u / sqrt(3) relative at unit-variance scores. Both:
+sqrt(2/3) u = 0.051 of the output's norm; the budget's 2^-4 = 0.0625 leaves a fifth over it. The bundled
+decode converts every stored value exactly and applies the scales in fp32: its tests hold it to the rule
+without KV_FP8_EPS (tests/test_decode_fp8.py).
+
 The reference works one (batch, K/V head) slice and one block of query rows at a time, so it fits in memory
 at any N, and allocates with zeros/full, never torch.empty (which the kernel tests fill with NaN). The sweep's check() holds a case to the same budget; its cost grows as B*H*N^2, so beyond
 `flops_limit` only a spread of slices is checked (the row's `ref` says how many); if a single slice costs more
 than the limit the check is skipped and `ref` says why. NaN/Inf anywhere in the full results is always caught.
+A packed case (documents one after another, [total, H, D] tensors: engine/packed.py) is checked document by
+document, each its own batch of one with its own causal mask or window: every document, on as many K/V heads
+(spread evenly) as fit in the limit together; if one K/V head of every document does not fit, the check is
+skipped and `ref` says why.
 """
 
 from __future__ import annotations
@@ -51,6 +68,7 @@ from flashbench.spec.cases import Case
 from flashbench.spec.window import masked, visible
 
 EPS = {"fp16": 1e-4, "bf16": 1e-3, "fp32": 3e-3, "fp8": 1e-3}
+KV_FP8_EPS = 2.0**-4  # an FP8 KV cache's extra budget: one more e4m3 rounding (module docstring)
 DEFAULT_FLOPS_LIMIT = {"cuda": 2e13, "cpu": 2e9}
 _BLOCK_ELEMS = 2**25  # query rows per block: a float64 S block stays <= 256 MiB
 
@@ -247,8 +265,9 @@ class ErrorTally:
             sums[1] += float((low[finite] - ref[finite]).pow(2).sum())
             sums[2] += float(ref[finite].pow(2).sum())
 
-    def verdict(self, dtype: Any) -> Verdict:
-        eps = EPS[dtype_name(dtype)]
+    def verdict(self, dtype: Any, extra_eps: float = 0.0) -> Verdict:
+        """The budget err <= 2 * err(low precision) + EPS[dtype] + extra_eps (KV_FP8_EPS for an FP8 cache)."""
+        eps = EPS[dtype_name(dtype)] + extra_eps
         errors = {}
         for name, (diff, base, norm) in self._sums.items():
             denom = math.sqrt(norm) or 1.0
@@ -341,6 +360,8 @@ def check(
     if bad:
         return CheckResult(False, None, None, "not compared", bad)
     limit = flops_limit or DEFAULT_FLOPS_LIMIT.get(device, 2e9)
+    if case.packed:
+        return _check_documents(case, inputs, results, device, limit)
     grads = "dq" in results
     g = case.heads // case.kv_heads
     # float64 reference + low-precision run of one slice; every (q, k) pair is computed, then masked
@@ -384,7 +405,58 @@ def check(
                 dv=results["dv"][one, j : j + 1],
             )
         tally.add(got, reference(qs, ks, vs, **kw), reference(qs, ks, vs, **kw, dtype=case.dtype))
-    verdict = tally.verdict(case.dtype)
+    verdict = tally.verdict(case.dtype, KV_FP8_EPS if case.kv_dtype == "fp8" else 0.0)
     checked = "all" if count >= total else f"{count} of {total}"
     ref = f"float64 on {device}, {checked} (batch, kv-head) slices; err/budget: {verdict.describe()}"
+    return CheckResult(verdict.ok, verdict.rel_err, verdict.err_budget, ref, verdict.reason)
+
+
+def _check_documents(
+    case: Case, inputs: dict[str, Any], results: dict[str, Any], device: str, limit: float
+) -> CheckResult:
+    """check() of a packed case: every document on the K/V heads that fit in `limit` (module docstring)."""
+    from flashbench.engine.packed import split
+
+    lengths = case.documents() or ()
+    grads = "dq" in results
+    g = case.heads // case.kv_heads
+    one_head = sum(
+        2 * (3.5 if grads else 1.0) * attention_flops(1, g, n, n, case.head_dim, False, "fwd")
+        for n in lengths
+    )
+    if one_head > limit:
+        return CheckResult(
+            True,
+            None,
+            None,
+            f"skipped: one kv-head group of every document costs {one_head / 1e12:.1f} TFLOP in float64 "
+            f"> the limit of {limit / 1e12:.1f} TFLOP",
+        )
+    count = max(1, min(case.kv_heads, int(limit // one_head)))
+    heads_checked = sorted({j for _, j in _slices(1, case.kv_heads, count)})
+    names = ["q", "k", "v", *(["do"] if grads else [])]
+    parts = {name: split(inputs[name], lengths) for name in names}
+    got_parts = {name: split(t, lengths) for name, t in results.items()}
+    tally = ErrorTally()
+    for i in range(len(lengths)):
+        for j in heads_checked:
+            heads = slice(j * g, (j + 1) * g)
+            q, k, v = parts["q"][i][:, heads], parts["k"][i][:, j : j + 1], parts["v"][i][:, j : j + 1]
+            kw = dict(
+                causal=case.causal,
+                sm_scale=case.head_dim**-0.5,
+                do=parts["do"][i][:, heads] if grads else None,
+                window=case.window_size,
+            )
+            got = {
+                name: t[i][:, heads] if name in ("out", "dq") else t[i][:, j : j + 1]
+                for name, t in got_parts.items()
+            }
+            tally.add(got, reference(q, k, v, **kw), reference(q, k, v, **kw, dtype=case.dtype))
+    verdict = tally.verdict(case.dtype)
+    checked = "all" if count >= case.kv_heads else f"{count} of {case.kv_heads}"
+    ref = (
+        f"float64 on {device}, all {len(lengths)} documents x {checked} kv heads; "
+        f"err/budget: {verdict.describe()}"
+    )
     return CheckResult(verdict.ok, verdict.rel_err, verdict.err_budget, ref, verdict.reason)

@@ -7,6 +7,8 @@ Layout (flash_decode's, kernels/decode.py, and the provider protocol's, provider
                    engine's pool after some traffic), and the last page of a sequence is filled up to its length
                    (the rest zero)
     block_table    int32 [B, ceil(N / page_size)]: entries past a sequence's pages are 0 (a valid page, never read)
+    FP8 cache      (--kv-dtype fp8) k, v in float8_e4m3fn, contiguous or paged as above, with k_scale, v_scale
+                   float32 [B, Hkv] (quantize(): per-(sequence, KV head) amax scaling)
 An MLA case (Case.latent) has one latent cache: K is paged, and V is a view of the pool's first head_dim_v dims.
 The pool is built by copying from the contiguous cache [B, Hkv, N, D] the worker draws (the same numbers, so the
 float64 reference reads that cache). Everything is made once per case, untimed.
@@ -39,6 +41,16 @@ def build(case: Case, k: Any, v: Any) -> tuple[Any, Any, dict[str, Any]]:
     return k_pool, v_pool, {**cache, "block_table": table}
 
 
+def quantize(k: Any, v: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """(k8, v8, {"k_scale", "v_scale"}): an FP8 cache made from the contiguous k, v [B, Hkv, N, D] with one
+    amax scale per (sequence, KV head) (engine/fp8.quantize: float32 [B, Hkv], stored value x scale = real value).
+    The amax runs over the whole capacity; with ragged lengths the slots past a length are drawn like the rest."""
+    from flashbench.engine import fp8
+
+    (k8, k_scale), (v8, v_scale) = fp8.quantize(k, k.shape[1]), fp8.quantize(v, v.shape[1])
+    return k8, v8, {"k_scale": k_scale, "v_scale": v_scale}
+
+
 def page(k: Any, v: Any, lengths: tuple[int, ...], page_size: int, seed: int = 0) -> tuple[Any, Any, Any]:
     """(k_pool, v_pool, block_table) holding the first lengths[b] tokens of each sequence of the contiguous
     k, v [B, Hkv, N, D] (any strides) in pages of `page_size` tokens, in shuffled pool order (module docstring);
@@ -47,6 +59,9 @@ def page(k: Any, v: Any, lengths: tuple[int, ...], page_size: int, seed: int = 0
 
     if page_size < 1 or page_size & (page_size - 1):
         raise ValueError(f"page size {page_size} is not a power of two")
+    if k.dtype == torch.float8_e4m3fn:  # an e4m3 cache is paged as its bytes (no fp8 indexing kernels needed)
+        k_pool, v_pool, table = page(k.view(torch.uint8), v.view(torch.uint8), lengths, page_size, seed)
+        return k_pool.view(k.dtype), v_pool.view(v.dtype), table
     batch, kv_heads, capacity, dim = k.shape
     pages = [-(-n // page_size) for n in lengths]
     order = torch.randperm(sum(pages), generator=torch.Generator().manual_seed(seed)).tolist()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashbench.engine import correctness, fp8, kv_cache, timing
+from flashbench.engine import correctness, fp8, kv_cache, packed, timing
 from flashbench.gpu import nvml
 from flashbench.models.flops import case_flops
 from flashbench.providers import registry
@@ -85,7 +85,9 @@ class Prepared:
         b, h, hkv, nq, nk, d = case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k, case.head_dim
 
         def make(heads: int, n: int) -> Any:
-            if layout == "bnhd":  # [B, N, H, D] storage seen as [B, H, N, D]: a leaf view, no copy
+            if case.packed:  # the documents one after another: [B * N, H, D] (engine/packed.py)
+                t = torch.randn(b * n, heads, d, dtype=dtype, device=device, generator=gen)
+            elif layout == "bnhd":  # [B, N, H, D] storage seen as [B, H, N, D]: a leaf view, no copy
                 t = torch.randn(b, n, heads, d, dtype=dtype, device=device, generator=gen).transpose(1, 2)
             else:
                 t = torch.randn(b, heads, n, d, dtype=dtype, device=device, generator=gen)
@@ -100,10 +102,16 @@ class Prepared:
         ):  # e4m3 inputs and their descales, passed as q_descale=, k_descale=, v_descale=
             (self.q, qd), (k, kd), (v, vd) = (fp8.quantize(t, hkv) for t in (self.q, k, v))
             self.descales = {"q_descale": qd, "k_descale": kd, "v_descale": vd}
+        self.kv_scales: dict[str, Any] = {}
+        if case.kv_dtype == "fp8":  # an e4m3 cache and its k_scale=, v_scale= (kv_cache.quantize)
+            k, v, self.kv_scales = kv_cache.quantize(k, v)
         # The call's K/V: the contiguous cache, or its page pool, with the cache keywords of a serving case
         # (kv_cache.py); the float64 reference reads the contiguous cache (self.reference_kv).
         self.k, self.v, self.cache = kv_cache.build(case, k, v)
         self.cache.update(self.descales)
+        if case.packed:
+            self.cache.update(packed.keywords(case, device))
+        self.cache.update(self.kv_scales)
         self.reference_kv: tuple[Any, Any] | None = (k, v)
         prepare_inputs = getattr(fn, "prepare", None)  # a provider's own cache layout, made once, untimed
         if prepare_inputs is not None:
@@ -120,6 +128,8 @@ class Prepared:
             q, k, v = (
                 fp8.dequantize(t, self.descales[f"{n}_descale"]) for n, t in (("q", q), ("k", k), ("v", v))
             )
+        if self.kv_scales and k is not None:  # an FP8 cache: the real values it stands for
+            k, v = (fp8.dequantize(t, self.kv_scales[f"{n}_scale"]) for n, t in (("k", k), ("v", v)))
         return {"q": q, "k": k, "v": v, "do": self.do, "seqlens_k": lengths}
 
     def drop_reference(self) -> None:
@@ -148,10 +158,10 @@ class Prepared:
         if self.case.mode == "fwd":
             return (lambda: fn(q, k, v, **cache)), None
         if self.case.mode == "fwd+bwd":
-            return (lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do)), None
+            return (lambda: torch.autograd.grad(fn(q, k, v, **cache), (q, k, v), do)), None
 
         def setup() -> None:  # bwd: the forward runs outside the timed region, every sample
-            self._out = fn(q, k, v)
+            self._out = fn(q, k, v, **cache)
 
         return (lambda: torch.autograd.grad(self._out, (q, k, v), do)), setup
 

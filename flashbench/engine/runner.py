@@ -336,7 +336,15 @@ def _shape(case: Case) -> tuple[Any, ...]:
     OOM says nothing about a contiguous one, nor one query token's about sixteen, nor one window's about
     another)."""
     fixed = (case.provider, case.heads, case.kv_heads, case.head_dim, case.dtype, case.causal, case.mode)
-    serving = (case.kv_layout, case.page_size, case.seqlens, case.seed, case.window)
+    serving = (
+        case.kv_layout,
+        case.page_size,
+        case.seqlens,
+        case.seed,
+        case.window,
+        case.min_seq,
+        case.kv_dtype,
+    )
     return (*fixed, case.seq_q if case.seq_q != case.seq_k else None, *serving)
 
 

@@ -72,6 +72,10 @@ class Ceiling:
     # read-only bandwidth (measured: calibrate's torch.sum over 1 GiB): the roof of a decode, which reads a KV
     # cache and hardly writes, where the copy figure (bw_bytes_s) counts read + write; None where not measured
     read_bw_bytes_s: float | None = None
+    # the empty kernel's event time in seconds, eager and replayed from a CUDA graph (measured: calibrate's
+    # empty_kernel_us): with read_bw_bytes_s, a decode call's floor (models.roofline.decode_floor_s)
+    empty_kernel_s: float | None = None
+    empty_graph_s: float | None = None
 
     def peak(self, dtype: str) -> float | None:
         return self.flops_s.get(dtype)
@@ -90,6 +94,8 @@ class Ceiling:
             "flops_s": self.flops_s,
             "note": self.note,
             "read_bw_bytes_s": self.read_bw_bytes_s,
+            "empty_kernel_s": self.empty_kernel_s,
+            "empty_graph_s": self.empty_graph_s,
         }
 
 
@@ -333,7 +339,17 @@ def measured_ceiling(calibration: dict[str, Any] | None) -> Ceiling | None:
     when = calibration.get("timestamp_utc", "")
     note = f"flashbench calibrate {when}".strip()
     read_bw = float(read) * 1e9 if read else None
-    return Ceiling("measured", float(bw) * 1e9 if bw else None, flops, note, read_bw_bytes_s=read_bw)
+    empty = calibration.get("empty_kernel_us") or {}
+    eager, graph = (float(empty[k]) * 1e-6 if empty.get(k) else None for k in ("eager", "cuda_graph"))
+    return Ceiling(
+        "measured",
+        float(bw) * 1e9 if bw else None,
+        flops,
+        note,
+        read_bw_bytes_s=read_bw,
+        empty_kernel_s=eager,
+        empty_graph_s=graph,
+    )
 
 
 def ceilings(

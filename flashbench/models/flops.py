@@ -18,6 +18,9 @@ Convention (flash-attn's benchmarks, DESIGN.md):
 Ragged batches (a KV cache whose sequences hold different numbers of keys, `seqlens_k`): the pairs are summed
 sequence by sequence, each with its own key count and the queries as its last seq_q tokens.
 
+Packed documents (`documents`: each document's length, a packed training batch): each document attends only to
+itself, so the pairs are summed document by document, each a square seq_q = seq_k = L with its own mask.
+
 Sliding windows (flash-attn's window_size, spec/window.py) count their unmasked pairs exactly too: a causal
 window of W keys before each query at seq_q = seq_k = N keeps (W + 1) N - W (W + 1) / 2 pairs (W < N).
 
@@ -58,12 +61,17 @@ def forward_flops(
     alignment: Alignment = "bottom-right",
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
+    documents: Sequence[int] | None = None,
     head_dim_v: int = 0,
 ) -> int:
     """2 * B * H * (d + dv) * unmasked pairs (4 d per pair when dv = d). GQA does not change it: every query head
     does its own matmuls. seqlens_k: each sequence's keys (a ragged batch; len == batch), instead of seq_k for
-    all. window: a sliding window (left, right) (unmasked_pairs). head_dim_v: V's head dim (MLA), 0 = head_dim."""
+    all. window: a sliding window (left, right) (unmasked_pairs).
+    documents: a packed batch's document lengths (instead of batch, seq_q and seq_k): their own pairs only.
+    head_dim_v: V's head dim (MLA), 0 = head_dim."""
     per_pair = 2 * heads * (head_dim + (head_dim_v or head_dim))
+    if documents is not None:
+        return per_pair * sum(unmasked_pairs(n, n, causal, alignment, window) for n in documents)
     if seqlens_k is None:
         return batch * per_pair * unmasked_pairs(seq_q, seq_k, causal, alignment, window)
     if len(seqlens_k) != batch:
@@ -83,21 +91,24 @@ def attention_flops(
     alignment: Alignment = "bottom-right",
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
+    documents: Sequence[int] | None = None,
     head_dim_v: int = 0,
 ) -> float:
     """FLOPs credited to one call in `mode` ("fwd", "bwd", "fwd+bwd") under the stated convention; a sliding
-    window counts its unmasked pairs, as causal does; head_dim_v: MLA's V dims (forward_flops)."""
+    window counts its unmasked pairs, as causal does, and packed documents their own pairs; head_dim_v: MLA's V
+    dims (forward_flops)."""
     try:
         mult = MODE_MULTIPLIER[mode]
     except KeyError:
         raise ValueError(f"unknown mode {mode!r}; expected one of {sorted(MODE_MULTIPLIER)}") from None
     return mult * forward_flops(
-        batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k, window, head_dim_v
+        batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k, window, documents, head_dim_v
     )
 
 
 def case_flops(case: Any) -> float:
-    """attention_flops of a sweep case (spec/cases.Case: its shape, mask, mode, and ragged lengths if any)."""
+    """attention_flops of a sweep case (spec/cases.Case: its shape, mask, mode, and ragged lengths or packed
+    documents if any)."""
     return attention_flops(
         case.batch,
         case.heads,
@@ -108,6 +119,7 @@ def case_flops(case: Any) -> float:
         case.mode,
         seqlens_k=case.kv_lengths() if case.ragged else None,
         window=case.window_size,
+        documents=case.documents(),
         head_dim_v=case.head_dim_v,
     )
 

@@ -21,7 +21,7 @@ Families (hbm_traffic):
              computes `tmp = grad * output` (8 bytes read, 4 written per element, fp32), then its kernel
              reads tmp and the output and writes dS (8 + 4; the kernel's second read of a row of tmp, after
              the row's sum, is assumed to hit L2: one row is 4 N bytes). Not yet checked with Nsight Compute:
-             `python3 benchmarks/ncu_bytes.py drive --impls naive,sdpa-math --modes bwd --kernels` lists the
+             `python3 tools/ncu_bytes.py drive --impls naive,sdpa-math --modes bwd --kernels` lists the
              measured DRAM bytes per kernel beside these parts.
              The N x N intermediates are assumed to miss L2 (true once B*H*N*N*e exceeds the L2 size).
   sdpa-math  torch >= 2.5's math backend: fp16/bf16 are upcast to fp32 (unless
@@ -50,6 +50,10 @@ Families (hbm_traffic):
              bf16) and the lengths are left out. Counters (one int32 per group) likewise.
 Ragged batches (`seqlens_k`: each sequence's valid keys): every family's traffic is summed sequence by sequence
 (each a batch of one with its own key count), so K and V count the valid keys only.
+Packed documents (`documents`: a packed training batch's lengths, spec/cases.py): the tiled families' traffic is
+summed document by document, each a batch of one with seq_q = seq_k = L (blocks outside a document are never
+visited); naive and sdpa-math run one dense [T, T] score matrix over the T packed tokens under an explicit
+block-diagonal mask (providers/torch_baselines.py), so they are modelled as one sequence of T with a mask.
 The flash backward is the bundled kernel's (backward.py): a Delta pre-pass; a dK/dV pass per K/V block of
 each K/V head streaming Q, dO, LSE, Delta of every query head in its GQA group; then either a dQ pass per query
 block streaming K, V (two passes), or, where the row's kernel_config says ONE_PASS (the bundled Gluon backward,
@@ -80,6 +84,8 @@ from flashbench.models.traffic import (  # noqa: F401  (Part, Blocks, Shape and 
 )
 
 FAMILIES = ("naive", "sdpa-math", "flash", "stored-p", "flash-v1")  # every mode
+# Families that attend packed documents as one dense [T, T] matrix under an explicit mask (module docstring).
+DENSE_MASKED = ("naive", "sdpa-math")
 DECODE = "decode"  # forward only: the split-KV decode kernel (module docstring)
 MODES = ("fwd", "bwd", "fwd+bwd")
 ComputeDtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
@@ -106,18 +112,27 @@ def compulsory_traffic(
     elem_bytes: int,
     mode: str,
     seqlens_k: Sequence[int] | None = None,
+    documents: Sequence[int] | None = None,
+    kv_elem_bytes: int = 0,
     head_dim_v: int = 0,
 ) -> Traffic:
     """The floor for any exact attention: inputs read once, outputs written once (see module docstring).
-    seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch. head_dim_v: MLA's V dims."""
+    seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch. documents: packed documents'
+    lengths (instead of batch, seq_q, seq_k): the tokens they hold. kv_elem_bytes: bytes per K/V element of a
+    cache stored in its own dtype (an FP8 KV cache: 1; its scales, 8 bytes per sequence and KV head, are left
+    out); 0: elem_bytes. head_dim_v: MLA's V dims."""
+    kw: dict[str, Any] = dict(kv_elem_bytes=kv_elem_bytes, head_dim_v=head_dim_v)
+    if documents is not None:
+        total = sum(documents)
+        return compulsory_traffic(1, heads, kv_heads, total, total, head_dim, elem_bytes, mode, **kw)
     if seqlens_k is not None:
         _check_lengths(batch, seqlens_k)
         shape = (heads, kv_heads, seq_q)
         return per_sequence(
-            lambda n: compulsory_traffic(1, *shape, n, head_dim, elem_bytes, mode, head_dim_v=head_dim_v),
+            lambda n: compulsory_traffic(1, *shape, n, head_dim, elem_bytes, mode, **kw),
             seqlens_k,
         )
-    s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, False, head_dim_v=head_dim_v)
+    s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, False, **kw)
     if s.latent:
         if mode != "fwd":
             raise ValueError("an MLA case (head_dim_v) is modelled forward only")
@@ -408,19 +423,37 @@ def hbm_traffic(
     alignment: Alignment = "bottom-right",
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
+    documents: Sequence[int] | None = None,
+    kv_elem_bytes: int = 0,
     head_dim_v: int = 0,
 ) -> Traffic:
     """DRAM traffic of one call of `family` in `mode` (see the module docstring for each family); head_dim_v:
     MLA's V dims (the decode and flash families count them; the others count V at head_dim).
     seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch: summed sequence by sequence.
-    window: a sliding window (left, right): tiled families visit only the blocks some row's window reaches."""
+    window: a sliding window (left, right): tiled families visit only the blocks some row's window reaches.
+    documents: packed documents' lengths (instead of batch, seq_q, seq_k; module docstring).
+    kv_elem_bytes: bytes per K/V element of a cache in its own dtype (compulsory_traffic); 0: elem_bytes."""
     if family not in _MODELS:
         raise ValueError(f"unknown byte-model family {family!r}; expected one of {(*FAMILIES, DECODE)}")
+    kw: dict[str, Any] = dict(
+        l2_reuse=l2_reuse,
+        blocks=blocks,
+        alignment=alignment,
+        window=window,
+        kv_elem_bytes=kv_elem_bytes,
+        head_dim_v=head_dim_v,
+    )
+    if documents is not None:
+        if family in DENSE_MASKED:  # the whole [T, T] matrix, masked (a window is part of that mask)
+            total = sum(documents)
+            dense = (1, heads, kv_heads, total, total, head_dim, elem_bytes, True, mode)
+            return hbm_traffic(family, *dense, **{**kw, "window": None})
+        return per_sequence(
+            lambda n: hbm_traffic(family, 1, heads, kv_heads, n, n, head_dim, elem_bytes, causal, mode, **kw),
+            documents,
+        )
     if seqlens_k is not None:
         _check_lengths(batch, seqlens_k)
-        kw: dict[str, Any] = dict(
-            l2_reuse=l2_reuse, blocks=blocks, alignment=alignment, window=window, head_dim_v=head_dim_v
-        )
         return per_sequence(
             lambda n: hbm_traffic(
                 family, 1, heads, kv_heads, seq_q, n, head_dim, elem_bytes, causal, mode, **kw
@@ -428,7 +461,18 @@ def hbm_traffic(
             seqlens_k,
         )
     s = Shape(
-        batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, causal, alignment, window, head_dim_v
+        batch,
+        heads,
+        kv_heads,
+        seq_q,
+        seq_k,
+        head_dim,
+        elem_bytes,
+        causal,
+        alignment,
+        window,
+        kv_elem_bytes,
+        head_dim_v,
     )
     b = blocks or Blocks()
     fwd, bwd = _MODELS[family]

@@ -69,7 +69,7 @@ Caching-allocator rounding (512 B blocks) and workspace of a few MB are not mode
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flashbench.models.traffic import one_pass_backward, out_bytes
@@ -121,6 +121,7 @@ def predicted_peak_bytes(
     bwd_workspace_q: float = 0.0,
     device: str = "cuda",
     window: tuple[int, int] | None = None,
+    documents: Sequence[int] | None = None,
     head_dim_v: int = 0,
 ) -> int:
     """Peak bytes allocated above the inputs (q, k, v and, for a backward, dO) during one call in `mode`.
@@ -130,8 +131,29 @@ def predicted_peak_bytes(
     `device`: "cuda" or "cpu"; the naive backward differs (see the module docstring), the rest does not.
     `window`: a sliding window (left, right): the naive and math paths build its mask as they build the causal
     one; the tiled families allocate nothing for it.
+    `documents`: a packed batch's document lengths: its T tokens as one sequence, [T, H, D] (io_model's rule:
+    the tiled families' buffers grow with the tokens; naive and sdpa-math hold one [T, T] matrix and its mask).
     `head_dim_v`: MLA's V dims (Case.head_dim_v): the decode and flash forwards' O has them.
     """
+    if documents is not None:
+        total = sum(documents)
+        dense = family in ("naive", "sdpa-math")  # io_model.DENSE_MASKED: an explicit block-diagonal mask
+        return predicted_peak_bytes(
+            family,
+            1,
+            heads,
+            kv_heads,
+            total,
+            total,
+            head_dim,
+            elem_bytes,
+            causal or dense,
+            mode,
+            bwd_workspace_q=bwd_workspace_q,
+            device=device,
+            window=None if dense else window,
+            head_dim_v=head_dim_v,
+        )
     masked = mask_rule.masked(causal, window)
     _check(family, mode, batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
     e = elem_bytes

@@ -24,7 +24,7 @@ Why those bytes, and not the two other counts each case carries:
   of an H100's bf16 compute roof. The L2 serves those re-reads: Nsight Compute measured 0.127 GB of DRAM
   traffic for the bundled forward at N = 8192, d = 128, bf16, B = 1, H = 16 on an H200 against 0.135 GB
   modelled with L2 reuse and 4.36 GB without (naive: 30.09 measured, 30.20 modelled;
-  benchmarks/ncu_bytes.py). The no-L2 intensity stays a separate column, to show what the L2 saves.
+  tools/ncu_bytes.py). The no-L2 intensity stays a separate column, to show what the L2 saves.
 The modelled bytes with L2 reuse are the best estimate of what the kernel really moves, which is the intensity
 a roofline is defined on (Williams, Waterman, Patterson 2009: operations per byte of DRAM traffic).
 
@@ -34,6 +34,11 @@ H100's ridge (~300 FLOP/byte in bf16), so BOUND_RULE puts every decode row on th
 % of roofline is its bytes/s over the bandwidth.
 
 A measured time below the compulsory minimum is impossible and is flagged as an error, never a result.
+
+A decode call's floor (decode_floor_s): the pure read time of its compulsory bytes at the calibrated read
+bandwidth plus the measured empty-kernel time (one launch that does nothing, timed as the call is: the event
+floor no call can go under). A row's time_over_floor (analysis) = its median time / that floor: 1.0 is a call
+that only moves its bytes; docs/decode.md states the target (at most 1.25 under --cuda-graph, batch 1, 8k-32k keys).
 """
 
 from __future__ import annotations
@@ -150,11 +155,15 @@ def predict(
     blocks: io_model.Blocks | None = None,
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
+    documents: Sequence[int] | None = None,
+    kv_elem_bytes: int = 0,
     head_dim_v: int = 0,
 ) -> Prediction:
     """Roofline prediction for one case. peaks_flops_s maps compute dtype -> FLOP/s (missing = unknown).
     seqlens_k: each sequence's valid keys (a ragged KV cache): FLOPs and bytes of those keys only.
     window: a sliding window (left, right): its unmasked pairs and visited blocks.
+    documents: a packed batch's document lengths: placed by its useful FLOPs (each document's own pairs).
+    kv_elem_bytes: bytes per K/V element of a cache in its own dtype (an FP8 KV cache: 1); 0: elem_bytes.
     head_dim_v: MLA's V dims (Case.head_dim_v): FLOPs and bytes of the absorbed form."""
     fl = flops_model.attention_flops(
         batch,
@@ -166,11 +175,15 @@ def predict(
         mode,
         seqlens_k=seqlens_k,
         window=window,
+        documents=documents,
         head_dim_v=head_dim_v,
     )
     shape = (batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
-    floor = io_model.compulsory_traffic(*shape, mode, seqlens_k=seqlens_k, head_dim_v=head_dim_v).total
-    kw: dict[str, Any] = dict(blocks=blocks, seqlens_k=seqlens_k, window=window, head_dim_v=head_dim_v)
+    traffic: dict[str, Any] = dict(
+        seqlens_k=seqlens_k, documents=documents, kv_elem_bytes=kv_elem_bytes, head_dim_v=head_dim_v
+    )
+    floor = io_model.compulsory_traffic(*shape, mode, **traffic).total
+    kw: dict[str, Any] = dict(blocks=blocks, window=window, **traffic)
     model = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=True, **kw).total
     no_l2 = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=False, **kw).total
     cdt = io_model.compute_dtype(family, dtype)
@@ -207,6 +220,12 @@ class Assessment:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def decode_floor_s(nbytes: Any, read_bw_bytes_s: Any, empty_s: Any) -> Any:
+    """nbytes / read_bw_bytes_s + empty_s: a decode call's floor in seconds (module docstring). Plain arithmetic,
+    so numbers and pandas columns alike."""
+    return nbytes / read_bw_bytes_s + empty_s
 
 
 def check_valid(measured_s: float, floor_min_time_s: float, tolerance: float = GUARD_TOLERANCE) -> str:

@@ -112,9 +112,10 @@ class Shape:
     causal: bool
     alignment: Alignment = "bottom-right"
     window: tuple[int, int] | None = None  # a sliding window (left, right), spec/window.py
-    head_dim_v: int = (
-        0  # MLA's absorbed form: V is the first head_dim_v dims of the latent K (0: V of head_dim)
-    )
+    # bytes per stored K/V element where the cache has its own dtype (an FP8 KV cache: 1); 0: elem_bytes
+    kv_elem_bytes: int = 0
+    # MLA's absorbed form: V is the first head_dim_v dims of the latent K (0: V of head_dim)
+    head_dim_v: int = 0
 
     def __post_init__(self) -> None:
         dims = (self.batch, self.heads, self.kv_heads, self.seq_q, self.seq_k, self.head_dim, self.elem_bytes)
@@ -136,8 +137,12 @@ class Shape:
         return self.bh * self.seq_q * self.value_dim * out_bytes(self.elem_bytes)
 
     @property
+    def kv_elem(self) -> int:  # bytes per K/V element
+        return self.kv_elem_bytes or self.elem_bytes
+
+    @property
     def kv(self) -> int:  # bytes of one of K, V, dK, dV (kv heads)
-        return self.batch * self.kv_heads * self.seq_k * self.head_dim * self.elem_bytes
+        return self.batch * self.kv_heads * self.seq_k * self.head_dim * self.kv_elem
 
     @property
     def latent(self) -> bool:  # MLA: V lies within the K cache (one latent cache)
@@ -149,7 +154,7 @@ class Shape:
 
     @property
     def v(self) -> int:  # bytes of V as a tensor of its own (MLA: the latent's first head_dim_v dims)
-        return self.batch * self.kv_heads * self.seq_k * self.value_dim * self.elem_bytes
+        return self.batch * self.kv_heads * self.seq_k * self.value_dim * self.kv_elem
 
     @property
     def cache(self) -> int:  # bytes of K and V as stored: MLA's one latent cache, else K and V
@@ -157,7 +162,7 @@ class Shape:
 
     @property
     def kv_exp(self) -> int:  # one of K, V expanded to all query heads (MLA: not expanded, read as one head)
-        return self.kv if self.latent else self.bh * self.seq_k * self.head_dim * self.elem_bytes
+        return self.kv if self.latent else self.bh * self.seq_k * self.head_dim * self.kv_elem
 
     @property
     def expanded(

@@ -71,6 +71,8 @@ def _bundled(attr: str) -> Any:
         fn = getattr(kernels, attr)
         causal, scale, config = case.causal, case.head_dim**-0.5, forced_config()
         masks = {"window": case.window_size} if case.window else {}
+        if case.packed:
+            return _varlen(kernels.flash_attn_varlen, causal, scale, config, masks)
 
         def call(q: Any, k: Any, v: Any, **descales: Any) -> Any:  # descales: an fp8 case's (registry.py)
             return fn(q, k, v, causal=causal, sm_scale=scale, config=config, **masks, **descales)
@@ -82,6 +84,32 @@ def _bundled(attr: str) -> Any:
         return call
 
     return build
+
+
+def _varlen(fn: Any, causal: bool, scale: float, config: Any, masks: dict[str, Any]) -> Any:
+    """flash_attn_varlen (kernels/varlen.py) on a packed case: the documents' cu_seqlens for queries and keys.
+    The first call checks them on the host (one sync); the timed calls skip it, as a training loop would."""
+    validate = [True]
+
+    def call(q: Any, k: Any, v: Any, cu_seqlens: Any, max_seqlen: int) -> Any:
+        out = fn(
+            q,
+            k,
+            v,
+            cu_seqlens,
+            cu_seqlens,
+            max_seqlen,
+            max_seqlen,
+            causal=causal,
+            sm_scale=scale,
+            config=config,
+            validate=validate[0],
+            **masks,
+        )
+        validate[0] = False
+        return out
+
+    return call
 
 
 # Only flash_attn takes a sliding window (window=(left, right)); the variants' windowed cases are unsupported rows.
@@ -126,6 +154,7 @@ for _name, _attr, _family, _window, _what, _dtypes, _ratio_vs, _colour in (
         devices=("cuda", "cpu"),
         memory_family=_family,
         window=_window,
+        packed=_attr == "flash_attn",  # packed documents: flash_attn_varlen
         ratio_vs=_ratio_vs,
         colour=_colour,
         builder=True,
@@ -164,6 +193,7 @@ def _last_decode_config() -> dict[str, Any] | None:
     memory_family="decode",
     kv_layouts=("contiguous", "paged"),
     ragged=True,
+    kv_dtypes=("fp8",),
     max_seq_q=DECODE_MAX_SEQ_Q,
     colour="#3e6fd8",
     builder=True,
@@ -171,7 +201,8 @@ def _last_decode_config() -> dict[str, Any] | None:
     kernel_config=_last_decode_config,
     head_dims_from=_decode_head_dims,
     source="bundled",
-    description="bundled Triton split-KV decode (Flash-Decoding) over a contiguous or paged KV cache",
+    description="bundled Triton split-KV decode (Flash-Decoding) over a contiguous or paged KV cache, "
+    "bf16/fp16 or e4m3 with scales",
 )
 def _build_decode(case: Case, device: str, stack: Any) -> Any:
     from flashbench.kernels import flash_decode
@@ -179,11 +210,13 @@ def _build_decode(case: Case, device: str, stack: Any) -> Any:
     causal, scale = case.causal, case.head_dim**-0.5
     validate = [True]
 
-    def decode(q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None) -> Any:
-        # The first call checks the lengths and the page table against the cache (one device sync); the timed
-        # calls after it skip that check (validate=False), as a serving loop would.
+    def decode(
+        q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None, **scales: Any
+    ) -> Any:
+        # The first call checks the lengths, the page table and an FP8 cache's k_scale, v_scale against the cache
+        # (one device sync); the timed calls after it skip that check (validate=False), as a serving loop would.
         out = flash_decode(
-            q, k, v, cache_seqlens, block_table, causal=causal, sm_scale=scale, validate=validate[0]
+            q, k, v, cache_seqlens, block_table, causal=causal, sm_scale=scale, validate=validate[0], **scales
         )
         validate[0] = False
         return out

@@ -29,6 +29,17 @@ call(q, k, v, q_descale=..., k_descale=..., v_descale=...) with float8_e4m3fn q,
 per (batch, K/V head) and fp32 descales [B, Hkv] (flashbench.engine.fp8, FlashAttention-3's convention); it
 returns the bf16 output. Its `prepare` (above) sees the descales among the keywords.
 
+Packed training batches (spec/cases.py: --seqlens random|lognormal on the training shape): a provider that
+declares packed=True is called on them as call(q, k, v, cu_seqlens=..., max_seqlen=...) with q [total, H, D],
+k and v [total, Hkv, D] (total = batch * N tokens, the documents one after another) and cu_seqlens int32
+[documents + 1] their prefix sums (engine/packed.py, flash-attn's varlen convention; queries and keys share
+them); it returns out [total, H, D]. Every document attends only to itself, causal and windows within it.
+FP8 KV caches (`--kv-dtype fp8`, Case.kv_dtype): a provider that declares kv_dtypes=("fp8",) is called with q in
+fp16 or bf16 and k, v (contiguous or paged, as above) in float8_e4m3fn, plus k_scale=, v_scale= float32 [B, Hkv]
+(per (sequence, KV head) amax scales, engine/fp8.quantize): a stored value times its scale is the real value,
+and the output has q's dtype (flash_decode's convention). Every other provider's FP8-cache cases are
+`unsupported` rows: dequantizing the cache first is other work (twice the bytes read), not the same call.
+
 MLA cases (Case.head_dim_v > 0, DeepSeek's absorbed form, forward only): q [B, H, Nq, D], k the one latent head
 [B, 1, N, D] (or its page pool [pages, 1, page_size, D]) and v a view of k's first head_dim_v dims; the call returns
 [B, H, Nq, head_dim_v]. A provider takes them only when it declares latent="also" (ordinary cases too) or
@@ -60,7 +71,7 @@ from typing import Any
 
 from flashbench.errors import FlashbenchError
 from flashbench.models.memory import FAMILIES
-from flashbench.spec.cases import DTYPES, KV_LAYOUTS, Case
+from flashbench.spec.cases import DTYPES, KV_DTYPES, KV_LAYOUTS, Case
 from flashbench.spec.window import effective
 
 # What a provider takes unless it declares otherwise: FP8 only by declaration, since its call then gets the
@@ -73,6 +84,8 @@ LATENT: tuple[str, ...] = ("no", "also", "only")
 MEMORY_FAMILIES = FAMILIES
 # What a provider is modelled as unless it declares otherwise: a fused kernel (FlashAttention's O(N) memory).
 DEFAULT_FAMILY = "flash"
+# The query dtypes an FP8 KV cache is read under (flash_decode's, kernels/decode.py).
+KV_FP8_Q_DTYPES: tuple[str, ...] = ("fp16", "bf16")
 
 
 class Unsupported(Exception):
@@ -101,6 +114,8 @@ class ProviderInfo:
     ragged: bool = False  # takes cache_seqlens (a batch of sequences of different lengths)
     max_seq_q: int | None = None  # a decode kernel's limit on query tokens per sequence (None: any)
     window: bool = False  # takes a sliding window: called with window=(left, right) (module docstring)
+    packed: bool = False  # takes packed documents: called with cu_seqlens=, max_seqlen= (module docstring)
+    kv_dtypes: tuple[str, ...] = ()  # KV caches stored in another dtype than q: "fp8" (module docstring)
     latent: str = "no"  # MLA cases (Case.head_dim_v): "no", "also" or "only" (module docstring)
     # --- what the analysis, the report and the gate read (module docstring) ---
     baseline: int | None = None  # rank among the default speedup references (lowest first); None: never one
@@ -151,12 +166,23 @@ class ProviderInfo:
             return f"{self.name} has no backward pass"
         if case.kv_heads != case.heads and not self.gqa:
             return f"{self.name} does not support GQA (kv_heads != heads)"
+        if case.packed and not self.packed:
+            return f"{self.name} takes no packed documents (--seqlens {case.seqlens} on the training shape)"
+        if case.packed and case.dtype == "fp8":
+            return "packed documents have no fp8 path"
         if case.serving and case.mode != "fwd":
-            return "a paged or ragged KV cache is read by the forward only (decode has no backward)"
+            return "a paged, ragged or FP8 KV cache is read by the forward only (decode has no backward)"
         if case.kv_layout not in self.kv_layouts:
             return f"{self.name} takes no {case.kv_layout} KV cache (takes {', '.join(self.kv_layouts)})"
         if case.ragged and not self.ragged:
             return f"{self.name} takes no per-sequence KV lengths (--seqlens {case.seqlens}): uniform only"
+        if case.kv_dtype and case.dtype not in KV_FP8_Q_DTYPES:
+            return f"an {case.kv_dtype} KV cache is read under fp16 or bf16 queries, not {case.dtype}"
+        if case.kv_dtype and case.kv_dtype not in self.kv_dtypes:
+            return (
+                f"{self.name} takes no {case.kv_dtype} (e4m3 with scales) KV cache; it is not run on a "
+                "dequantized copy"
+            )
         if self.max_seq_q is not None and case.seq_q > self.max_seq_q:
             return (
                 f"{self.name} is a decode kernel: at most {self.max_seq_q} query tokens per sequence, "
@@ -170,7 +196,7 @@ class ProviderInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProviderInfo:
         kw = dict(data)
-        for key in ("dtypes", "devices", "head_dims", "kv_layouts"):
+        for key in ("dtypes", "devices", "head_dims", "kv_layouts", "kv_dtypes"):
             if kw.get(key) is not None:
                 kw[key] = tuple(kw[key])
         return cls(**kw)
@@ -239,6 +265,8 @@ def register(
     ragged: bool = False,
     max_seq_q: int | None = None,
     window: bool = False,
+    packed: bool = False,
+    kv_dtypes: Iterable[str] = (),
     latent: str = "no",
     baseline: int | None = None,
     ratio_vs: str | None = None,
@@ -263,6 +291,8 @@ def register(
     if layout not in ("bhnd", "bnhd"):
         raise FlashbenchError(f"provider {name!r}: layout must be 'bhnd' or 'bnhd'")
     kv_layouts = tuple(kv_layouts)
+    if any(k not in KV_DTYPES[1:] for k in kv_dtypes):
+        raise FlashbenchError(f"provider {name!r}: kv_dtypes must be among {KV_DTYPES[1:]}")
     if not kv_layouts or any(k not in KV_LAYOUTS for k in kv_layouts):
         raise FlashbenchError(f"provider {name!r}: kv_layouts must be among {KV_LAYOUTS}")
     if latent not in LATENT:
@@ -292,6 +322,8 @@ def register(
             ragged=ragged,
             max_seq_q=max_seq_q,
             window=window,
+            packed=packed,
+            kv_dtypes=tuple(kv_dtypes),
             latent=latent,
             baseline=baseline,
             ratio_vs=ratio_vs,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from flashbench.providers import serving
+from flashbench.providers import packed, serving
 from flashbench.providers.registry import Unsupported, register
 from flashbench.spec.cases import Case
 from flashbench.spec.window import masked, visible
@@ -33,6 +33,7 @@ def _scale(case: Case) -> float:
     devices=("cuda", "cpu"),
     memory_family="naive",
     window=True,
+    packed=True,  # a dense masked matrix at small sizes (providers/packed.py)
     baseline=0,  # the paper's "standard attention": the first default speedup reference
     colour="#7f7f7f",
     builder=True,
@@ -45,19 +46,23 @@ def _build_naive(case: Case, device: str, stack: Any) -> Any:
     b, h, hkv, nq, nk = case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k
     group = h // hkv
     scale = _scale(case)
-    causal, window = case.causal, case.window_size
+    causal, window, documents = case.causal, case.window_size, None
+    if case.packed:  # the packed tokens as one sequence under the document mask (built once, untimed)
+        b, nq, nk, documents = 1, b * nq, b * nk, packed.document_mask(case, device)
 
     def naive(q: Any, k: Any, v: Any) -> Any:
         # GQA without copying K/V: query heads h*g..h*g+g-1 share kv head h, so fold them into rows.
         qg = q.reshape(b, hkv, group * nq, -1)  # [B, Hkv, g*Nq, D]
         s = torch.matmul(qg, k.transpose(-2, -1)).view(b, h, nq, nk) * scale  # S: [B, H, Nq, Nk]
-        if masked(causal, window):  # one bool [Nq, Nk] mask (causal, a window: spec/window.py)
+        if documents is not None:
+            s = s.masked_fill(~documents, float("-inf"))
+        elif masked(causal, window):  # one bool [Nq, Nk] mask (causal, a window: spec/window.py)
             s = s.masked_fill(~_mask(case, q.device), float("-inf"))
         p = torch.softmax(s.float(), dim=-1).to(q.dtype)  # P: softmax in fp32, stored in the input dtype
         out = torch.matmul(p.view(b, hkv, group * nq, nk), v)  # [B, Hkv, g*Nq, D]
         return out.view(b, h, nq, -1)
 
-    return naive
+    return packed.dense(case, "naive", naive) if case.packed else naive
 
 
 def _mask(case: Case, device: Any) -> Any:
@@ -79,7 +84,11 @@ def _sdpa_builder(backend_name: str | None) -> Any:
         kwargs: dict[str, Any] = {"scale": _scale(case)}
         if case.kv_heads != case.heads:
             kwargs["enable_gqa"] = True
-        if case.window:  # an explicit bool mask (built once, untimed): only the math backend takes it here
+        if case.packed and backend_name == "MATH":  # an explicit document mask (providers/packed.py)
+            kwargs["attn_mask"] = packed.document_mask(case, device)
+        elif case.packed:
+            pass  # nested jagged tensors: the documents are the batch
+        elif case.window:  # an explicit bool mask (built once, untimed): only the math backend takes it here
             kwargs["attn_mask"] = _mask(case, device)
         elif case.causal and case.seq_q == 1:
             pass  # one query, the last token: bottom-right causal sees every key, so no mask at all
@@ -101,6 +110,10 @@ def _sdpa_builder(backend_name: str | None) -> Any:
         sdpa = F.scaled_dot_product_attention
         if case.latent:  # MLA: MQA over the latent dims (math and efficient take a V of its own head dim)
             return serving.sdpa_latent(case, sdpa, kwargs["scale"], device)
+        if case.packed and backend_name == "MATH":
+            return packed.dense(case, "sdpa-math", lambda q, k, v: sdpa(q, k, v, **kwargs))
+        if case.packed:
+            return packed.nested_sdpa(case, kwargs)
         return lambda q, k, v: sdpa(q, k, v, **kwargs)
 
     return build
@@ -127,6 +140,7 @@ for _name, _backend, _family, _devices, _workspace, _baseline, _colour in (
         memory_family=_family,
         bwd_workspace_q=_workspace,
         window=_backend == "MATH",
+        packed=True,  # math: a dense document mask; the others: nested jagged tensors (providers/packed.py)
         latent="also" if _backend in ("MATH", "EFFICIENT_ATTENTION") else "no",
         baseline=_baseline,
         colour=_colour,
@@ -165,6 +179,7 @@ def _dynamo_graph_count() -> int | None:
     kv_layouts=("contiguous", "paged"),
     ragged=True,
     window=True,
+    packed=True,
     latent="also",  # MQA over the latent: enable_gqa, v's own head dim
     baseline=5,
     colour="#9467bd",
@@ -195,6 +210,10 @@ def _build_flex(case: Case, device: str, stack: Any) -> Any:
     gqa = case.kv_heads != case.heads
     scale = _scale(case)
     graphs_before = _dynamo_graph_count()
+    if case.packed:  # one [1, H, T, D] batch under a document block mask (providers/packed.py)
+        flex_packed = packed.flex_documents(case, device, compiled, gqa, scale)
+        flex_packed.check_compiled = _compile_check(graphs_before)  # type: ignore[attr-defined]
+        return flex_packed
     if case.serving:  # per-sequence lengths and pages: the block mask is made from the inputs (untimed)
         if case.window:
             raise Unsupported("flex: a sliding window over a paged or ragged KV cache is not built here")
@@ -264,6 +283,7 @@ def _to_bnhd(x: Any) -> Any:
     bwd_workspace_q=2.0,  # its fp32 dQ accumulator (from flash-attn's source; not measured: not installed)
     layout="bnhd",
     window=True,
+    packed=True,  # flash_attn_varlen_func
     colour="#ff7f0e",
     package="flash-attn",
     builder=True,
@@ -274,6 +294,8 @@ def _to_bnhd(x: Any) -> Any:
 def _build_flash_attn(case: Case, device: str, stack: Any) -> Any:
     from flash_attn import flash_attn_func
 
+    if case.packed:
+        return packed.flash_attn_varlen(case)
     causal, scale = case.causal, _scale(case)
     masks = {"window_size": case.window_size} if case.window else {}  # the same convention, bottom-right
     return lambda q, k, v: _to_bnhd(

@@ -35,6 +35,8 @@ NOTE = (
     "partials the bundled kernel reported) / the median time; % of read BW = of the calibrated read-only "
     "bandwidth (flashbench calibrate); % of datasheet BW = of the GPU's datasheet bandwidth. ms per token = the "
     "median time of one call / seq_q: one call produces seq_q new tokens of every sequence of the batch. "
+    "x floor = the median time / the call's floor, its compulsory bytes at the calibrated read bandwidth plus the "
+    "calibrated empty-kernel time (of a CUDA-graph replay for rows timed as one); 1.0 only moves the bytes. "
     "tokens/J: batch × seq_q / the joules per call (NVML's energy counter over back-to-back calls), where measured."
 )
 COLUMNS = {
@@ -50,6 +52,7 @@ COLUMNS = {
     "achieved_gb_s": "GB/s",
     "pct_of_read_bw": "% of read BW",
     "pct_of_datasheet_bw": "% of datasheet BW",
+    "time_over_floor": "x floor",
     "tokens_per_j": "tokens/J",
     "loop_ms": "eager loop ms",
     "host_bound": "host-bound",
@@ -57,7 +60,12 @@ COLUMNS = {
     "splits": "splits",
     "tile": "tile",
 }
-OPTIONAL = ("tokens/J", "eager loop ms", "host-bound")  # left out of a run that measured none of them
+OPTIONAL = (
+    "x floor",
+    "tokens/J",
+    "eager loop ms",
+    "host-bound",
+)  # left out of a run that measured none of them
 
 
 def decode_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -68,9 +76,10 @@ def decode_rows(frame: pd.DataFrame) -> pd.DataFrame:
     rows = frame[frame["serving"] & frame["ok"] & (frame["mode"] == "fwd")].copy()
     if rows.empty:
         return rows
+    stores = rows["kv_dtype"].fillna("") if "kv_dtype" in rows else [""] * len(rows)
     rows["layout"] = [
-        f"{lay}{p if lay == 'paged' else ''}{', ' + s if s != 'uniform' else ''}"
-        for lay, p, s in zip(rows["kv_layout"], rows["page_size"], rows["seqlens"], strict=True)
+        f"{lay}{p if lay == 'paged' else ''}{', ' + s if s != 'uniform' else ''}{', ' + kv if kv else ''}"
+        for lay, p, s, kv in zip(rows["kv_layout"], rows["page_size"], rows["seqlens"], stores, strict=True)
     ]
     rows["kv_mb"] = rows["model_bytes_compulsory"] / 1e6
     rows["latency_ms"] = rows["median_ms"] / rows["seq_q"]

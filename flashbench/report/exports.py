@@ -84,6 +84,8 @@ COLUMNS = [
     "datasheet_bw_gb_s",
     "pct_of_read_bw",
     "pct_of_datasheet_bw",
+    "floor_ms",
+    "time_over_floor",
     "ms_per_token",
     "throttled",
     "clock_mhz",

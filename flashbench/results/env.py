@@ -69,6 +69,8 @@ class Environment:
     wall_s_total: float | None = None
     status_counts: dict[str, int] = field(default_factory=dict)
     compile_s_total: float | None = None
+    compile_s_by_worker: dict[str, float] = field(default_factory=dict)  # per worker: its gpu_index, "default"
+    precompile: dict[str, Any] | None = None  # the compile-once step before measuring (engine/precompile.py)
     # --- a merged run (flashbench merge) ---
     merged: str | None = None
     shard_count: int | None = None

@@ -70,6 +70,8 @@ class Row:
     seqlens: str = "uniform"
     seed: int = 0
     window: str = ""
+    min_seq: int = 0
+    kv_dtype: str = ""
     head_dim_v: int = 0
     # --- the provider's model family as it declares it (providers/registry.py); None: not modelled ---
     family: str | None = ""  # "" (not given, or a row written before rows carried it): filled from the registry

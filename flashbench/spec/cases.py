@@ -2,12 +2,20 @@
 
 The training shape (seq_q = seq_k, one contiguous K/V per sequence) and the serving shape (seq_q new query tokens
 per sequence over a KV cache of seq_k tokens, contiguous or paged, every sequence as long as the cache or
-ragged) are both Cases. The serving fields come last, with defaults that mean "the training shape", so that a
-training case's key is the one it always had: Case.key appends a serving field only when it is not the default.
+ragged) are both Cases, and so is a packed training batch (documents of different lengths one after another,
+each attending only to itself). The serving and packing fields come last, with defaults that mean "the training
+shape", so that a training case's key is the one it always had: Case.key appends such a field only when it is not
+the default.
+
+`seqlens` names the law of per-sequence lengths, one meaning per shape (lengths()):
+    training shape (min_seq > 0)   documents packed into batch * seq tokens, lengths drawn in [min_seq, seq]
+    serving shape (min_seq = 0)    each sequence's KV length, drawn in [ceil(seq_k / 2), seq_k]
+"uniform" is every sequence at full length (no draw) in both.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Literal
@@ -21,7 +29,12 @@ MODES: tuple[str, ...] = ("fwd", "bwd", "fwd+bwd")
 DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8")
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1}
 KV_LAYOUTS: tuple[str, ...] = ("contiguous", "paged")
-SEQLENS: tuple[str, ...] = ("uniform", "random")
+# The laws of per-sequence lengths (draw_length): "uniform" = all full length, "random" = uniform integers in a
+# range, "lognormal" = a log-normal truncated to the range (most documents short, a long tail).
+SEQLENS: tuple[str, ...] = ("uniform", "random", "lognormal")
+# A KV cache stored in another dtype than q: "" (the default) keeps it in the case's dtype; "fp8" stores K and V
+# in float8_e4m3fn with per-(sequence, KV head) float32 scales (engine/fp8.py), under fp16 or bf16 queries.
+KV_DTYPES: tuple[str, ...] = ("", "fp8")
 
 
 @dataclass(frozen=True, order=True)
@@ -35,6 +48,11 @@ class Case:
     Serving fields: kv_layout "paged" stores K/V as a pool of page_size-token pages reached through a block
     table (page_size is 0 for "contiguous"); seqlens "random" gives each sequence its own valid length,
     kv_lengths() (seed is 0 for "uniform", where every sequence holds seq_k tokens).
+
+    Packed fields: min_seq > 0 makes the case a packed training batch (seq_q = seq_k = N): batch * N tokens cut
+    into documents whose lengths follow `seqlens` in [min_seq, N] (documents()); the tensors are [batch * N, H, D]
+    with cu_seqlens (engine/packed.py), and each document attends only to itself (causal and windows align
+    within it). 0 for every other case.
 
     window: a sliding window "left,right" in flash-attn's window_size convention (spec/window.py); the plan
     writes it canonically (causal folds in as right = 0).
@@ -60,6 +78,8 @@ class Case:
     seqlens: str = "uniform"  # "uniform" | "random"
     seed: int = 0  # the draw of the random lengths (0 when uniform)
     window: str = ""  # a sliding window "left,right" (spec/window.py), "" for none
+    min_seq: int = 0  # a packed batch's shortest document drawn (tokens); 0: not packed
+    kv_dtype: str = ""  # the KV cache's dtype when not the case's: "fp8" (e4m3 with scales), "" for the same
     head_dim_v: int = 0  # MLA's latent V dims (the first head_dim_v of K's), 0 for a V of its own
 
     @property
@@ -67,8 +87,8 @@ class Case:
         """Stable string key: identical across runs, machines and flashbench versions.
 
         A serving field, a window or a latent V adds a part only when it is not the default ("|paged16",
-        "|random-s0", "|win4096,0", "|latent512"), so the key of every case without them, and of every baseline recorded before these fields
-        existed, is unchanged.
+        "|random-s0", "|win4096,0", "|min256", "|kvfp8", "|latent512"), so the key of every case without them, and
+        of every baseline recorded before these fields existed, is unchanged.
         """
         key = (
             f"{self.provider}|b{self.batch}|h{self.heads}|kv{self.kv_heads}|q{self.seq_q}|k{self.seq_k}"
@@ -80,6 +100,10 @@ class Case:
             key += f"|{self.seqlens}-s{self.seed}"
         if self.window:
             key += f"|win{self.window}"
+        if self.min_seq:
+            key += f"|min{self.min_seq}"
+        if self.kv_dtype:
+            key += f"|kv{self.kv_dtype}"
         if self.head_dim_v:
             key += f"|latent{self.head_dim_v}"
         return key
@@ -109,21 +133,39 @@ class Case:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def kv_elem_bytes(self) -> int:
+        """Bytes per stored K or V element: the KV dtype's, else the case's."""
+        return DTYPE_BYTES[self.kv_dtype or self.dtype]
+
+    @property
     def paged(self) -> bool:
         return self.kv_layout == "paged"
 
     @property
+    def packed(self) -> bool:
+        """A packed training batch: documents of drawn lengths (documents())."""
+        return self.min_seq > 0
+
+    @property
     def ragged(self) -> bool:
-        return self.seqlens != "uniform"
+        """A serving case whose sequences hold different numbers of keys (kv_lengths())."""
+        return self.seqlens != "uniform" and not self.packed
 
     @property
     def serving(self) -> bool:
-        """A case that needs a KV-cache input beyond q, k, v: a page table or per-sequence lengths."""
-        return self.paged or self.ragged
+        """A case that needs a KV-cache input beyond q, k, v: a page table, per-sequence lengths or the scales of
+        an FP8 cache."""
+        return self.paged or self.ragged or bool(self.kv_dtype)
 
     def kv_lengths(self) -> tuple[int, ...]:
         """The valid keys of each sequence (see kv_lengths())."""
         return kv_lengths(self.batch, self.seq_q, self.seq_k, self.seqlens, self.seed)
+
+    def documents(self) -> tuple[int, ...] | None:
+        """A packed case's document lengths (see documents()), None for any other case."""
+        if not self.packed:
+            return None
+        return documents(self.batch * self.seq_k, self.min_seq, self.seq_k, self.seqlens, self.seed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,8 +184,9 @@ CASE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Case) if f.de
 def kv_lengths(
     batch: int, seq_q: int, seq_k: int, seqlens: str = "uniform", seed: int = 0
 ) -> tuple[int, ...]:
-    """Valid keys per sequence. "uniform": every sequence holds seq_k. "random": each length is drawn uniformly
-    from [max(1, ceil(seq_k / 2)), seq_k], deterministically from (seed, batch, seq_q, seq_k).
+    """Valid keys per sequence. "uniform": every sequence holds seq_k. "random" / "lognormal": each length is
+    drawn by that law (draw_length) from [max(1, ceil(seq_k / 2)), seq_k], deterministically from (seed, batch,
+    seq_q, seq_k).
 
     Why [N/2, N] and not [1, N]: the cache length stays the axis a decode sweep reads (the mean length is 3/4 N,
     so the KV bytes stay within 25% of the uniform case at the same N and batch), a batch of one is not left
@@ -152,11 +195,46 @@ def kv_lengths(
     """
     if seqlens == "uniform":
         return (seq_k,) * batch
-    if seqlens != "random":
-        raise ValueError(f"unknown seqlens {seqlens!r}; expected one of {SEQLENS}")
+    _check_law(seqlens)
     rng = random.Random(f"flashbench-seqlens|{seed}|{batch}|{seq_q}|{seq_k}")
     low = max(1, -(-seq_k // 2))
-    return tuple(rng.randint(low, seq_k) for _ in range(batch))
+    return tuple(draw_length(rng, seqlens, low, seq_k) for _ in range(batch))
+
+
+def documents(tokens: int, low: int, high: int, seqlens: str, seed: int = 0) -> tuple[int, ...]:
+    """A packed batch's document lengths: drawn by the law `seqlens` in [low, high] until they fill `tokens`, the
+    last one cut to fit (so it alone may be shorter than `low`); "uniform": documents of `high` (the last cut).
+    Deterministic from (law, seed, tokens, low, high), the same on every machine, as kv_lengths()."""
+    if not 1 <= low <= high or tokens < 1:
+        raise ValueError(f"documents need 1 <= min {low} <= max {high} and tokens >= 1, not {tokens}")
+    if seqlens != "uniform":
+        _check_law(seqlens)
+    rng = random.Random(f"flashbench-documents|{seqlens}|{seed}|{tokens}|{low}|{high}")
+    out: list[int] = []
+    left = tokens
+    while left > 0:
+        n = high if seqlens == "uniform" else draw_length(rng, seqlens, low, high)
+        out.append(min(n, left))
+        left -= out[-1]
+    return tuple(out)
+
+
+def draw_length(rng: random.Random, law: str, low: int, high: int) -> int:
+    """One length in [low, high] by `law`: "random" uniform integers; "lognormal" exp(Normal(mu, sigma)) with the
+    median at the range's geometric mean sqrt(low * high) and sigma = ln(high / low) / 4 (the range spans
+    +-2 sigma), redrawn when it falls outside (4.6% of draws), rounded to the nearest integer."""
+    if law == "random" or low == high:
+        return rng.randint(low, high)
+    mu, sigma = (math.log(low) + math.log(high)) / 2, (math.log(high) - math.log(low)) / 4
+    while True:
+        n = round(rng.lognormvariate(mu, sigma))
+        if low <= n <= high:
+            return n
+
+
+def _check_law(seqlens: str) -> None:
+    if seqlens not in SEQLENS or seqlens == "uniform":
+        raise ValueError(f"unknown seqlens {seqlens!r}; expected one of {SEQLENS}")
 
 
 def mask_label(causal: bool) -> str:

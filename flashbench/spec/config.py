@@ -17,7 +17,7 @@ from typing import Any
 
 from flashbench.configfiles import config_path, read_toml
 from flashbench.errors import FlashbenchError
-from flashbench.spec.cases import KV_LAYOUTS, SEQLENS
+from flashbench.spec.cases import KV_DTYPES, KV_LAYOUTS, SEQLENS
 from flashbench.spec.options import CACHE, SHAPE, Option, ints, maybe, spec_field
 from flashbench.spec.parse import (
     number,
@@ -39,6 +39,8 @@ from flashbench.spec.window import parse_windows
 # provider back to back, the direction alternating from shape to shape). See SweepSpec.order.
 ORDERS = ("provider", "case")
 L2_FLUSHES = ("read", "write")  # engine/timing.py L2Flusher
+# --kv-dtype's words: "same" is the Case's "" (the cache in the case's dtype)
+KV_CACHE_DTYPES: tuple[str, ...] = ("same", *KV_DTYPES[1:])
 
 
 @dataclass(frozen=True)
@@ -139,18 +141,34 @@ class SweepSpec:
     )
     seqlens: tuple[str, ...] = spec_field(
         ("uniform",),
-        "KV lengths per sequence: uniform (all N) | random (ragged, drawn in [N/2, N])",
+        "lengths per sequence: uniform (all N) | random (uniform draw) | lognormal; training shape: documents "
+        "packed into the batch's tokens, drawn in [--min-seq, N]; with --seq-q or paged: KV lengths in [N/2, N]",
         lambda v: tuple(parse_choices(v, SEQLENS, "seqlens")),
         flag="--seqlens",
+        panel=SHAPE,
+    )
+    kv_dtype: tuple[str, ...] = spec_field(
+        ("same",),
+        "KV cache storage: same (the --dtype) | fp8 (float8_e4m3fn, per-(sequence, KV head) scales) | same,fp8",
+        lambda v: tuple(parse_choices(v, KV_CACHE_DTYPES, "kv-dtype")),
+        flag="--kv-dtype",
         panel=CACHE,
     )
     seed: int = spec_field(
         0,
-        "the draw of --seqlens random (default 0)",
+        "the draw of --seqlens random / lognormal (default 0)",
         lambda v: whole(v, "seed"),
         flag="--seed",
         cli=int,
-        panel=CACHE,
+        panel=SHAPE,
+    )
+    min_seq: int | None = spec_field(
+        None,
+        "packed documents' shortest drawn length in tokens (default N // 16, at least 1)",
+        maybe(lambda v: one(v, "min-seq")),
+        flag="--min-seq",
+        cli=int,
+        panel=SHAPE,
     )
     window: tuple[str, ...] = spec_field(
         ("",),
@@ -392,6 +410,17 @@ def validate(spec: SweepSpec) -> None:
         raise FlashbenchError("warmup_max_ms must be >= warmup_ms (the warm-up's bound and its minimum)")
     if spec.rep_max_ms < spec.rep_ms:
         raise FlashbenchError("rep_max_ms must be >= rep_ms (the samples' bound and their budget)")
+    if spec.min_seq is not None:
+        if spec.seq_q is not None:
+            raise FlashbenchError(
+                "--min-seq is for packed documents (the training shape): with --seq-q, --seqlens draws KV "
+                "lengths in [N/2, N]"
+            )
+        over = [n for n in spec.seq if n < spec.min_seq]
+        if over:
+            raise FlashbenchError(
+                f"--min-seq {spec.min_seq} is above --seq {over[0]}: documents are drawn in [min-seq, seq]"
+            )
     if spec.cuda_graph and spec.device == "cpu":
         raise FlashbenchError("--cuda-graph needs --device cuda")
 

@@ -58,12 +58,24 @@ def resolve_providers(requested: tuple[str, ...] | list[str], known: list[str]) 
 
 
 def serving_variants(spec: SweepSpec) -> list[dict[str, Any]]:
-    """The KV-cache fields (kv_layout, page_size, seqlens, seed) of the spec's cases: page size and seed only where
-    they apply (0 elsewhere), each combination once."""
+    """The KV-cache fields (kv_layout, page_size, seqlens, seed, kv_dtype) of the spec's cases: page size and seed
+    only where they apply (0 elsewhere), each combination once."""
     layouts = [(lay, p if lay == "paged" else 0) for lay in spec.kv_layout for p in spec.page_size]
     lens = [(s, spec.seed if s != "uniform" else 0) for s in spec.seqlens]
-    combos = dict.fromkeys((lay, p, s, seed) for lay, p in layouts for s, seed in lens)
-    return [dict(kv_layout=lay, page_size=p, seqlens=s, seed=seed) for lay, p, s, seed in combos]
+    stores = ["" if kv == "same" else kv for kv in spec.kv_dtype]
+    combos = dict.fromkeys((lay, p, s, seed, kv) for lay, p in layouts for s, seed in lens for kv in stores)
+    return [
+        dict(kv_layout=lay, page_size=p, seqlens=s, seed=seed, kv_dtype=kv) for lay, p, s, seed, kv in combos
+    ]
+
+
+def min_seq_for(spec: SweepSpec, cache: dict[str, Any], seq: int) -> int:
+    """A case's min_seq (spec/cases.py): on the training shape (no --seq-q, a contiguous cache) a non-uniform
+    --seqlens packs documents, the shortest drawn at --min-seq (default N // 16, at least 1); 0 elsewhere, where
+    --seqlens draws KV lengths."""
+    if cache["seqlens"] == "uniform" or spec.seq_q is not None or cache["kv_layout"] != "contiguous":
+        return 0
+    return spec.min_seq if spec.min_seq is not None else max(1, seq // 16)
 
 
 def case_window(causal: bool, text: str) -> str:
@@ -104,6 +116,7 @@ def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
             mode=mode,
             seq_q=seq_q or length["seq_k"],
             window=case_window(causal, window),
+            min_seq=min_seq_for(spec, cache, length["seq_k"]),
             **head,
             **cache,
             **length,
@@ -130,6 +143,8 @@ def check_defined(spec: SweepSpec) -> None:
     lets the first of them see (seq_q > seq_k with a causal mask or a window's right bound; with ragged lengths,
     the shortest sequence's). Such a row has no attention to average; spec/window.py says why it is refused."""
     for case in expand(spec, ["-"]):
+        if case.packed:  # every document's queries are its keys: each query sees at least itself
+            continue
         shortest = _shortest(case)
         keyless = keyless_queries(case.seq_q, shortest, case.causal, case.window_size)
         if not keyless:
@@ -198,6 +213,7 @@ def predicted_mem_bytes(
                 case.mode,
                 bwd_workspace_q=bwd_workspace_q,
                 device=device,
+                documents=case.documents(),
                 head_dim_v=case.head_dim_v,
             )
         )
@@ -272,6 +288,7 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
             causal=causal,
             mode=mode,
             window=case_window(causal, window),
+            min_seq=min_seq_for(spec, cache, 128),
             **cache,
         )
         why = info.supports(case, spec.device)

@@ -128,6 +128,13 @@ def visible(rows: Any, cols: Any, seq_q: Any, seq_k: Any, causal: bool, window: 
     return True
 
 
+def document_visible(doc: Any, rows: Any, cols: Any, causal: bool, window: Window | None) -> Any:
+    """The document mask of a packed batch (spec/cases.py): token `rows` sees token `cols` iff both lie in one
+    document (doc: each token's document index, a tensor) and the case's mask lets it within that document.
+    A document's queries are its keys, so positions inside it differ as the packed indices do (offset 0)."""
+    return (doc[rows] == doc[cols]) & visible(rows, cols, 0, 0, causal, window)
+
+
 def key_span(
     first_row: int,
     last_row: int,

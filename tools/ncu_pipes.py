@@ -2,8 +2,8 @@
 bundled kernel beside SDPA flash and cuDNN, at one of the speed preset's shapes (bf16, hidden 2048 so
 heads = 2048 / d, 16k tokens per batch; default d = 128, N = 8192).
 
-    python3 benchmarks/ncu_pipes.py drive [--ncu ncu] [--causal] [--dim D] [--seq N] [--providers P,...] [--bwd]
-    python3 benchmarks/ncu_pipes.py parse DIR                       # table from the saved raw CSVs
+    python3 tools/ncu_pipes.py drive [--ncu ncu] [--causal] [--dim D] [--seq N] [--providers P,...] [--bwd]
+    python3 tools/ncu_pipes.py parse DIR                       # table from the saved raw CSVs
 
 --bwd profiles the backward instead (the forward runs unprofiled first): triton is the bundled backward as the
 sweep runs it (preprocess, the kernel, dQ's conversion), sdpa-cudnn / sdpa-flash torch.autograd.grad through

@@ -2,8 +2,8 @@
 of flashbench.models.io_model (Q, K and V over the valid lengths once per KV head, O, and 2 x the fp32 split
 partials), on a few decode shapes, contiguous, paged and ragged, with the heuristic's split count and forced ones.
 
-    python3 benchmarks/ncu_decode_bytes.py drive [--shapes all|NAME,...] [--splits auto,1,32]
-    python3 benchmarks/ncu_decode_bytes.py one --shape NAME --splits auto      # the profiled child
+    python3 tools/ncu_decode_bytes.py drive [--shapes all|NAME,...] [--splits auto,1,32]
+    python3 tools/ncu_decode_bytes.py one --shape NAME --splits auto      # the profiled child
 
 Each (shape, splits) runs one child under
     ncu --profile-from-start off --clock-control none --cache-control all --csv --print-units base

@@ -1,14 +1,14 @@
 """Nsight Compute check of the byte model: measured DRAM bytes per attention call vs flashbench.models.io_model.
 
-    python3 benchmarks/ncu_bytes.py drive [--impls naive,sdpa-math,sdpa-flash,bundled] [--seq 1024,4096,8192]
+    python3 tools/ncu_bytes.py drive [--impls naive,sdpa-math,sdpa-flash,bundled] [--seq 1024,4096,8192]
                                           [--batch 1] [--heads 16] [--head-dim 128] [--dtype bf16]
                                           [--modes fwd,bwd] [--causal] [--cache-control all|none]
                                           [--kernels]
-    python3 benchmarks/ncu_bytes.py parse LOG.csv      # sum an existing `ncu --csv` log per metric
+    python3 tools/ncu_bytes.py parse LOG.csv      # sum an existing `ncu --csv` log per metric
 
 The naive backward's softmax step (io_model: CUDA's `tmp = grad * output` pass, then the softmax backward
 kernel) is checked with
-    python3 benchmarks/ncu_bytes.py drive --impls naive,sdpa-math --modes bwd --seq 4096,8192 --kernels
+    python3 tools/ncu_bytes.py drive --impls naive,sdpa-math --modes bwd --seq 4096,8192 --kernels
 which prints each profiled kernel's DRAM bytes beside the model's parts, in launch order.
 
 `drive` runs, for every (impl, N, mode), one profiled process under

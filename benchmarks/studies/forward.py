@@ -1,0 +1,155 @@
+"""Forward studies as providers: the bundled forward with a forced config, one provider per variant.
+
+Loaded with `--kernel` by the study configs beside this file (benchmarks/README.md), so every variant is timed
+as a sweep times a case (docs/measuring.md) and checked against the float64 oracle first:
+
+    flashbench sweep --config benchmarks/studies/forward_tiles.toml     # tl tiles: FWD_SPACE, a few outside, capped
+    flashbench sweep --config benchmarks/studies/gluon_forward.toml     # the Gluon forward's variants
+    flashbench sweep --config benchmarks/studies/fp8_forward.toml       # FP8 tiles and the Gluon FP8 configs
+
+Names: `fwd-BMxBN-wW-sS[-rR]` a tl tile (maxnreg R), `ws-...` a Gluon config, `fp8-...` either on e4m3 inputs.
+A forced config the kernel refuses for a shape is an `unsupported` row, one that fails to compile a `crash` row,
+each with the kernel's reason.
+`FLASHBENCH_TMA=0 flashbench sweep ...` times the pointer path instead of tensor descriptors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from flashbench.kernels import flash_attn, last_config, value_layout
+from flashbench.kernels.configs import FP8_FWD_SPACE, FWD_SPACE, config_dict
+from flashbench.kernels.flash_ws import FP8_CONFIG
+
+from flashbench.providers import Unsupported, register
+from flashbench.spec.cases import Case
+
+# tl tiles outside FWD_SPACE that were measured and not adopted (docs/kernels.md): 4-warp 128x128, 32-key
+# tiles, a fourth stage, and 256-row 8-warp tiles (two warpgroups sharing the K/V tiles).
+FWD_OUTSIDE = (
+    (128, 64, 4, 4),
+    (128, 128, 4, 2),
+    (128, 32, 4, 2),
+    (128, 32, 4, 3),
+    (256, 64, 8, 2),
+    (256, 64, 8, 3),
+    (256, 32, 8, 2),
+    (256, 32, 8, 3),
+)
+# The register cap (maxnreg 128: two 8-warp programs per SM) on the autotuner's configs for d = 64 and 128.
+CAPPED = tuple((*c[:4], 128) for c in FWD_SPACE[:7])
+FP8_OUTSIDE = ((128, 256, 8, 2), (64, 128, 4, 3), (128, 128, 8, 3, 168))
+
+_GLUON = {"kernel": "gluon-ws"}
+# The Gluon forward's variants (flash_ws.CONFIG_KEYS). A forced config updates the default for the case's head dim
+# and mask (flash_ws.DEFAULT_CONFIG, what the study config's `triton` runs), so each variant names every key that
+# default sets: rows, K/V stages, one program per tile (`-sS`) or persistent (`-p`), and for a persistent causal
+# walk the list schedule (`-lpt`) over groups of one or four heads (`-hN`).
+_ONE_PER_TILE = {"PERSISTENT": 0, "LPT": 0, "SCHED_HEADS": 1}
+GLUON_VARIANTS: dict[str, dict[str, int]] = {
+    **{
+        f"ws-{rows}-s{stages}": {"BLOCK_M": rows, "STAGES": stages, **_ONE_PER_TILE}
+        for rows in (128, 192)
+        for stages in (2, 3)
+    },
+    **{
+        f"ws-{rows}-p-s{stages}": {
+            "BLOCK_M": rows,
+            "STAGES": stages,
+            "PERSISTENT": 1,
+            "LPT": 0,
+            "SCHED_HEADS": 1,
+        }
+        for rows in (128, 192)
+        for stages in (2, 3)
+    },
+    **{
+        f"ws-{rows}-lpt-h{heads}": {
+            "BLOCK_M": rows,
+            "STAGES": 2,
+            "PERSISTENT": 1,
+            "LPT": 1,
+            "SCHED_HEADS": heads,
+        }
+        for rows in (128, 192)
+        for heads in (1, 4)
+    },
+}
+# The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not.
+FP8_GLUON_VARIANTS = {
+    f"fp8-ws-s{stages}{'-p' if persistent else ''}": {
+        **FP8_CONFIG,
+        "STAGES": stages,
+        "PERSISTENT": persistent,
+    }
+    for stages, persistent in ((2, 0), (3, 0), (4, 0), (3, 1), (4, 1))
+}
+
+
+def tile_name(prefix: str, entry: tuple[int, ...]) -> str:
+    """`fwd-128x64-w4-s2`, `-r128` with a register cap."""
+    bm, bn, warps, stages = entry[:4]
+    return f"{prefix}-{bm}x{bn}-w{warps}-s{stages}" + (f"-r{entry[4]}" if len(entry) > 4 else "")
+
+
+@contextlib.contextmanager
+def _gluon_off() -> Iterator[None]:
+    """FLASHBENCH_GLUON=0 for one call: the kernels read it per call (launch.env_key), so the tl forward runs,
+    autotuned, where flash_attn would take the Gluon one."""
+    before = os.environ.get("FLASHBENCH_GLUON")
+    os.environ["FLASHBENCH_GLUON"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["FLASHBENCH_GLUON"]
+        else:
+            os.environ["FLASHBENCH_GLUON"] = before
+
+
+def _register(
+    name: str, config: dict[str, Any] | None, dtypes: tuple[str, ...], what: str, gluon: bool = False
+) -> None:
+    """One forward provider calling flash_attn with `config` forced (None: with the Gluon forward off); a Gluon
+    config runs on CUDA only (Hopper: elsewhere its refusal is the row's reason)."""
+
+    def build(case: Case, device: str, stack: Any) -> Any:
+        causal, scale = case.causal, case.head_dim**-0.5
+
+        def call(q: Any, k: Any, v: Any, **descales: Any) -> Any:
+            if config is None:
+                with _gluon_off():
+                    return flash_attn(q, k, v, causal=causal, sm_scale=scale)
+            try:
+                return flash_attn(q, k, v, causal=causal, sm_scale=scale, config=config, **descales)
+            except ValueError as exc:  # flash_ws refuses a forced config for this shape (192 rows at d = 128)
+                raise Unsupported(f"{name}: {exc}") from None
+
+        if case.dtype == "fp8":  # V in the FP8 kernels' layout, once, untimed (as the `triton` provider does)
+            call.prepare = lambda q, k, v, **kw: (q, k, value_layout(v), kw)  # type: ignore[attr-defined]
+        return call
+
+    register(
+        name,
+        dtypes=dtypes,
+        backward=False,
+        gqa=True,
+        devices=("cuda",) if gluon else ("cuda", "cpu"),
+        builder=True,
+        kernel_config=last_config,
+        description=f"forward study: {what}",
+    )(build)
+
+
+for _entry in (*FWD_SPACE, *FWD_OUTSIDE, *CAPPED):
+    _register(tile_name("fwd", _entry), config_dict(_entry), ("fp16", "bf16", "fp32"), "forced tl tile")
+_register("fwd-tl", None, ("fp16", "bf16", "fp32"), "the tl forward, autotuned (FLASHBENCH_GLUON=0)")
+for _name, _forced in GLUON_VARIANTS.items():
+    _register(_name, {**_GLUON, **_forced}, ("fp16", "bf16"), f"Gluon forward {_forced}", gluon=True)
+for _entry in (*FP8_FWD_SPACE, *FP8_OUTSIDE):
+    _register(tile_name("fp8", _entry), config_dict(_entry), ("fp8",), "forced FP8 tl tile")
+for _name, _forced in FP8_GLUON_VARIANTS.items():
+    _register(_name, {**_GLUON, **_forced}, ("fp8",), f"Gluon FP8 forward {_forced}", gluon=True)

@@ -1,0 +1,101 @@
+"""The pre-compile's processes (engine/precompile.py runs them): record the kernel builds of cases, compile builds.
+
+    python -P -m flashbench.engine.compile_worker record [--kernel FILE]...   stdin: one JSON list of cases
+    python -P -m flashbench.engine.compile_worker compile [--kernel FILE]...  stdin: one build a line
+
+Both answer in JSON lines on a private copy of stdout (worker.py's protocol stream; everything else goes to stderr).
+
+record: with Triton's `jit_cache_hook` answering "skip" (knobs.runtime.jit_cache_hook returning True), every launch
+that would compile returns before compiling or running: each case's first call (measure.prepare, then the full
+forward and backward a worker's first call makes, on the case's own inputs) reaches each kernel it would launch,
+with the arguments it would launch with, and the hook records the build: the kernel (module, qualname) and
+Triton's specialization data (the signature, constants, attributes, options and target that key the compile).
+The autotuner records every candidate a worker would compile (kernels/launch.py RECORD_ONLY), or only the pick the
+autotune cache already holds. One answer a case: {"case": key, "builds": [...], "error": str|null}.
+
+compile: `JITFunction.preload(specialization data)`, Triton's own way to compile a recorded build, compiles the
+same source with the same options the runtime would, into the Triton cache (TRITON_CACHE_DIR), where a worker's
+first launch of that build then finds it. One answer a build: {"id": ..., "compile_s": ..., "error": str|null}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import gc
+import importlib
+import json
+import sys
+import time
+from typing import IO, Any
+
+from flashbench.engine.worker import _load_providers, _protocol_stream, _send
+
+
+def _kernel_of(module: str, qualname: str) -> Any:
+    """The @triton.jit function `module`:`qualname` (a module a --kernel file registered is in sys.modules)."""
+    mod = sys.modules.get(module) or importlib.import_module(module)
+    return functools.reduce(getattr, qualname.split("."), mod)
+
+
+def record(cases: list[dict[str, Any]], proto: IO[str]) -> None:
+    import torch
+    from triton import knobs
+
+    from flashbench.engine.measure import prepare
+    from flashbench.kernels import launch
+    from flashbench.spec.cases import Case
+
+    builds: list[dict[str, Any]] = []
+
+    def hook(**kw: Any) -> bool:
+        fn = kw["fn"].jit_function.fn
+        spec = kw["compile"]["specialization_data"]
+        builds.append({"module": fn.__module__, "qualname": fn.__qualname__, "spec": spec})
+        return True  # skip: no compile, no launch
+
+    launch.RECORD_ONLY = True
+    knobs.runtime.jit_cache_hook = hook
+    for data in cases:
+        case = Case.from_dict(data)
+        error = None
+        try:
+            with contextlib.ExitStack() as stack:
+                prepare(case, "cuda", stack).full()
+        except Exception as exc:  # the builds recorded before it still count; the worker compiles the rest
+            error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        gc.collect()
+        torch.cuda.empty_cache()
+        _send(proto, {"case": case.key, "builds": builds, "error": error})
+        builds = []
+
+
+def compile_builds(stdin: IO[str], proto: IO[str]) -> None:
+    for line in stdin:
+        build = json.loads(line)
+        started = time.perf_counter()
+        error = None
+        try:
+            _kernel_of(build["module"], build["qualname"]).preload(build["spec"])
+        except Exception as exc:  # a build that does not compile here compiles (or fails) in its worker
+            error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        _send(proto, {"id": build["id"], "compile_s": time.perf_counter() - started, "error": error})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -P -m flashbench.engine.compile_worker")
+    parser.add_argument("mode", choices=("record", "compile"))
+    parser.add_argument("--kernel", action="append", default=[])
+    args = parser.parse_args(argv)
+    proto = _protocol_stream()
+    _load_providers(args.kernel)
+    if args.mode == "record":
+        record(json.loads(sys.stdin.read()), proto)
+    else:
+        compile_builds(sys.stdin, proto)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""Compile once per host: before a CUDA sweep measures, the distinct kernel builds of its planned cases are compiled
+once, in parallel on the host's CPU cores, into the Triton cache the workers then read.
+
+Two steps, each in processes of its own (engine/compile_worker.py; this process never imports torch):
+  1. record: one process on the sweep's first GPU runs each case's first call with Triton's JIT told to record,
+     not compile nor launch, every build it meets: the kernel and Triton's specialization data (signature,
+     constants, options, target), the autotuner's candidates included (or only the pick the autotune cache holds).
+  2. compile: the distinct builds (the same kernel with the same specialization data is one build, whichever
+     cases and shapes meet it) are dealt, one at a time as processes come free, to `jobs` processes (one per CPU
+     core by default): each compiles a build with Triton's own `JITFunction.preload`, the same source and options
+     the runtime compiles, so a worker's first launch finds it in the cache. No build goes to two processes.
+Then the workers measure: their first call of a case loads its kernels from the cache (and autotunes, on the GPU),
+so compile_ms, kept out of the samples as always, is mostly the tuning's timing. A build that fails to record or
+to compile here is compiled by the worker that needs it, as without this step.
+
+Which cases: those the sweep will run whose provider is a bundled kernel (ProviderInfo.source "bundled"). Others
+compile in their workers: SDPA's kernels ship compiled, FlexAttention's go through torch.compile's own cache, and a
+user's kernel file may do anything on its first call. Off (with the reason recorded) under --device cpu (the
+interpreter compiles nothing), with FLASHBENCH_PRECOMPILE=0, or with nothing to compile.
+FLASHBENCH_PRECOMPILE_JOBS=N sets the number of compile processes.
+
+The record (env.json's `precompile`): wall_s (the whole step), record_s, compile_wall_s, jobs, cases, builds
+(distinct), compiled, failed, compile_s_sum (the processes' compile time added up), and `skipped` with its reason
+where the step did not run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from flashbench.engine import worker as worker_process
+from flashbench.spec.cases import Case
+
+MODULE = "flashbench.engine.compile_worker"
+ENV_SWITCH = "FLASHBENCH_PRECOMPILE"
+ENV_JOBS = "FLASHBENCH_PRECOMPILE_JOBS"
+_ERRORS_KEPT = 5  # the first few failures, in the record, to say why
+
+
+@dataclass
+class Record:
+    """What the pre-compile step did, as env.json keeps it."""
+
+    wall_s: float = 0.0
+    record_s: float = 0.0
+    compile_wall_s: float = 0.0
+    jobs: int = 0
+    cases: int = 0
+    builds: int = 0
+    compiled: int = 0
+    failed: int = 0
+    compile_s_sum: float = 0.0
+    skipped: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("wall_s", "record_s", "compile_wall_s", "compile_s_sum"):
+            out[key] = round(out[key], 3)
+        return out
+
+
+def skip_reason(device: str, cases: Sequence[Case]) -> str | None:
+    """Why the step does not run for these cases on `device` (None: it runs)."""
+    if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"{ENV_SWITCH}=0"
+    if device != "cuda":
+        return "--device cpu: the Triton interpreter compiles nothing"
+    if not cases:
+        return "no case of a bundled kernel to run"
+    return None
+
+
+def jobs_for(builds: int) -> int:
+    """Compile processes: FLASHBENCH_PRECOMPILE_JOBS, else one per CPU core this process may use; never more than
+    there are builds."""
+    text = os.environ.get(ENV_JOBS, "").strip()
+    if text.isdigit() and int(text) > 0:
+        wanted = int(text)
+    else:
+        wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(wanted, builds))
+
+
+def distinct(recorded: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per build (the kernel and its specialization data), in the order first met, each with an "id"."""
+    seen: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for build in recorded:
+        key = (build["module"], build["qualname"], build["spec"])
+        if key not in seen:
+            seen[key] = {**build, "id": len(seen)}
+    return list(seen.values())
+
+
+def command(mode: str, kernels: Sequence[str]) -> list[str]:
+    cmd = [sys.executable, "-P", "-m", MODULE, mode]
+    for path in kernels:
+        cmd += ["--kernel", path]
+    return cmd
+
+
+def _start(cmd: list[str], visible: str | None) -> subprocess.Popen[str]:
+    env = worker_process.environment(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    return subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+        text=True,
+        encoding="utf-8",
+        bufsize=1,
+    )
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    proc.wait()
+
+
+def _answers(proc: subprocess.Popen[str]) -> queue.Queue[dict[str, Any] | None]:
+    """A queue fed with the process's JSON answers by a reader thread (None at end of output)."""
+    answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                answers.put(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        answers.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return answers
+
+
+def record_builds(
+    cases: Sequence[Case], kernels: Sequence[str], visible: str | None, timeout_s: float, rec: Record
+) -> list[dict[str, Any]]:
+    """Step 1: the builds the cases' first calls would compile (a case that fails records what it met)."""
+    proc = _start(command("record", kernels), visible)
+    answers = _answers(proc)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps([c.to_dict() for c in cases]))
+        proc.stdin.close()
+    except OSError:
+        pass
+    builds: list[dict[str, Any]] = []
+    try:
+        for _ in cases:
+            try:
+                answer = answers.get(timeout=timeout_s)
+            except queue.Empty:
+                rec.errors.append(f"record: no answer within {timeout_s:g} s")
+                break
+            if answer is None:
+                rec.errors.append(f"record: the process ended early (exit {proc.wait()})")
+                break
+            builds.extend(answer.get("builds", []))
+            if answer.get("error") and len(rec.errors) < _ERRORS_KEPT:
+                rec.errors.append(f"record {answer.get('case')}: {answer['error']}")
+    finally:
+        _kill(proc)
+    return builds
+
+
+def compile_pool(
+    builds: Sequence[dict[str, Any]],
+    jobs: int,
+    timeout_s: float,
+    start: Callable[[], subprocess.Popen[str]],
+    rec: Record,
+) -> None:
+    """Step 2: `builds` compiled by `jobs` processes made by `start()`, each build sent to exactly one of them as
+    it comes free. A build that fails, or whose process dies or passes `timeout_s`, is counted failed (a process
+    killed for it is replaced)."""
+    todo: queue.Queue[dict[str, Any]] = queue.Queue()
+    for build in builds:
+        todo.put(build)
+    lock = threading.Lock()
+
+    def note(error: str | None, seconds: float) -> None:
+        with lock:
+            rec.compile_s_sum += seconds
+            if error is None:
+                rec.compiled += 1
+                return
+            rec.failed += 1
+            if len(rec.errors) < _ERRORS_KEPT:
+                rec.errors.append(error)
+
+    def serve() -> None:
+        proc: subprocess.Popen[str] | None = None
+        answers: queue.Queue[dict[str, Any] | None] | None = None
+        try:
+            while True:
+                try:
+                    build = todo.get_nowait()
+                except queue.Empty:
+                    return
+                if proc is None or proc.poll() is not None:
+                    proc = start()
+                    answers = _answers(proc)
+                assert answers is not None and proc.stdin is not None
+                started = time.monotonic()
+                try:
+                    proc.stdin.write(json.dumps(build) + "\n")
+                    proc.stdin.flush()
+                except OSError:
+                    pass  # it died: the read below says so
+                answer = _next_answer(answers, build["id"], timeout_s)
+                if answer is None or isinstance(answer, str):
+                    _kill(proc)
+                    proc = None
+                    why = answer or f"the compile process ended (build {build['qualname']})"
+                    note(why, time.monotonic() - started)
+                    continue
+                error = answer.get("error")
+                note(f"{build['qualname']}: {error}" if error else None, float(answer.get("compile_s", 0.0)))
+        finally:
+            if proc is not None:
+                try:
+                    assert proc.stdin is not None
+                    proc.stdin.close()
+                    proc.wait(timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+                _kill(proc)
+
+    threads = [threading.Thread(target=serve, daemon=True) for _ in range(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _next_answer(
+    answers: queue.Queue[dict[str, Any] | None], build_id: int, timeout_s: float
+) -> dict[str, Any] | str | None:
+    """The answer for `build_id`; a string saying why there is none (timeout); None when the process ended."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return f"no answer within {timeout_s:g} s (build {build_id}); process killed"
+        try:
+            answer = answers.get(timeout=remaining)
+        except queue.Empty:
+            continue
+        if answer is None:
+            return None
+        if answer.get("id") == build_id:
+            return answer
+
+
+def run(
+    cases: Sequence[Case],
+    *,
+    device: str,
+    kernels: Sequence[str],
+    visible: str | None,
+    timeout_s: float,
+) -> Record:
+    """Record, then compile, the builds of `cases` (the bundled kernels' cases the sweep will run); the record."""
+    started = time.monotonic()
+    rec = Record(cases=len(cases))
+    rec.skipped = skip_reason(device, cases)
+    if rec.skipped is not None:
+        return rec
+    builds = distinct(record_builds(cases, kernels, visible, timeout_s, rec))
+    rec.record_s = time.monotonic() - started
+    rec.builds = len(builds)
+    if builds:
+        rec.jobs = jobs_for(len(builds))
+        began = time.monotonic()
+
+        def start() -> subprocess.Popen[str]:
+            return _start(command("compile", kernels), visible)
+
+        compile_pool(builds, rec.jobs, timeout_s, start, rec)
+        rec.compile_wall_s = time.monotonic() - began
+    rec.wall_s = time.monotonic() - started
+    return rec

@@ -1,0 +1,234 @@
+"""Compile once per host (flashbench/engine/precompile.py): the distinct builds, the compile pool that gives each
+build to one process, the autotuner's recording mode, the skip on CPU; and, on a GPU, that a worker's first call
+finds every recorded build in the Triton cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from flashbench.kernels import autotune, common, flash_v2, launch
+
+from flashbench.engine import precompile
+from flashbench.spec.cases import Case
+
+SMALL = {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1}
+BIG = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+
+
+def _build(qualname: str, spec: str, module: str = "m") -> dict:
+    return {"module": module, "qualname": qualname, "spec": spec}
+
+
+def test_distinct_keeps_one_build_per_kernel_and_specialization_in_first_met_order():
+    recorded = [
+        _build("fwd", "s1"),
+        _build("fwd", "s2"),
+        _build("fwd", "s1"),  # another case, the same build
+        _build("bwd", "s1"),  # the same specialization text, another kernel
+        _build("fwd", "s1", module="other"),
+    ]
+    builds = precompile.distinct(recorded)
+    assert [(b["module"], b["qualname"], b["spec"]) for b in builds] == [
+        ("m", "fwd", "s1"),
+        ("m", "fwd", "s2"),
+        ("m", "bwd", "s1"),
+        ("other", "fwd", "s1"),
+    ]
+    assert [b["id"] for b in builds] == [0, 1, 2, 3]
+
+
+def test_skip_reasons_cpu_switch_and_nothing_to_compile(monkeypatch):
+    case = Case("triton", 1, 2, 2, 64, 64, 16, "fp16", causal=False, mode="fwd")
+    monkeypatch.delenv(precompile.ENV_SWITCH, raising=False)
+    assert precompile.skip_reason("cuda", [case]) is None
+    assert "interpreter" in (precompile.skip_reason("cpu", [case]) or "")
+    assert precompile.skip_reason("cuda", []) == "no case of a bundled kernel to run"
+    monkeypatch.setenv(precompile.ENV_SWITCH, "0")
+    assert precompile.skip_reason("cuda", [case]) == "FLASHBENCH_PRECOMPILE=0"
+    rec = precompile.run([case], device="cuda", kernels=(), visible=None, timeout_s=5)
+    assert rec.skipped == "FLASHBENCH_PRECOMPILE=0" and rec.builds == 0 and rec.jobs == 0
+
+
+def test_jobs_one_per_core_capped_by_builds_or_set(monkeypatch):
+    monkeypatch.delenv(precompile.ENV_JOBS, raising=False)
+    cores = len(os.sched_getaffinity(0))
+    assert precompile.jobs_for(1000) == cores
+    assert precompile.jobs_for(1) == 1
+    monkeypatch.setenv(precompile.ENV_JOBS, "3")
+    assert precompile.jobs_for(1000) == 3 and precompile.jobs_for(2) == 2
+
+
+# A stand-in for the compile process (the real one needs a GPU): it "compiles" a build by writing its id and its
+# own pid to a log, fails the build named "bad", and never answers for "hang".
+_FAKE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    log = sys.argv[1]
+    for line in sys.stdin:
+        build = json.loads(line)
+        if build["qualname"] == "hang":
+            time.sleep(600)
+        with open(log, "a") as fh:
+            fh.write(f"{build['id']} {os.getpid()}\\n")
+        time.sleep(0.2)
+        error = "PTXASError: boom" if build["qualname"] == "bad" else None
+        print(json.dumps({"id": build["id"], "compile_s": 0.2, "error": error}), flush=True)
+    """
+)
+
+
+def _pool(tmp_path: Path, names: list[str], jobs: int, timeout_s: float) -> tuple[precompile.Record, list]:
+    log = tmp_path / "compiled.log"
+    builds = precompile.distinct(_build(name, f"spec-{i}") for i, name in enumerate(names))
+    rec = precompile.Record(builds=len(builds), jobs=jobs)
+
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", _FAKE, str(log)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+
+    precompile.compile_pool(builds, jobs, timeout_s, start, rec)
+    lines = [ln.split() for ln in log.read_text().splitlines()] if log.exists() else []
+    return rec, lines
+
+
+def test_pool_gives_every_build_to_exactly_one_process_and_runs_them_side_by_side(tmp_path):
+    rec, lines = _pool(tmp_path, [f"k{i}" for i in range(8)], jobs=3, timeout_s=30)
+    ids = sorted(int(i) for i, _ in lines)
+    assert ids == list(range(8))  # each build compiled once
+    assert len({pid for _, pid in lines}) == 3  # by three processes
+    assert (rec.compiled, rec.failed) == (8, 0)
+    assert rec.compile_s_sum == pytest.approx(8 * 0.2)
+
+
+def test_pool_counts_a_failed_build_and_replaces_a_process_that_hangs(tmp_path):
+    rec, lines = _pool(tmp_path, ["bad", "hang", "k2", "k3", "k4"], jobs=2, timeout_s=3)
+    assert sorted(int(i) for i, _ in lines) == [0, 2, 3, 4]  # the hung build never finished; the rest did
+    assert (rec.compiled, rec.failed) == (3, 2)
+    assert any("PTXASError" in e for e in rec.errors)
+    assert any("no answer within 3 s" in e for e in rec.errors)
+
+
+@pytest.fixture
+def _tuning_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHBENCH_HOME", str(tmp_path))
+    monkeypatch.delenv("FLASHBENCH_AUTOTUNE_CACHE", raising=False)
+    monkeypatch.setenv("FLASHBENCH_AUTOTUNE", "1")
+    monkeypatch.setattr(flash_v2, "FWD_SPACE", ((32, 32, 4, 1), (16, 32, 2, 1)))
+    monkeypatch.setattr(
+        launch, "interpreting", lambda: False
+    )  # the kernels still run through the interpreter
+    monkeypatch.setattr(launch, "_max_shared_mem", lambda: 232448)
+    monkeypatch.setattr(launch, "_device_name", lambda index: "test GPU")
+    autotune.forget()
+    flash_v2._PLANS.plans.clear()
+    yield tmp_path
+    autotune.forget()
+    flash_v2._PLANS.plans.clear()
+
+
+def _forward_configs(monkeypatch) -> list[dict]:
+    """attention_forward once on a small fp16 input; the configs its launches ran with."""
+    ran: list[dict] = []
+    real = launch._run_config
+
+    def counting(kernel, grid, args, constexprs, config):
+        ran.append(dict(config))
+        real(kernel, grid, args, constexprs, config)
+
+    monkeypatch.setattr(launch, "_run_config", counting)
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 40, 32, generator=gen).half() for _ in range(3))
+    q, k, v, scale = common.check_inputs("flash_attn", q, k, v, True, None)
+    flash_v2.attention_forward(q, k, v, True, scale)
+    flash_v2._PLANS.plans.clear()
+    return ran
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="drives the CPU interpreter")
+def test_recording_launches_every_autotune_candidate_once_and_times_none(_tuning_home, monkeypatch):
+    def no_timing(fns):
+        raise AssertionError("recording must not time the candidates")
+
+    monkeypatch.setattr(autotune, "_rotated_ms", no_timing)
+    monkeypatch.setattr(launch, "RECORD_ONLY", True)
+    assert _forward_configs(monkeypatch) == [BIG, SMALL]  # the space's order, each once
+    assert not list(autotune.cache_dir().glob("fwd_v2-*.json"))  # no pick written
+    assert autotune._MEMORY == {}  # nor kept
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="drives the CPU interpreter")
+def test_recording_launches_only_the_pick_the_autotune_cache_holds(_tuning_home, monkeypatch):
+    monkeypatch.setattr(
+        autotune, "_rotated_ms", lambda fns: [[1.0 if fn.args[0] == SMALL else 2.0] * 3 for fn in fns]
+    )
+    _forward_configs(monkeypatch)  # tunes: SMALL wins, on disk
+    autotune.forget()
+    monkeypatch.setattr(launch, "RECORD_ONLY", True)
+    assert _forward_configs(monkeypatch) == [SMALL]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_first_call_after_precompile_finds_every_build_in_the_triton_cache(tmp_path):
+    """record + compile a forward and a backward case into an empty Triton cache, then run the cases' first calls
+    in a fresh process: Triton's compilation listener sees only cache hits."""
+    cases = [
+        Case("triton", 1, 4, 4, 1024, 1024, 64, "bf16", causal=True, mode="fwd"),
+        Case("triton", 2, 4, 2, 512, 512, 128, "fp16", causal=False, mode="bwd"),
+    ]
+    env = {
+        **os.environ,
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+        "FLASHBENCH_HOME": str(tmp_path / "home"),
+    }
+    script = textwrap.dedent(
+        """
+        import json, os, sys
+        from flashbench.engine import precompile
+        from flashbench.spec.cases import Case
+        cases = [Case.from_dict(c) for c in json.loads(sys.argv[1])]
+        rec = precompile.run(cases, device="cuda", kernels=(), visible=None, timeout_s=600)
+        print(json.dumps(rec.to_dict()))
+        """
+    )
+    payload = json.dumps([c.to_dict() for c in cases])
+    done = subprocess.run(
+        [sys.executable, "-c", script, payload], env=env, capture_output=True, text=True, check=True
+    )
+    rec = json.loads(done.stdout.strip().splitlines()[-1])
+    assert rec["skipped"] is None and rec["builds"] > 0, rec
+    assert rec["compiled"] == rec["builds"] and rec["failed"] == 0, rec
+    first_calls = textwrap.dedent(
+        """
+        import contextlib, json, sys
+        from triton import knobs
+        from flashbench.engine.measure import prepare
+        from flashbench.providers import builtin
+        from flashbench.spec.cases import Case
+        builtin.load()
+        hits = []
+        knobs.compilation.listener = lambda **kw: hits.append(bool(kw["cache_hit"]))
+        for data in json.loads(sys.argv[1]):
+            with contextlib.ExitStack() as stack:
+                prepare(Case.from_dict(data), "cuda", stack).full()
+        print(json.dumps(hits))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", first_calls, payload], env=env, capture_output=True, text=True, check=True
+    )
+    hits = json.loads(done.stdout.strip().splitlines()[-1])
+    assert hits and all(hits), f"{hits.count(False)} of {len(hits)} builds compiled again"

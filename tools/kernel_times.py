@@ -1,0 +1,86 @@
+"""Where a provider's call spends its GPU time, kernel by kernel: every CUDA kernel the call launches and its mean
+time per call under torch.profiler. A probe: timing the whole call is `flashbench sweep`'s work.
+
+    python tools/kernel_times.py --providers triton,sdpa-cudnn --mode bwd --head-dim 128 --seq 16384
+    python tools/kernel_times.py --kernel benchmarks/studies/backward.py --providers bwd-gluon,bwd-tl --mode bwd
+
+The case is made as a sweep makes it (flashbench.engine.measure.prepare: the provider's build, its inputs); the
+shapes are the speed preset's (16k tokens per batch, hidden 2048: heads = 2048 / d) unless --batch / --heads are
+given. In `bwd` mode the forward runs once, outside the profiled calls, and each call is the backward of it, as
+the sweep's `bwd` mode times it. TFLOP/s beside a backward kernel counts its block matmuls over every unmasked
+(query, key) pair (dK/dV: 4, dQ: 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+# block matmuls per unmasked (query, key) pair of each backward kernel, by its name's start
+MATMULS = {"_bwd_dkdv": 4, "_bwd_dq": 3}
+
+
+def kernel_times(call, calls: int) -> dict[str, float]:
+    """Mean GPU time (us) per call of each CUDA kernel `call` launches, over `calls` calls."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    return {e.key: e.device_time_total / calls for e in prof.key_averages() if e.device_time_total > 0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--providers", required=True, help="comma list of providers")
+    ap.add_argument("--kernel", action="append", default=[], help="a provider file (repeatable)")
+    ap.add_argument("--mode", choices=("fwd", "bwd", "fwd+bwd"), default="fwd")
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--batch", type=int, help="default: 16384 // seq (at least 1)")
+    ap.add_argument("--heads", type=int, help="default: 2048 // head dim")
+    ap.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32", "fp8"))
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--calls", type=int, default=10, help="profiled calls per provider")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    import flashbench.providers.builtin  # noqa: F401  (registers the built-in providers)
+    from flashbench.engine.measure import prepare
+    from flashbench.providers.registry import load_kernel_file
+    from flashbench.spec.cases import Case
+    from flashbench.spec.window import unmasked_pairs
+
+    if not torch.cuda.is_available():
+        print("kernel_times: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    for path in args.kernel:
+        load_kernel_file(path)
+    d, n = args.head_dim, args.seq
+    batch, heads = args.batch or max(1, 16384 // n), args.heads or 2048 // d
+    pairs = batch * heads * unmasked_pairs(n, n, args.causal)
+    print(
+        f"{torch.cuda.get_device_name()}: B={batch} H={heads} N={n} d={d} {args.dtype} causal={args.causal}"
+    )
+    for name in args.providers.split(","):
+        case = Case(name, batch, heads, heads, n, n, d, args.dtype, args.causal, args.mode)
+        with contextlib.ExitStack() as stack:
+            call = prepare(case, "cuda", stack).looped()  # bwd: the backward of one forward, retained
+            cells = []
+            for kernel, us in kernel_times(call, args.calls).items():
+                mm = next((m for start, m in MATMULS.items() if kernel.startswith(start)), 0)
+                flops = f" ({2 * mm * pairs * d / us / 1e6:.0f} TF/s)" if mm else ""
+                cells.append(f"{kernel} {us:.0f} us{flops}")
+        print(f"{name}: " + ", ".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
