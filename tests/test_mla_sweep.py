@@ -34,6 +34,19 @@ def test_a_latent_case_keys_apart_and_every_other_key_is_unchanged():
     assert mla.latent and mla.value_dim == 512 and not plain.latent and plain.value_dim == 128
 
 
+def test_the_latent_key_part_follows_the_packed_and_kv_cache_parts_and_the_models_take_all_three():
+    assert _case(min_seq=256, kv_dtype="fp8").key.endswith("|min256|kvfp8|latent512")
+    # An e4m3 latent cache: 1 byte per cached element, Q and O as before (bf16).
+    floor = io_model.compulsory_traffic(2, 128, 1, 1, 4096, 576, 2, "fwd", kv_elem_bytes=1, head_dim_v=512)
+    assert floor.read == 2 * 4096 * 576 + 294_912 and floor.write == 262_144
+    # Documents of 3 and 2 tokens, causal: 6 + 3 pairs, each 2 * (576 + 512) FLOPs per query head.
+    assert attention_flops(1, 4, 5, 5, 576, True, "fwd", documents=(3, 2), head_dim_v=512) == 9 * 4 * 2176
+    packed = Case(
+        "flex", 1, 4, 1, 64, 64, 576, "bf16", True, "fwd", seqlens="random", min_seq=8, head_dim_v=512
+    )
+    assert "packed documents have no MLA path" in get("flex").info.supports(packed, "cuda")
+
+
 def test_flops_of_the_absorbed_form_by_hand():
     # Per (query head, key) pair: q k^T over 576 dims (2 * 576) and P v over 512 (2 * 512) = 2176 FLOPs.
     # Batch 2, 128 heads, one query over 4096 keys (causal bottom-right: all of them): 2 * 128 * 4096 * 2176.

@@ -60,8 +60,9 @@ def page(k: Any, v: Any, lengths: tuple[int, ...], page_size: int, seed: int = 0
     if page_size < 1 or page_size & (page_size - 1):
         raise ValueError(f"page size {page_size} is not a power of two")
     if k.dtype == torch.float8_e4m3fn:  # an e4m3 cache is paged as its bytes (no fp8 indexing kernels needed)
-        k_pool, v_pool, table = page(k.view(torch.uint8), v.view(torch.uint8), lengths, page_size, seed)
-        return k_pool.view(k.dtype), v_pool.view(v.dtype), table
+        v_bytes = None if v is None else v.view(torch.uint8)
+        k_pool, v_pool, table = page(k.view(torch.uint8), v_bytes, lengths, page_size, seed)
+        return k_pool.view(k.dtype), None if v_pool is None else v_pool.view(v.dtype), table
     batch, kv_heads, capacity, dim = k.shape
     pages = [-(-n // page_size) for n in lengths]
     order = torch.randperm(sum(pages), generator=torch.Generator().manual_seed(seed)).tolist()

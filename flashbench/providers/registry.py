@@ -170,6 +170,8 @@ class ProviderInfo:
             return f"{self.name} takes no packed documents (--seqlens {case.seqlens} on the training shape)"
         if case.packed and case.dtype == "fp8":
             return "packed documents have no fp8 path"
+        if case.packed and case.latent:
+            return "packed documents have no MLA path (an MLA case is a decode over a latent KV cache)"
         if case.serving and case.mode != "fwd":
             return "a paged, ragged or FP8 KV cache is read by the forward only (decode has no backward)"
         if case.kv_layout not in self.kv_layouts:
