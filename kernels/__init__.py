@@ -7,11 +7,13 @@
     flash_decode(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=True, sm_scale=None,
                  num_splits=None)                                           split-KV decode over a contiguous or paged cache
         (..., k_scale=None, v_scale=None)                                   e4m3 k_cache, v_cache: an FP8 KV cache
+    flash_mla_decode(q, kv_cache, cache_seqlens=None, block_table=None, causal=True, sm_scale=None,
+                     num_splits=None, head_dim_v=512)                       MLA decode over one latent cache (mla.py)
     flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
                       sm_scale=None, window=None, validate=False)           packed documents (varlen.py), with backward
 
 q: [B, H, Nq, D]; k, v: [B, Hkv, Nk, D] (flash_attn_varlen: q [total_q, H, D], k, v [total_k, Hkv, D]); all but
-flash_decode are autograd functions (flash_decode: forward only, kernels/decode.py). `last_config()` returns the
+the decodes are autograd functions (flash_decode, flash_mla_decode: forward only). `last_config()` returns the
 forward config of the most recent launch of the first three or flash_attn_varlen; launchers raise `KernelUnsupported` (a ValueError) naming what they refuse.
 """
 
@@ -21,6 +23,7 @@ from .common import SUPPORTED_HEAD_DIMS, KernelUnsupported, last_config
 from .decode import flash_decode
 from .flash_fp8 import value_layout
 from .flash_v1 import flash_attn_v1
+from .mla import flash_mla_decode
 from .stored_p import flash_attn_stored_p
 from .varlen import flash_attn_varlen
 
@@ -32,6 +35,7 @@ __all__ = [
     "flash_attn_v1",
     "flash_attn_varlen",
     "flash_decode",
+    "flash_mla_decode",
     "last_config",
     "value_layout",
 ]

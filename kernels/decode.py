@@ -457,17 +457,21 @@ def _scratch(device: torch.device, counters: int, partials: int) -> tuple[torch.
     return have
 
 
-def _launch(grid: tuple[int, int, int], args: tuple, pointers: int, warps: int, stages: int) -> None:
-    """_decode[grid](*args): through Triton's JIT the first time per key, then straight to the compiled kernel.
+def _launch(
+    grid: tuple[int, int, int], args: tuple, pointers: int, warps: int, stages: int, kernel: Any = _decode
+) -> None:
+    """kernel[grid](*args): through Triton's JIT the first time per key, then straight to the compiled kernel.
 
-    The key holds the device, every argument but the float scale (exact integers, constexprs, the dtype) and the
-    16-byte alignment of each of the `pointers` leading tensor arguments: at least what Triton specializes on.
+    The key holds the kernel, the device, every argument but the float scale (exact integers, constexprs, the
+    dtype) and the 16-byte alignment of each of the `pointers` leading tensor arguments: at least what Triton
+    specializes on. kernels/mla.py launches its kernel through it too.
     """
     if interpreting():
-        _decode[grid](*args, num_warps=warps, num_stages=stages)
+        kernel[grid](*args, num_warps=warps, num_stages=stages)
         return
     ptrs = args[:pointers]
     key = (
+        kernel,
         ptrs[0].dtype,
         ptrs[1].dtype,  # the cache's: fp8 or q's
         ptrs[0].device.index,
@@ -478,7 +482,7 @@ def _launch(grid: tuple[int, int, int], args: tuple, pointers: int, warps: int, 
     )
     compiled = _COMPILED.get(key)
     if compiled is None:
-        compiled = _decode[grid](*args, num_warps=warps, num_stages=stages)
+        compiled = kernel[grid](*args, num_warps=warps, num_stages=stages)
         if len(_COMPILED) >= 4096:
             _COMPILED.clear()
         _COMPILED[key] = compiled

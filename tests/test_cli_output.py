@@ -159,7 +159,20 @@ def test_list_providers_reads_at_80_and_100_columns(capsys, monkeypatch, width):
     assert reasons == {n: i["reason"] for n, i in infos.items() if not i["available"]}
     words = {w for i in infos.values() for key in ("dtypes", "kv_layouts", "devices") for w in i[key]}
     words |= {str(d) for i in infos.values() for d in i["head_dims"] or ()} | set(infos)
-    words |= {"yes", "no", "any", "causal", "window", "bwd", "GQA", "ragged", "-", "8..256:8"}
+    words |= {
+        "yes",
+        "no",
+        "any",
+        "causal",
+        "window",
+        "bwd",
+        "GQA",
+        "MLA",
+        "MLA-only",
+        "ragged",
+        "-",
+        "8..256:8",
+    }
     body = out.split("Not available here:")[0].splitlines()[3:]  # below the title and the header
     assert {w for line in body for w in line.split()} <= words
 
@@ -194,6 +207,8 @@ def test_list_providers_says_who_takes_a_window_and_which_kv_caches(capsys, monk
     assert "window" in cell("triton", 0).split() and "window" in cell("flex", 0).split()
     assert "window" not in cell("sdpa-cudnn", 0) and "window" not in cell("triton-stored-p", 0)
     assert cell("triton-decode", 1) == "contiguous paged ragged" and cell("sdpa-cudnn", 1) == "contiguous"
+    assert "MLA-only" in cell("triton-mla", 0).split() and "MLA" in cell("sdpa-math", 0).split()
+    assert "MLA" not in cell("sdpa-cudnn", 0).split() and "MLA-only" not in cell("flex", 0).split()
 
 
 def test_cpu_sweep_footer_says_nothing_about_gpus(capsys):

@@ -131,7 +131,7 @@ def test_builtins_declare_the_references_colours_and_packages():
         "sdpa-cudnn",
     )
     assert builtin.ratio_pairs() == (("triton", "sdpa-flash"),)
-    assert builtin.packages() == ("flash-attn", "flash_attn_3", "nvidia-ml-py", "pandas")
+    assert builtin.packages() == ("flash-attn", "flash_attn_3", "flash_mla", "nvidia-ml-py", "pandas")
     colours = builtin.colours()
     assert len(set(colours.values())) == len(colours)  # no two built-in providers share a colour
     assert not set(HASH_COLORS) & set(colours.values())  # nor does a user kernel's hashed one

@@ -49,7 +49,8 @@ def add_model_columns(df: pd.DataFrame) -> None:
             lens = seqlens_of(r)
             window = window_of(r)
             docs = documents_of(r)
-            kv = dict(kv_elem_bytes=kv_elem_bytes(r))
+            dv = int(r.head_dim_v)
+            kv = dict(kv_elem_bytes=kv_elem_bytes(r), head_dim_v=dv)
             kw: dict[str, Any] = dict(
                 blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window, documents=docs, **kv
             )
@@ -63,12 +64,20 @@ def add_model_columns(df: pd.DataFrame) -> None:
                     device=r.device,
                     window=window,
                     documents=docs,
+                    head_dim_v=dv,
                 ),
                 io_model.compulsory_traffic(*shape, r.mode, seqlens_k=lens, documents=docs, **kv).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=True, **kw).total,
                 io_model.hbm_traffic(family, *shape, r.causal, r.mode, l2_reuse=False, **kw).total,
                 attention_flops(
-                    *shape[:2], *shape[3:6], r.causal, r.mode, seqlens_k=lens, window=window, documents=docs
+                    *shape[:2],
+                    *shape[3:6],
+                    r.causal,
+                    r.mode,
+                    seqlens_k=lens,
+                    window=window,
+                    documents=docs,
+                    head_dim_v=dv,
                 ),
             ]
         except (
@@ -108,6 +117,7 @@ def provider_bytes(case: Case, family: str | None, kernel_config: dict[str, Any]
         window=case.window_size,
         documents=case.documents(),
         kv_elem_bytes=kv_elem_bytes(case),
+        head_dim_v=case.head_dim_v,
     )
     return float(traffic.total)
 
@@ -154,6 +164,7 @@ def predict_case(case: Case, family: str, flops_s: dict[str, float], bw_bytes_s:
         case.window_size,
         case.documents(),
         kv_elem_bytes(case),
+        case.head_dim_v,
     )
 
 

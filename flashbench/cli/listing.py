@@ -77,7 +77,14 @@ def render_providers(infos: list[ProviderInfo]) -> None:
 
 
 def _takes(info: ProviderInfo) -> str:
-    features = (("causal", info.causal), ("window", info.window), ("bwd", info.backward), ("GQA", info.gqa))
+    features = (
+        ("causal", info.causal),
+        ("window", info.window),
+        ("bwd", info.backward),
+        ("GQA", info.gqa),
+        ("MLA", info.latent == "also"),  # MLA cases (--head-dim-v) beside the ordinary ones
+        ("MLA-only", info.latent == "only"),
+    )
     return " ".join(word for word, ok in features if ok) or "-"
 
 

@@ -14,7 +14,8 @@ one key). EPS, one table: fp16 1e-4 and bf16 1e-3, about a quarter of each forma
 2^-8): the margin where torch's own error is close to 0; fp32 3e-3, because TF32 tensor-core math (10-bit
 mantissa, relative error ~1e-3; Triton's tl.dot default) is accepted for fp32 inputs.
 
-The reference's conventions: q [B, H, Nq, D], k and v [B, Hkv, Nk, D], H a multiple of Hkv (query head h reads
+The reference's conventions: q [B, H, Nq, D], k [B, Hkv, Nk, D], v [B, Hkv, Nk, Dv] (Dv = D but for MLA's
+absorbed form, where v is the first Dv dims of the latent k and the output has Dv), H a multiple of Hkv (query head h reads
 K/V head h // (H / Hkv)); sm_scale defaults to D^-0.5; causal masks are aligned bottom-right (query i sees key
 j <= i + Nk - Nq); `window` (left, right) is a sliding window in flash-attn's window_size convention, aligned
 the same way (spec/window.py: query i sees keys i + Nk - Nq - left <= j <= i + Nk - Nq + right, -1 = no limit);
@@ -118,20 +119,21 @@ def reference(
     sm = torch.float64 if low is None else torch.float32  # scores, softmax, dP, dS
     b, h, nq, d = q.shape
     hkv, nk = k.shape[1], k.shape[2]
-    if h % hkv or k.shape != v.shape or k.shape[0] != b or k.shape[3] != d:
+    dv = v.shape[3]  # d, or V's own (MLA's absorbed form: v is the first dv dims of the latent k)
+    if h % hkv or k.shape[:3] != v.shape[:3] or k.shape[0] != b or k.shape[3] != d:
         raise ValueError(f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match")
     group, scale = h // hkv, d**-0.5 if sm_scale is None else sm_scale
     lengths = [nk] * b if seqlens_k is None else [int(n) for n in seqlens_k]
     if len(lengths) != b or not all(0 <= n <= nk for n in lengths):
         raise ValueError(f"seqlens_k must hold {b} lengths in [0, {nk}], got {lengths}")
-    out = torch.zeros(b, h, nq, d, dtype=mm, device=q.device)
+    out = torch.zeros(b, h, nq, dv, dtype=mm, device=q.device)
     lse = torch.full((b, h, nq), float("-inf"), dtype=sm, device=q.device)
     grads = None
     if do is not None:
         grads = {
             "dq": torch.zeros(b, h, nq, d, dtype=mm, device=q.device),
             "dk": torch.zeros(b, hkv, nk, d, dtype=mm, device=q.device),
-            "dv": torch.zeros(b, hkv, nk, d, dtype=mm, device=q.device),
+            "dv": torch.zeros(b, hkv, nk, dv, dtype=mm, device=q.device),
         }
     with torch.no_grad():
         for bi, length in enumerate(lengths):
@@ -159,17 +161,18 @@ def reference(
 def _attend(
     *, q: Any, k: Any, v: Any, do: Any, causal: bool, window: Any, scale: float, sm: Any, fp8: bool = False
 ) -> dict[str, Any]:
-    """One K/V head's group of query heads: q [g, Nq, D] and do (or None) in the matmul dtype, k/v [Nk, D]."""
+    """One K/V head's group of query heads: q [g, Nq, D] and do (or None) in the matmul dtype, k [Nk, D], v
+    [Nk, Dv]."""
     import torch
 
     g, nq, d = q.shape
     nk = k.shape[0]
     acc = torch.float64 if sm == torch.float64 else torch.float32  # dK, dV summed over rows and heads
-    out = torch.zeros(g, nq, d, dtype=q.dtype, device=q.device)
+    out = torch.zeros(g, nq, v.shape[1], dtype=q.dtype, device=q.device)
     lse = torch.full((g, nq), float("-inf"), dtype=sm, device=q.device)
     dq = torch.zeros_like(q) if do is not None else None
     dk = torch.zeros(nk, d, dtype=acc, device=q.device)
-    dv = torch.zeros(nk, d, dtype=acc, device=q.device)
+    dv = torch.zeros(nk, v.shape[1], dtype=acc, device=q.device)
     block = max(1, min(nq, _BLOCK_ELEMS // max(nk, 1)))
     cols = torch.arange(nk, device=q.device)[None, :]
     for head in range(g if nk else 0):
@@ -365,7 +368,9 @@ def check(
     per_slice = (
         2
         * (3.5 if grads else 1.0)
-        * attention_flops(1, g, case.seq_q, case.seq_k, case.head_dim, False, "fwd")
+        * attention_flops(
+            1, g, case.seq_q, case.seq_k, case.head_dim, False, "fwd", head_dim_v=case.head_dim_v
+        )
     )
     total = case.batch * case.kv_heads
     if per_slice > limit:

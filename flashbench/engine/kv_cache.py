@@ -9,6 +9,7 @@ Layout (flash_decode's, kernels/decode.py, and the provider protocol's, provider
     block_table    int32 [B, ceil(N / page_size)]: entries past a sequence's pages are 0 (a valid page, never read)
     FP8 cache      (--kv-dtype fp8) k, v in float8_e4m3fn, contiguous or paged as above, with k_scale, v_scale
                    float32 [B, Hkv] (quantize(): per-(sequence, KV head) amax scaling)
+An MLA case (Case.latent) has one latent cache: K is paged, and V is a view of the pool's first head_dim_v dims.
 The pool is built by copying from the contiguous cache [B, Hkv, N, D] the worker draws (the same numbers, so the
 float64 reference reads that cache). Everything is made once per case, untimed.
 """
@@ -32,7 +33,11 @@ def build(case: Case, k: Any, v: Any) -> tuple[Any, Any, dict[str, Any]]:
     cache = {"cache_seqlens": torch.tensor(lengths, dtype=torch.int32, device=k.device)}
     if not case.paged:
         return k, v, cache
-    k_pool, v_pool, table = page(k, v, lengths, case.page_size, seed=zlib.crc32(case.shape_key.encode()))
+    seed = zlib.crc32(case.shape_key.encode())
+    if case.latent:  # MLA: one pool of the latent cache; V stays a view of its first head_dim_v dims
+        k_pool, _, table = page(k, None, lengths, case.page_size, seed=seed)
+        return k_pool, k_pool[..., : case.head_dim_v], {**cache, "block_table": table}
+    k_pool, v_pool, table = page(k, v, lengths, case.page_size, seed=seed)
     return k_pool, v_pool, {**cache, "block_table": table}
 
 
@@ -48,19 +53,21 @@ def quantize(k: Any, v: Any) -> tuple[Any, Any, dict[str, Any]]:
 
 def page(k: Any, v: Any, lengths: tuple[int, ...], page_size: int, seed: int = 0) -> tuple[Any, Any, Any]:
     """(k_pool, v_pool, block_table) holding the first lengths[b] tokens of each sequence of the contiguous
-    k, v [B, Hkv, N, D] (any strides) in pages of `page_size` tokens, in shuffled pool order (module docstring)."""
+    k, v [B, Hkv, N, D] (any strides) in pages of `page_size` tokens, in shuffled pool order (module docstring);
+    v None: k's pool alone (v_pool None)."""
     import torch
 
     if page_size < 1 or page_size & (page_size - 1):
         raise ValueError(f"page size {page_size} is not a power of two")
     if k.dtype == torch.float8_e4m3fn:  # an e4m3 cache is paged as its bytes (no fp8 indexing kernels needed)
-        k_pool, v_pool, table = page(k.view(torch.uint8), v.view(torch.uint8), lengths, page_size, seed)
-        return k_pool.view(k.dtype), v_pool.view(v.dtype), table
+        v_bytes = None if v is None else v.view(torch.uint8)
+        k_pool, v_pool, table = page(k.view(torch.uint8), v_bytes, lengths, page_size, seed)
+        return k_pool.view(k.dtype), None if v_pool is None else v_pool.view(v.dtype), table
     batch, kv_heads, capacity, dim = k.shape
     pages = [-(-n // page_size) for n in lengths]
     order = torch.randperm(sum(pages), generator=torch.Generator().manual_seed(seed)).tolist()
     k_pool = torch.zeros(sum(pages), kv_heads, page_size, dim, dtype=k.dtype, device=k.device)
-    v_pool = torch.zeros_like(k_pool)
+    v_pool = None if v is None else torch.zeros_like(k_pool)
     table = torch.zeros(batch, -(-capacity // page_size), dtype=torch.int32)
     first = 0
     for b, (n, count) in enumerate(zip(lengths, pages, strict=True)):
@@ -68,7 +75,8 @@ def page(k: Any, v: Any, lengths: tuple[int, ...], page_size: int, seed: int = 0
         first += count
         table[b, :count] = torch.tensor(slots, dtype=torch.int32)
         index = torch.tensor(slots, device=k.device)
-        for src, pool in ((k, k_pool), (v, v_pool)):
+        pairs = [(k, k_pool)] if v_pool is None else [(k, k_pool), (v, v_pool)]
+        for src, pool in pairs:
             tokens = torch.zeros(kv_heads, count * page_size, dim, dtype=k.dtype, device=k.device)
             tokens[:, :n] = src[b, :, :n]
             pool[index] = tokens.view(kv_heads, count, page_size, dim).transpose(0, 1)

@@ -93,7 +93,8 @@ class Prepared:
                 t = torch.randn(b, heads, n, d, dtype=dtype, device=device, generator=gen)
             return t.requires_grad_(grad)
 
-        self.q, k, v = make(h, nq), make(hkv, nk), make(hkv, nk)
+        self.q, k = make(h, nq), make(hkv, nk)
+        v = k[..., : case.head_dim_v] if case.latent else make(hkv, nk)  # MLA: V is the latent cache's prefix
         self.do = make(h, nq).detach() if grad else None
         self.descales: dict[str, Any] = {}
         if (

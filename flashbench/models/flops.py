@@ -24,6 +24,10 @@ itself, so the pairs are summed document by document, each a square seq_q = seq_
 Sliding windows (flash-attn's window_size, spec/window.py) count their unmasked pairs exactly too: a causal
 window of W keys before each query at seq_q = seq_k = N keeps (W + 1) N - W (W + 1) / 2 pairs (W < N).
 
+MLA's absorbed form (DeepSeek-V2/V3; Case.head_dim_v): q k^T has the latent-plus-rotary head dim d (576) and P v
+the value dim dv (512), so a pair costs 2 * (d + dv) FLOPs, 2176 per query head, not 4 d: forward =
+2 * B * H * (d + dv) * pairs (head_dim_v=0 means dv = d, the 4 d above).
+
 Causal pairs are counted exactly, not as the 0.5x shortcut: for seq_q = seq_k = N they are
 N (N + 1) / 2, so the shortcut undercounts by N/2 pairs (a 1/N relative error, 6% at N = 16).
 """
@@ -58,19 +62,22 @@ def forward_flops(
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
     documents: Sequence[int] | None = None,
+    head_dim_v: int = 0,
 ) -> int:
-    """4 * B * H * d * unmasked pairs. GQA does not change it: every query head does its own matmuls.
-    seqlens_k: each sequence's keys (a ragged batch; len == batch), instead of seq_k for all.
-    window: a sliding window (left, right) (unmasked_pairs).
-    documents: a packed batch's document lengths (instead of batch, seq_q and seq_k): their own pairs only."""
+    """2 * B * H * (d + dv) * unmasked pairs (4 d per pair when dv = d). GQA does not change it: every query head
+    does its own matmuls. seqlens_k: each sequence's keys (a ragged batch; len == batch), instead of seq_k for
+    all. window: a sliding window (left, right) (unmasked_pairs).
+    documents: a packed batch's document lengths (instead of batch, seq_q and seq_k): their own pairs only.
+    head_dim_v: V's head dim (MLA), 0 = head_dim."""
+    per_pair = 2 * heads * (head_dim + (head_dim_v or head_dim))
     if documents is not None:
-        return 4 * heads * head_dim * sum(unmasked_pairs(n, n, causal, alignment, window) for n in documents)
+        return per_pair * sum(unmasked_pairs(n, n, causal, alignment, window) for n in documents)
     if seqlens_k is None:
-        return 4 * batch * heads * head_dim * unmasked_pairs(seq_q, seq_k, causal, alignment, window)
+        return batch * per_pair * unmasked_pairs(seq_q, seq_k, causal, alignment, window)
     if len(seqlens_k) != batch:
         raise ValueError(f"seqlens_k holds {len(seqlens_k)} lengths for a batch of {batch}")
     pairs = sum(unmasked_pairs(seq_q, n, causal, alignment, window) for n in seqlens_k)
-    return 4 * heads * head_dim * pairs
+    return per_pair * pairs
 
 
 def attention_flops(
@@ -85,15 +92,17 @@ def attention_flops(
     seqlens_k: Sequence[int] | None = None,
     window: tuple[int, int] | None = None,
     documents: Sequence[int] | None = None,
+    head_dim_v: int = 0,
 ) -> float:
     """FLOPs credited to one call in `mode` ("fwd", "bwd", "fwd+bwd") under the stated convention; a sliding
-    window counts its unmasked pairs, as causal does, and packed documents their own pairs."""
+    window counts its unmasked pairs, as causal does, and packed documents their own pairs; head_dim_v: MLA's V
+    dims (forward_flops)."""
     try:
         mult = MODE_MULTIPLIER[mode]
     except KeyError:
         raise ValueError(f"unknown mode {mode!r}; expected one of {sorted(MODE_MULTIPLIER)}") from None
     return mult * forward_flops(
-        batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k, window, documents
+        batch, heads, seq_q, seq_k, head_dim, causal, alignment, seqlens_k, window, documents, head_dim_v
     )
 
 
@@ -111,6 +120,7 @@ def case_flops(case: Any) -> float:
         seqlens_k=case.kv_lengths() if case.ragged else None,
         window=case.window_size,
         documents=case.documents(),
+        head_dim_v=case.head_dim_v,
     )
 
 

@@ -5,6 +5,8 @@ the bytes go. Tensors are [B, H, N, d]; K and V have Hkv heads (GQA); e = bytes 
 (e = 1, FP8 e4m3: the forward writes a bf16 O, traffic.out_bytes; only the compulsory and flash forwards take it).
 
 compulsory_traffic(): the floor for ANY exact attention: each input read once, each output written once.
+    MLA's absorbed form (head_dim_v, Case.latent): V is the first head_dim_v dims of the one latent K cache, so
+    the floor reads that cache once (d * e bytes per token: 1152 B at 576 dims in bf16), and O has head_dim_v dims.
     fwd: read Q, K, V; write O.  bwd: read Q, K, V, O, dO, LSE; write dQ, dK, dV.  fwd+bwd: both, with the
     forward also writing the LSE the backward reads. No kernel can move fewer DRAM bytes than this.
 
@@ -38,7 +40,8 @@ Families (hbm_traffic):
              blocks, inner over query blocks, so the fp32 O accumulator, m and l are read and written once
              per K/V block; the backward is flash's (recompute).
   decode     the bundled split-KV decode (kernels/decode.py, Flash-Decoding), forward only: Q read, K and V read
-             once per KV head (the query heads of a group share one pass), O written; with s > 1 key splits
+             once per KV head (the query heads of a group share one pass), O written (an MLA case, kernels/mla.py:
+             the one latent cache read once, its tile serving as K and as V; O of head_dim_v dims); with s > 1 key splits
              (Blocks.splits, the row's kernel_config num_splits) every split also writes its normalised fp32
              partial output and log-sum-exp per query row, and the combine reads them back:
              2 * s * B * H * Nq * (d + 1) * 4 bytes. A paged cache moves the same bytes: the kernel reads a page's
@@ -111,27 +114,31 @@ def compulsory_traffic(
     seqlens_k: Sequence[int] | None = None,
     documents: Sequence[int] | None = None,
     kv_elem_bytes: int = 0,
+    head_dim_v: int = 0,
 ) -> Traffic:
     """The floor for any exact attention: inputs read once, outputs written once (see module docstring).
     seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch. documents: packed documents'
     lengths (instead of batch, seq_q, seq_k): the tokens they hold. kv_elem_bytes: bytes per K/V element of a
     cache stored in its own dtype (an FP8 KV cache: 1; its scales, 8 bytes per sequence and KV head, are left
-    out); 0: elem_bytes."""
+    out); 0: elem_bytes. head_dim_v: MLA's V dims."""
+    kw: dict[str, Any] = dict(kv_elem_bytes=kv_elem_bytes, head_dim_v=head_dim_v)
     if documents is not None:
         total = sum(documents)
-        return compulsory_traffic(
-            1, heads, kv_heads, total, total, head_dim, elem_bytes, mode, kv_elem_bytes=kv_elem_bytes
-        )
+        return compulsory_traffic(1, heads, kv_heads, total, total, head_dim, elem_bytes, mode, **kw)
     if seqlens_k is not None:
         _check_lengths(batch, seqlens_k)
         shape = (heads, kv_heads, seq_q)
         return per_sequence(
-            lambda n: compulsory_traffic(
-                1, *shape, n, head_dim, elem_bytes, mode, kv_elem_bytes=kv_elem_bytes
-            ),
+            lambda n: compulsory_traffic(1, *shape, n, head_dim, elem_bytes, mode, **kw),
             seqlens_k,
         )
-    s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, False, kv_elem_bytes=kv_elem_bytes)
+    s = Shape(batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, False, **kw)
+    if s.latent:
+        if mode != "fwd":
+            raise ValueError("an MLA case (head_dim_v) is modelled forward only")
+        return Traffic(
+            (Part("read Q, the latent cache (K; V within it)", s.q + s.cache, 0), Part("write O", 0, s.o))
+        )
     lse = s.rows * FP32
     fwd = Traffic((Part("read Q, K, V", s.q + 2 * s.kv, 0), Part("write O", 0, s.o)))
     bwd = Traffic(
@@ -155,7 +162,7 @@ def compulsory_traffic(
 def _naive_fwd(s: Shape) -> Traffic:
     e, E, mask = s.elem_bytes, s.matrix, s.seq_q * s.seq_k
     parts = []
-    if s.kv_heads != s.heads:
+    if s.expanded:
         parts.append(Part("repeat_interleave K, V (GQA)", 2 * s.kv, 2 * s.kv_exp))
     parts.append(Part("S = Q K^T", s.q + s.kv_exp, E * e))
     parts.append(Part("S * scale", E * e, E * e))
@@ -188,7 +195,7 @@ def _naive_bwd(s: Shape) -> Traffic:
     parts.append(Part("dS * scale", E * e, E * e))
     parts.append(Part("dQ = dS K", E * e + s.kv_exp, s.q))
     parts.append(Part("dK = dS^T Q", E * e + s.q, s.kv_exp))
-    if s.kv_heads != s.heads:
+    if s.expanded:
         parts.append(Part("sum dK, dV over the group (GQA)", 2 * s.kv_exp, 2 * s.kv))
     return Traffic(tuple(parts))
 
@@ -210,7 +217,7 @@ def _sdpa_math_fwd(s: Shape) -> Traffic:
     if e < FP32:
         parts.append(Part("q, k, v .float()", s.q + 2 * s.kv, q32 + 2 * kv32))
     parts.append(Part("q, k * sqrt(scale)", q32 + kv32, q32 + kv32))
-    if s.kv_heads != s.heads:
+    if s.expanded:
         parts.append(Part("repeat_interleave K, V (GQA)", 2 * kv32, 2 * kvx32))
     parts.append(Part("S = Q K^T (fp32)", q32 + kvx32, E * FP32))
     if s.masked:
@@ -238,7 +245,7 @@ def _sdpa_math_bwd(s: Shape) -> Traffic:
     parts.append(_softmax_bwd_temporary(s))
     parts.append(Part("softmax backward", 2 * E * FP32, E * FP32))
     parts.append(Part("dQ = dS K, dK = dS^T Q", 2 * E * FP32 + q32 + kvx32, q32 + kvx32))
-    if s.kv_heads != s.heads:
+    if s.expanded:
         parts.append(Part("sum dK, dV over the group (GQA)", 2 * kvx32, 2 * kv32))
     parts.append(Part("dq, dk * sqrt(scale)", q32 + kv32, q32 + kv32))
     if e < FP32:
@@ -252,10 +259,11 @@ def _sdpa_math_bwd(s: Shape) -> Traffic:
 def _flash_fwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
     lse = s.rows * FP32
     if l2_reuse:
-        kv_read = 2 * s.kv
+        kv_read = s.kv + s.v
         name = "read K, V (once)"
-    else:
-        kv_read = 2 * s.bh * kv_rows_per_head(s, b.fwd_m, b.fwd_n) * s.row_bytes()
+    else:  # K's rows, then V's (MLA: V's head dim)
+        rows = s.bh * kv_rows_per_head(s, b.fwd_m, b.fwd_n)
+        kv_read = rows * (s.head_dim + s.value_dim) * s.elem_bytes
         name = f"read K, V (once per {b.fwd_m}-row query block)"
     return Traffic((Part("read Q", s.q, 0), Part(name, kv_read, 0), Part("write O, LSE", 0, s.o + lse)))
 
@@ -365,13 +373,14 @@ def _v1_fwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
 
 
 def _decode_fwd(s: Shape, b: Blocks, l2_reuse: bool) -> Traffic:
+    cache = "read the latent cache (once: K, and V within it)" if s.latent else "read K, V (once per KV head)"
     parts = [
         Part("read Q", s.q, 0),
-        Part("read K, V (once per KV head)", 2 * s.kv, 0),
-        Part("write O", 0, s.q),
+        Part(cache, s.cache, 0),
+        Part("write O", 0, s.o),
     ]
     if b.splits > 1:
-        partials = b.splits * s.rows * (s.head_dim + 1) * FP32
+        partials = b.splits * s.rows * (s.value_dim + 1) * FP32
         parts.append(
             Part(f"split partials, {b.splits} splits (fp32 O, LSE): write, combine read", partials, partials)
         )
@@ -416,8 +425,10 @@ def hbm_traffic(
     window: tuple[int, int] | None = None,
     documents: Sequence[int] | None = None,
     kv_elem_bytes: int = 0,
+    head_dim_v: int = 0,
 ) -> Traffic:
-    """DRAM traffic of one call of `family` in `mode` (see the module docstring for each family).
+    """DRAM traffic of one call of `family` in `mode` (see the module docstring for each family); head_dim_v:
+    MLA's V dims (the decode and flash families count them; the others count V at head_dim).
     seqlens_k: each sequence's valid keys (a ragged KV cache), len == batch: summed sequence by sequence.
     window: a sliding window (left, right): tiled families visit only the blocks some row's window reaches.
     documents: packed documents' lengths (instead of batch, seq_q, seq_k; module docstring).
@@ -425,7 +436,12 @@ def hbm_traffic(
     if family not in _MODELS:
         raise ValueError(f"unknown byte-model family {family!r}; expected one of {(*FAMILIES, DECODE)}")
     kw: dict[str, Any] = dict(
-        l2_reuse=l2_reuse, blocks=blocks, alignment=alignment, window=window, kv_elem_bytes=kv_elem_bytes
+        l2_reuse=l2_reuse,
+        blocks=blocks,
+        alignment=alignment,
+        window=window,
+        kv_elem_bytes=kv_elem_bytes,
+        head_dim_v=head_dim_v,
     )
     if documents is not None:
         if family in DENSE_MASKED:  # the whole [T, T] matrix, masked (a window is part of that mask)
@@ -445,7 +461,18 @@ def hbm_traffic(
             seqlens_k,
         )
     s = Shape(
-        batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes, causal, alignment, window, kv_elem_bytes
+        batch,
+        heads,
+        kv_heads,
+        seq_q,
+        seq_k,
+        head_dim,
+        elem_bytes,
+        causal,
+        alignment,
+        window,
+        kv_elem_bytes,
+        head_dim_v,
     )
     b = blocks or Blocks()
     fwd, bwd = _MODELS[family]

@@ -122,6 +122,7 @@ def predicted_peak_bytes(
     device: str = "cuda",
     window: tuple[int, int] | None = None,
     documents: Sequence[int] | None = None,
+    head_dim_v: int = 0,
 ) -> int:
     """Peak bytes allocated above the inputs (q, k, v and, for a backward, dO) during one call in `mode`.
 
@@ -132,6 +133,7 @@ def predicted_peak_bytes(
     one; the tiled families allocate nothing for it.
     `documents`: a packed batch's document lengths: its T tokens as one sequence, [T, H, D] (io_model's rule:
     the tiled families' buffers grow with the tokens; naive and sdpa-math hold one [T, T] matrix and its mask).
+    `head_dim_v`: MLA's V dims (Case.head_dim_v): the decode and flash forwards' O has them.
     """
     if documents is not None:
         total = sum(documents)
@@ -150,6 +152,7 @@ def predicted_peak_bytes(
             bwd_workspace_q=bwd_workspace_q,
             device=device,
             window=None if dense else window,
+            head_dim_v=head_dim_v,
         )
     masked = mask_rule.masked(causal, window)
     _check(family, mode, batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
@@ -158,7 +161,8 @@ def predicted_peak_bytes(
     matrix = attention_matrix_bytes(batch, heads, seq_q, seq_k, 1)  # elements, all heads
     q_like = batch * heads * seq_q * head_dim * e  # O, dQ
     kv_like = batch * kv_heads * seq_k * head_dim * e  # dK, dV
-    kv_expanded = batch * heads * seq_k * head_dim * e if kv_heads != heads else 0
+    # K and V copied per query head by eager GQA; MLA folds the heads into query rows of its one latent head
+    kv_expanded = batch * heads * seq_k * head_dim * e if kv_heads != heads and not head_dim_v else 0
     grads = q_like + 2 * kv_like if backward else 0
 
     if family == "naive":
@@ -183,10 +187,11 @@ def predicted_peak_bytes(
         mask = 4 * seq_q * seq_k if masked else 0  # the bool mask converted to an fp32 additive one
         return 9 * matrix + batch * heads * seq_q + upcast + q32 + gqa + mask
 
+    o_like = batch * heads * seq_q * (head_dim_v or head_dim) * e  # the forward's O
     if family == "decode":
         if backward:
             raise ValueError("the decode family is forward only")
-        return q_like
+        return o_like
 
     if family == "stored-p":
         lse = softmax_stats_bytes(batch, heads, seq_q)
@@ -207,7 +212,7 @@ def predicted_peak_bytes(
     # flash (FP8 inputs: a bf16 O, traffic.out_bytes)
     lse = softmax_stats_bytes(batch, heads, seq_q)
     if not backward:
-        return q_like * out_bytes(e) // e + lse
+        return o_like * out_bytes(e) // e + lse
     extra = 0
     if backward:
         delta = softmax_stats_bytes(batch, heads, seq_q)

@@ -157,12 +157,14 @@ def predict(
     window: tuple[int, int] | None = None,
     documents: Sequence[int] | None = None,
     kv_elem_bytes: int = 0,
+    head_dim_v: int = 0,
 ) -> Prediction:
     """Roofline prediction for one case. peaks_flops_s maps compute dtype -> FLOP/s (missing = unknown).
     seqlens_k: each sequence's valid keys (a ragged KV cache): FLOPs and bytes of those keys only.
     window: a sliding window (left, right): its unmasked pairs and visited blocks.
     documents: a packed batch's document lengths: placed by its useful FLOPs (each document's own pairs).
-    kv_elem_bytes: bytes per K/V element of a cache in its own dtype (an FP8 KV cache: 1); 0: elem_bytes."""
+    kv_elem_bytes: bytes per K/V element of a cache in its own dtype (an FP8 KV cache: 1); 0: elem_bytes.
+    head_dim_v: MLA's V dims (Case.head_dim_v): FLOPs and bytes of the absorbed form."""
     fl = flops_model.attention_flops(
         batch,
         heads,
@@ -174,9 +176,12 @@ def predict(
         seqlens_k=seqlens_k,
         window=window,
         documents=documents,
+        head_dim_v=head_dim_v,
     )
     shape = (batch, heads, kv_heads, seq_q, seq_k, head_dim, elem_bytes)
-    traffic: dict[str, Any] = dict(seqlens_k=seqlens_k, documents=documents, kv_elem_bytes=kv_elem_bytes)
+    traffic: dict[str, Any] = dict(
+        seqlens_k=seqlens_k, documents=documents, kv_elem_bytes=kv_elem_bytes, head_dim_v=head_dim_v
+    )
     floor = io_model.compulsory_traffic(*shape, mode, **traffic).total
     kw: dict[str, Any] = dict(blocks=blocks, window=window, **traffic)
     model = io_model.hbm_traffic(family, *shape, causal, mode, l2_reuse=True, **kw).total

@@ -114,6 +114,8 @@ class Shape:
     window: tuple[int, int] | None = None  # a sliding window (left, right), spec/window.py
     # bytes per stored K/V element where the cache has its own dtype (an FP8 KV cache: 1); 0: elem_bytes
     kv_elem_bytes: int = 0
+    # MLA's absorbed form: V is the first head_dim_v dims of the latent K (0: V of head_dim)
+    head_dim_v: int = 0
 
     def __post_init__(self) -> None:
         dims = (self.batch, self.heads, self.kv_heads, self.seq_q, self.seq_k, self.head_dim, self.elem_bytes)
@@ -131,8 +133,8 @@ class Shape:
         return self.bh * self.seq_q * self.head_dim * self.elem_bytes
 
     @property
-    def o(self) -> int:  # bytes of the forward's O (bf16 for FP8 inputs: out_bytes)
-        return self.bh * self.seq_q * self.head_dim * out_bytes(self.elem_bytes)
+    def o(self) -> int:  # bytes of the forward's O (bf16 for FP8 inputs: out_bytes), V's head dim
+        return self.bh * self.seq_q * self.value_dim * out_bytes(self.elem_bytes)
 
     @property
     def kv_elem(self) -> int:  # bytes per K/V element
@@ -143,8 +145,30 @@ class Shape:
         return self.batch * self.kv_heads * self.seq_k * self.head_dim * self.kv_elem
 
     @property
-    def kv_exp(self) -> int:  # one of K, V expanded to all query heads
-        return self.bh * self.seq_k * self.head_dim * self.kv_elem
+    def latent(self) -> bool:  # MLA: V lies within the K cache (one latent cache)
+        return self.head_dim_v > 0
+
+    @property
+    def value_dim(self) -> int:
+        return self.head_dim_v or self.head_dim
+
+    @property
+    def v(self) -> int:  # bytes of V as a tensor of its own (MLA: the latent's first head_dim_v dims)
+        return self.batch * self.kv_heads * self.seq_k * self.value_dim * self.kv_elem
+
+    @property
+    def cache(self) -> int:  # bytes of K and V as stored: MLA's one latent cache, else K and V
+        return self.kv if self.latent else self.kv + self.v
+
+    @property
+    def kv_exp(self) -> int:  # one of K, V expanded to all query heads (MLA: not expanded, read as one head)
+        return self.kv if self.latent else self.bh * self.seq_k * self.head_dim * self.kv_elem
+
+    @property
+    def expanded(
+        self,
+    ) -> bool:  # eager GQA copies K and V per query head; MLA folds the heads into query rows
+        return self.kv_heads != self.heads and not self.latent
 
     @property
     def rows(self) -> int:  # softmax rows: B * H * Nq

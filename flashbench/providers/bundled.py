@@ -222,3 +222,48 @@ def _build_decode(case: Case, device: str, stack: Any) -> Any:
         return out
 
     return decode
+
+
+# --- flash_mla_decode (kernels/mla.py): MLA decode in the absorbed form -----------------------------------------
+
+
+def _last_mla_config() -> dict[str, Any] | None:
+    from flashbench.kernels.mla import last_mla_config
+
+    return last_mla_config()
+
+
+@register(
+    "triton-mla",
+    dtypes=("fp16", "bf16", "fp32"),
+    backward=False,
+    gqa=True,
+    devices=("cuda", "cpu"),
+    memory_family="decode",
+    kv_layouts=("contiguous", "paged"),
+    ragged=True,
+    max_seq_q=4,  # kernels/mla.py MAX_QUERIES
+    latent="only",
+    colour="#0b3d91",
+    builder=True,
+    requires=_kernels_requires,
+    kernel_config=_last_mla_config,
+    source="bundled",
+    description="bundled Triton MLA decode (absorbed form, one latent cache, split-KV), contiguous or paged",
+)
+def _build_mla(case: Case, device: str, stack: Any) -> Any:
+    from flashbench.kernels import flash_mla_decode
+
+    causal, scale, dv, config = case.causal, case.head_dim**-0.5, case.head_dim_v, forced_config()
+    validate = [True]
+
+    def mla(q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None) -> Any:
+        # k is the latent cache (v, a view of it, is not read); validated on the first call only, as decode's.
+        out = flash_mla_decode(
+            q, k, cache_seqlens, block_table, causal=causal, sm_scale=scale, head_dim_v=dv,
+            validate=validate[0], config=config,
+        )  # fmt: skip
+        validate[0] = False
+        return out
+
+    return mla

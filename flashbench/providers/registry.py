@@ -40,6 +40,11 @@ fp16 or bf16 and k, v (contiguous or paged, as above) in float8_e4m3fn, plus k_s
 and the output has q's dtype (flash_decode's convention). Every other provider's FP8-cache cases are
 `unsupported` rows: dequantizing the cache first is other work (twice the bytes read), not the same call.
 
+MLA cases (Case.head_dim_v > 0, DeepSeek's absorbed form, forward only): q [B, H, Nq, D], k the one latent head
+[B, 1, N, D] (or its page pool [pages, 1, page_size, D]) and v a view of k's first head_dim_v dims; the call returns
+[B, H, Nq, head_dim_v]. A provider takes them only when it declares latent="also" (ordinary cases too) or
+latent="only" (an MLA kernel, which takes nothing else).
+
 Sliding windows (`--window L,R`, spec/window.py): a provider that declares window=True is called with
 window=(left, right) as a keyword on the cases that have one (a builder reads case.window_size); every other
 provider's windowed cases are `unsupported` rows saying so.
@@ -72,6 +77,8 @@ from flashbench.spec.window import effective
 # What a provider takes unless it declares otherwise: FP8 only by declaration, since its call then gets the
 # e4m3 inputs and q_descale=, k_descale=, v_descale= (module docstring).
 DEFAULT_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32")
+# Whether a provider takes MLA cases (module docstring): not at all, besides the ordinary ones, or only them.
+LATENT: tuple[str, ...] = ("no", "also", "only")
 
 # The model families (flashbench.models.memory and io_model: how a provider's peak memory and DRAM bytes grow).
 MEMORY_FAMILIES = FAMILIES
@@ -109,6 +116,7 @@ class ProviderInfo:
     window: bool = False  # takes a sliding window: called with window=(left, right) (module docstring)
     packed: bool = False  # takes packed documents: called with cu_seqlens=, max_seqlen= (module docstring)
     kv_dtypes: tuple[str, ...] = ()  # KV caches stored in another dtype than q: "fp8" (module docstring)
+    latent: str = "no"  # MLA cases (Case.head_dim_v): "no", "also" or "only" (module docstring)
     # --- what the analysis, the report and the gate read (module docstring) ---
     baseline: int | None = None  # rank among the default speedup references (lowest first); None: never one
     ratio_vs: str | None = (
@@ -135,6 +143,16 @@ class ProviderInfo:
                 return str(exc)
             if not self.window:
                 return f"{self.name} takes no sliding window (window {case.window})"
+        if case.latent:
+            if case.kv_heads != 1 or not 0 < case.head_dim_v <= case.head_dim or case.mode != "fwd":
+                return (
+                    "an MLA case is a forward over one latent KV head (kv_heads 1) with head_dim_v <= head_dim, "
+                    f"not kv_heads {case.kv_heads}, head_dim_v {case.head_dim_v}, {case.mode}"
+                )
+            if self.latent == "no":
+                return f"{self.name} takes no MLA latent cache (V as the first {case.head_dim_v} dims of K)"
+        elif self.latent == "only":
+            return f"{self.name} is an MLA kernel: it takes MLA cases only (--head-dim-v)"
         if case.dtype not in self.dtypes:
             if case.dtype == "fp8":
                 return f"{self.name} has no FP8 (e4m3 with descales) path; it is not run on upcast inputs"
@@ -152,6 +170,8 @@ class ProviderInfo:
             return f"{self.name} takes no packed documents (--seqlens {case.seqlens} on the training shape)"
         if case.packed and case.dtype == "fp8":
             return "packed documents have no fp8 path"
+        if case.packed and case.latent:
+            return "packed documents have no MLA path (an MLA case is a decode over a latent KV cache)"
         if case.serving and case.mode != "fwd":
             return "a paged, ragged or FP8 KV cache is read by the forward only (decode has no backward)"
         if case.kv_layout not in self.kv_layouts:
@@ -249,6 +269,7 @@ def register(
     window: bool = False,
     packed: bool = False,
     kv_dtypes: Iterable[str] = (),
+    latent: str = "no",
     baseline: int | None = None,
     ratio_vs: str | None = None,
     colour: str | None = None,
@@ -276,6 +297,8 @@ def register(
         raise FlashbenchError(f"provider {name!r}: kv_dtypes must be among {KV_DTYPES[1:]}")
     if not kv_layouts or any(k not in KV_LAYOUTS for k in kv_layouts):
         raise FlashbenchError(f"provider {name!r}: kv_layouts must be among {KV_LAYOUTS}")
+    if latent not in LATENT:
+        raise FlashbenchError(f"provider {name!r}: latent must be one of {LATENT}")
     if not name or "|" in name or "," in name or name.strip() != name:
         raise FlashbenchError(f"provider name {name!r} must be non-empty, without '|', ',' or spaces")
 
@@ -303,6 +326,7 @@ def register(
             window=window,
             packed=packed,
             kv_dtypes=tuple(kv_dtypes),
+            latent=latent,
             baseline=baseline,
             ratio_vs=ratio_vs,
             colour=colour,

@@ -59,7 +59,7 @@ def flex_kv_cache(
             from torch.nn.attention.experimental._paged_attention import PagedAttention
         except ImportError as exc:
             raise Unsupported(f"this torch has no FlexAttention paged attention ({exc})") from None
-        pages, kv_heads, page, dim = k.shape
+        pages, kv_heads, page, _ = k.shape
         paged = PagedAttention(pages, page, case.batch, device=device)
         for b, n in enumerate(case.kv_lengths()):
             count = -(-n // page)
@@ -78,8 +78,8 @@ def flex_kv_cache(
         )
         state["mask"] = paged.convert_logical_block_mask(logical)
 
-        def flat(pool: Any) -> Any:  # [pages, Hkv, page, D] -> [1, Hkv, pages * page, D]
-            return pool.permute(1, 0, 2, 3).reshape(1, kv_heads, pages * page, dim)
+        def flat(pool: Any) -> Any:  # [pages, Hkv, page, D] -> [1, Hkv, pages * page, D] (MLA: V's own D)
+            return pool.permute(1, 0, 2, 3).reshape(1, kv_heads, pages * page, pool.shape[-1])
 
         return q, flat(k), flat(v), {}
 
@@ -116,6 +116,82 @@ def flash_attn_kv_cache(case: Case, to_bnhd: Callable[[Any], Any]) -> Callable[.
         k, v = (t.transpose(1, 2) if block_table is None else t.transpose(1, 2).contiguous() for t in (k, v))
         cache = {"cache_seqlens": cache_seqlens, "block_table": block_table}
         return q, k, v, {key: value for key, value in cache.items() if value is not None}
+
+    call.prepare = prepare  # type: ignore[attr-defined]
+    return call
+
+
+# --- MLA (Case.latent): the latent cache as one KV head; v a view of its first head_dim_v dims -------------------
+
+
+def sdpa_latent(case: Case, sdpa: Callable[..., Any], scale: float, device: str) -> Callable[..., Any]:
+    """SDPA on an MLA case: MQA over the latent dims, the H query heads folded into H * Nq query rows of one head
+    over k [B, 1, N, D] and v [B, 1, N, Dv] (a serving engine's form: nothing is expanded per head, where
+    enable_gqa or an expand would make the math backend's fp32 copy of K 128 heads wide). Row r = h * Nq + i is
+    query i; with Nq > 1 a causal mask is an explicit [H * Nq, N] bool mask (bottom-right per query), made once."""
+    import torch
+
+    if case.window:
+        raise Unsupported("sdpa: a sliding window over an MLA case is not built here")
+    heads, nq, nk = case.heads, case.seq_q, case.seq_k
+    kw: dict[str, Any] = {"scale": scale}
+    if case.causal and nq > 1:  # one query (the last token) sees every key: no mask
+        rows = torch.arange(heads * nq, device=device)[:, None] % nq
+        kw["attn_mask"] = visible(rows, torch.arange(nk, device=device)[None, :], nq, nk, True, None)
+
+    def call(q: Any, k: Any, v: Any) -> Any:
+        batch = q.shape[0]
+        out = sdpa(q.reshape(batch, 1, heads * nq, q.shape[3]), k, v, **kw)  # [B, 1, H * Nq, Dv]
+        return out.view(batch, heads, nq, v.shape[3])
+
+    return call
+
+
+FLASH_MLA_PAGE = 64  # FlashMLA's paged cache: blocks of 64 tokens only
+
+
+def flash_mla_kv_cache(case: Case) -> Callable[..., Any]:
+    """FlashMLA's flash_mla_with_kvcache (deepseek-ai/FlashMLA; import-guarded, untested here) on an MLA case.
+
+    It takes q [B, Nq, H, D], a page pool [pages, 64, 1, D] (ours is [pages, 1, 64, D]: with one head the same
+    memory), block_table, cache_seqlens and its tile-scheduler metadata (made once per case, untimed, as a serving
+    engine makes it once per step for every layer). A contiguous cache is read as pages of 64 in order.
+    """
+    import torch
+    from flash_mla import flash_mla_with_kvcache, get_mla_metadata
+
+    if case.paged and case.page_size != FLASH_MLA_PAGE:
+        raise Unsupported(
+            f"FlashMLA's paged cache has pages of {FLASH_MLA_PAGE} tokens, not {case.page_size}"
+        )
+    if not case.paged and case.seq_k % FLASH_MLA_PAGE:
+        raise Unsupported(f"FlashMLA reads a contiguous cache as pages of {FLASH_MLA_PAGE}: N % 64 must be 0")
+    rows, dv, causal, scale = case.heads * case.seq_q, case.head_dim_v, case.causal, case.head_dim**-0.5
+
+    def call(q: Any, k: Any, v: Any, **cache: Any) -> Any:
+        out, _ = flash_mla_with_kvcache(
+            q.transpose(1, 2), k, cache["block_table"], cache["cache_seqlens"], dv, *cache["metadata"],
+            softmax_scale=scale, causal=causal,
+        )  # fmt: skip
+        return out.transpose(1, 2)
+
+    def prepare(q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None) -> Any:
+        batch, dim = q.shape[0], q.shape[3]
+        if block_table is None:  # [B, 1, N, D] -> pages of 64 in order
+            per = case.seq_k // FLASH_MLA_PAGE
+            block_table = torch.arange(batch * per, dtype=torch.int32, device=q.device).view(batch, per)
+            k = k.reshape(batch * per, 1, FLASH_MLA_PAGE, dim)
+        if cache_seqlens is None:
+            cache_seqlens = torch.full((batch,), case.seq_k, dtype=torch.int32, device=q.device)
+        metadata = get_mla_metadata(cache_seqlens, rows, 1)
+        pool = k.transpose(1, 2)  # [pages, 64, 1, D]
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)  # [B, Nq, H, D] storage
+        return (
+            q,
+            pool,
+            None,
+            {"cache_seqlens": cache_seqlens, "block_table": block_table, "metadata": metadata},
+        )
 
     call.prepare = prepare  # type: ignore[attr-defined]
     return call

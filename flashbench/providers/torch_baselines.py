@@ -108,6 +108,8 @@ def _sdpa_builder(backend_name: str | None) -> Any:
             # Entered once per case (not per call): the context sets global flags, ~us per entry.
             stack.enter_context(sdpa_kernel(backend))
         sdpa = F.scaled_dot_product_attention
+        if case.latent:  # MLA: MQA over the latent dims (math and efficient take a V of its own head dim)
+            return serving.sdpa_latent(case, sdpa, kwargs["scale"], device)
         if case.packed and backend_name == "MATH":
             return packed.dense(case, "sdpa-math", lambda q, k, v: sdpa(q, k, v, **kwargs))
         if case.packed:
@@ -122,7 +124,8 @@ def _sdpa_builder(backend_name: str | None) -> Any:
 # cuDNN there (it picks cuDNN for these shapes); on other GPUs it may differ. `baseline`: the rank among the
 # default speedup references, after naive: PyTorch's own backends, math first.
 # Windows: only the math backend, through an explicit mask; the fused backends' windowed cases are unsupported
-# rows (with a dense mask they would run a different kernel, or none).
+# rows (with a dense mask they would run a different kernel, or none). MLA cases (a V head dim of its own): math
+# and efficient; flash and cuDNN take one head dim for q, k and v in the torch this was written against.
 for _name, _backend, _family, _devices, _workspace, _baseline, _colour in (
     ("sdpa", None, "flash", ("cuda", "cpu"), 2.0, 2, "#bcbd22"),
     ("sdpa-math", "MATH", "sdpa-math", ("cuda", "cpu"), 0.0, 1, "#8c564b"),
@@ -138,6 +141,7 @@ for _name, _backend, _family, _devices, _workspace, _baseline, _colour in (
         bwd_workspace_q=_workspace,
         window=_backend == "MATH",
         packed=True,  # math: a dense document mask; the others: nested jagged tensors (providers/packed.py)
+        latent="also" if _backend in ("MATH", "EFFICIENT_ATTENTION") else "no",
         baseline=_baseline,
         colour=_colour,
         builder=True,
@@ -176,6 +180,7 @@ def _dynamo_graph_count() -> int | None:
     ragged=True,
     window=True,
     packed=True,
+    latent="also",  # MQA over the latent: enable_gqa, v's own head dim
     baseline=5,
     colour="#9467bd",
     builder=True,
@@ -353,3 +358,24 @@ def _build_flash_attn_3(case: Case, device: str, stack: Any) -> Any:
 )
 def _build_flash_attn_kvcache(case: Case, device: str, stack: Any) -> Any:
     return serving.flash_attn_kv_cache(case, _to_bnhd)
+
+
+@register(
+    "flash-mla",
+    dtypes=("fp16", "bf16"),
+    backward=False,
+    gqa=True,
+    devices=("cuda",),
+    memory_family="decode",
+    kv_layouts=("contiguous", "paged"),
+    ragged=True,
+    latent="only",
+    colour="#a05195",
+    package="flash_mla",
+    builder=True,
+    requires=_module_requires("flash_mla", "FlashMLA (deepseek-ai/FlashMLA)"),
+    source="builtin",
+    description="FlashMLA flash_mla_with_kvcache (DeepSeek, Hopper): MLA decode over a paged latent cache",
+)
+def _build_flash_mla(case: Case, device: str, stack: Any) -> Any:
+    return serving.flash_mla_kv_cache(case)

@@ -45,7 +45,8 @@ RETRY_STATUSES = frozenset({CRASH, TIMEOUT})
 
 FLOP_CONVENTION = (
     "forward = 4*B*H*d*(unmasked (q,k) pairs); backward = 2.5x forward (2x for the gradients "
-    "+ 0.5x for recomputing P); fwd+bwd = 3.5x forward"
+    "+ 0.5x for recomputing P); fwd+bwd = 3.5x forward; MLA (V of dv dims within the latent K): "
+    "forward = 2*B*H*(d+dv)*pairs"
 )
 
 
@@ -71,6 +72,7 @@ class Row:
     window: str = ""
     min_seq: int = 0
     kv_dtype: str = ""
+    head_dim_v: int = 0
     # --- the provider's model family as it declares it (providers/registry.py); None: not modelled ---
     family: str | None = ""  # "" (not given, or a row written before rows carried it): filled from the registry
     # --- outcome ---

@@ -56,6 +56,11 @@ class Case:
 
     window: a sliding window "left,right" in flash-attn's window_size convention (spec/window.py); the plan
     writes it canonically (causal folds in as right = 0).
+
+    head_dim_v: multi-head latent attention (MLA, DeepSeek-V2/V3) in its absorbed form when not 0: K is one latent
+    cache of head_dim dims per token (kv_heads = 1: 576 = 512 latent + 64 rotary for DeepSeek-V3), V is its first
+    head_dim_v dims (512), the same storage, and the output has head_dim_v dims. 0: V has head_dim dims of its
+    own, every other case. Providers receive v as a view of k (engine/measure.py, engine/kv_cache.py).
     """
 
     provider: str
@@ -75,14 +80,15 @@ class Case:
     window: str = ""  # a sliding window "left,right" (spec/window.py), "" for none
     min_seq: int = 0  # a packed batch's shortest document drawn (tokens); 0: not packed
     kv_dtype: str = ""  # the KV cache's dtype when not the case's: "fp8" (e4m3 with scales), "" for the same
+    head_dim_v: int = 0  # MLA's latent V dims (the first head_dim_v of K's), 0 for a V of its own
 
     @property
     def key(self) -> str:
         """Stable string key: identical across runs, machines and flashbench versions.
 
-        A serving field or a window adds a part only when it is not the default ("|paged16", "|random-s0",
-        "|win4096,0", "|min256", "|kvfp8"), so the key of every case without them, and of every baseline recorded
-        before these fields existed, is unchanged.
+        A serving field, a window or a latent V adds a part only when it is not the default ("|paged16",
+        "|random-s0", "|win4096,0", "|min256", "|kvfp8", "|latent512"), so the key of every case without them, and
+        of every baseline recorded before these fields existed, is unchanged.
         """
         key = (
             f"{self.provider}|b{self.batch}|h{self.heads}|kv{self.kv_heads}|q{self.seq_q}|k{self.seq_k}"
@@ -98,6 +104,8 @@ class Case:
             key += f"|min{self.min_seq}"
         if self.kv_dtype:
             key += f"|kv{self.kv_dtype}"
+        if self.head_dim_v:
+            key += f"|latent{self.head_dim_v}"
         return key
 
     @property
@@ -109,6 +117,16 @@ class Case:
     def window_size(self) -> Window | None:
         """The sliding window as (left, right), or None (spec/window.py)."""
         return parse_window(self.window) if self.window else None
+
+    @property
+    def latent(self) -> bool:
+        """MLA's absorbed form: V is the first head_dim_v dims of the one latent K cache (class docstring)."""
+        return self.head_dim_v > 0
+
+    @property
+    def value_dim(self) -> int:
+        """V's and the output's head dim: head_dim_v for an MLA case, else head_dim."""
+        return self.head_dim_v or self.head_dim
 
     @property
     def elem_bytes(self) -> int:

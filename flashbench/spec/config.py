@@ -99,6 +99,14 @@ class SweepSpec:
     head_dim: tuple[int, ...] = spec_field(
         (128,), "head dimensions d, e.g. 64,128", ints("head-dim"), flag="--head-dim", panel=SHAPE
     )
+    head_dim_v: tuple[int, ...] | None = spec_field(
+        None,
+        "MLA (absorbed form): V = the first head_dim_v dims of one latent K head, e.g. 512 with --head-dim 576 "
+        "--kv-heads 1; default: V has head_dim dims of its own",
+        maybe(ints("head-dim-v")),
+        flag="--head-dim-v",
+        panel=SHAPE,
+    )
     dtype: tuple[str, ...] = spec_field(
         ("bf16",),
         "fp16,bf16,fp32,fp8 (fp8: float8_e4m3fn inputs, forward only)",

@@ -2,8 +2,8 @@
 cases the memory model says cannot fit in the device's memory (the GPU's; with --device cpu, the host's) are
 marked `predicted-oom`, before any worker runs them.
 
-Order: provider, dtype, head_dim, heads, kv_heads, causal, mode, KV layout / page size / lengths, window, query tokens,
-then sequence length ascending, so that an OOM at one N lets the runner skip the larger N of the same provider
+Order: provider, dtype, head_dim, heads, kv_heads, head_dim_v, causal, mode, KV layout / page size / lengths,
+window, query tokens, then sequence length ascending, so that an OOM at one N lets the runner skip the larger N of the same provider
 and shape.
 """
 
@@ -90,10 +90,11 @@ def case_window(causal: bool, text: str) -> str:
 def expand(spec: SweepSpec, providers: list[str]) -> list[Case]:
     """Every case of the spec (order: the module docstring; sequence length innermost, ascending)."""
     head_shapes = [  # heads follow the head dim (--hidden), kv heads the heads (none given: no GQA)
-        dict(head_dim=d, heads=h, kv_heads=kv)
+        dict(head_dim=d, heads=h, kv_heads=kv, head_dim_v=dv)
         for d in spec.head_dim
         for h in heads_for(spec, d)
         for kv in spec.kv_heads or (h,)
+        for dv in spec.head_dim_v or (0,)
     ]
     lengths = [dict(seq_k=n, batch=b) for n in spec.seq for b in batch_for(spec, n)]  # batch follows N
     axes = (
@@ -175,7 +176,8 @@ def input_bytes(case: Case) -> int:
     """Bytes of the inputs the worker allocates: q, k, v (and dO in the backward modes); for a paged case also
     the page pool beside the contiguous cache it is copied from (engine/measure.py), and the page table."""
     q = case.batch * case.heads * case.seq_q * case.head_dim
-    kv = 2 * case.batch * case.kv_heads * case.seq_k * case.head_dim
+    caches = 1 if case.latent else 2  # MLA: V is a view of the one latent cache
+    kv = caches * case.batch * case.kv_heads * case.seq_k * case.head_dim
     do = q if case.mode != "fwd" else 0
     pool = 0
     if case.paged and case.page_size > 0:
@@ -184,7 +186,7 @@ def input_bytes(case: Case) -> int:
             pages = sum(-(-n // case.page_size) for n in case.kv_lengths())
         else:  # every sequence at N, or (past a million ragged ones) at most N: no tuple of a billion lengths
             pages = case.batch * per_sequence
-        pool = 2 * pages * case.page_size * case.kv_heads * case.head_dim
+        pool = caches * pages * case.page_size * case.kv_heads * case.head_dim
     return (q + kv + do + pool) * case.elem_bytes
 
 
@@ -212,6 +214,7 @@ def predicted_mem_bytes(
                 bwd_workspace_q=bwd_workspace_q,
                 device=device,
                 documents=case.documents(),
+                head_dim_v=case.head_dim_v,
             )
         )
     except Exception:
@@ -261,7 +264,7 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
     """A single provider the user named must support what the user asked for: else a one-line error."""
     if not info.available:
         return  # rows say "unavailable" with the reason
-    for d, dtype, causal, mode, cache, nq, window in itertools.product(
+    for d, dtype, causal, mode, cache, nq, window, dv in itertools.product(
         spec.head_dim,
         spec.dtype,
         spec.causal,
@@ -269,13 +272,15 @@ def _check_forced(spec: SweepSpec, info: ProviderInfo) -> None:
         serving_variants(spec),
         spec.seq_q or (128,),
         spec.window,
+        spec.head_dim_v or (0,),
     ):
         heads = heads_for(spec, d)[0]
         case = Case(
             provider=info.name,
             batch=1,
             heads=heads,
-            kv_heads=heads,
+            kv_heads=1 if dv else heads,
+            head_dim_v=dv,
             seq_q=nq,
             seq_k=128,
             head_dim=d,
