@@ -7,8 +7,8 @@
 # every run pays its own compiles and tuning, and the wall times compare like for like. Needs two GPUs; run
 # directories, logs and $OUT/multi_gpu.txt (per run: wall, speed-up, first-call compile time summed over workers
 # and per worker, the compile-once step's wall time and builds; per case: each run's median over the one-GPU
-# run's) are packed into $OUT/multi_gpu.tgz. About 6 minutes on 2 x H100: the multi-GPU table of
-# docs/benchmarks.md.
+# run's) are packed into $OUT/multi_gpu.tgz. About 6 minutes on 2 x H100 (a 96-case forward sweep of six
+# providers did not fit the device machine's 10-minute call): the multi-GPU table of docs/benchmarks.md.
 #
 #   bash benchmarks/multi_gpu_scaling.sh
 set -uo pipefail
@@ -19,9 +19,10 @@ mkdir -p "$OUT" "$RUNS"
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "Running pip as" || true
 log() { echo "== $(date +%T) $*" | tee -a "$RUNS/multi_gpu.log"; }
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,power.draw --format=csv | tee -a "$RUNS/multi_gpu.log"
-SWEEP=(--providers triton,sdpa-flash,sdpa-cudnn,sdpa-efficient,sdpa-math,naive --seq 1024..8192 --tokens 16384
-    --hidden 2048 --head-dim 64,128 --dtype bf16 --causal both --mode fwd --device cuda)
-LIMIT=${RUN_LIMIT_S:-200}
+# The ci preset (48 cases: triton, sdpa-flash and sdpa-cudnn; bf16, d = 128, N = 1024..8192, causal both, fwd and
+# fwd+bwd): about 2 minutes on one H100 from cold caches. SWEEP_ARGS replaces it (one string, word-split).
+read -r -a SWEEP <<<"${SWEEP_ARGS:---preset ci}"
+LIMIT=${RUN_LIMIT_S:-240}
 
 cold() {  # cold NAME: empty the Triton cache and flashbench home of run NAME
     rm -rf "$RUNS/cold-$1"
