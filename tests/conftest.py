@@ -39,6 +39,9 @@ os.environ["FLASHBENCH_HOME"] = str(_test_home())
 # Kernels run their default config (one compile per shape class, not one per autotune candidate) unless a test
 # turns the autotuner on (tests/test_autotune.py and the autotuner tests of the kernel files do).
 os.environ.setdefault("FLASHBENCH_AUTOTUNE", "0")
+# Nor the compile-once step (engine/precompile.py, tested on its own in test_precompile.py): every CUDA sweep of a
+# test would start its record process and a pool of compile processes, 16 xdist workers' worth at once.
+os.environ.setdefault("FLASHBENCH_PRECOMPILE", "0")
 
 # The device the kernel tests run on: CUDA where present, else the CPU through the interpreter.
 DEVICE = "cuda" if HAS_CUDA else "cpu"

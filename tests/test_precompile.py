@@ -193,6 +193,7 @@ def test_gpu_first_call_after_precompile_finds_every_build_in_the_triton_cache(t
         **os.environ,
         "TRITON_CACHE_DIR": str(tmp_path / "triton"),
         "FLASHBENCH_HOME": str(tmp_path / "home"),
+        "FLASHBENCH_PRECOMPILE": "1",  # conftest turns the step off for every other test
     }
     script = textwrap.dedent(
         """

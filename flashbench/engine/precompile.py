@@ -71,10 +71,10 @@ class Record:
 
 def skip_reason(device: str, cases: Sequence[Case]) -> str | None:
     """Why the step does not run for these cases on `device` (None: it runs)."""
-    if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
-        return f"{ENV_SWITCH}=0"
     if device != "cuda":
         return "--device cpu: the Triton interpreter compiles nothing"
+    if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"{ENV_SWITCH}=0"
     if not cases:
         return "no case of a bundled kernel to run"
     return None
