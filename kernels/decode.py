@@ -312,8 +312,89 @@ def _pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def _refuse(message: str) -> None:
-    raise KernelUnsupported(f"flash_decode: {message}")
+def _refuse(message: str, name: str = "flash_decode") -> None:
+    raise KernelUnsupported(f"{name}: {message}")
+
+
+# The checks flash_decode and flash_mla_decode (kernels/mla.py) share, each refusing in its caller's name.
+def _check_index_tensors(lens: Any, table: Any, name: str) -> None:
+    """cache_seqlens and block_table: int32 tensors or None."""
+    for label, t in (("cache_seqlens", lens), ("block_table", table)):
+        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.int32):
+            _refuse(
+                f"{label} must be an int32 torch.Tensor or None, got {getattr(t, 'dtype', type(t).__name__)}",
+                name,
+            )
+
+
+def _check_device(q: torch.Tensor, name: str) -> None:
+    """CUDA outside the interpreter, the CPU inside it, and no bf16 there (its bf16 tl.dot is wrong)."""
+    dev = q.device
+    if dev.type == "cuda":
+        if interpreting():
+            _refuse("CUDA tensors while TRITON_INTERPRET=1 (the interpreter runs on CPU)", name)
+    elif dev.type != "cpu":
+        _refuse(f"device {dev.type} unsupported (cuda, or cpu under the interpreter)", name)
+    elif not interpreting():
+        _refuse("device cpu needs Triton's interpreter (TRITON_INTERPRET=1 before importing triton)", name)
+    elif q.dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is silently wrong (rel. error ~1e9, 3.9)
+        _refuse("bf16 under the Triton interpreter (its bf16 tl.dot is wrong)", name)
+
+
+def _check_cache_layout(B: int, cache: torch.Tensor, lens: Any, table: Any, label: str, name: str) -> None:
+    """cache_seqlens [B]; a contiguous cache of B sequences, or a block table [B, blocks] over pages of a power of
+    two >= 16 tokens (cache.shape[2])."""
+    if lens is not None and lens.shape != (B,):
+        _refuse(f"cache_seqlens must be [batch={B}], got {tuple(lens.shape)}", name)
+    if table is None:
+        if cache.shape[0] != B:
+            _refuse(f"batch differs between q ({B}) and the contiguous cache ({cache.shape[0]})", name)
+        return
+    if table.dim() != 2 or table.shape[0] != B:
+        _refuse(f"block_table must be [{B}, blocks], got {tuple(table.shape)}", name)
+    page = cache.shape[2]
+    if page < 16 or page & (page - 1):
+        _refuse(f"page size {page} ({label}.shape[2]) must be a power of two >= 16", name)
+
+
+def _check_scale(scale: Any, name: str) -> float:
+    if not isinstance(scale, int | float) or not math.isfinite(scale):
+        _refuse(f"sm_scale must be a finite number, got {scale!r}", name)
+    return float(scale)
+
+
+def _forced_config(cfg: dict[str, int], config: Any, block_ns: tuple[int, ...], name: str) -> dict[str, int]:
+    """The default tile `cfg` with a forced `config`'s keys over it."""
+    if config is None:
+        return cfg
+    if not isinstance(config, dict) or not set(config) <= set(cfg):
+        _refuse(f"config keys must be among {sorted(cfg)}, got {config!r}", name)
+    cfg = {**cfg, **config}
+    if cfg["BLOCK_N"] not in block_ns:
+        _refuse(
+            f"config BLOCK_N={cfg['BLOCK_N']!r} must be a power of two in {block_ns[0]}..{block_ns[-1]}", name
+        )
+    return cfg
+
+
+def _splits(
+    num_splits: Any, programs: int, capacity: int, block_n: int, device: torch.device, name: str
+) -> int:
+    """A given split count checked, or choose_num_splits' for `programs` programs on this device."""
+    if num_splits is None:
+        sms = INTERPRET_SMS if interpreting() else _sm_count(device.index or 0)
+        return choose_num_splits(programs, capacity, block_n, sms)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
+        _refuse(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}", name)
+    return num_splits
+
+
+def last_launch(slot: list[Any]) -> dict[str, Any] | None:
+    """What a launcher's most recent launch recorded in `slot` (its _LAST_LAUNCH), as a config dict."""
+    if slot[0] is None:
+        return None
+    splits, cfg, block_m, row_blocks = slot[0]
+    return {"num_splits": splits, **cfg, "BLOCK_M": block_m, "row_blocks": row_blocks}
 
 
 # The checks below build their messages only on failure: the host path is part of every timed call (a call's
@@ -323,11 +404,7 @@ def _check_tensors(q: Any, k: Any, v: Any, lens: Any, table: Any) -> None:
     for label, t in (("q", q), ("k_cache", k), ("v_cache", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             _refuse(f"{label} must be a 4-D torch.Tensor, got {getattr(t, 'shape', type(t).__name__)}")
-    for label, t in (("cache_seqlens", lens), ("block_table", table)):
-        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.int32):
-            _refuse(
-                f"{label} must be an int32 torch.Tensor or None, got {getattr(t, 'dtype', type(t).__name__)}"
-            )
+    _check_index_tensors(lens, table, "flash_decode")
     if k.dtype == KV_FP8_DTYPE:
         if v.dtype != KV_FP8_DTYPE or q.dtype not in KV_FP8_Q_DTYPES:
             _refuse(
@@ -344,15 +421,7 @@ def _check_tensors(q: Any, k: Any, v: Any, lens: Any, table: Any) -> None:
     ):
         devices = sorted({str(t.device) for t in (q, k, v, lens, table) if t is not None})
         _refuse(f"inputs are on different devices ({', '.join(devices)})")
-    if dev.type == "cuda":
-        if interpreting():
-            _refuse("CUDA tensors while TRITON_INTERPRET=1 (the interpreter runs on CPU)")
-    elif dev.type != "cpu":
-        _refuse(f"device {dev.type} unsupported (cuda, or cpu under the interpreter)")
-    elif not interpreting():
-        _refuse("device cpu needs Triton's interpreter (TRITON_INTERPRET=1 before importing triton)")
-    elif q.dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is silently wrong (rel. error ~1e9, 3.9)
-        _refuse("bf16 under the Triton interpreter (its bf16 tl.dot is wrong)")
+    _check_device(q, "flash_decode")
     B, Hq, Nq, D = q.shape
     if k.shape != v.shape:
         _refuse(f"k_cache and v_cache shapes differ ({tuple(k.shape)} vs {tuple(v.shape)})")
@@ -366,17 +435,7 @@ def _check_tensors(q: Any, k: Any, v: Any, lens: Any, table: Any) -> None:
         _refuse(f"KV heads {k.shape[1]} do not divide query heads {Hq}")
     if k.stride(3) != 1 or v.stride(3) != 1:
         _refuse("k_cache and v_cache need a unit stride in head_dim")
-    if lens is not None and lens.shape != (B,):
-        _refuse(f"cache_seqlens must be [batch={B}], got {tuple(lens.shape)}")
-    if table is None:
-        if k.shape[0] != B:
-            _refuse(f"batch differs between q ({B}) and the contiguous cache ({k.shape[0]})")
-        return
-    if table.dim() != 2 or table.shape[0] != B:
-        _refuse(f"block_table must be [{B}, blocks], got {tuple(table.shape)}")
-    page = k.shape[2]
-    if page < 16 or page & (page - 1):
-        _refuse(f"page size {page} (k_cache.shape[2]) must be a power of two >= 16")
+    _check_cache_layout(B, k, lens, table, "k_cache", "flash_decode")
 
 
 def _check_scales(k_scale: Any, v_scale: Any, q: torch.Tensor, k: torch.Tensor) -> tuple[Any, Any] | None:
@@ -412,9 +471,10 @@ def _check_data(
     pool: int,
     page: int,
     scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+    name: str = "flash_decode",
 ) -> None:
     """Every length within the capacity, every page a sequence uses inside the pool, every scale finite and
-    positive: one device sync."""
+    positive: one device sync. `name`: the call refusing."""
     used = None
     if table is not None:  # table entries past a sequence's length are never read
         n = lens.clamp(0, capacity) if lens is not None else torch.full_like(table[:, 0], capacity)
@@ -429,16 +489,17 @@ def _check_data(
     if scales is not None:
         *values, k_ok, _, v_ok, _ = values
         if not (k_ok and v_ok):
-            _refuse(f"{'k_scale' if not k_ok else 'v_scale'} holds a value that is not finite and > 0")
+            _refuse(f"{'k_scale' if not k_ok else 'v_scale'} holds a value that is not finite and > 0", name)
     if lens is not None:
         low, high, *values = values
         if low < 0:
-            _refuse(f"cache_seqlens holds a negative length ({low})")
+            _refuse(f"cache_seqlens holds a negative length ({low})", name)
         if high > capacity:
-            _refuse(f"cache_seqlens holds {high}, past the cache capacity {capacity}")
+            _refuse(f"cache_seqlens holds {high}, past the cache capacity {capacity}", name)
     if table is not None and (values[0] < 0 or values[1] >= pool):
         _refuse(
-            f"block_table holds page {values[0] if values[0] < 0 else values[1]}, outside the pool of {pool}"
+            f"block_table holds page {values[0] if values[0] < 0 else values[1]}, outside the pool of {pool}",
+            name,
         )
 
 
@@ -492,10 +553,7 @@ def _launch(
 
 def last_decode_config() -> dict[str, Any] | None:
     """The split count and tile of the most recent flash_decode launch in this process, or None before any."""
-    if _LAST_LAUNCH[0] is None:
-        return None
-    splits, cfg, block_m, row_blocks = _LAST_LAUNCH[0]
-    return {"num_splits": splits, **cfg, "BLOCK_M": block_m, "row_blocks": row_blocks}
+    return last_launch(_LAST_LAUNCH)
 
 
 def flash_decode(
@@ -555,26 +613,15 @@ def flash_decode(
     Hkv = k.shape[1]
     page = k.shape[2] if paged else 1
     capacity = block_table.shape[1] * page if block_table is not None else k.shape[2]
-    scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
-    if not isinstance(scale, int | float) or not math.isfinite(scale):
-        _refuse(f"sm_scale must be a finite number, got {scale!r}")
+    scale = _check_scale(1.0 / math.sqrt(D) if sm_scale is None else sm_scale, "flash_decode")
     if validate:
         _check_data(cache_seqlens, block_table, capacity, k.shape[0], page, scales)
     cfg = INTERPRET_CONFIG if interpreting() else (PAGED_CONFIGS if paged else GPU_CONFIGS)[D]
-    if config is not None:
-        if not isinstance(config, dict) or not set(config) <= set(cfg):
-            _refuse(f"config keys must be among {sorted(cfg)}, got {config!r}")
-        cfg = {**cfg, **config}
-        if cfg["BLOCK_N"] not in (16, 32, 64, 128, 256):
-            _refuse(f"config BLOCK_N={cfg['BLOCK_N']!r} must be a power of two in 16..256")
+    cfg = _forced_config(cfg, config, (16, 32, 64, 128, 256), "flash_decode")
     rows = (Hq // Hkv) * Nq
     block_m = min(MAX_ROWS, max(16, _pow2(rows)))
     row_blocks = -(-rows // block_m)
-    if num_splits is None:
-        sms = INTERPRET_SMS if interpreting() else _sm_count(q.device.index or 0)
-        num_splits = choose_num_splits(B * Hkv * row_blocks, capacity, cfg["BLOCK_N"], sms)
-    elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
-        _refuse(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
+    num_splits = _splits(num_splits, B * Hkv * row_blocks, capacity, cfg["BLOCK_N"], q.device, "flash_decode")
 
     q = q if q.is_contiguous() else q.contiguous()
     out = torch.empty((B, Hq, Nq, D), dtype=q.dtype, device=q.device)

@@ -49,20 +49,26 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from .common import LOG2E, KernelUnsupported, dot, interpreting
+from .common import LOG2E, dot, interpreting
 from .decode import (
     COMBINE_ELEMENTS,
     DECODE_DTYPES,
-    INTERPRET_SMS,
-    MAX_SPLITS,
+    _check_cache_layout,
     _check_data,
+    _check_device,
+    _check_index_tensors,
+    _check_scale,
     _combine,
+    _forced_config,
     _launch,
     _pow2,
     _scratch,
-    _sm_count,
-    choose_num_splits,
+    _splits,
+    last_launch,
 )
+from .decode import _refuse as _refuse_as
+
+NAME = "flash_mla_decode"
 
 MLA_HEAD_DIM = 576  # DeepSeek-V2/V3: 512 latent + 64 rotary dims
 MLA_HEAD_DIM_V = 512
@@ -199,7 +205,7 @@ def _mla_decode(
 
 
 def _refuse(message: str) -> None:
-    raise KernelUnsupported(f"flash_mla_decode: {message}")
+    _refuse_as(message, NAME)
 
 
 def _check_tensors(q: Any, kv: Any, lens: Any, table: Any, head_dim_v: Any) -> None:
@@ -207,11 +213,7 @@ def _check_tensors(q: Any, kv: Any, lens: Any, table: Any, head_dim_v: Any) -> N
     for label, t in (("q", q), ("kv_cache", kv)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             _refuse(f"{label} must be a 4-D torch.Tensor, got {getattr(t, 'shape', type(t).__name__)}")
-    for label, t in (("cache_seqlens", lens), ("block_table", table)):
-        if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.int32):
-            _refuse(
-                f"{label} must be an int32 torch.Tensor or None, got {getattr(t, 'dtype', type(t).__name__)}"
-            )
+    _check_index_tensors(lens, table, NAME)
     if q.dtype != kv.dtype:
         _refuse(f"q and kv_cache dtypes differ ({q.dtype}, {kv.dtype})")
     if q.dtype not in DECODE_DTYPES:
@@ -219,15 +221,7 @@ def _check_tensors(q: Any, kv: Any, lens: Any, table: Any, head_dim_v: Any) -> N
     devices = {str(t.device) for t in (q, kv, lens, table) if t is not None}
     if len(devices) > 1:
         _refuse(f"inputs are on different devices ({', '.join(sorted(devices))})")
-    if q.device.type == "cuda":
-        if interpreting():
-            _refuse("CUDA tensors while TRITON_INTERPRET=1 (the interpreter runs on CPU)")
-    elif q.device.type != "cpu":
-        _refuse(f"device {q.device.type} unsupported (cuda, or cpu under the interpreter)")
-    elif not interpreting():
-        _refuse("device cpu needs Triton's interpreter (TRITON_INTERPRET=1 before importing triton)")
-    elif q.dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is silently wrong (triton 3.9)
-        _refuse("bf16 under the Triton interpreter (its bf16 tl.dot is wrong)")
+    _check_device(q, NAME)
     B, H, Nq, D = q.shape
     if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int):
         _refuse(f"head_dim_v must be an int, got {head_dim_v!r}")
@@ -246,25 +240,12 @@ def _check_tensors(q: Any, kv: Any, lens: Any, table: Any, head_dim_v: Any) -> N
         _refuse(f"at most {MAX_QUERIES} query tokens per sequence, got {Nq}")
     if kv.stride(3) != 1:
         _refuse("kv_cache needs a unit stride in its last dimension")
-    if lens is not None and lens.shape != (B,):
-        _refuse(f"cache_seqlens must be [batch={B}], got {tuple(lens.shape)}")
-    if table is None:
-        if kv.shape[0] != B:
-            _refuse(f"batch differs between q ({B}) and the contiguous cache ({kv.shape[0]})")
-        return
-    if table.dim() != 2 or table.shape[0] != B:
-        _refuse(f"block_table must be [{B}, blocks], got {tuple(table.shape)}")
-    page = kv.shape[2]
-    if page < 16 or page & (page - 1):
-        _refuse(f"page size {page} (kv_cache.shape[2]) must be a power of two >= 16")
+    _check_cache_layout(B, kv, lens, table, "kv_cache", NAME)
 
 
 def last_mla_config() -> dict[str, Any] | None:
     """The split count and tile of the most recent flash_mla_decode launch in this process, or None before any."""
-    if _LAST_LAUNCH[0] is None:
-        return None
-    splits, cfg, block_m, row_blocks = _LAST_LAUNCH[0]
-    return {"num_splits": splits, **cfg, "BLOCK_M": block_m, "row_blocks": row_blocks}
+    return last_launch(_LAST_LAUNCH)
 
 
 def flash_mla_decode(
@@ -296,29 +277,14 @@ def flash_mla_decode(
     B, H, Nq, D = q.shape
     page = kv.shape[2] if paged else 1
     capacity = block_table.shape[1] * page if block_table is not None else kv.shape[2]
-    scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
-    if not isinstance(scale, int | float) or not math.isfinite(scale):
-        _refuse(f"sm_scale must be a finite number, got {scale!r}")
+    scale = _check_scale(1.0 / math.sqrt(D) if sm_scale is None else sm_scale, NAME)
     if validate:
-        try:
-            _check_data(cache_seqlens, block_table, capacity, kv.shape[0], page)
-        except KernelUnsupported as exc:  # the same checks as flash_decode's, named as this call's
-            raise KernelUnsupported(str(exc).replace("flash_decode", "flash_mla_decode", 1)) from None
-    cfg = INTERPRET_CONFIG if interpreting() else GPU_CONFIG
-    if config is not None:
-        if not isinstance(config, dict) or not set(config) <= set(cfg):
-            _refuse(f"config keys must be among {sorted(cfg)}, got {config!r}")
-        cfg = {**cfg, **config}
-        if cfg["BLOCK_N"] not in (16, 32, 64, 128):
-            _refuse(f"config BLOCK_N={cfg['BLOCK_N']!r} must be a power of two in 16..128")
+        _check_data(cache_seqlens, block_table, capacity, kv.shape[0], page, name=NAME)
+    cfg = _forced_config(INTERPRET_CONFIG if interpreting() else GPU_CONFIG, config, (16, 32, 64, 128), NAME)
     rows = H * Nq
     block_m = min(BLOCK_M, max(16, _pow2(rows)))
     row_blocks = -(-rows // block_m)
-    if num_splits is None:
-        sms = INTERPRET_SMS if interpreting() else _sm_count(q.device.index or 0)
-        num_splits = choose_num_splits(B * row_blocks, capacity, cfg["BLOCK_N"], sms)
-    elif isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
-        _refuse(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
+    num_splits = _splits(num_splits, B * row_blocks, capacity, cfg["BLOCK_N"], q.device, NAME)
 
     q = q if q.is_contiguous() else q.contiguous()
     out = torch.empty((B, H, Nq, head_dim_v), dtype=q.dtype, device=q.device)
