@@ -11,18 +11,32 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python tools/sm90_compile.py bwd '{"dkdv": {"kernel": "gluon-ws"}, "dq": [128, 64, 8, 3]}' --dim 128
     /tmp/t36/bin/python tools/sm90_compile.py ws  '{}' --dim 128 --causal --window 4096,0
     /tmp/t36/bin/python tools/sm90_compile.py ws  '{"STAGES": 4}' --dim 128 --fp8
+    /tmp/t36/bin/python tools/sm90_compile.py decode '{}' --dim 128 --causal --fp8 [--group 4] [--paged 16]
+    /tmp/t36/bin/python tools/sm90_compile.py mla '{"BLOCK_N": 32, "num_warps": 8, "num_stages": 3}' --causal --nq 2
     /tmp/t36/bin/python tools/sm90_compile.py dump DIR [--part 0/2]
 
-ws / tl / bwd print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
+ws / tl / bwd / decode / mla print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
 HGMMA and QGMMA (e4m3) counts, the wgmma groups (ptxas's "serialized" wgmma: one group per wgmma); for each P V
 with P in registers, the MUFU.EX2 between its issue and its wait in
-SASS order: the softmax that overlaps it); --sass DIR writes each kernel's SASS there; --no-tma compiles the tl
-kernels' pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as flash_fp8's forward launches it (V^T, descales).
-dump writes the SASS of every shipped config to DIR, one file per kernel: the tl forward's autotune candidates
+SASS order: the softmax that overlaps it); --sass DIR writes each kernel's SASS and TTGIR there (a load that
+Triton's pipeliner made asynchronous is a `ttg.async_copy_global_to_local` into shared memory, read back by
+`ttg.local_load`); --no-tma compiles the tl kernels' pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as
+flash_fp8's forward launches it (V^T, descales).
+decode and mla compile the decode kernels as flash_decode and flash_mla_decode launch them ('{}': the default
+tile, else any of BLOCK_N, num_warps, num_stages), with the host's split heuristic on 132 SMs: decode takes bf16
+q (32 heads, --group query heads per KV head) over a bf16 or (--fp8) e4m3 cache of --seq keys (default 8192,
+batch 16); mla DeepSeek-V3's shape (128 heads, 576 / 512 latent dims, bf16, --nq queries, 4096 keys, batch 32);
+--paged PAGE takes a paged cache. They add a line for one pass of the kernel's main loop (the SASS loop with the
+most tensor-core ops): its instructions, and per opcode the cp.async copies (LDGSTS) with their commits
+(LDGDEPBAR) and waits (DEPBAR), TMA (UTMALDG) and register (LDG) loads, shared-memory reads (LDSM = ldmatrix, LDS)
+and writes, conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA (mma.sync) / HGMMA (wgmma) ops.
+dump writes the SASS and TTGIR of every shipped config to DIR, one pair of files per kernel: the tl forward's autotune candidates
 at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults
 (each head group of the list-scheduled walk, and the FP8 default at d = 128); the backward passes' candidates
 (recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV); the
-stored-P and FA1-order forwards' defaults. A change that should leave
+stored-P and FA1-order forwards' defaults; flash_decode's default tile at every head dim over bf16 and e4m3
+caches (one split, key splits with the combine, paged); flash_mla_decode's candidate tiles and its paged default.
+A change that should leave
 the code alone is checked with `diff -r` of two dumps; --part i/n
 compiles every n-th kernel from the i-th (n processes side by side).
 """
@@ -97,7 +111,7 @@ def _compile_only() -> None:
 
 def _stub_gpu(tma: bool) -> None:
     """What the launchers ask the GPU (TMA use, shared memory, SM count, Gluon support), answered for an H100."""
-    from flashbench.kernels import backward_ws, flash_ws
+    from flashbench.kernels import backward_ws, decode, flash_ws, mla
 
     for name, module in list(sys.modules.items()):
         if name.startswith("flashbench.kernels"):
@@ -108,6 +122,10 @@ def _stub_gpu(tma: bool) -> None:
             if hasattr(module, "_max_shared_mem"):
                 module._max_shared_mem = lambda: SMEM
     flash_ws._sm_count = lambda index: 132
+    decode._sm_count = mla._sm_count = lambda index: 132
+    decode._COMPILED.clear()  # a compiled kernel there would be launched, not compiled again
+    # The decode launchers refuse CPU tensors outside the interpreter; the inputs here are built valid.
+    decode._check_tensors = mla._check_tensors = lambda *args: None
     flash_ws.supported = lambda *args, **kwargs: None
     backward_ws.supported = lambda *args, **kwargs: None
 
@@ -153,6 +171,51 @@ def _summary(kernel: Any, sass: str, regs: int | None) -> str:
         + (f", wgmma groups={groups}/{len(mmas)}{' (serialized)' if mmas and groups == len(mmas) else ''}")
         + (f", MUFU.EX2 under each P V={pv}" if pv else "")
     )
+
+
+# The opcodes a decode loop's summary counts: the cache tile's way from HBM (cp.async, TMA, register loads) and
+# through shared memory (ldmatrix, plain loads), the conversions that fp8 or a P cast emit, the tensor-core ops.
+LOOP_OPS = (
+    "LDGSTS", "LDGDEPBAR", "DEPBAR", "UTMALDG", "LDG", "LDSM", "LDS", "STS", "F2FP", "F2F", "HADD2.F32", "PRMT",
+    "I2F", "HMMA", "HGMMA", "QGMMA",
+)  # fmt: skip
+
+
+def main_loop(sass: str) -> list[str]:
+    """The instructions of the kernel's main loop: of the loops in SASS (a branch back to an earlier label), the
+    one that holds the most tensor-core ops, then the longest."""
+    ops: list[str] = []
+    labels: dict[str, int] = {}
+    loops: list[tuple[int, int]] = []
+    for line in sass.splitlines():
+        label = re.match(r"^(\.L_x_\d+):", line)
+        if label:
+            labels[label.group(1)] = len(ops)
+            continue
+        op = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+([^;]*);", line)
+        if not op:
+            continue
+        target = re.search(r"BRA `\((\.L_x_\d+)\)", op.group(1))
+        if target and target.group(1) in labels:
+            loops.append((labels[target.group(1)], len(ops) + 1))
+        ops.append(op.group(1).strip())
+    bodies = [ops[a:b] for a, b in loops]
+    return max(
+        bodies, key=lambda body: (sum(bool(re.search(r"[HQ]G?MMA", x)) for x in body), len(body)), default=[]
+    )
+
+
+def loop_summary(sass: str) -> str:
+    """Per pass of the main loop: its instruction count and each LOOP_OPS opcode, by its full mnemonic."""
+    body = main_loop(sass)
+    counts: dict[str, int] = {}
+    for op in body:
+        if op.startswith("@!PT "):  # never runs (ptxas's padding)
+            continue
+        mnemonic = re.sub(r"^@!?U?P[T0-9]\s+", "", op).split()[0]
+        if any(mnemonic == x or mnemonic.startswith(x + ".") for x in LOOP_OPS):
+            counts[mnemonic] = counts.get(mnemonic, 0) + 1
+    return f"main loop: {len(body)} instructions, " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
 def _config(entry: tuple[int, ...] | list[int] | dict[str, Any]) -> dict[str, Any]:
@@ -215,6 +278,50 @@ def variant_forward(name: str, config: dict[str, Any], dim: int, causal: bool) -
         stored_p.attention_forward_stored_p(q, k, v, causal, dim**-0.5, config)
 
 
+def _cache(
+    batch: int, heads: int, seq: int, dim: int, dtype: torch.dtype, page: int | None
+) -> tuple[Any, Any]:
+    """A full KV cache of `seq` keys per sequence, [B, heads, seq, dim], or a pool of `page`-token pages and its
+    block table; never read."""
+    if page is None:
+        return torch.empty(batch, heads, seq, dim, dtype=dtype), None
+    return torch.empty(batch * seq // page, heads, page, dim, dtype=dtype), torch.zeros(
+        batch, seq // page, dtype=torch.int32
+    )
+
+
+def decode(
+    config: dict[str, Any],
+    dim: int,
+    fp8: bool,
+    group: int,
+    page: int | None,
+    causal: bool,
+    batch: int = 16,
+    seq: int = 8192,
+    nq: int = 1,
+) -> None:
+    """flash_decode of bf16 q over a bf16 or e4m3 cache: 32 query heads over 32 / group KV heads."""
+    from flashbench.kernels import decode as dec
+
+    q = torch.empty(batch, 32, nq, dim, dtype=torch.bfloat16)
+    k, table = _cache(batch, 32 // group, seq, dim, dec.KV_FP8_DTYPE if fp8 else q.dtype, page)
+    lens = torch.full((batch,), seq, dtype=torch.int32)
+    dec.flash_decode(q, k, torch.empty_like(k), lens, table, causal, validate=False, config=config or None)
+
+
+def mla(
+    config: dict[str, Any], page: int | None, causal: bool, batch: int = 32, seq: int = 4096, nq: int = 1
+) -> None:
+    """flash_mla_decode of DeepSeek-V3's shape: 128 heads over one 576-dim latent head (512 of them V), bf16."""
+    from flashbench.kernels import mla as mla_kernel
+
+    q = torch.empty(batch, 128, nq, mla_kernel.MLA_HEAD_DIM, dtype=torch.bfloat16)
+    kv, table = _cache(batch, 1, seq, mla_kernel.MLA_HEAD_DIM, q.dtype, page)
+    lens = torch.full((batch,), seq, dtype=torch.int32)
+    mla_kernel.flash_mla_decode(q, kv, lens, table, causal, validate=False, config=config or None)
+
+
 def _spaces() -> dict[str, Any]:
     from flashbench.kernels import configs
 
@@ -234,6 +341,8 @@ def _tag(config: dict[str, int]) -> str:
 def shipped() -> list[tuple[str, bool, functools.partial]]:
     """(name, TMA, compile call) of every shipped config (see the module docstring)."""
     from flashbench.kernels import backward_ws, flash_ws
+    from flashbench.kernels import decode as dec
+    from flashbench.kernels import mla as mla_kernel
 
     s = _spaces()
     jobs: list[tuple[str, bool, functools.partial]] = []
@@ -269,7 +378,25 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
         variant = s["candidates"]("fwd", s["variant"], dim, 2, SMEM)[0]
         for name in ("v1", "stored_p"):
             add(f"{name}-{shape}-default", False, variant_forward, name, variant, dim, causal)
+    # The decode kernels at their GPU tiles: one split (batch 16, GQA 32/8), key splits and the combine (batch 1),
+    # a paged cache (16-token pages); MLA's candidates at 128 heads, Nq 1, and its default over 64-token pages.
+    for dim, fp8 in itertools.product(dec.DECODE_HEAD_DIMS, (False, True)):
+        shape = f"d{dim}-{'e4m3' if fp8 else 'bf16'}"
+        add(f"decode-{shape}-contig-default", False, decode, {}, dim, fp8, 4, None, True)
+        add(f"decode-{shape}-contig-splits-default", False, decode, {}, dim, fp8, 4, None, True, batch=1)
+        add(f"decode-{shape}-paged-default", False, decode, {}, dim, fp8, 4, 16, True, batch=1)
+    for cfg in mla_kernel.CANDIDATE_CONFIGS:
+        add(f"mla-contig-{_tag(cfg)}", False, mla, cfg, None, True)
+    add("mla-paged-default", False, mla, {}, 64, True)
     return jobs
+
+
+def _write(folder: str, stem: str, **texts: str) -> None:
+    """Each text to folder/stem.<its name> (sass=..., ttgir=...)."""
+    os.makedirs(folder, exist_ok=True)
+    for suffix, text in texts.items():
+        with open(os.path.join(folder, f"{stem}.{suffix}"), "w") as out:
+            out.write(text)
 
 
 def dump(folder: str, part: str) -> int:
@@ -283,24 +410,30 @@ def dump(folder: str, part: str) -> int:
         call()
         for kernel_name, kernel in _CAPTURED:
             sass, regs = _disassemble(kernel)
-            with open(os.path.join(folder, f"{name}.{kernel_name}.sass"), "w") as out:
-                out.write(sass)
-            print(f"{name}.{kernel_name}: {_summary(kernel, sass, regs)}", flush=True)
+            _write(folder, f"{name}.{kernel_name}", sass=sass, ttgir=kernel.asm["ttgir"])
+            loop = f"; {loop_summary(sass)}" if name.startswith(("decode", "mla")) else ""
+            print(f"{name}.{kernel_name}: {_summary(kernel, sass, regs)}{loop}", flush=True)
     return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kernel", choices=["ws", "tl", "bwd", "dump"])
+    ap.add_argument("kernel", choices=["ws", "tl", "bwd", "decode", "mla", "dump"])
     ap.add_argument("config", nargs="?", default="{}", help="a JSON config; dump: the output folder")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--seq", type=int, help="keys (default 2048; decode 8192, mla 4096 cached keys)")
     ap.add_argument("--no-tma", action="store_true", help="tl, bwd: the pointer path")
-    ap.add_argument("--sass", help="write each kernel's SASS into this folder")
+    ap.add_argument("--sass", help="write each kernel's SASS and TTGIR into this folder")
     ap.add_argument("--part", default="0/1", help="dump: every n-th kernel from the i-th (i/n)")
     ap.add_argument("--window", help="ws, tl, bwd: a sliding window L,R (flash_attn's window=(L, R))")
-    ap.add_argument("--fp8", action="store_true", help="ws: the FP8 (e4m3) mode")
+    ap.add_argument("--fp8", action="store_true", help="ws: the FP8 (e4m3) mode; decode: an e4m3 KV cache")
+    ap.add_argument("--group", type=int, default=4, help="decode: query heads per KV head (of 32)")
+    ap.add_argument(
+        "--paged", type=int, metavar="PAGE", help="decode, mla: a paged cache of PAGE-token pages"
+    )
+    ap.add_argument("--nq", type=int, default=1, help="decode, mla: query tokens per sequence")
+    ap.add_argument("--batch", type=int, help="decode, mla: sequences (default 16, mla 32)")
     a = ap.parse_args()
     triton.runtime.driver.set_active(_Sm90Driver())
     os.environ["FLASHBENCH_GLUON"] = "1"
@@ -313,21 +446,30 @@ def main() -> int:
     cfg = json.loads(a.config)
     window = tuple(int(x) for x in a.window.split(",")) if a.window else None
     if a.kernel == "ws":
-        ws_forward(cfg, a.dim, a.causal, a.seq, window, fp8=a.fp8)
+        ws_forward(cfg, a.dim, a.causal, a.seq or 2048, window, fp8=a.fp8)
     elif a.kernel == "tl":
-        tl_forward(cfg, a.dim, a.causal, a.seq, window)
+        tl_forward(cfg, a.dim, a.causal, a.seq or 2048, window)
+    elif a.kernel == "decode":
+        decode(cfg, a.dim, a.fp8, a.group, a.paged, a.causal, a.batch or 16, a.seq or 8192, a.nq)
+    elif a.kernel == "mla":
+        mla(cfg, a.paged, a.causal, a.batch or 32, a.seq or 4096, a.nq)
     else:
         backward(_config(cfg["dkdv"]), _config(cfg["dq"]), a.dim, a.causal, window=window)
+    if a.kernel == "decode":
+        label = f"decode {'e4m3' if a.fp8 else 'bf16'} cache d={a.dim} G={a.group}"
+    elif a.kernel == "mla":
+        label = f"mla Nq={a.nq}"
+    else:
+        label = f"{a.kernel}{' fp8' if a.fp8 else ''} d={a.dim}"
+    if a.kernel in ("decode", "mla"):
+        label += f" {f'paged {a.paged}' if a.paged else 'contiguous'}"
     for kernel_name, kernel in _CAPTURED:
         sass, regs = _disassemble(kernel)
         if a.sass:
-            os.makedirs(a.sass, exist_ok=True)
-            with open(os.path.join(a.sass, f"{kernel_name}.sass"), "w") as out:
-                out.write(sass)
-        print(
-            f"{a.kernel}{' fp8' if a.fp8 else ''} d={a.dim} causal={int(a.causal)} {cfg} {kernel_name}: "
-            f"{_summary(kernel, sass, regs)}"
-        )
+            _write(a.sass, kernel_name, sass=sass, ttgir=kernel.asm["ttgir"])
+        print(f"{label} causal={int(a.causal)} {cfg} {kernel_name}: {_summary(kernel, sass, regs)}")
+        if a.kernel in ("decode", "mla"):
+            print(f"  {loop_summary(sass)}")
     return 0
 
 
