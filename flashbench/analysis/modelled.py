@@ -16,7 +16,7 @@ from flashbench.models import io_model, memory, roofline
 from flashbench.models.flops import attention_flops
 from flashbench.models.io_model import Blocks
 from flashbench.results.env import Environment
-from flashbench.spec.cases import CASE_FIELDS, DTYPE_BYTES, Case
+from flashbench.spec.cases import CASE_DEFAULTS, CASE_FIELDS, DTYPE_BYTES, Case
 from flashbench.spec.window import parse_window
 
 if TYPE_CHECKING:
@@ -46,11 +46,12 @@ def add_model_columns(df: pd.DataFrame) -> None:
         family = r.family
         shape = (r.batch, r.heads, r.kv_heads, r.seq_q, r.seq_k, r.head_dim, dtype_bytes(r.dtype))
         try:
-            lens = seqlens_of(r)
+            case = case_of(r)
+            lens = case.kv_lengths() if case.ragged else None
             window = window_of(r)
-            docs = documents_of(r)
-            dv = int(r.head_dim_v)
-            kv = dict(kv_elem_bytes=kv_elem_bytes(r), head_dim_v=dv)
+            docs = case.documents()
+            dv = case.head_dim_v
+            kv = dict(kv_elem_bytes=case.kv_elem_bytes, head_dim_v=dv)
             kw: dict[str, Any] = dict(
                 blocks=blocks_of(r.kernel_config), seqlens_k=lens, window=window, documents=docs, **kv
             )
@@ -116,28 +117,22 @@ def provider_bytes(case: Case, family: str | None, kernel_config: dict[str, Any]
         seqlens_k=lens,
         window=case.window_size,
         documents=case.documents(),
-        kv_elem_bytes=kv_elem_bytes(case),
+        kv_elem_bytes=case.kv_elem_bytes,
         head_dim_v=case.head_dim_v,
     )
     return float(traffic.total)
 
 
-def seqlens_of(row: Any) -> tuple[int, ...] | None:
-    """Each sequence's valid keys for a ragged case's row (a namedtuple with the Case fields), else None."""
-    case = Case(**{name: getattr(row, name) for name in CASE_FIELDS})
-    return case.kv_lengths() if case.ragged else None
+def case_of(row: Any) -> Case:
+    """The Case of a row (a namedtuple with the Case fields); a field the frame holds as NaN (a row written before
+    the field existed) takes its default."""
+    return Case(**{name: _or_default(name, getattr(row, name)) for name in CASE_FIELDS})
 
 
-def documents_of(row: Any) -> tuple[int, ...] | None:
-    """A packed case's document lengths for its row (a namedtuple with the Case fields), else None."""
-    return Case(**{name: getattr(row, name) for name in CASE_FIELDS}).documents()
-
-
-def kv_elem_bytes(row: Any) -> int:
-    """Bytes per stored K/V element of a row whose cache has its own dtype (an FP8 KV cache: 1), else 0 (the
-    row's dtype; rows written before the kv_dtype field existed have none)."""
-    kv = getattr(row, "kv_dtype", "")
-    return DTYPE_BYTES[kv] if isinstance(kv, str) and kv else 0
+def _or_default(name: str, value: Any) -> Any:
+    return (
+        CASE_DEFAULTS.get(name, value) if value != value else value
+    )  # NaN is the one value unequal to itself
 
 
 def window_of(row: Any) -> tuple[int, int] | None:
@@ -163,7 +158,7 @@ def predict_case(case: Case, family: str, flops_s: dict[str, float], bw_bytes_s:
         lens,
         case.window_size,
         case.documents(),
-        kv_elem_bytes(case),
+        case.kv_elem_bytes,
         case.head_dim_v,
     )
 

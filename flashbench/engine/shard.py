@@ -84,6 +84,7 @@ def case_cost_s(case: Case, settings: Mapping[str, Any] | None = None) -> float:
         case.mode,
         case.kv_lengths() if case.ragged else None,
         case.documents(),
+        kv_elem_bytes=case.kv_elem_bytes,
         head_dim_v=case.head_dim_v,
     ).total
     peak = gpu.peak_flops(case.dtype) or gpu.peak_flops("fp32") or 1.0
