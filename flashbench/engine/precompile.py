@@ -30,7 +30,6 @@ import json
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -102,7 +101,7 @@ def distinct(recorded: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def command(mode: str, kernels: Sequence[str]) -> list[str]:
-    cmd = [sys.executable, "-P", "-m", MODULE, mode]
+    cmd = worker_process.command(mode, module=MODULE)
     for path in kernels:
         cmd += ["--kernel", path]
     return cmd
@@ -113,26 +112,7 @@ def _start(cmd: list[str], visible: str | None) -> subprocess.Popen[str]:
     env["PYTHONUNBUFFERED"] = "1"
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
-    return subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env=env,
-        text=True,
-        encoding="utf-8",
-        bufsize=1,
-    )
-
-
-def _kill(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-    proc.wait()
+    return worker_process.spawn(cmd, env, subprocess.DEVNULL)
 
 
 def _answers(proc: subprocess.Popen[str]) -> queue.Queue[dict[str, Any] | None]:
@@ -179,7 +159,7 @@ def record_builds(
             if answer.get("error") and len(rec.errors) < _ERRORS_KEPT:
                 rec.errors.append(f"record {answer.get('case')}: {answer['error']}")
     finally:
-        _kill(proc)
+        worker_process.kill_group(proc)
     return builds
 
 
@@ -229,7 +209,7 @@ def compile_pool(
                     pass  # it died: the read below says so
                 answer = _next_answer(answers, build["id"], timeout_s)
                 if answer is None or isinstance(answer, str):
-                    _kill(proc)
+                    worker_process.kill_group(proc)
                     proc = None
                     why = answer or f"the compile process ended (build {build['qualname']})"
                     note(why, time.monotonic() - started)
@@ -244,7 +224,7 @@ def compile_pool(
                     proc.wait(timeout=10)
                 except (OSError, subprocess.TimeoutExpired):
                     pass
-                _kill(proc)
+                worker_process.kill_group(proc)
 
     threads = [threading.Thread(target=serve, daemon=True) for _ in range(jobs)]
     for thread in threads:

@@ -96,17 +96,7 @@ class Worker:
             self._log: IO[bytes] = tempfile.TemporaryFile()
         else:
             self._log = open(log_path, "a+b")  # noqa: SIM115  (closed in close())
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            start_new_session=True,
-            env=env,
-            text=True,
-            encoding="utf-8",
-            bufsize=1,
-        )
+        self.proc = worker_process.spawn(cmd, env, self._log)
         self._messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -218,15 +208,7 @@ class Worker:
 
     def kill(self) -> None:
         """SIGKILL the worker's whole process group (its compile subprocesses too)."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
+        worker_process.kill_group(self.proc, wait_s=30)
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -34,6 +34,7 @@ import os
 import platform
 import signal
 import site
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,9 +46,37 @@ from flashbench.errors import EXIT_NO_GPU, EXIT_WORKER, FlashbenchError
 MODULE = "flashbench.engine.worker"
 
 
-def command(*args: str) -> list[str]:
-    """The command line that starts a worker: this process's interpreter, -P, this module, `args`."""
-    return [sys.executable, "-P", "-m", MODULE, *args]
+def command(*args: str, module: str = MODULE) -> list[str]:
+    """The command line that starts a worker (or another of flashbench's child processes, `module`): this process's
+    interpreter, -P, the module, `args`."""
+    return [sys.executable, "-P", "-m", module, *args]
+
+
+def spawn(cmd: list[str], env: Mapping[str, str], stderr: Any) -> subprocess.Popen[str]:
+    """Start a child that speaks the JSON-lines protocol on its stdin and stdout, in a session of its own so that
+    kill_group reaches the subprocesses it starts (Triton's compiles)."""
+    return subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        start_new_session=True,
+        env=dict(env),
+        text=True,
+        encoding="utf-8",
+        bufsize=1,
+    )
+
+
+def kill_group(proc: subprocess.Popen[str], wait_s: float | None = None) -> None:
+    """SIGKILL a spawned child's whole process group, then wait for it (at most wait_s seconds, if given)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=wait_s)
 
 
 def environment(base: Mapping[str, str]) -> dict[str, str]:
