@@ -43,6 +43,13 @@ os.environ.setdefault("FLASHBENCH_AUTOTUNE", "0")
 # test would start its record process and a pool of compile processes, 16 xdist workers' worth at once.
 os.environ.setdefault("FLASHBENCH_PRECOMPILE", "0")
 
+# Each xdist worker (PYTEST_XDIST_WORKER_COUNT of them) takes its share of the cores for torch's CPU work (the
+# float64 and low-precision references): 16 workers of 16 intra-op threads each on 16 cores spent minutes in
+# thread contention on a GPU machine.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
+
 # The device the kernel tests run on: CUDA where present, else the CPU through the interpreter.
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 
