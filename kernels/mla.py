@@ -25,6 +25,14 @@ Why MLA decode can be compute-bound: each cache token (576 x 2 bytes in bf16) me
 2 * (576 + 512) FLOPs, about 1.9 * H * Nq FLOP per byte: 242 at H = 128, Nq = 1, against an H100's ridge of
 ~300 (989 TFLOP/s over 3.35 TB/s); at Nq = 2 the roofline says compute-bound (flashbench/models: mla).
 
+Tensor cores (Hopper): S is computed by the two warpgroups on half the keys each, P V on half of the 512 output
+columns each. Triton lays out a dot whose result feeds another dot with all warps along M (warpsPerCTA [8, 1]):
+with 64 rows both warpgroups would compute all of S (72 HGMMA.64x16x16 a pass of 32 keys, not 36), and every
+wgmma reads its Q operand from shared memory, so the duplicate costs shared-memory bandwidth the cache tile needs.
+So the loop keeps S's dots out of that chain: the latent and rotary dots each start from zero (Triton would merge
+`s += dot(...)` into one chain), and S reaches P only through the branch that masks a block's invisible keys (Triton
+does not follow a value into a branch). S is then [4, 2]; P goes through shared memory to P V's layout.
+
 Registers (Hopper, the reason for the tile): the fp32 accumulator is BLOCK_M x D_V; at 64 x 512 over 8 warps that
 is 128 registers per thread, plus S (64 x BLOCK_N fp32: 8-16) and the Q operand if Triton keeps it in registers.
 BLOCK_M = 128 would need 256 for the accumulator alone; fewer warps likewise. The cache tile is 36 KB of shared
@@ -77,20 +85,28 @@ MAX_QUERIES = 4  # query tokens per sequence (speculative decoding's few); the r
 MAX_HEAD_DIM_V = 512
 BLOCK_M = 64  # query rows per tile: one wgmma M per warpgroup on Hopper
 COMBINE_ROWS = 16  # rows the combine holds at a time: 16 x 512 fp32 over 8 warps is 32 registers per thread
-# The tile on CUDA: keys per step, warps, stages; not yet timed on a GPU (docs/decode.md has the commands). Shared
-# memory at 576 dims in bf16: Q 72 KB if staged there, plus a cache tile of 36 KB (BLOCK_N 32) or 72 KB (64) per
-# stage, of an H100's 227 KB: (32, 8, 2) 144 KB, the default; (32, 8, 3) 180 KB, a deeper pipeline; (64, 8, 1)
-# 144 KB, twice the keys per step unpipelined. (64, 8, 2) would need 216 KB before any layout scratch.
+# The tile on CUDA: keys per step, warps, stages; the default as timed on an H100 (docs/benchmarks.md, "MLA decode").
+# Shared memory at 576 dims in bf16 (tools/sm90_compile.py, Triton 3.6): Q 72 KB, a cache tile of 36 KB (BLOCK_N
+# 32) or 72 KB (64) per stage, and P's 4-8 KB on its way to P V, of an H100's 227 KB: (32, 8, 2) 148 KB, the
+# default; (32, 8, 3) 184 KB, a deeper pipeline; (64, 8, 2) 224 KB, twice the keys per step, pipelined (a 64 x 32 S
+# per warpgroup: half the Q reads per key of BLOCK_N 32); (64, 8, 1) 144 KB, unpipelined.
 GPU_CONFIG: dict[str, int] = {"BLOCK_N": 32, "num_warps": 8, "num_stages": 2}
 CANDIDATE_CONFIGS: tuple[dict[str, int], ...] = (
     GPU_CONFIG,
     {"BLOCK_N": 32, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
     {"BLOCK_N": 64, "num_warps": 8, "num_stages": 1},
 )
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
 
 # What the most recent launch ran with: (num_splits, tile config, BLOCK_M, row blocks); last_mla_config().
 _LAST_LAUNCH: list[Any] = [None]
+
+
+@triton.jit
+def _opaque(x):
+    """x unchanged, through an op Triton cannot see into (a register move that ptxas drops): the loop's use."""
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit
@@ -121,6 +137,7 @@ def _mla_decode(
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots, not TF32
     COMBINE_ROWS: tl.constexpr,  # the combine's rows per step (a power of two dividing BLOCK_M)
     S_CHUNK: tl.constexpr,  # the combine's splits per step
+    WAIT_PV: tl.constexpr,  # finish each step's P V before the next S (compiled only: inline PTX)
 ):
     pid_m = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -144,10 +161,13 @@ def _mla_decode(
         offs_r = D_V + tl.arange(0, D_ROPE)
         q_rope = tl.load(q_rows + offs_r[None, :], mask=row_ok[:, None], other=0.0)
     # Last key each row sees within this split (bottom-right causal alignment).
+    # ... and the keys below unmasked_hi every row sees: a block under it needs no mask.
     if CAUSAL:
         last = tl.minimum(L - Nq + rows % Nq, hi - 1)
+        unmasked_hi = tl.minimum(L - Nq + 1, hi)
     else:
         last = tl.zeros([BLOCK_M], dtype=tl.int32) + (hi - 1)
+        unmasked_hi = hi
     if PAGED:
         pages = Table + b.to(tl.int64) * (capacity // PAGE)
         seq = KV
@@ -157,7 +177,13 @@ def _mla_decode(
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, D_V], dtype=tl.float32)
+    s_zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for start in range(lo, hi, BLOCK_N):
+        if WAIT_PV:
+            # P V's A operand (P) is in registers that ptxas gives the next step's S accumulators; with P V left
+            # running across the back edge, as Triton's pipeliner leaves it, ptxas then serialises every wgmma
+            # (its warning C7515). A use of acc here makes Triton wait for P V before the next S.
+            acc = _opaque(acc)
         offs_n = start + tl.arange(0, BLOCK_N)
         key_ok = offs_n < hi
         if PAGED:
@@ -167,11 +193,14 @@ def _mla_decode(
             kv_rows = seq + offs_n.to(tl.int64) * stride_kn
         # The latent tile is K's first D_V dims and all of V: loaded once, used by both dots.
         c = tl.load(kv_rows[:, None] + offs_v[None, :], mask=key_ok[:, None], other=0.0)
-        s = dot(q_lat, tl.trans(c), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), IEEE)
+        # Two dots from zero, each scaled, then the mask in a branch: S stays out of the P V dot's chain (the module
+        # docstring, "Tensor cores"), so each warpgroup computes half of its keys.
+        s = dot(q_lat, tl.trans(c), s_zero, IEEE) * qk_scale
         if D_ROPE > 0:
             k_rope = tl.load(kv_rows[:, None] + offs_r[None, :], mask=key_ok[:, None], other=0.0)
-            s = dot(q_rope, tl.trans(k_rope), s, IEEE)
-        s = tl.where(offs_n[None, :] <= last[:, None], s * qk_scale, float("-inf"))
+            s += dot(q_rope, tl.trans(k_rope), s_zero, IEEE) * qk_scale
+        if start + BLOCK_N > unmasked_hi:
+            s = tl.where(offs_n[None, :] <= last[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
@@ -301,7 +330,7 @@ def flash_mla_decode(
         float(scale) * LOG2E,
         capacity, num_splits, rows, Nq, kv.stride(0), kv.stride(2),
         head_dim_v, D - head_dim_v, block_m, cfg["BLOCK_N"], page, paged, cache_seqlens is not None, causal,
-        direct, q.dtype == torch.float32, combine_rows, s_chunk,
+        direct, q.dtype == torch.float32, combine_rows, s_chunk, not interpreting(),
     )  # fmt: skip
     _LAST_LAUNCH[0] = (num_splits, cfg, block_m, row_blocks)
     try:
