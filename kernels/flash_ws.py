@@ -89,8 +89,9 @@ DEFAULT_CONFIG = {
     (256, False): {**_base(256), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 0},
     (256, True): {**_base(256), "BLOCK_M": 128, **_LPT},
 }
-# FP8: 128-row tiles (192 rows spill), three stages, one program per tile (docs/kernels.md); at d = 128 and 256.
-FP8_CONFIG = {**_base(128), "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0}
+# FP8: 128-row tiles (192 rows spill), three stages, one program per tile (docs/kernels.md), the head dim's K/V
+# tiles (default_config adds them).
+FP8_CONFIG = {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0}
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
@@ -138,7 +139,7 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, 
     """The config this kernel runs at a head dim (others: d = 128's) without a forced one."""
     head_dim = head_dim if head_dim in HEAD_DIMS else 128
     if fp8:
-        return {**FP8_CONFIG, **_base(head_dim)}
+        return {**_base(head_dim), **FP8_CONFIG}
     return dict(DEFAULT_CONFIG[(head_dim, bool(causal))])
 
 
