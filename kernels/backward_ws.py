@@ -66,6 +66,7 @@ DEFAULT_CONFIG = {
     64: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 3, "ONE_PASS": 1},
     128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ONE_PASS": 1},
 }
+HEAD_DIMS = tuple(DEFAULT_CONFIG)  # not the forward's d = 256 (flash_ws.HEAD_DIMS)
 TWO_PASS = {"ONE_PASS": 0, "STAGES": 2}
 CONFIG_KEYS = {
     "kernel": None,
@@ -166,7 +167,7 @@ def supported(
     if window is not None:
         return "sliding windows run on the tl kernel"
     why = flash_ws.input_refusal(
-        {"q": q, "k": k, "v": v, "dO": do}, causal, cfg["BLOCK_M"], cfg["NUM_WG"] * KEYS
+        {"q": q, "k": k, "v": v, "dO": do}, causal, cfg["BLOCK_M"], cfg["NUM_WG"] * KEYS, HEAD_DIMS
     )
     if why:
         return why

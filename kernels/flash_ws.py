@@ -20,13 +20,14 @@ before row 0 and its warpgroups that own no row only keep the barrier protocol (
 PERSISTENT=1 launches one program per SM; each walks tiles t = pid, pid + programs, ... (in flash_ws_parts.tile's order), and
 the K/V ring, the turns and the Q barriers keep counting across its tiles (`it`: key blocks so far, `tc`: tiles
 so far). The output then has its own shared-memory buffers, so the next tile's Q can load during this tile's
-epilogue. Without a mask the walk is static round-robin (the tiles are equal); under a causal mask LPT=1 walks
+epilogue (own_o; not at d = 256, whose Q and two K/V stages fill shared memory). Without a mask the walk is static round-robin (the tiles are equal); under a causal mask LPT=1 walks
 a table built on the host (lpt_table): the tiles in the same order, each handed to the program with the least
 work so far, as a dynamic scheduler would, so the longest tiles go first and the programs end together.
 
-Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128},
-contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (the 2-D descriptors span all heads, so a partial
-64-row slice would read or write the next head's rows), and for causal Nk >= Nq (every row sees a key).
+Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128,
+256}, contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (BLOCK_N: 128 keys per K/V tile, 64 at d = 256; the
+2-D descriptors span all heads, so a partial 64-row slice would read or write the next head's rows), and for
+causal Nk >= Nq (every row sees a key).
 FP8 (e4m3 q, k, v with descales [B, Hkv], bf16 O: flash_fp8.py's contract and numerics, which routes here): the
 same schedule on e4m3 tiles; V is read as V^T [B, Hkv, D, Nk] (flash_fp8.value_layout's storage: keys contiguous,
 the K-major B operand of e4m3 wgmma) in [D, BLOCK_N] tiles; O gets its own bf16 buffers; no windows.
@@ -62,38 +63,58 @@ ROWS = 64  # query rows per consumer warpgroup
 # splits (240 / 240 / 24 with two consumers, 160 x 3 / 32 with three) fill the 64K-register file.
 CONSUMER_REGS = {2: 240, 3: 160}
 PRODUCER_REGS = {2: 24, 3: 32}
-BLOCK_N = 128  # keys per K/V tile: 64-key tiles were 5-16% slower at d = 128 (docs/kernels.md)
+# Keys per K/V tile by head dim. 64-key tiles were 5-16% slower at d = 128 (docs/kernels.md). d = 256 takes them:
+# O [64, 256] fp32 is 128 of a consumer's 240 registers, and 128-key tiles need 256 KiB of shared memory for Q and
+# two K/V stages (FP8: 304 spill stores); Gluon tensors are powers of two, so FA3's 80-key tiles are out.
+BLOCK_N = {64: 128, 128: 128, 256: 64}
+HEAD_DIMS = tuple(BLOCK_N)
 # Default config per (head dim, causal), the measured winners (docs/kernels.md, the Gluon forward): d = 64 takes
 # FA3's 192-row tiles (three consumers), persistent when not causal; causal tiles are unequal, so they are
 # persistent and list-scheduled (LPT) over two stages; d = 128 not causal, one program per tile, three stages.
-_BASE = {"BLOCK_N": BLOCK_N, "SCHED_HEADS": 1}  # reported with every config (the byte model reads the tiles)
+# d = 256: Q [128, 256] and two K/V stages fill shared memory (192 KiB): no third stage, no O buffers (own_o).
 _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 LPT_GROUP_BYTES = 8 * 2**20  # lpt_heads: groups of 4 heads while their K and V fit, else one (2-4% faster)
+
+
+def _base(head_dim: int) -> dict[str, int]:
+    """The keys every config reports (the byte model reads the tiles), at this head dim."""
+    return {"BLOCK_N": BLOCK_N[head_dim], "SCHED_HEADS": 1}
+
+
 DEFAULT_CONFIG = {
-    (64, False): {**_BASE, "BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1},
-    (64, True): {**_BASE, "BLOCK_M": 192, **_LPT},
-    (128, False): {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
-    (128, True): {**_BASE, "BLOCK_M": 128, **_LPT},
+    (64, False): {**_base(64), "BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1},
+    (64, True): {**_base(64), "BLOCK_M": 192, **_LPT},
+    (128, False): {**_base(128), "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0},
+    (128, True): {**_base(128), "BLOCK_M": 128, **_LPT},
+    (256, False): {**_base(256), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 0},
+    (256, True): {**_base(256), "BLOCK_M": 128, **_LPT},
 }
-# FP8: 128-row tiles at both head dims (192 rows spill), three stages, one program per tile (docs/kernels.md).
-FP8_CONFIG = {**_BASE, "BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0}
-HEAD_DIMS = (64, 128)
+# FP8: 128-row tiles (192 rows spill), three stages, one program per tile (docs/kernels.md), the head dim's K/V
+# tiles (default_config adds them).
+FP8_CONFIG = {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0}
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
-GLUON_MIN_SEQ = {(64, False): 2048, (64, True): 8192, (128, False): 0, (128, True): 1024}
+GLUON_MIN_SEQ = {
+    (64, False): 2048,
+    (64, True): 8192,
+    (128, False): 0,
+    (128, True): 1024,
+    (256, False): 2048,
+    (256, True): 2048,
+}
 # The same for FP8 (flash_fp8's forward) against the tl FP8 kernel's best tile; d = 64 stays on the tl kernel.
-GLUON_FP8_MIN_SEQ = {(128, False): 0, (128, True): 4096}
+GLUON_FP8_MIN_SEQ = {(128, False): 0, (128, True): 4096, (256, False): 2048, (256, True): 2048}
 FP8_DTYPES = (torch.float8_e4m3fn,)
 # A forced config's keys and their values (None: any). PERSISTENT: one program per SM (or PROGRAMS of them, for
-# tests) walks its share of the tiles, and the output gets its own shared-memory buffers so the next tile's
-# loads overlap this tile's epilogue. LPT: the persistent walk is list-scheduled (lpt_table); a causal one must
+# tests) walks its share of the tiles, and the output gets its own shared-memory buffers (own_o) so the next
+# tile's loads overlap this tile's epilogue. LPT: the persistent walk is list-scheduled (lpt_table); a causal one must
 # be (round-robin left causal programs unbalanced). SCHED_HEADS: tiles are walked in groups of this many heads
 # (flash_ws_parts.tile; lpt_heads picks it for LPT).
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
-    "BLOCK_N": (BLOCK_N,),
+    "BLOCK_N": (64, 128),
     "STAGES": (2, 3, 4),
     "PERSISTENT": (0, 1),
     "SCHED_HEADS": (1, 4),
@@ -115,9 +136,11 @@ def enabled() -> bool:
 
 
 def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, Any]:
+    """The config this kernel runs at a head dim (others: d = 128's) without a forced one."""
+    head_dim = head_dim if head_dim in HEAD_DIMS else 128
     if fp8:
-        return dict(FP8_CONFIG)
-    return dict(DEFAULT_CONFIG[(head_dim if head_dim in HEAD_DIMS else 128, bool(causal))])
+        return {**_base(head_dim), **FP8_CONFIG}
+    return dict(DEFAULT_CONFIG[(head_dim, bool(causal))])
 
 
 def lpt_heads(n_k: int, head_dim: int) -> int:
@@ -138,7 +161,8 @@ def preferred(
         return False
     if window is not None and window[0] < GLUON_MIN_WINDOW:
         return False
-    return supported(q, k, v, causal, default_config(D, masked, fp8)["BLOCK_M"], window) is None
+    cfg = default_config(D, masked, fp8)
+    return supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"]) is None
 
 
 def check_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -155,11 +179,19 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def own_o(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> bool:
+    """Whether the output gets shared-memory buffers of its own (else it is stored through Q's): FP8 (e4m3 Q, bf16
+    O), and persistent walks, so that the next tile's Q loads during this tile's epilogue; not at d = 256, where Q
+    and O would take 128 KiB beside the two K/V stages' 128: there the next Q waits for the output's store."""
+    return fp8 or (bool(cfg.get("PERSISTENT")) and head_dim != 256)
+
+
 def smem_bytes(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> int:
-    """Shared memory of a config: Q (and O when persistent, or FP8) slices of 64 rows, the K/V ring."""
+    """Shared memory of a config: Q (and O, own_o) slices of 64 rows, the K/V ring (BLOCK_N: the head dim's if
+    the config names none)."""
     size = 1 if fp8 else 2  # bytes per element of Q, K and V; O is 2 bytes
-    q_o = cfg["BLOCK_M"] * head_dim * (size + (2 if cfg.get("PERSISTENT") or fp8 else 0))
-    return q_o + 2 * cfg["STAGES"] * BLOCK_N * head_dim * size
+    q_o = cfg["BLOCK_M"] * head_dim * (size + (2 if own_o(cfg, head_dim, fp8) else 0))
+    return q_o + 2 * cfg["STAGES"] * cfg.get("BLOCK_N", BLOCK_N[head_dim]) * head_dim * size
 
 
 @functools.cache
@@ -174,9 +206,11 @@ def supported(
     causal: bool,
     block_m: int = 128,
     window: tuple[int, int] | None = None,
+    block_n: int | None = None,
 ) -> str | None:
-    """None if the Gluon forward can run these inputs, else why not (one line). FP8: v as flash_fp8.value_layout
-    gives it, a [B, Hkv, Nk, D] view of V^T [B, Hkv, D, Nk] (contiguous)."""
+    """None if the Gluon forward can run these inputs with block_m x block_n tiles (None: the head dim's BLOCK_N),
+    else why not (one line). FP8: v as flash_fp8.value_layout gives it, a [B, Hkv, Nk, D] view of V^T
+    [B, Hkv, D, Nk] (contiguous)."""
     if not HAVE_GLUON:
         return "this Triton has no Gluon"
     fp8 = q.dtype in FP8_DTYPES
@@ -187,20 +221,29 @@ def supported(
     causal = bool(causal) or window is not None
     # FP8 reads V^T (flash_fp8.value_layout's storage)
     tensors = {"q": q, "k": k, "v^T" if fp8 else "v": v.transpose(-1, -2) if fp8 else v}
-    why = input_refusal(tensors, causal, ROWS, BLOCK_N, fp8)
+    D = q.shape[-1]
+    block_n = block_n or BLOCK_N.get(D, 128)
+    why = input_refusal(tensors, causal, ROWS, block_n, HEAD_DIMS, fp8)
     if why is None and block_m == 192 and fp8:
         why = "BLOCK_M 192 with FP8 (three consumer warpgroups spill registers)"
-    if why is None and block_m == 192 and q.shape[-1] != 64:
+    if why is None and block_m == 192 and D != 64:
         why = "BLOCK_M 192 (three consumer warpgroups) only at head dim 64 (at 128 it spills and overflows smem)"
+    if why is None and block_n == 128 and D == 256:
+        why = "BLOCK_N 128 at head dim 256 (spills, or overflows smem)"
     return why
 
 
 def input_refusal(
-    tensors: dict[str, torch.Tensor], causal: bool, rows: int, block_n: int, fp8: bool = False
+    tensors: dict[str, torch.Tensor],
+    causal: bool,
+    rows: int,
+    block_n: int,
+    head_dims: tuple[int, ...],
+    fp8: bool = False,
 ) -> str | None:
     """What the Gluon kernels (this forward, backward_ws's dK/dV pass) refuse in their inputs, as one line, else
     None. tensors: by name, q and k first, as the kernel reads them; rows, block_n: what seq_q and seq_k must be
-    multiples of; fp8: e4m3 inputs are taken (this forward's FP8 mode)."""
+    multiples of; head_dims: the kernel's; fp8: e4m3 inputs are taken (this forward's FP8 mode)."""
     q, k = tensors["q"], tensors["k"]
     if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return "needs a Hopper GPU (capability 9.x)"
@@ -209,8 +252,8 @@ def input_refusal(
         names = "fp16 or bf16 (or float8_e4m3fn)" if fp8 else "fp16 or bf16"
         return f"needs {names} {', '.join(tensors)} of one dtype, not {', '.join(str(t.dtype) for t in tensors.values())}"
     D = q.shape[-1]
-    if D not in HEAD_DIMS:
-        return f"head dim {D} (64 or 128 only)"
+    if D not in head_dims:
+        return f"head dim {D} ({', '.join(map(str, head_dims))} only)"
     if not all(t.is_contiguous() for t in tensors.values()):
         return f"needs contiguous {', '.join(tensors)}"
     if any(t.data_ptr() % 16 for t in tensors.values()):  # TMA's rule for a descriptor's base
@@ -273,6 +316,7 @@ def lpt_table(
     bh: int,
     sched_heads: int,
     block_m: int,
+    block_n: int,
     programs: int,
     n_q: int,
     n_k: int,
@@ -289,8 +333,8 @@ def lpt_table(
     cost = []
     for m in range(num_m):
         q_pos = n_q - (num_m - m) * block_m
-        n_blocks = cdiv(min(n_k, q_pos + block_m + off), BLOCK_N) if causal else n_k // BLOCK_N
-        first = max(q_pos + off - win, 0) // BLOCK_N if win >= 0 else 0
+        n_blocks = cdiv(min(n_k, q_pos + block_m + off), block_n) if causal else n_k // block_n
+        first = max(q_pos + off - win, 0) // block_n if win >= 0 else 0
         cost.append(n_blocks - first + TILE_COST)
     rows: list[list[int]] = [[] for _ in range(programs)]
     load = [(0, p) for p in range(programs)]
@@ -334,13 +378,13 @@ class ForwardPlan:
         cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
         if causal and cfg["PERSISTENT"] and not cfg.get("LPT"):
             raise ValueError("flash_ws forward: a causal persistent walk is list-scheduled (LPT=1)")
-        why = supported(q, k, v, causal, cfg["BLOCK_M"], window)
+        why = supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"])
         if why:
             raise ValueError(f"flash_ws forward: {why}")
         if smem_bytes(cfg, D, fp8) > SMEM_LIMIT:
             raise ValueError(
                 f"flash_ws forward: config needs {smem_bytes(cfg, D, fp8) // 1024} KiB of shared memory at head "
-                f"dim {D} (at most {SMEM_LIMIT // 1024}): fewer STAGES, or PERSISTENT=0"
+                f"dim {D} (at most {SMEM_LIMIT // 1024}): fewer STAGES, BLOCK_N 64 or PERSISTENT=0"
             )
         B, H, Nq, _ = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
@@ -356,12 +400,22 @@ class ForwardPlan:
             if cfg.get("LPT"):
                 win = window[0] if window is not None else -1
                 self.table = lpt_table(
-                    num_m, B * H, cfg["SCHED_HEADS"], cfg["BLOCK_M"], programs, Nq, Nk, causal, win, q.device
+                    num_m,
+                    B * H,
+                    cfg["SCHED_HEADS"],
+                    cfg["BLOCK_M"],
+                    cfg["BLOCK_N"],
+                    programs,
+                    Nq,
+                    Nk,
+                    causal,
+                    win,
+                    q.device,
                 )
                 width = self.table.shape[1]
         else:
             grid = (tiles,)
-        self.fp8 = fp8
+        self.fp8, self.block_n = fp8, cfg["BLOCK_N"]
         self.o_shape, self.lse_shape = tuple(q.shape), (B, H, Nq)
         self.o_dtype = torch.bfloat16 if fp8 else q.dtype
         # run-time arguments after the four descriptors and the LSE
@@ -372,12 +426,12 @@ class ForwardPlan:
         self.config = dict(cfg, kernel="gluon-ws")
         constexprs = {
             "HEAD_DIM": D,
-            "BLOCK_N": BLOCK_N,
+            "BLOCK_N": cfg["BLOCK_N"],
             "STAGES": cfg["STAGES"],
             "CAUSAL": bool(causal),
             "NUM_WG": num_wg,
             "SCHED_HEADS": cfg["SCHED_HEADS"],
-            "SEP_O": bool(cfg["PERSISTENT"]) or fp8,
+            "SEP_O": own_o(cfg, D, fp8),
             "WINDOW": window is not None,
             "CONSUMER_REGS": CONSUMER_REGS[num_wg],
             "PRODUCER_REGS": PRODUCER_REGS[num_wg],
@@ -404,7 +458,7 @@ class ForwardPlan:
             descs = tuple(TmaArg(t, *g) for t, g in zip(tensors, self.geometry, strict=True))
             self.call((*descs, *rest))
         else:
-            real = _descriptors(q, k, v, o, BLOCK_N)
+            real = _descriptors(q, k, v, o, self.block_n)
             self.geometry = tuple(TmaArg.geometry(d) for d in real)
             self.call((*real, *rest))
         return o, lse, self.config

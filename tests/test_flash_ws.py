@@ -18,13 +18,15 @@ from flashbench.engine import correctness
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 D128 = (2, 4, 4, 256, 256, 128)
+D256 = (2, 4, 4, 256, 256, 256)
+FP8 = torch.float8_e4m3fn
 
 
 def default_config_bf16(shape, dtype, causal, config) -> bool:
-    """The smoke tier: the config flash_attn dispatches (DEFAULT_CONFIG: 128-row tiles at d = 128, 192-row persistent
-    ones at d = 64, list-scheduled when causal) on every shape in bf16, and in fp16 on the d = 128 one; the forced
-    configs (stages, persistent walks, head groups) are the full tier's."""
-    return config == {} and (dtype == torch.bfloat16 or shape == D128)
+    """The smoke tier: the config flash_attn dispatches (DEFAULT_CONFIG: 128-row tiles at d = 128 and 256, 192-row
+    persistent ones at d = 64, list-scheduled when causal) on every shape in bf16, and in fp16 on the d = 128 and
+    d = 256 ones; the forced configs (stages, persistent walks, head groups) are the full tier's."""
+    return config == {} and (dtype == torch.bfloat16 or shape in (D128, D256))
 
 
 def rel(a, b) -> float:
@@ -43,8 +45,20 @@ def rel(a, b) -> float:
         (2, 4, 1, 384, 640, 128),
         (1, 2, 2, 128, 128, 64),
         (2, 4, 2, 320, 512, 128),
+        D256,
+        (1, 8, 2, 1024, 1024, 256),
+        (2, 4, 1, 320, 576, 256),
     ],
-    ids=["d128", "d64-gqa4", "nk>nq-mqa", "one-block", "partial-tile"],
+    ids=[
+        "d128",
+        "d64-gqa4",
+        "nk>nq-mqa",
+        "one-block",
+        "partial-tile",
+        "d256",
+        "d256-gqa4",
+        "d256-partial-mqa",
+    ],
 )
 @pytest.mark.parametrize(
     "config",
@@ -126,6 +140,12 @@ def test_refusals_name_the_reason():
         flash_ws.attention_forward(t(1, 2, 256, 96), t(1, 2, 256, 96), t(1, 2, 256, 96), False, 0.1)
     with pytest.raises(ValueError, match="KiB of shared memory"):
         flash_ws.attention_forward(q, q, q, False, 0.1, {"PERSISTENT": 1, "STAGES": 3})
+    q256 = t(1, 2, 256, 256)
+    assert "BLOCK_N 128 at head dim 256" in flash_ws.supported(q256, q256, q256, False, block_n=128)
+    k288 = t(1, 2, 288, 256)
+    assert "seq_k % 64" in flash_ws.supported(q256, k288, k288, False)
+    with pytest.raises(ValueError, match="KiB of shared memory at head dim 256"):
+        flash_ws.attention_forward(q256, q256, q256, False, 0.1, {"STAGES": 3})
 
 
 @pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")
@@ -138,7 +158,7 @@ def test_refused_off_hopper():
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d, n", [(128, 2048), (64, 8192)], ids=["d128", "d64"])
+@pytest.mark.parametrize("d, n", [(128, 2048), (64, 8192), (256, 2048)], ids=["d128", "d64", "d256"])
 def test_flash_attn_takes_gluon_and_backward_agrees(monkeypatch, causal, d, n):
     g = torch.Generator(device="cuda").manual_seed(7)
     q, k, v, do = (
@@ -178,8 +198,9 @@ def test_forced_gluon_config_is_checked():
         flash_ws.check_config({"PROGRAMS": -1})
     with pytest.raises(ValueError, match="SCHED_HEADS=16 must be one of"):
         flash_ws.check_config({"SCHED_HEADS": 16})  # groups of 16 went with the round-robin causal walk
-    with pytest.raises(ValueError, match="BLOCK_N=64 must be one of"):
-        flash_ws.check_config({"BLOCK_N": 64})
+    with pytest.raises(ValueError, match="BLOCK_N=80 must be one of"):
+        flash_ws.check_config({"BLOCK_N": 80})  # Gluon tensors are powers of two (FA3's d = 256 tile)
+    assert flash_ws.check_config({"BLOCK_N": 64}) == {"BLOCK_N": 64}
     with pytest.raises(ValueError, match="unknown key 'PIN_WAIT'"):
         flash_ws.check_config({"PIN_WAIT": 1})  # measured no gain, removed
     assert flash_ws.check_config({"PERSISTENT": 1, "SCHED_HEADS": 4}) == {"PERSISTENT": 1, "SCHED_HEADS": 4}
@@ -208,7 +229,9 @@ def test_lpt_table_hands_out_every_tile_once_and_balances_the_work(num_m, bh, he
     """The persistent schedule (LPT=1): each tile exactly once, each program's in the kernel's tile order, padded
     past the last tile, and no program more than one tile's work (the longest) above the least loaded."""
     block_m, n = 128, num_m * 128
-    table = flash_ws.lpt_table(num_m, bh, heads, block_m, programs, n, n, causal, -1, torch.device("cpu"))
+    table = flash_ws.lpt_table(
+        num_m, bh, heads, block_m, 128, programs, n, n, causal, -1, torch.device("cpu")
+    )
     tiles = num_m * bh
     assert table.shape[0] == programs and table.dtype == torch.int32
     seen = table[table < tiles]
@@ -242,8 +265,12 @@ def test_default_configs_report_their_tiles_to_the_byte_model():
     from flashbench.models.io_model import Blocks
 
     for (d, causal), cfg in flash_ws.DEFAULT_CONFIG.items():
-        assert Blocks.from_config(cfg) == Blocks(fwd_m=cfg["BLOCK_M"], fwd_n=128), (d, causal)
+        assert Blocks.from_config(cfg) == Blocks(fwd_m=cfg["BLOCK_M"], fwd_n=64 if d == 256 else 128), (
+            d,
+            causal,
+        )
         assert flash_ws.check_config(dict(cfg)) == cfg
+        assert flash_ws.smem_bytes(cfg, d) <= flash_ws.SMEM_LIMIT, (d, causal)
 
 
 @pytest.mark.skipif(HOPPER, reason="checks the refusal off Hopper")
@@ -288,3 +315,86 @@ def test_d64_dispatch_follows_the_measured_thresholds():
         assert (cfg.get("kernel") == "gluon-ws") == gluon, (n, causal, cfg)
         if gluon:
             assert cfg["BLOCK_M"] == 192 and cfg["PERSISTENT"] == 1 and cfg.get("LPT", 0) == int(causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_d256_dispatch_follows_the_thresholds(causal):
+    """d = 256: Gluon with 64-key tiles from flash_ws.GLUON_MIN_SEQ's length, the tl kernel below it."""
+    n = flash_ws.GLUON_MIN_SEQ[(256, causal)]
+    for length, gluon in ((n // 2, False), (n, True)):
+        q = torch.randn(1, 2, length, 256, device="cuda", dtype=torch.bfloat16)
+        flash_attn(q, q, q, causal=causal)
+        cfg = last_config()
+        assert (cfg.get("kernel") == "gluon-ws") == gluon, (length, causal, cfg)
+        if gluon:
+            assert cfg["BLOCK_N"] == 64 and cfg == {**flash_ws.default_config(256, causal), **cfg}
+
+
+def test_d256_tiles_fit_shared_memory_with_q_and_o_sharing_buffers():
+    """d = 256: Q [128, 256] (64 KiB) and two stages of 64-key K and V (128 KiB) fill shared memory, so a
+    persistent walk stores O through Q's buffers (own_o) rather than its own, a third stage or 128-key tiles
+    overflow, and FP8's halved tiles take three stages beside its own bf16 O buffers."""
+    for causal in (False, True):
+        cfg = flash_ws.default_config(256, causal)
+        assert cfg["BLOCK_N"] == 64 and cfg["BLOCK_M"] == 128 and cfg["STAGES"] == 2
+        assert flash_ws.smem_bytes(cfg, 256) == 128 * 256 * 2 + 2 * 2 * 64 * 256 * 2
+    persistent = {**flash_ws.default_config(256, False), "PERSISTENT": 1}
+    assert not flash_ws.own_o(persistent, 256) and flash_ws.own_o(persistent, 128)
+    assert flash_ws.smem_bytes(persistent, 256) == flash_ws.smem_bytes(
+        flash_ws.default_config(256, False), 256
+    )
+    for forced in ({"STAGES": 3}, {"BLOCK_N": 128}):
+        assert flash_ws.smem_bytes({**persistent, **forced}, 256) > flash_ws.SMEM_LIMIT, forced
+    fp8 = flash_ws.default_config(256, False, fp8=True)
+    assert fp8["BLOCK_N"] == 64 and fp8["STAGES"] == 3 and flash_ws.own_o(fp8, 256, fp8=True)
+    assert flash_ws.smem_bytes(fp8, 256, fp8=True) == 128 * 256 * 3 + 2 * 3 * 64 * 256 <= flash_ws.SMEM_LIMIT
+
+
+def test_d256_lpt_table_counts_64_key_blocks():
+    """The causal schedule's work per tile is its 64-key blocks at d = 256: with 128-row tiles the last query
+    block sees twice the blocks of 128-key tiles, and every tile is still handed out once."""
+    num_m, n = 8, 1024
+    table = flash_ws.lpt_table(num_m, 2, 1, 128, 64, 3, n, n, True, -1, torch.device("cpu"))
+    assert sorted(table[table < 2 * num_m].tolist()) == list(range(2 * num_m))
+    loads = []
+    for (
+        row
+    ) in table.tolist():  # one head per group, longest query block first: tile t is block num_m - 1 - t // 2
+        loads.append(sum(2 * (num_m - t // 2) + flash_ws.TILE_COST for t in row if t < 2 * num_m))
+    assert sum(loads) == 2 * sum(2 * m + flash_ws.TILE_COST for m in range(1, num_m + 1))
+    assert max(loads) - min(loads) <= 2 * num_m + flash_ws.TILE_COST
+
+
+def test_d256_supported_and_preferred_on_the_host(monkeypatch):
+    """The host's choice at d = 256 with the device checks passed (input_refusal stubbed: these inputs are CPU
+    tensors): supported checks seq_k against 64-key tiles and refuses 128-key ones; preferred takes the kernel
+    from GLUON_MIN_SEQ's lengths (FP8: GLUON_FP8_MIN_SEQ's), and FLASHBENCH_GLUON=0 turns it off."""
+    seen = []
+
+    def passed(tensors, causal, rows, block_n, head_dims, fp8=False):
+        seen.append((block_n, head_dims))
+        return None
+
+    monkeypatch.setattr(flash_ws, "input_refusal", passed)
+    monkeypatch.delenv("FLASHBENCH_GLUON", raising=False)
+    monkeypatch.delenv("FLASHBENCH_TMA", raising=False)
+
+    def q(n, dtype=torch.bfloat16):
+        return torch.empty(1, 2, n, 256).to(dtype)
+
+    x = q(1024)
+    assert flash_ws.supported(x, x, x, False) is None and seen[-1] == (64, flash_ws.HEAD_DIMS)
+    assert 256 in flash_ws.HEAD_DIMS
+    assert "BLOCK_N 128 at head dim 256" in flash_ws.supported(x, x, x, False, block_n=128)
+    for causal in (False, True):
+        for table, dtype in ((flash_ws.GLUON_MIN_SEQ, torch.bfloat16), (flash_ws.GLUON_FP8_MIN_SEQ, FP8)):
+            n = table[(256, causal)]
+            assert flash_ws.preferred(q(n, dtype), q(n, dtype), q(n, dtype), causal), (causal, dtype)
+            if n >= 128:
+                short = q(n // 2, dtype)
+                assert not flash_ws.preferred(short, short, short, causal), (causal, dtype)
+    monkeypatch.setenv("FLASHBENCH_GLUON", "0")
+    n = flash_ws.GLUON_MIN_SEQ[(256, False)]
+    assert not flash_ws.preferred(q(n), q(n), q(n), False)

@@ -29,8 +29,8 @@ def kernel_ran() -> str:
 
 @pytest.mark.gpu
 @hopper_only
-@smoke(lambda n, d: d == 128)  # FP8 at d = 64 is dispatched to the tl kernel (flash_ws.GLUON_FP8_MIN_SEQ)
-@pytest.mark.parametrize("d", [128, 64])
+@smoke(lambda n, d: d != 64)  # FP8 at d = 64 is dispatched to the tl kernel (flash_ws.GLUON_FP8_MIN_SEQ)
+@pytest.mark.parametrize("d", [128, 64, 256])
 @pytest.mark.parametrize("n", [1024, 4096])
 def test_gpu_gluon_fp8_within_budget_batch_gqa(n, d):
     check(2, 4, 2, n, n, d, causal=False, config=GLUON, seed=n + d)
@@ -60,11 +60,15 @@ def test_gpu_gluon_fp8_configs_within_budget(config):
 
 @pytest.mark.gpu
 @hopper_only
-@pytest.mark.parametrize(("nq", "nk"), [(512, 2048), (320, 512)], ids=["nq<nk", "partial-tile"])
-def test_gpu_gluon_fp8_seq_q_differs_from_seq_k(nq, nk):
+@pytest.mark.parametrize(
+    ("nq", "nk", "d"),
+    [(512, 2048, 128), (320, 512, 128), (320, 576, 256)],
+    ids=["nq<nk", "partial-tile", "d256-partial-tile"],
+)
+def test_gpu_gluon_fp8_seq_q_differs_from_seq_k(nq, nk, d):
     """320 rows: the first 128-row tile starts 64 rows before row 0, so its first warpgroup owns no row and
-    only keeps the barrier protocol."""
-    check(2, 4, 1, nq, nk, 128, causal=False, config=GLUON, seed=nq)
+    only keeps the barrier protocol. d = 256: 576 keys are nine 64-key tiles."""
+    check(2, 4, 1, nq, nk, d, causal=False, config=GLUON, seed=nq)
 
 
 @pytest.mark.gpu
@@ -127,11 +131,26 @@ def test_gpu_gluon_fp8_refusals_name_the_reason():
 
 @pytest.mark.gpu
 @hopper_only
-def test_gpu_gluon_fp8_forced_causal_within_budget():
+@pytest.mark.parametrize("d", [128, 256])
+def test_gpu_gluon_fp8_forced_causal_within_budget(d):
     """Causal FP8 below N = 4096 is not dispatched to Gluon, but a forced config runs it correctly (the masks
-    read the keys in flash_ws_parts.key_order)."""
-    check(2, 4, 2, 1024, 1024, 128, causal=True, config=GLUON, seed=3)
+    read the keys in flash_ws_parts.key_order; at d = 256 within 64-key tiles)."""
+    check(2, 4, 2, 1024, 1024, d, causal=True, config=GLUON, seed=3)
     assert kernel_ran() == "gluon-ws"
+
+
+@pytest.mark.gpu
+@hopper_only
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_fp8_d256_dispatch_follows_the_thresholds(causal):
+    """d = 256: the Gluon FP8 forward (64-key tiles) from flash_ws.GLUON_FP8_MIN_SEQ's length, the tl kernel
+    below it."""
+    n = flash_ws.GLUON_FP8_MIN_SEQ[(256, causal)]
+    for length, kernel in ((n // 2, "tl"), (n, "gluon-ws")):
+        (q8, k8, v8), descales, _ = quantized(1, 2, 1, length, length, 256, seed=length)
+        flash_attn(q8, k8, value_layout(v8), causal=causal, **descales)
+        assert kernel_ran() == kernel, (length, causal)
+    assert last_config()["BLOCK_N"] == 64
 
 
 @pytest.mark.skipif(HOPPER, reason="checks the dispatch off Hopper")
@@ -161,12 +180,12 @@ def test_fp8_gluon_default_config_fits_and_reports_its_tiles():
 
 
 @pytest.mark.skipif(not flash_ws.HAVE_GLUON, reason="this Triton has no Gluon")
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_fp8_key_tiles_load_their_rows_in_the_operand_order(d):
     """The FP8 K descriptor's 5-D box, read as TMA reads it (shape and strides over K's rows), puts key
     16R + 4t + 2g + e at tile row 16R + 8g + 2t + e: the order flash_ws_parts.key_order undoes in the masks.
-    Every key of a tile appears once, and the next tile starts BLOCK_N keys on."""
-    n, block_n = 256, 128
+    Every key of a tile appears once, and the next tile starts BLOCK_N keys on (64 at d = 256)."""
+    n, block_n = 256, flash_ws.BLOCK_N[d]
     k = torch.zeros(1, 2, n, d, dtype=torch.float8_e4m3fn)
     rows = torch.arange(2 * n, dtype=torch.float64)[:, None].expand(2 * n, d).contiguous()
     q = torch.empty(1, 2, 128, d).to(torch.float8_e4m3fn)

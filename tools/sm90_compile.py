@@ -32,7 +32,7 @@ most tensor-core ops): its instructions, and per opcode the cp.async copies (LDG
 and writes, conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA (mma.sync) / HGMMA (wgmma) ops.
 dump writes the SASS and TTGIR of every shipped config to DIR, one pair of files per kernel: the tl forward's autotune candidates
 at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults
-(each head group of the list-scheduled walk, and the FP8 default at d = 128); the backward passes' candidates
+at each of its head dims (64, 128, 256: each head group of the list-scheduled walk, and the FP8 defaults); the backward passes' candidates
 (recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV); the
 stored-P and FA1-order forwards' defaults; flash_decode's default tile at every head dim over bf16 and e4m3
 caches (one split, key splits with the combine, paged); flash_mla_decode's candidate tiles and its paged default.
@@ -355,14 +355,6 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
         fwd = s["candidates"]("fwd", s["fwd"], dim, 2, SMEM)
         for cfg, tma in itertools.product(fwd, (True, False)):
             add(f"tl-{shape}-{'tma' if tma else 'ptr'}-{_tag(cfg)}", tma, tl_forward, cfg, dim, causal)
-        if dim in flash_ws.HEAD_DIMS:
-            add(f"ws-{shape}-default", True, ws_forward, {}, dim, causal, 8192)
-            if causal and flash_ws.lpt_heads(2048, dim) != flash_ws.lpt_heads(
-                8192, dim
-            ):  # its other head group
-                add(f"ws-{shape}-default-n2048", True, ws_forward, {}, dim, causal, 2048)
-            if (dim, causal) in flash_ws.GLUON_FP8_MIN_SEQ:
-                add(f"ws-fp8-{shape}-default", True, ws_forward, {}, dim, causal, 8192, fp8=True)
         dkdv = s["candidates"]("dkdv", s["dkdv"], dim, 2, SMEM)
         dq = s["candidates"]("dq", s["dq"], dim, 2, SMEM)
         # Every candidate of each pass; where the shorter list runs out, its first candidate again.
@@ -378,6 +370,13 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
         variant = s["candidates"]("fwd", s["variant"], dim, 2, SMEM)[0]
         for name in ("v1", "stored_p"):
             add(f"{name}-{shape}-default", False, variant_forward, name, variant, dim, causal)
+    for dim, causal in itertools.product(flash_ws.HEAD_DIMS, (False, True)):
+        shape = f"d{dim}-{'causal' if causal else 'full'}"
+        add(f"ws-{shape}-default", True, ws_forward, {}, dim, causal, 8192)
+        if causal and flash_ws.lpt_heads(2048, dim) != flash_ws.lpt_heads(8192, dim):  # its other head group
+            add(f"ws-{shape}-default-n2048", True, ws_forward, {}, dim, causal, 2048)
+        if (dim, causal) in flash_ws.GLUON_FP8_MIN_SEQ:
+            add(f"ws-fp8-{shape}-default", True, ws_forward, {}, dim, causal, 8192, fp8=True)
     # The decode kernels at their GPU tiles: one split (batch 16, GQA 32/8), key splits and the combine (batch 1),
     # a paged cache (16-token pages); MLA's candidates at 128 heads, Nq 1, and its default over 64-token pages.
     for dim, fp8 in itertools.product(dec.DECODE_HEAD_DIMS, (False, True)):
