@@ -15,8 +15,9 @@ from flashbench.errors import FlashbenchError
 from flashbench.providers.registry import register
 from flashbench.spec.cases import Case
 
-# Force the bundled kernels' forward config for a whole sweep (block-size studies, the gate's injected
-# slowdown): FLASHBENCH_TRITON_CONFIG='{"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}'.
+# Force the bundled kernels' config for a whole sweep (block-size studies, the gate's injected slowdown):
+# FLASHBENCH_TRITON_CONFIG='{"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}' (the decode
+# kernels: BLOCK_N, num_warps, num_stages).
 # The config used is recorded in every row's kernel_config either way.
 CONFIG_ENV = "FLASHBENCH_TRITON_CONFIG"
 
@@ -207,7 +208,7 @@ def _last_decode_config() -> dict[str, Any] | None:
 def _build_decode(case: Case, device: str, stack: Any) -> Any:
     from flashbench.kernels import flash_decode
 
-    causal, scale = case.causal, case.head_dim**-0.5
+    causal, scale, config = case.causal, case.head_dim**-0.5, forced_config()
     validate = [True]
 
     def decode(
@@ -216,8 +217,9 @@ def _build_decode(case: Case, device: str, stack: Any) -> Any:
         # The first call checks the lengths, the page table and an FP8 cache's k_scale, v_scale against the cache
         # (one device sync); the timed calls after it skip that check (validate=False), as a serving loop would.
         out = flash_decode(
-            q, k, v, cache_seqlens, block_table, causal=causal, sm_scale=scale, validate=validate[0], **scales
-        )
+            q, k, v, cache_seqlens, block_table, causal=causal, sm_scale=scale, validate=validate[0],
+            config=config, **scales,
+        )  # fmt: skip
         validate[0] = False
         return out
 
