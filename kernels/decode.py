@@ -86,14 +86,18 @@ GPU_CONFIGS: dict[int, dict[str, int]] = {
 PAGED_CONFIGS: dict[int, dict[str, int]] = {
     d: {**cfg, "num_stages": cfg["num_stages"] + 2} if d <= 128 else cfg for d, cfg in GPU_CONFIGS.items()
 }
-# An e4m3 cache's tiles: the same with 8 warps at d = 128. Its loop issues about as many instructions per key
-# block as bf16's for half the bytes (docs/kernels.md, the FP8 cache), so a program streaming at the read
-# bandwidth needs twice the issue rate: 8 warps put two on each of the SM's four schedulers.
+# An e4m3 cache's tiles at d = 128: 8 warps, and one more K/V buffer. Its loop issues about as many instructions
+# per key block as bf16's for half the bytes (docs/kernels.md, the FP8 cache), so a program streaming at the read
+# bandwidth needs twice the issue rate: 8 warps put two on each of the SM's four schedulers. And a block holds half
+# the bytes, so two blocks in flight (three buffers: stages 4, paged 7) keep as many bytes loading per program as
+# bf16's one (64 KB), where one program per SM has to stream alone (GQA 32/8 at batch 16: 128 programs).
 FP8_CONFIGS: dict[int, dict[str, int]] = {
-    d: {**c, "num_warps": 8} if d == 128 else c for d, c in GPU_CONFIGS.items()
+    **GPU_CONFIGS,
+    128: {"BLOCK_N": 128, "num_warps": 8, "num_stages": 4},
 }
 FP8_PAGED_CONFIGS: dict[int, dict[str, int]] = {
-    d: {**c, "num_warps": 8} if d == 128 else c for d, c in PAGED_CONFIGS.items()
+    **PAGED_CONFIGS,
+    128: {"BLOCK_N": 128, "num_warps": 8, "num_stages": 7},
 }
 # Under the interpreter: small key blocks, so small test shapes cross many blocks and split boundaries.
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
