@@ -28,9 +28,10 @@ power-of-two scale per row (_to_f16_rows: exact for fp16 q, and for bf16 q down 
 |q|; no bf16 value overflows), undone on S with the softmax scale, and P is rounded to fp16 times 2^15
 (P_SHIFT: 3 more bits than bf16's, normal down to 2^-29 of the row max). fp16, because e4m3 -> fp16 is one
 instruction per two values where bf16 needs two more steps. V is converted where its tile is read from shared
-memory and staged as fp16 for the transposing ldmatrix (_e4m3_to_f16). The scales are constant over a
-program's (sequence, KV head), so they leave the loop: S = q (k8 ks)^T = (q k8^T) ks, and k_scale joins the
-softmax scale once per program; O = P (v8 vs) = (P v8) vs, and v_scale multiplies the normalised output (or
+memory and staged as fp16 for the transposing ldmatrix (_e4m3_to_f16); the row sums are kept per key slot and
+summed once after the loop (one reduction across warps per block, the max, not two). The scales are constant
+over a program's (sequence, KV head), so they leave the loop: S = q (k8 ks)^T = (q k8^T) ks, and k_scale joins
+the softmax scale once per program; O = P (v8 vs) = (P v8) vs, and v_scale multiplies the normalised output (or
 each split's partial: the combine is linear in them). The e4m3 path is a constexpr (KV_FP8), so the
 fp16/bf16/fp32 caches' code is unchanged.
 
@@ -288,6 +289,8 @@ def _decode(
 
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if KV_FP8:  # l kept per key slot, summed once after the loop: no sum across the warps in each step
+        l_2d = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     for start in range(lo, hi, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
@@ -316,13 +319,18 @@ def _decode(
             p = tl.exp2(s - (m_new - P_SHIFT)[:, None])
         else:
             p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        if KV_FP8:
+            l_2d = l_2d * alpha[:, None] + p
+        else:
+            l_i = l_i * alpha + tl.sum(p, 1)
         if IEEE:
             acc = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
         else:
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
 
+    if KV_FP8:
+        l_i = tl.sum(l_2d, 1)
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
     if KV_FP8:  # P (v8 * v_scale) = (P v8) * v_scale; the combine is linear in the partials
