@@ -5,6 +5,7 @@
     python benchmarks/tables.py providers RUN [--seq N] # any sweep: TFLOP/s of every provider at one N
     python benchmarks/tables.py decode RUN              # a `--preset decode` sweep: GB/s of the bundled decode
     python benchmarks/tables.py fp8 RUN                 # a `--preset fp8` sweep: the FP8 forward vs bf16
+    python benchmarks/tables.py decode-fp8 RUN [RUN ...] # `--preset decode-fp8`: e4m3 vs bf16 cache (+ e4m3 variants)
     python benchmarks/tables.py window RUN              # a `--preset window` sweep: a window against no window
     python benchmarks/tables.py host RUN                # any sweep with triton and sdpa-cudnn: host, loop, GPU time
 
@@ -195,6 +196,44 @@ def fp8(run: str) -> None:
         )
 
 
+def decode_fp8(runs: list[str]) -> None:
+    """The bundled decode over an e4m3 cache against a bf16 one, per cache shape, from the first run's rows; each
+    further run (its e4m3 rows, e.g. under FLASHBENCH_TRITON_CONFIG) adds its time and ratio to bf16 beside."""
+    shape = ["heads", "kv_heads", "seq_k", "batch", "kv_layout"]
+    frames = [load_run(run).frame for run in runs]
+    frames = [df[df.ok & (df.provider == "triton-decode")].set_index([*shape, "kv_dtype"]) for df in frames]
+    first = frames[0]
+    extra = "".join(f" run {i} e4m3 us | run {i} bf16 / e4m3 |" for i in range(2, len(runs) + 1))
+    print(
+        "| H / Hkv | N | batch | layout | bf16 us | bf16 % of read BW | e4m3 us | e4m3 GB/s | e4m3 % of read BW "
+        "| bf16 time / e4m3 time | e4m3 warps, splits |" + extra
+    )
+    print(
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+        + " ---: | ---: |" * (len(runs) - 1)
+    )
+    for key in sorted({k[:-1] for k in first.index if k[-1] == "fp8"}):
+        if (*key, "") not in first.index:
+            continue
+        bf16, f8 = first.loc[(*key, "")], first.loc[(*key, "fp8")]
+        cfg = _config(f8["kernel_config"])
+        cells = [
+            f"{bf16.median_ms * 1e3:.1f}", f"{bf16.pct_of_read_bw:.0f}", f"{f8.median_ms * 1e3:.1f}",
+            f"{f8.achieved_gb_s:.0f}", f"{f8.pct_of_read_bw:.0f}", f"{bf16.median_ms / f8.median_ms:.2f}",
+            f"{cfg.get('num_warps', '')}, {cfg.get('num_splits', '')}",
+        ]  # fmt: skip
+        for other in frames[1:]:
+            row = other.loc[(*key, "fp8")] if (*key, "fp8") in other.index else None
+            cells += (
+                ["-", "-"]
+                if row is None
+                else [f"{row.median_ms * 1e3:.1f}", f"{bf16.median_ms / row.median_ms:.2f}"]
+            )
+        h, hkv, n, b, layout = key
+        layout += str(bf16.page_size) if layout == "paged" else ""
+        print(f"| {h} / {hkv} | {n} | {b} | {layout} | " + " | ".join(cells) + " |")
+
+
 def window(run: str) -> None:
     """Per provider and mode: the time without a window and with each window, the speed-up the window gives
     (against the ratio of unmasked pairs), and the bundled kernel's time over each other provider's."""
@@ -261,6 +300,7 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=16384)
     sub.add_parser("decode").add_argument("run")
     sub.add_parser("fp8").add_argument("run")
+    sub.add_parser("decode-fp8").add_argument("runs", nargs="+")
     sub.add_parser("window").add_argument("run")
     sub.add_parser("host").add_argument("run")
     args = ap.parse_args()
@@ -272,6 +312,8 @@ def main() -> None:
         decode(args.run)
     elif args.table == "fp8":
         fp8(args.run)
+    elif args.table == "decode-fp8":
+        decode_fp8(args.runs)
     elif args.table == "window":
         window(args.run)
     elif args.table == "host":

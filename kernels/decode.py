@@ -22,11 +22,18 @@ kernel for this, but a launch costs host time that short decodes pay in full).
 FP8 cache: k_cache and v_cache in torch.float8_e4m3fn under q in fp16 or bf16 (vLLM's and FlashInfer's
 "fp8_e4m3" KV cache), with float32 k_scale and v_scale broadcastable to [B, Hkv] (None: 1; per tensor, per
 sequence, per KV head or per (sequence, KV head)): a stored value times its scale is the real value. Each
-K/V tile is loaded as e4m3 (half the bytes) and converted to q's dtype in registers, exactly (e4m3's 3 mantissa
-bits and exponent range fit in fp16's and bf16's). The scales are constant over a program's (sequence, KV head),
-so they leave the loop: S = q (k8 ks)^T = (q k8^T) ks, and k_scale joins the softmax scale once per program;
-O = P (v8 vs) = (P v8) vs, and v_scale multiplies the normalised output (or each split's partial: the combine is
-linear in them). The e4m3 path is a constexpr (KV_FP8), so the fp16/bf16/fp32 caches' code is unchanged.
+K/V tile is loaded as e4m3 (half the bytes) and converted to fp16, exactly (e4m3's 3 mantissa bits and exponent
+range fit in fp16's), and both dots run in fp16 whatever q's dtype, accumulating in fp32: q enters as fp16 at a
+power-of-two scale per row (_to_f16_rows: exact for fp16 q, and for bf16 q down to 2^-30 of the row's largest
+|q|; no bf16 value overflows), undone on S with the softmax scale, and P is rounded to fp16 times 2^15
+(P_SHIFT: 3 more bits than bf16's, normal down to 2^-29 of the row max). fp16, because e4m3 -> fp16 is one
+instruction per two values where bf16 needs two more steps. V is converted where its tile is read from shared
+memory and staged as fp16 for the transposing ldmatrix (_e4m3_to_f16); the row sums are kept per key slot and
+summed once after the loop (one reduction across warps per block, the max, not two). The scales are constant
+over a program's (sequence, KV head), so they leave the loop: S = q (k8 ks)^T = (q k8^T) ks, and k_scale joins
+the softmax scale once per program; O = P (v8 vs) = (P v8) vs, and v_scale multiplies the normalised output (or
+each split's partial: the combine is linear in them). The e4m3 path is a constexpr (KV_FP8), so the
+fp16/bf16/fp32 caches' code is unchanged.
 
 Cautions:
   - validate=True (the default) reads cache_seqlens and block_table on the host, one device sync, to check that
@@ -37,7 +44,8 @@ Cautions:
     out of bounds.
   - Causal masks are aligned bottom-right: query i sees key j iff j <= L_b - Nq + i. A row that sees no key
     (Nq > L_b) writes 0, never NaN (its l stays 0; m starts at a finite -1e30, so no exp2(-inf + inf)).
-  - P is cast to the input dtype before P @ V; acc, m, l, the partials stay fp32; fp32 uses IEEE dots.
+  - P is cast to the input dtype (fp16 over an e4m3 cache) before P @ V; acc, m, l, the partials stay fp32; fp32
+    uses IEEE dots.
   - Sequence, page and head bases are int64 (a cache can pass 2^31 elements).
   - The counters (one int32 per group, per device and stream with the partials workspace, zero between launches;
     CUDA-graph captures keep the capture stream's) order the combine after the other programs' partial stores:
@@ -78,6 +86,19 @@ GPU_CONFIGS: dict[int, dict[str, int]] = {
 # 6-18% faster than the best of stages 2-4 (docs/kernels.md, the decode kernel).
 PAGED_CONFIGS: dict[int, dict[str, int]] = {
     d: {**cfg, "num_stages": cfg["num_stages"] + 2} if d <= 128 else cfg for d, cfg in GPU_CONFIGS.items()
+}
+# An e4m3 cache's tiles at d = 128: 8 warps, and one more K/V buffer. Its loop issues about as many instructions
+# per key block as bf16's for half the bytes (docs/kernels.md, the FP8 cache), so a program streaming at the read
+# bandwidth needs twice the issue rate: 8 warps put two on each of the SM's four schedulers. And a block holds half
+# the bytes, so two blocks in flight (three buffers: stages 4, paged 7) keep as many bytes loading per program as
+# bf16's one (64 KB), where one program per SM has to stream alone (GQA 32/8 at batch 16: 128 programs).
+FP8_CONFIGS: dict[int, dict[str, int]] = {
+    **GPU_CONFIGS,
+    128: {"BLOCK_N": 128, "num_warps": 8, "num_stages": 4},
+}
+FP8_PAGED_CONFIGS: dict[int, dict[str, int]] = {
+    **PAGED_CONFIGS,
+    128: {"BLOCK_N": 128, "num_warps": 8, "num_stages": 7},
 }
 # Under the interpreter: small key blocks, so small test shapes cross many blocks and split boundaries.
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
@@ -144,6 +165,43 @@ def _combine(
 
 
 @triton.jit
+def _to_f16_rows(q):
+    """q [BLOCK_M, D] (fp16 or bf16) as fp16 times 2^e per row, and 2^-e per row.
+
+    e puts the row's largest |q| in [2^15, 2^16): the largest fp16 and bf16 values below 2^16 (65504, 65280) are
+    fp16 values, so no row overflows, and a power of two changes no significand. fp16 q is only ever scaled up
+    (by 1 where its largest |q| is already >= 2^15), so it stays exact; bf16 q is exact down to 2^-30 of its row's
+    largest |q| (fp16's normal range). A zero row stays zero; an Inf or NaN stays one.
+    """
+    amax = tl.max(tl.abs(q.to(tl.float32)), 1)
+    e = tl.minimum(tl.maximum((amax.to(tl.int32, bitcast=True) >> 23) & 255, 16), 254)  # its biased exponent
+    up = ((269 - e) << 23).to(tl.float32, bitcast=True)  # 2^(142 - e)
+    down = ((e - 15) << 23).to(tl.float32, bitcast=True)  # 2^(e - 142)
+    return (q.to(tl.float32) * up[:, None]).to(tl.float16), down
+
+
+@triton.jit
+def _e4m3_to_f16(x, INTERPRET: tl.constexpr):
+    """e4m3 x as fp16 (exact), in x's own layout: PTX cvt.rn.f16x2.e4m3x2, four values per asm call.
+
+    Marked not pure so that Triton cannot move the dot-operand layout change above the convert: after a plain
+    .to(fp16) it loads V's 8-bit operand layout byte by byte from shared memory (one LDS.U8 per value) and
+    converts there; here V's tile is read with 16-byte loads, converted, and staged as fp16 for ldmatrix.trans.
+    The interpreter runs no inline asm: .to(fp16) there.
+    """
+    if INTERPRET:
+        return x.to(tl.float16)
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        "=r,=r,r",
+        [x.to(tl.int8, bitcast=True)],
+        dtype=tl.float16,
+        is_pure=False,
+        pack=4,
+    )
+
+
+@triton.jit
 def _decode(
     Q,  # [B, Hq, Nq, D] queries, contiguous
     K,  # contiguous [B, Hkv, Nmax, D], or paged [pages, Hkv, PAGE, D]
@@ -180,10 +238,15 @@ def _decode(
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split: normalise and write Out, no partials, no combine
     IEEE: tl.constexpr,  # fp32 inputs: IEEE dots, not TF32
-    KV_FP8: tl.constexpr,  # e4m3 K/V: converted to Q's dtype in registers, k_scale and v_scale folded in
+    KV_FP8: tl.constexpr,  # e4m3 K/V: both dots in fp16 (bf16 q scaled per row), k_scale and v_scale folded in
+    INTERPRET: tl.constexpr,  # under Triton's interpreter (no inline asm)
     ROWS_P2: tl.constexpr,  # the combine's rows per tile (a power of two)
     S_CHUNK: tl.constexpr,  # the combine's splits per step
 ):
+    # An e4m3 cache's P (fp16) times 2^P_SHIFT, at most 2^15 (fp16's max is 65504): normal down to 2^-29 of the
+    # row max, nonzero to 2^-39 (unshifted: 2^-14, 2^-24). l and acc carry the factor, so o = acc / l drops it, and
+    # every split's lse carries the same log2 of it, which the combine's weights drop.
+    P_SHIFT: tl.constexpr = 15.0
     pid_s = tl.program_id(0)
     pid_m = tl.program_id(1)
     pid_bh = tl.program_id(2)
@@ -206,6 +269,10 @@ def _decode(
     # Q and Out are contiguous: the rows of one KV head's group are consecutive [G * Nq, D] rows.
     q_base = pid_bh.to(tl.int64) * ROWS * HEAD_DIM
     q = tl.load(Q + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    scale = qk_scale
+    if KV_FP8:  # fp16 dots: q at a power-of-two scale per row, undone on S with the softmax scale
+        q, down = _to_f16_rows(q)
+        scale = qk_scale * down[:, None]
     # Last key each row sees within this split (bottom-right causal alignment).
     if CAUSAL:
         last = tl.minimum(L - Nq + rows % Nq, hi - 1)
@@ -222,6 +289,8 @@ def _decode(
 
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    if KV_FP8:  # l kept per key slot, summed once after the loop: no sum across the warps in each step
+        l_2d = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     for start in range(lo, hi, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
@@ -236,24 +305,32 @@ def _decode(
             v_rows = v_head + offs_n.to(tl.int64) * stride_vn
         k = tl.load(k_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         v = tl.load(v_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        if KV_FP8:  # every e4m3 value is exact in fp16 and bf16
-            k = k.to(Q.dtype.element_ty)
-            v = v.to(Q.dtype.element_ty)
+        if KV_FP8:  # every e4m3 value is exact in fp16; P V then runs in fp16 too (P_SHIFT)
+            k = k.to(tl.float16)
+            v = _e4m3_to_f16(v, INTERPRET)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k))
-        s = tl.where(offs_n[None, :] <= last[:, None], s * qk_scale, float("-inf"))
+        s = tl.where(offs_n[None, :] <= last[:, None], s * scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        if KV_FP8:
+            p = tl.exp2(s - (m_new - P_SHIFT)[:, None])
+        else:
+            p = tl.exp2(s - m_new[:, None])
+        if KV_FP8:
+            l_2d = l_2d * alpha[:, None] + p
+        else:
+            l_i = l_i * alpha + tl.sum(p, 1)
         if IEEE:
             acc = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
         else:
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
 
+    if KV_FP8:
+        l_i = tl.sum(l_2d, 1)
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
     if KV_FP8:  # P (v8 * v_scale) = (P v8) * v_scale; the combine is linear in the partials
@@ -578,7 +655,8 @@ def flash_decode(
     causal: query i sees keys j <= L_b - Nq + i (else all L_b keys). num_splits: key splits per sequence
     (None: `choose_num_splits`; 1: one pass, no combine). validate: check cache_seqlens and block_table
     against the cache on the host (one device sync; see the module docstring). config: force the kernel's
-    {"BLOCK_N", "num_warps", "num_stages"} (default: GPU_CONFIGS per head dim).
+    {"BLOCK_N", "num_warps", "num_stages"} (default per head dim: GPU_CONFIGS, PAGED_CONFIGS with a block table,
+    FP8_CONFIGS and FP8_PAGED_CONFIGS over an e4m3 cache).
     An e4m3 cache (torch.float8_e4m3fn k_cache and v_cache, q fp16 or bf16): k_scale, v_scale float32
     broadcastable to [B, Hkv] (None: 1), a stored value times its scale being the real value; the output has
     q's dtype. validate=True also checks that every scale is finite and > 0.
@@ -616,7 +694,13 @@ def flash_decode(
     scale = _check_scale(1.0 / math.sqrt(D) if sm_scale is None else sm_scale, "flash_decode")
     if validate:
         _check_data(cache_seqlens, block_table, capacity, k.shape[0], page, scales)
-    cfg = INTERPRET_CONFIG if interpreting() else (PAGED_CONFIGS if paged else GPU_CONFIGS)[D]
+    interpret = interpreting()
+    if interpret:
+        cfg = INTERPRET_CONFIG
+    elif scales is None:
+        cfg = (PAGED_CONFIGS if paged else GPU_CONFIGS)[D]
+    else:
+        cfg = (FP8_PAGED_CONFIGS if paged else FP8_CONFIGS)[D]
     cfg = _forced_config(cfg, config, (16, 32, 64, 128, 256), "flash_decode")
     rows = (Hq // Hkv) * Nq
     block_m = min(MAX_ROWS, max(16, _pow2(rows)))
@@ -643,7 +727,7 @@ def flash_decode(
         capacity, num_splits, Hkv, Nq, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         *ks_strides, *vs_strides,
         Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, cache_seqlens is not None, causal, direct,
-        q.dtype == torch.float32, scales is not None, rows_p2, s_chunk,
+        q.dtype == torch.float32, scales is not None, interpret, rows_p2, s_chunk,
     )  # fmt: skip
     _LAST_LAUNCH[0] = (num_splits, cfg, block_m, row_blocks)  # a tuple: no dict built on the host path
     try:

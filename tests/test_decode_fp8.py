@@ -4,9 +4,10 @@ The cache is made as the sweep makes it (engine/fp8.quantize: per-(sequence, KV 
 scale for the whole tensor; the float64 reference reads the real values the cache stands for (stored value x
 scale, engine/fp8.dequantize). The kernel is held to the strict rule, err <= 2 * err(torch in q's dtype over
 those values) + EPS[q's dtype], which is tighter than the sweep's FP8-cache budget (correctness.KV_FP8_EPS, for
-providers that also round q or P to e4m3): the kernel converts each stored value exactly to q's dtype and
-applies the scales in fp32. Slots past each length and unused pages hold e4m3 NaN (0x7f), so a read of one
-shows in the output. On the CPU machine the kernel runs through Triton's interpreter (fp16 q).
+providers that also round q or P to e4m3): the kernel converts each stored value exactly to fp16, runs both dots
+in fp16 (q at a power-of-two scale per row, P times 2^15) and applies the scales in fp32. Slots past each length
+and unused pages hold e4m3 NaN (0x7f), so a read of one shows in the output. On the CPU machine the kernel runs
+through Triton's interpreter (fp16 q; V converted with .to, not the GPU's inline asm).
 """
 
 from __future__ import annotations
@@ -134,6 +135,17 @@ def test_the_scales_are_applied_per_sequence_and_head(device):
     prob.ks = prob.ks.flip(1).contiguous()
     with pytest.raises(AssertionError, match="exceeds the budget"):
         prob.check(prob.run(device, num_splits=2))
+
+
+def test_query_rows_far_apart_in_magnitude(device):
+    # The dots run in fp16, each query row at its own power-of-two scale: rows whose largest |q| is tiny,
+    # ordinary, or (bf16 q, on the GPU) far past fp16's 65504 all meet the budget, none overflows to Inf / NaN.
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    tops = (2.0**-20, 1.0, 2.0**40) if dtype == torch.bfloat16 else (2.0**-12, 1.0, 6.0e4)
+    prob = Fp8Problem(3, 1, 2, 64, [37, 80], dtype=dtype, seed=9)
+    q = prob.q.float()
+    prob.q = (q / q.abs().amax(dim=(2, 3), keepdim=True) * torch.tensor(tops).view(1, 3, 1, 1)).to(dtype)
+    prob.check(prob.run(device, num_splits=2))
 
 
 def test_fp16_cache_takes_no_scales_and_runs_as_before(device):

@@ -89,6 +89,17 @@ def test_decode_sweep_rows_are_ok_and_within_the_error_budget(decode_run):
     assert all(r.kernel_config["num_splits"] >= 1 and r.kernel_config["BLOCK_N"] for r in decode)
 
 
+def test_a_forced_config_reaches_the_decode_kernel(tmp_path, monkeypatch):
+    # FLASHBENCH_TRITON_CONFIG (providers/bundled.py) forces triton-decode's tile and split count as it does the
+    # forward's tile; the row records them (by default BLOCK_N is 16 under the interpreter, 128 on the GPU, and 48
+    # keys take one split).
+    monkeypatch.setenv("FLASHBENCH_TRITON_CONFIG", '{"BLOCK_N": 32, "num_splits": 2}')
+    args = ["sweep", *DECODE, "--providers", "triton-decode", "--seq-q", "1", "--out", str(tmp_path / "run")]
+    assert main(args) == 0
+    (row,) = read_rows(tmp_path / "run")
+    assert row.status == "ok" and row.kernel_config["BLOCK_N"] == 32 and row.kernel_config["num_splits"] == 2
+
+
 def test_ragged_rows_count_the_flops_of_their_lengths(decode_run):
     rows = {(r.provider, r.seq_q, r.seqlens, r.kv_layout): r for r in read_rows(decode_run)}
     uniform = rows[("triton-decode", 1, "uniform", "contiguous")]

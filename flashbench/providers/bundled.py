@@ -15,8 +15,9 @@ from flashbench.errors import FlashbenchError
 from flashbench.providers.registry import register
 from flashbench.spec.cases import Case
 
-# Force the bundled kernels' forward config for a whole sweep (block-size studies, the gate's injected
-# slowdown): FLASHBENCH_TRITON_CONFIG='{"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}'.
+# Force the bundled kernels' config for a whole sweep (block-size studies, the gate's injected slowdown):
+# FLASHBENCH_TRITON_CONFIG='{"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}' (the decode
+# kernels: BLOCK_N, num_warps, num_stages, and num_splits for their split count).
 # The config used is recorded in every row's kernel_config either way.
 CONFIG_ENV = "FLASHBENCH_TRITON_CONFIG"
 
@@ -32,6 +33,15 @@ def forced_config() -> dict[str, Any] | None:
     if not isinstance(config, dict):
         raise FlashbenchError(f'{CONFIG_ENV} must be a JSON object like {{"BLOCK_M": 64, ...}}')
     return config
+
+
+def _forced_decode_config() -> tuple[dict[str, Any] | None, int | None]:
+    """FLASHBENCH_TRITON_CONFIG for the decode kernels: the tile keys, and a "num_splits" key as their split count."""
+    config = forced_config()
+    if config is None or "num_splits" not in config:
+        return config, None
+    tile = {key: value for key, value in config.items() if key != "num_splits"}
+    return tile or None, config["num_splits"]
 
 
 def _kernels_requires() -> str | None:
@@ -207,7 +217,7 @@ def _last_decode_config() -> dict[str, Any] | None:
 def _build_decode(case: Case, device: str, stack: Any) -> Any:
     from flashbench.kernels import flash_decode
 
-    causal, scale = case.causal, case.head_dim**-0.5
+    causal, scale, (config, splits) = case.causal, case.head_dim**-0.5, _forced_decode_config()
     validate = [True]
 
     def decode(
@@ -216,8 +226,9 @@ def _build_decode(case: Case, device: str, stack: Any) -> Any:
         # The first call checks the lengths, the page table and an FP8 cache's k_scale, v_scale against the cache
         # (one device sync); the timed calls after it skip that check (validate=False), as a serving loop would.
         out = flash_decode(
-            q, k, v, cache_seqlens, block_table, causal=causal, sm_scale=scale, validate=validate[0], **scales
-        )
+            q, k, v, cache_seqlens, block_table, causal=causal, sm_scale=scale, num_splits=splits,
+            validate=validate[0], config=config, **scales,
+        )  # fmt: skip
         validate[0] = False
         return out
 
@@ -254,13 +265,14 @@ def _last_mla_config() -> dict[str, Any] | None:
 def _build_mla(case: Case, device: str, stack: Any) -> Any:
     from flashbench.kernels import flash_mla_decode
 
-    causal, scale, dv, config = case.causal, case.head_dim**-0.5, case.head_dim_v, forced_config()
+    causal, scale, dv = case.causal, case.head_dim**-0.5, case.head_dim_v
+    config, splits = _forced_decode_config()
     validate = [True]
 
     def mla(q: Any, k: Any, v: Any, cache_seqlens: Any = None, block_table: Any = None) -> Any:
         # k is the latent cache (v, a view of it, is not read); validated on the first call only, as decode's.
         out = flash_mla_decode(
-            q, k, cache_seqlens, block_table, causal=causal, sm_scale=scale, head_dim_v=dv,
+            q, k, cache_seqlens, block_table, causal=causal, sm_scale=scale, num_splits=splits, head_dim_v=dv,
             validate=validate[0], config=config,
         )  # fmt: skip
         validate[0] = False
