@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from tiers import interpreter_sweep
 
 from flashbench.cli.app import main
 from flashbench.engine import correctness, packed
@@ -196,6 +197,7 @@ def packed_run(tmp_path_factory):
     return out
 
 
+@interpreter_sweep
 def test_packed_rows_are_ok_within_the_budget_and_count_useful_flops(packed_run):
     rows = [r for r in read_rows(packed_run) if r.min_seq]
     assert len(rows) == 3 * 2 * 2

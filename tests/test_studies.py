@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from tiers import interpreter_sweep
 
 import flashbench
 from flashbench.api import list_providers
@@ -92,6 +93,7 @@ def _tiny_cpu_sweep(tmp_path: Path, config: str, providers: str, mode: str) -> l
     return result.rows
 
 
+@interpreter_sweep
 def test_a_forward_tile_study_runs_on_cpu_with_its_forced_tile(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     rows = _tiny_cpu_sweep(tmp_path, "forward_tiles.toml", "fwd-128x64-w4-s2,fwd-64x32-w4-s2", "fwd")
@@ -99,6 +101,7 @@ def test_a_forward_tile_study_runs_on_cpu_with_its_forced_tile(tmp_path, monkeyp
     assert tiles == {"fwd-128x64-w4-s2": (128, 64), "fwd-64x32-w4-s2": (64, 32)}
 
 
+@interpreter_sweep
 def test_a_backward_tile_study_runs_on_cpu_with_its_forced_dkdv_tile(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     (row,) = _tiny_cpu_sweep(tmp_path, "backward.toml", "bwd-dkdv-32x64-w4-s3", "bwd")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tiers import interpreter_sweep
 
 import flashbench
 from flashbench.cli.app import main
@@ -101,12 +102,7 @@ def test_case_order_runs_providers_side_by_side(tmp_path, capsys):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("flashbench.kernels") is None, reason="bundled kernels missing")
-@pytest.mark.skipif(
-    environment.gpu_present()[0],
-    reason="the interpreter path is the CPU machines' (Triton 3.9); on the GPU machine (Triton 3.6) the "
-    "interpreter fails on the bundled forward (InterpreterError: TypeError('only 0-dimensional arrays can be "
-    "converted to Python scalars'), H100) and tests/test_kernels.py runs the kernels on CUDA instead",
-)
+@interpreter_sweep
 def test_bundled_triton_kernel_runs_through_the_interpreter(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tiers import interpreter_sweep
 
 from flashbench.cli.app import main
 from flashbench.errors import FlashbenchError
@@ -217,11 +218,8 @@ def test_cpu_sweep_window_rows_flops_and_unsupported_reasons(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("flashbench.kernels") is None, reason="bundled kernels missing")
+@interpreter_sweep
 def test_bundled_triton_runs_a_window_case_through_the_interpreter(tmp_path, capsys):
-    from flashbench.gpu import environment
-
-    if environment.gpu_present()[0]:
-        pytest.skip("the interpreter path is the CPU machine's (tests/test_kernels_window.py runs CUDA)")
     out = tmp_path / "run"
     args = ["sweep", *TINY, "--head-dim", "32", "--providers", "triton", "--seq", "160", "--causal", "true"]
     assert main([*args, "--window", "40,0", "--mode", "fwd,fwd+bwd", "--out", str(out), "--json"]) == 0
