@@ -86,15 +86,13 @@ MAX_HEAD_DIM_V = 512
 BLOCK_M = 64  # query rows per tile: one wgmma M per warpgroup on Hopper
 COMBINE_ROWS = 16  # rows the combine holds at a time: 16 x 512 fp32 over 8 warps is 32 registers per thread
 # The tile on CUDA: keys per step, warps, stages; the default as timed on an H100 (docs/benchmarks.md, "MLA decode").
-# Shared memory at 576 dims in bf16 (tools/sm90_compile.py, Triton 3.6): Q 72 KB, a cache tile of 36 KB (BLOCK_N
-# 32) or 72 KB (64) per stage, and P's 4-8 KB on its way to P V, of an H100's 227 KB: (32, 8, 2) 148 KB, the
-# default; (32, 8, 3) 184 KB, a deeper pipeline; (64, 8, 2) 224 KB, twice the keys per step, pipelined (a 64 x 32 S
-# per warpgroup: half the Q reads per key of BLOCK_N 32); (64, 8, 1) 144 KB, unpipelined.
-GPU_CONFIG: dict[str, int] = {"BLOCK_N": 32, "num_warps": 8, "num_stages": 2}
+# Shared memory at 576 dims in bf16 (tools/sm90_compile.py, Triton 3.6): Q 72 KB, a cache tile of 72 KB per stage at
+# BLOCK_N 64, and P's 8 KB on its way to P V, of an H100's 227 KB: (64, 8, 2) 224 KB, pipelined, a 64 x 32 S per
+# warpgroup; (64, 8, 1) 144 KB, unpipelined, not timed. 32-key tiles lost (docs/kernels.md, measured and not
+# adopted).
+GPU_CONFIG: dict[str, int] = {"BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 CANDIDATE_CONFIGS: tuple[dict[str, int], ...] = (
     GPU_CONFIG,
-    {"BLOCK_N": 32, "num_warps": 8, "num_stages": 3},
-    {"BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
     {"BLOCK_N": 64, "num_warps": 8, "num_stages": 1},
 )
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}

@@ -142,14 +142,15 @@ def test_gpu_gluon_fp8_forced_causal_within_budget(d):
 @pytest.mark.gpu
 @hopper_only
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_gpu_fp8_d256_dispatch_follows_the_thresholds(causal):
-    """d = 256: the Gluon FP8 forward (64-key tiles) from flash_ws.GLUON_FP8_MIN_SEQ's length, the tl kernel
-    below it."""
-    n = flash_ws.GLUON_FP8_MIN_SEQ[(256, causal)]
-    for length, kernel in ((n // 2, "tl"), (n, "gluon-ws")):
-        (q8, k8, v8), descales, _ = quantized(1, 2, 1, length, length, 256, seed=length)
-        flash_attn(q8, k8, value_layout(v8), causal=causal, **descales)
-        assert kernel_ran() == kernel, (length, causal)
+def test_gpu_fp8_d256_stays_on_the_tl_kernel_unless_gluon_is_forced(causal):
+    """d = 256 FP8 runs the tl kernel by default (the Gluon FP8 forward at d = 256 is not timed yet, so it has no
+    flash_ws.GLUON_FP8_MIN_SEQ entry); a forced {"kernel": "gluon-ws"} runs Gluon with 64-key tiles."""
+    assert (256, causal) not in flash_ws.GLUON_FP8_MIN_SEQ
+    (q8, k8, v8), descales, _ = quantized(1, 2, 1, 2048, 2048, 256, seed=3)
+    flash_attn(q8, k8, value_layout(v8), causal=causal, **descales)
+    assert kernel_ran() == "tl", causal
+    flash_attn(q8, k8, value_layout(v8), causal=causal, config=GLUON, **descales)
+    assert kernel_ran() == "gluon-ws", causal
     assert last_config()["BLOCK_N"] == 64
 
 
