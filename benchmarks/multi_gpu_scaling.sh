@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # How a sweep scales over the GPUs of one host: the same sweep on one GPU, on all with --gpus all (with the
-# compile-once step, and without it: FLASHBENCH_PRECOMPILE=0), and as two --shard slices run side by side (one per
-# GPU, as a scheduler would run them) merged with `flashbench merge`.
+# compile-once step, and without it: FLASHBENCH_PRECOMPILE=0), and as one --shard slice per GPU run side by side
+# (as a scheduler would run them) merged with `flashbench merge`. GPUS=N uses the first N (default: every GPU).
 # Each run (and each shard) starts cold: its own empty TRITON_CACHE_DIR and FLASHBENCH_HOME, made anew each time
 # the script runs, so no run reuses another's (or an earlier invocation's) compiled kernels or autotune picks;
-# every run pays its own compiles and tuning, and the wall times compare like for like. Needs two GPUs; run
+# every run pays its own compiles and tuning, and the wall times compare like for like. Needs two GPUs or more; run
 # directories, logs and $OUT/multi_gpu.txt (per run: wall, speed-up, first-call compile time summed over workers
 # and per worker, the compile-once step's wall time and builds; per case: each run's median over the one-GPU
-# run's) are packed into $OUT/multi_gpu.tgz. About 6 minutes on 2 x H100 (a 96-case forward sweep of six
-# providers did not fit the device machine's 10-minute call): the multi-GPU table of docs/benchmarks.md.
+# run's) are packed into $OUT/multi_gpu.tgz. About 9 minutes on 2 x H100 (one GPU takes 190 s of it): the
+# multi-GPU table of docs/benchmarks.md.
 #
 #   bash benchmarks/multi_gpu_scaling.sh
 set -uo pipefail
@@ -23,6 +23,8 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,power.draw --format=c
 # fwd+bwd): about 2 minutes on one H100 from cold caches. SWEEP_ARGS replaces it (one string, word-split).
 read -r -a SWEEP <<<"${SWEEP_ARGS:---preset ci}"
 LIMIT=${RUN_LIMIT_S:-240}
+NGPU=${GPUS:-$(nvidia-smi -L | wc -l)}
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((NGPU - 1)))}
 
 cold() {  # cold NAME: empty the Triton cache and flashbench home of run NAME
     rm -rf "$RUNS/cold-$1"
@@ -43,22 +45,23 @@ timed() {  # timed NAME CMD...: run cold, record wall seconds
 
 log "one GPU"
 timed one flashbench sweep "${SWEEP[@]}" --gpus 0 --out "$RUNS/one" --force
-log "two GPUs (--gpus all), without the compile-once step"
-timed two-nopre env FLASHBENCH_PRECOMPILE=0 flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/two-nopre" --force
-log "two GPUs (--gpus all)"
-timed two flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/two" --force
-log "two shards side by side, one per GPU, then merge"
-for i in 1 2; do cold "shard$i"; done
+log "$NGPU GPUs (--gpus all), without the compile-once step"
+timed all-nopre env FLASHBENCH_PRECOMPILE=0 flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/all-nopre" --force
+log "$NGPU GPUs (--gpus all)"
+timed all flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/all" --force
+log "$NGPU shards side by side, one per GPU, then merge"
+SHARDS=()
+for i in $(seq 1 "$NGPU"); do cold "shard$i"; SHARDS+=("$RUNS/shard$i"); done
 t0=$SECONDS
-for i in 1 2; do
+for i in $(seq 1 "$NGPU"); do
     CUDA_VISIBLE_DEVICES=$((i - 1)) TRITON_CACHE_DIR="$RUNS/cold-shard$i/triton" \
-        FLASHBENCH_HOME="$RUNS/cold-shard$i/home" timeout "$LIMIT" flashbench sweep "${SWEEP[@]}" --shard "$i/2" \
+        FLASHBENCH_HOME="$RUNS/cold-shard$i/home" timeout "$LIMIT" flashbench sweep "${SWEEP[@]}" --shard "$i/$NGPU" \
         --out "$RUNS/shard$i" --force >"$RUNS/shard$i.log" 2>&1 &
 done
 wait
 log "shards: wall=$((SECONDS - t0)) s"
-flashbench merge "$RUNS/shard1" "$RUNS/shard2" --out "$RUNS/merged" --force 2>&1 | tee -a "$RUNS/multi_gpu.log"
-python3 - "$RUNS" <<'PY' | tee "$OUT/multi_gpu.txt" "$RUNS/multi_gpu.txt"
+flashbench merge "${SHARDS[@]}" --out "$RUNS/merged" --force 2>&1 | tee -a "$RUNS/multi_gpu.log"
+python3 - "$RUNS" "$NGPU" <<'PY' | tee "$OUT/multi_gpu.txt" "$RUNS/multi_gpu.txt"
 import statistics, sys
 from pathlib import Path
 from flashbench.results.env import read_env
@@ -66,19 +69,19 @@ from flashbench.results.rows import read_rows
 runs = Path(sys.argv[1])
 one = {r.key: r.median_ms for r in read_rows(runs / "one") if r.median_ms}
 base = read_env(runs / "one").wall_s or 0.0
-for name in ("one", "two-nopre", "two", "shard1", "shard2"):
+for name in ("one", "all-nopre", "all", *(f"shard{i}" for i in range(1, int(sys.argv[2]) + 1))):
     env = read_env(runs / name)
     pre = env.precompile or {}
     step = pre.get("skipped") or f"{pre.get('wall_s')} s, {pre.get('builds')} builds, {pre.get('jobs')} processes"
     wall = env.wall_s or 0.0
     print(f"{name}: wall {wall:.1f} s ({base / wall if wall else 0:.2f}x), compile summed {env.compile_s_total} s,"
           f" per worker {env.compile_s_by_worker}, compile-once step: {step}")
-for name in ("two-nopre", "two", "merged"):
+for name in ("all-nopre", "all", "merged"):
     ratios = [r.median_ms / one[r.key] for r in read_rows(runs / name) if r.median_ms and r.key in one]
     if ratios:
         print(f"{name}: per case vs one: median {statistics.median(ratios):.3f}, {min(ratios):.3f}..{max(ratios):.3f}"
               f" ({len(ratios)} cases)")
 PY
-tar czf "$OUT/multi_gpu.tgz" -C "$RUNS" one two-nopre two shard1 shard2 merged one.log two-nopre.log two.log \
-    shard1.log shard2.log multi_gpu.log multi_gpu.txt
+tar czf "$OUT/multi_gpu.tgz" -C "$RUNS" one all-nopre all merged one.log all-nopre.log all.log multi_gpu.log \
+    multi_gpu.txt $(cd "$RUNS" && ls -d shard*)
 log "done"
