@@ -72,7 +72,9 @@ base = read_env(runs / "one").wall_s or 0.0
 for name in ("one", "all-nopre", "all", *(f"shard{i}" for i in range(1, int(sys.argv[2]) + 1))):
     env = read_env(runs / name)
     pre = env.precompile or {}
-    step = pre.get("skipped") or f"{pre.get('wall_s')} s, {pre.get('builds')} builds, {pre.get('jobs')} processes"
+    step = pre.get("skipped") or (
+        f"{pre.get('wall_s')} s beside the workers (record {pre.get('record_s')} s), {pre.get('builds')} builds,"
+        f" {pre.get('jobs')} processes, {pre.get('elsewhere')} left to workers, waits {pre.get('workers_waited_s')}")
     wall = env.wall_s or 0.0
     print(f"{name}: wall {wall:.1f} s ({base / wall if wall else 0:.2f}x), compile summed {env.compile_s_total} s,"
           f" per worker {env.compile_s_by_worker}, compile-once step: {step}")

@@ -199,6 +199,7 @@ class _Session:
         spec, devices = self.spec, self.devices
         show: Progress | None = None
         worker: runner.Worker | None  # None once run_cases has closed it
+        step: precompile.Step | None = None
         worker = runner.Worker(spec.device, self.kernels, None, visible=devices[0] if devices else None)
         try:
             worker.wait_ready()
@@ -227,7 +228,7 @@ class _Session:
             runner.prepare_run_dir(self.run_dir, self.resume, self.force)
             self._write_env(facts, names, len(planned), sweep_planned, previous)
             ncu = self._ncu()
-            self._precompile(planned, infos)
+            step = self._precompile(planned, infos)
             show = Progress(len(planned), enabled=self.progress)
             run: dict[str, Any] = dict(
                 device=spec.device,
@@ -239,20 +240,31 @@ class _Session:
                 on_row=show.advance,
                 ncu=ncu,
             )
+            # the step's record runs on the first GPU: that GPU's worker starts once it is done, the others at once
             if devices:
-                rows = parallel.run_parallel(planned, self.run_dir, devices=devices, **run)
+                rows = parallel.run_parallel(
+                    planned, self.run_dir, devices=devices, first_after=step.recorded, **run
+                )
             else:
+                while not step.recorded.wait(0.2):  # a timed wait keeps Ctrl-C deliverable
+                    pass
                 rows = runner.run_cases(planned, self.run_dir, **run)
             worker = None  # run_cases closed it
-        except KeyboardInterrupt:
-            if self.env is not None:  # Ctrl-C (or `timeout -s INT`): keep the wall time of this session
-                self._record(interrupted=True)
+        except BaseException as exc:
+            if step is not None:  # the sweep stops: so does the step beside it
+                step.stop()
+            if isinstance(exc, KeyboardInterrupt) and self.env is not None:
+                self._record(
+                    interrupted=True
+                )  # Ctrl-C (or `timeout -s INT`): keep the wall time of this session
             raise
         finally:
             if show is not None:
                 show.close()
             if worker is not None:
                 worker.close()
+        assert step is not None  # started before any row ran
+        self._precompile_done(step.join(), rows)
         compile_s = sum((r.compile_ms or 0.0) for r in rows) / 1e3
         by_worker: dict[str, float] = {}
         for r in rows:
@@ -309,9 +321,9 @@ class _Session:
         write_env(self.run_dir, self.env)
         return wall
 
-    def _precompile(self, planned: list[PlannedCase], infos: dict[str, ProviderInfo]) -> None:
-        """Compile once per host (engine/precompile.py) the bundled kernels' builds of the cases still to run;
-        the step's record goes into env.json."""
+    def _precompile(self, planned: list[PlannedCase], infos: dict[str, ProviderInfo]) -> precompile.Step:
+        """Start compiling once per host (engine/precompile.py), beside the workers, the bundled kernels' builds of
+        the cases still to run; the running step."""
         done = runner.finished_rows(self.run_dir)
         bundled = {name for name, info in infos.items() if info.source == "bundled"}
         cases = [
@@ -320,17 +332,28 @@ class _Session:
             if p.status is None and p.case.key not in done and p.case.provider in bundled
         ]
         visible = self.devices[0] if self.devices else None
-        rec = precompile.run(
+        return precompile.start(
             cases,
             device=self.spec.device,
             kernels=self.kernels,
             visible=visible,
             timeout_s=self.spec.timeout_s,
+            workers=len(self.devices) if self.devices else 1,
         )
+
+    def _precompile_done(self, rec: precompile.Record, rows: list[Row]) -> None:
+        """The step's record, with the time each worker's first calls waited for a build compiled elsewhere, into
+        env.json."""
         if rec.skipped is None:
+            for r in rows:
+                if r.compile_wait_ms:
+                    name = "default" if r.gpu_index is None else str(r.gpu_index)
+                    rec.workers_waited_s[name] = rec.workers_waited_s.get(name, 0.0) + r.compile_wait_ms / 1e3
+            rec.workers_waited_s = {k: round(v, 3) for k, v in sorted(rec.workers_waited_s.items())}
             _note(
                 f"flashbench: compiled {rec.compiled} of {rec.builds} kernel builds ({rec.cases} cases) in "
-                f"{rec.wall_s:.1f} s on {rec.jobs} processes"
+                f"{rec.wall_s:.1f} s on {rec.jobs} processes beside the workers"
+                + (f", {rec.elsewhere} compiled by the workers" if rec.elsewhere else "")
                 + (f", {rec.failed} failed" if rec.failed else ""),
                 self.progress,
             )

@@ -4,6 +4,7 @@ finds every recorded build in the Triton cache."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -15,7 +16,10 @@ import pytest
 import torch
 from flashbench.kernels import autotune, common, flash_v2, launch
 
-from flashbench.engine import precompile
+from flashbench.cli.app import main
+from flashbench.engine import build_lock, compile_worker, precompile
+from flashbench.results.env import read_env
+from flashbench.results.rows import read_rows
 from flashbench.spec.cases import Case
 
 SMALL = {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1}
@@ -66,7 +70,7 @@ def test_jobs_one_per_core_capped_by_builds_or_set(monkeypatch):
 
 
 # A stand-in for the compile process (the real one needs a GPU): it "compiles" a build by writing its id and its
-# own pid to a log, fails the build named "bad", and never answers for "hang".
+# own pid to a log, fails the build named "bad", never answers for "hang", and finds "taken" locked by another.
 _FAKE = textwrap.dedent(
     """
     import json, os, sys, time
@@ -75,6 +79,9 @@ _FAKE = textwrap.dedent(
         build = json.loads(line)
         if build["qualname"] == "hang":
             time.sleep(600)
+        if build["qualname"] == "taken":
+            print(json.dumps({"id": build["id"], "compile_s": 0.0, "error": None, "elsewhere": True}), flush=True)
+            continue
         with open(log, "a") as fh:
             fh.write(f"{build['id']} {os.getpid()}\\n")
         time.sleep(0.2)
@@ -114,9 +121,9 @@ def test_pool_gives_every_build_to_exactly_one_process_and_runs_them_side_by_sid
 
 
 def test_pool_counts_a_failed_build_and_replaces_a_process_that_hangs(tmp_path):
-    rec, lines = _pool(tmp_path, ["bad", "hang", "k2", "k3", "k4"], jobs=2, timeout_s=3)
+    rec, lines = _pool(tmp_path, ["bad", "hang", "k2", "k3", "k4", "taken"], jobs=2, timeout_s=3)
     assert sorted(int(i) for i, _ in lines) == [0, 2, 3, 4]  # the hung build never finished; the rest did
-    assert (rec.compiled, rec.failed) == (3, 2)
+    assert (rec.compiled, rec.failed, rec.elsewhere) == (3, 2, 1)
     assert any("PTXASError" in e for e in rec.errors)
     assert any("no answer within 3 s" in e for e in rec.errors)
 
@@ -217,9 +224,11 @@ def test_gpu_first_call_after_precompile_finds_every_build_in_the_triton_cache(t
         import contextlib, json, sys
         from triton import knobs
         from flashbench.engine.measure import prepare
+        from flashbench.engine import build_lock
         from flashbench.providers import builtin
         from flashbench.spec.cases import Case
         builtin.load()
+        build_lock.install()  # as a worker: a compile takes its build's lock, keyed as the step keyed it
         hits = []
         knobs.compilation.listener = lambda **kw: hits.append(bool(kw["cache_hit"]))
         for data in json.loads(sys.argv[1]):
@@ -233,3 +242,129 @@ def test_gpu_first_call_after_precompile_finds_every_build_in_the_triton_cache(t
     )
     hits = json.loads(done.stdout.strip().splitlines()[-1])
     assert hits and all(hits), f"{hits.count(False)} of {len(hits)} builds compiled again"
+    locks = list((tmp_path / "triton" / build_lock.FOLDER).glob("*.lock"))
+    assert len(locks) == rec["builds"]  # the first calls locked the very builds the step recorded, no others
+
+
+# Two processes meet one build at once (a barrier of files lines them up), each through the hooks Triton calls
+# around a compile (build_lock.before_compile / after_compile): the "compile" writes an artifact into the cache
+# unless it is there already. Without the lock both would find no artifact and both would compile.
+_COMPILER = textwrap.dedent(
+    """
+    import json, os, sys, time, types
+    from pathlib import Path
+    from flashbench.engine import build_lock
+    cache, name = Path(sys.argv[1]), sys.argv[2]
+    def _attn_fwd(): pass
+    kw = {"fn": types.SimpleNamespace(jit_function=types.SimpleNamespace(fn=_attn_fwd)),
+          "compile": {"specialization_data": '{"name": "_attn_fwd", "key": "fp16"}'}}
+    build_lock.install()
+    (cache / f"ready-{name}").touch()
+    while len(list(cache.glob("ready-*"))) < 2:
+        time.sleep(0.01)
+    build_lock.before_compile(**kw)
+    artifact = cache / "attn_fwd.cubin"
+    if artifact.exists():
+        outcome = "cache hit"
+    else:
+        time.sleep(1.0)
+        artifact.write_text(name)
+        outcome = "compiled"
+    build_lock.after_compile(**kw)
+    print(json.dumps({"outcome": outcome, "waited_s": build_lock.waited_s()}))
+    """
+)
+
+
+def test_two_processes_asking_for_one_build_compile_it_once_the_other_waits_and_finds_it(tmp_path):
+    cache = tmp_path / "triton"
+    cache.mkdir()
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _COMPILER, str(cache), name], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for name in ("a", "b")
+    ]
+    answers = sorted((json.loads(p.communicate(timeout=120)[0]) for p in procs), key=lambda a: a["outcome"])
+    assert [a["outcome"] for a in answers] == ["cache hit", "compiled"]
+    hit, compiled = answers
+    assert hit["waited_s"] > 0.5 and compiled["waited_s"] < 0.5  # the second waited out the first's compile
+    assert len(list((cache / build_lock.FOLDER).glob("*.lock"))) == 1  # one lock file for the one build
+
+
+def test_compile_process_leaves_a_build_whose_lock_is_held_and_frees_the_lock_of_one_that_failed(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    held = _build("_attn_fwd", "spec-held", module="flashbench_no_such_module")
+    failed = _build("_attn_fwd", "spec-free", module="flashbench_no_such_module")
+    holder = build_lock.BuildLock(build_lock.path_for(held["module"], held["qualname"], held["spec"]))
+    assert holder.try_acquire()  # a worker compiling it
+    stdin = io.StringIO("".join(json.dumps({**b, "id": i}) + "\n" for i, b in enumerate((held, failed))))
+    proto = io.StringIO()
+    compile_worker.compile_builds(stdin, proto)
+    holder.release()
+    first, second = (json.loads(line) for line in proto.getvalue().splitlines())
+    assert first == {"id": 0, "compile_s": 0.0, "error": None, "elsewhere": True}
+    assert second["id"] == 1 and "ModuleNotFoundError" in second["error"]
+    again = build_lock.BuildLock(build_lock.path_for(failed["module"], failed["qualname"], failed["spec"]))
+    assert again.try_acquire()  # released although the compile raised
+    again.release()
+
+
+# The step's processes stubbed: the record answers each case with one build after a second; the compile process finishes
+# only once the worker on the second device has written a row (or after 120 s): a step the workers waited for
+# would hold the sweep those 120 s and end before any row.
+_STEP = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    mode, log, rows = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    def note(what):
+        with open(log, "a") as fh:
+            fh.write(f"{what} {time.time()}\\n")
+    if mode == "record":
+        cases = json.loads(sys.stdin.read())
+        time.sleep(1.0)
+        note("recorded")  # before the last answer: the step kills the process on reading it
+        for case in cases:
+            build = {"module": "m", "qualname": "k", "spec": "s"}
+            print(json.dumps({"case": case["provider"], "builds": [build], "error": None}), flush=True)
+    else:
+        for line in sys.stdin:
+            deadline = time.time() + 120
+            def second_gpu_row():
+                lines = rows.read_text().splitlines() if rows.exists() else []
+                return any(json.loads(ln).get("gpu_index") == 1 for ln in lines if ln.endswith("}"))
+            while time.time() < deadline and not second_gpu_row():
+                time.sleep(0.05)
+            note("compiled")
+            print(json.dumps({"id": json.loads(line)["id"], "compile_s": 0.1, "error": None}), flush=True)
+    """
+)
+
+
+def test_workers_start_beside_the_step_and_the_first_gpu_once_the_record_is_done(tmp_path, monkeypatch):
+    out, log = tmp_path / "run", tmp_path / "step.log"
+
+    def fake_start(cmd: list[str], visible: str | None) -> subprocess.Popen[str]:
+        mode = "record" if "record" in cmd else "compile"
+        script = [sys.executable, "-c", _STEP, mode, str(log), str(out / "rows.jsonl")]
+        return subprocess.Popen(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    monkeypatch.setattr(precompile, "_start", fake_start)
+    monkeypatch.setattr(precompile, "skip_reason", lambda device, cases: None)  # run it beside CPU workers
+    tiny = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "32", "--dtype", "fp16"]
+    args = ["sweep", "--config", str(Path(__file__).with_name("fast_measure.toml")), *tiny, "--mode", "fwd"]
+    args += ["--providers", "triton,naive", "--seq", "16,32", "--causal", "false", "--gpus", "0,1"]
+    assert main([*args, "--out", str(out)]) == 0
+    times = dict(line.split() for line in log.read_text().splitlines())
+    rows = read_rows(out)
+    assert {r.gpu_index for r in rows} == {0, 1} and all(r.status == "ok" for r in rows)
+    second_gpu_first_row = min(r.timestamp for r in rows if r.gpu_index == 1)
+    assert second_gpu_first_row < float(times["compiled"])  # a worker measured while the step compiled
+    assert min(r.timestamp for r in rows if r.gpu_index == 0) > float(times["recorded"])
+    rec = read_env(out).precompile
+    assert rec is not None and rec["overlapped"] and (rec["builds"], rec["compiled"]) == (1, 1), rec
+    assert rec["wall_s"] < 100  # the compile did not wait out its 120 s

@@ -15,7 +15,10 @@ autotune cache already holds. One answer a case: {"case": key, "builds": [...], 
 
 compile: `JITFunction.preload(specialization data)`, Triton's own way to compile a recorded build, compiles the
 same source with the same options the runtime would, into the Triton cache (TRITON_CACHE_DIR), where a worker's
-first launch of that build then finds it. One answer a build: {"id": ..., "compile_s": ..., "error": str|null}.
+first launch of that build then finds it. Each build under its lock (engine/build_lock.py): a build whose lock
+another process holds (a worker compiling it) is left to that process. The compile processes run at a lower CPU
+priority (nice 10) than the workers measuring beside them. One answer a build:
+{"id": ..., "compile_s": ..., "error": str|null, "elsewhere": bool (another process held its lock)}.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import functools
 import gc
 import importlib
 import json
+import os
 import sys
 import time
 from typing import IO, Any
 
-from flashbench.engine.worker import _load_providers, _protocol_stream, _send
+from flashbench.engine import build_lock
+from flashbench.engine.worker import _die_with_parent, _load_providers, _protocol_stream, _send
 
 
 def _kernel_of(module: str, qualname: str) -> Any:
@@ -50,9 +55,8 @@ def record(cases: list[dict[str, Any]], proto: IO[str]) -> None:
     builds: list[dict[str, Any]] = []
 
     def hook(**kw: Any) -> bool:
-        fn = kw["fn"].jit_function.fn
-        spec = kw["compile"]["specialization_data"]
-        builds.append({"module": fn.__module__, "qualname": fn.__qualname__, "spec": spec})
+        module, qualname, spec = build_lock.identity(kw)
+        builds.append({"module": module, "qualname": qualname, "spec": spec})
         return True  # skip: no compile, no launch
 
     launch.RECORD_ONLY = True
@@ -74,12 +78,18 @@ def record(cases: list[dict[str, Any]], proto: IO[str]) -> None:
 def compile_builds(stdin: IO[str], proto: IO[str]) -> None:
     for line in stdin:
         build = json.loads(line)
+        lock = build_lock.BuildLock(build_lock.path_for(build["module"], build["qualname"], build["spec"]))
+        if not lock.try_acquire():  # a worker is compiling it: no second compile
+            _send(proto, {"id": build["id"], "compile_s": 0.0, "error": None, "elsewhere": True})
+            continue
         started = time.perf_counter()
         error = None
         try:
             _kernel_of(build["module"], build["qualname"]).preload(build["spec"])
         except Exception as exc:  # a build that does not compile here compiles (or fails) in its worker
             error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        finally:
+            lock.release()
         _send(proto, {"id": build["id"], "compile_s": time.perf_counter() - started, "error": error})
 
 
@@ -87,12 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -P -m flashbench.engine.compile_worker")
     parser.add_argument("mode", choices=("record", "compile"))
     parser.add_argument("--kernel", action="append", default=[])
+    parser.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
     proto = _protocol_stream()
+    _die_with_parent(args.parent_pid)  # a sweep that dies takes its compile step with it
     _load_providers(args.kernel)
     if args.mode == "record":
         record(json.loads(sys.stdin.read()), proto)
     else:
+        os.nice(10)  # the workers measuring beside this process come first
         compile_builds(sys.stdin, proto)
     return 0
 

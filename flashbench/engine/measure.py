@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashbench.engine import correctness, fp8, kv_cache, packed, timing
+from flashbench.engine import build_lock, correctness, fp8, kv_cache, packed, timing
 from flashbench.gpu import nvml
 from flashbench.models.flops import case_flops
 from flashbench.providers import registry
@@ -277,13 +277,17 @@ def _measure(prepared: Prepared, opts: Options, ctx: Context, base: dict[str, An
     def first() -> None:
         results.update(prepared.full())
 
+    waited = build_lock.waited_s()
     with warnings.catch_warnings(record=True) as records:
         warnings.simplefilter("always")
         try:
             compile_ms = timing.first_call_ms(first, device)
         finally:
+            build_lock.release()
             caught.extend(str(r.message) for r in records)
     base["compile_ms"] = compile_ms
+    if waited is not None:  # of compile_ms: waiting for another process's compile of a build this call needed
+        base["compile_wait_ms"] = ((build_lock.waited_s() or 0.0) - waited) * 1e3
     fallback = _check_compiled(prepared)
     if fallback:
         return Row.for_case(case, CRASH, reason=f"compile fallback detected: {fallback}", **base)

@@ -28,13 +28,15 @@ def run_parallel(
     gpu: str = "",
     on_row: Callable[[Row, bool], None] | None = None,
     ncu: Callable[[Case], dict[str, Any]] | None = None,
+    first_after: threading.Event | None = None,
 ) -> list[Row]:
     """--gpus: one worker per entry of `devices` (its CUDA_VISIBLE_DEVICES), each running run_cases over its
     share of the shapes (shard.split: by predicted cost, all providers of a shape on one device) in a thread of
     this process.
 
-    `worker`, when given, must already be pinned to devices[0]; it runs the first share. Rows from every
-    thread are appended by this process under one lock. A failure in one thread stops the others.
+    `worker`, when given, must already be pinned to devices[0]; it runs the first share, once `first_after` is
+    set where given (devices[0] is busy with something no sample may share: the compile-once step's record).
+    Rows from every thread are appended by this process under one lock. A failure in one thread stops the others.
     """
     done = finished_rows(run_dir)
     shares = shard.split(planned, len(devices), settings=opts)
@@ -46,6 +48,9 @@ def run_parallel(
 
     def work(j: int) -> None:
         try:
+            if j == 0 and first_after is not None:
+                while not first_after.wait(0.2) and not shared.stop.is_set():
+                    pass
             results[j] = run_cases(
                 shares[j],
                 run_dir,

@@ -1,17 +1,22 @@
-"""Compile once per host: before a CUDA sweep measures, the distinct kernel builds of its planned cases are compiled
-once, in parallel on the host's CPU cores, into the Triton cache the workers then read.
+"""Compile once per host: the distinct kernel builds of a CUDA sweep's planned cases are compiled once, in parallel
+on the host's CPU cores, into the Triton cache the workers read, while the workers measure.
 
-Two steps, each in processes of its own (engine/compile_worker.py; this process never imports torch):
+start() runs the step in a thread of this process, beside the workers; its two steps run in processes of their own
+(engine/compile_worker.py; this process never imports torch):
   1. record: one process on the sweep's first GPU runs each case's first call with Triton's JIT told to record,
      not compile nor launch, every build it meets: the kernel and Triton's specialization data (signature,
      constants, options, target), the autotuner's candidates included (or only the pick the autotune cache holds).
+     That GPU's worker starts when the record ends (no sample shares a GPU with it); the others start at once.
   2. compile: the distinct builds (the same kernel with the same specialization data is one build, whichever
      cases and shapes meet it) are dealt, one at a time as processes come free, to `jobs` processes (one per CPU
-     core by default): each compiles a build with Triton's own `JITFunction.preload`, the same source and options
-     the runtime compiles, so a worker's first launch finds it in the cache. No build goes to two processes.
-Then the workers measure: their first call of a case loads its kernels from the cache (and autotunes, on the GPU),
-so compile_ms, kept out of the samples as always, is mostly the tuning's timing. A build that fails to record or
-to compile here is compiled by the worker that needs it, as without this step.
+     core less one per worker, by default, at nice 10): each compiles a build with Triton's own
+     `JITFunction.preload`, the same source and options the runtime compiles, under the build's lock
+     (engine/build_lock.py). No build goes to two processes.
+A worker takes the same lock around each of its own compiles: where the step is compiling a build the worker needs,
+the worker waits, then finds it in the cache; where a worker already holds a build's lock, the step leaves that
+build to it (`elsewhere`). So no build is compiled twice on the host, and a build the step did not plan or failed
+is compiled by the worker that needs it, as without this step. compile_ms, kept out of the samples as always, is
+the first call's compiles, waits (compile_wait_ms) and tuning.
 
 Which cases: those the sweep will run whose provider is a bundled kernel (ProviderInfo.source "bundled"). Others
 compile in their workers: SDPA's kernels ship compiled, FlexAttention's go through torch.compile's own cache, and a
@@ -20,8 +25,9 @@ interpreter compiles nothing), with FLASHBENCH_PRECOMPILE=0, or with nothing to 
 FLASHBENCH_PRECOMPILE_JOBS=N sets the number of compile processes.
 
 The record (env.json's `precompile`): wall_s (the whole step), record_s, compile_wall_s, jobs, cases, builds
-(distinct), compiled, failed, compile_s_sum (the processes' compile time added up), and `skipped` with its reason
-where the step did not run.
+(distinct), compiled, failed, elsewhere, compile_s_sum (the processes' compile time added up), overlapped (the
+step ran beside the workers), workers_waited_s (per worker, the time its first calls waited for a build compiled
+by another process), and `skipped` with its reason where the step did not run.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ class Record:
     compiled: int = 0
     failed: int = 0
     compile_s_sum: float = 0.0
+    elsewhere: int = 0
+    overlapped: bool = False
+    workers_waited_s: dict[str, float] = field(default_factory=dict)
     skipped: str | None = None
     errors: list[str] = field(default_factory=list)
 
@@ -79,14 +88,15 @@ def skip_reason(device: str, cases: Sequence[Case]) -> str | None:
     return None
 
 
-def jobs_for(builds: int) -> int:
-    """Compile processes: FLASHBENCH_PRECOMPILE_JOBS, else one per CPU core this process may use; never more than
-    there are builds."""
+def jobs_for(builds: int, workers: int = 0) -> int:
+    """Compile processes: FLASHBENCH_PRECOMPILE_JOBS, else one per CPU core this process may use less one per
+    worker measuring beside them; never more than there are builds."""
     text = os.environ.get(ENV_JOBS, "").strip()
     if text.isdigit() and int(text) > 0:
         wanted = int(text)
     else:
-        wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        wanted = cores - workers
     return max(1, min(wanted, builds))
 
 
@@ -101,7 +111,7 @@ def distinct(recorded: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def command(mode: str, kernels: Sequence[str]) -> list[str]:
-    cmd = worker_process.command(mode, module=MODULE)
+    cmd = worker_process.command(mode, "--parent-pid", str(os.getpid()), module=MODULE)
     for path in kernels:
         cmd += ["--kernel", path]
     return cmd
@@ -133,10 +143,15 @@ def _answers(proc: subprocess.Popen[str]) -> queue.Queue[dict[str, Any] | None]:
 
 
 def record_builds(
-    cases: Sequence[Case], kernels: Sequence[str], visible: str | None, timeout_s: float, rec: Record
+    cases: Sequence[Case],
+    kernels: Sequence[str],
+    visible: str | None,
+    timeout_s: float,
+    rec: Record,
+    step: Step,
 ) -> list[dict[str, Any]]:
     """Step 1: the builds the cases' first calls would compile (a case that fails records what it met)."""
-    proc = _start(command("record", kernels), visible)
+    proc = step.spawn(command("record", kernels), visible)
     answers = _answers(proc)
     assert proc.stdin is not None
     try:
@@ -169,10 +184,12 @@ def compile_pool(
     timeout_s: float,
     start: Callable[[], subprocess.Popen[str]],
     rec: Record,
+    stopped: threading.Event | None = None,
 ) -> None:
     """Step 2: `builds` compiled by `jobs` processes made by `start()`, each build sent to exactly one of them as
     it comes free. A build that fails, or whose process dies or passes `timeout_s`, is counted failed (a process
-    killed for it is replaced)."""
+    killed for it is replaced); one whose lock another process holds is counted `elsewhere`. Once `stopped` is
+    set no build is sent."""
     todo: queue.Queue[dict[str, Any]] = queue.Queue()
     for build in builds:
         todo.put(build)
@@ -192,7 +209,7 @@ def compile_pool(
         proc: subprocess.Popen[str] | None = None
         answers: queue.Queue[dict[str, Any] | None] | None = None
         try:
-            while True:
+            while stopped is None or not stopped.is_set():
                 try:
                     build = todo.get_nowait()
                 except queue.Empty:
@@ -213,6 +230,10 @@ def compile_pool(
                     proc = None
                     why = answer or f"the compile process ended (build {build['qualname']})"
                     note(why, time.monotonic() - started)
+                    continue
+                if answer.get("elsewhere"):
+                    with lock:
+                        rec.elsewhere += 1
                     continue
                 error = answer.get("error")
                 note(f"{build['qualname']}: {error}" if error else None, float(answer.get("compile_s", 0.0)))
@@ -252,6 +273,86 @@ def _next_answer(
             return answer
 
 
+class Step:
+    """The step under way in a thread of this process, beside the workers (start())."""
+
+    def __init__(self, rec: Record) -> None:
+        self.rec = rec
+        self.recorded = (
+            threading.Event()
+        )  # the record process is done (its GPU is free), or the step is skipped
+        self.stopped = threading.Event()
+        self._procs: list[subprocess.Popen[str]] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def spawn(self, cmd: list[str], visible: str | None) -> subprocess.Popen[str]:
+        proc = _start(cmd, visible)
+        with self._lock:
+            self._procs.append(proc)
+        if self.stopped.is_set():
+            worker_process.kill_group(proc)
+        return proc
+
+    def stop(self) -> None:
+        """Kill the step's processes (the sweep stops); join() then returns what it did so far."""
+        self.stopped.set()
+        with self._lock:
+            procs = list(self._procs)
+        for proc in procs:
+            worker_process.kill_group(proc)
+
+    def join(self) -> Record:
+        if self._thread is not None:
+            self._thread.join()
+        return self.rec
+
+
+def start(
+    cases: Sequence[Case],
+    *,
+    device: str,
+    kernels: Sequence[str],
+    visible: str | None,
+    timeout_s: float,
+    workers: int = 0,
+) -> Step:
+    """Record, then compile, the builds of `cases` (the bundled kernels' cases the sweep will run) in a thread of
+    this process, beside `workers` workers measuring (they keep a CPU core each); the running step."""
+    started = time.monotonic()
+    step = Step(Record(cases=len(cases), overlapped=workers > 0))
+    rec = step.rec
+    rec.skipped = skip_reason(device, cases)
+    if rec.skipped is not None:
+        step.recorded.set()
+        return step
+
+    def work() -> None:
+        try:
+            builds = distinct(record_builds(cases, kernels, visible, timeout_s, rec, step))
+        finally:
+            step.recorded.set()
+        rec.record_s = time.monotonic() - started
+        rec.builds = len(builds)
+        if builds and not step.stopped.is_set():
+            rec.jobs = jobs_for(len(builds), workers)
+            began = time.monotonic()
+            compile_pool(
+                builds,
+                rec.jobs,
+                timeout_s,
+                lambda: step.spawn(command("compile", kernels), visible),
+                rec,
+                step.stopped,
+            )
+            rec.compile_wall_s = time.monotonic() - began
+        rec.wall_s = time.monotonic() - started
+
+    step._thread = threading.Thread(target=work, name="flashbench-precompile", daemon=True)
+    step._thread.start()
+    return step
+
+
 def run(
     cases: Sequence[Case],
     *,
@@ -260,23 +361,5 @@ def run(
     visible: str | None,
     timeout_s: float,
 ) -> Record:
-    """Record, then compile, the builds of `cases` (the bundled kernels' cases the sweep will run); the record."""
-    started = time.monotonic()
-    rec = Record(cases=len(cases))
-    rec.skipped = skip_reason(device, cases)
-    if rec.skipped is not None:
-        return rec
-    builds = distinct(record_builds(cases, kernels, visible, timeout_s, rec))
-    rec.record_s = time.monotonic() - started
-    rec.builds = len(builds)
-    if builds:
-        rec.jobs = jobs_for(len(builds))
-        began = time.monotonic()
-
-        def start() -> subprocess.Popen[str]:
-            return _start(command("compile", kernels), visible)
-
-        compile_pool(builds, rec.jobs, timeout_s, start, rec)
-        rec.compile_wall_s = time.monotonic() - began
-    rec.wall_s = time.monotonic() - started
-    return rec
+    """The step with nothing beside it: start(), then wait for it; the record."""
+    return start(cases, device=device, kernels=kernels, visible=visible, timeout_s=timeout_s).join()

@@ -211,6 +211,10 @@ def serve(args: argparse.Namespace, proto: IO[str]) -> int:
             error = f"the worker process could not start: {error} (python: {sys.executable})"
         _send(proto, {"op": "ready", "error": error, "exit_code": EXIT_NO_GPU if no_gpu else EXIT_WORKER})
         return 3
+    if args.device == "cuda":
+        from flashbench.engine import build_lock
+
+        build_lock.install()  # no two processes of this host compile one kernel build
     ctx = Context(device=args.device, gpu=str(facts.get("gpu", "")), nvml_index=_nvml_index())
     infos = [ctx.info(name).to_dict() for name in registry.names()]
     _send(proto, {"op": "ready", "pid": os.getpid(), "facts": facts, "providers": infos})

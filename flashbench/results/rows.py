@@ -87,6 +87,7 @@ class Row:
     p20_ms: float | None = None
     p80_ms: float | None = None
     compile_ms: float | None = None  # first call: JIT compile + autotune, kept out of the samples
+    compile_wait_ms: float | None = None  # of compile_ms: waiting for another process compiling the same build
     cuda_graph: bool = False
     # --- work and speed ---
     flops: float | None = None  # FLOP_CONVENTION
