@@ -165,6 +165,34 @@ def _combine(
 
 
 @triton.jit
+def _store_partial(
+    Part,  # fp32 workspace: partial outputs [groups, splits, ROWS, D], then their log2-sum-exps [groups, splits, ROWS]
+    o,  # [BLOCK_M, D] this split's normalised output
+    m_i,
+    l_i,
+    seen,  # l_i > 0: the row saw a key in this split
+    group,  # this program's (sequence, KV head) group: grid axis 2, of tl.num_programs(2)
+    pid_s,
+    rows,
+    row_ok,
+    offs_d,
+    splits,
+    ROWS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    """Store a split's partial output and log2-sum-exp (-inf for a row that saw no key), then a barrier: every
+    thread's stores come before the caller's counter moves (release). Returns (Lse, first_part) for _combine."""
+    Lse = Part + tl.num_programs(2).to(tl.int64) * splits * ROWS * HEAD_DIM
+    first_part = group.to(tl.int64) * splits * ROWS
+    part = first_part + pid_s * ROWS + rows
+    tl.store(Part + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
+    lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+    tl.store(Lse + part, lse, mask=row_ok)
+    tl.debug_barrier()
+    return Lse, first_part
+
+
+@triton.jit
 def _to_f16_rows(q):
     """q [BLOCK_M, D] (fp16 or bf16) as fp16 times 2^e per row, and 2^-e per row.
 
@@ -339,15 +367,11 @@ def _decode(
         o_ptrs = Out + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :]
         tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None])
     else:
-        Lse = Part + tl.num_programs(2).to(tl.int64) * splits * ROWS * HEAD_DIM
-        first_part = pid_bh.to(tl.int64) * splits * ROWS
-        part = first_part + pid_s * ROWS + rows
-        tl.store(Part + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=row_ok[:, None])
-        lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
-        tl.store(Lse + part, lse, mask=row_ok)
-        # Every thread's partial is stored before the counter moves (release); the program that moves it last
-        # combines (acquire) and puts it back to 0 for the next launch.
-        tl.debug_barrier()
+        # The partials are stored before the counter moves (release); the program that moves it last combines
+        # (acquire) and puts it back to 0 for the next launch.
+        Lse, first_part = _store_partial(
+            Part, o, m_i, l_i, seen, pid_bh, pid_s, rows, row_ok, offs_d, splits, ROWS, HEAD_DIM
+        )
         counter = Counter + pid_bh * tl.num_programs(1) + pid_m
         if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
             _combine(Out=Out, Part=Part, Lse=Lse, first_part=first_part, first_row=pid_m * BLOCK_M,

@@ -72,6 +72,7 @@ from .decode import (
     _pow2,
     _scratch,
     _splits,
+    _store_partial,
     last_launch,
 )
 from .decode import _refuse as _refuse_as
@@ -213,15 +214,11 @@ def _mla_decode(
         o_ptrs = Out + out_base + rows[:, None] * D_V + offs_v[None, :]
         tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None])
     else:
-        Lse = Part + tl.num_programs(2).to(tl.int64) * splits * ROWS * D_V
-        first_part = b.to(tl.int64) * splits * ROWS
-        part = first_part + pid_s * ROWS + rows
-        tl.store(Part + part[:, None] * D_V + offs_v[None, :], o, mask=row_ok[:, None])
-        lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
-        tl.store(Lse + part, lse, mask=row_ok)
         # Release the partials, then the last split program of this row block combines them (acquire) and puts
         # the counter back to 0 for the next launch (kernels/decode.py's protocol).
-        tl.debug_barrier()
+        Lse, first_part = _store_partial(
+            Part, o, m_i, l_i, seen, b, pid_s, rows, row_ok, offs_v, splits, ROWS, D_V
+        )
         counter = Counter + b * tl.num_programs(0) + pid_m
         if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
             for r0 in tl.static_range(0, BLOCK_M, COMBINE_ROWS):
