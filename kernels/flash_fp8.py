@@ -4,7 +4,7 @@ Origin: Shah et al., "FlashAttention-3: Fast and Accurate Attention with Asynchr
 section 3.3, and its hopper/ kernels' FP8 contract: q, k, v in float8_e4m3fn with float32 descale factors of
 shape [B, Hkv] (one per batch element and K/V head; a query head uses its K/V head's q_descale), output bf16.
 The loop is flash_v2's (FlashAttention-2 order: one program per query block and head, K/V streamed). On Hopper
-at d = 128 (from the lengths of flash_ws.GLUON_FP8_MIN_SEQ), `attention_forward_fp8` runs the same
+at d = 128 and 256 (from the lengths of flash_ws.GLUON_FP8_MIN_SEQ), `attention_forward_fp8` runs the same
 numerics in flash_ws.py's warp-specialized Gluon kernel instead (FA3's schedule).
 
 Numerics, per K/V block:
@@ -444,9 +444,10 @@ def attention_forward_fp8(
     """Launch the FP8 forward on checked inputs (descales fp32 [B, Hkv] contiguous; neg_scale: q_descale holds
     a negative sm_scale's sign). Returns (o bf16 [B, H, Nq, D], lse2 fp32 [B, H, Nq], config used).
 
-    On Hopper, d = 128 (from the lengths of flash_ws.GLUON_FP8_MIN_SEQ) and shapes flash_ws supports, the forward is
-    flash_ws's warp-specialized Gluon kernel in its FP8 mode (these numerics, FA3's schedule) unless a Triton
-    config is forced, FLASHBENCH_GLUON=0 or sm_scale is negative; a config with "kernel": "gluon-ws" forces it.
+    On Hopper, d = 128 or 256 (from the lengths of flash_ws.GLUON_FP8_MIN_SEQ) and shapes flash_ws supports,
+    the forward is flash_ws's warp-specialized Gluon kernel in its FP8 mode (these numerics, FA3's schedule)
+    unless a Triton config is forced, FLASHBENCH_GLUON=0 or sm_scale is negative; a config with "kernel":
+    "gluon-ws" forces it.
     The choice and launch geometry are made once per input signature (launch.PlanCache)."""
     v = value_layout(v)
     key = (

@@ -103,9 +103,9 @@ GLUON_MIN_SEQ = {
     (256, False): 2048,
     (256, True): 2048,
 }
-# The same for FP8 (flash_fp8's forward) against the tl FP8 kernel's best tile; d = 64 stays on the tl kernel, and
-# d = 256 too until its FP8 mode is timed (docs/kernels.md, the Gluon forward; a forced config runs it).
-GLUON_FP8_MIN_SEQ = {(128, False): 0, (128, True): 4096}
+# The same for FP8 (flash_fp8's forward) against the tl FP8 kernel's best tile; d = 64 stays on the tl kernel
+# (docs/kernels.md, the Gluon forward). d = 256 from the shortest length measured, 4096.
+GLUON_FP8_MIN_SEQ = {(128, False): 0, (128, True): 4096, (256, False): 4096, (256, True): 4096}
 FP8_DTYPES = (torch.float8_e4m3fn,)
 # A forced config's keys and their values (None: any). PERSISTENT: one program per SM (or PROGRAMS of them, for
 # tests) walks its share of the tiles, and the output gets its own shared-memory buffers (own_o) so the next

@@ -370,7 +370,7 @@ def test_d256_lpt_table_counts_64_key_blocks():
 def test_d256_supported_and_preferred_on_the_host(monkeypatch):
     """The host's choice at d = 256 with the device checks passed (input_refusal stubbed: these inputs are CPU
     tensors): supported checks seq_k against 64-key tiles and refuses 128-key ones; preferred takes the kernel
-    from GLUON_MIN_SEQ's lengths (FP8 at d = 256: never by default), and FLASHBENCH_GLUON=0 turns it off."""
+    from GLUON_MIN_SEQ's lengths (FP8 from GLUON_FP8_MIN_SEQ's), and FLASHBENCH_GLUON=0 turns it off."""
     seen = []
 
     def passed(tensors, causal, rows, block_n, head_dims, fp8=False):
@@ -393,10 +393,10 @@ def test_d256_supported_and_preferred_on_the_host(monkeypatch):
         assert flash_ws.preferred(q(n), q(n), q(n), causal), causal
         short = q(n // 2)
         assert not flash_ws.preferred(short, short, short, causal), causal
-        # FP8 at d = 256 is not timed on the Gluon kernel: never taken by default, at any length
-        for length in (n, 16384):
-            f8 = q(length, FP8)
-            assert not flash_ws.preferred(f8, f8, f8, causal), (causal, length)
+        n8 = flash_ws.GLUON_FP8_MIN_SEQ[(256, causal)]
+        f8, short8 = q(n8, FP8), q(n8 // 2, FP8)
+        assert flash_ws.preferred(f8, f8, f8, causal), causal
+        assert not flash_ws.preferred(short8, short8, short8, causal), causal
     monkeypatch.setenv("FLASHBENCH_GLUON", "0")
     n = flash_ws.GLUON_MIN_SEQ[(256, False)]
     assert not flash_ws.preferred(q(n), q(n), q(n), False)

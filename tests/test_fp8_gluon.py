@@ -142,16 +142,18 @@ def test_gpu_gluon_fp8_forced_causal_within_budget(d):
 @pytest.mark.gpu
 @hopper_only
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_gpu_fp8_d256_stays_on_the_tl_kernel_unless_gluon_is_forced(causal):
-    """d = 256 FP8 runs the tl kernel by default (the Gluon FP8 forward at d = 256 is not timed yet, so it has no
-    flash_ws.GLUON_FP8_MIN_SEQ entry); a forced {"kernel": "gluon-ws"} runs Gluon with 64-key tiles."""
-    assert (256, causal) not in flash_ws.GLUON_FP8_MIN_SEQ
-    (q8, k8, v8), descales, _ = quantized(1, 2, 1, 2048, 2048, 256, seed=3)
+def test_gpu_fp8_d256_runs_gluon_from_its_min_length_and_the_tl_kernel_below(causal):
+    """d = 256 FP8 runs Gluon with 64-key tiles from flash_ws.GLUON_FP8_MIN_SEQ's length and the tl kernel below
+    it, where a forced {"kernel": "gluon-ws"} still runs Gluon."""
+    n = flash_ws.GLUON_FP8_MIN_SEQ[(256, causal)]
+    (q8, k8, v8), descales, _ = quantized(1, 2, 1, n, n, 256, seed=3)
+    flash_attn(q8, k8, value_layout(v8), causal=causal, **descales)
+    assert (kernel_ran(), last_config()["BLOCK_N"]) == ("gluon-ws", 64), causal
+    (q8, k8, v8), descales, _ = quantized(1, 2, 1, n // 2, n // 2, 256, seed=3)
     flash_attn(q8, k8, value_layout(v8), causal=causal, **descales)
     assert kernel_ran() == "tl", causal
     flash_attn(q8, k8, value_layout(v8), causal=causal, config=GLUON, **descales)
     assert kernel_ran() == "gluon-ws", causal
-    assert last_config()["BLOCK_N"] == 64
 
 
 @pytest.mark.skipif(HOPPER, reason="checks the dispatch off Hopper")
