@@ -200,7 +200,12 @@ class _Session:
         show: Progress | None = None
         worker: runner.Worker | None  # None once run_cases has closed it
         step: precompile.Step | None = None
-        worker = runner.Worker(spec.device, self.kernels, None, visible=devices[0] if devices else None)
+        first = devices[0] if devices else None
+        worker = runner.Worker(spec.device, self.kernels, None, visible=first)
+        # The other GPUs' workers and the compile-once step's record process start now too: their start-ups
+        # (imports, CUDA contexts) overlap the first worker's and the planning.
+        others = [runner.Worker(spec.device, self.kernels, None, visible=d) for d in (devices or [])[1:]]
+        begun = precompile.begin(spec.device, self.kernels, first)
         try:
             worker.wait_ready()
             infos = {d["name"]: ProviderInfo.from_dict(d) for d in worker.providers}
@@ -224,11 +229,12 @@ class _Session:
                         self.progress,
                     )
                     rows = [done[p.case.key] for p in planned]
+                    begun.stop()
                     return SweepResult(self.run_dir, spec, rows, time.monotonic() - self.started, previous)
             runner.prepare_run_dir(self.run_dir, self.resume, self.force)
             self._write_env(facts, names, len(planned), sweep_planned, previous)
             ncu = self._ncu()
-            step = self._precompile(planned, infos)
+            step = self._precompile(planned, infos, begun)
             show = Progress(len(planned), enabled=self.progress)
             run: dict[str, Any] = dict(
                 device=spec.device,
@@ -243,7 +249,7 @@ class _Session:
             # the step's record runs on the first GPU: that GPU's worker starts once it is done, the others at once
             if devices:
                 rows = parallel.run_parallel(
-                    planned, self.run_dir, devices=devices, first_after=step.recorded, **run
+                    planned, self.run_dir, devices=devices, others=others, first_after=step.recorded, **run
                 )
             else:
                 while not step.recorded.wait(0.2):  # a timed wait keeps Ctrl-C deliverable
@@ -251,8 +257,7 @@ class _Session:
                 rows = runner.run_cases(planned, self.run_dir, **run)
             worker = None  # run_cases closed it
         except BaseException as exc:
-            if step is not None:  # the sweep stops: so does the step beside it
-                step.stop()
+            (step or begun).stop()  # the sweep stops: so does the step beside it
             if isinstance(exc, KeyboardInterrupt) and self.env is not None:
                 self._record(
                     interrupted=True
@@ -261,8 +266,9 @@ class _Session:
         finally:
             if show is not None:
                 show.close()
-            if worker is not None:
-                worker.close()
+            for w in [worker, *others]:  # run_cases closes those it ran (closing twice is harmless)
+                if w is not None:
+                    w.close()
         assert step is not None  # started before any row ran
         self._precompile_done(step.join(), rows)
         compile_s = sum((r.compile_ms or 0.0) for r in rows) / 1e3
@@ -321,9 +327,11 @@ class _Session:
         write_env(self.run_dir, self.env)
         return wall
 
-    def _precompile(self, planned: list[PlannedCase], infos: dict[str, ProviderInfo]) -> precompile.Step:
+    def _precompile(
+        self, planned: list[PlannedCase], infos: dict[str, ProviderInfo], begun: precompile.Step
+    ) -> precompile.Step:
         """Start compiling once per host (engine/precompile.py), beside the workers, the bundled kernels' builds of
-        the cases still to run; the running step."""
+        the cases still to run (`begun`: precompile.begin's step); the running step."""
         done = runner.finished_rows(self.run_dir)
         bundled = {name for name, info in infos.items() if info.source == "bundled"}
         cases = [
@@ -339,6 +347,7 @@ class _Session:
             visible=visible,
             timeout_s=self.spec.timeout_s,
             workers=len(self.devices) if self.devices else 1,
+            step=begun,
         )
 
     def _precompile_done(self, rec: precompile.Record, rows: list[Row]) -> None:

@@ -57,3 +57,34 @@ def test_bad_gpus_is_one_line_and_exit_2(value, message, tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_every_worker_and_the_record_process_start_before_the_first_worker_is_ready(tmp_path, monkeypatch):
+    """The start-ups overlap: the second GPU's worker and the compile-once step's record process are started
+    before the first worker has answered (they used to start only once it had, and the sweep was planned)."""
+    from flashbench.engine import precompile, runner
+
+    events: list[str] = []
+    start, ready, spawn = runner.Worker.__init__, runner.Worker.wait_ready, precompile._start
+
+    def logged_start(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        events.append(f"start {kwargs.get('visible')}")
+        start(self, *args, **kwargs)
+
+    def logged_ready(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        ready(self, *args, **kwargs)
+        events.append("ready")
+
+    def fake_record(cmd, visible):  # type: ignore[no-untyped-def]
+        events.append("record")
+        return spawn([*cmd[:1], "-c", "import sys; sys.stdin.read()"], visible)
+
+    monkeypatch.setattr(runner.Worker, "__init__", logged_start)
+    monkeypatch.setattr(runner.Worker, "wait_ready", logged_ready)
+    monkeypatch.setattr(precompile, "off_reason", lambda device: None)  # as on a GPU
+    monkeypatch.setattr(precompile, "skip_reason", lambda device, cases: "stub: no builds")
+    monkeypatch.setattr(precompile, "_start", fake_record)
+    args = ["sweep", *TINY, "--providers", "naive", "--seq", "16,32", "--causal", "false", "--mode", "fwd"]
+    assert main([*args, "--gpus", "0,1", "--out", str(tmp_path / "run")]) == 0
+    assert events[:3] == ["start 0", "start 1", "record"] and events.count("ready") == 2, events
+    assert all(r.status == "ok" for r in read_rows(tmp_path / "run"))

@@ -1,6 +1,6 @@
 """The pre-compile's processes (engine/precompile.py runs them): record the kernel builds of cases, compile builds.
 
-    python -P -m flashbench.engine.compile_worker record [--kernel FILE]...   stdin: one JSON list of cases
+    python -P -m flashbench.engine.compile_worker record [--kernel FILE]...   stdin: one JSON list of cases, then EOF
     python -P -m flashbench.engine.compile_worker compile [--kernel FILE]...  stdin: one build a line
 
 Both answer in JSON lines on a private copy of stdout (worker.py's protocol stream; everything else goes to stderr).
@@ -44,7 +44,7 @@ def _kernel_of(module: str, qualname: str) -> Any:
     return functools.reduce(getattr, qualname.split("."), mod)
 
 
-def record(cases: list[dict[str, Any]], proto: IO[str]) -> None:
+def record(stdin: IO[str], proto: IO[str]) -> None:
     import torch
     from triton import knobs
 
@@ -52,6 +52,10 @@ def record(cases: list[dict[str, Any]], proto: IO[str]) -> None:
     from flashbench.kernels import launch
     from flashbench.spec.cases import Case
 
+    # The sweep starts this process as it starts its first worker, before it has planned the cases: its start-up
+    # (imports, the CUDA context) overlaps theirs, and the cases arrive when the plan is made.
+    torch.cuda.init()
+    cases = json.loads(stdin.read())
     builds: list[dict[str, Any]] = []
 
     def hook(**kw: Any) -> bool:
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent(args.parent_pid)  # a sweep that dies takes its compile step with it
     _load_providers(args.kernel)
     if args.mode == "record":
-        record(json.loads(sys.stdin.read()), proto)
+        record(sys.stdin, proto)
     else:
         os.nice(10)  # the workers measuring beside this process come first
         compile_builds(sys.stdin, proto)

@@ -25,6 +25,7 @@ def run_parallel(
     opts: dict[str, Any],
     timeout_s: float,
     worker: Worker | None,
+    others: list[Worker] | None = None,
     gpu: str = "",
     on_row: Callable[[Row, bool], None] | None = None,
     ncu: Callable[[Case], dict[str, Any]] | None = None,
@@ -36,13 +37,17 @@ def run_parallel(
 
     `worker`, when given, must already be pinned to devices[0]; it runs the first share, once `first_after` is
     set where given (devices[0] is busy with something no sample may share: the compile-once step's record).
+    `others`, when given, are the workers of devices[1:], started (ready or not) and pinned in that order.
     Rows from every thread are appended by this process under one lock. A failure in one thread stops the others.
     """
     done = finished_rows(run_dir)
     shares = shard.split(planned, len(devices), settings=opts)
     shared = Shared()
-    if worker is not None:
-        shared.add(worker)
+    started: list[Worker | None] = [worker, *(others or [])]
+    started += [None] * (len(devices) - len(started))
+    for w in started:
+        if w is not None:
+            shared.add(w)
     results: list[list[Row]] = [[] for _ in devices]
     errors: list[BaseException] = []
 
@@ -58,7 +63,7 @@ def run_parallel(
                 kernels=kernels,
                 opts=opts,
                 timeout_s=timeout_s,
-                worker=worker if j == 0 else None,
+                worker=started[j],
                 gpu=gpu,
                 on_row=on_row,
                 ncu=ncu,

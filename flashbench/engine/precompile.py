@@ -3,7 +3,8 @@ on the host's CPU cores, into the Triton cache the workers read, while the worke
 
 start() runs the step in a thread of this process, beside the workers; its two steps run in processes of their own
 (engine/compile_worker.py; this process never imports torch):
-  1. record: one process on the sweep's first GPU runs each case's first call with Triton's JIT told to record,
+  1. record: one process on the sweep's first GPU (started by begin() with the workers, before the sweep is
+     planned, so that its start-up overlaps theirs) runs each case's first call with Triton's JIT told to record,
      not compile nor launch, every build it meets: the kernel and Triton's specialization data (signature,
      constants, options, target), the autotuner's candidates included (or only the pick the autotune cache holds).
      That GPU's worker starts when the record ends (no sample shares a GPU with it); the others start at once.
@@ -77,15 +78,18 @@ class Record:
         return out
 
 
-def skip_reason(device: str, cases: Sequence[Case]) -> str | None:
-    """Why the step does not run for these cases on `device` (None: it runs)."""
+def off_reason(device: str) -> str | None:
+    """Why the step never runs on `device` in this environment, whatever the cases (None: it may)."""
     if device != "cuda":
         return "--device cpu: the Triton interpreter compiles nothing"
     if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
         return f"{ENV_SWITCH}=0"
-    if not cases:
-        return "no case of a bundled kernel to run"
     return None
+
+
+def skip_reason(device: str, cases: Sequence[Case]) -> str | None:
+    """Why the step does not run for these cases on `device` (None: it runs)."""
+    return off_reason(device) or (None if cases else "no case of a bundled kernel to run")
 
 
 def jobs_for(builds: int, workers: int = 0) -> int:
@@ -150,8 +154,9 @@ def record_builds(
     rec: Record,
     step: Step,
 ) -> list[dict[str, Any]]:
-    """Step 1: the builds the cases' first calls would compile (a case that fails records what it met)."""
-    proc = step.spawn(command("record", kernels), visible)
+    """Step 1: the builds the cases' first calls would compile (a case that fails records what it met), in the
+    record process begin() started, or in one started now."""
+    proc = step.record_proc or step.spawn(command("record", kernels), visible)
     answers = _answers(proc)
     assert proc.stdin is not None
     try:
@@ -285,6 +290,7 @@ class Step:
         self._procs: list[subprocess.Popen[str]] = []
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.record_proc: subprocess.Popen[str] | None = None  # begin()'s, waiting for the cases
 
     def spawn(self, cmd: list[str], visible: str | None) -> subprocess.Popen[str]:
         proc = _start(cmd, visible)
@@ -308,6 +314,16 @@ class Step:
         return self.rec
 
 
+def begin(device: str, kernels: Sequence[str], visible: str | None) -> Step:
+    """The step before its cases are known: where it can run on `device`, its record process is started now, so
+    that its start-up (imports, CUDA context) overlaps the workers' while the sweep plans; start() then sends it
+    the cases (or kills it where the step is skipped)."""
+    step = Step(Record())
+    if off_reason(device) is None:
+        step.record_proc = step.spawn(command("record", kernels), visible)
+    return step
+
+
 def start(
     cases: Sequence[Case],
     *,
@@ -316,14 +332,19 @@ def start(
     visible: str | None,
     timeout_s: float,
     workers: int = 0,
+    step: Step | None = None,
 ) -> Step:
     """Record, then compile, the builds of `cases` (the bundled kernels' cases the sweep will run) in a thread of
-    this process, beside `workers` workers measuring (they keep a CPU core each); the running step."""
+    this process, beside `workers` workers measuring (they keep a CPU core each); the running step (`step`, where
+    begin() made it)."""
     started = time.monotonic()
-    step = Step(Record(cases=len(cases), overlapped=workers > 0))
+    step = step or Step(Record())
+    step.rec = Record(cases=len(cases), overlapped=workers > 0)
     rec = step.rec
     rec.skipped = skip_reason(device, cases)
     if rec.skipped is not None:
+        if step.record_proc is not None:
+            worker_process.kill_group(step.record_proc)
         step.recorded.set()
         return step
 

@@ -102,6 +102,7 @@ class Worker:
         self._reader.start()
         self.facts: dict[str, Any] = {}
         self.providers: list[dict[str, Any]] = []
+        self.ready = False  # wait_ready() has read its ready message
         self._next_id = 0
 
     def _read(self) -> None:
@@ -166,6 +167,7 @@ class Worker:
             raise FlashbenchError(str(msg["error"]), exit_code=int(msg.get("exit_code", EXIT_USAGE)))
         self.facts = msg.get("facts", {})
         self.providers = msg.get("providers", [])
+        self.ready = True
 
     def run(self, case: Case, opts: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bool]:
         """Send one case; return (row dict, fatal) or raise WorkerError (crash / timeout)."""
@@ -431,6 +433,7 @@ def run_cases(
                     worker = Worker(device, kernels, None, visible=visible)
                     if shared is not None:
                         shared.add(worker)
+                if not worker.ready:  # new, or started by the caller before the plan
                     worker.wait_ready()
                     gpu = str(worker.facts.get("gpu", gpu))
                     common["gpu"] = gpu
