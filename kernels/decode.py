@@ -50,7 +50,9 @@ Cautions:
   - The counters (one int32 per group, per device and stream with the partials workspace, zero between launches;
     CUDA-graph captures keep the capture stream's) order the combine after the other programs' partial stores:
     a CTA barrier, then an acq_rel atomic at GPU scope; the combine reads the partials through L2 (.cg).
-  - Keys are gathered row by row through the page table (one int32 per key), so any page size takes any BLOCK_N.
+  - Paged keys are gathered row by row: one table entry per key row (clamped to the split's last page), an int32
+    slot offset inside the page (PAGE * stride_kn < 2^31) and an int64 page base, so any page size takes any
+    BLOCK_N (docs/kernels.md, the paged address path).
 """
 
 from __future__ import annotations
@@ -230,6 +232,22 @@ def _e4m3_to_f16(x, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def _page_offset(page, stride, ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
+    """int32 page ids times an int32 page stride, as int64: PTX mul.wide.s32, which ptxas fuses with the pointer
+    add after it into one IMAD.WIDE per row. Written as page.to(int64) * stride, LLVM hoists the stride's sign
+    extension out of the loop and the multiply stays 64 x 64 bits: four IMAD and a sign SHF per row. The asm hides
+    the stride's divisibility from Triton, so the caller states it (ALIGN) and the K/V loads keep 16-byte copies.
+    An int64 stride (>= 2^31) takes the plain multiply.
+    """
+    if INTERPRET or stride.dtype == tl.int64:
+        return page.to(tl.int64) * stride
+    offset = tl.inline_asm_elementwise(
+        "mul.wide.s32 $0, $1, $2;", "=l,r,r", [page, stride], dtype=tl.int64, is_pure=True, pack=1
+    )
+    return tl.multiple_of(offset, ALIGN)
+
+
+@triton.jit
 def _decode(
     Q,  # [B, Hq, Nq, D] queries, contiguous
     K,  # contiguous [B, Hkv, Nmax, D], or paged [pages, Hkv, PAGE, D]
@@ -262,6 +280,7 @@ def _decode(
     BLOCK_N: tl.constexpr,  # keys per step
     PAGE: tl.constexpr,  # tokens per page (PAGED)
     PAGED: tl.constexpr,
+    PAGE_ALIGN: tl.constexpr,  # the largest power of two <= 16 dividing stride_kb and stride_vb (_page_offset)
     HAS_SEQLENS: tl.constexpr,
     CAUSAL: tl.constexpr,
     DIRECT: tl.constexpr,  # one split: normalise and write Out, no partials, no combine
@@ -311,6 +330,13 @@ def _decode(
         k_head = K + h.to(tl.int64) * stride_kh
         v_head = V + h.to(tl.int64) * stride_vh
         pages = Table + b.to(tl.int64) * (capacity // PAGE)
+        # PAGE and BLOCK_N are powers of two and every block starts at a multiple of BLOCK_N: row r of the block
+        # at `start` is token start % PAGE + r % PAGE of page start // PAGE + r // PAGE (where PAGE >= BLOCK_N,
+        # one page; below, BLOCK_N / PAGE whole pages). A row's slot offset is int32 and fixed across blocks.
+        offs_r = tl.arange(0, BLOCK_N)
+        k_slot = k_head + (offs_r % PAGE) * stride_kn
+        v_slot = v_head + (offs_r % PAGE) * stride_vn
+        last_page = (hi - 1) // PAGE  # this split's last page: the clamp below reads no entry past it
     else:
         k_head = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
         v_head = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
@@ -324,10 +350,14 @@ def _decode(
         offs_n = start + tl.arange(0, BLOCK_N)
         key_ok = offs_n < hi
         if PAGED:
-            page = tl.load(pages + offs_n // PAGE, mask=key_ok, other=0).to(tl.int64)
-            slot = offs_n % PAGE
-            k_rows = k_head + page * stride_kb + slot * stride_kn
-            v_rows = v_head + page * stride_vb + slot * stride_vn
+            # Unmasked: a key past hi reads the last page's entry (its K/V loads are masked); a masked table
+            # load costs a predicate per row, carried through the pipeline stages.
+            page = tl.load(pages + tl.minimum(start // PAGE + offs_r // PAGE, last_page))
+            k_rows = k_slot + _page_offset(page, stride_kb, PAGE_ALIGN, INTERPRET)
+            v_rows = v_slot + _page_offset(page, stride_vb, PAGE_ALIGN, INTERPRET)
+            if PAGE > BLOCK_N:
+                k_rows += (start % PAGE) * stride_kn
+                v_rows += (start % PAGE) * stride_vn
         else:  # int64: a token stride times a long context can pass 2^31
             k_rows = k_head + offs_n.to(tl.int64) * stride_kn
             v_rows = v_head + offs_n.to(tl.int64) * stride_vn
@@ -744,13 +774,14 @@ def flash_decode(
     ks, vs = (out, out) if scales is None else scales
     ks_strides = (0, 0) if scales is None else ks.stride()
     vs_strides = (0, 0) if scales is None else vs.stride()
+    page_align = math.gcd(16, k.stride(0), v.stride(0)) if paged else 1
     args = (  # _decode's arguments in order: 10 tensors, the float scale, then integers and constexprs
         q, k, v, out if cache_seqlens is None else cache_seqlens, table,
         out, part, counters, ks, vs,
         float(scale) * LOG2E,
         capacity, num_splits, Hkv, Nq, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         *ks_strides, *vs_strides,
-        Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, cache_seqlens is not None, causal, direct,
+        Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, page_align, cache_seqlens is not None, causal, direct,
         q.dtype == torch.float32, scales is not None, interpret, rows_p2, s_chunk,
     )  # fmt: skip
     _LAST_LAUNCH[0] = (num_splits, cfg, block_m, row_blocks)  # a tuple: no dict built on the host path

@@ -117,6 +117,14 @@ def test_paged_e4m3_cache_matches_reference(device, scales, page):
     prob.check(prob.run(device, paged=True, page=page, num_splits=1))
 
 
+def test_paged_e4m3_blocks_across_pages_match_reference(device):
+    # 64-key blocks over 16-token pages: each block's rows from four pages; lengths end mid-page, on a page and
+    # mid-block, with and without splits.
+    prob = Fp8Problem(4, 2, 1, 64, [1, 15, 16, 47, 100, 150], seed=5)
+    for splits in (1, 3):
+        prob.check(prob.run(device, paged=True, page=16, num_splits=splits, config={"BLOCK_N": 64}))
+
+
 def test_scale_rows_broadcast_over_sequences(device):
     # k_scale [1, Hkv] (one scale per KV head for every sequence) and v_scale [B, 1] (one per sequence).
     prob = Fp8Problem(4, 2, 1, 32, [20, 33], scales="none", seed=5)

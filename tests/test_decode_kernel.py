@@ -244,6 +244,31 @@ def test_forced_block_n_matches_reference(device):
     prob.check(prob.run(paged=True, num_splits=2, config={"BLOCK_N": 64}))
 
 
+@pytest.mark.parametrize("page, block_n", [(16, 64), (64, 16)], ids=["4-pages-a-block", "4-blocks-a-page"])
+def test_paged_blocks_across_pages_and_pages_across_blocks_match_reference(device, page, block_n):
+    # A key block's rows come from BLOCK_N / PAGE pages, or a page's rows from PAGE / BLOCK_N blocks, the later
+    # ones starting mid-page. Lengths end mid-page (1, 15, 47, 150), on a page (16) and mid-block; a block's rows
+    # past the last page (150 of a 160-key table) are masked; 3 splits start some splits mid-page.
+    lengths = [1, 15, 16, 47, 100, 150]
+    prob = Problem(4, 2, 2, 32, lengths, torch.float16, nmax=160, page=page, seed=page, device=device)
+    for splits in (1, 3):
+        prob.check(prob.run(paged=True, num_splits=splits, config={"BLOCK_N": block_n}))
+
+
+def test_paged_pool_with_a_page_stride_off_the_16_element_grid_matches_reference(device):
+    # Pools that are views with 3 spare elements after each page: a page stride that is no multiple of 16,
+    # which the kernel must not take for one (on CUDA its page offsets then claim no alignment).
+    prob = Problem(4, 2, 1, 32, [5, 40, 70], torch.float16, page=16, seed=21, device=device)
+    for name in ("k_pool", "v_pool"):
+        pool = getattr(prob, name)
+        pages, size = pool.shape[0], pool[0].numel()
+        spread = torch.full((pages, size + 3), float("nan"), dtype=pool.dtype, device=device)
+        spread[:, :size] = pool.reshape(pages, size)
+        setattr(prob, name, spread[:, :size].view(pool.shape))
+    assert prob.k_pool.stride(0) == prob.v_pool.stride(0) == 16 * 2 * 32 + 3
+    prob.check(prob.run(paged=True, num_splits=2))
+
+
 def test_validate_false_skips_the_check_and_the_kernel_clamps_lengths(device):
     prob = Problem(2, 1, 1, 32, [30, 40], torch.float32, seed=9, device=device)
     q, k, v = (t.to(device) for t in (prob.q, prob.k, prob.v))
