@@ -17,10 +17,11 @@ import torch
 from flashbench.kernels import autotune, common, flash_v2, launch
 
 from flashbench.cli.app import main
-from flashbench.engine import build_lock, compile_worker, precompile
+from flashbench.engine import build_lock, compile_worker, precompile, runner
 from flashbench.results.env import read_env
 from flashbench.results.rows import read_rows
 from flashbench.spec.cases import Case
+from flashbench.spec.plan import PlannedCase
 
 SMALL = {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 2, "num_stages": 1}
 BIG = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
@@ -368,3 +369,50 @@ def test_workers_start_beside_the_step_and_the_first_gpu_once_the_record_is_done
     rec = read_env(out).precompile
     assert rec is not None and rec["overlapped"] and (rec["builds"], rec["compiled"]) == (1, 1), rec
     assert rec["wall_s"] < 100  # the compile did not wait out its 120 s
+
+
+def _planned(provider: str, n: int) -> PlannedCase:
+    return PlannedCase(Case(provider, 1, 2, 2, n, n, 64, "bf16", causal=False, mode="fwd"))
+
+
+def test_cases_whose_builds_still_compile_go_after_those_that_would_not_wait():
+    """--order provider: the bundled provider's cases wait while their builds compile, the others measure; once a
+    build is done its cases come back in the plan's order."""
+    plan = [_planned("triton", 64), _planned("triton", 128), _planned("naive", 64), _planned("naive", 128)]
+    compiled: set[int] = set()
+    order = []
+    for item in runner.in_turn(plan, lambda c: c.provider != "triton" or c.seq_q in compiled):
+        order.append((item.case.provider, item.case.seq_q))
+        if len(order) == 1:
+            compiled.add(128)  # N = 128's build ends while the first case measures
+    assert order == [("naive", 64), ("triton", 128), ("naive", 128), ("triton", 64)]
+    assert [p.case.key for p in runner.in_turn(plan, None)] == [p.case.key for p in plan]
+    assert [p.case.key for p in runner.in_turn(plan, lambda c: False)] == [p.case.key for p in plan]
+
+
+def test_a_shapes_providers_stay_back_to_back_when_their_turn_moves():
+    """--order case: a shape's providers are one group; the shape that would wait goes after the next that would
+    not, whole."""
+    plan = [_planned("triton", 64), _planned("naive", 64), _planned("naive", 128), _planned("triton", 128)]
+    ready = {64: False, 128: True}
+    order = [(p.case.provider, p.case.seq_q) for p in runner.in_turn(plan, lambda c: ready[c.seq_q])]
+    assert order == [("naive", 128), ("triton", 128), ("triton", 64), ("naive", 64)]
+
+
+def test_step_says_a_case_is_ready_once_every_build_it_recorded_has_ended():
+    step = precompile.Step(precompile.Record())
+    a, b, other = _planned("triton", 64).case, _planned("triton", 128).case, _planned("naive", 64).case
+    step._cases = {a.key, b.key}
+    assert step.ready(other) and not step.ready(a)  # not the step's / not recorded yet
+    builds = step._recorded(
+        [(a.key, [_build("fwd", "s1"), _build("bwd", "s1")]), (b.key, [_build("fwd", "s1")])]
+    )
+    assert [x["id"] for x in builds] == [0, 1]
+    step._ended_one(0)
+    assert step.ready(b) and not step.ready(a)
+    step._ended_one(1)
+    assert step.ready(a)
+    later = precompile.Step(precompile.Record())
+    later._cases = {a.key}
+    later.over.set()  # stopped, skipped or done: nothing to wait for
+    assert later.ready(a)

@@ -30,6 +30,7 @@ def run_parallel(
     on_row: Callable[[Row, bool], None] | None = None,
     ncu: Callable[[Case], dict[str, Any]] | None = None,
     first_after: threading.Event | None = None,
+    ready: Callable[[Case], bool] | None = None,
 ) -> list[Row]:
     """--gpus: one worker per entry of `devices` (its CUDA_VISIBLE_DEVICES), each running run_cases over its
     share of the shapes (shard.split: by predicted cost, all providers of a shape on one device) in a thread of
@@ -38,7 +39,8 @@ def run_parallel(
     `worker`, when given, must already be pinned to devices[0]; it runs the first share, once `first_after` is
     set where given (devices[0] is busy with something no sample may share: the compile-once step's record).
     `others`, when given, are the workers of devices[1:], started (ready or not) and pinned in that order.
-    Rows from every thread are appended by this process under one lock. A failure in one thread stops the others.
+    `ready` orders each share (runner.in_turn). Rows from every thread are appended by this process under one
+    lock. A failure in one thread stops the others.
     """
     done = finished_rows(run_dir)
     shares = shard.split(planned, len(devices), settings=opts)
@@ -70,6 +72,7 @@ def run_parallel(
                 done=done,
                 visible=devices[j],
                 shared=shared,
+                ready=ready,
             )
         except BaseException as exc:  # re-raised in the parent thread below
             errors.append(exc)

@@ -153,9 +153,9 @@ def record_builds(
     timeout_s: float,
     rec: Record,
     step: Step,
-) -> list[dict[str, Any]]:
-    """Step 1: the builds the cases' first calls would compile (a case that fails records what it met), in the
-    record process begin() started, or in one started now."""
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Step 1: per case (its key), the builds its first call would compile (a case that fails records what it
+    met), in the record process begin() started, or in one started now."""
     proc = step.record_proc or step.spawn(command("record", kernels), visible)
     answers = _answers(proc)
     assert proc.stdin is not None
@@ -164,7 +164,7 @@ def record_builds(
         proc.stdin.close()
     except OSError:
         pass
-    builds: list[dict[str, Any]] = []
+    builds: list[tuple[str, list[dict[str, Any]]]] = []
     try:
         for _ in cases:
             try:
@@ -175,7 +175,7 @@ def record_builds(
             if answer is None:
                 rec.errors.append(f"record: the process ended early (exit {proc.wait()})")
                 break
-            builds.extend(answer.get("builds", []))
+            builds.append((str(answer.get("case")), answer.get("builds", [])))
             if answer.get("error") and len(rec.errors) < _ERRORS_KEPT:
                 rec.errors.append(f"record {answer.get('case')}: {answer['error']}")
     finally:
@@ -190,11 +190,12 @@ def compile_pool(
     start: Callable[[], subprocess.Popen[str]],
     rec: Record,
     stopped: threading.Event | None = None,
+    ended: Callable[[int], None] | None = None,
 ) -> None:
     """Step 2: `builds` compiled by `jobs` processes made by `start()`, each build sent to exactly one of them as
     it comes free. A build that fails, or whose process dies or passes `timeout_s`, is counted failed (a process
     killed for it is replaced); one whose lock another process holds is counted `elsewhere`. Once `stopped` is
-    set no build is sent."""
+    set no build is sent. `ended(id)` is called as each build sent is done with, whichever way."""
     todo: queue.Queue[dict[str, Any]] = queue.Queue()
     for build in builds:
         todo.put(build)
@@ -230,6 +231,8 @@ def compile_pool(
                 except OSError:
                     pass  # it died: the read below says so
                 answer = _next_answer(answers, build["id"], timeout_s)
+                if ended is not None:
+                    ended(build["id"])
                 if answer is None or isinstance(answer, str):
                     worker_process.kill_group(proc)
                     proc = None
@@ -291,6 +294,34 @@ class Step:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.record_proc: subprocess.Popen[str] | None = None  # begin()'s, waiting for the cases
+        self.over = threading.Event()  # nothing more to compile: skipped, stopped or done
+        self._cases: set[str] = set()  # the keys of the cases the step compiles for
+        self._needs: dict[str, set[int]] = {}  # per recorded case, the ids of its builds
+        self._ended: set[int] = set()  # builds compiled, failed or left to a worker
+
+    def ready(self, case: Case) -> bool:
+        """Whether `case`'s first call would find no build of the step still to compile: true for a case the step
+        does not compile for and once the step is over, false while its builds are recorded or compiled."""
+        if self.over.is_set():
+            return True
+        with self._lock:
+            if case.key not in self._cases:
+                return True
+            needs = self._needs.get(case.key)
+            return needs is not None and needs <= self._ended
+
+    def _recorded(self, per_case: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+        """The distinct builds of the record (`distinct`), each case's needs noted for ready()."""
+        builds = distinct(b for _, met in per_case for b in met)
+        ids = {(b["module"], b["qualname"], b["spec"]): b["id"] for b in builds}
+        with self._lock:
+            for key, met in per_case:
+                self._needs[key] = {ids[(b["module"], b["qualname"], b["spec"])] for b in met}
+        return builds
+
+    def _ended_one(self, build_id: int) -> None:
+        with self._lock:
+            self._ended.add(build_id)
 
     def spawn(self, cmd: list[str], visible: str | None) -> subprocess.Popen[str]:
         proc = _start(cmd, visible)
@@ -303,6 +334,7 @@ class Step:
     def stop(self) -> None:
         """Kill the step's processes (the sweep stops); join() then returns what it did so far."""
         self.stopped.set()
+        self.over.set()
         with self._lock:
             procs = list(self._procs)
         for proc in procs:
@@ -346,28 +378,34 @@ def start(
         if step.record_proc is not None:
             worker_process.kill_group(step.record_proc)
         step.recorded.set()
+        step.over.set()
         return step
+    step._cases = {case.key for case in cases}
 
     def work() -> None:
         try:
-            builds = distinct(record_builds(cases, kernels, visible, timeout_s, rec, step))
+            try:
+                builds = step._recorded(record_builds(cases, kernels, visible, timeout_s, rec, step))
+            finally:
+                step.recorded.set()
+            rec.record_s = time.monotonic() - started
+            rec.builds = len(builds)
+            if builds and not step.stopped.is_set():
+                rec.jobs = jobs_for(len(builds), workers)
+                began = time.monotonic()
+                compile_pool(
+                    builds,
+                    rec.jobs,
+                    timeout_s,
+                    lambda: step.spawn(command("compile", kernels), visible),
+                    rec,
+                    step.stopped,
+                    step._ended_one,
+                )
+                rec.compile_wall_s = time.monotonic() - began
+            rec.wall_s = time.monotonic() - started
         finally:
-            step.recorded.set()
-        rec.record_s = time.monotonic() - started
-        rec.builds = len(builds)
-        if builds and not step.stopped.is_set():
-            rec.jobs = jobs_for(len(builds), workers)
-            began = time.monotonic()
-            compile_pool(
-                builds,
-                rec.jobs,
-                timeout_s,
-                lambda: step.spawn(command("compile", kernels), visible),
-                rec,
-                step.stopped,
-            )
-            rec.compile_wall_s = time.monotonic() - began
-        rec.wall_s = time.monotonic() - started
+            step.over.set()
 
     step._thread = threading.Thread(target=work, name="flashbench-precompile", daemon=True)
     step._thread.start()

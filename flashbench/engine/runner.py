@@ -16,6 +16,7 @@ with CUDA_VISIBLE_DEVICES, all providers of a shape on one GPU); this process st
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import queue
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import IO, Any
@@ -379,11 +380,13 @@ def run_cases(
     done: dict[str, Row] | None = None,
     visible: str | None = None,
     shared: Shared | None = None,
+    ready: Callable[[Case], bool] | None = None,
 ) -> list[Row]:
     """Run every planned case not already final in run_dir; append a row per case; return all rows.
 
     `done` (finished_rows, read once by the caller), `visible` (the device this worker is pinned to) and
-    `shared` (the rows-file lock and stop flag) are run_parallel's: one call per GPU, in threads.
+    `shared` (the rows-file lock and stop flag) are run_parallel's: one call per GPU, in threads. `ready`
+    (the compile-once step's, precompile.Step.ready) picks the order: see in_turn.
     """
     done = finished_rows(run_dir) if done is None else dict(done)
     gpu_index = int(visible) if visible is not None and visible.isdigit() else None
@@ -404,7 +407,7 @@ def run_cases(
     for row in done.values():
         skips.note(row)
     try:
-        for item in planned:
+        for item in in_turn(planned, ready):
             if shared is not None and shared.stop.is_set():
                 break
             case = item.case
@@ -461,6 +464,21 @@ def run_cases(
         if worker is not None:
             worker.close()
     return [done[p.case.key] for p in planned if p.case.key in done]
+
+
+def in_turn(planned: list[PlannedCase], ready: Callable[[Case], bool] | None) -> Iterator[PlannedCase]:
+    """`planned` in its order, but a group whose cases `ready` says would wait for kernel builds still compiling
+    elsewhere goes after the first group that would not: the GPU measures while the builds compile, where it would
+    otherwise idle. A group is a run of consecutive cases of one shape: one case under --order provider, a shape's
+    providers back to back under --order case (they stay together). Where no group is ready, the first runs (it
+    waits, or compiles its own builds); once the compile-once step is over every group is ready and the order is
+    the plan's again. Deferred groups keep their order."""
+    groups = [list(group) for _, group in itertools.groupby(planned, key=lambda item: item.case.shape_key)]
+    while groups:
+        pick = 0
+        if ready is not None:
+            pick = next((i for i, group in enumerate(groups) if all(ready(p.case) for p in group)), 0)
+        yield from groups.pop(pick)
 
 
 def options(spec: Any) -> dict[str, Any]:
