@@ -325,7 +325,14 @@ def _no_table(device: torch.device) -> torch.Tensor:
 
 
 # The compile-time arguments of a launch over a [B, H, N, D] batch; varlen_ws.py passes the documents instead.
-NOT_VARLEN: dict[str, Any] = {"CU_Q": None, "CU_K": None, "NUM_DOCS": None, "OUT": None, "VARLEN": False}
+NOT_VARLEN: dict[str, Any] = {
+    "CU_Q": None,
+    "CU_K": None,
+    "NUM_DOCS": None,
+    "OUT": None,
+    "COUNTER": None,
+    "VARLEN": False,
+}
 
 # What lpt_table charges a tile beyond its key blocks (its Q load, first score tile and epilogue), in key blocks.
 TILE_COST = 1
@@ -396,7 +403,7 @@ def kernel_constexprs(
         "WINDOW": window,
         "CONSUMER_REGS": CONSUMER_REGS[num_wg],
         "PRODUCER_REGS": PRODUCER_REGS[num_wg],
-        **({"VARLEN": True} if varlen else NOT_VARLEN),
+        **({"VARLEN": 2 if cfg["PERSISTENT"] else 1} if varlen else NOT_VARLEN),
     }
 
 

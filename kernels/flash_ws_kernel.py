@@ -26,6 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .flash_ws_parts import (
+    WALK,
     document_tile,
     load_partition,
     p_operand,
@@ -33,6 +34,7 @@ from .flash_ws_parts import (
     round_tile,
     rounds,
     softmax,
+    take_tile,
     tile,
     tile_scales,
     v_operand,
@@ -117,21 +119,19 @@ def _consumer(
     LSE,  # [B, H, N_Q] fp32
     sched,
     scales,  # (sm_scale * log2(e), and FP8's q, k, v descale pointers: fp32 [B, H_KV])
-    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O); else unused
+    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot); else unused
     WG: gl.constexpr,  # this consumer's warpgroup
     CAUSAL: gl.constexpr,
     SCHED_HEADS: gl.constexpr,
     SEP_O: gl.constexpr,  # the output has its own buffers (persistent)
     WINDOW: gl.constexpr,  # a sliding window's left limit (sched's WIN_LEFT)
-    VARLEN: gl.constexpr,  # packed documents (flash_ws_parts.document_tile)
+    VARLEN: gl.constexpr,  # packed documents (flash_ws_parts.document_tile); 2: the persistent walk
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
     q_smem, _, k_smem, _ = smem
     _, q_empty, k_bars, v_bars, empty_bars, turns = bars
     num_m, BH, _, _, N_Q, N_K, WIN_LEFT, _, _ = sched
-    FP8: gl.constexpr = k_smem.dtype.is_fp8()
     NUM_WG: gl.constexpr = q_smem.shape[0]
-    STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     ROWS: gl.constexpr = od.block_type.shape[0]
     BM: gl.constexpr = NUM_WG * ROWS
@@ -143,64 +143,95 @@ def _consumer(
     FLIP: gl.constexpr = 1 if WG == 0 else 0
     it = 0
     n_tiles = num_m * BH
-    for tc in range(rounds(sched)):
-        t = round_tile(tc, sched)
-        if VARLEN:
-            live, q_pos, q_row, _, n_blocks, full_blocks, where = document_tile(
+    if VARLEN == WALK:  # the persistent walk: tiles as the producer takes them
+        tc = 0
+        t = take_tile(bars[0], docs[5], tc)
+        while t < n_tiles:
+            _, q_pos, q_row, _, n_blocks, full_blocks, where = document_tile(
                 t, sched, docs, BM, BLOCK_N, CAUSAL
             )
-            first = 0
-            left_full = 0
-            n_q = where[3]
-            n_k = where[4]
-            kv_bh = 0
-            idle = q_pos + WG * ROWS + ROWS <= 0  # rows of a tile need not fill whole warpgroups
-        else:
-            live = t < n_tiles
-        if live:
-            if not VARLEN:
-                q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks = tile(
-                    t=t,
-                    sched=sched,
-                    BM=BM,
-                    BLOCK_N=BLOCK_N,
-                    CAUSAL=CAUSAL,
-                    SCHED_HEADS=SCHED_HEADS,
-                    WINDOW=WINDOW,
+            _consumer_work(
+                idle=q_pos + WG * ROWS + ROWS <= 0,
+                smem=smem,
+                bars=bars,
+                my_turn=my_turn,
+                next_turn=next_turn,
+                od=od,
+                LSE=LSE,
+                scales=scales,
+                q_row=q_row,
+                q_pos=q_pos,
+                kv_bh=0,
+                first=0,
+                n_blocks=n_blocks,
+                left_full=0,
+                full_blocks=full_blocks,
+                n_q=where[3],
+                n_k=where[4],
+                WIN_LEFT=WIN_LEFT,
+                it=it,
+                tc=tc,
+                docs=docs,
+                where=where,
+                WG=WG,
+                FLIP=FLIP,
+                CAUSAL=CAUSAL,
+                SEP_O=SEP_O,
+                WINDOW=WINDOW,
+                VARLEN=VARLEN,
+            )
+            it += n_blocks
+            tc += 1
+            t = take_tile(bars[0], docs[5], tc)
+    else:
+        for tc in range(rounds(sched)):
+            t = round_tile(tc, sched)
+            if VARLEN:
+                live, q_pos, q_row, _, n_blocks, full_blocks, where = document_tile(
+                    t, sched, docs, BM, BLOCK_N, CAUSAL
                 )
-                n_q = N_Q
-                n_k = N_K
-                where = 0
-                idle = q_pos + WG * ROWS < 0
-            if idle:  # owns no row of this tile: turns and releases only
-                for j in range(n_blocks - first):
-                    g = it + j
-                    mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-                    mbarrier.arrive(next_turn)
-                    mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
-                    mbarrier.arrive(empty_bars.index(g % STAGES))
-                    mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
-                    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
-                mbarrier.arrive(q_empty)
+                first = 0
+                left_full = 0
+                n_q = where[3]
+                n_k = where[4]
+                kv_bh = 0
+                idle = q_pos + WG * ROWS + ROWS <= 0  # rows of a tile need not fill whole warpgroups
             else:
-                qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
-                _consumer_tile(
+                live = t < n_tiles
+            if live:
+                if not VARLEN:
+                    q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks = tile(
+                        t=t,
+                        sched=sched,
+                        BM=BM,
+                        BLOCK_N=BLOCK_N,
+                        CAUSAL=CAUSAL,
+                        SCHED_HEADS=SCHED_HEADS,
+                        WINDOW=WINDOW,
+                    )
+                    n_q = N_Q
+                    n_k = N_K
+                    where = 0
+                    idle = q_pos + WG * ROWS < 0
+                _consumer_work(
+                    idle=idle,
                     smem=smem,
                     bars=bars,
                     my_turn=my_turn,
                     next_turn=next_turn,
                     od=od,
                     LSE=LSE,
+                    scales=scales,
                     q_row=q_row,
                     q_pos=q_pos,
+                    kv_bh=kv_bh,
                     first=first,
                     n_blocks=n_blocks,
                     left_full=left_full,
                     full_blocks=full_blocks,
-                    causal_off=n_k - n_q,
-                    left_off=n_k - n_q - WIN_LEFT,
-                    qk_scale=qk_scale,
-                    v_scale=v_scale,
+                    n_q=n_q,
+                    n_k=n_k,
+                    WIN_LEFT=WIN_LEFT,
                     it=it,
                     tc=tc,
                     docs=docs,
@@ -212,8 +243,87 @@ def _consumer(
                     WINDOW=WINDOW,
                     VARLEN=VARLEN,
                 )
-            it += n_blocks - first
+                it += n_blocks - first
     tma.store_wait(0)
+
+
+@gluon.jit
+def _consumer_work(
+    idle,  # the warpgroup owns no row of the tile
+    smem,
+    bars,
+    my_turn,
+    next_turn,
+    od,
+    LSE,
+    scales,
+    q_row,
+    q_pos,
+    kv_bh,
+    first,
+    n_blocks,
+    left_full,
+    full_blocks,
+    n_q,  # the tile's sequence lengths (VARLEN: its document's)
+    n_k,
+    WIN_LEFT,
+    it,
+    tc,
+    docs,
+    where,
+    WG: gl.constexpr,
+    FLIP: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    SEP_O: gl.constexpr,
+    WINDOW: gl.constexpr,
+    VARLEN: gl.constexpr,
+):
+    """One tile of the warpgroup (_consumer_tile's arguments): its rows, or where it owns none, its turns and
+    releases only."""
+    _, q_empty, k_bars, v_bars, empty_bars, _ = bars
+    k_smem = smem[2]
+    FP8: gl.constexpr = k_smem.dtype.is_fp8()
+    STAGES: gl.constexpr = k_smem.shape[0]
+    if idle:  # owns no row of this tile: turns and releases only
+        for j in range(n_blocks - first):
+            g = it + j
+            mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+            mbarrier.arrive(next_turn)
+            mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
+            mbarrier.arrive(empty_bars.index(g % STAGES))
+            mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
+            mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+        mbarrier.arrive(q_empty)
+    else:
+        qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
+        _consumer_tile(
+            smem=smem,
+            bars=bars,
+            my_turn=my_turn,
+            next_turn=next_turn,
+            od=od,
+            LSE=LSE,
+            q_row=q_row,
+            q_pos=q_pos,
+            first=first,
+            n_blocks=n_blocks,
+            left_full=left_full,
+            full_blocks=full_blocks,
+            causal_off=n_k - n_q,
+            left_off=n_k - n_q - WIN_LEFT,
+            qk_scale=qk_scale,
+            v_scale=v_scale,
+            it=it,
+            tc=tc,
+            docs=docs,
+            where=where,
+            WG=WG,
+            FLIP=FLIP,
+            CAUSAL=CAUSAL,
+            SEP_O=SEP_O,
+            WINDOW=WINDOW,
+            VARLEN=VARLEN,
+        )
 
 
 @gluon.jit
@@ -236,7 +346,7 @@ def _consumer_tile(
     v_scale,  # FP8: the output's factor (its v descale)
     it,  # the program's key blocks before this tile
     tc,  # the program's tiles before this one
-    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O)
+    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot)
     where,  # VARLEN: flash_ws_parts.document_tile's (h, kv_h, lse_row, n_q, n_k, H)
     WG: gl.constexpr,
     FLIP: gl.constexpr,
@@ -472,6 +582,7 @@ def _attn_fwd_ws(
     CU_K,  # VARLEN: the same for the keys; else None
     NUM_DOCS,  # VARLEN: documents; else None
     OUT,  # VARLEN: O [total_q, H, D] (the masked store of a tile that starts before its document); else None
+    COUNTER,  # VARLEN == WALK: int32 [2], zero: the walk's next tile, the programs done; else unused (or None)
     HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,  # K/V ring stages
@@ -482,7 +593,9 @@ def _attn_fwd_ws(
     WINDOW: gl.constexpr,  # a sliding window's left limit (with CAUSAL: flash-attn's window (WIN_LEFT, 0))
     CONSUMER_REGS: gl.constexpr,  # registers per thread (setmaxnreg) of the consumers and of the producer
     PRODUCER_REGS: gl.constexpr,
-    VARLEN: gl.constexpr,  # packed documents: Q, K, V, O [total, H * D], one document per tile (B = 1, N = total)
+    # Packed documents: Q, K, V, O [total, H * D], one document per tile (B = 1, N = total); 1: a program per tile,
+    # WALK (2): persistent programs take the tiles through COUNTER (flash_ws_parts._load_walk)
+    VARLEN: gl.constexpr,
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -523,7 +636,11 @@ def _attn_fwd_ws(
     bars = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns)
     sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, TILES, ROUNDS)
     scales = (qk_scale, Q_DESCALE, K_DESCALE, V_DESCALE)
-    docs = (CU_Q, CU_K, NUM_DOCS, OUT)
+    if VARLEN == WALK:  # slot: the tile the producer took for its consumers (flash_ws_parts._load_walk)
+        slot = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        docs = (CU_Q, CU_K, NUM_DOCS, OUT, COUNTER, slot)
+    else:  # no walk: COUNTER (None, or VARLEN's prefix sums again) stands in for the slot, unused
+        docs = (CU_Q, CU_K, NUM_DOCS, OUT, COUNTER, COUNTER)
     # Constexprs go into the partitions' tuples as written here: a tuple held in a variable makes them tensors.
     if NUM_WG == 3:
         gl.warp_specialize(

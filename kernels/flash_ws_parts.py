@@ -14,6 +14,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
 
+# The kernel's VARLEN mode of a persistent walk over packed documents (_load_walk; 1: a program per tile)
+WALK: gl.constexpr = gl.constexpr(2)
+
 
 @gluon.jit
 def tile(
@@ -156,7 +159,7 @@ def load_partition(
     smem,
     bars,
     sched,
-    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O); else unused
+    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot); else unused
     CAUSAL: gl.constexpr,
     SCHED_HEADS: gl.constexpr,
     WINDOW: gl.constexpr,
@@ -166,68 +169,156 @@ def load_partition(
     (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
     that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
     the program's tiles, so the ring and its barrier phases run on from one tile into the next."""
+    qd, _, _ = descs
+    q_smem, _, k_smem, _ = smem
+    num_m, BH, _, _, _, N_K, _, _, _ = sched
+    NUM_WG: gl.constexpr = q_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    ROWS: gl.constexpr = qd.block_type.shape[0]
+    BM: gl.constexpr = NUM_WG * ROWS
+    if VARLEN == WALK:
+        _load_walk(descs, smem, bars, sched, docs, CAUSAL)
+    else:
+        it = 0
+        n_tiles = num_m * BH
+        for tc in range(rounds(sched)):
+            t = round_tile(tc, sched)
+            if VARLEN:
+                live, _, q_row, kv_row, n_blocks, _, where = document_tile(
+                    t, sched, docs, BM, BLOCK_N, CAUSAL
+                )
+                first = 0
+                kv_bh = 0
+                q_col = where[0] * HEAD_DIM
+                kv_col = where[1] * HEAD_DIM
+            else:
+                live = t < n_tiles
+            if live:
+                if not VARLEN:
+                    _, q_row, kv_bh, first, n_blocks, _, _ = tile(
+                        t=t,
+                        sched=sched,
+                        BM=BM,
+                        BLOCK_N=BLOCK_N,
+                        CAUSAL=CAUSAL,
+                        SCHED_HEADS=SCHED_HEADS,
+                        WINDOW=WINDOW,
+                    )
+                    kv_row = kv_bh * N_K
+                    q_col = 0
+                    kv_col = 0
+                _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks)
+                it += n_blocks - first
+
+
+@gluon.jit
+def _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks):
+    """The producer's tile tc: its query slices (rows q_row.., columns q_col..), then its key blocks [first,
+    n_blocks) (rows kv_row + j * BLOCK_N.., columns kv_col..; FP8: V^T's rows of K/V head kv_bh), the program's
+    key blocks it, it + 1, ..."""
     qd, kd, vd = descs
     q_smem, _, k_smem, v_smem = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
-    num_m, BH, _, _, _, N_K, _, _, _ = sched
     NUM_WG: gl.constexpr = q_smem.shape[0]
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     ROWS: gl.constexpr = qd.block_type.shape[0]
-    BM: gl.constexpr = NUM_WG * ROWS
-    it = 0
-    n_tiles = num_m * BH
-    for tc in range(rounds(sched)):
-        t = round_tile(tc, sched)
-        if VARLEN:
-            live, _, q_row, kv_row, n_blocks, _, where = document_tile(t, sched, docs, BM, BLOCK_N, CAUSAL)
-            first = 0
-            q_col = where[0] * HEAD_DIM
-            kv_col = where[1] * HEAD_DIM
+    # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
+    mbarrier.wait(q_empty, (tc & 1) ^ 1)
+    mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
+    # Rows before row 0 (a first partial tile) arrive as zeros or another head's (VARLEN: document's) rows, and
+    # go unused.
+    for i in gl.static_range(NUM_WG):
+        tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, q_col], q_bar, q_smem.index(i))
+    for j in range(first, n_blocks):
+        s = (it + j - first) % STAGES
+        free_phase = (((it + j - first) // STAGES) & 1) ^ 1
+        mbarrier.wait(empty_bars.index(s), free_phase)
+        mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
+        if kd.dtype.is_fp8():  # the K tile's rows in key_order's order (key_order's docstring)
+            k_at = [(kv_row + j * BLOCK_N) // 16, 0, 0, 0, 0]
+            k_dst = k_smem.index(s)._reinterpret(kd.dtype, kd.block_type.shape, kd.layout)
         else:
-            live = t < n_tiles
+            k_at = [kv_row + j * BLOCK_N, kv_col]
+            k_dst = k_smem.index(s)
+        tma.async_copy_global_to_shared(kd, k_at, k_bars.index(s), k_dst)
+        mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
+        mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
+        if vd.dtype.is_fp8():  # V^T: the tile [D, BLOCK_N] of keys j * BLOCK_N, ...
+            v_at = [kv_bh * HEAD_DIM, j * BLOCK_N]
+        else:
+            v_at = [kv_row + j * BLOCK_N, kv_col]
+        tma.async_copy_global_to_shared(vd, v_at, v_bars.index(s), v_smem.index(s))
+
+
+@gluon.jit
+def _load_walk(descs, smem, bars, sched, docs, CAUSAL: gl.constexpr):
+    """VARLEN, persistent: the producer takes the walk's next tile from COUNTER (an atomic add: the programs
+    take tiles as they free up, in the walk's order, the way the hardware hands out the blocks of a grid) and
+    tells its consumers through `slot` (written before q_bar's arrival, read after its wait), a dead walk
+    position with a bare arrival, the end of the walk with a tile past the last. The last program out resets
+    COUNTER for the next launch."""
+    q_smem, _, k_smem, _ = smem
+    q_bar, q_empty, _, _, _, _ = bars
+    num_m, BH, _, _, _, _, _, _, _ = sched
+    COUNTER = docs[4]
+    slot = docs[5]
+    BM: gl.constexpr = q_smem.shape[0] * descs[0].block_type.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    n_tiles = num_m * BH
+    it = 0
+    tc = 0
+    t = gl.atomic_add(COUNTER, 1, sem="relaxed")  # only the count is shared: no ordering
+    while t < n_tiles:
+        live, _, q_row, kv_row, n_blocks, _, where = document_tile(t, sched, docs, BM, BLOCK_N, CAUSAL)
         if live:
-            if not VARLEN:
-                _, q_row, kv_bh, first, n_blocks, _, _ = tile(
-                    t=t,
-                    sched=sched,
-                    BM=BM,
-                    BLOCK_N=BLOCK_N,
-                    CAUSAL=CAUSAL,
-                    SCHED_HEADS=SCHED_HEADS,
-                    WINDOW=WINDOW,
-                )
-                kv_row = kv_bh * N_K
-                q_col = 0
-                kv_col = 0
-            # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
             mbarrier.wait(q_empty, (tc & 1) ^ 1)
-            mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
-            # Rows before row 0 (a first partial tile) arrive as zeros or another head's (VARLEN: document's)
-            # rows, and go unused.
-            for i in gl.static_range(NUM_WG):
-                tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, q_col], q_bar, q_smem.index(i))
-            for j in range(first, n_blocks):
-                s = (it + j - first) % STAGES
-                free_phase = (((it + j - first) // STAGES) & 1) ^ 1
-                mbarrier.wait(empty_bars.index(s), free_phase)
-                mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
-                if kd.dtype.is_fp8():  # the K tile's rows in key_order's order (key_order's docstring)
-                    k_at = [(kv_row + j * BLOCK_N) // 16, 0, 0, 0, 0]
-                    k_dst = k_smem.index(s)._reinterpret(kd.dtype, kd.block_type.shape, kd.layout)
-                else:
-                    k_at = [kv_row + j * BLOCK_N, kv_col]
-                    k_dst = k_smem.index(s)
-                tma.async_copy_global_to_shared(kd, k_at, k_bars.index(s), k_dst)
-                mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
-                mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
-                if vd.dtype.is_fp8():  # V^T: the tile [D, BLOCK_N] of keys j * BLOCK_N, ...
-                    v_at = [kv_bh * HEAD_DIM, j * BLOCK_N]
-                else:
-                    v_at = [kv_row + j * BLOCK_N, kv_col]
-                tma.async_copy_global_to_shared(vd, v_at, v_bars.index(s), v_smem.index(s))
-            it += n_blocks - first
+            _put(slot, t)
+            _load_tile(
+                descs,
+                smem,
+                bars,
+                tc,
+                it,
+                q_row,
+                where[0] * HEAD_DIM,
+                kv_row,
+                where[1] * HEAD_DIM,
+                0,
+                0,
+                n_blocks,
+            )
+            it += n_blocks
+            tc += 1
+        t = gl.atomic_add(COUNTER, 1, sem="relaxed")
+    mbarrier.wait(q_empty, (tc & 1) ^ 1)
+    _put(slot, n_tiles)
+    mbarrier.arrive(q_bar)
+    if gl.atomic_add(COUNTER + 1, 1) == gl.num_programs(0) - 1:
+        gl.atomic_xchg(COUNTER, 0)
+        gl.atomic_xchg(COUNTER + 1, 0)
+
+
+@gluon.jit
+def _put(slot, t):
+    """t into the one-int32 shared-memory slot (every lane writes the same value)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    slot.store(gl.full([1], t, gl.int32, layout))
+
+
+@gluon.jit
+def take_tile(q_bar, slot, tc):
+    """VARLEN, persistent: a consumer's tile tc of the walk, from the producer's slot once q_bar's phase tc has
+    completed; every warp has read it before any goes on (the producer rewrites it once every consumer has
+    released the tile)."""
+    mbarrier.wait(q_bar, tc & 1)
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    t = gl.max(slot.load(layout), 0)
+    gl.thread_barrier()
+    return t
 
 
 @gluon.jit

@@ -4,11 +4,16 @@
     k, v  [total_k, Hkv, D]   column block h * D ([64, D] boxes of Q and O, [BLOCK_N, D] of K and V)
     o     [total_q, H, D]     written the same way; LSE2 [1, H, total_q] fp32 (varlen.py's layout)
 
-A program is one query tile of one document of one head: the grid is document_walk(total_q, docs, BLOCK_M)
-positions per head, heads outermost, and each program finds its document on the device from the prefix sums
-(flash_ws_parts.document_tile, common.document_block's walk), so a launch reads nothing on the host and replays
-under a CUDA graph. A document's tiles end at its last row and run its last tile (the most keys under a causal
-mask) first; its keys start at its first key row, with causal masks aligned bottom-right by its own lengths.
+The tiles are walked as common.document_block walks blocks: document_walk(total_q, docs, BLOCK_M) positions per
+head, heads outermost, each document's tiles in a row, its last (the most keys under a causal mask) first; a tile
+finds its document on the device from the prefix sums (flash_ws_parts.document_tile), so a launch reads nothing
+on the host and replays under a CUDA graph. A document's tiles end at its last row; its keys start at its first
+key row, with causal masks aligned bottom-right by its own lengths. Not causal, a program per walk position (the
+hardware hands the programs to the SMs in that order). Causal (PERSISTENT=1), one program per SM, and each takes
+the walk's next tile when it is done with its last (an atomic counter, flash_ws_parts._load_walk): the longest
+tiles of a document first and the programs ending together, as the uniform forward's list-scheduled walk does
+from a table made on the host, which would need the lengths there. The plan's counter is zeroed again by the
+launch's last program, so launches of one plan must not run at the same time on two streams.
 
 Where a box crosses a document's end:
   - Q rows before the document (its first tile when BLOCK_M does not divide its length) are loaded and computed
@@ -21,8 +26,7 @@ Where a box crosses a document's end:
 Rows that see no key (a document with fewer keys than queries under a causal mask, no keys, or rows past
 cu_seqlens_q[-1]) output 0 with LSE2 = +inf, as the tl kernel does.
 
-One program per tile (the config's PERSISTENT=1 walks tiles round-robin; no list-scheduled table, which would
-need the lengths on the host). No sliding windows and no FP8 (the tl kernel takes windows).
+No sliding windows and no FP8 (the tl kernel takes windows).
 """
 
 from __future__ import annotations
@@ -36,23 +40,30 @@ from .common import LOG2E, document_walk
 from .launch import KernelCall
 
 _NAME = "flash_ws varlen forward"
-# The config per head dim: one program per tile, the uniform kernel's tiles (flash_ws.BLOCK_N) and stages (three,
-# two at d = 256 whose stages fill shared memory). 192-row tiles (d = 64's uniform default) waste more rows in
-# each document's first tile.
+# The config per (head dim, causal): 128-row tiles (192, d = 64's uniform default, waste more rows in each
+# document's first tile), the uniform kernel's K/V tiles (flash_ws.BLOCK_N). Not causal, one program per tile with
+# three stages, as the uniform forward at d = 128 (two at d = 256, whose stages fill shared memory). Causal, the
+# persistent walk (PERSISTENT=1: programs take the next tile as they free up, the next tile's Q loading under
+# this one's epilogue), two stages: the list-scheduled uniform walk it stands in for led one program per tile by
+# 9-19% at d = 128 N = 1k-4k (docs/kernels.md, persistent LPT).
+_WALK = {"PERSISTENT": 1, "STAGES": 2}
 DEFAULT_CONFIG = {
-    d: {
+    (d, causal): {
         "BLOCK_N": flash_ws.BLOCK_N[d],
         "SCHED_HEADS": 1,
         "BLOCK_M": 128,
         "STAGES": 2 if d == 256 else 3,
         "PERSISTENT": 0,
+        **(_WALK if causal else {}),
     }
     for d in flash_ws.HEAD_DIMS
+    for causal in (False, True)
 }
 
 
-def default_config(head_dim: int) -> dict[str, Any]:
-    return dict(DEFAULT_CONFIG[head_dim if head_dim in DEFAULT_CONFIG else 128])
+def default_config(head_dim: int, causal: bool) -> dict[str, Any]:
+    """The config this kernel runs at a head dim (others: d = 128's) and mask without a forced one."""
+    return dict(DEFAULT_CONFIG[(head_dim if head_dim in flash_ws.HEAD_DIMS else 128, bool(causal))])
 
 
 def supported(
@@ -93,7 +104,7 @@ def preferred(
     min_seq = flash_ws.GLUON_MIN_SEQ.get((q.shape[-1], bool(causal) or window is not None))
     if min_seq is None or longest < min_seq or not flash_ws.enabled():
         return False
-    cfg = default_config(q.shape[-1])
+    cfg = default_config(q.shape[-1], causal)
     return supported(q, k, v, window, cfg["BLOCK_M"], cfg["BLOCK_N"]) is None
 
 
@@ -112,7 +123,7 @@ class VarlenPlan:
         window: tuple[int, int] | None = None,
     ) -> None:
         D = q.shape[-1]
-        cfg = default_config(D)
+        cfg = default_config(D, causal)
         cfg.update(
             flash_ws.check_config({key: val for key, val in (config or {}).items() if key != "kernel"})
         )
@@ -133,9 +144,12 @@ class VarlenPlan:
         (Tq, H, _), (Tk, Hkv) = q.shape, k.shape[:2]
         walk = document_walk(Tq, docs, cfg["BLOCK_M"])
         tiles = walk * H
+        self.counter: torch.Tensor | None = None
         if cfg["PERSISTENT"]:
             index = q.device.index if q.device.index is not None else 0
             grid = (min(tiles, cfg.get("PROGRAMS") or flash_ws._sm_count(index)),)
+            # the walk's next tile and the programs done; the kernel's last program zeroes them again
+            self.counter = torch.zeros(2, dtype=torch.int32, device=q.device)
         else:
             grid = (tiles,)
         self.block_n, self.docs = cfg["BLOCK_N"], docs
@@ -161,8 +175,10 @@ class VarlenPlan:
         o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
         tensors = (q, k, v, o)
-        # WIN_LEFT, the FP8 descales (unused), no schedule table, then the documents
-        rest = (lse, *self.sizes, sm_scale * LOG2E, 0, lse, lse, lse, self.table, 0, cu_q, cu_k, self.docs, o)
+        # WIN_LEFT, the FP8 descales (unused), no schedule table, then the documents (and the walk's counter)
+        counter = cu_k if self.counter is None else self.counter
+        scales = (sm_scale * LOG2E, 0, lse, lse, lse)
+        rest = (lse, *self.sizes, *scales, self.table, 0, cu_q, cu_k, self.docs, o, counter)
         # [total, heads, D] viewed as [total, heads * D], boxes [rows, D]: one head's columns
         rows = (flash_ws.ROWS, self.block_n, self.block_n, flash_ws.ROWS)
         flash_ws.launch(

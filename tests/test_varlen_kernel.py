@@ -287,14 +287,15 @@ def test_captured_in_a_cuda_graph_it_follows_new_lengths(config):
 
 
 # The Gluon forward (varlen_ws.py, forced): documents shorter than its 128-row tiles, of one token, empty, crossing
-# a tile, one tile exactly; fewer and more keys than queries (CROSS); GQA and MQA; each head dim; the persistent
-# round-robin walk. The backward is the tl kernels', reading the Gluon forward's LSE: the gradients check it.
+# a tile, one tile exactly; fewer and more keys than queries (CROSS); GQA and MQA; each head dim; a program per
+# tile (not causal by default) and the persistent walk (causal by default; d = 256 without buffers of its own for
+# O). The backward is the tl kernels', reading the Gluon forward's LSE: the gradients check it.
 GLUON_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal, config)
     (SELF, 4, 2, 128, torch.float16, True, {}),
     (CROSS, 4, 1, 128, torch.bfloat16, False, {}),
     (CROSS, 8, 2, 64, torch.float16, True, {}),
-    (SELF, 2, 2, 256, torch.bfloat16, False, {}),
-    (SELF, 4, 2, 128, torch.bfloat16, True, {"PERSISTENT": 1, "STAGES": 2, "PROGRAMS": 3}),
+    (SELF, 2, 2, 256, torch.bfloat16, True, {}),
+    (SELF, 4, 2, 128, torch.bfloat16, True, {"PERSISTENT": 0, "STAGES": 3}),
 ]
 
 
@@ -305,13 +306,31 @@ GLUON_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal, config)
     GLUON_CASES,
     ids=[
         f"gluon-{'self' if c[0] is SELF else 'cross'}-h{c[1]}kv{c[2]}-d{c[3]}-{str(c[4])[-4:]}-c{int(c[5])}"
-        + ("-persistent" if c[6] else "")
+        + ("-per-tile" if c[6] else "")
         for c in GLUON_CASES
     ],
 )
 def test_gluon_forward_every_document_within_budget(lengths, h, hkv, d, dtype, causal, config):
     check(lengths, h, hkv, d, dtype, causal=causal, config={**GLUON, **config})
-    assert last_config() == {**varlen_ws.default_config(d), **config, **GLUON}
+    assert last_config() == {**varlen_ws.default_config(d, causal), **config, **GLUON}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon forward needs a Hopper GPU")
+def test_gluon_walk_takes_every_tile_on_every_call():
+    """Three programs walk every tile of 4 heads (the counter hands each tile out once), and its last program
+    resets the counter: a second and a third call give the first call's output, bitwise."""
+    lq = SELF[0]
+    q, k, v, do = inputs(lq, lq, 4, 2, 128, torch.float16, seed=3)
+    cu = prefix(lq)
+    config = {**GLUON, "PROGRAMS": 3}
+    first = flash_attn_varlen(q, k, v, cu, cu, max(lq), max(lq), causal=True, config=config)
+    assert last_config()["PERSISTENT"] == 1
+    verdict = per_document({"out": first}, q, k, v, do, lq, lq, causal=True)
+    assert verdict.ok, verdict.describe()
+    for _ in range(2):
+        again = flash_attn_varlen(q, k, v, cu, cu, max(lq), max(lq), causal=True, config=config)
+        assert torch.equal(again, first)
 
 
 @pytest.mark.gpu
@@ -334,9 +353,10 @@ class _Routed(Exception):
 
 @pytest.fixture
 def gluon_stub(monkeypatch):
-    """The Gluon path's host logic on this machine: flash_ws's device checks pass (no Hopper here) and the plan's
-    launch raises _Routed instead of running the kernel."""
+    """The Gluon path's host logic on this machine: flash_ws's device checks pass (no Hopper here), an H100's 132
+    SMs, and the plan's launch raises _Routed instead of running the kernel."""
     monkeypatch.setattr(flash_ws, "tensor_refusal", lambda *a, **kw: None)
+    monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
 
     def routed(*a, **kw):
         raise _Routed
@@ -365,18 +385,19 @@ def test_the_forward_takes_the_gluon_kernel_from_the_longest_documents_where_fla
 
 
 def test_the_gluon_plan_walks_every_documents_tiles_per_head(gluon_stub):
-    """One program per (head, walk position): document_walk(total_q, docs, 128) positions a head (the device
-    finds each one's document); a persistent config runs PROGRAMS of them."""
+    """Not causal, one program per (head, walk position): document_walk(total_q, docs, 128) positions a head (the
+    device finds each one's document); causal, PROGRAMS persistent programs (one per SM) take them through a
+    zeroed counter."""
     q, k, v, _ = inputs(SELF[0], SELF[0], 4, 2, 128, torch.float16)
-    plan = varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), True)
+    plan = varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), False)
     walk = document_walk(q.shape[0], len(SELF[0]), 128)
     assert walk == (237 + 7 * 127) // 128
-    assert plan.call.grid == (walk * 4, 1, 1)
-    assert plan.call.constexprs["VARLEN"] and plan.sizes == (4, 2, 237, 237, walk, 4)
-    persistent = varlen_ws.VarlenPlan(
-        q, k, v, len(SELF[0]), True, {"PERSISTENT": 1, "STAGES": 2, "PROGRAMS": 5}
-    )
-    assert persistent.call.grid == (5, 1, 1)
+    assert plan.call.grid == (walk * 4, 1, 1) and plan.counter is None
+    assert plan.call.constexprs["VARLEN"] == 1 and plan.sizes == (4, 2, 237, 237, walk, 4)
+    assert varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), True).call.grid == (min(walk * 4, 132), 1, 1)
+    persistent = varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), True, {"PROGRAMS": 5})
+    assert persistent.call.grid == (5, 1, 1) and persistent.call.constexprs["VARLEN"] == 2
+    assert persistent.counter is not None and persistent.counter.tolist() == [0, 0]
 
 
 GLUON_REFUSED = [  # (lengths, config, window, words of the refusal)
