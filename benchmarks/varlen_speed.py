@@ -12,7 +12,8 @@ Each result is first checked against float64 attention per document (correctness
     python3 benchmarks/varlen_speed.py --configs '[{"kernel": "gluon-ws", "PERSISTENT": 0, "STAGES": 3}]'
 
 --configs: forced forward configs (flash_attn_varlen's config=) timed beside its default, e.g. the Gluon forward's
-one program per tile against its persistent walk.
+one program per tile against its persistent walk; --flex 0 leaves FlexAttention out; --modes fwd times the
+forward alone.
 
 Not the benchmark of record (the varlen sweep preset will be).
 """
@@ -107,6 +108,8 @@ def providers(a: argparse.Namespace, d: int, docs: list[int], causal: bool) -> d
             batch * pairs(a.uniform_n, causal),
         ),
     }
+    if not a.flex:
+        return calls
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -143,6 +146,10 @@ def main() -> int:
     ap.add_argument(
         "--configs", default="[]", help="JSON list of forced forward configs timed beside the default"
     )
+    ap.add_argument("--modes", default="fwd,fwd+bwd", help="fwd, fwd+bwd or both, comma-separated")
+    ap.add_argument(
+        "--flex", type=int, default=1, help="0: leave FlexAttention out (its compile takes a minute)"
+    )
     a = ap.parse_args()
     causal, docs = bool(a.causal), lengths(a.tokens, a.min_len, a.max_len, a.seed)
     print(f"{len(docs)} documents, mean {sum(docs) / len(docs):.0f}, causal={causal}: {docs}")
@@ -150,6 +157,8 @@ def main() -> int:
     for d in (int(x) for x in a.dims.split(",")):
         for name, (call, leaves, work) in providers(a, d, docs, causal).items():
             for mode, factor in (("fwd", 1.0), ("fwd+bwd", 3.5)):
+                if mode not in a.modes.split(","):
+                    continue
                 ms = timed(call, leaves, mode != "fwd")
                 tflops = factor * 4 * a.heads * d * work / ms / 1e9
                 rows.append(
