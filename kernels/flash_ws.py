@@ -31,6 +31,7 @@ causal Nk >= Nq (every row sees a key).
 FP8 (e4m3 q, k, v with descales [B, Hkv], bf16 O: flash_fp8.py's contract and numerics, which routes here): the
 same schedule on e4m3 tiles; V is read as V^T [B, Hkv, D, Nk] (flash_fp8.value_layout's storage: keys contiguous,
 the K-major B operand of e4m3 wgmma) in [D, BLOCK_N] tiles; O gets its own bf16 buffers; no windows.
+Packed documents (flash_attn_varlen's forward): varlen_ws.py launches this kernel in its VARLEN mode.
 Sliding windows: those whose right limit is 0 (causal with window (left, -1) or (left, 0), or window (left, 0)):
 each tile's first key block is bounded by its first row's window (blocks before it are never loaded) and the
 blocks that cut the window's left edge are masked, as the causal diagonal is; other windows are the tl kernel's.

@@ -1,7 +1,8 @@
 """The Gluon kernel of flash_ws.py (FlashAttention-3's forward for Hopper): its partitions and their schedule.
 
 gl.warp_specialize runs the consumers (two or three warpgroups, 64 query rows each; consumer 0 is the default
-partition) beside one producer warp (flash_ws_parts.load_partition). They share three tuples, built once per program:
+partition) beside one producer warp (flash_ws_parts.load_partition). They share three tuples (VARLEN: four), built
+once per program:
   smem  = (q_smem, o_smem, k_smem, v_smem): the query slices [NUM_WG, 64, D]; the output slices (q_smem itself
           unless persistent); the K and V ring [STAGES, BLOCK_N, D];
   bars  = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns): the query slices have landed; every consumer is
@@ -9,6 +10,9 @@ partition) beside one producer warp (flash_ws_parts.load_partition). They share 
           V (empty_bars[STAGES + s]) of stage s; consumer w may issue its matmuls (turns[w]);
   sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, TILES, ROUNDS): what tile() (flash_ws_parts.py) needs to
           place a tile and bound its keys, and the persistent programs' schedule table (ROUNDS = 0: none).
+and, VARLEN (varlen_ws.py), docs = (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot): the documents' prefix sums, O for
+the masked store of a tile that starts in the previous document, and the persistent walk's counter and the
+shared-memory slot through which its producer hands the consumers their tiles.
 The tile sizes (NUM_WG, ROWS, HEAD_DIM, STAGES, BLOCK_N) are read from the buffers' shapes, and FP8 mode from
 their dtype: e4m3 Q, K and V^T (flash_ws_parts.py's docstring), descales, bf16 O in its own buffers.
 """

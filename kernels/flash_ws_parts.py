@@ -2,6 +2,10 @@
 runs, which key blocks a tile visits (bounded by the causal diagonal and a sliding window's left edge), the
 producer warp that streams them, and the online-softmax step on one score tile with its masks.
 
+VARLEN (packed documents, varlen_ws.py): document_tile places a tile in its document on the device; a persistent
+program's producer takes its tiles from an atomic counter and hands them to its consumers (_load_walk,
+take_tile).
+
 FP8 (e4m3, the kernel's mode when its descriptors hold e4m3): the V ring holds V^T tiles [D, BLOCK_N] read from
 V^T [B * H_KV * D, N_K] (keys contiguous: the K-major B operand e4m3 wgmma needs for P V); K tiles arrive with
 their rows in key_order, so that P reaches P V without crossing threads (p_operand); P is shifted by 2^8 before
@@ -257,8 +261,9 @@ def _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, f
 def _load_walk(descs, smem, bars, sched, docs, CAUSAL: gl.constexpr):
     """VARLEN, persistent: the producer takes the walk's next tile from COUNTER (an atomic add: the programs
     take tiles as they free up, in the walk's order, the way the hardware hands out the blocks of a grid) and
-    tells its consumers through `slot` (written before q_bar's arrival, read after its wait), a dead walk
-    position with a bare arrival, the end of the walk with a tile past the last. The last program out resets
+    tells its consumers through `slot` (written before q_bar's arrival, read after its wait); walk positions past
+    a head's last tile it skips, and the end of the walk it tells with a tile past the last and a bare arrival on
+    q_bar. The last program out resets
     COUNTER for the next launch."""
     q_smem, _, k_smem, _ = smem
     q_bar, q_empty, _, _, _, _ = bars
