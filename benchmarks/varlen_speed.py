@@ -9,6 +9,11 @@ uniform batch: flash_attn at N = --uniform-n with as many sequences as give the 
 Each result is first checked against float64 attention per document (correctness' budget).
 
     python3 benchmarks/varlen_speed.py [--causal 1] [--dims 128] [--tokens 16384]   # JSON to $OUT/varlen_speed.json
+    python3 benchmarks/varlen_speed.py --configs '[{"kernel": "gluon-ws", "PERSISTENT": 0, "STAGES": 3}]'
+
+--configs: forced forward configs (flash_attn_varlen's config=) timed beside its default, e.g. the Gluon forward's
+one program per tile against its persistent walk; --flex 0 leaves FlexAttention out; --modes fwd times the
+forward alone.
 
 Not the benchmark of record (the varlen sweep preset will be).
 """
@@ -88,14 +93,23 @@ def providers(a: argparse.Namespace, d: int, docs: list[int], causal: bool) -> d
         return flash_attn_varlen(q, k, v, cu, cu, max(docs), max(docs), causal=causal)
 
     check(varlen().detach(), q.detach(), k.detach(), v.detach(), docs, causal)
-    calls = {
-        "varlen": (varlen, [q, k, v], useful),
+    calls = {"varlen": (varlen, [q, k, v], useful)}
+    for config in json.loads(a.configs):
+
+        def forced(config=config):
+            return flash_attn_varlen(q, k, v, cu, cu, max(docs), max(docs), causal=causal, config=config)
+
+        check(forced().detach(), q.detach(), k.detach(), v.detach(), docs, causal)
+        calls[f"varlen {json.dumps(config)}"] = (forced, [q, k, v], useful)
+    calls |= {
         f"uniform {batch}x{a.uniform_n}": (
             lambda: flash_attn(uq, uk, uv, causal=causal),
             [uq, uk, uv],
             batch * pairs(a.uniform_n, causal),
         ),
     }
+    if not a.flex:
+        return calls
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -129,6 +143,13 @@ def main() -> int:
     ap.add_argument("--dims", default="128", help="head dims, comma-separated")
     ap.add_argument("--causal", type=int, default=1)
     ap.add_argument("--uniform-n", type=int, default=2048)
+    ap.add_argument(
+        "--configs", default="[]", help="JSON list of forced forward configs timed beside the default"
+    )
+    ap.add_argument("--modes", default="fwd,fwd+bwd", help="fwd, fwd+bwd or both, comma-separated")
+    ap.add_argument(
+        "--flex", type=int, default=1, help="0: leave FlexAttention out (its compile takes a minute)"
+    )
     a = ap.parse_args()
     causal, docs = bool(a.causal), lengths(a.tokens, a.min_len, a.max_len, a.seed)
     print(f"{len(docs)} documents, mean {sum(docs) / len(docs):.0f}, causal={causal}: {docs}")
@@ -136,6 +157,8 @@ def main() -> int:
     for d in (int(x) for x in a.dims.split(",")):
         for name, (call, leaves, work) in providers(a, d, docs, causal).items():
             for mode, factor in (("fwd", 1.0), ("fwd+bwd", 3.5)):
+                if mode not in a.modes.split(","):
+                    continue
                 ms = timed(call, leaves, mode != "fwd")
                 tflops = factor * 4 * a.heads * d * work / ms / 1e9
                 rows.append(

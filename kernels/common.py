@@ -217,6 +217,13 @@ def dot(a, b, acc, IEEE: tl.constexpr):
 NOT_VARLEN: dict[str, Any] = {"CU_Q": None, "CU_K": None, "NUM_DOCS": None, "VARLEN": False}
 
 
+def document_walk(total: int, docs: int, block: int) -> int:
+    """Programs (per head) of document_block's walk: they cover every block of `docs` documents of `total` rows
+    and the rows past them, sum over documents of cdiv(length, block) <= (total + (docs + 1) (block - 1)) //
+    block; the walk positions past the last block get length 0."""
+    return max(1, (total + (docs + 1) * (block - 1)) // block)
+
+
 @triton.jit
 def document_block(
     CU,  # int32 [NUM_DOCS + 1]: prefix sums of the documents' lengths on the walked side (queries or keys)

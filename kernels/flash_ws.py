@@ -31,6 +31,7 @@ causal Nk >= Nq (every row sees a key).
 FP8 (e4m3 q, k, v with descales [B, Hkv], bf16 O: flash_fp8.py's contract and numerics, which routes here): the
 same schedule on e4m3 tiles; V is read as V^T [B, Hkv, D, Nk] (flash_fp8.value_layout's storage: keys contiguous,
 the K-major B operand of e4m3 wgmma) in [D, BLOCK_N] tiles; O gets its own bf16 buffers; no windows.
+Packed documents (flash_attn_varlen's forward): varlen_ws.py launches this kernel in its VARLEN mode.
 Sliding windows: those whose right limit is 0 (causal with window (left, -1) or (left, 0), or window (left, 0)):
 each tile's first key block is bounded by its first row's window (blocks before it are never loaded) and the
 blocks that cut the window's left edge are masked, as the causal diagonal is; other windows are the tl kernel's.
@@ -225,13 +226,18 @@ def supported(
     D = q.shape[-1]
     block_n = block_n or BLOCK_N.get(D, 128)
     why = input_refusal(tensors, causal, ROWS, block_n, HEAD_DIMS, fp8)
-    if why is None and block_m == 192 and fp8:
-        why = "BLOCK_M 192 with FP8 (three consumer warpgroups spill registers)"
-    if why is None and block_m == 192 and D != 64:
-        why = "BLOCK_M 192 (three consumer warpgroups) only at head dim 64 (at 128 it spills and overflows smem)"
-    if why is None and block_n == 128 and D == 256:
-        why = "BLOCK_N 128 at head dim 256 (spills, or overflows smem)"
-    return why
+    return why or tile_refusal(D, block_m, block_n, fp8)
+
+
+def tile_refusal(head_dim: int, block_m: int, block_n: int, fp8: bool = False) -> str | None:
+    """Why block_m x block_n tiles do not fit this kernel at a head dim (one line), else None."""
+    if block_m == 192 and fp8:
+        return "BLOCK_M 192 with FP8 (three consumer warpgroups spill registers)"
+    if block_m == 192 and head_dim != 64:
+        return "BLOCK_M 192 (three consumer warpgroups) only at head dim 64 (at 128 it spills and overflows smem)"
+    if block_n == 128 and head_dim == 256:
+        return "BLOCK_N 128 at head dim 256 (spills, or overflows smem)"
+    return None
 
 
 def input_refusal(
@@ -245,7 +251,26 @@ def input_refusal(
     """What the Gluon kernels (this forward, backward_ws's dK/dV pass) refuse in their inputs, as one line, else
     None. tensors: by name, q and k first, as the kernel reads them; rows, block_n: what seq_q and seq_k must be
     multiples of; head_dims: the kernel's; fp8: e4m3 inputs are taken (this forward's FP8 mode)."""
+    why = tensor_refusal(tensors, head_dims, fp8)
+    if why is not None:
+        return why
     q, k = tensors["q"], tensors["k"]
+    nq, nk = q.shape[2], k.shape[2]
+    if nq % rows or nk % block_n:
+        return f"needs seq_q % {rows} == 0 and seq_k % {block_n} == 0"
+    if causal and nk < nq:
+        return "causal needs seq_k >= seq_q"
+    if q.shape[0] * q.shape[1] * nq >= 2**31:
+        return "too many rows for 32-bit descriptor coordinates"
+    return None
+
+
+def tensor_refusal(
+    tensors: dict[str, torch.Tensor], head_dims: tuple[int, ...], fp8: bool = False
+) -> str | None:
+    """What the Gluon kernels refuse in their tensors whatever their shapes (input_refusal's arguments): not on
+    a Hopper GPU, dtypes, head dim, contiguity, TMA's 16-byte aligned bases; None if nothing."""
+    q = tensors["q"]
     if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         return "needs a Hopper GPU (capability 9.x)"
     dtypes = (torch.float16, torch.bfloat16, *(FP8_DTYPES if fp8 else ()))
@@ -259,13 +284,6 @@ def input_refusal(
         return f"needs contiguous {', '.join(tensors)}"
     if any(t.data_ptr() % 16 for t in tensors.values()):  # TMA's rule for a descriptor's base
         return f"needs 16-byte aligned {', '.join(tensors)} (a view at an odd offset takes the tl kernel)"
-    nq, nk = q.shape[2], k.shape[2]
-    if nq % rows or nk % block_n:
-        return f"needs seq_q % {rows} == 0 and seq_k % {block_n} == 0"
-    if causal and nk < nq:
-        return "causal needs seq_k >= seq_q"
-    if q.shape[0] * q.shape[1] * nq >= 2**31:
-        return "too many rows for 32-bit descriptor coordinates"
     return None
 
 
@@ -306,6 +324,16 @@ def _no_table(device: torch.device) -> torch.Tensor:
     device rather than on every call."""
     return torch.empty(0, dtype=torch.int32, device=device)
 
+
+# The compile-time arguments of a launch over a [B, H, N, D] batch; varlen_ws.py passes the documents instead.
+NOT_VARLEN: dict[str, Any] = {
+    "CU_Q": None,
+    "CU_K": None,
+    "NUM_DOCS": None,
+    "OUT": None,
+    "COUNTER": None,
+    "VARLEN": False,
+}
 
 # What lpt_table charges a tile beyond its key blocks (its Q load, first score tile and epilogue), in key blocks.
 TILE_COST = 1
@@ -353,6 +381,33 @@ def lpt_table(
     return torch.tensor(table, dtype=torch.int32, device=device)
 
 
+def kernel_constexprs(
+    cfg: dict[str, Any],
+    head_dim: int,
+    causal: bool,
+    *,
+    fp8: bool = False,
+    window: bool = False,
+    varlen: bool = False,
+) -> dict[str, Any]:
+    """The compile-time arguments of a launch of the kernel with config cfg (varlen: varlen_ws.py's packed
+    documents, whose CU_Q, CU_K, NUM_DOCS and OUT are run-time arguments)."""
+    num_wg = cfg["BLOCK_M"] // ROWS
+    return {
+        "HEAD_DIM": head_dim,
+        "BLOCK_N": cfg["BLOCK_N"],
+        "STAGES": cfg["STAGES"],
+        "CAUSAL": bool(causal),
+        "NUM_WG": num_wg,
+        "SCHED_HEADS": cfg["SCHED_HEADS"],
+        "SEP_O": own_o(cfg, head_dim, fp8),
+        "WINDOW": window,
+        "CONSUMER_REGS": CONSUMER_REGS[num_wg],
+        "PRODUCER_REGS": PRODUCER_REGS[num_wg],
+        **({"VARLEN": 2 if cfg["PERSISTENT"] else 1} if varlen else NOT_VARLEN),
+    }
+
+
 class ForwardPlan:
     """What the Gluon forward decides for one input signature (shapes, strides, dtype, device, mask, config),
     decided once: the config, the checks, the grid, the schedule table, the descriptors' geometry. run() then
@@ -389,7 +444,6 @@ class ForwardPlan:
             )
         B, H, Nq, _ = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
-        num_wg = cfg["BLOCK_M"] // ROWS
         num_m = cdiv(Nq, cfg["BLOCK_M"])
         tiles = num_m * B * H
         self.table, width = _no_table(q.device), 0  # round-robin
@@ -425,18 +479,7 @@ class ForwardPlan:
         self.width = width
         self.geometry: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
         self.config = dict(cfg, kernel="gluon-ws")
-        constexprs = {
-            "HEAD_DIM": D,
-            "BLOCK_N": cfg["BLOCK_N"],
-            "STAGES": cfg["STAGES"],
-            "CAUSAL": bool(causal),
-            "NUM_WG": num_wg,
-            "SCHED_HEADS": cfg["SCHED_HEADS"],
-            "SEP_O": own_o(cfg, D, fp8),
-            "WINDOW": window is not None,
-            "CONSUMER_REGS": CONSUMER_REGS[num_wg],
-            "PRODUCER_REGS": PRODUCER_REGS[num_wg],
-        }
+        constexprs = kernel_constexprs(cfg, D, causal, fp8=fp8, window=window is not None)
         self.call = KernelCall(_attn_fwd_ws, grid, constexprs, {"num_warps": 4})
 
     def run(
@@ -455,14 +498,20 @@ class ForwardPlan:
         tensors = (q, k, v, o)
         scales = descales if self.fp8 and descales is not None else (lse, lse, lse)
         rest = (lse, *self.sizes, sm_scale * LOG2E, *self.tail, *scales, self.table, self.width)
-        if self.call.direct:
-            descs = tuple(TmaArg(t, *g) for t, g in zip(tensors, self.geometry, strict=True))
-            self.call((*descs, *rest))
-        else:
-            real = _descriptors(q, k, v, o, self.block_n)
-            self.geometry = tuple(TmaArg.geometry(d) for d in real)
-            self.call((*real, *rest))
+        launch(self, tensors, rest, lambda: _descriptors(q, k, v, o, self.block_n))
         return o, lse, self.config
+
+
+def launch(plan: Any, tensors: tuple[torch.Tensor, ...], rest: tuple[Any, ...], descriptors: Any) -> None:
+    """plan.call on TMA descriptors of `tensors`, then `rest`: on the first call the real ones (descriptors()),
+    which Triton's JIT checks and whose geometry the plan keeps (plan.geometry); TmaArgs of it after."""
+    if plan.call.direct:
+        descs = tuple(TmaArg(t, *g) for t, g in zip(tensors, plan.geometry, strict=True))
+        plan.call((*descs, *rest))
+    else:
+        real = descriptors()
+        plan.geometry = tuple(TmaArg.geometry(d) for d in real)
+        plan.call((*real, *rest))
 
 
 def attention_forward(

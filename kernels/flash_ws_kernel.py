@@ -1,7 +1,8 @@
 """The Gluon kernel of flash_ws.py (FlashAttention-3's forward for Hopper): its partitions and their schedule.
 
 gl.warp_specialize runs the consumers (two or three warpgroups, 64 query rows each; consumer 0 is the default
-partition) beside one producer warp (flash_ws_parts.load_partition). They share three tuples, built once per program:
+partition) beside one producer warp (flash_ws_parts.load_partition). They share three tuples (VARLEN: four), built
+once per program:
   smem  = (q_smem, o_smem, k_smem, v_smem): the query slices [NUM_WG, 64, D]; the output slices (q_smem itself
           unless persistent); the K and V ring [STAGES, BLOCK_N, D];
   bars  = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns): the query slices have landed; every consumer is
@@ -9,6 +10,9 @@ partition) beside one producer warp (flash_ws_parts.load_partition). They share 
           V (empty_bars[STAGES + s]) of stage s; consumer w may issue its matmuls (turns[w]);
   sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, TILES, ROUNDS): what tile() (flash_ws_parts.py) needs to
           place a tile and bound its keys, and the persistent programs' schedule table (ROUNDS = 0: none).
+and, VARLEN (varlen_ws.py), docs = (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot): the documents' prefix sums, O for
+the masked store of a tile that starts in the previous document, and the persistent walk's counter and the
+shared-memory slot through which its producer hands the consumers their tiles.
 The tile sizes (NUM_WG, ROWS, HEAD_DIM, STAGES, BLOCK_N) are read from the buffers' shapes, and FP8 mode from
 their dtype: e4m3 Q, K and V^T (flash_ws_parts.py's docstring), descales, bf16 O in its own buffers.
 """
@@ -26,12 +30,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .flash_ws_parts import (
+    WALK,
+    document_tile,
     load_partition,
     p_operand,
     pv_wait,
     round_tile,
     rounds,
     softmax,
+    take_tile,
     tile,
     tile_scales,
     v_operand,
@@ -60,6 +67,9 @@ def _consumer_step(
     FLIP: gl.constexpr,  # 1 for consumer 0 (its first turn is free)
     WINDOW: gl.constexpr,
     P_SHIFT: gl.constexpr,
+    VARLEN: gl.constexpr = False,
+    KEY_END: gl.constexpr = False,
+    key_end=0,
 ):
     """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs (ptxas (CUDA 12.8)
     moves the wait for P_{g-1} V_{g-1} up above the softmax: the ping-pong between warpgroups is the overlap)."""
@@ -91,6 +101,9 @@ def _consumer_step(
         BLOCK_N=BLOCK_N,
         WINDOW=WINDOW,
         P_SHIFT=P_SHIFT,
+        VARLEN=VARLEN,
+        KEY_END=KEY_END,
+        key_end=key_end,
     )
     acc = pv_wait(acc, pa)
     mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
@@ -110,19 +123,19 @@ def _consumer(
     LSE,  # [B, H, N_Q] fp32
     sched,
     scales,  # (sm_scale * log2(e), and FP8's q, k, v descale pointers: fp32 [B, H_KV])
+    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot); else unused
     WG: gl.constexpr,  # this consumer's warpgroup
     CAUSAL: gl.constexpr,
     SCHED_HEADS: gl.constexpr,
     SEP_O: gl.constexpr,  # the output has its own buffers (persistent)
     WINDOW: gl.constexpr,  # a sliding window's left limit (sched's WIN_LEFT)
+    VARLEN: gl.constexpr,  # packed documents (flash_ws_parts.document_tile); 2: the persistent walk
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
     q_smem, _, k_smem, _ = smem
     _, q_empty, k_bars, v_bars, empty_bars, turns = bars
     num_m, BH, _, _, N_Q, N_K, WIN_LEFT, _, _ = sched
-    FP8: gl.constexpr = k_smem.dtype.is_fp8()
     NUM_WG: gl.constexpr = q_smem.shape[0]
-    STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     ROWS: gl.constexpr = od.block_type.shape[0]
     BM: gl.constexpr = NUM_WG * ROWS
@@ -134,57 +147,187 @@ def _consumer(
     FLIP: gl.constexpr = 1 if WG == 0 else 0
     it = 0
     n_tiles = num_m * BH
-    for tc in range(rounds(sched)):
-        t = round_tile(tc, sched)
-        if t < n_tiles:
-            q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks = tile(
-                t=t,
-                sched=sched,
-                BM=BM,
-                BLOCK_N=BLOCK_N,
-                CAUSAL=CAUSAL,
-                SCHED_HEADS=SCHED_HEADS,
-                WINDOW=WINDOW,
+    if VARLEN == WALK:  # the persistent walk: tiles as the producer takes them
+        tc = 0
+        t = take_tile(bars[0], docs[5], tc)
+        while t < n_tiles:
+            _, q_pos, q_row, _, n_blocks, full_blocks, where = document_tile(
+                t, sched, docs, BM, BLOCK_N, CAUSAL
             )
-            if q_pos + WG * ROWS < 0:  # owns no row of this tile: turns and releases only
-                for j in range(n_blocks - first):
-                    g = it + j
-                    mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-                    mbarrier.arrive(next_turn)
-                    mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
-                    mbarrier.arrive(empty_bars.index(g % STAGES))
-                    mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
-                    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
-                mbarrier.arrive(q_empty)
+            _consumer_work(
+                idle=q_pos + WG * ROWS + ROWS <= 0,
+                smem=smem,
+                bars=bars,
+                my_turn=my_turn,
+                next_turn=next_turn,
+                od=od,
+                LSE=LSE,
+                scales=scales,
+                q_row=q_row,
+                q_pos=q_pos,
+                kv_bh=0,
+                first=0,
+                n_blocks=n_blocks,
+                left_full=0,
+                full_blocks=full_blocks,
+                n_q=where[3],
+                n_k=where[4],
+                WIN_LEFT=WIN_LEFT,
+                it=it,
+                tc=tc,
+                docs=docs,
+                where=where,
+                WG=WG,
+                FLIP=FLIP,
+                CAUSAL=CAUSAL,
+                SEP_O=SEP_O,
+                WINDOW=WINDOW,
+                VARLEN=VARLEN,
+            )
+            it += n_blocks
+            tc += 1
+            t = take_tile(bars[0], docs[5], tc)
+    else:
+        for tc in range(rounds(sched)):
+            t = round_tile(tc, sched)
+            if VARLEN:
+                live, q_pos, q_row, _, n_blocks, full_blocks, where = document_tile(
+                    t, sched, docs, BM, BLOCK_N, CAUSAL
+                )
+                first = 0
+                left_full = 0
+                n_q = where[3]
+                n_k = where[4]
+                kv_bh = 0
+                idle = q_pos + WG * ROWS + ROWS <= 0  # rows of a tile need not fill whole warpgroups
             else:
-                qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
-                _consumer_tile(
+                live = t < n_tiles
+            if live:
+                if not VARLEN:
+                    q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks = tile(
+                        t=t,
+                        sched=sched,
+                        BM=BM,
+                        BLOCK_N=BLOCK_N,
+                        CAUSAL=CAUSAL,
+                        SCHED_HEADS=SCHED_HEADS,
+                        WINDOW=WINDOW,
+                    )
+                    n_q = N_Q
+                    n_k = N_K
+                    where = 0
+                    idle = q_pos + WG * ROWS < 0
+                _consumer_work(
+                    idle=idle,
                     smem=smem,
                     bars=bars,
                     my_turn=my_turn,
                     next_turn=next_turn,
                     od=od,
                     LSE=LSE,
+                    scales=scales,
                     q_row=q_row,
                     q_pos=q_pos,
+                    kv_bh=kv_bh,
                     first=first,
                     n_blocks=n_blocks,
                     left_full=left_full,
                     full_blocks=full_blocks,
-                    causal_off=N_K - N_Q,
-                    left_off=N_K - N_Q - WIN_LEFT,
-                    qk_scale=qk_scale,
-                    v_scale=v_scale,
+                    n_q=n_q,
+                    n_k=n_k,
+                    WIN_LEFT=WIN_LEFT,
                     it=it,
                     tc=tc,
+                    docs=docs,
+                    where=where,
                     WG=WG,
                     FLIP=FLIP,
                     CAUSAL=CAUSAL,
                     SEP_O=SEP_O,
                     WINDOW=WINDOW,
+                    VARLEN=VARLEN,
                 )
-            it += n_blocks - first
+                it += n_blocks - first
     tma.store_wait(0)
+
+
+@gluon.jit
+def _consumer_work(
+    idle,  # the warpgroup owns no row of the tile
+    smem,
+    bars,
+    my_turn,
+    next_turn,
+    od,
+    LSE,
+    scales,
+    q_row,
+    q_pos,
+    kv_bh,
+    first,
+    n_blocks,
+    left_full,
+    full_blocks,
+    n_q,  # the tile's sequence lengths (VARLEN: its document's)
+    n_k,
+    WIN_LEFT,
+    it,
+    tc,
+    docs,
+    where,
+    WG: gl.constexpr,
+    FLIP: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    SEP_O: gl.constexpr,
+    WINDOW: gl.constexpr,
+    VARLEN: gl.constexpr,
+):
+    """One tile of the warpgroup (_consumer_tile's arguments): its rows, or where it owns none, its turns and
+    releases only."""
+    _, q_empty, k_bars, v_bars, empty_bars, _ = bars
+    k_smem = smem[2]
+    FP8: gl.constexpr = k_smem.dtype.is_fp8()
+    STAGES: gl.constexpr = k_smem.shape[0]
+    if idle:  # owns no row of this tile: turns and releases only
+        for j in range(n_blocks - first):
+            g = it + j
+            mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+            mbarrier.arrive(next_turn)
+            mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
+            mbarrier.arrive(empty_bars.index(g % STAGES))
+            mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
+            mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+        mbarrier.arrive(q_empty)
+    else:
+        qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
+        _consumer_tile(
+            smem=smem,
+            bars=bars,
+            my_turn=my_turn,
+            next_turn=next_turn,
+            od=od,
+            LSE=LSE,
+            q_row=q_row,
+            q_pos=q_pos,
+            first=first,
+            n_blocks=n_blocks,
+            left_full=left_full,
+            full_blocks=full_blocks,
+            causal_off=n_k - n_q,
+            left_off=n_k - n_q - WIN_LEFT,
+            qk_scale=qk_scale,
+            v_scale=v_scale,
+            it=it,
+            tc=tc,
+            docs=docs,
+            where=where,
+            WG=WG,
+            FLIP=FLIP,
+            CAUSAL=CAUSAL,
+            SEP_O=SEP_O,
+            WINDOW=WINDOW,
+            VARLEN=VARLEN,
+        )
 
 
 @gluon.jit
@@ -207,11 +350,14 @@ def _consumer_tile(
     v_scale,  # FP8: the output's factor (its v descale)
     it,  # the program's key blocks before this tile
     tc,  # the program's tiles before this one
+    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot)
+    where,  # VARLEN: flash_ws_parts.document_tile's (h, kv_h, lse_row, n_q, n_k, H)
     WG: gl.constexpr,
     FLIP: gl.constexpr,
     CAUSAL: gl.constexpr,
     SEP_O: gl.constexpr,
     WINDOW: gl.constexpr,
+    VARLEN: gl.constexpr,
 ):
     """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
     q_smem, o_smem, k_smem, v_smem = smem
@@ -233,6 +379,12 @@ def _consumer_tile(
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
+    # VARLEN: a document's last key block may hold the next document's keys: masked by key position (the
+    # causal diagonal does it under CAUSAL), and a row may see no key (keys past the end, fewer than its queries).
+    KEY_END: gl.constexpr = VARLEN and not CAUSAL
+    key_end = 0
+    if VARLEN:
+        key_end = where[4]
     q = q_smem.index(WG)
     rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
@@ -257,10 +409,13 @@ def _consumer_tile(
         causal_off=causal_off,
         left_off=left_off,
         qk_scale=qk_scale,
-        MASK=CAUSAL or WINDOW,
+        MASK=CAUSAL or WINDOW or VARLEN,
         BLOCK_N=BLOCK_N,
         WINDOW=WINDOW,
         P_SHIFT=P_SHIFT,
+        VARLEN=VARLEN,
+        KEY_END=KEY_END,
+        key_end=key_end,
     )
     if FP8:
         p = p_new
@@ -333,10 +488,13 @@ def _consumer_tile(
             causal_off=causal_off,
             left_off=left_off,
             qk_scale=qk_scale,
-            MASK=CAUSAL,
+            MASK=CAUSAL or VARLEN,
             FLIP=FLIP,
             WINDOW=WINDOW,
             P_SHIFT=P_SHIFT,
+            VARLEN=VARLEN,
+            KEY_END=KEY_END,
+            key_end=key_end,
         )
     if SEP_O:
         mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
@@ -348,23 +506,60 @@ def _consumer_tile(
     acc = pv_wait(acc, pa)
     mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))
 
-    # Every row saw at least one key (Nk >= Nq for causal; a window holds the row's own key), so l > 0.
-    lse = m_i + gl.log2(l_i)
-    if FP8:
-        lse = lse - P_SHIFT
-    gl.store(LSE + q_row + WG * ROWS + gl.arange(0, ROWS, row_s), lse)
+    if VARLEN:  # rows that see no key output 0 with LSE2 = +inf (flash_v2's contract); rows before the
+        # document (a first partial tile) are not stored
+        empty = l_i == 0.0
+        l_i = gl.where(empty, 1.0, l_i)
+        lse = gl.where(empty, float("inf"), m_i + gl.log2(l_i))
+        gl.store(LSE + where[2] + WG * ROWS + gl.arange(0, ROWS, row_s), lse, mask=rows >= 0)
+    else:
+        # Every row saw at least one key (Nk >= Nq for causal; a window holds the row's own key), so l > 0.
+        lse = m_i + gl.log2(l_i)
+        if FP8:
+            lse = lse - P_SHIFT
+        gl.store(LSE + q_row + WG * ROWS + gl.arange(0, ROWS, row_s), lse)
     if FP8:
         out = acc * gl.convert_layout(v_scale / l_i, row_o)[:, None]
     else:
         out = acc / gl.convert_layout(l_i, row_o)[:, None]
-    o_buf = o_smem.index(WG)  # without SEP_O, this is the warpgroup's Q buffer, no longer read
+    if VARLEN:
+        o_col = where[0] * HEAD_DIM
+        if q_pos + WG * ROWS >= 0:
+            _store_tile(out, o_smem, od, q_row, o_col, q_empty, WG, SEP_O)
+        else:  # the warpgroup's rows start in the previous document: a masked store of its own rows
+            _store_rows(out.to(od.dtype), docs[3], q_row + WG * ROWS, o_col, rows >= 0, where[5] * HEAD_DIM)
+            if not SEP_O:
+                mbarrier.arrive(q_empty)
+    else:
+        _store_tile(out, o_smem, od, q_row, 0, q_empty, WG, SEP_O)
+
+
+@gluon.jit
+def _store_tile(out, o_smem, od, q_row, col, q_empty, WG: gl.constexpr, SEP_O: gl.constexpr):
+    """Warpgroup WG's out (fp32) into O at [q_row + its first row, col] through its output buffer (without SEP_O,
+    its Q buffer, no longer read) and TMA; without SEP_O, the buffer is released to the next tile's Q once the
+    store is done."""
+    o_buf = o_smem.index(WG)
     tma.store_wait(0)  # the previous tile's output has left this buffer
     o_buf.store(out.to(od.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(od, [q_row + WG * ROWS, 0], o_buf)
+    tma.async_copy_shared_to_global(od, [q_row + WG * o_buf.shape[0], col], o_buf)
     if not SEP_O:
         tma.store_wait(0)
         mbarrier.arrive(q_empty)
+
+
+@gluon.jit
+def _store_rows(out, O, row, col, keep, width):
+    """VARLEN: out [64, D] (the accumulator's layout) into rows row, row + 1, ... of O [total_q, width] at column
+    col, the rows where `keep` holds (the tile's rows inside its document). A TMA store cannot stop at a
+    document's start, and only a document's first tile crosses one (tiles end at the document's end)."""
+    layout: gl.constexpr = out.type.layout
+    HEAD_DIM: gl.constexpr = out.shape[1]
+    r = gl.arange(0, out.shape[0], gl.SliceLayout(1, layout))
+    c = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, layout))
+    ptrs = O + (row + r).to(gl.int64)[:, None] * width + col + c[None, :]
+    gl.store(ptrs, out, mask=gl.convert_layout(keep, gl.SliceLayout(1, layout))[:, None])
 
 
 @gluon.jit
@@ -387,6 +582,11 @@ def _attn_fwd_ws(
     V_DESCALE,
     TILES,  # int32 [programs, ROUNDS]: each persistent program's tiles in order (flash_ws.lpt_table)
     ROUNDS,  # 0: no table, round-robin
+    CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
+    CU_K,  # VARLEN: the same for the keys; else None
+    NUM_DOCS,  # VARLEN: documents; else None
+    OUT,  # VARLEN: O [total_q, H, D] (the masked store of a tile that starts before its document); else None
+    COUNTER,  # VARLEN == WALK: int32 [2], zero: the walk's next tile, the programs done; else unused (or None)
     HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,  # K/V ring stages
@@ -397,6 +597,9 @@ def _attn_fwd_ws(
     WINDOW: gl.constexpr,  # a sliding window's left limit (with CAUSAL: flash-attn's window (WIN_LEFT, 0))
     CONSUMER_REGS: gl.constexpr,  # registers per thread (setmaxnreg) of the consumers and of the producer
     PRODUCER_REGS: gl.constexpr,
+    # Packed documents: Q, K, V, O [total, H * D], one document per tile (B = 1, N = total); 1: a program per tile,
+    # WALK (2): persistent programs take the tiles through COUNTER (flash_ws_parts._load_walk)
+    VARLEN: gl.constexpr,
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -437,23 +640,28 @@ def _attn_fwd_ws(
     bars = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns)
     sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, TILES, ROUNDS)
     scales = (qk_scale, Q_DESCALE, K_DESCALE, V_DESCALE)
+    if VARLEN == WALK:  # slot: the tile the producer took for its consumers (flash_ws_parts._load_walk)
+        slot = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        docs = (CU_Q, CU_K, NUM_DOCS, OUT, COUNTER, slot)
+    else:  # no walk: COUNTER (None, or VARLEN's prefix sums again) stands in for the slot, unused
+        docs = (CU_Q, CU_K, NUM_DOCS, OUT, COUNTER, COUNTER)
     # Constexprs go into the partitions' tuples as written here: a tuple held in a variable makes them tensors.
     if NUM_WG == 3:
         gl.warp_specialize(
             [
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
+                    (smem, bars, od, LSE, sched, scales, docs, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
+                    (smem, bars, od, LSE, sched, scales, docs, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 2, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
+                    (smem, bars, od, LSE, sched, scales, docs, 2, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
                 ),
-                (load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
+                (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -463,13 +671,13 @@ def _attn_fwd_ws(
             [
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
+                    (smem, bars, od, LSE, sched, scales, docs, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW),
+                    (smem, bars, od, LSE, sched, scales, docs, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
                 ),
-                (load_partition, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS, WINDOW)),
+                (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],

@@ -2,6 +2,10 @@
 runs, which key blocks a tile visits (bounded by the causal diagonal and a sliding window's left edge), the
 producer warp that streams them, and the online-softmax step on one score tile with its masks.
 
+VARLEN (packed documents, varlen_ws.py): document_tile places a tile in its document on the device; a persistent
+program's producer takes its tiles from an atomic counter and hands them to its consumers (_load_walk,
+take_tile).
+
 FP8 (e4m3, the kernel's mode when its descriptors hold e4m3): the V ring holds V^T tiles [D, BLOCK_N] read from
 V^T [B * H_KV * D, N_K] (keys contiguous: the K-major B operand e4m3 wgmma needs for P V); K tiles arrive with
 their rows in key_order, so that P reaches P V without crossing threads (p_operand); P is shifted by 2^8 before
@@ -13,6 +17,9 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
+
+# The kernel's VARLEN mode of a persistent walk over packed documents (_load_walk; 1: a program per tile)
+WALK: gl.constexpr = gl.constexpr(2)
 
 
 @gluon.jit
@@ -63,6 +70,70 @@ def tile(
 
 
 @gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def document_tile(t, sched, docs, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """VARLEN: tile t of a packed batch, (live, q_pos, q_row, kv_row, n_blocks, full_blocks, where) with where =
+    (h, kv_h, lse_row, n_q, n_k, H): tile t is walk position t % num_m of head t // num_m, and the walk visits
+    each document's cdiv(n_q, BM) query tiles (the last, which sees the most keys under a causal mask, first),
+    so a tile holds rows of one document (common.document_block's walk and clamps, found on the device: no
+    host read). Rows past cu_seqlens_q[-1] are one more document with no keys; a walk position past the last
+    tile is not live. Tiles end at the document's last row (the first may start in the previous document), K/V
+    blocks start at its first key, so the last block may run into the next document (masked by key position);
+    a tile whose rows see no key still visits one block (every score masked: output 0). Q, K, V and O are read
+    as [total, heads * D]: head h is the column block h * D (K/V: kv_h), q_row and kv_row are rows of the packed
+    tensors; the LSE of the tile's first row is at lse_row of [H, total_q]."""
+    num_m, BH, H, GROUP, N_Q, N_K, _, _, _ = sched
+    CU_Q, CU_K, NUM_DOCS, _ = docs
+    # 32 documents a step, one per lane, every warp holding the whole chunk: the sums and the scan stay within
+    # a warp (64 a step spread them over two warps: shared memory and barriers, values kept in local memory)
+    CHUNK: gl.constexpr = 32
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    h = t // num_m
+    pid = t - h * num_m
+    base = 0  # blocks of the documents before this chunk
+    doc = 0
+    row0 = 0
+    n_q = 0
+    block = 0
+    for c in range(0, NUM_DOCS + 1, CHUNK):
+        idx = c + gl.arange(0, CHUNK, layout)
+        start = gl.load(CU_Q + idx, mask=idx <= NUM_DOCS, other=0)
+        end = gl.load(CU_Q + idx + 1, mask=idx < NUM_DOCS, other=N_Q)  # the last document ends at N_Q
+        start = gl.minimum(gl.maximum(start, 0), N_Q)
+        size = gl.maximum(gl.minimum(gl.maximum(end, 0), N_Q) - start, 0)
+        blocks = gl.where(idx <= NUM_DOCS, (size + BM - 1) // BM, 0)
+        first = base + gl.associative_scan(blocks, 0, _add) - blocks  # the walk's index of each first block
+        hit = (first <= pid) & (pid < first + blocks)  # at most one document holds pid
+        doc += gl.sum(gl.where(hit, idx, 0), 0)
+        row0 += gl.sum(gl.where(hit, start, 0), 0)
+        n_q += gl.sum(gl.where(hit, size, 0), 0)
+        if CAUSAL:
+            block += gl.sum(gl.where(hit, first + blocks - 1 - pid, 0), 0)
+        else:
+            block += gl.sum(gl.where(hit, pid - first, 0), 0)
+        base += gl.sum(blocks, 0)
+    k0 = gl.minimum(gl.maximum(gl.load(CU_K + doc), 0), N_K)
+    k_end = gl.minimum(gl.maximum(gl.load(CU_K + gl.minimum(doc + 1, NUM_DOCS)), 0), N_K)
+    n_k = gl.where(doc < NUM_DOCS, gl.maximum(k_end - k0, 0), 0)
+    live = (n_q > 0) & (h < BH)
+    q_pos = n_q - (gl.cdiv(n_q, BM) - block) * BM
+    causal_off = n_k - n_q
+    if CAUSAL:
+        n_blocks = gl.cdiv(gl.minimum(n_k, q_pos + BM + causal_off), BLOCK_N)
+        full_blocks = gl.minimum(gl.maximum(q_pos + causal_off + 1, 0) // BLOCK_N, n_blocks)
+    else:
+        n_blocks = gl.cdiv(n_k, BLOCK_N)
+        full_blocks = n_k // BLOCK_N
+    n_blocks = gl.maximum(n_blocks, 1)
+    where = (h, h // GROUP, h * N_Q + row0 + q_pos, n_q, n_k, H)
+    return live, q_pos, row0 + q_pos, k0, n_blocks, full_blocks, where
+
+
+@gluon.jit
 def rounds(sched):
     """How many tiles this program walks (the last may be past the end): the schedule table's width when sched
     has one (ROUNDS > 0), else round-robin's share."""
@@ -88,63 +159,171 @@ def round_tile(tc, sched):
 
 @gluon.jit
 def load_partition(
-    descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr, WINDOW: gl.constexpr
+    descs,
+    smem,
+    bars,
+    sched,
+    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot); else unused
+    CAUSAL: gl.constexpr,
+    SCHED_HEADS: gl.constexpr,
+    WINDOW: gl.constexpr,
+    VARLEN: gl.constexpr,
 ):
     """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
     (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
     that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
     the program's tiles, so the ring and its barrier phases run on from one tile into the next."""
+    qd, _, _ = descs
+    q_smem, _, k_smem, _ = smem
+    num_m, BH, _, _, _, N_K, _, _, _ = sched
+    NUM_WG: gl.constexpr = q_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    ROWS: gl.constexpr = qd.block_type.shape[0]
+    BM: gl.constexpr = NUM_WG * ROWS
+    if VARLEN == WALK:
+        _load_walk(descs, smem, bars, sched, docs, CAUSAL)
+    else:
+        it = 0
+        n_tiles = num_m * BH
+        for tc in range(rounds(sched)):
+            t = round_tile(tc, sched)
+            if VARLEN:
+                live, _, q_row, kv_row, n_blocks, _, where = document_tile(
+                    t, sched, docs, BM, BLOCK_N, CAUSAL
+                )
+                first = 0
+                kv_bh = 0
+                q_col = where[0] * HEAD_DIM
+                kv_col = where[1] * HEAD_DIM
+            else:
+                live = t < n_tiles
+            if live:
+                if not VARLEN:
+                    _, q_row, kv_bh, first, n_blocks, _, _ = tile(
+                        t=t,
+                        sched=sched,
+                        BM=BM,
+                        BLOCK_N=BLOCK_N,
+                        CAUSAL=CAUSAL,
+                        SCHED_HEADS=SCHED_HEADS,
+                        WINDOW=WINDOW,
+                    )
+                    kv_row = kv_bh * N_K
+                    q_col = 0
+                    kv_col = 0
+                _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks)
+                it += n_blocks - first
+
+
+@gluon.jit
+def _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks):
+    """The producer's tile tc: its query slices (rows q_row.., columns q_col..), then its key blocks [first,
+    n_blocks) (rows kv_row + j * BLOCK_N.., columns kv_col..; FP8: V^T's rows of K/V head kv_bh), the program's
+    key blocks it, it + 1, ..."""
     qd, kd, vd = descs
     q_smem, _, k_smem, v_smem = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
-    num_m, BH, _, _, _, N_K, _, _, _ = sched
     NUM_WG: gl.constexpr = q_smem.shape[0]
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     ROWS: gl.constexpr = qd.block_type.shape[0]
-    BM: gl.constexpr = NUM_WG * ROWS
-    it = 0
+    # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
+    mbarrier.wait(q_empty, (tc & 1) ^ 1)
+    mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
+    # Rows before row 0 (a first partial tile) arrive as zeros or another head's (VARLEN: document's) rows, and
+    # go unused.
+    for i in gl.static_range(NUM_WG):
+        tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, q_col], q_bar, q_smem.index(i))
+    for j in range(first, n_blocks):
+        s = (it + j - first) % STAGES
+        free_phase = (((it + j - first) // STAGES) & 1) ^ 1
+        mbarrier.wait(empty_bars.index(s), free_phase)
+        mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
+        if kd.dtype.is_fp8():  # the K tile's rows in key_order's order (key_order's docstring)
+            k_at = [(kv_row + j * BLOCK_N) // 16, 0, 0, 0, 0]
+            k_dst = k_smem.index(s)._reinterpret(kd.dtype, kd.block_type.shape, kd.layout)
+        else:
+            k_at = [kv_row + j * BLOCK_N, kv_col]
+            k_dst = k_smem.index(s)
+        tma.async_copy_global_to_shared(kd, k_at, k_bars.index(s), k_dst)
+        mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
+        mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
+        if vd.dtype.is_fp8():  # V^T: the tile [D, BLOCK_N] of keys j * BLOCK_N, ...
+            v_at = [kv_bh * HEAD_DIM, j * BLOCK_N]
+        else:
+            v_at = [kv_row + j * BLOCK_N, kv_col]
+        tma.async_copy_global_to_shared(vd, v_at, v_bars.index(s), v_smem.index(s))
+
+
+@gluon.jit
+def _load_walk(descs, smem, bars, sched, docs, CAUSAL: gl.constexpr):
+    """VARLEN, persistent: the producer takes the walk's next tile from COUNTER (an atomic add: the programs
+    take tiles as they free up, in the walk's order, the way the hardware hands out the blocks of a grid) and
+    tells its consumers through `slot` (written before q_bar's arrival, read after its wait); walk positions past
+    a head's last tile it skips, and the end of the walk it tells with a tile past the last and a bare arrival on
+    q_bar. The last program out resets
+    COUNTER for the next launch."""
+    q_smem, _, k_smem, _ = smem
+    q_bar, q_empty, _, _, _, _ = bars
+    num_m, BH, _, _, _, _, _, _, _ = sched
+    COUNTER = docs[4]
+    slot = docs[5]
+    BM: gl.constexpr = q_smem.shape[0] * descs[0].block_type.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
     n_tiles = num_m * BH
-    for tc in range(rounds(sched)):
-        t = round_tile(tc, sched)
-        if t < n_tiles:
-            _, q_row, kv_bh, first, n_blocks, _, _ = tile(
-                t=t,
-                sched=sched,
-                BM=BM,
-                BLOCK_N=BLOCK_N,
-                CAUSAL=CAUSAL,
-                SCHED_HEADS=SCHED_HEADS,
-                WINDOW=WINDOW,
-            )
-            kv_row = kv_bh * N_K
-            # A fresh barrier counts as having completed the phase before phase 0: the first waits are free.
+    it = 0
+    tc = 0
+    t = gl.atomic_add(COUNTER, 1, sem="relaxed")  # only the count is shared: no ordering
+    while t < n_tiles:
+        live, _, q_row, kv_row, n_blocks, _, where = document_tile(t, sched, docs, BM, BLOCK_N, CAUSAL)
+        if live:
             mbarrier.wait(q_empty, (tc & 1) ^ 1)
-            mbarrier.expect(q_bar, NUM_WG * qd.block_type.nbytes)
-            # Rows before row 0 (a first partial tile) arrive as zeros or another head's rows, and go unused.
-            for i in gl.static_range(NUM_WG):
-                tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, 0], q_bar, q_smem.index(i))
-            for j in range(first, n_blocks):
-                s = (it + j - first) % STAGES
-                free_phase = (((it + j - first) // STAGES) & 1) ^ 1
-                mbarrier.wait(empty_bars.index(s), free_phase)
-                mbarrier.expect(k_bars.index(s), kd.block_type.nbytes)
-                if kd.dtype.is_fp8():  # the K tile's rows in key_order's order (key_order's docstring)
-                    k_at = [(kv_row + j * BLOCK_N) // 16, 0, 0, 0, 0]
-                    k_dst = k_smem.index(s)._reinterpret(kd.dtype, kd.block_type.shape, kd.layout)
-                else:
-                    k_at = [kv_row + j * BLOCK_N, 0]
-                    k_dst = k_smem.index(s)
-                tma.async_copy_global_to_shared(kd, k_at, k_bars.index(s), k_dst)
-                mbarrier.wait(empty_bars.index(STAGES + s), free_phase)
-                mbarrier.expect(v_bars.index(s), vd.block_type.nbytes)
-                if vd.dtype.is_fp8():  # V^T: the tile [D, BLOCK_N] of keys j * BLOCK_N, ...
-                    v_at = [kv_bh * HEAD_DIM, j * BLOCK_N]
-                else:
-                    v_at = [kv_row + j * BLOCK_N, 0]
-                tma.async_copy_global_to_shared(vd, v_at, v_bars.index(s), v_smem.index(s))
-            it += n_blocks - first
+            _put(slot, t)
+            _load_tile(
+                descs,
+                smem,
+                bars,
+                tc,
+                it,
+                q_row,
+                where[0] * HEAD_DIM,
+                kv_row,
+                where[1] * HEAD_DIM,
+                0,
+                0,
+                n_blocks,
+            )
+            it += n_blocks
+            tc += 1
+        t = gl.atomic_add(COUNTER, 1, sem="relaxed")
+    mbarrier.wait(q_empty, (tc & 1) ^ 1)
+    _put(slot, n_tiles)
+    mbarrier.arrive(q_bar)
+    if gl.atomic_add(COUNTER + 1, 1) == gl.num_programs(0) - 1:
+        gl.atomic_xchg(COUNTER, 0)
+        gl.atomic_xchg(COUNTER + 1, 0)
+
+
+@gluon.jit
+def _put(slot, t):
+    """t into the one-int32 shared-memory slot (every lane writes the same value)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    slot.store(gl.full([1], t, gl.int32, layout))
+
+
+@gluon.jit
+def take_tile(q_bar, slot, tc):
+    """VARLEN, persistent: a consumer's tile tc of the walk, from the producer's slot once q_bar's phase tc has
+    completed; every warp has read it before any goes on (the producer rewrites it once every consumer has
+    released the tile)."""
+    mbarrier.wait(q_bar, tc & 1)
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    t = gl.max(slot.load(layout), 0)
+    gl.thread_barrier()
+    return t
 
 
 @gluon.jit
@@ -252,6 +431,9 @@ def softmax(
     BLOCK_N: gl.constexpr,
     WINDOW: gl.constexpr,
     P_SHIFT: gl.constexpr = 0.0,  # p and l are times 2^P_SHIFT (FP8: 8, flash_fp8.py's shift into e4m3's range)
+    VARLEN: gl.constexpr = False,  # a document of a packed batch: a masked row may have seen no key yet
+    KEY_END: gl.constexpr = False,  # the mask is the key end (VARLEN without CAUSAL), not the diagonal
+    key_end=0,  # KEY_END: the document's keys
 ):
     """Online-softmax step on a fp32 score tile: (p, alpha, l, m); the scale is applied after the row max."""
     if MASK:
@@ -259,14 +441,17 @@ def softmax(
         if P_SHIFT != 0.0:  # FP8: the columns hold the keys in key_order
             cols = key_order(cols)
         cols = start_n + cols
-        s = gl.where(cols[None, :] <= rows[:, None] + causal_off, s, float("-inf"))
+        if KEY_END:
+            s = gl.where(cols[None, :] < key_end, s, float("-inf"))
+        else:
+            s = gl.where(cols[None, :] <= rows[:, None] + causal_off, s, float("-inf"))
         if WINDOW:
             s = gl.where(cols[None, :] >= rows[:, None] + left_off, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     m_use = m_new
-    if (
-        WINDOW
-    ):  # a row whose window starts past this block has seen no key yet: m = -inf, subtract 0 (not NaN)
+    if WINDOW or (VARLEN and MASK):
+        # a row whose window starts past this block (or that sees no key of its document) has seen no key yet:
+        # m = -inf, subtract 0 (not NaN)
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
     m_p = m_use
     if P_SHIFT != 0.0:

@@ -5,8 +5,8 @@
     cu_seqlens_q, cu_seqlens_k   int32 [B + 1] prefix sums: document b holds rows [cu[b], cu[b + 1])
 
 Each document attends only to itself: a packed training batch with a document mask (block-diagonal, causal within
-each document) is one call. The kernels are flash_v2's forward and backward_dkdv / backward_dq's passes with
-VARLEN set: the tensors are read as one [1, H, total, D] batch, and every program finds its document and block on
+each document) is one call. The kernels are flash_v2's forward (on Hopper flash_ws's Gluon forward, see the
+cautions) and backward_dkdv / backward_dq's passes with VARLEN set: the tensors are read as one [1, H, total, D] batch, and every program finds its document and block on
 the device (common.document_block), so no program straddles two documents, blocks outside the documents are
 never visited and a launch reads no value on the host (it can run under a CUDA graph). Inside a document the
 kernels are the uniform ones: the same key ranges, masks and recompute backward.
@@ -18,9 +18,13 @@ Cautions:
   - validate=False (the default) reads nothing on the host. The kernels clamp every offset into the tensors, so
     bad cu_seqlens give wrong numbers, never an access out of bounds; validate=True checks them (one sync).
   - Rows past cu_seqlens[-1] belong to no document: their outputs and gradients are 0.
-  - max_seqlen_q / max_seqlen_k only pick the autotuned config (its length bucket); the grid is sized from the
-    tensors: sum over documents of cdiv(length, BLOCK) <= (total + (B + 1) (BLOCK - 1)) // BLOCK programs.
-  - The tl kernels through pointers everywhere for now, Hopper included (no TMA, no Gluon path).
+  - max_seqlen_q / max_seqlen_k only pick the kernel (below) and the autotuned config (its length bucket); the
+    grid is sized from the tensors: sum over documents of cdiv(length, BLOCK) <= (total + (B + 1) (BLOCK - 1)) // BLOCK programs.
+  - The forward on Hopper (fp16/bf16, contiguous, no window, head dims and longest documents where flash_attn
+    takes the Gluon forward: flash_ws.GLUON_MIN_SEQ on max(max_seqlen_q, max_seqlen_k)) is flash_ws's Gluon
+    kernel in its VARLEN mode (varlen_ws.py); {"kernel": "gluon-ws", ...} forces it. Elsewhere, and the
+    backward everywhere, the tl kernels through pointers (no TMA: a descriptor's zero fill stops at the
+    tensor's end, not at a document's).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 import torch
 
+from . import varlen_ws
 from .backward import _bwd_preprocess
 from .backward_dkdv import _bwd_dkdv
 from .backward_dq import _bwd_dq
@@ -40,6 +45,7 @@ from .common import (
     cdiv,
     check_inputs,
     check_window,
+    document_walk,
     seq_bucket,
     unit_stride,
     window_flags,
@@ -53,11 +59,6 @@ _NAME = "flash_attn_varlen"
 
 def _refuse(message: str) -> None:
     raise KernelUnsupported(f"{_NAME}: {message}")
-
-
-def _walk(total: int, docs: int, block: int) -> int:
-    """Programs that cover every block of `docs` documents of `total` rows and the rows past them."""
-    return max(1, (total + (docs + 1) * (block - 1)) // block)
 
 
 def _packed(t: torch.Tensor) -> torch.Tensor:
@@ -106,16 +107,35 @@ class _Plan:
 
 
 class _Forward(_Plan):
-    """The forward's launch (its config picked on the first call)."""
+    """The forward's launch: the Gluon kernel's plan (varlen_ws) where `gluon`, else the tl kernel's (its config
+    picked on the first call)."""
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, config: dict[str, Any] | None, *args: Any) -> None:
-        super().__init__(q, k, *args)
-        Tq, docs, H = q.shape[0], self.docs, self.heads[0]
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        config: dict[str, Any] | None,
+        gluon: bool,
+        docs: int,
+        causal: bool,
+        window: tuple[int, int] | None,
+        bucket: int,
+    ) -> None:
+        super().__init__(q, k, docs, causal, window, bucket)
+        self.gluon: varlen_ws.VarlenPlan | None = None
+        if gluon:
+            try:
+                self.gluon = varlen_ws.VarlenPlan(q, k, v, docs, causal, config, window)
+            except ValueError as exc:
+                raise KernelUnsupported(f"{_NAME}: {exc}") from None
+            return
+        Tq, H = q.shape[0], self.heads[0]
         self.call = TunedCall(
             name="fwd_varlen",
             kind="fwd",
             kernel=_attn_fwd,
-            grid=lambda meta: (_walk(Tq, docs, meta["BLOCK_M"]), H),
+            grid=lambda meta: (document_walk(Tq, docs, meta["BLOCK_M"]), H),
             constexprs=self.constexprs,
             space=FWD_SPACE,
             forced=config,
@@ -131,6 +151,10 @@ class _Forward(_Plan):
         cu_k: torch.Tensor,
         scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.gluon is not None:
+            o, lse, cfg = self.gluon.run(q, k, v, cu_q, cu_k, scale)
+            _set_last_config(cfg)
+            return o, lse
         o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
         q4, k4, v4, o4 = (_packed(t) for t in (q, k, v, o))
@@ -160,7 +184,7 @@ class _Backward(_Plan):
             name="dkdv_varlen",
             kind="dkdv",
             kernel=_bwd_dkdv,
-            grid=lambda meta: (_walk(Tk, docs, meta["BLOCK_N"]), Hkv),
+            grid=lambda meta: (document_walk(Tk, docs, meta["BLOCK_N"]), Hkv),
             constexprs=bwd,
             space=BWD_DKDV_SPACE,
             interpret_config=INTERPRET_BWD,
@@ -169,7 +193,7 @@ class _Backward(_Plan):
             name="dq_varlen",
             kind="dq",
             kernel=_bwd_dq,
-            grid=lambda meta: (_walk(Tq, docs, meta["BLOCK_M"]), H),
+            grid=lambda meta: (document_walk(Tq, docs, meta["BLOCK_M"]), H),
             constexprs=bwd,
             space=BWD_DQ_SPACE,
             interpret_config=INTERPRET_BWD,
@@ -293,7 +317,7 @@ def flash_attn_varlen(
     config). causal and window=(left, right): as flash_attn's, aligned bottom-right within each document.
     D in 32/64/128/256; fp16, bf16 or fp32 (fp32 and the CPU interpreter are for testing). validate: check the
     prefix sums' values on the host (one device sync; see the module docstring). config: force the forward's
-    config (as flash_attn's). Raises KernelUnsupported naming what is unsupported.
+    config (as flash_attn's: a tl tile, or {"kernel": "gluon-ws", ...}). Raises KernelUnsupported naming what is unsupported.
     """
     for label, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
@@ -307,7 +331,8 @@ def flash_attn_varlen(
     docs = _check_lengths(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q.device)
     q4, k4, v4, scale = check_inputs(_NAME, _packed(q), _packed(k), _packed(v), causal, sm_scale)
     window = check_window(_NAME, window, causal)
-    if config is not None:
+    forced_gluon = isinstance(config, dict) and config.get("kernel") == "gluon-ws"
+    if config is not None and not forced_gluon:
         config = normalize_config(_NAME, config)
     if torch.compiler.is_compiling():
         _refuse("not supported under torch.compile yet (call it eagerly)")
@@ -324,7 +349,9 @@ def flash_attn_varlen(
         env_key(),
     )
     plan = (docs, causal, window, bucket)
-    forward = _FORWARDS.get((*key, config_key(config)), q, k, config, *plan)
+    longest = max(max_seqlen_q, max_seqlen_k)
+    gluon = forced_gluon if config is not None else varlen_ws.preferred(q, k, v, causal, window, longest)
+    forward = _FORWARDS.get((*key, config_key(config), gluon), q, k, v, config, gluon, *plan)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, forward, key, plan)
     return forward.run(q, k, v, cu_seqlens_q, cu_seqlens_k, scale)[0]

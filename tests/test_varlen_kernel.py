@@ -13,11 +13,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from flashbench.kernels import KernelUnsupported, flash_attn, flash_attn_varlen
+from flashbench.kernels import (
+    KernelUnsupported,
+    flash_attn,
+    flash_attn_varlen,
+    flash_ws,
+    last_config,
+    varlen_ws,
+)
+from flashbench.kernels.common import document_walk
 
 from flashbench.engine import correctness
 
 HAS_CUDA = torch.cuda.is_available()
+HOPPER = HAS_CUDA and torch.cuda.get_device_capability()[0] == 9
+GLUON = {"kernel": "gluon-ws"}  # forces the Gluon forward (varlen_ws.py)
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 FP32_IEEE = 1e-6  # the kernels' fp32 dots are IEEE fp32, as in test_kernels.py
 KERNELS = Path(inspect.getfile(flash_attn_varlen)).parent
@@ -68,10 +78,11 @@ def per_document(results, q, k, v, do, lq, lk, *, causal, window=None):
     return tally.verdict(q.dtype)
 
 
-def check(lengths, h, hkv, d, dtype, *, causal, window=None, validate=False):
+def check(lengths, h, hkv, d, dtype, *, causal, window=None, validate=False, config=None):
     lq, lk = lengths[0], lengths[1] or lengths[0]
     q, k, v, do = inputs(lq, lk, h, hkv, d, dtype)
-    results = run(q, k, v, do, prefix(lq), prefix(lk), causal=causal, window=window, validate=validate)
+    kw = dict(causal=causal, window=window, validate=validate, config=config)
+    results = run(q, k, v, do, prefix(lq), prefix(lk), **kw)
     verdict = per_document(results, q, k, v, do, lq, lk, causal=causal, window=window)
     assert verdict.ok, f"{verdict.reason}; {verdict.describe()}"
     if dtype == torch.float32:
@@ -237,20 +248,26 @@ def test_bf16_documents_at_the_issue_shape_class_within_budget(causal):
     """d = 128, GQA 8:2, documents of 256..4096 tokens packed to ~16k (the issue's shape class, fewer heads)."""
     lengths = torch.randint(256, 4097, (7,), generator=torch.Generator().manual_seed(0)).tolist()
     check((lengths, None), 8, 2, 128, torch.bfloat16, causal=causal, validate=True)
+    if HOPPER:  # the Gluon forward's lengths at d = 128 (flash_ws.GLUON_MIN_SEQ)
+        assert last_config()["kernel"] == "gluon-ws"
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
-def test_captured_in_a_cuda_graph_it_follows_new_lengths():
+@pytest.mark.parametrize("config", [None, GLUON], ids=["default", "gluon"])
+def test_captured_in_a_cuda_graph_it_follows_new_lengths(config):
     """validate=False needs no host sync, so the forward and backward capture in a CUDA graph; replayed after the
-    prefix sums change in place (same shapes), the graph computes the new documents."""
+    prefix sums change in place (same shapes), the graph computes the new documents (the tl forward, and the Gluon
+    one on Hopper)."""
+    if config is not None and not HOPPER:
+        pytest.skip("the Gluon forward needs a Hopper GPU")
     lq, new = [300, 1, 211, 512], [100, 400, 24, 500]
     q, k, v, do = inputs(lq, lq, 4, 2, 64, torch.float16)
     cu = prefix(lq)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
 
     def step():
-        out = flash_attn_varlen(*leaves, cu, cu, 512, 512, causal=True)
+        out = flash_attn_varlen(*leaves, cu, cu, 512, 512, causal=True, config=config)
         return (out, *torch.autograd.grad(out, leaves, do))
 
     stream = torch.cuda.Stream()
@@ -267,3 +284,148 @@ def test_captured_in_a_cuda_graph_it_follows_new_lengths():
     results = dict(zip(("out", "dq", "dk", "dv"), captured, strict=True))
     verdict = per_document(results, q, k, v, do, new, new, causal=True)
     assert verdict.ok, f"{verdict.reason}; {verdict.describe()}"
+
+
+# The Gluon forward (varlen_ws.py, forced): documents shorter than its 128-row tiles, of one token, empty, crossing
+# a tile, one tile exactly; fewer and more keys than queries (CROSS); GQA and MQA; each head dim; a program per
+# tile (not causal by default) and the persistent walk (causal by default; d = 256 without buffers of its own for
+# O). The backward is the tl kernels', reading the Gluon forward's LSE: the gradients check it.
+GLUON_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal, config)
+    (SELF, 4, 2, 128, torch.float16, True, {}),
+    (CROSS, 4, 1, 128, torch.bfloat16, False, {}),
+    (CROSS, 8, 2, 64, torch.float16, True, {}),
+    (SELF, 2, 2, 256, torch.bfloat16, True, {}),
+    (SELF, 4, 2, 128, torch.bfloat16, True, {"PERSISTENT": 0, "STAGES": 3}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon forward needs a Hopper GPU")
+@pytest.mark.parametrize(
+    "lengths,h,hkv,d,dtype,causal,config",
+    GLUON_CASES,
+    ids=[
+        f"gluon-{'self' if c[0] is SELF else 'cross'}-h{c[1]}kv{c[2]}-d{c[3]}-{str(c[4])[-4:]}-c{int(c[5])}"
+        + ("-per-tile" if c[6] else "")
+        for c in GLUON_CASES
+    ],
+)
+def test_gluon_forward_every_document_within_budget(lengths, h, hkv, d, dtype, causal, config):
+    check(lengths, h, hkv, d, dtype, causal=causal, config={**GLUON, **config})
+    assert last_config() == {**varlen_ws.default_config(d, causal), **config, **GLUON}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon forward needs a Hopper GPU")
+def test_gluon_walk_takes_every_tile_on_every_call():
+    """Three programs walk every tile of 4 heads (the counter hands each tile out once), and its last program
+    resets the counter: a second and a third call give the first call's output, bitwise."""
+    lq = SELF[0]
+    q, k, v, do = inputs(lq, lq, 4, 2, 128, torch.float16, seed=3)
+    cu = prefix(lq)
+    config = {**GLUON, "PROGRAMS": 3}
+    first = flash_attn_varlen(q, k, v, cu, cu, max(lq), max(lq), causal=True, config=config)
+    assert last_config()["PERSISTENT"] == 1
+    verdict = per_document({"out": first}, q, k, v, do, lq, lq, causal=True)
+    assert verdict.ok, verdict.describe()
+    for _ in range(2):
+        again = flash_attn_varlen(q, k, v, cu, cu, max(lq), max(lq), causal=True, config=config)
+        assert torch.equal(again, first)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon forward needs a Hopper GPU")
+def test_gluon_forward_rows_past_the_last_document_get_zero_output():
+    lq = [200, 75]
+    q, k, v, do = inputs(lq, lq, 2, 2, 128, torch.bfloat16, extra_rows=60)
+    results = run(q, k, v, do, prefix(lq), prefix(lq), causal=True, config=GLUON)
+    for name, t in results.items():
+        assert torch.isfinite(t).all(), name
+        assert (t[sum(lq) :] == 0).all(), name
+    docs = {n: t[: sum(lq)] for n, t in results.items()}
+    verdict = per_document(docs, *(t[: sum(lq)] for t in (q, k, v, do)), lq, lq, causal=True)
+    assert verdict.ok, verdict.describe()
+
+
+class _Routed(Exception):
+    """Raised by a stubbed Gluon plan's run: the call took the Gluon forward."""
+
+
+@pytest.fixture
+def gluon_stub(monkeypatch):
+    """The Gluon path's host logic on this machine: flash_ws's device checks pass (no Hopper here), an H100's 132
+    SMs, and the plan's launch raises _Routed instead of running the kernel."""
+    monkeypatch.setattr(flash_ws, "tensor_refusal", lambda *a, **kw: None)
+    monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
+
+    def routed(*a, **kw):
+        raise _Routed
+
+    monkeypatch.setattr(varlen_ws.VarlenPlan, "run", routed)
+
+
+def test_the_forward_takes_the_gluon_kernel_from_the_longest_documents_where_flash_attn_does(
+    gluon_stub, monkeypatch
+):
+    """flash_ws.GLUON_MIN_SEQ's rule on max(max_seqlen_q, max_seqlen_k): d = 128 causal from 1024; below it, with
+    a window, or with FLASHBENCH_GLUON=0, the tl kernel (which runs here, under the interpreter)."""
+    assert flash_ws.GLUON_MIN_SEQ[(128, True)] == 1024
+    q, k, v, _ = inputs([100, 60], [100, 60], 2, 2, 128, torch.float16)
+    cu = prefix([100, 60])
+    with pytest.raises(_Routed):
+        flash_attn_varlen(q, k, v, cu, cu, 64, 1024, causal=True)
+    for kw in (dict(max_seqlen_k=1023), dict(max_seqlen_k=4096, window=(2048, 0))):
+        out = flash_attn_varlen(q, k, v, cu, cu, **{"max_seqlen_q": 64, "causal": True, **kw})
+        assert torch.isfinite(out).all() and "kernel" not in last_config()
+    monkeypatch.setenv("FLASHBENCH_GLUON", "0")
+    flash_attn_varlen(q, k, v, cu, cu, 64, 4096, causal=True)
+    assert "kernel" not in last_config()
+    with pytest.raises(_Routed):  # a forced config takes it whatever the lengths
+        flash_attn_varlen(q, k, v, cu, cu, 64, 64, causal=True, config=GLUON)
+
+
+def test_the_gluon_plan_walks_every_documents_tiles_per_head(gluon_stub):
+    """Not causal, one program per (head, walk position): document_walk(total_q, docs, 128) positions a head (the
+    device finds each one's document); causal, PROGRAMS persistent programs (one per SM) take them through a
+    zeroed counter."""
+    q, k, v, _ = inputs(SELF[0], SELF[0], 4, 2, 128, torch.float16)
+    plan = varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), False)
+    walk = document_walk(q.shape[0], len(SELF[0]), 128)
+    assert walk == (237 + 7 * 127) // 128
+    assert plan.call.grid == (walk * 4, 1, 1) and plan.counter is None
+    assert plan.call.constexprs["VARLEN"] == 1 and plan.sizes == (4, 2, 237, 237, walk, 4)
+    assert varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), True).call.grid == (min(walk * 4, 132), 1, 1)
+    persistent = varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), True, {"PROGRAMS": 5})
+    assert persistent.call.grid == (5, 1, 1) and persistent.call.constexprs["VARLEN"] == 2
+    assert persistent.counter is not None and persistent.counter.tolist() == [0, 0]
+
+
+GLUON_REFUSED = [  # (lengths, config, window, words of the refusal)
+    (SELF[0], {"LPT": 1}, None, "flash_ws varlen forward: no list-scheduled walk"),
+    (SELF[0], {"SCHED_HEADS": 4}, None, "flash_ws varlen forward: tiles are walked one head at a time"),
+    (SELF[0], {"BLOCK_M": 192}, None, "flash_ws varlen forward: BLOCK_M 192"),
+    (SELF[0], {"STAGES": 4, "PERSISTENT": 1}, None, "KiB of shared memory at head dim 128"),
+    (SELF[0], {}, (100, 0), "flash_ws varlen forward: sliding window (100, 0)"),
+    (SELF[0], {"STAGES": 5}, None, "gluon-ws config: STAGES=5 must be one of"),
+    ([40, 24], {}, None, "needs at least 64 query rows and 128 key rows in all"),
+]
+
+
+@pytest.mark.parametrize("lengths,config,window,words", GLUON_REFUSED, ids=[w for *_, w in GLUON_REFUSED])
+def test_a_forced_gluon_config_it_cannot_run_gets_a_one_line_refusal(
+    gluon_stub, lengths, config, window, words
+):
+    q, k, v, _ = inputs(lengths, lengths, 4, 2, 128, torch.float16)
+    cu = prefix(lengths)
+    with pytest.raises(KernelUnsupported) as err:
+        flash_attn_varlen(q, k, v, cu, cu, 130, 130, causal=True, window=window, config={**GLUON, **config})
+    message = str(err.value)
+    assert message.startswith("flash_attn_varlen: ") and words in message and "\n" not in message, message
+
+
+@pytest.mark.skipif(HOPPER, reason="what a machine without a Hopper GPU answers")
+def test_without_hopper_a_forced_gluon_config_is_refused():
+    q, k, v, _ = inputs([100, 60], [100, 60], 2, 2, 64, torch.float16)
+    cu = prefix([100, 60])
+    with pytest.raises(KernelUnsupported, match="flash_ws varlen forward: needs a Hopper GPU"):
+        flash_attn_varlen(q, k, v, cu, cu, 100, 100, config=GLUON)

@@ -11,6 +11,7 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python tools/sm90_compile.py bwd '{"dkdv": {"kernel": "gluon-ws"}, "dq": [128, 64, 8, 3]}' --dim 128
     /tmp/t36/bin/python tools/sm90_compile.py ws  '{}' --dim 128 --causal --window 4096,0
     /tmp/t36/bin/python tools/sm90_compile.py ws  '{"STAGES": 4}' --dim 128 --fp8
+    /tmp/t36/bin/python tools/sm90_compile.py ws  '{}' --dim 128 --causal --varlen
     /tmp/t36/bin/python tools/sm90_compile.py decode '{}' --dim 128 --causal --fp8 [--group 4] [--paged 16]
     /tmp/t36/bin/python tools/sm90_compile.py mla '{"BLOCK_N": 32, "num_warps": 8, "num_stages": 3}' --causal --nq 2
     /tmp/t36/bin/python tools/sm90_compile.py dump DIR [--part 0/2]
@@ -21,7 +22,8 @@ with P in registers, the MUFU.EX2 between its issue and its wait in
 SASS order: the softmax that overlaps it); --sass DIR writes each kernel's SASS and TTGIR there (a load that
 Triton's pipeliner made asynchronous is a `ttg.async_copy_global_to_local` into shared memory, read back by
 `ttg.local_load`); --no-tma compiles the tl kernels' pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as
-flash_fp8's forward launches it (V^T, descales).
+flash_fp8's forward launches it (V^T, descales); --varlen its VARLEN mode, as flash_attn_varlen launches it
+(varlen_ws.py: 8 packed documents).
 decode and mla compile the decode kernels as flash_decode and flash_mla_decode launch them ('{}': the default
 tile, else any of BLOCK_N, num_warps, num_stages), with the host's split heuristic on 132 SMs: decode takes bf16
 q (32 heads, --group query heads per KV head) over a bf16 or (--fp8) e4m3 cache of --seq keys (default 8192,
@@ -32,7 +34,8 @@ most tensor-core ops): its instructions, and per opcode the cp.async copies (LDG
 and writes, conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA (mma.sync) / HGMMA (wgmma) ops.
 dump writes the SASS and TTGIR of every shipped config to DIR, one pair of files per kernel: the tl forward's autotune candidates
 at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults
-at each of its head dims (64, 128, 256: each head group of the list-scheduled walk, and the FP8 defaults); the backward passes' candidates
+at each of its head dims (64, 128, 256: each head group of the list-scheduled walk, the FP8 defaults and the
+VARLEN defaults); the backward passes' candidates
 (recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV); the
 stored-P and FA1-order forwards' defaults; flash_decode's default tile at every head dim over bf16 and e4m3
 caches (one split, key splits with the combine, paged); flash_mla_decode's candidate tiles and its paged default.
@@ -111,7 +114,7 @@ def _compile_only() -> None:
 
 def _stub_gpu(tma: bool) -> None:
     """What the launchers ask the GPU (TMA use, shared memory, SM count, Gluon support), answered for an H100."""
-    from flashbench.kernels import backward_ws, decode, flash_ws, mla
+    from flashbench.kernels import backward_ws, decode, flash_ws, mla, varlen_ws
 
     for name, module in list(sys.modules.items()):
         if name.startswith("flashbench.kernels"):
@@ -126,7 +129,7 @@ def _stub_gpu(tma: bool) -> None:
     decode._COMPILED.clear()  # a compiled kernel there would be launched, not compiled again
     # The decode launchers refuse CPU tensors outside the interpreter; the inputs here are built valid.
     decode._check_tensors = mla._check_tensors = lambda *args: None
-    flash_ws.supported = lambda *args, **kwargs: None
+    flash_ws.supported = varlen_ws.supported = lambda *args, **kwargs: None
     backward_ws.supported = lambda *args, **kwargs: None
 
 
@@ -253,6 +256,15 @@ def ws_forward(
     flash_ws.attention_forward(q, k, v, causal, dim**-0.5, config, window, descales=descales)
 
 
+def varlen_forward(config: dict[str, Any], dim: int, causal: bool, seq: int = 2048) -> None:
+    """flash_attn_varlen's Gluon forward (varlen_ws) over 8 documents packed into 2 * seq tokens."""
+    from flashbench.kernels import varlen_ws
+
+    q = torch.empty(2 * seq, 2048 // dim, dim, dtype=torch.bfloat16)
+    cu = torch.zeros(9, dtype=torch.int32)
+    varlen_ws.VarlenPlan(q, q, q, 8, causal, config).run(q, q, q, cu, cu, dim**-0.5)
+
+
 def backward(
     dkdv: dict[str, Any],
     dq: dict[str, Any],
@@ -377,6 +389,7 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
             add(f"ws-{shape}-default-n2048", True, ws_forward, {}, dim, causal, 2048)
         if (dim, causal) in flash_ws.GLUON_FP8_MIN_SEQ:
             add(f"ws-fp8-{shape}-default", True, ws_forward, {}, dim, causal, 8192, fp8=True)
+        add(f"ws-varlen-{shape}-default", True, varlen_forward, {}, dim, causal, 8192)
     # The decode kernels at their GPU tiles: one split (batch 16, GQA 32/8), key splits and the combine (batch 1),
     # a paged cache (16-token pages); MLA's candidates at 128 heads, Nq 1, and its default over 64-token pages.
     for dim, fp8 in itertools.product(dec.DECODE_HEAD_DIMS, (False, True)):
@@ -427,6 +440,11 @@ def main() -> int:
     ap.add_argument("--part", default="0/1", help="dump: every n-th kernel from the i-th (i/n)")
     ap.add_argument("--window", help="ws, tl, bwd: a sliding window L,R (flash_attn's window=(L, R))")
     ap.add_argument("--fp8", action="store_true", help="ws: the FP8 (e4m3) mode; decode: an e4m3 KV cache")
+    ap.add_argument(
+        "--varlen",
+        action="store_true",
+        help="ws: packed documents (flash_attn_varlen's VARLEN mode, 2 x seq tokens)",
+    )
     ap.add_argument("--group", type=int, default=4, help="decode: query heads per KV head (of 32)")
     ap.add_argument(
         "--paged", type=int, metavar="PAGE", help="decode, mla: a paged cache of PAGE-token pages"
@@ -444,7 +462,9 @@ def main() -> int:
     _stub_gpu(not a.no_tma)
     cfg = json.loads(a.config)
     window = tuple(int(x) for x in a.window.split(",")) if a.window else None
-    if a.kernel == "ws":
+    if a.kernel == "ws" and a.varlen:
+        varlen_forward(cfg, a.dim, a.causal, a.seq or 2048)
+    elif a.kernel == "ws":
         ws_forward(cfg, a.dim, a.causal, a.seq or 2048, window, fp8=a.fp8)
     elif a.kernel == "tl":
         tl_forward(cfg, a.dim, a.causal, a.seq or 2048, window)
