@@ -66,7 +66,7 @@ from .common import (
 )
 from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, INTERPRET_BWD
 from .descriptors import host_descriptor, use_tma
-from .launch import KernelCall, PlanCache, TmaArg, TunedCall, config_key, env_key, tensor_key
+from .launch import KernelCall, PlanCache, TunedCall, config_key, env_key, tensor_key
 
 __all__ = ["attention_backward", "last_bwd_config"]
 
@@ -147,7 +147,6 @@ class _BackwardPlan:
         self.tma = use_tma(q, k, v, do)
         # what each pass streams (dK/dV: Q, dO; dQ: K, V) through descriptors: not Q, dO where the Gluon pass runs
         self.streamed_tma = tuple(self.tma and not (self.ws is not None and i < 2) for i in range(4))
-        self.geometry = tuple((tuple(t.shape), t.stride()) for t in (q, do, k, v))
         right_limit, left_limit, win_left, win_right = window_flags(causal, window)
         constexprs = {
             "HEAD_DIM": D,
@@ -191,12 +190,12 @@ class _BackwardPlan:
             )
 
     def _streamed(self, call: TunedCall | None, tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
-        """q, do, k, v as the passes stream them: descriptors where TMA (TmaArgs once `call` launches directly),
-        else the tensors."""
-        direct = call is None or call.direct
+        """q, do, k, v as the passes stream them: descriptors where TMA until `call` launches directly (then, as
+        elsewhere, the tensors: launch.KernelCall)."""
+        if call is None or call.direct:
+            return tensors
         return tuple(
-            (TmaArg(t, *g) if direct else host_descriptor(t)) if tma else t
-            for t, g, tma in zip(tensors, self.geometry, self.streamed_tma, strict=True)
+            host_descriptor(t) if tma else t for t, tma in zip(tensors, self.streamed_tma, strict=True)
         )
 
     def run(

@@ -63,7 +63,7 @@ from .common import (
 from .configs import FWD_SPACE, INTERPRET_FWD, normalize_config
 from .descriptors import host_descriptor, twin_descriptor, use_tma
 from .forward_blocks import fwd_block, key_ranges
-from .launch import PlanCache, TmaArg, TunedCall, attend, config_key, env_key, tensor_key
+from .launch import PlanCache, TunedCall, attend, config_key, env_key, tensor_key
 
 
 @triton.jit
@@ -307,8 +307,6 @@ class _TlForward:
         self.strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o_strides)
         self.sizes = (H, H // Hkv, Nq, Nk)
         self.tail = (win_left, win_right, seq_bucket(max(Nq, Nk)))
-        contiguous = (self.o_shape, (*o_strides, 1))
-        self.geometry = tuple((tuple(t.shape), t.stride()) for t in (k, v, q)) + (contiguous,)
         self.call = TunedCall(
             name="fwd_v2",
             kind="fwd",
@@ -333,11 +331,9 @@ class _TlForward:
         o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
         run_args = (*self.strides, *self.sizes, sm_scale * LOG2E, *self.tail)
-        if not self.tma:
+        if not self.tma or self.call.direct:
+            # pointers, or the compiled kernel's descriptors' tensors (KD2, VD2: twins, or pointers without twins)
             descs: tuple[Any, ...] = (k, v, k, v, q, o)
-        elif self.call.direct:
-            kd, vd, qd, od = (TmaArg(t, *g) for t, g in zip((k, v, q, o), self.geometry, strict=True))
-            descs = (kd, vd, *((kd, vd) if self.twin else (k, v)), qd, od)  # KD2, VD2: pointers without twins
         else:  # the JIT's calls: real descriptors, sized per config by the TunedCall
             kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
             kd2, vd2 = (twin_descriptor(kd), twin_descriptor(vd)) if self.twin else (k, v)

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from .common import LOG2E, cdiv
-from .launch import KernelCall, TmaArg
+from .launch import KernelCall
 
 try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
     from triton.experimental.gluon import language as gl
@@ -355,7 +355,7 @@ def lpt_table(
 
 class ForwardPlan:
     """What the Gluon forward decides for one input signature (shapes, strides, dtype, device, mask, config),
-    decided once: the config, the checks, the grid, the schedule table, the descriptors' geometry. run() then
+    decided once: the config, the checks, the grid, the schedule table. run() then
     allocates O and the LSE and launches (launch.KernelCall: through Triton's JIT the first time, then the
     compiled kernel). Raises ValueError where `supported` or the config refuses the inputs."""
 
@@ -423,7 +423,6 @@ class ForwardPlan:
         self.sizes = (H, H // Hkv, Nq, Nk, num_m, B * H)
         self.tail = (window[0] if window is not None else 0,)
         self.width = width
-        self.geometry: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
         self.config = dict(cfg, kernel="gluon-ws")
         constexprs = {
             "HEAD_DIM": D,
@@ -455,13 +454,9 @@ class ForwardPlan:
         tensors = (q, k, v, o)
         scales = descales if self.fp8 and descales is not None else (lse, lse, lse)
         rest = (lse, *self.sizes, sm_scale * LOG2E, *self.tail, *scales, self.table, self.width)
-        if self.call.direct:
-            descs = tuple(TmaArg(t, *g) for t, g in zip(tensors, self.geometry, strict=True))
-            self.call((*descs, *rest))
-        else:
-            real = _descriptors(q, k, v, o, self.block_n)
-            self.geometry = tuple(TmaArg.geometry(d) for d in real)
-            self.call((*real, *rest))
+        # the descriptors on the first call (the JIT), their tensors after (launch.KernelCall)
+        descs = tensors if self.call.direct else _descriptors(q, k, v, o, self.block_n)
+        self.call((*descs, *rest))
         return o, lse, self.config
 
 
