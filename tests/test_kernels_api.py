@@ -196,3 +196,41 @@ def test_a_repeated_call_skips_the_checks_but_not_what_they_refuse(monkeypatch):
     flash_attn(q, k, v, causal=True, window=(4, 0), sm_scale=-0.5)  # negated q: checked on every call
     flash_attn(q, k, v, causal=True, window=(4, 0), sm_scale=-0.5)
     assert len(calls) == 5
+
+
+def test_the_backward_plans_once_per_signature_and_again_on_what_decides_it(monkeypatch):
+    """attention_backward makes its launch plan once per signature: a repeated call (new data) reuses it; dO of
+    another layout, torch's deterministic flag or an environment switch each give a plan of their own, and every
+    plan's gradients agree with autograd through the float64 reference."""
+    from flashbench.kernels import backward, flash_v2
+    from flashbench.kernels.launch import PlanCache
+
+    cache = PlanCache(backward._BackwardPlan)
+    monkeypatch.setattr(backward, "_PLANS", cache)
+    made = []
+    monkeypatch.setattr(cache, "make", lambda *a: made.append(1) or backward._BackwardPlan(*a))
+    q, k, v = (t(1, 2, 16, 32, dtype=torch.float32) for _ in range(3))
+    o, lse, _ = flash_v2.attention_forward(q, k, v, True, 32**-0.5)
+
+    def grads(do):
+        dq, dk, dv = backward.attention_backward(q, k, v, o, lse, do, None, True, 32**-0.5)
+        ref = [x.double().requires_grad_() for x in (q, k, v)]
+        s = (ref[0] @ ref[1].transpose(-1, -2) * 32**-0.5).masked_fill(
+            torch.ones(16, 16, dtype=torch.bool, device=q.device).triu(1), float("-inf")
+        )
+        expected = torch.autograd.grad(torch.softmax(s, -1) @ ref[2], ref, do.double())
+        for got, want in zip((dq, dk, dv), expected, strict=True):
+            assert torch.allclose(got.double(), want, atol=2e-4)
+
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    assert len(made) == 1
+    grads(t(1, 16, 2, 32, dtype=torch.float32).transpose(1, 2))  # [B, N, H, D] memory: other strides
+    assert len(made) == 2
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    assert len(made) == 3
+    monkeypatch.setenv("FLASHBENCH_TMA", "0")
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    assert len(made) == 4
