@@ -278,7 +278,7 @@ def test_a_training_steps_backward_is_planned_once_and_again_on_what_it_adds_to_
     monkeypatch.setenv("FLASHBENCH_TMA", "0")  # the backward runs under another: a plan without descriptors
     do = t(1, 2, 16, 32, dtype=torch.float32)
     dq, dk, dv = torch.autograd.grad(out, leaves, do)
-    assert len(made) == 3 and [p.tma for p in backward._PLANS.plans.values()] == [True, True, False]
+    assert len(made) == 3 and not list(backward._PLANS.plans.values())[-1].tma
     assert verify({"dq": dq, "dk": dk, "dv": dv}, q, k, v, causal=True, do=do).ok
     monkeypatch.delenv("FLASHBENCH_TMA")
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
