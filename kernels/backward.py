@@ -66,7 +66,7 @@ from .common import (
 )
 from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, INTERPRET_BWD
 from .descriptors import host_descriptor, use_tma
-from .launch import KernelCall, PlanCache, TmaArg, TunedCall, config_key, env_key, tensor_key
+from .launch import KernelCall, PlanCache, TunedCall, config_key, env_key, tensor_key
 
 __all__ = ["attention_backward", "last_bwd_config"]
 
@@ -140,6 +140,10 @@ class _BackwardPlan:
         ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, self.stored, dkdv_config)
         self.ws = backward_ws.DkdvPlan(q, k, causal, ws_cfg) if ws_cfg is not None else None
         self.one_pass = self.ws is not None and self.ws.one_pass
+        # the one pass's fp32 scratch, dQ's accumulator [B, H, Nq, D] then D [B, H, Nq], in one allocation
+        self.acc_shape, self.acc_strides = (B, H, Nq, D), (H * Nq * D, Nq * D, D, 1)
+        self.delta_strides, self.delta_offset = (H * Nq, Nq, 1), B * H * Nq * D
+        self.scratch_size = B * H * Nq * (D + 1)
         pre_m = 64
         self.pre_args = (*row_strides(o, do), H, Nq)
         pre_constexprs = {"HEAD_DIM": D, "BLOCK_M": pre_m, "ZERO_DQ": self.one_pass}
@@ -147,7 +151,6 @@ class _BackwardPlan:
         self.tma = use_tma(q, k, v, do)
         # what each pass streams (dK/dV: Q, dO; dQ: K, V) through descriptors: not Q, dO where the Gluon pass runs
         self.streamed_tma = tuple(self.tma and not (self.ws is not None and i < 2) for i in range(4))
-        self.geometry = tuple((tuple(t.shape), t.stride()) for t in (q, do, k, v))
         right_limit, left_limit, win_left, win_right = window_flags(causal, window)
         constexprs = {
             "HEAD_DIM": D,
@@ -191,12 +194,12 @@ class _BackwardPlan:
             )
 
     def _streamed(self, call: TunedCall | None, tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
-        """q, do, k, v as the passes stream them: descriptors where TMA (TmaArgs once `call` launches directly),
-        else the tensors."""
-        direct = call is None or call.direct
+        """q, do, k, v as the passes stream them: descriptors where TMA until `call` launches directly (then, as
+        elsewhere, the tensors: launch.KernelCall)."""
+        if call is None or call.direct:
+            return tensors
         return tuple(
-            (TmaArg(t, *g) if direct else host_descriptor(t)) if tma else t
-            for t, g, tma in zip(tensors, self.geometry, self.streamed_tma, strict=True)
+            host_descriptor(t) if tma else t for t, tma in zip(tensors, self.streamed_tma, strict=True)
         )
 
     def run(
@@ -210,19 +213,23 @@ class _BackwardPlan:
         p: torch.Tensor | None,
         sm_scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         dk = torch.empty_like(k, memory_format=torch.contiguous_format)
         dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-        delta = torch.empty(self.delta_shape, dtype=torch.float32, device=q.device)
         qk_scale = sm_scale * LOG2E
         if self.one_pass:
             assert self.ws is not None
-            dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # zeroed by the preprocess
+            # dQ's accumulator (zeroed by the preprocess) and D: one allocation and two views, and dQ is the
+            # accumulator converted by .to(): two torch.empty calls fewer (8.9 us of host time each on an H100 host,
+            # `python3 benchmarks/host_time.py --breakdown`) for two views (1.2 us each on the CPU machine)
+            scratch = torch.empty(self.scratch_size, dtype=torch.float32, device=q.device)
+            dq_acc = scratch.as_strided(self.acc_shape, self.acc_strides)
+            delta = scratch.as_strided(self.delta_shape, self.delta_strides, self.delta_offset)
             self.pre((o, do, delta, dq_acc, *self.pre_args))
             cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
-            dq.copy_(dq_acc)
             _set_last_bwd_config(cfg_kv, {"kernel": "gluon-ws", "ONE_PASS": 1})
-            return dq, dk, dv
+            return dq_acc.to(q.dtype), dk, dv
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+        delta = torch.empty(self.delta_shape, dtype=torch.float32, device=q.device)
         self.pre((o, do, delta, delta, *self.pre_args))  # DQ_ACC unused
         inputs = (q, k, v, do, lse, delta, p if p is not None else lse)  # lse: never read without STORED_P
         sizes = (*self.sizes_a, qk_scale, sm_scale, *self.sizes_b)
@@ -258,6 +265,7 @@ def attention_backward(
     dkdv_config: dict[str, Any] | None = None,
     dq_config: dict[str, Any] | None = None,
     window: tuple[int, int] | None = None,
+    plans: dict[Any, _BackwardPlan] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv for attention whose forward saved o and lse2; p is the stored P (stored-P variant) or None;
     window: the sliding window the forward ran with (common.check_window's form), or None.
@@ -265,20 +273,41 @@ def attention_backward(
     dkdv_config / dq_config force a pass's config ({"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}, as
     `last_bwd_config()` reports it; benchmarks/studies/backward.py uses this); otherwise they are autotuned.
     The passes, their configs and launch geometry are chosen once per input signature (_BackwardPlan).
+
+    plans: where flash_attn's forward had a signature of its own (flash_v2._CHECKED: the shapes, strides, dtypes and
+    alignment of q, k and v, the device, the mask, no config), the backward plans of its calls, filled here and
+    keyed by what the backward adds to it: dO's layout, torch's deterministic flag, the environment switches now,
+    and the alignment of o and lse (fresh contiguous tensors of the forward plan's shapes): 1.3 us against 3.6 for
+    the whole key on the CPU machine (tools/host_path.py --sm90-stub).
     """
     do = unit_stride(do)
-    key = (
-        *(tensor_key(t) for t in (q, k, v, o, lse, do)),
-        tensor_key(p) if p is not None else None,
-        q.device,
-        causal,
-        window,
-        config_key(dkdv_config),
-        config_key(dq_config),
-        torch.are_deterministic_algorithms_enabled(),
-        env_key(),
-    )
-    plan = _PLANS.get(key, q, k, v, o, do, p, causal, dkdv_config, dq_config, window)
+    short = plan = None
+    if plans is not None:
+        short = (
+            tensor_key(do),
+            torch.are_deterministic_algorithms_enabled(),
+            env_key(),
+            o.data_ptr() % 16 == 0,
+            lse.data_ptr() % 16 == 0,
+        )
+        plan = plans.get(short)
+    if plan is None:
+        key = (
+            *(tensor_key(t) for t in (q, k, v, o, lse, do)),
+            tensor_key(p) if p is not None else None,
+            q.device,
+            causal,
+            window,
+            config_key(dkdv_config),
+            config_key(dq_config),
+            torch.are_deterministic_algorithms_enabled(),
+            env_key(),
+        )
+        plan = _PLANS.get(key, q, k, v, o, do, p, causal, dkdv_config, dq_config, window)
+        if plans is not None:
+            if len(plans) >= 8:
+                plans.clear()
+            plans[short] = plan
     return plan.run(q, k, v, o, lse, do, p, sm_scale)
 
 

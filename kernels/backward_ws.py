@@ -37,7 +37,7 @@ import torch
 
 from . import flash_ws
 from .common import cdiv
-from .launch import KernelCall, TmaArg
+from .launch import KernelCall
 
 OFF = ("0", "false", "no", "off")
 
@@ -520,7 +520,7 @@ if HAVE_GLUON:
 
 class DkdvPlan:
     """The Gluon dK/dV pass's launch plan for one input signature (`supported` passed): the grid, the
-    compile-time arguments, the descriptors' layouts and geometry; run() launches (launch.KernelCall)."""
+    compile-time arguments, the descriptors' layouts; run() launches (launch.KernelCall)."""
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: dict[str, Any]) -> None:
         B, H, Nq, D = q.shape
@@ -537,7 +537,6 @@ class DkdvPlan:
         self.dq_block = [bm, 32]
         self.dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
         self.sizes = (H, H // Hkv, Nq, Nk)
-        self.geometry: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
         num_n = cdiv(Nk, num_wg * KEYS)
         constexprs = {
             "HEAD_DIM": D,
@@ -567,9 +566,8 @@ class DkdvPlan:
         config as a row reports it."""
         rest = (lse, delta, *self.sizes, qk_scale, sm_scale)
         views = (*tensors, dq_acc if dq_acc is not None else tensors[2])
-        if self.call.direct:
-            descs = tuple(TmaArg(t, *g) for t, g in zip(views, self.geometry, strict=True))
-        else:
+        descs: tuple[Any, ...] = views  # once compiled, the descriptors' tensors (launch.KernelCall)
+        if not self.call.direct:
             D = self.q_block[1]
             blocks = [(self.q_block, self.q_layout)] * 2 + [(self.kv_block, self.kv_layout)] * 4
             blocks.append((self.dq_block, self.dq_layout) if self.one_pass else blocks[2])
@@ -577,6 +575,5 @@ class DkdvPlan:
                 TensorDescriptor.from_tensor(t.view(-1, D), block, layout)
                 for t, (block, layout) in zip(views, blocks, strict=True)
             )
-            self.geometry = tuple(TmaArg.geometry(d) for d in descs)
         self.call((*descs, *rest))
         return self.config

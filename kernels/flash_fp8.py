@@ -61,7 +61,7 @@ from .common import (
 )
 from .configs import FP8_FWD_SPACE, INTERPRET_FWD, normalize_config
 from .descriptors import host_descriptor, use_tma
-from .launch import PlanCache, TmaArg, TunedCall, config_key, env_key, tensor_key
+from .launch import PlanCache, TunedCall, config_key, env_key, tensor_key
 
 NAME = "flash_attn (fp8)"
 FP8_DTYPES = (torch.float8_e4m3fn,)
@@ -352,9 +352,6 @@ class _TlForwardFp8:
         self.strides = (*q.stride()[:3], *k.stride()[:3], *vt.stride()[:3], *o_strides)
         self.sizes = (H, Hkv, Nq, Nk)
         self.bucket = seq_bucket(max(Nq, Nk))
-        self.geometry = tuple((tuple(t.shape), t.stride()) for t in (q, k, vt)) + (
-            (self.o_shape, (*o_strides, 1)),
-        )
         self.call = TunedCall(
             name="fwd_fp8",
             kind="fwd",
@@ -383,10 +380,9 @@ class _TlForwardFp8:
         vt = v.transpose(-1, -2)
         o = torch.empty(self.o_shape, dtype=torch.bfloat16, device=q.device)
         lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        # pointers, or once the kernel is compiled (and through TMA) the descriptors' tensors
         descs: tuple[Any, ...] = (q, k, vt, o)
-        if self.tma and self.call.direct:
-            descs = tuple(TmaArg(t, *g) for t, g in zip((q, k, v, o), self.geometry, strict=True))
-        elif self.tma:
+        if self.tma and not self.call.direct:
             D = q.shape[-1]
             qd, kd, od = (host_descriptor(t) for t in (q, k, o))
             vtd = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), [1, 1, D, 16])  # sized per config

@@ -63,7 +63,7 @@ from .common import (
 from .configs import FWD_SPACE, INTERPRET_FWD, normalize_config
 from .descriptors import host_descriptor, twin_descriptor, use_tma
 from .forward_blocks import fwd_block, key_ranges
-from .launch import PlanCache, TmaArg, TunedCall, attend, config_key, env_key, tensor_key
+from .launch import PlanCache, TunedCall, attend, config_key, env_key, tensor_key
 
 
 @triton.jit
@@ -307,8 +307,6 @@ class _TlForward:
         self.strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o_strides)
         self.sizes = (H, H // Hkv, Nq, Nk)
         self.tail = (win_left, win_right, seq_bucket(max(Nq, Nk)))
-        contiguous = (self.o_shape, (*o_strides, 1))
-        self.geometry = tuple((tuple(t.shape), t.stride()) for t in (k, v, q)) + (contiguous,)
         self.call = TunedCall(
             name="fwd_v2",
             kind="fwd",
@@ -333,11 +331,9 @@ class _TlForward:
         o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
         run_args = (*self.strides, *self.sizes, sm_scale * LOG2E, *self.tail)
-        if not self.tma:
+        if not self.tma or self.call.direct:
+            # pointers, or the compiled kernel's descriptors' tensors (KD2, VD2: twins, or pointers without twins)
             descs: tuple[Any, ...] = (k, v, k, v, q, o)
-        elif self.call.direct:
-            kd, vd, qd, od = (TmaArg(t, *g) for t, g in zip((k, v, q, o), self.geometry, strict=True))
-            descs = (kd, vd, *((kd, vd) if self.twin else (k, v)), qd, od)  # KD2, VD2: pointers without twins
         else:  # the JIT's calls: real descriptors, sized per config by the TunedCall
             kd, vd, qd, od = (host_descriptor(t) for t in (k, v, q, o))
             kd2, vd2 = (twin_descriptor(kd), twin_descriptor(vd)) if self.twin else (k, v)
@@ -407,8 +403,9 @@ def _run_plan(
 
 
 # A call signature seen before, with everything its checks and plan lookup concluded: (the forward launcher bound
-# to its plan, the softmax scale, the checked window). Only signatures whose checks return the inputs themselves
-# (unit-stride, scale >= 0) are kept, so a hit is exactly what the checks would have done.
+# to its plan, the softmax scale, the checked window, the backward plans of its calls (backward.attention_backward's
+# `plans`)). Only signatures whose checks return the inputs themselves (unit-stride, scale >= 0) are kept, so a hit
+# is exactly what the checks would have done.
 _CHECKED = PlanCache(lambda: None)  # filled by flash_attn's put(), never made by get()
 
 
@@ -432,21 +429,22 @@ class RecomputeAttention(torch.autograd.Function):
     (this file's FA2 order and flash_v1's FA1 order): `forward_fn` is the forward launcher."""
 
     @staticmethod
-    def forward(ctx: Any, q, k, v, causal, sm_scale, config, forward_fn=None, window=None):  # type: ignore[override]
+    def forward(ctx: Any, q, k, v, causal, sm_scale, config, forward_fn=None, window=None, plans=None):  # type: ignore[override]
         o, lse, _ = (forward_fn or attention_forward)(q, k, v, causal, sm_scale, config)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal = causal
         ctx.sm_scale = sm_scale
         ctx.window = window
+        ctx.plans = plans  # the backward plans of flash_attn's call signature (_CHECKED), or None
         return o
 
     @staticmethod
     def backward(ctx: Any, do):  # type: ignore[override]
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(
-            q, k, v, o, lse, do, None, ctx.causal, ctx.sm_scale, window=ctx.window
+            q, k, v, o, lse, do, None, ctx.causal, ctx.sm_scale, window=ctx.window, plans=ctx.plans
         )
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def flash_attn(
@@ -480,8 +478,8 @@ def flash_attn(
     except TypeError:  # an unhashable argument (a list as sm_scale, say): the checks say what is wrong
         signature, hit = None, None
     if hit is not None:
-        forward, scale, checked = hit
-        return attend(RecomputeAttention, forward, q, k, v, causal, scale, None, forward, checked)
+        forward, scale, checked, plans = hit
+        return attend(RecomputeAttention, forward, q, k, v, causal, scale, None, forward, checked, plans)
     q0, k0, v0 = q, k, v
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     window = check_window("flash_attn", window, causal)
@@ -495,7 +493,7 @@ def flash_attn(
     if signature is not None and config is None and q is q0 and k is k0 and v is v0:
         key = (*signature[:4], causal, window, None, signature[-1])  # attention_forward's plan key
         plan = _PLANS.get(key, q, k, v, causal, None, window)
-        _CHECKED.put(signature, (functools.partial(_run_plan, plan), sm_scale, window))
+        _CHECKED.put(signature, (functools.partial(_run_plan, plan), sm_scale, window, {}))
     if window is None:
         return attend(RecomputeAttention, attention_forward, q, k, v, causal, sm_scale, config)
     forward = functools.partial(attention_forward, window=window)

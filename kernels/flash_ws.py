@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from .common import LOG2E, cdiv
-from .launch import KernelCall, TmaArg
+from .launch import KernelCall
 
 try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
     from triton.experimental.gluon import language as gl
@@ -410,7 +410,7 @@ def kernel_constexprs(
 
 class ForwardPlan:
     """What the Gluon forward decides for one input signature (shapes, strides, dtype, device, mask, config),
-    decided once: the config, the checks, the grid, the schedule table, the descriptors' geometry. run() then
+    decided once: the config, the checks, the grid, the schedule table. run() then
     allocates O and the LSE and launches (launch.KernelCall: through Triton's JIT the first time, then the
     compiled kernel). Raises ValueError where `supported` or the config refuses the inputs."""
 
@@ -477,7 +477,6 @@ class ForwardPlan:
         self.sizes = (H, H // Hkv, Nq, Nk, num_m, B * H)
         self.tail = (window[0] if window is not None else 0,)
         self.width = width
-        self.geometry: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
         self.config = dict(cfg, kernel="gluon-ws")
         constexprs = kernel_constexprs(cfg, D, causal, fp8=fp8, window=window is not None)
         self.call = KernelCall(_attn_fwd_ws, grid, constexprs, {"num_warps": 4})
@@ -503,15 +502,9 @@ class ForwardPlan:
 
 
 def launch(plan: Any, tensors: tuple[torch.Tensor, ...], rest: tuple[Any, ...], descriptors: Any) -> None:
-    """plan.call on TMA descriptors of `tensors`, then `rest`: on the first call the real ones (descriptors()),
-    which Triton's JIT checks and whose geometry the plan keeps (plan.geometry); TmaArgs of it after."""
-    if plan.call.direct:
-        descs = tuple(TmaArg(t, *g) for t, g in zip(tensors, plan.geometry, strict=True))
-        plan.call((*descs, *rest))
-    else:
-        real = descriptors()
-        plan.geometry = tuple(TmaArg.geometry(d) for d in real)
-        plan.call((*real, *rest))
+    """plan.call on TMA descriptors of `tensors`, then `rest`: on the first call (the JIT) the real ones
+    (descriptors()), whose geometry launch.KernelCall keeps; the tensors alone after."""
+    plan.call((*(tensors if plan.call.direct else descriptors()), *rest))
 
 
 def attention_forward(

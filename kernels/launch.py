@@ -40,27 +40,51 @@ _UNFIT: tuple[type[BaseException], ...] = tuple(
 
 
 class TmaArg:
-    """What Triton's launcher reads of a host tensor descriptor (base, shape, strides, padding), made per call
-    without a TensorDescriptor's validation: the plan that makes it validated a real descriptor of the same
-    shape, strides, dtype and alignment on its first launch (KernelCall), and the tile shape and layout live in
-    the compiled kernel. About 0.3 us against 3-4 us for a Gluon TensorDescriptor (its layout and checks)."""
+    """What Triton's launcher reads of a host tensor descriptor (base, shape, strides, padding), without a
+    TensorDescriptor's validation: KernelCall makes one per descriptor argument where it launches through
+    `compiled.run` (a launcher launch.RawLaunch does not mirror); the tile shape and layout live in the compiled
+    kernel."""
 
     __slots__ = ("base", "shape", "strides", "padding")
 
-    def __init__(self, base: torch.Tensor, shape: Sequence[int], strides: Sequence[int]) -> None:
-        self.base, self.shape, self.strides, self.padding = base, shape, strides, "zero"
+    def __init__(
+        self, base: torch.Tensor, shape: Sequence[int], strides: Sequence[int], padding: str
+    ) -> None:
+        self.base, self.shape, self.strides, self.padding = base, shape, strides, padding
+
+
+class Descriptor:
+    """A host tensor descriptor argument of a compiled kernel, as its first launch (through the JIT) had it, less
+    its base: later launches of the same plan pass the tensor alone at that position (`KernelCall`), since the
+    plan's key fixes the shape, strides, dtype and alignment the descriptor was validated for. Holds no tensor."""
+
+    __slots__ = ("cls", "attrs", "shape", "strides", "padding")
+
+    def __init__(self, desc: Any) -> None:
+        self.cls = type(desc)
+        self.attrs = {k: v for k, v in vars(desc).items() if k != "base"}
+        self.shape, self.strides = tuple(desc.shape), tuple(desc.strides)
+        self.padding = getattr(desc, "padding", "zero")
 
     @staticmethod
-    def geometry(desc: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(shape, strides) of a real descriptor, for the TmaArgs of later calls."""
-        return tuple(desc.shape), tuple(desc.strides)
+    def found(arg: Any) -> bool:
+        """`arg` is a host tensor descriptor (tl's or Gluon's TensorDescriptor: a base and a block shape)."""
+        return hasattr(arg, "block_shape") and isinstance(getattr(arg, "base", None), torch.Tensor)
+
+    def over(self, t: torch.Tensor) -> Any:
+        """A descriptor of this one's class and attributes over `t` (viewed in its shape), not validated again:
+        what the JIT takes where a launch hook sends a call through it."""
+        d = object.__new__(self.cls)
+        d.__dict__.update(self.attrs, base=t.view(self.shape))
+        return d
 
 
 class KernelCall:
     """One kernel of a launch plan: its grid, compile-time arguments and launch options, fixed per input
     signature. The first call goes through Triton's JIT (compile or cache lookup, specialization, descriptor
     checks); later calls launch the compiled binary through its launcher, with the same compile-time arguments
-    and the run-time ones in the same order.
+    and the run-time ones in the same order, each host descriptor's tensor in place of the descriptor (its
+    geometry is the first call's: `Descriptor`).
 
     JITFunction.run binds every argument, specializes each (alignment, ==1, %16), hashes the key and builds the
     launch metadata on every call: 30-80 us of host time per launch of the bundled kernels on an H100 host
@@ -70,7 +94,7 @@ class KernelCall:
     same. A profiler's launch hook (Triton's knobs.runtime.launch_enter_hook) sends every call through the JIT.
     """
 
-    __slots__ = ("kernel", "grid", "constexprs", "options", "compiled", "tail", "raw")
+    __slots__ = ("kernel", "grid", "constexprs", "options", "compiled", "tail", "raw", "descs")
 
     def __init__(
         self, kernel: Any, grid: tuple[int, ...], constexprs: dict[str, Any], options: dict[str, Any]
@@ -80,34 +104,44 @@ class KernelCall:
         self.compiled: Any = None
         self.tail: tuple[Any, ...] = ()
         self.raw: RawLaunch | None = None
+        self.descs: dict[int, Descriptor] = {}  # position -> the first call's descriptor there
 
     def __call__(self, args: Sequence[Any]) -> None:
         """Launch with the run-time arguments `args` (the kernel's leading parameters, in order): real
-        descriptors until the kernel is compiled (`direct`), TmaArgs after."""
+        descriptors until the kernel is compiled (`direct`), then the descriptors' tensors."""
         compiled = self.compiled
-        if compiled is not None and not _hooked():
-            stream = _driver.active.get_current_stream(_driver.active.get_current_device())
-            g = self.grid
-            raw = self.raw
-            if raw is not None:
-                raw(g, stream, compiled, args, self.tail)
+        if compiled is not None:
+            if _hooked():
+                args = [self.descs[i].over(a) if i in self.descs else a for i, a in enumerate(args)]
+            else:
+                stream = _driver.active.get_current_stream(_driver.active.get_current_device())
+                g = self.grid
+                raw = self.raw
+                if raw is not None:
+                    raw(g, stream, compiled, args, self.tail)
+                    return
+                args = [
+                    TmaArg(a, d.shape, d.strides, d.padding) if (d := self.descs.get(i)) else a
+                    for i, a in enumerate(args)
+                ]
+                compiled.run(
+                    g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
+                    *args, *self.tail,
+                )  # fmt: skip
                 return
-            compiled.run(
-                g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
-                *args, *self.tail,
-            )  # fmt: skip
-            return
         kernel = self.kernel
-        compiled = kernel[self.grid](*args, **self.constexprs, **self.options)
-        if getattr(compiled, "packed_metadata", None) is not None:  # a compiled kernel (not the interpreter)
+        launched = kernel[self.grid](*args, **self.constexprs, **self.options)
+        if compiled is None and getattr(launched, "packed_metadata", None) is not None:  # not the interpreter
             params = kernel.params[len(args) :]
             self.tail = tuple(self.constexprs.get(p.name, p.default) for p in params)
-            self.compiled = compiled
-            self.raw = RawLaunch.of(getattr(compiled, "run", None))
+            self.descs = {i: Descriptor(a) for i, a in enumerate(args) if Descriptor.found(a)}
+            self.compiled = launched
+            self.raw = RawLaunch.of(getattr(launched, "run", None), self.descs)
 
     @property
     def direct(self) -> bool:
-        """Later calls skip the JIT (a kernel was compiled for this signature)."""
+        """Later calls skip the JIT (a kernel was compiled for this signature): they pass each host descriptor's
+        tensor, not a descriptor."""
         return self.compiled is not None
 
 
@@ -117,29 +151,41 @@ class RawLaunch:
 
     Triton 3.6's CudaLauncher turns every host descriptor into a CUtensorMap (cuTensorMapEncodeTiled) on every
     launch, in Python, and allocates no scratch for the bundled kernels. A map depends only on the base address,
-    the shape and strides and the kernel's tile metadata, so the one made for a (position, address, shape,
-    strides) is the one a later call would make: an eager loop whose allocator hands back the same blocks encodes
-    each map once. `of` returns None where the launcher is not the one this mirrors (another Triton, scratch
-    memory, fp4 descriptors); the caller then launches through `compiled.run`.
+    the shape and strides and the kernel's tile metadata, so the one made for a (position, address) is the one a
+    later call would make (the shape and strides of a position are its KernelCall's): an eager loop whose
+    allocator hands back the same blocks encodes each map once. `of` returns None where the launcher is not the
+    one this mirrors (another Triton, scratch memory, fp4 descriptors); the caller then launches through
+    `compiled.run`.
     """
 
     __slots__ = ("launch", "coop", "pdl", "descs", "maps")
 
-    def __init__(self, launch: Any, coop: Any, pdl: Any, descs: dict[int, Any]) -> None:
-        self.launch, self.coop, self.pdl, self.descs = launch, coop, pdl, descs
-        self.maps: dict[tuple[Any, ...], list[Any]] = {}
+    def __init__(
+        self, launch: Any, coop: Any, pdl: Any, descs: list[tuple[int, Descriptor, dict[str, Any] | None]]
+    ) -> None:
+        self.launch, self.coop, self.pdl = launch, coop, pdl
+        # per descriptor, in order of position: (position, what follows its base or map among the C launcher's
+        # arguments, the tile metadata (None: a tl kernel's descriptor, decomposed by the frontend))
+        self.descs = [
+            (i, (*d.shape, *d.strides, d.padding == "nan", *d.shape, *d.strides) if m is None else (), d, m)
+            for i, d, m in descs
+        ]
+        self.maps: dict[tuple[int, int], list[Any]] = {}
 
     @staticmethod
-    def of(run: Any) -> RawLaunch | None:
-        """The raw launch of a compiled kernel's `run` (a CudaLauncher), or None where it is none such (None
-        itself: a driver without launchers, as tools/sm90_compile.py's compile-only stub)."""
+    def of(run: Any, descs: dict[int, Descriptor]) -> RawLaunch | None:
+        """The raw launch of a compiled kernel's `run` (a CudaLauncher) whose descriptor arguments are `descs`,
+        or None where it is none such (None itself: a driver without launchers, as tools/sm90_compile.py's
+        compile-only stub)."""
         launch = getattr(run, "launch", None)
         scratch = (getattr(run, "global_scratch_size", 1), getattr(run, "profile_scratch_size", 1))
         if launch is None or any(scratch):
             return None
         code = getattr(launch, "__code__", None)
         if code is None:  # the C launcher itself: no descriptor among the arguments
-            return RawLaunch(launch, run.launch_cooperative_grid, run.launch_pdl, {})
+            if descs:
+                return None
+            return RawLaunch(launch, run.launch_cooperative_grid, run.launch_pdl, [])
         cells = dict(zip(code.co_freevars, (c.cell_contents for c in launch.__closure__ or ()), strict=False))
         inner, indices, meta = (
             cells.get("launcher"),
@@ -151,8 +197,14 @@ class RawLaunch:
         metas = list(meta) if meta else [None] * len(indices)
         if len(metas) != len(indices) or any(m is not None and m.get("fp4_padded") for m in metas):
             return None
+        if sorted(indices) != sorted(descs):  # the launcher's descriptors are not the ones the JIT was given
+            return None
+        order = sorted(indices)
         return RawLaunch(
-            inner, run.launch_cooperative_grid, run.launch_pdl, dict(zip(sorted(indices), metas, strict=True))
+            inner,
+            run.launch_cooperative_grid,
+            run.launch_pdl,
+            [(i, descs[i], m) for i, m in zip(order, metas, strict=True)],
         )
 
     def __call__(
@@ -162,48 +214,47 @@ class RawLaunch:
             grid[0], grid[1], grid[2], stream, compiled.function, self.coop, self.pdl, None, None,
             compiled.packed_metadata, None, None, None,
         ]  # fmt: skip
-        descs = self.descs
-        if not descs:
+        if not self.descs:
             self.launch(*final, *args, *tail)
             return
-        for i, arg in enumerate((*args, *tail)):
-            if i not in descs:
-                final.append(arg)
-                continue
-            meta = descs[i]
+        start = 0  # the arguments between descriptors go as they are, a slice at a time
+        for i, rest, desc, meta in self.descs:
+            final.extend(args[start:i])
+            start = i + 1
+            t = args[i]
             if (
                 meta is None
-            ):  # a tl kernel's descriptor: the frontend decomposes it, the launcher reads it twice
-                final.extend(
-                    (arg.base, *arg.shape, *arg.strides, arg.padding == "nan", *arg.shape, *arg.strides)
-                )
+            ):  # a tl kernel's descriptor: base, shape, strides, padding, shape and strides again
+                final.append(t)
+                final.extend(rest)
                 continue
-            key = (i, arg.base.data_ptr(), arg.shape, arg.strides, arg.padding)
+            key = (i, t.data_ptr())
             encoded = self.maps.get(key)
             if encoded is None:
-                encoded = _encode(arg, meta)
+                encoded = _encode(t, desc, meta)
                 if len(self.maps) >= 64:
                     self.maps.clear()
                 self.maps[key] = encoded
             final.extend(encoded)
-        self.launch(*final)
+        final.extend(args[start:])
+        self.launch(*final, *tail)
 
 
-def _encode(arg: Any, meta: dict[str, Any]) -> list[Any]:
-    """[CUtensorMap, *shape, *strides] of a host descriptor for a kernel's tile metadata, as Triton's launcher
-    makes it (triton/backends/nvidia/driver.py, make_tensordesc_arg)."""
+def _encode(t: torch.Tensor, desc: Descriptor, meta: dict[str, Any]) -> list[Any]:
+    """[CUtensorMap, *shape, *strides] of a host descriptor over `t` for a kernel's tile metadata, as Triton's
+    launcher makes it (triton/backends/nvidia/driver.py, make_tensordesc_arg)."""
     from triton.backends.nvidia import driver as nvidia
 
-    shape, strides = list(arg.shape), list(arg.strides)
+    shape, strides = list(desc.shape), list(desc.strides)
     cu_map = _driver.active.utils.fill_tma_descriptor(
-        arg.base.data_ptr(),
+        t.data_ptr(),
         meta["swizzle"],
         meta["elem_size"],
         nvidia.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
         meta["block_size"],
         shape,
         strides,
-        1 if arg.padding == "nan" else 0,
+        1 if desc.padding == "nan" else 0,
     )
     return [cu_map, *shape, *strides]
 

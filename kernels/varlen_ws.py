@@ -157,7 +157,6 @@ class VarlenPlan:
         self.table = flash_ws._no_table(q.device)
         # run-time arguments after the four descriptors and the LSE: H, GROUP, N_Q, N_K, num_m, BH
         self.sizes = (H, H // Hkv, Tq, Tk, walk, H)
-        self.geometry: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
         self.config = dict(cfg, kernel="gluon-ws")
         constexprs = flash_ws.kernel_constexprs(cfg, D, causal, varlen=True)
         self.call = KernelCall(flash_ws._attn_fwd_ws, grid, constexprs, {"num_warps": 4})

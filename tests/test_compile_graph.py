@@ -230,3 +230,28 @@ def test_the_raw_launch_reuses_encoded_maps_and_matches_tritons_launcher(n: int,
     finally:
         call.raw = raw
     assert torch.equal(through_triton, out)
+
+
+@pytest.mark.gpu
+# the tl forward and backward passes; the Gluon forward and one-pass backward
+@pytest.mark.parametrize(("n", "causal"), [(512, True), (1024, True)])
+def test_a_launch_hook_sees_a_compiled_plans_launches_and_they_stay_correct(n: int, causal: bool) -> None:
+    """With a profiler's launch hook installed, a plan whose kernels launch directly sends each launch through
+    Triton's JIT again, with real descriptors rebuilt over the tensors (launch.Descriptor.over): the hook sees
+    every kernel of the step, and the output and gradients stay within the oracle's budget."""
+    from triton import knobs
+
+    q, k, v = _inputs(2, 8, 4, n, 128)
+    do = torch.randn_like(q)
+    for _ in range(2):  # the JIT's calls, then direct launches
+        _grads(flash_attn(q, k, v, causal=causal), q, k, v, do)
+    seen: list[object] = []
+    knobs.runtime.launch_enter_hook.add(seen.append)  # as Triton's profiler (proton) installs its hook
+    try:
+        out, dq, dk, dv = _grads(flash_attn(q, k, v, causal=causal), q, k, v, do)
+        torch.cuda.synchronize()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(seen.append)
+    assert len(seen) >= 3  # the forward, the preprocess and at least one backward pass
+    verdict = verify({"out": out, "dq": dq, "dk": dk, "dv": dv}, q, k, v, causal=causal, do=do)
+    assert verdict.ok, verdict.reason

@@ -196,3 +196,91 @@ def test_a_repeated_call_skips_the_checks_but_not_what_they_refuse(monkeypatch):
     flash_attn(q, k, v, causal=True, window=(4, 0), sm_scale=-0.5)  # negated q: checked on every call
     flash_attn(q, k, v, causal=True, window=(4, 0), sm_scale=-0.5)
     assert len(calls) == 5
+
+
+def _check_step(q, k, v, do, causal=True):  # type: ignore[no-untyped-def]
+    """flash_attn's output and gradients for dO, held to the one oracle (engine/correctness.verify)."""
+    from flashbench.engine.correctness import verify
+
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    out = flash_attn(*leaves, causal=causal)
+    dq, dk, dv = torch.autograd.grad(out, leaves, do)
+    verdict = verify({"out": out, "dq": dq, "dk": dk, "dv": dv}, q, k, v, causal=causal, do=do)
+    assert verdict.ok, verdict.reason
+
+
+def _count_plans(monkeypatch):  # type: ignore[no-untyped-def]
+    """A fresh backward plan cache and the forward's checked signatures; the list grows by one per plan made."""
+    from flashbench.kernels import backward, flash_v2
+    from flashbench.kernels.launch import PlanCache
+
+    made: list[int] = []
+    cache = PlanCache(lambda *a: made.append(1) or backward._BackwardPlan(*a))
+    monkeypatch.setattr(backward, "_PLANS", cache)
+    monkeypatch.setattr(flash_v2, "_CHECKED", PlanCache(lambda: None))
+    return made
+
+
+def test_the_backward_plans_once_per_signature_and_again_on_what_decides_it(monkeypatch):
+    """attention_backward called alone makes its launch plan once per signature: a repeated call (new data)
+    reuses it; dO of another layout, torch's deterministic flag or an environment switch each give a plan of
+    their own, each plan's gradients held to the oracle."""
+    from flashbench.kernels import backward, flash_v2
+
+    made = _count_plans(monkeypatch)
+    q, k, v = (t(1, 2, 16, 32, dtype=torch.float32) for _ in range(3))
+    o, lse, _ = flash_v2.attention_forward(q, k, v, True, 32**-0.5)
+
+    def grads(do):  # type: ignore[no-untyped-def]
+        from flashbench.engine.correctness import verify
+
+        dq, dk, dv = backward.attention_backward(q, k, v, o, lse, do, None, True, 32**-0.5)
+        verdict = verify({"dq": dq, "dk": dk, "dv": dv}, q, k, v, causal=True, do=do)
+        assert verdict.ok, verdict.reason
+
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    assert len(made) == 1
+    grads(t(1, 16, 2, 32, dtype=torch.float32).transpose(1, 2))  # [B, N, H, D] memory: other strides
+    assert len(made) == 2
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    assert len(made) == 3
+    monkeypatch.setenv("FLASHBENCH_TMA", "0")
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    grads(t(1, 2, 16, 32, dtype=torch.float32))
+    assert len(made) == 4
+
+
+def test_a_training_steps_backward_is_planned_once_and_again_on_what_it_adds_to_the_forward(monkeypatch):
+    """Through flash_attn's checked signature the backward keys its plans by what it adds to the forward's
+    signature (attention_backward's `plans`): repeated steps make one plan and look up no whole key; dO of another
+    layout, the deterministic flag or an environment switch set between the forward and the backward each give a
+    plan of their own; every step's output and gradients are held to the oracle."""
+    from flashbench.kernels import backward
+
+    made = _count_plans(monkeypatch)
+    whole = []
+    real = backward._PLANS.get
+    monkeypatch.setattr(backward._PLANS, "get", lambda *a: whole.append(1) or real(*a))
+    q, k, v = (t(1, 2, 16, 32, dtype=torch.float32) for _ in range(3))
+    for _ in range(4):
+        _check_step(q, k, v, t(1, 2, 16, 32, dtype=torch.float32))
+    # the whole key twice: the first call's (its signature not yet checked) and the second's (it fills `plans`)
+    assert (len(made), len(whole)) == (1, 2)
+    _check_step(q, k, v, t(1, 16, 2, 32, dtype=torch.float32).transpose(1, 2))
+    assert len(made) == 2
+
+    from flashbench.engine.correctness import verify
+
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    out = flash_attn(*leaves, causal=True)  # recorded with this environment
+    monkeypatch.setenv("FLASHBENCH_TMA", "0")  # the backward runs under another: a plan without descriptors
+    do = t(1, 2, 16, 32, dtype=torch.float32)
+    dq, dk, dv = torch.autograd.grad(out, leaves, do)
+    assert len(made) == 3 and not list(backward._PLANS.plans.values())[-1].tma
+    assert verify({"dq": dq, "dk": dk, "dv": dv}, q, k, v, causal=True, do=do).ok
+    monkeypatch.delenv("FLASHBENCH_TMA")
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    _check_step(q, k, v, t(1, 2, 16, 32, dtype=torch.float32))
+    assert len(made) == 4

@@ -1,23 +1,28 @@
-"""Host time of the bundled forward's Python path, measured on a machine without a GPU.
+"""Host time of the bundled kernels' Python path, measured on a machine without a GPU.
 
 flashbench's timer does not sync between samples, so a call whose host path is longer than its GPU work is
-measured as host time (docs/benchmarks.md). Two views, both timed as the median of `--repeats`
-runs of `--calls` calls:
+measured as host time (docs/benchmarks.md). Two views, each line this process's CPU time per call (other
+processes on a shared machine do not count), the median and range of `--repeats` runs of `--calls` calls:
 
-  default      flash_attn end to end under Triton's interpreter (fp16 CPU tensors, the one interpreter config),
-               with `kernel[grid](...)` replaced by a no-op: the part flashbench owns (input checks, autograd
-               glue, Gluon/tl dispatch, allocation, TMA checks, host descriptors, config lookup, descriptor
-               sizing).
-  --sm90-stub  flash_v2.attention_forward (after the input checks and autograd glue) through Triton's own
-               launch path for a kernel compiled for sm_90a (tools/sm90_compile.py's stub driver): argument
-               binding and specialization, the kernel cache, the launcher's descriptor handling. Only the C
-               launcher (cuLaunchKernel) and the TMA descriptor encoding are stubbed. Needs the GPU machine's
-               Triton (3.6) in a side environment (see sm90_compile.py); the pick is (64, 128, 4, 2), causal.
+  default      flash_attn's forward end to end under Triton's interpreter (fp16 CPU tensors, the one interpreter
+               config), with `kernel[grid](...)` replaced by a no-op: the part flashbench owns (input checks,
+               autograd glue, Gluon/tl dispatch, allocation, TMA checks, host descriptors, config lookup,
+               descriptor sizing). The interpreter compiles nothing, so every call takes the JIT's path.
+  --sm90-stub  the kernels an H100 runs, compiled for sm_90a (tools/sm90_compile.py's stub driver) and launched
+               through Triton's own launch path: after the first call the plans' direct launches
+               (launch.KernelCall, launch.RawLaunch). Only the C launcher (cuLaunchKernel), loading a binary and
+               the TMA descriptor encoding are stubbed. Lines: attention_forward (checked inputs),
+               flash_attn's forward with inputs that need grad (the autograd node recorded), attention_backward
+               (saved tensors), and a fwd+bwd step (flash_attn, then torch.autograd.grad); causal, bf16, one
+               head of 128 queries at --dim (128: the Gluon forward; 64: the tl forward, its pick (64, 128, 4,
+               2)) and the one-pass Gluon backward. --profile adds a cProfile of the step. Needs the GPU
+               machine's Triton (3.6) in a side environment (see sm90_compile.py).
 
-For the whole path on a GPU use benchmarks/host_time.py.
+What the CPU cannot show: a CUDA allocation's host cost (torch.empty: ~1.5 us here, 8.9 us on an H100 host) and
+the autograd engine's hand-over to its device thread. For the whole path on a GPU use benchmarks/host_time.py.
 
     python3 tools/host_path.py
-    /tmp/t36/bin/python tools/host_path.py --sm90-stub
+    /tmp/t36/bin/python tools/host_path.py --sm90-stub [--dim 64] [--profile]
 """
 
 from __future__ import annotations
@@ -33,14 +38,16 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 
 def _timed(name: str, call, calls: int, repeats: int) -> None:
+    """This process's CPU time per call (time.process_time: on a shared machine, time spent descheduled while
+    other processes run is not counted)."""
     for _ in range(200):
         call()
     runs = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(calls):
             call()
-        runs.append((time.perf_counter() - t0) / calls * 1e6)
+        runs.append((time.process_time() - t0) / calls * 1e6)
     print(f"{name:40} {statistics.median(runs):7.1f} us/call (min {min(runs):.1f}, max {max(runs):.1f})")
 
 
@@ -71,9 +78,11 @@ def interpreter(calls: int, repeats: int) -> None:
         flash_v2._attn_fwd = real
 
 
-def sm90_stub(calls: int, repeats: int) -> None:
+def _sm90_driver() -> None:
+    """Triton's CUDA launch path for kernels compiled for sm_90a, without a GPU: tools/sm90_compile.py's driver,
+    whose launcher is CudaLauncher's Python side (wrap_handle_tensordesc, the fields launch.RawLaunch reads) over
+    a no-op C launch; loading a binary and encoding a TMA descriptor are stubbed."""
     import sm90_compile
-    import torch
     import triton
     from triton.backends.nvidia import driver as nvidia
 
@@ -85,28 +94,83 @@ def sm90_stub(calls: int, repeats: int) -> None:
             return 0, 0, 128, 0, 1024  # module, function, registers, spills, max threads
 
         def get_device_properties(self, device):
-            return {"max_shared_mem": 232448, "multiprocessor_count": 132}
+            return {"max_shared_mem": sm90_compile.SMEM, "multiprocessor_count": 132}
 
-    class Launcher:  # CudaLauncher's Python side over a no-op C launch
+    class CLaunch:  # the compiled C launcher: a callable without Python code
+        def __call__(self, *args):
+            return None
+
+    class Launcher:
         def __init__(self, src, metadata):
             meta = getattr(metadata, "tensordesc_meta", None)
-            self.launch = nvidia.wrap_handle_tensordesc(lambda *a: None, dict(src.signature.items()), meta)
+            self.launch = nvidia.wrap_handle_tensordesc(CLaunch(), dict(src.signature.items()), meta)
+            self.global_scratch_size = metadata.global_scratch_size
+            self.profile_scratch_size = metadata.profile_scratch_size
+            self.launch_cooperative_grid = metadata.launch_cooperative_grid
+            self.launch_pdl = metadata.launch_pdl
 
         def __call__(self, gx, gy, gz, stream, function, *args):
-            self.launch(gx, gy, gz, stream, function, False, False, None, None, *args)
+            self.launch(
+                gx, gy, gz, stream, function, self.launch_cooperative_grid, self.launch_pdl, None, None, *args
+            )
 
     drv = sm90_compile._Sm90Driver()
     drv.utils, drv.launcher_cls = Utils(), Launcher
     triton.runtime.driver.set_active(drv)
-    from flashbench.kernels import autotune, flash_v2, launch
+    sm90_compile._stub_gpu(tma=True)
 
-    flash_v2.use_tma = lambda *t: True
-    launch._max_shared_mem = lambda: 232448
+
+def sm90_stub(calls: int, repeats: int, dim: int, profile: bool) -> None:
+    import torch
+
+    _sm90_driver()
+    from flashbench.kernels import autotune, backward_ws, flash_v2, flash_ws
+    from flashbench.kernels.backward import attention_backward
+
+    # flash_attn's checks refuse CPU tensors outside the interpreter; they run on a signature's first call only
+    # (flash_v2._CHECKED), so the probe's inputs (contiguous, bf16) pass unchecked
+    flash_v2.check_inputs = lambda name, q, k, v, causal, scale: (q, k, v, scale or q.shape[-1] ** -0.5)
     pick = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
     autotune.lookup = lambda key: dict(pick)  # the per-call path of an autotuned key: an in-memory pick
-    q, k, v = (torch.randn((1, 2, 2048, 64), dtype=torch.bfloat16) for _ in range(3))
-    call = lambda: flash_v2.attention_forward(q, k, v, True, 0.125)
-    _timed("attention_forward, causal (sm_90a)", call, calls, repeats)
+    # The kernels the H100 runs at N >= 1024 (the one-pass Gluon backward; at d = 128 the Gluon forward), taken at
+    # N = 128: the host path does not depend on N, and the CPU's own work does (its dQ conversion, 40 us at N = 1024)
+    backward_ws.MIN_SEQ = dict.fromkeys(backward_ws.MIN_SEQ, 0)
+    flash_ws.GLUON_MIN_SEQ = {**flash_ws.GLUON_MIN_SEQ, (128, True): 0}
+    q, k, v = (torch.randn((1, 1, 128, dim), dtype=torch.bfloat16) for _ in range(3))
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    do = torch.randn_like(q)
+    scale = dim**-0.5
+    o, lse, _ = flash_v2.attention_forward(q, k, v, True, scale)
+    step = lambda: torch.autograd.grad(flash_v2.flash_attn(*leaves, causal=True), leaves, do)
+    views = {
+        "attention_forward, causal (sm_90a)": lambda: flash_v2.attention_forward(q, k, v, True, scale),
+        "flash_attn fwd, causal, grad recorded": lambda: flash_v2.flash_attn(*leaves, causal=True),
+        "attention_backward, causal (sm_90a)": lambda: attention_backward(
+            q, k, v, o, lse, do, None, True, scale
+        ),
+        "flash_attn fwd+bwd step, causal": step,
+    }
+    for name, call in views.items():
+        _timed(name, call, calls, repeats)
+    if profile:
+        _profile(step, calls)
+
+
+def _profile(call, calls: int) -> None:
+    """cProfile of `calls` calls: the functions by their own time, then by cumulative time."""
+    import cProfile
+    import pstats
+
+    for _ in range(50):
+        call()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        call()
+    prof.disable()
+    stats = pstats.Stats(prof)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(35)
 
 
 def main() -> None:
@@ -114,8 +178,13 @@ def main() -> None:
     ap.add_argument("--sm90-stub", action="store_true")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--dim", type=int, default=128, help="head dim of --sm90-stub's inputs")
+    ap.add_argument("--profile", action="store_true", help="--sm90-stub: also cProfile the fwd+bwd step")
     args = ap.parse_args()
-    (sm90_stub if args.sm90_stub else interpreter)(args.calls, args.repeats)
+    if args.sm90_stub:
+        sm90_stub(args.calls, args.repeats, args.dim, args.profile)
+    else:
+        interpreter(args.calls, args.repeats)
 
 
 if __name__ == "__main__":
