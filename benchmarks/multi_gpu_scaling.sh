@@ -8,9 +8,10 @@
 # directories, logs and $OUT/multi_gpu.txt (per run: wall, speed-up, first-call compile time summed over workers
 # and per worker, the compile-once step's wall time and builds; per case: each run's median over the one-GPU
 # run's) are packed into $OUT/multi_gpu.tgz. About 9 minutes on 2 x H100 (one GPU takes 190 s of it): the
-# multi-GPU table of docs/benchmarks.md.
+# multi-GPU table of docs/benchmarks.md. STEPS picks the runs (default "one all-nopre all shards").
 #
 #   bash benchmarks/multi_gpu_scaling.sh
+#   STEPS="one all" GPUS=4 bash benchmarks/multi_gpu_scaling.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
@@ -43,24 +44,34 @@ timed() {  # timed NAME CMD...: run cold, record wall seconds
     tail -1 "$RUNS/$name.log" | tee -a "$RUNS/multi_gpu.log"
 }
 
-log "one GPU"
-timed one flashbench sweep "${SWEEP[@]}" --gpus 0 --out "$RUNS/one" --force
-log "$NGPU GPUs (--gpus all), without the compile-once step"
-timed all-nopre env FLASHBENCH_PRECOMPILE=0 flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/all-nopre" --force
-log "$NGPU GPUs (--gpus all)"
-timed all flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/all" --force
-log "$NGPU shards side by side, one per GPU, then merge"
-SHARDS=()
-for i in $(seq 1 "$NGPU"); do cold "shard$i"; SHARDS+=("$RUNS/shard$i"); done
-t0=$SECONDS
-for i in $(seq 1 "$NGPU"); do
-    CUDA_VISIBLE_DEVICES=$((i - 1)) TRITON_CACHE_DIR="$RUNS/cold-shard$i/triton" \
-        FLASHBENCH_HOME="$RUNS/cold-shard$i/home" timeout "$LIMIT" flashbench sweep "${SWEEP[@]}" --shard "$i/$NGPU" \
-        --out "$RUNS/shard$i" --force >"$RUNS/shard$i.log" 2>&1 &
-done
-wait
-log "shards: wall=$((SECONDS - t0)) s"
-flashbench merge "${SHARDS[@]}" --out "$RUNS/merged" --force 2>&1 | tee -a "$RUNS/multi_gpu.log"
+STEPS=" ${STEPS:-one all-nopre all shards} "
+rm -rf "$RUNS/one" "$RUNS/all-nopre" "$RUNS/all" "$RUNS/merged" "$RUNS"/shard*
+if [[ $STEPS == *" one "* ]]; then
+    log "one GPU"
+    timed one flashbench sweep "${SWEEP[@]}" --gpus 0 --out "$RUNS/one" --force
+fi
+if [[ $STEPS == *" all-nopre "* ]]; then
+    log "$NGPU GPUs (--gpus all), without the compile-once step"
+    timed all-nopre env FLASHBENCH_PRECOMPILE=0 flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/all-nopre" --force
+fi
+if [[ $STEPS == *" all "* ]]; then
+    log "$NGPU GPUs (--gpus all)"
+    timed all flashbench sweep "${SWEEP[@]}" --gpus all --out "$RUNS/all" --force
+fi
+if [[ $STEPS == *" shards "* ]]; then
+    log "$NGPU shards side by side, one per GPU, then merge"
+    SHARDS=()
+    for i in $(seq 1 "$NGPU"); do cold "shard$i"; SHARDS+=("$RUNS/shard$i"); done
+    t0=$SECONDS
+    for i in $(seq 1 "$NGPU"); do
+        CUDA_VISIBLE_DEVICES=$((i - 1)) TRITON_CACHE_DIR="$RUNS/cold-shard$i/triton" \
+            FLASHBENCH_HOME="$RUNS/cold-shard$i/home" timeout "$LIMIT" flashbench sweep "${SWEEP[@]}" \
+            --shard "$i/$NGPU" --out "$RUNS/shard$i" --force >"$RUNS/shard$i.log" 2>&1 &
+    done
+    wait
+    log "shards: wall=$((SECONDS - t0)) s"
+    flashbench merge "${SHARDS[@]}" --out "$RUNS/merged" --force 2>&1 | tee -a "$RUNS/multi_gpu.log"
+fi
 python3 - "$RUNS" "$NGPU" <<'PY' | tee "$OUT/multi_gpu.txt" "$RUNS/multi_gpu.txt"
 import statistics, sys
 from pathlib import Path
@@ -70,6 +81,8 @@ runs = Path(sys.argv[1])
 one = {r.key: r.median_ms for r in read_rows(runs / "one") if r.median_ms}
 base = read_env(runs / "one").wall_s or 0.0
 for name in ("one", "all-nopre", "all", *(f"shard{i}" for i in range(1, int(sys.argv[2]) + 1))):
+    if not (runs / name / "env.json").is_file():
+        continue
     env = read_env(runs / name)
     pre = env.precompile or {}
     step = pre.get("skipped") or (
@@ -79,11 +92,13 @@ for name in ("one", "all-nopre", "all", *(f"shard{i}" for i in range(1, int(sys.
     print(f"{name}: wall {wall:.1f} s ({base / wall if wall else 0:.2f}x), compile summed {env.compile_s_total} s,"
           f" per worker {env.compile_s_by_worker}, compile-once step: {step}")
 for name in ("all-nopre", "all", "merged"):
+    if not (runs / name / "rows.jsonl").is_file():
+        continue
     ratios = [r.median_ms / one[r.key] for r in read_rows(runs / name) if r.median_ms and r.key in one]
     if ratios:
         print(f"{name}: per case vs one: median {statistics.median(ratios):.3f}, {min(ratios):.3f}..{max(ratios):.3f}"
               f" ({len(ratios)} cases)")
 PY
-tar czf "$OUT/multi_gpu.tgz" -C "$RUNS" one all-nopre all merged one.log all-nopre.log all.log multi_gpu.log \
-    multi_gpu.txt $(cd "$RUNS" && ls -d shard*)
+# shellcheck disable=SC2046  # the runs this invocation made, word-split on purpose
+tar czf "$OUT/multi_gpu.tgz" -C "$RUNS" multi_gpu.txt $(cd "$RUNS" && ls -d one all-nopre all merged shard* ./*.log 2>/dev/null)
 log "done"
