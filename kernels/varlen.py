@@ -20,9 +20,9 @@ Cautions:
   - Rows past cu_seqlens[-1] belong to no document: their outputs and gradients are 0.
   - max_seqlen_q / max_seqlen_k only pick the kernel (below) and the autotuned config (its length bucket); the
     grid is sized from the tensors: sum over documents of cdiv(length, BLOCK) <= (total + (B + 1) (BLOCK - 1)) // BLOCK programs.
-  - The forward on Hopper (fp16/bf16, contiguous, no window, head dims and longest documents where flash_attn
-    takes the Gluon forward: flash_ws.GLUON_MIN_SEQ on max(max_seqlen_q, max_seqlen_k)) is flash_ws's Gluon
-    kernel in its VARLEN mode (varlen_ws.py); {"kernel": "gluon-ws", ...} forces it. Elsewhere, and the
+  - The forward on Hopper (fp16/bf16, contiguous, no window, head dims and longest documents of
+    varlen_ws.MIN_SEQ: none until it is timed) is flash_ws's Gluon kernel in its VARLEN mode (varlen_ws.py);
+    {"kernel": "gluon-ws", ...} forces it. Elsewhere, and the
     backward everywhere, the tl kernels through pointers (no TMA: a descriptor's zero fill stops at the
     tensor's end, not at a document's).
 """

@@ -61,6 +61,12 @@ DEFAULT_CONFIG = {
 }
 
 
+# Where flash_attn_varlen's forward takes this kernel by default: the shortest longest-document per (head dim,
+# masked), as flash_ws.GLUON_MIN_SEQ for flash_attn. Empty until the kernel is timed against the tl one
+# (docs/kernels.md, packed documents): a forced {"kernel": "gluon-ws"} runs it.
+MIN_SEQ: dict[tuple[int, bool], int] = {}
+
+
 def default_config(head_dim: int, causal: bool) -> dict[str, Any]:
     """The config this kernel runs at a head dim (others: d = 128's) and mask without a forced one."""
     return dict(DEFAULT_CONFIG[(head_dim if head_dim in flash_ws.HEAD_DIMS else 128, bool(causal))])
@@ -99,9 +105,9 @@ def preferred(
     window: tuple[int, int] | None,
     longest: int,
 ) -> bool:
-    """Whether flash_attn_varlen's forward takes this kernel (no forced config): flash_ws.preferred's rule with
-    the longest document (max(max_seqlen_q, max_seqlen_k)) as the sequence length."""
-    min_seq = flash_ws.GLUON_MIN_SEQ.get((q.shape[-1], bool(causal) or window is not None))
+    """Whether flash_attn_varlen's forward takes this kernel (no forced config): MIN_SEQ's length for the head
+    dim and mask, on the longest document (max(max_seqlen_q, max_seqlen_k))."""
+    min_seq = MIN_SEQ.get((q.shape[-1], bool(causal) or window is not None))
     if min_seq is None or longest < min_seq or not flash_ws.enabled():
         return False
     cfg = default_config(q.shape[-1], causal)

@@ -248,7 +248,9 @@ def test_bf16_documents_at_the_issue_shape_class_within_budget(causal):
     """d = 128, GQA 8:2, documents of 256..4096 tokens packed to ~16k (the issue's shape class, fewer heads)."""
     lengths = torch.randint(256, 4097, (7,), generator=torch.Generator().manual_seed(0)).tolist()
     check((lengths, None), 8, 2, 128, torch.bfloat16, causal=causal, validate=True)
-    if HOPPER:  # the Gluon forward's lengths at d = 128 (flash_ws.GLUON_MIN_SEQ)
+    if HOPPER:  # the Gluon forward where varlen_ws.MIN_SEQ takes it by default, else forced
+        if (128, causal) not in varlen_ws.MIN_SEQ:
+            check((lengths, None), 8, 2, 128, torch.bfloat16, causal=causal, validate=True, config=GLUON)
         assert last_config()["kernel"] == "gluon-ws"
 
 
@@ -364,14 +366,15 @@ def gluon_stub(monkeypatch):
     monkeypatch.setattr(varlen_ws.VarlenPlan, "run", routed)
 
 
-def test_the_forward_takes_the_gluon_kernel_from_the_longest_documents_where_flash_attn_does(
-    gluon_stub, monkeypatch
-):
-    """flash_ws.GLUON_MIN_SEQ's rule on max(max_seqlen_q, max_seqlen_k): d = 128 causal from 1024; below it, with
-    a window, or with FLASHBENCH_GLUON=0, the tl kernel (which runs here, under the interpreter)."""
-    assert flash_ws.GLUON_MIN_SEQ[(128, True)] == 1024
+def test_the_forward_takes_the_gluon_kernel_from_the_longest_documents_min_seq_names(gluon_stub, monkeypatch):
+    """varlen_ws.MIN_SEQ's rule on max(max_seqlen_q, max_seqlen_k) (here d = 128 causal from 1024); below it, with
+    a window, with FLASHBENCH_GLUON=0, or without an entry (no default until timed), the tl kernel (which runs
+    here, under the interpreter)."""
     q, k, v, _ = inputs([100, 60], [100, 60], 2, 2, 128, torch.float16)
     cu = prefix([100, 60])
+    flash_attn_varlen(q, k, v, cu, cu, 64, 4096, causal=True)
+    assert "kernel" not in last_config() and (128, True) not in varlen_ws.MIN_SEQ
+    monkeypatch.setitem(varlen_ws.MIN_SEQ, (128, True), 1024)
     with pytest.raises(_Routed):
         flash_attn_varlen(q, k, v, cu, cu, 64, 1024, causal=True)
     for kw in (dict(max_seqlen_k=1023), dict(max_seqlen_k=4096, window=(2048, 0))):
