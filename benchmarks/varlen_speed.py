@@ -10,9 +10,11 @@ Each result is first checked against float64 attention per document (correctness
 
     python3 benchmarks/varlen_speed.py [--causal 1] [--dims 128] [--tokens 16384]   # JSON to $OUT/varlen_speed.json
     python3 benchmarks/varlen_speed.py --configs '[{"kernel": "gluon-ws", "PERSISTENT": 0, "STAGES": 3}]'
+    python3 benchmarks/varlen_speed.py --configs '[{"fwd": {"kernel": "gluon-ws"}, "bwd": {"kernel": "gluon-ws"}}]'
 
---configs: forced forward configs (flash_attn_varlen's config=) timed beside its default, e.g. the Gluon forward's
-one program per tile against its persistent walk; --flex 0 leaves FlexAttention out; --modes fwd times the
+--configs: forced configs timed beside the default, each a forward config (flash_attn_varlen's config=, e.g. the
+Gluon forward's one program per tile against its persistent walk) or {"fwd": ..., "bwd": ...}, the forward's and
+the backward's (bwd_config=: the Gluon backward); --flex 0 leaves FlexAttention out; --modes fwd times the
 forward alone.
 
 Not the benchmark of record (the varlen sweep preset will be).
@@ -95,9 +97,13 @@ def providers(a: argparse.Namespace, d: int, docs: list[int], causal: bool) -> d
     check(varlen().detach(), q.detach(), k.detach(), v.detach(), docs, causal)
     calls = {"varlen": (varlen, [q, k, v], useful)}
     for config in json.loads(a.configs):
+        fwd, bwd = (
+            (config.get("fwd"), config.get("bwd")) if {"fwd", "bwd"} & config.keys() else (config, None)
+        )
 
-        def forced(config=config):
-            return flash_attn_varlen(q, k, v, cu, cu, max(docs), max(docs), causal=causal, config=config)
+        def forced(fwd=fwd, bwd=bwd):
+            most = max(docs)
+            return flash_attn_varlen(q, k, v, cu, cu, most, most, causal=causal, config=fwd, bwd_config=bwd)
 
         check(forced().detach(), q.detach(), k.detach(), v.detach(), docs, causal)
         calls[f"varlen {json.dumps(config)}"] = (forced, [q, k, v], useful)
@@ -144,7 +150,9 @@ def main() -> int:
     ap.add_argument("--causal", type=int, default=1)
     ap.add_argument("--uniform-n", type=int, default=2048)
     ap.add_argument(
-        "--configs", default="[]", help="JSON list of forced forward configs timed beside the default"
+        "--configs",
+        default="[]",
+        help='JSON list of forced configs timed beside the default: forward configs or {"fwd": ..., "bwd": ...}',
     )
     ap.add_argument("--modes", default="fwd,fwd+bwd", help="fwd, fwd+bwd or both, comma-separated")
     ap.add_argument(

@@ -55,6 +55,9 @@ try:  # Gluon is experimental; written against Triton 3.6 (as flash_ws.py).
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    from .flash_ws_kernel import store_rows
+    from .flash_ws_parts import document_block
+
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - depends on the installed Triton
     HAVE_GLUON = False
@@ -195,8 +198,10 @@ if HAVE_GLUON:
         smem,
         bars,
         sched,
+        docs,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
+        VARLEN: gl.constexpr,
     ):
         """One warp: this consumer's K and V slices once, then Q, dO, LSE and D of each query block into ring
         stage i % STAGES once every consumer has released it (empty[s])."""
@@ -206,6 +211,22 @@ if HAVE_GLUON:
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
+        if VARLEN:  # [total, heads * D]: a head is a column block
+            HEAD_DIM: gl.constexpr = q_smem.shape[2]
+            nb, kv_h, k_row, _, q_row, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+            mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
+            for w in gl.static_range(NUM_WG):
+                coord = [k_row + nb * BLOCK_N + w * 64, kv_h * HEAD_DIM]
+                tma.async_copy_global_to_shared(kd, coord, kv_bar, k_smem.index(w))
+                tma.async_copy_global_to_shared(vd, coord, kv_bar, v_smem.index(w))
+            for i in range(GROUP * walk[2]):
+                m, stat_row = _block(i, walk, nb, N_Q, BLOCK_M)
+                head = walk[0] + i // walk[2]
+                row = q_row + m * BLOCK_M
+                _load_block(
+                    i, (row, head * HEAD_DIM), stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True
+                )
+            return
         nb, bkv = _program()
         n0 = nb * BLOCK_N
         mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
@@ -215,7 +236,7 @@ if HAVE_GLUON:
         walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
         for i in range(GROUP * walk[2]):
             row = _block(i, walk, nb, N_Q, BLOCK_M)[1]
-            _load_block(i, row, descs, smem, bars)
+            _load_block(i, (row, 0), row, 0, descs, smem, bars, False)
 
     @gluon.jit
     def _program():
@@ -237,6 +258,28 @@ if HAVE_GLUON:
         return head0, lo, N_Q // BLOCK_M - lo
 
     @gluon.jit
+    def _document(sched, docs, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+        """VARLEN: this program's place in the packed batch, (nb, kv_h, k_row, n_k, q_row, n_q, walk): key block
+        nb of the document whose keys are rows k_row .. k_row + n_k - 1 of the packed K and V and whose queries
+        rows q_row .. q_row + n_q - 1 of Q, K/V head kv_h (the grid's second axis); found on the device by
+        common.document_block's walk over the keys (flash_ws_parts.document_block), so a launch reads nothing on
+        the host. walk as _walk's, over the document's query blocks: BLOCK_M rows from q_row, the last may run
+        into the next document (causal: bottom-right by the document's lengths). Rows past cu_seqlens_k[-1] are
+        one more document with no queries (their dK, dV are stored as zeros); a walk position past the last
+        block gets n_k = n_q = 0."""
+        H, GROUP, N_Q, N_K = sched
+        CU_Q, CU_K, NUM_DOCS, _, _ = docs
+        doc, k_row, n_k, nb = document_block(CU_K, NUM_DOCS, N_K, gl.program_id(0), BLOCK_N, False)
+        q_row = gl.minimum(gl.maximum(gl.load(CU_Q + doc), 0), N_Q)
+        q_end = gl.minimum(gl.maximum(gl.load(CU_Q + gl.minimum(doc + 1, NUM_DOCS)), 0), N_Q)
+        n_q = gl.where((doc < NUM_DOCS) & (n_k > 0), gl.maximum(q_end - q_row, 0), 0)
+        kv_h = gl.program_id(1)
+        lo = 0
+        if CAUSAL:
+            lo = gl.maximum(nb * BLOCK_N - (n_k - n_q), 0) // BLOCK_M
+        return nb, kv_h, k_row, n_k, q_row, n_q, (kv_h * GROUP, lo, gl.cdiv(n_q, BLOCK_M) - lo)
+
+    @gluon.jit
     def _block(i, walk, spin, N_Q, BLOCK_M: gl.constexpr):
         """The program's i-th query block of `walk` (_walk), as (block index m, its first row): query head
         head0 + i // n_m, block lo + (i % n_m + spin) % n_m (spin: the program's key block, where its walk
@@ -246,9 +289,13 @@ if HAVE_GLUON:
         return m, (head0 + i // n_m) * N_Q + m * BLOCK_M
 
     @gluon.jit
-    def _load_block(i, row, descs, smem, bars):
-        """Q and dO of the program's i-th query block (rows from `row`) by TMA, its LSE and D by the warp's loads,
-        into ring stage i % STAGES once every consumer has released it (empty[s]). The consumers read LSE and D
+    def _load_block(i, coord, stat_row, rows_left, descs, smem, bars, VARLEN: gl.constexpr):
+        """Q and dO of the program's i-th query block (its box at `coord` of Q's and dO's descriptors) by TMA, its
+        LSE and D (from `stat_row` of [B * H, N_Q]) by the warp's loads, into ring stage i % STAGES once every
+        consumer has released it (empty[s]). VARLEN: the rows from rows_left on are past the document (another
+        document's, or past the tensor): their LSE2 is taken as +inf and D as 0, so their P^T and dS^T columns
+        are exact zeros (exp2(s - inf) = 0, 0 * finite = 0) and they add nothing to dK, dV, or to the dQ rows
+        of the other document (a reduce-add of zeros). The consumers read LSE and D
         from shared memory where they use them: loaded from global memory into their registers ahead of a
         matmul's wait (16 values of each per thread), they cost the consumers' loop its spills at d = 128 and
         the backward 4-13% of its time on an H100 (docs/kernels.md, the backward)."""
@@ -259,24 +306,35 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         rows: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
         s = i % STAGES
-        offs = row + gl.arange(0, BLOCK_M, rows)
-        lse = gl.load(LSE + offs)
-        delta = gl.load(DELTA + offs)
+        offs = stat_row + gl.arange(0, BLOCK_M, rows)
+        if VARLEN:
+            inside = gl.arange(0, BLOCK_M, rows) < rows_left
+            lse = gl.load(LSE + offs, mask=inside, other=float("inf"))
+            delta = gl.load(DELTA + offs, mask=inside, other=0.0)
+        else:
+            lse = gl.load(LSE + offs)
+            delta = gl.load(DELTA + offs)
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
         stats.index(s).store(lse)
         stats.index(STAGES + s).store(delta)
         gl.thread_barrier()  # every lane's stores before the arrive below
         mbarrier.expect(ready.index(s), 2 * qd.block_type.nbytes)
-        tma.async_copy_global_to_shared(qd, [row, 0], ready.index(s), q_smem.index(s))
-        tma.async_copy_global_to_shared(dod, [row, 0], ready.index(s), do_smem.index(s))
+        tma.async_copy_global_to_shared(qd, coord, ready.index(s), q_smem.index(s))
+        tma.async_copy_global_to_shared(dod, coord, ready.index(s), do_smem.index(s))
 
     @gluon.jit
-    def _probs(st, lse, qk_scale, m, keys, cols, causal_off, CAUSAL: gl.constexpr):
+    def _probs(
+        st, lse, qk_scale, m, keys, cols, causal_off, key_end, CAUSAL: gl.constexpr, KEY_END: gl.constexpr
+    ):
         """P^T = exp2(S^T * qk_scale - LSE2) of query block m; causal: zero where a key is after its query, on
-        every block without a branch (past the diagonal it keeps every key)."""
+        every block without a branch (past the diagonal it keeps every key). KEY_END (VARLEN without CAUSAL):
+        zero for keys from key_end on (the next document's, where the program's last block runs into it);
+        under a causal mask the diagonal does it (no query of the document sees a key past its last)."""
         pt = gl.exp2(st * qk_scale - lse[None, :])
         if CAUSAL:
             pt = gl.where((keys - m * cols.shape[0] - causal_off)[:, None] <= cols[None, :], pt, 0.0)
+        if KEY_END:
+            pt = gl.where((keys < key_end)[:, None], pt, 0.0)
         return pt
 
     @gluon.jit
@@ -286,10 +344,12 @@ if HAVE_GLUON:
         io,  # (dkd, dvd, qk_scale, sm_scale): descriptors of dK and dV ([B * H_KV * N_K, D], block [64, D]),
         # sm_scale * log2(e), sm_scale
         sched,
+        docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, DK, DV); else unused
         WG: gl.constexpr,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         ONE_PASS: gl.constexpr,
+        VARLEN: gl.constexpr,
     ):
         """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of the program's block. Each query block's matmuls
         are waited for within its step: issuing the next block's S^T and dP^T behind this block's dK (software
@@ -312,10 +372,17 @@ if HAVE_GLUON:
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         key_s: gl.constexpr = gl.SliceLayout(1, s_layout)
 
-        nb, bkv = _program()
-        n0 = nb * BLOCK_N
-        causal_off = N_K - N_Q
-        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+        if VARLEN:  # keys and queries counted from the document's first (k_row, q_row)
+            nb, _, _, n_k, _, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+            n0 = nb * BLOCK_N
+            causal_off = n_k - n_q
+        else:
+            nb, bkv = _program()
+            n0 = nb * BLOCK_N
+            causal_off = N_K - N_Q
+            walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+            n_k = N_K
+        KEY_END: gl.constexpr = VARLEN and not CAUSAL
         my_n0 = n0 + WG * 64
         keys = my_n0 + gl.arange(0, 64, key_s)
         k = k_smem.index(WG)
@@ -339,7 +406,9 @@ if HAVE_GLUON:
                 # One score tile in flight at a time, and dV issued once dS^T is made: at 208-216 registers
                 # the two-pass order (S^T and dP^T at once, dV before dS^T) spills in the loop at d = 128.
                 st = warpgroup_mma_wait(0, deps=[st])
-                pt = _probs(st, stats.index(s).load(col_s), qk_scale, m, keys, cols, causal_off, CAUSAL)
+                pt = _probs(
+                    st, stats.index(s).load(col_s), qk_scale, m, keys, cols, causal_off, n_k, CAUSAL, KEY_END
+                )
                 dpt = warpgroup_mma(v, do.permute((1, 0)), zero, use_acc=False, is_async=True)
                 dpt = warpgroup_mma_wait(0, deps=[dpt])
                 delta = stats.index(STAGES + s).load(col_s)
@@ -348,7 +417,9 @@ if HAVE_GLUON:
             else:
                 dpt = warpgroup_mma(v, do.permute((1, 0)), zero, use_acc=False, is_async=True)
                 st = warpgroup_mma_wait(1, deps=[st])  # in order: S^T is done, dP^T may not be
-                pt = _probs(st, stats.index(s).load(col_s), qk_scale, m, keys, cols, causal_off, CAUSAL)
+                pt = _probs(
+                    st, stats.index(s).load(col_s), qk_scale, m, keys, cols, causal_off, n_k, CAUSAL, KEY_END
+                )
                 dv = warpgroup_mma(gl.convert_layout(pt.to(q.dtype), a_layout), do, dv, is_async=True)
                 dpt = warpgroup_mma_wait(1, deps=[dpt])  # dP^T is done, dV may not be
                 delta = stats.index(STAGES + s).load(col_s)
@@ -368,12 +439,38 @@ if HAVE_GLUON:
             last = GROUP * walk[2] - 1
             if last >= 0:
                 mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
-        out_row = bkv * N_K + my_n0
-        k.store((dk * sm_scale).to(dkd.dtype))
+        if VARLEN:
+            # A TMA store stops only at the tensor's end: the warpgroup whose keys run past the document's last
+            # (at most one per document and K/V head) stores its rows inside it through masked pointer stores
+            # (none where all its keys lie past it); the others by TMA. The document is found again here: its
+            # rows and head kept through the loop cost the second consumer 3 more loads from local memory a step.
+            _, kv_h, k_row, n_k, _, _, _ = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+            _, _, _, DK, DV = docs
+            col = kv_h * HEAD_DIM
+            if n_k - my_n0 >= 64:
+                _store_tile(dk * sm_scale, dv, k, v, dkd, dvd, (k_row + my_n0, col))
+            else:
+                width = (H // GROUP) * HEAD_DIM
+                keep = gl.arange(0, 64, key_s) < n_k - my_n0
+                store_rows((dk * sm_scale).to(dkd.dtype), DK, k_row + my_n0, col, keep, width)
+                store_rows(dv.to(dvd.dtype), DV, k_row + my_n0, col, keep, width)
+        else:
+            out_row = bkv * N_K + my_n0
+            k.store((dk * sm_scale).to(dkd.dtype))
+            v.store(dv.to(dvd.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(dkd, [out_row, 0], k)
+            tma.async_copy_shared_to_global(dvd, [out_row, 0], v)
+            tma.store_wait(0)
+
+    @gluon.jit
+    def _store_tile(dk, dv, k, v, dkd, dvd, coord):
+        """VARLEN: dK and dV of a warpgroup's 64 keys out through its K and V slices by TMA at coord."""
+        k.store(dk.to(dkd.dtype))
         v.store(dv.to(dvd.dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(dkd, [out_row, 0], k)
-        tma.async_copy_shared_to_global(dvd, [out_row, 0], v)
+        tma.async_copy_shared_to_global(dkd, coord, k)
+        tma.async_copy_shared_to_global(dvd, coord, v)
         tma.store_wait(0)
 
     @gluon.jit
@@ -382,14 +479,18 @@ if HAVE_GLUON:
         bars,
         dqd,  # descriptor of the zeroed fp32 dQ ([B * H * N_Q, D], block [BLOCK_M, 64]) that dQ is added into
         sched,
+        docs,
         sm_scale,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
+        VARLEN: gl.constexpr,
     ):
         """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
         matmul is done, dS slot i % 2 is free (ds_free), and the columns leave through a staging tile by a TMA
-        reduce-add. The consumers never wait for this matmul."""
+        reduce-add. The consumers never wait for this matmul. VARLEN: dqd is over [H * total_q, D] (a head's
+        rows one after another, as the LSE): a box that runs past the document adds the zero rows of dS K
+        (_load_block) to the next document's (or the next head's) rows."""
         k_smem, _, q_smem, _, ds_smem, dq_smem, _ = smem
         kv_bar, _, _, ds_full, ds_free = bars
         H, GROUP, N_Q, N_K = sched
@@ -399,8 +500,12 @@ if HAVE_GLUON:
         dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
         )
-        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
-        spin = _program()[0]
+        if VARLEN:
+            spin, _, _, _, q_row, _, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+        else:
+            walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+            spin = _program()[0]
+            q_row = 0
         zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
@@ -408,6 +513,8 @@ if HAVE_GLUON:
         mbarrier.wait(kv_bar, 0)
         for i in range(GROUP * walk[2]):
             row = _block(i, walk, spin, N_Q, BLOCK_M)[1]
+            if VARLEN:
+                row += q_row
             slot = i % 2
             mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
             for c in gl.static_range(HEAD_DIM // 64):
@@ -445,6 +552,11 @@ if HAVE_GLUON:
         N_K,
         qk_scale,  # sm_scale * log2(e)
         sm_scale,
+        CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
+        CU_K,  # VARLEN: the same for the keys; else None
+        NUM_DOCS,  # VARLEN: documents; else None
+        DK,  # VARLEN: dK [total_k, H_KV, D] (the masked stores of a document's last keys); else None
+        DV,  # VARLEN: dV, the same; else None
         HEAD_DIM: gl.constexpr,
         BLOCK_M: gl.constexpr,
         NUM_WG: gl.constexpr,
@@ -454,8 +566,13 @@ if HAVE_GLUON:
         CONSUMER_REGS: gl.constexpr,
         PRODUCER_REGS: gl.constexpr,
         DQ_REGS: gl.constexpr,
+        # Packed documents (varlen_ws.py): B = 1, N_Q and N_K the packed totals; Q, dO, K, V, dK, dV are 2-D
+        # [total, heads * D] (a head is a column block), dQ's and the LSE's rows [H * total_q]; a program is a key
+        # block of one document (_document)
+        VARLEN: gl.constexpr,
     ):
-        """One program per (NUM_WG * 64 keys, batch * K/V head)."""
+        """One program per (NUM_WG * 64 keys, batch * K/V head); VARLEN: per (key block of a document, K/V
+        head)."""
         BLOCK_N: gl.constexpr = NUM_WG * 64
         k_smem = gl.allocate_shared_memory(kd.dtype, [NUM_WG, 64, HEAD_DIM], kd.layout)
         v_smem = gl.allocate_shared_memory(vd.dtype, [NUM_WG, 64, HEAD_DIM], vd.layout)
@@ -495,13 +612,14 @@ if HAVE_GLUON:
         bars = (kv_bar, ready, empty, ds_full, ds_free)
         io = (dkd, dvd, qk_scale, sm_scale)
         sched = (H, GROUP, N_Q, N_K)
+        docs = (CU_Q, CU_K, NUM_DOCS, DK, DV)
         if ONE_PASS:  # a fourth warpgroup: dQ
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ONE_PASS)),
-                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ONE_PASS)),
-                    (_dq_partition, (smem, bars, dqd, sched, sm_scale, BLOCK_N, CAUSAL)),
-                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL)),
+                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_dq_partition, (smem, bars, dqd, sched, docs, sm_scale, BLOCK_N, CAUSAL, VARLEN)),
+                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, DQ_REGS, PRODUCER_REGS],
@@ -509,13 +627,58 @@ if HAVE_GLUON:
         else:  # the producer is one warp
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, 0, BLOCK_N, CAUSAL, ONE_PASS)),
-                    (_consumer, (smem, bars, io, sched, 1, BLOCK_N, CAUSAL, ONE_PASS)),
-                    (_producer, (descs, smem, bars, sched, BLOCK_N, CAUSAL)),
+                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
             )
+
+
+# The compile-time arguments of a launch over a [B, H, N, D] batch; varlen_ws.py passes the documents instead.
+NOT_VARLEN: dict[str, Any] = {
+    "CU_Q": None,
+    "CU_K": None,
+    "NUM_DOCS": None,
+    "DK": None,
+    "DV": None,
+    "VARLEN": False,
+}
+
+
+def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool) -> dict[str, Any]:
+    """The compile-time arguments of a launch with config cfg (but VARLEN's: NOT_VARLEN, or varlen_ws's)."""
+    one_pass = bool(cfg.get("ONE_PASS"))
+    return {
+        "HEAD_DIM": head_dim,
+        "BLOCK_M": cfg["BLOCK_M"],
+        "NUM_WG": cfg["NUM_WG"],
+        "STAGES": cfg["STAGES"],
+        "CAUSAL": bool(causal),
+        "ONE_PASS": one_pass,
+        "CONSUMER_REGS": ONE_PASS_REGS[0] if one_pass else CONSUMER_REGS,
+        "PRODUCER_REGS": PRODUCER_REGS,
+        "DQ_REGS": ONE_PASS_REGS[1],
+    }
+
+
+def reported_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """cfg as a row reports it: the kernel's name, the keys per program and the warps."""
+    warps = 4 * cfg["NUM_WG"] + (4 + 1 if cfg.get("ONE_PASS") else 1)
+    return {"kernel": "gluon-ws", **cfg, "BLOCK_N": cfg["NUM_WG"] * KEYS, "num_warps": warps}
+
+
+def dq_layout() -> Any:
+    """dQ leaves in [BLOCK_M, 32] fp32 boxes (128-byte rows, swizzled: the staging stores are free of bank
+    conflicts; with 256-byte unswizzled rows they were 8-way and the one pass took 1.11x the time at d = 128,
+    N = 8192 on an H100)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+
+
+def dq_descriptor(acc: torch.Tensor, block: list[int]) -> Any:
+    """A TMA descriptor of dQ's fp32 accumulator `acc` (2-D), its boxes `block` in dq_layout."""
+    return TensorDescriptor.from_tensor(acc, block, dq_layout())
 
 
 class DkdvPlan:
@@ -531,27 +694,13 @@ class DkdvPlan:
         self.q_block, self.kv_block = [bm, D], [KEYS, D]
         self.q_layout = gl.NVMMASharedLayout.get_default_for(self.q_block, dt)
         self.kv_layout = gl.NVMMASharedLayout.get_default_for(self.kv_block, dt)
-        # dQ leaves in [BLOCK_M, 32] fp32 boxes (128-byte rows, swizzled: the staging stores are free of bank
-        # conflicts; with 256-byte unswizzled rows they were 8-way and the one-pass took 1.11x the time at d = 128,
-        # N = 8192 on an H100)
         self.dq_block = [bm, 32]
-        self.dq_layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+        self.dq_layout = dq_layout()
         self.sizes = (H, H // Hkv, Nq, Nk)
         num_n = cdiv(Nk, num_wg * KEYS)
-        constexprs = {
-            "HEAD_DIM": D,
-            "BLOCK_M": bm,
-            "NUM_WG": num_wg,
-            "STAGES": cfg["STAGES"],
-            "CAUSAL": bool(causal),
-            "ONE_PASS": self.one_pass,
-            "CONSUMER_REGS": ONE_PASS_REGS[0] if self.one_pass else CONSUMER_REGS,
-            "PRODUCER_REGS": PRODUCER_REGS,
-            "DQ_REGS": ONE_PASS_REGS[1],
-        }
+        constexprs = {**kernel_constexprs(cfg, D, causal), **NOT_VARLEN}
         self.call = KernelCall(_bwd_dkdv_ws, (num_n, B * Hkv), constexprs, {"num_warps": 4})
-        warps = 4 * num_wg + (4 + 1 if self.one_pass else 1)
-        self.config = {"kernel": "gluon-ws", **cfg, "BLOCK_N": num_wg * KEYS, "num_warps": warps}
+        self.config = reported_config(cfg)
 
     def run(
         self,

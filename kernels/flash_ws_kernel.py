@@ -527,7 +527,7 @@ def _consumer_tile(
         if q_pos + WG * ROWS >= 0:
             _store_tile(out, o_smem, od, q_row, o_col, q_empty, WG, SEP_O)
         else:  # the warpgroup's rows start in the previous document: a masked store of its own rows
-            _store_rows(out.to(od.dtype), docs[3], q_row + WG * ROWS, o_col, rows >= 0, where[5] * HEAD_DIM)
+            store_rows(out.to(od.dtype), docs[3], q_row + WG * ROWS, o_col, rows >= 0, where[5] * HEAD_DIM)
             if not SEP_O:
                 mbarrier.arrive(q_empty)
     else:
@@ -550,7 +550,7 @@ def _store_tile(out, o_smem, od, q_row, col, q_empty, WG: gl.constexpr, SEP_O: g
 
 
 @gluon.jit
-def _store_rows(out, O, row, col, keep, width):
+def store_rows(out, O, row, col, keep, width):
     """VARLEN: out [64, D] (the accumulator's layout) into rows row, row + 1, ... of O [total_q, width] at column
     col, the rows where `keep` holds (the tile's rows inside its document). A TMA store cannot stop at a
     document's start, and only a document's first tile crosses one (tiles end at the document's end)."""

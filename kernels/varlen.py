@@ -5,9 +5,10 @@
     cu_seqlens_q, cu_seqlens_k   int32 [B + 1] prefix sums: document b holds rows [cu[b], cu[b + 1])
 
 Each document attends only to itself: a packed training batch with a document mask (block-diagonal, causal within
-each document) is one call. The kernels are flash_v2's forward (on Hopper flash_ws's Gluon forward, see the
-cautions) and backward_dkdv / backward_dq's passes with VARLEN set: the tensors are read as one [1, H, total, D] batch, and every program finds its document and block on
-the device (common.document_block), so no program straddles two documents, blocks outside the documents are
+each document) is one call. The kernels are flash_v2's forward and backward_dkdv / backward_dq's passes (on
+Hopper the Gluon forward and backward where taken, see the cautions) with VARLEN set: the tensors are read as
+one [1, H, total, D] batch, and every program finds its document and block on the device
+(common.document_block), so no program straddles two documents, blocks outside the documents are
 never visited and a launch reads no value on the host (it can run under a CUDA graph). Inside a document the
 kernels are the uniform ones: the same key ranges, masks and recompute backward.
 
@@ -22,9 +23,10 @@ Cautions:
     grid is sized from the tensors: sum over documents of cdiv(length, BLOCK) <= (total + (B + 1) (BLOCK - 1)) // BLOCK programs.
   - The forward on Hopper (fp16/bf16, contiguous, no window, head dims and longest documents of
     varlen_ws.MIN_SEQ: none until it is timed) is flash_ws's Gluon kernel in its VARLEN mode (varlen_ws.py);
-    {"kernel": "gluon-ws", ...} forces it. Elsewhere, and the
-    backward everywhere, the tl kernels through pointers (no TMA: a descriptor's zero fill stops at the
-    tensor's end, not at a document's).
+    config={"kernel": "gluon-ws", ...} forces it. The backward on Hopper (the same, d = 64/128, where
+    varlen_ws.BWD_MIN_SEQ takes it: none until it is timed) is backward_ws's one pass in its VARLEN mode;
+    bwd_config={"kernel": "gluon-ws", ...} forces it. Elsewhere the tl kernels through pointers (no TMA: a
+    descriptor's zero fill stops at the tensor's end, not at a document's).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 import torch
 
-from . import varlen_ws
+from . import backward_ws, varlen_ws
 from .backward import _bwd_preprocess
 from .backward_dkdv import _bwd_dkdv
 from .backward_dq import _bwd_dq
@@ -168,12 +170,32 @@ class _Forward(_Plan):
 
 
 class _Backward(_Plan):
-    """The backward's launches: the preprocess (D), the dK/dV pass and the dQ pass (configs picked on the first
-    call). Its signature holds dO's, which the first launches specialize on."""
+    """The backward's launches: the Gluon one pass's plan (varlen_ws.BackwardPlan) where `gluon`, else the
+    preprocess (D), the dK/dV pass and the dQ pass (configs picked on the first call). Its signature holds dO's,
+    which the first launches specialize on."""
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, *args: Any) -> None:
-        super().__init__(q, k, *args)
-        (Tq, Tk), docs, (H, Hkv, _) = self.sizes, self.docs, self.heads
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        do: torch.Tensor,
+        config: dict[str, Any] | None,
+        gluon: bool,
+        docs: int,
+        causal: bool,
+        window: tuple[int, int] | None,
+        bucket: int,
+    ) -> None:
+        super().__init__(q, k, docs, causal, window, bucket)
+        self.gluon: varlen_ws.BackwardPlan | None = None
+        if gluon:
+            try:
+                self.gluon = varlen_ws.BackwardPlan(q, k, v, do, docs, causal, config, window)
+            except ValueError as exc:
+                raise KernelUnsupported(f"{_NAME}: {exc}") from None
+            return
+        (Tq, Tk), (H, Hkv, _) = self.sizes, self.heads
         D = q.shape[2]
         pre_m = 64
         self.pre = KernelCall(
@@ -211,6 +233,10 @@ class _Backward(_Plan):
         cu_k: torch.Tensor,
         sm_scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.gluon is not None:
+            dq, dk, dv, cfg = self.gluon.run(q, k, v, o, lse, do, cu_q, cu_k, sm_scale)
+            _set_last_bwd_config(cfg, {"kernel": "gluon-ws", "ONE_PASS": 1})
+            return dq, dk, dv
         dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
         delta = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
         q4, k4, v4, o4, do4 = (_packed(t) for t in (q, k, v, o, do))
@@ -234,22 +260,32 @@ _BACKWARDS = PlanCache(_Backward)
 
 class _VarlenAttention(torch.autograd.Function):
     """Autograd glue: the backward recomputes P from Q, K and the saved LSE2 (as flash_v2.RecomputeAttention).
-    `key` is the forward plan's signature, `plan` its arguments (the backward's plan is made from them)."""
+    `key` is the forward plan's signature, `plan` its arguments (the backward's plan is made from them), `bwd`
+    the backward's forced config and the longest document (which pick its kernel)."""
 
     @staticmethod
-    def forward(ctx: Any, q, k, v, cu_q, cu_k, sm_scale, forward, key, plan):  # type: ignore[override]
+    def forward(ctx: Any, q, k, v, cu_q, cu_k, sm_scale, forward, key, plan, bwd):  # type: ignore[override]
         o, lse = forward.run(q, k, v, cu_q, cu_k, sm_scale)
         ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
-        ctx.sm_scale, ctx.key, ctx.plan = sm_scale, key, plan
+        ctx.sm_scale, ctx.key, ctx.plan, ctx.bwd = sm_scale, key, plan, bwd
         return o
 
     @staticmethod
     def backward(ctx: Any, do):  # type: ignore[override]
         q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
         do = unit_stride(do)
-        backward = _BACKWARDS.get((*ctx.key, tensor_key(do)), q, k, *ctx.plan)
+        (config, longest), (_, causal, window, _) = ctx.bwd, ctx.plan
+        gluon = config is not None or varlen_ws.backward_preferred(q, k, v, do, causal, window, longest)
+        key = (
+            *ctx.key,
+            tensor_key(do),
+            config_key(config),
+            gluon,
+            torch.are_deterministic_algorithms_enabled(),
+        )
+        backward = _BACKWARDS.get(key, q, k, v, do, config, gluon, *ctx.plan)
         dq, dk, dv = backward.run(q, k, v, o, lse, do, cu_q, cu_k, ctx.sm_scale)
-        return dq, dk, dv, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 def _check_lengths(cu_q: Any, cu_k: Any, max_q: Any, max_k: Any, device: torch.device) -> int:
@@ -308,6 +344,7 @@ def flash_attn_varlen(
     window: tuple[int, int] | None = None,
     validate: bool = False,
     config: dict[str, Any] | None = None,
+    bwd_config: dict[str, Any] | None = None,
 ) -> torch.Tensor:
     """Attention within each document of a packed batch; returns [total_q, H, D] contiguous, differentiable.
 
@@ -317,7 +354,9 @@ def flash_attn_varlen(
     config). causal and window=(left, right): as flash_attn's, aligned bottom-right within each document.
     D in 32/64/128/256; fp16, bf16 or fp32 (fp32 and the CPU interpreter are for testing). validate: check the
     prefix sums' values on the host (one device sync; see the module docstring). config: force the forward's
-    config (as flash_attn's: a tl tile, or {"kernel": "gluon-ws", ...}). Raises KernelUnsupported naming what is unsupported.
+    config (as flash_attn's: a tl tile, or {"kernel": "gluon-ws", ...}). bwd_config: force the backward's,
+    {"kernel": "gluon-ws", ...} (backward_ws's keys: the Gluon one pass on Hopper); without it the tl passes run
+    where varlen_ws.BWD_MIN_SEQ does not take the Gluon one. Raises KernelUnsupported naming what is unsupported.
     """
     for label, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
@@ -334,6 +373,15 @@ def flash_attn_varlen(
     forced_gluon = isinstance(config, dict) and config.get("kernel") == "gluon-ws"
     if config is not None and not forced_gluon:
         config = normalize_config(_NAME, config)
+    if bwd_config is not None:
+        if not isinstance(bwd_config, dict) or bwd_config.get("kernel") != "gluon-ws":
+            _refuse(
+                f'bwd_config must be {{"kernel": "gluon-ws", ...}} (the Gluon backward), got {bwd_config!r}'
+            )
+        try:
+            backward_ws.config_for(q.shape[-1], bwd_config)
+        except ValueError as exc:
+            _refuse(str(exc))
     if torch.compiler.is_compiling():
         _refuse("not supported under torch.compile yet (call it eagerly)")
     if validate:
@@ -353,7 +401,8 @@ def flash_attn_varlen(
     gluon = forced_gluon if config is not None else varlen_ws.preferred(q, k, v, causal, window, longest)
     forward = _FORWARDS.get((*key, config_key(config), gluon), q, k, v, config, gluon, *plan)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, forward, key, plan)
+        bwd = (bwd_config, longest)
+        return _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, forward, key, plan, bwd)
     return forward.run(q, k, v, cu_seqlens_q, cu_seqlens_k, scale)[0]
 
 

@@ -1,4 +1,5 @@
-"""flash_attn_varlen's forward on Hopper: flash_ws's Gluon kernel over packed documents (its VARLEN mode).
+"""flash_attn_varlen on Hopper: flash_ws's Gluon forward and backward_ws's Gluon backward over packed documents
+(their VARLEN modes).
 
     q     [total_q, H, D]     contiguous; read through a 2-D descriptor over [total_q, H * D], head h the
     k, v  [total_k, Hkv, D]   column block h * D ([64, D] boxes of Q and O, [BLOCK_N, D] of K and V)
@@ -27,6 +28,25 @@ Rows that see no key (a document with fewer keys than queries under a causal mas
 cu_seqlens_q[-1]) output 0 with LSE2 = +inf, as the tl kernel does.
 
 No sliding windows and no FP8 (the tl kernel takes windows).
+
+The backward (BackwardPlan): backward_ws's one pass in its VARLEN mode, a program per (key block of 128 keys of
+one document, K/V head), found on the device by common.document_block's walk over the keys (in document order:
+under a causal mask a document's first key block, which sees the most queries, first). It walks the document's
+query blocks of 64 rows from its first query (causal: bottom-right by the document's lengths) for every query
+head of its GQA group. Where a box crosses a document's end:
+  - K/V rows past the document's last key (its last key block): masked by key position in P^T (the causal
+    diagonal does it under a causal mask), so their dS^T rows are zero and add nothing to dQ; their dK, dV rows
+    are never stored: the warpgroup whose 64 keys run past the document's end stores its rows inside it through
+    masked pointer stores (at most one per document and K/V head; none where all 64 lie past it), the others
+    by TMA. TMA's clipping would not do: it stops at the tensor's end, and the next rows are the next
+    document's, which another program writes.
+  - Q/dO rows past the document's last query (its last query block): their LSE2 is read as +inf and D as 0, so
+    their P^T and dS^T columns are exact zeros (exp2(-inf) = 0; 0 * (finite - 0) = 0) and they add nothing to
+    dK and dV; dQ's TMA reduce-add of that box adds the zero rows of dS K to the next document's dQ rows (or the
+    next head's first rows, or nothing past the tensor): values unchanged (x + 0 = x; only a -0.0 sum could turn
+    +0.0).
+dQ is added into a zeroed fp32 [H, total_q, D] (the preprocess zeroes it and computes D, one launch), then
+converted into [total_q, H, D]: not bitwise repeatable, as the uniform one pass.
 """
 
 from __future__ import annotations
@@ -35,8 +55,9 @@ from typing import Any
 
 import torch
 
-from . import flash_ws
-from .common import LOG2E, document_walk
+from . import backward_ws, flash_ws
+from .backward import _bwd_preprocess
+from .common import LOG2E, cdiv, document_walk
 from .launch import KernelCall
 
 _NAME = "flash_ws varlen forward"
@@ -196,3 +217,129 @@ class VarlenPlan:
             ),
         )
         return o, lse, self.config
+
+
+# Where flash_attn_varlen's backward takes backward_ws's kernel (BackwardPlan) by default: the shortest
+# longest-document per (head dim, causal), as backward_ws.MIN_SEQ for flash_attn. Empty until it is timed against
+# the tl passes (docs/kernels.md, packed documents): a forced bwd_config={"kernel": "gluon-ws"} runs it.
+BWD_MIN_SEQ: dict[tuple[int, bool], int] = {}
+
+
+def backward_supported(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    window: tuple[int, int] | None,
+    cfg: dict[str, Any],
+) -> str | None:
+    """None if the Gluon backward runs these packed documents with config cfg (backward_ws.config_for's), else why
+    not (one line)."""
+    if not backward_ws.HAVE_GLUON:
+        return "this Triton has no Gluon"
+    if window is not None:
+        return f"sliding window {window} over packed documents (the tl kernels take it)"
+    if not cfg.get("ONE_PASS"):
+        return "one pass only over packed documents (ONE_PASS=1)"
+    why = flash_ws.tensor_refusal({"q": q, "k": k, "v": v, "dO": do}, backward_ws.HEAD_DIMS)
+    if why is not None:
+        return why
+    if q.shape[0] < cfg["BLOCK_M"] or k.shape[0] < backward_ws.KEYS:  # a TMA box no longer than its tensor
+        return f"needs at least {cfg['BLOCK_M']} query rows and {backward_ws.KEYS} key rows in all"
+    if q.shape[1] * q.shape[0] >= 2**31:
+        return "too many rows for 32-bit descriptor coordinates"
+    D = q.shape[-1]
+    if backward_ws.smem_bytes(cfg, D) > flash_ws.SMEM_LIMIT:
+        return f"config needs {backward_ws.smem_bytes(cfg, D) // 1024} KiB of shared memory"
+    return None
+
+
+def backward_preferred(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+    causal: bool,
+    window: tuple[int, int] | None,
+    longest: int,
+) -> bool:
+    """Whether flash_attn_varlen's backward takes the Gluon kernel (nothing forced): BWD_MIN_SEQ's length for the
+    head dim and mask, on the longest document; never where torch asks for deterministic algorithms."""
+    least = BWD_MIN_SEQ.get((q.shape[-1], bool(causal)))
+    if least is None or longest < least or not backward_ws.enabled():
+        return False
+    if torch.are_deterministic_algorithms_enabled():
+        return False
+    return backward_supported(q, k, v, do, window, backward_ws.config_for(q.shape[-1])) is None
+
+
+class BackwardPlan:
+    """The Gluon backward's launches for one packed input signature: the preprocess (D, dQ's zeroed fp32
+    accumulator) and backward_ws's one pass in its VARLEN mode. Raises ValueError where the config or
+    `backward_supported` refuses the inputs."""
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        do: torch.Tensor,
+        docs: int,
+        causal: bool,
+        config: dict[str, Any] | None,
+        window: tuple[int, int] | None = None,
+    ) -> None:
+        D = q.shape[-1]
+        cfg = backward_ws.config_for(D, config)
+        why = backward_supported(q, k, v, do, window, cfg)
+        if why:
+            raise ValueError(f"gluon-ws varlen backward: {why}")
+        (Tq, H, _), (Tk, Hkv) = q.shape, k.shape[:2]
+        block_n = cfg["NUM_WG"] * backward_ws.KEYS
+        self.blocks = ([cfg["BLOCK_M"], D], [backward_ws.KEYS, D], [cfg["BLOCK_M"], 32])
+        self.sizes, self.docs = (H, H // Hkv, Tq, Tk), docs
+        self.acc_shape, self.delta_shape = (H, Tq, D), (1, H, Tq)
+        self.pre = KernelCall(
+            _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
+        )
+        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": True}
+        grid = (document_walk(Tk, docs, block_n), Hkv)
+        self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
+        self.config = backward_ws.reported_config(cfg)
+
+    def run(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        o: torch.Tensor,
+        lse: torch.Tensor,
+        do: torch.Tensor,
+        cu_q: torch.Tensor,
+        cu_k: torch.Tensor,
+        sm_scale: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """dq, dk, dv ([total, heads, D] contiguous) of inputs with this plan's signature, and the config; lse: the
+        forward's [1, H, total_q] LSE2."""
+        H, _, Tq, _ = self.sizes
+        D = q.shape[-1]
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        # dQ's accumulator [H, total_q, D] then D [1, H, total_q], fp32, in one allocation
+        scratch = torch.empty(H * Tq * (D + 1), dtype=torch.float32, device=q.device)
+        dq_acc = scratch[: H * Tq * D].view(self.acc_shape)
+        delta = scratch[H * Tq * D :].view(self.delta_shape)
+        strides = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
+        self.pre((o, do, delta, dq_acc, *strides, H, Tq))
+        # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator as [H * total_q, D]
+        views = tuple(t.view(t.shape[0], -1) for t in (q, do, k, v, dk, dv)) + (dq_acc.view(-1, D),)
+        rest = (lse, delta, *self.sizes, sm_scale * LOG2E, sm_scale, cu_q, cu_k, self.docs, dk, dv)
+        flash_ws.launch(self, views, rest, lambda: self._descriptors(views))
+        dq = torch.empty_like(q)
+        dq.copy_(dq_acc.permute(1, 0, 2))
+        return dq, dk, dv, self.config
+
+    def _descriptors(self, views: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+        q_block, kv_block, dq_block = self.blocks
+        rows = (q_block, q_block, kv_block, kv_block, kv_block, kv_block)
+        descs = tuple(flash_ws._descriptor(t, block) for t, block in zip(views, rows, strict=False))
+        return (*descs, backward_ws.dq_descriptor(views[-1], dq_block))

@@ -15,13 +15,14 @@ import pytest
 import torch
 from flashbench.kernels import (
     KernelUnsupported,
+    backward_ws,
     flash_attn,
     flash_attn_varlen,
     flash_ws,
     last_config,
     varlen_ws,
 )
-from flashbench.kernels.common import document_walk
+from flashbench.kernels.common import document_walk, last_bwd_config
 
 from flashbench.engine import correctness
 
@@ -78,10 +79,10 @@ def per_document(results, q, k, v, do, lq, lk, *, causal, window=None):
     return tally.verdict(q.dtype)
 
 
-def check(lengths, h, hkv, d, dtype, *, causal, window=None, validate=False, config=None):
+def check(lengths, h, hkv, d, dtype, *, causal, window=None, validate=False, config=None, bwd_config=None):
     lq, lk = lengths[0], lengths[1] or lengths[0]
     q, k, v, do = inputs(lq, lk, h, hkv, d, dtype)
-    kw = dict(causal=causal, window=window, validate=validate, config=config)
+    kw = dict(causal=causal, window=window, validate=validate, config=config, bwd_config=bwd_config)
     results = run(q, k, v, do, prefix(lq), prefix(lk), **kw)
     verdict = per_document(results, q, k, v, do, lq, lk, causal=causal, window=window)
     assert verdict.ok, f"{verdict.reason}; {verdict.describe()}"
@@ -248,10 +249,9 @@ def test_bf16_documents_at_the_issue_shape_class_within_budget(causal):
     """d = 128, GQA 8:2, documents of 256..4096 tokens packed to ~16k (the issue's shape class, fewer heads)."""
     lengths = torch.randint(256, 4097, (7,), generator=torch.Generator().manual_seed(0)).tolist()
     check((lengths, None), 8, 2, 128, torch.bfloat16, causal=causal, validate=True)
-    if HOPPER:  # the Gluon forward where varlen_ws.MIN_SEQ takes it by default, else forced
-        if (128, causal) not in varlen_ws.MIN_SEQ:
-            check((lengths, None), 8, 2, 128, torch.bfloat16, causal=causal, validate=True, config=GLUON)
-        assert last_config()["kernel"] == "gluon-ws"
+    if HOPPER:  # the Gluon forward and backward, forced
+        check((lengths, None), 8, 2, 128, torch.bfloat16, causal=causal, config=GLUON, bwd_config=GLUON)
+        assert last_config()["kernel"] == "gluon-ws" and last_bwd_config()["dkdv"]["kernel"] == "gluon-ws"
 
 
 @pytest.mark.gpu
@@ -259,8 +259,8 @@ def test_bf16_documents_at_the_issue_shape_class_within_budget(causal):
 @pytest.mark.parametrize("config", [None, GLUON], ids=["default", "gluon"])
 def test_captured_in_a_cuda_graph_it_follows_new_lengths(config):
     """validate=False needs no host sync, so the forward and backward capture in a CUDA graph; replayed after the
-    prefix sums change in place (same shapes), the graph computes the new documents (the tl forward, and the Gluon
-    one on Hopper)."""
+    prefix sums change in place (same shapes), the graph computes the new documents (the tl kernels, and the
+    Gluon forward and backward on Hopper)."""
     if config is not None and not HOPPER:
         pytest.skip("the Gluon forward needs a Hopper GPU")
     lq, new = [300, 1, 211, 512], [100, 400, 24, 500]
@@ -269,7 +269,7 @@ def test_captured_in_a_cuda_graph_it_follows_new_lengths(config):
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
 
     def step():
-        out = flash_attn_varlen(*leaves, cu, cu, 512, 512, causal=True, config=config)
+        out = flash_attn_varlen(*leaves, cu, cu, 512, 512, causal=True, config=config, bwd_config=config)
         return (out, *torch.autograd.grad(out, leaves, do))
 
     stream = torch.cuda.Stream()
@@ -432,3 +432,121 @@ def test_without_hopper_a_forced_gluon_config_is_refused():
     cu = prefix([100, 60])
     with pytest.raises(KernelUnsupported, match="flash_ws varlen forward: needs a Hopper GPU"):
         flash_attn_varlen(q, k, v, cu, cu, 100, 100, config=GLUON)
+
+
+# The Gluon backward (varlen_ws.BackwardPlan, forced with the Gluon forward): documents shorter than its 64-row
+# query blocks and 128-key blocks, of one token, empty, crossing a block, one block exactly; keys without queries
+# and queries without keys (CROSS); GQA and MQA; d = 64 and 128; causal or not.
+GLUON_BWD_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal)
+    (SELF, 4, 2, 128, torch.float16, True),
+    (SELF, 4, 2, 128, torch.bfloat16, False),
+    (CROSS, 4, 1, 128, torch.bfloat16, True),
+    (CROSS, 8, 2, 64, torch.float16, False),
+    (SELF, 2, 2, 64, torch.bfloat16, True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
+@pytest.mark.parametrize(
+    "lengths,h,hkv,d,dtype,causal",
+    GLUON_BWD_CASES,
+    ids=[
+        f"gluon-bwd-{'self' if c[0] is SELF else 'cross'}-h{c[1]}kv{c[2]}-d{c[3]}-{str(c[4])[-4:]}-c{int(c[5])}"
+        for c in GLUON_BWD_CASES
+    ],
+)
+def test_gluon_backward_every_document_within_budget(lengths, h, hkv, d, dtype, causal):
+    check(lengths, h, hkv, d, dtype, causal=causal, config=GLUON, bwd_config=GLUON)
+    assert last_bwd_config()["dkdv"] == backward_ws.reported_config(backward_ws.config_for(d))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
+def test_gluon_backward_rows_past_the_last_document_get_zero_gradients():
+    """Rows past cu_seqlens[-1] on both sides: their dK, dV are stored zeros (one more document without queries),
+    their dQ stays the zeroed accumulator's; a document ending inside a key block stores none of the next rows."""
+    lq = [200, 75]
+    q, k, v, do = inputs(lq, lq, 2, 2, 128, torch.bfloat16, extra_rows=60)
+    results = run(q, k, v, do, prefix(lq), prefix(lq), causal=False, config=GLUON, bwd_config=GLUON)
+    for name, t in results.items():
+        assert torch.isfinite(t).all(), name
+        assert (t[sum(lq) :] == 0).all(), name
+    docs = {n: t[: sum(lq)] for n, t in results.items()}
+    verdict = per_document(docs, *(t[: sum(lq)] for t in (q, k, v, do)), lq, lq, causal=False)
+    assert verdict.ok, verdict.describe()
+
+
+class _RoutedBackward(Exception):
+    """Raised by a stubbed Gluon backward plan's run: the backward took the Gluon kernel."""
+
+
+@pytest.fixture
+def gluon_bwd_stub(monkeypatch):
+    """The Gluon backward's host logic on this machine: flash_ws's device checks pass, and the backward plan's
+    launch raises _RoutedBackward instead of running the kernel (the tl forward runs, under the interpreter)."""
+    monkeypatch.setattr(flash_ws, "tensor_refusal", lambda *a, **kw: None)
+
+    def routed(*a, **kw):
+        raise _RoutedBackward
+
+    monkeypatch.setattr(varlen_ws.BackwardPlan, "run", routed)
+
+
+def backward_of(lengths, d=64, causal=True, longest=None, **kw):
+    """flash_attn_varlen's forward and backward over documents of `lengths` (fp16, 2 heads)."""
+    q, k, v, do = inputs(lengths, lengths, 2, 2, d, torch.float16)
+    leaves = [t.requires_grad_(True) for t in (q, k, v)]
+    cu, most = prefix(lengths), longest or max(lengths)
+    out = flash_attn_varlen(*leaves, cu, cu, most, most, causal=causal, **kw)
+    out.backward(do)
+
+
+def test_the_backward_takes_the_gluon_kernel_when_forced_or_from_bwd_min_seq(gluon_bwd_stub, monkeypatch):
+    """bwd_config={"kernel": "gluon-ws"} takes it whatever the lengths; without one, varlen_ws.BWD_MIN_SEQ (empty
+    until timed: the tl passes, which run here) on the longest document, never with deterministic algorithms."""
+    lengths = [100, 60]
+    with pytest.raises(_RoutedBackward):
+        backward_of(lengths, bwd_config=GLUON)
+    backward_of(lengths, longest=4096)
+    assert "kernel" not in last_bwd_config()["dkdv"] and varlen_ws.BWD_MIN_SEQ == {}
+    monkeypatch.setitem(varlen_ws.BWD_MIN_SEQ, (64, True), 1024)
+    with pytest.raises(_RoutedBackward):
+        backward_of(lengths, longest=1024)
+    backward_of(lengths, longest=1023)
+    assert "kernel" not in last_bwd_config()["dkdv"]
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    backward_of(lengths, longest=4096)
+    assert "kernel" not in last_bwd_config()["dkdv"]
+
+
+def test_the_gluon_backward_plan_walks_every_documents_key_blocks_per_kv_head(gluon_bwd_stub):
+    """A program per (walk position over the keys, K/V head): document_walk(total_k, docs, 128) positions; the
+    one pass in its VARLEN mode, the preprocess zeroing dQ's fp32 accumulator over every query row and head."""
+    q, k, v, do = inputs(SELF[0], CROSS[1], 4, 2, 128, torch.float16)
+    plan = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, GLUON)
+    walk = document_walk(k.shape[0], len(SELF[0]), 128)
+    assert walk == (218 + 7 * 127) // 128
+    assert plan.call.grid == (walk, 2, 1) and plan.pre.grid == (4, 4, 1)  # cdiv(237, 64) query blocks, H
+    assert plan.call.constexprs["VARLEN"] is True and plan.call.constexprs["ONE_PASS"] is True
+    assert plan.pre.constexprs["ZERO_DQ"] is True and plan.sizes == (4, 2, 237, 218)
+    assert plan.config == backward_ws.reported_config(backward_ws.config_for(128))
+
+
+GLUON_BWD_REFUSED = [  # (bwd_config, window, words of the refusal)
+    ({"kernel": "gluon-ws", "ONE_PASS": 0}, None, "gluon-ws varlen backward: one pass only"),
+    ({"kernel": "gluon-ws", "STAGES": 5}, None, "gluon-ws backward config: STAGES=5 must be one of"),
+    ({"kernel": "gluon-ws", "LPT": 1}, None, "gluon-ws backward config: unknown key 'LPT'"),
+    ({"BLOCK_M": 64}, None, 'bwd_config must be {"kernel": "gluon-ws", ...}'),
+    (GLUON, (100, 0), "gluon-ws varlen backward: sliding window (100, 0)"),
+]
+
+
+@pytest.mark.parametrize("bwd_config,window,words", GLUON_BWD_REFUSED, ids=[w for *_, w in GLUON_BWD_REFUSED])
+def test_a_forced_gluon_backward_it_cannot_run_gets_a_one_line_refusal(
+    gluon_bwd_stub, bwd_config, window, words
+):
+    with pytest.raises(KernelUnsupported) as err:
+        backward_of([100, 60], causal=window is None, window=window, bwd_config=bwd_config)
+    message = str(err.value)
+    assert message.startswith("flash_attn_varlen: ") and words in message and "\n" not in message, message

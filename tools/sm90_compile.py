@@ -9,6 +9,7 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python tools/sm90_compile.py tl  '{"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}' --causal
     /tmp/t36/bin/python tools/sm90_compile.py bwd '{"dkdv": [64, 128, 8, 3], "dq": [128, 64, 8, 3]}' --dim 128
     /tmp/t36/bin/python tools/sm90_compile.py bwd '{"dkdv": {"kernel": "gluon-ws"}, "dq": [128, 64, 8, 3]}' --dim 128
+    /tmp/t36/bin/python tools/sm90_compile.py bwd '{"kernel": "gluon-ws"}' --dim 128 --causal --varlen
     /tmp/t36/bin/python tools/sm90_compile.py ws  '{}' --dim 128 --causal --window 4096,0
     /tmp/t36/bin/python tools/sm90_compile.py ws  '{"STAGES": 4}' --dim 128 --fp8
     /tmp/t36/bin/python tools/sm90_compile.py ws  '{}' --dim 128 --causal --varlen
@@ -23,7 +24,8 @@ SASS order: the softmax that overlaps it); --sass DIR writes each kernel's SASS 
 Triton's pipeliner made asynchronous is a `ttg.async_copy_global_to_local` into shared memory, read back by
 `ttg.local_load`); --no-tma compiles the tl kernels' pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as
 flash_fp8's forward launches it (V^T, descales); --varlen its VARLEN mode, as flash_attn_varlen launches it
-(varlen_ws.py: 8 packed documents).
+(varlen_ws.py: 8 packed documents), and bwd --varlen the Gluon backward's VARLEN mode (varlen_ws.BackwardPlan; the
+config is the backward's, e.g. '{"kernel": "gluon-ws"}').
 decode and mla compile the decode kernels as flash_decode and flash_mla_decode launch them ('{}': the default
 tile, else any of BLOCK_N, num_warps, num_stages), with the host's split heuristic on 132 SMs: decode takes bf16
 q (32 heads, --group query heads per KV head) over a bf16 or (--fp8) e4m3 cache of --seq keys (default 8192,
@@ -36,7 +38,8 @@ dump writes the SASS and TTGIR of every shipped config to DIR, one pair of files
 at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults
 at each of its head dims (64, 128, 256: each head group of the list-scheduled walk, the FP8 defaults and the
 VARLEN defaults); the backward passes' candidates
-(recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV); the
+(recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV, the Gluon
+one pass's VARLEN mode); the
 stored-P and FA1-order forwards' defaults; flash_decode's default tile at every head dim over bf16 and e4m3
 caches (one split, key splits with the combine, paged); flash_mla_decode's candidate tiles and its paged default.
 A change that should leave
@@ -129,7 +132,7 @@ def _stub_gpu(tma: bool) -> None:
     decode._COMPILED.clear()  # a compiled kernel there would be launched, not compiled again
     # The decode launchers refuse CPU tensors outside the interpreter; the inputs here are built valid.
     decode._check_tensors = mla._check_tensors = lambda *args: None
-    flash_ws.supported = varlen_ws.supported = lambda *args, **kwargs: None
+    flash_ws.supported = varlen_ws.supported = varlen_ws.backward_supported = lambda *args, **kwargs: None
     backward_ws.supported = lambda *args, **kwargs: None
 
 
@@ -265,6 +268,17 @@ def varlen_forward(config: dict[str, Any], dim: int, causal: bool, seq: int = 20
     varlen_ws.VarlenPlan(q, q, q, 8, causal, config).run(q, q, q, cu, cu, dim**-0.5)
 
 
+def varlen_backward(config: dict[str, Any], dim: int, causal: bool, seq: int = 2048) -> None:
+    """flash_attn_varlen's Gluon backward (varlen_ws.BackwardPlan) over 8 documents packed into 2 * seq tokens."""
+    from flashbench.kernels import varlen_ws
+
+    q = torch.empty(2 * seq, 2048 // dim, dim, dtype=torch.bfloat16)
+    lse = torch.empty(1, q.shape[1], q.shape[0], dtype=torch.float32)
+    cu = torch.zeros(9, dtype=torch.int32)
+    plan = varlen_ws.BackwardPlan(q, q, q, q, 8, causal, config)
+    plan.run(q, q, q, q, lse, q, cu, cu, dim**-0.5)
+
+
 def backward(
     dkdv: dict[str, Any],
     dq: dict[str, Any],
@@ -390,6 +404,11 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
         if (dim, causal) in flash_ws.GLUON_FP8_MIN_SEQ:
             add(f"ws-fp8-{shape}-default", True, ws_forward, {}, dim, causal, 8192, fp8=True)
         add(f"ws-varlen-{shape}-default", True, varlen_forward, {}, dim, causal, 8192)
+    for dim, causal in itertools.product(backward_ws.HEAD_DIMS, (False, True)):
+        shape = f"d{dim}-{'causal' if causal else 'full'}"
+        add(
+            f"bwd-ws-varlen-{shape}-default", True, varlen_backward, {"kernel": "gluon-ws"}, dim, causal, 8192
+        )
     # The decode kernels at their GPU tiles: one split (batch 16, GQA 32/8), key splits and the combine (batch 1),
     # a paged cache (16-token pages); MLA's candidates at 128 heads, Nq 1, and its default over 64-token pages.
     for dim, fp8 in itertools.product(dec.DECODE_HEAD_DIMS, (False, True)):
@@ -443,7 +462,7 @@ def main() -> int:
     ap.add_argument(
         "--varlen",
         action="store_true",
-        help="ws: packed documents (flash_attn_varlen's VARLEN mode, 2 x seq tokens)",
+        help="ws, bwd: packed documents (flash_attn_varlen's VARLEN mode, 2 x seq tokens)",
     )
     ap.add_argument("--group", type=int, default=4, help="decode: query heads per KV head (of 32)")
     ap.add_argument(
@@ -472,6 +491,8 @@ def main() -> int:
         decode(cfg, a.dim, a.fp8, a.group, a.paged, a.causal, a.batch or 16, a.seq or 8192, a.nq)
     elif a.kernel == "mla":
         mla(cfg, a.paged, a.causal, a.batch or 32, a.seq or 4096, a.nq)
+    elif a.varlen:
+        varlen_backward(cfg, a.dim, a.causal, a.seq or 2048)
     else:
         backward(_config(cfg["dkdv"]), _config(cfg["dq"]), a.dim, a.causal, window=window)
     if a.kernel == "decode":
