@@ -57,6 +57,7 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
+from . import mla_ws
 from .common import LOG2E, dot, interpreting
 from .decode import (
     COMBINE_ELEMENTS,
@@ -76,6 +77,7 @@ from .decode import (
     last_launch,
 )
 from .decode import _refuse as _refuse_as
+from .mla_ws import KERNEL as GLUON_KERNEL
 
 NAME = "flash_mla_decode"
 
@@ -291,7 +293,8 @@ def flash_mla_decode(
     k is a cache row's D dims, v its first head_dim_v (D = 576, head_dim_v = 512 for DeepSeek-V3; the rest, D -
     head_dim_v, is 0 or a power of two). cache_seqlens, causal, num_splits, validate: as flash_decode's
     (kernels/decode.py). sm_scale: default D^-0.5 (DeepSeek passes its own: the scale of the unabsorbed head dim).
-    config: force {"BLOCK_N", "num_warps", "num_stages"} (default GPU_CONFIG; CANDIDATE_CONFIGS lists others).
+    config: force {"BLOCK_N", "num_warps", "num_stages"} (default GPU_CONFIG; CANDIDATE_CONFIGS lists others), or
+    {"kernel": "gluon-ws"}: kernels/mla_ws.py's Gluon kernel on Hopper (refused where it does not apply).
     Raises KernelUnsupported (a ValueError) naming what it refuses.
     """
     _check_tensors(q, kv_cache, cache_seqlens, block_table, head_dim_v)
@@ -304,8 +307,12 @@ def flash_mla_decode(
     scale = _check_scale(1.0 / math.sqrt(D) if sm_scale is None else sm_scale, NAME)
     if validate:
         _check_data(cache_seqlens, block_table, capacity, kv.shape[0], page, name=NAME)
-    cfg = _forced_config(INTERPRET_CONFIG if interpreting() else GPU_CONFIG, config, (16, 32, 64, 128), NAME)
     rows = H * Nq
+    if (isinstance(config, dict) and config.get("kernel") == GLUON_KERNEL) or (
+        config is None and mla_ws.preferred(Nq, capacity, paged)
+    ):
+        return _gluon(q, kv, cache_seqlens, paged, causal, scale, num_splits, head_dim_v, config)
+    cfg = _forced_config(INTERPRET_CONFIG if interpreting() else GPU_CONFIG, config, (16, 32, 64, 128), NAME)
     block_m = min(BLOCK_M, max(16, _pow2(rows)))
     row_blocks = -(-rows // block_m)
     num_splits = _splits(num_splits, B * row_blocks, capacity, cfg["BLOCK_N"], q.device, NAME)
@@ -333,3 +340,33 @@ def flash_mla_decode(
     except OutOfResources as exc:  # a forced config too large for this GPU
         _refuse(f"config {cfg} does not fit this GPU: {exc}")
     return out
+
+
+def _gluon(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    lens: torch.Tensor | None,
+    paged: bool,
+    causal: bool,
+    scale: float,
+    num_splits: int | None,
+    head_dim_v: int,
+    config: dict[str, Any] | None,
+) -> torch.Tensor:
+    """flash_mla_decode through kernels/mla_ws.py's Gluon kernel (forced by config, or mla_ws.preferred)."""
+    if config is not None and set(config) != {"kernel"}:
+        _refuse(f"config {config!r}: the Gluon kernel takes no tile keys (its tile is fixed: mla_ws.py)")
+    why = mla_ws.refusal(q, kv, paged, head_dim_v)
+    if why is not None:
+        _refuse(f"the Gluon kernel does not take this input: {why}")
+    B, H, Nq, _ = q.shape
+    rows, capacity = H * Nq, kv.shape[2]
+    row_blocks = mla_ws.grid(B, rows, 1)[0]
+    num_splits = _splits(num_splits, B * row_blocks, capacity, mla_ws.BLOCK_N, q.device, NAME)
+    _LAST_LAUNCH[0] = (
+        num_splits,
+        {"kernel": GLUON_KERNEL, "BLOCK_N": mla_ws.BLOCK_N},
+        mla_ws.BLOCK_M,
+        row_blocks,
+    )
+    return mla_ws.mla_decode_ws(q, kv, lens, causal, scale * LOG2E, num_splits)

@@ -15,6 +15,7 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python tools/sm90_compile.py ws  '{}' --dim 128 --causal --varlen
     /tmp/t36/bin/python tools/sm90_compile.py decode '{}' --dim 128 --causal --fp8 [--group 4] [--paged 16]
     /tmp/t36/bin/python tools/sm90_compile.py mla '{"BLOCK_N": 32, "num_warps": 8, "num_stages": 3}' --causal --nq 2
+    /tmp/t36/bin/python tools/sm90_compile.py mla '{}' --gluon --causal --nq 2
     /tmp/t36/bin/python tools/sm90_compile.py dump DIR [--part 0/2]
 
 ws / tl / bwd / decode / mla print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
@@ -30,7 +31,8 @@ decode and mla compile the decode kernels as flash_decode and flash_mla_decode l
 tile, else any of BLOCK_N, num_warps, num_stages), with the host's split heuristic on 132 SMs: decode takes bf16
 q (32 heads, --group query heads per KV head) over a bf16 or (--fp8) e4m3 cache of --seq keys (default 8192,
 batch 16); mla DeepSeek-V3's shape (128 heads, 576 / 512 latent dims, bf16, --nq queries, 4096 keys, batch 32);
---paged PAGE takes a paged cache. They add a line for one pass of the kernel's main loop (the SASS loop with the
+--paged PAGE takes a paged cache; mla --gluon compiles kernels/mla_ws.py's Gluon kernel (and its
+combine) as flash_mla_decode launches it when forced. They add a line for one pass of the kernel's main loop (the SASS loop with the
 most tensor-core ops): its instructions, and per opcode the cp.async copies (LDGSTS) with their commits
 (LDGDEPBAR) and waits (DEPBAR), TMA (UTMALDG) and register (LDG) loads, shared-memory reads (LDSM = ldmatrix, LDS)
 and writes, conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA (mma.sync) / HGMMA (wgmma) ops.
@@ -41,7 +43,7 @@ VARLEN defaults); the backward passes' candidates
 (recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV, the Gluon
 one pass's VARLEN mode); the
 stored-P and FA1-order forwards' defaults; flash_decode's default tile at every head dim over bf16 and e4m3
-caches (one split, key splits with the combine, paged); flash_mla_decode's candidate tiles and its paged default.
+caches (one split, key splits with the combine, paged); flash_mla_decode's candidate tiles, its paged default and its Gluon kernel.
 A change that should leave
 the code alone is checked with `diff -r` of two dumps; --part i/n
 compiles every n-th kernel from the i-th (n processes side by side).
@@ -117,7 +119,7 @@ def _compile_only() -> None:
 
 def _stub_gpu(tma: bool) -> None:
     """What the launchers ask the GPU (TMA use, shared memory, SM count, Gluon support), answered for an H100."""
-    from flashbench.kernels import backward_ws, decode, flash_ws, mla, varlen_ws
+    from flashbench.kernels import backward_ws, decode, flash_ws, mla, mla_ws, varlen_ws
 
     for name, module in list(sys.modules.items()):
         if name.startswith("flashbench.kernels"):
@@ -134,6 +136,8 @@ def _stub_gpu(tma: bool) -> None:
     decode._check_tensors = mla._check_tensors = lambda *args: None
     flash_ws.supported = varlen_ws.supported = varlen_ws.backward_supported = lambda *args, **kwargs: None
     backward_ws.supported = lambda *args, **kwargs: None
+    mla_ws.refusal = lambda *args: None
+    mla_ws._CALLS.clear()
 
 
 def _disassemble(kernel: Any) -> tuple[str, int | None]:
@@ -337,7 +341,13 @@ def decode(
 
 
 def mla(
-    config: dict[str, Any], page: int | None, causal: bool, batch: int = 32, seq: int = 4096, nq: int = 1
+    config: dict[str, Any],
+    page: int | None,
+    causal: bool,
+    batch: int = 32,
+    seq: int = 4096,
+    nq: int = 1,
+    gluon: bool = False,
 ) -> None:
     """flash_mla_decode of DeepSeek-V3's shape: 128 heads over one 576-dim latent head (512 of them V), bf16."""
     from flashbench.kernels import mla as mla_kernel
@@ -345,6 +355,8 @@ def mla(
     q = torch.empty(batch, 128, nq, mla_kernel.MLA_HEAD_DIM, dtype=torch.bfloat16)
     kv, table = _cache(batch, 1, seq, mla_kernel.MLA_HEAD_DIM, q.dtype, page)
     lens = torch.full((batch,), seq, dtype=torch.int32)
+    if gluon:  # mla_ws.py's kernel, as flash_mla_decode launches it when forced
+        config = {"kernel": mla_kernel.GLUON_KERNEL}
     mla_kernel.flash_mla_decode(q, kv, lens, table, causal, validate=False, config=config or None)
 
 
@@ -419,6 +431,7 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
     for cfg in mla_kernel.CANDIDATE_CONFIGS:
         add(f"mla-contig-{_tag(cfg)}", False, mla, cfg, None, True)
     add("mla-paged-default", False, mla, {}, 64, True)
+    add("mla-gluon-contig", True, mla, {}, None, True, gluon=True)
     return jobs
 
 
@@ -468,6 +481,7 @@ def main() -> int:
     ap.add_argument(
         "--paged", type=int, metavar="PAGE", help="decode, mla: a paged cache of PAGE-token pages"
     )
+    ap.add_argument("--gluon", action="store_true", help="mla: the Gluon kernel (kernels/mla_ws.py)")
     ap.add_argument("--nq", type=int, default=1, help="decode, mla: query tokens per sequence")
     ap.add_argument("--batch", type=int, help="decode, mla: sequences (default 16, mla 32)")
     a = ap.parse_args()
@@ -490,7 +504,7 @@ def main() -> int:
     elif a.kernel == "decode":
         decode(cfg, a.dim, a.fp8, a.group, a.paged, a.causal, a.batch or 16, a.seq or 8192, a.nq)
     elif a.kernel == "mla":
-        mla(cfg, a.paged, a.causal, a.batch or 32, a.seq or 4096, a.nq)
+        mla(cfg, a.paged, a.causal, a.batch or 32, a.seq or 4096, a.nq, a.gluon)
     elif a.varlen:
         varlen_backward(cfg, a.dim, a.causal, a.seq or 2048)
     else:
@@ -498,7 +512,7 @@ def main() -> int:
     if a.kernel == "decode":
         label = f"decode {'e4m3' if a.fp8 else 'bf16'} cache d={a.dim} G={a.group}"
     elif a.kernel == "mla":
-        label = f"mla Nq={a.nq}"
+        label = f"mla{' gluon' if a.gluon else ''} Nq={a.nq}"
     else:
         label = f"{a.kernel}{' fp8' if a.fp8 else ''} d={a.dim}"
     if a.kernel in ("decode", "mla"):

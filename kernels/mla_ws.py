@@ -1,0 +1,209 @@
+"""MLA decode on Hopper in Gluon: FlashMLA's split of the work between two warpgroups, on kernels/decode.py's
+split-KV partials and combine.
+
+Origin: FlashMLA (deepseek-ai/FlashMLA, csrc/sm90): 64 query rows per CTA, two warpgroups that split each
+64-key block's S by keys and O's 512 columns in halves, each P V reading both halves of P, one from registers
+and one through shared memory; TMA into two cache buffers; the softmax max passed between the warpgroups in
+shared memory. Written here for Gluon (Triton 3.6) with a producer warp and an mbarrier ring, P from shared
+memory for both halves; mla_ws_kernel.py's docstring has the schedule.
+
+    q                 [B, H, Nq, 576]   (D = 512 latent + 64 rotary; H * Nq rows, 64 per program)
+    contiguous cache  [B, 1, capacity, 576], cache_seqlens [B] int32 (default: all capacity)
+    output            [B, H, Nq, 512]
+
+Grid (row blocks, key splits, B); the splits are flash_mla_decode's (whole 64-key blocks of each sequence's own
+length). One split writes the output; several write decode.py's partials (normalised fp32 [B, splits, ROWS, 512],
+then log2-sum-exp [B, splits, ROWS]) and a second kernel, _mla_combine (decode._combine), merges them.
+
+Why it should beat the tl kernel (docs/kernels.md, the MLA decode kernel): S is computed once (Triton lays the
+chain out with both warpgroups along M, each computing all of S), P reaches P V without a layout conversion, and
+each warpgroup holds a [64, 256] accumulator (128 registers), not [64, 512] over eight warps.
+
+Runs only when forced (config={"kernel": "gluon-ws"}) until it is timed: MIN_CAPACITY, empty, is where it would
+become flash_mla_decode's default. Paged caches stay on the tl kernel.
+
+Cautions: as flash_mla_decode's (kernels/mla.py). The cache must be contiguous with 16-byte aligned bases (TMA);
+keys past a sequence's length are read (the rest of its capacity) but masked, and zeroed in V.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import KernelUnsupported
+from .decode import _combine, _pow2, _scratch
+from .launch import KernelCall
+
+try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from .mla_ws_kernel import _mla_decode_ws
+
+    HAVE_GLUON = True
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    HAVE_GLUON = False
+
+NAME = "flash_mla_decode (gluon-ws)"
+KERNEL = "gluon-ws"
+HEAD_DIM = 576
+HEAD_DIM_V = 512
+BLOCK_M = 64  # query rows per program: both consumer warpgroups' M
+BLOCK_N = 64  # keys per cache tile; each consumer's S covers half
+STAGES = 2  # cache tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of 227 KB
+CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer warp
+PRODUCER_REGS = 24
+COMBINE_ROWS = 16  # rows per _mla_combine program
+COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per step
+# Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq. Empty until
+# the kernel is timed against the tl one (docs/kernels.md, the MLA decode kernel).
+MIN_CAPACITY: dict[int, int] = {}
+_GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+def preferred(nq: int, capacity: int, paged: bool) -> bool:
+    """Whether flash_mla_decode takes this kernel without a forced config: MIN_CAPACITY's for Nq, contiguous."""
+    least = MIN_CAPACITY.get(nq)
+    return least is not None and capacity >= least and not paged
+
+
+def refusal(q: torch.Tensor, kv: torch.Tensor, paged: bool, head_dim_v: int) -> str | None:
+    """Why this kernel does not take inputs flash_mla_decode has checked (one line), else None."""
+    if not HAVE_GLUON:
+        return "this Triton has no Gluon"
+    if paged:
+        return "a paged cache (the tl kernel takes it)"
+    if q.shape[-1] != HEAD_DIM or head_dim_v != HEAD_DIM_V:
+        return f"head dims {q.shape[-1]} / {head_dim_v} (only {HEAD_DIM} / {HEAD_DIM_V})"
+    if q.dtype not in _GL_DTYPES:
+        return f"dtype {q.dtype} (fp16 or bf16 only)"
+    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return "needs a Hopper GPU (capability 9.x)"
+    if not kv.is_contiguous():
+        return "needs a contiguous kv_cache"
+    if q.data_ptr() % 16 or kv.data_ptr() % 16:
+        return "needs 16-byte aligned q and kv_cache (TMA)"
+    return None
+
+
+def grid(batch: int, rows: int, splits: int) -> tuple[int, int, int]:
+    """(row blocks, splits, batch): 64 query rows per program."""
+    return -(-rows // BLOCK_M), splits, batch
+
+
+def partials_size(batch: int, rows: int, splits: int) -> int:
+    """fp32 elements of the partials and their lse: [B, splits, rows, 512] then [B, splits, rows]."""
+    return batch * splits * rows * (HEAD_DIM_V + 1)
+
+
+def combine_chunk(splits: int) -> int:
+    """Splits _mla_combine reads per step: COMBINE_ELEMENTS over COMBINE_ROWS x 512, at most the next power of
+    two of the splits."""
+    return max(1, min(_pow2(splits), COMBINE_ELEMENTS // (COMBINE_ROWS * HEAD_DIM_V)))
+
+
+@triton.jit
+def _mla_combine(
+    Out,  # [B, H, Nq, D_V] output
+    Part,  # fp32 partials [B, splits, ROWS, D_V]
+    Lse,  # fp32 their log2-sum-exps [B, splits, ROWS]
+    splits,
+    ROWS: tl.constexpr,  # H * Nq
+    D_V: tl.constexpr,
+    COMBINE_ROWS: tl.constexpr,
+    S_CHUNK: tl.constexpr,
+):
+    """Rows [pid0 * COMBINE_ROWS, +COMBINE_ROWS) of sequence pid1: decode._combine over this launch's partials."""
+    b = tl.program_id(1)
+    first_part = b.to(tl.int64) * splits * ROWS
+    _combine(Out=Out, Part=Part, Lse=Lse, first_part=first_part,
+             first_row=tl.program_id(0) * COMBINE_ROWS, out_base=b.to(tl.int64) * ROWS * D_V, splits=splits,
+             ROWS=ROWS, HEAD_DIM=D_V, ROWS_P2=COMBINE_ROWS, S_CHUNK=S_CHUNK)  # fmt: skip
+
+
+def combine(out: torch.Tensor, part: torch.Tensor, lse: torch.Tensor, rows: int, splits: int) -> None:
+    """out [B, H, Nq, 512] from the partial outputs `part` [B, splits, rows, 512] and their log2-sum-exps `lse`
+    [B, splits, rows] (fp32, contiguous) of `splits` splits."""
+    _mla_combine[(-(-rows // COMBINE_ROWS), out.shape[0])](
+        out, part, lse, splits, rows, HEAD_DIM_V, COMBINE_ROWS, combine_chunk(splits), num_warps=4
+    )
+
+
+def workspace(device: torch.device, batch: int, rows: int, splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(partial outputs [B, splits, rows, 512], their lse [B, splits, rows]): views of decode.py's workspace."""
+    flat = _scratch(device, 1, partials_size(batch, rows, splits))[1]
+    n = batch * splits * rows
+    return flat[: n * HEAD_DIM_V].view(batch, splits, rows, HEAD_DIM_V), flat[
+        n * HEAD_DIM_V : n * (HEAD_DIM_V + 1)
+    ].view(batch, splits, rows)
+
+
+def _descriptor(view: torch.Tensor, rows: int) -> Any:
+    """A TMA descriptor of a column block of a [-1, 576] view, its boxes [rows, the block's columns]."""
+    block = [rows, view.shape[1]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, getattr(gl, _GL_DTYPES[view.dtype]))
+    return TensorDescriptor.from_tensor(view, block, layout)
+
+
+# Compiled launch plans by input signature: launch.KernelCall skips the JIT after the first call.
+_CALLS: dict[tuple, KernelCall] = {}
+
+
+def mla_decode_ws(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    lens: torch.Tensor | None,
+    causal: bool,
+    qk_scale: float,
+    splits: int,
+) -> torch.Tensor:
+    """out [B, H, Nq, 512] of inputs flash_mla_decode has checked and `refusal` has taken (qk_scale: sm_scale *
+    log2(e)); splits: the key splits per sequence."""
+    B, H, Nq, _ = q.shape
+    rows, capacity = H * Nq, kv.shape[2]
+    if B * rows >= 2**31 or B * capacity >= 2**31:
+        raise KernelUnsupported(f"{NAME}: too many rows for 32-bit TMA coordinates")
+    q = q if q.is_contiguous() else q.contiguous()
+    out = torch.empty((B, H, Nq, HEAD_DIM_V), dtype=q.dtype, device=q.device)
+    direct = splits == 1
+    part, lse = (out, out) if direct else workspace(q.device, B, rows, splits)
+    key = (
+        q.dtype,
+        q.device.index,
+        B,
+        rows,
+        Nq,
+        capacity,
+        splits,
+        lens is not None,
+        0 if lens is None else lens.data_ptr() % 16,
+        causal,
+    )
+    call = _CALLS.get(key)
+    if call is None:
+        constexprs = {
+            "D_V": HEAD_DIM_V,
+            "STAGES": STAGES,
+            "HAS_SEQLENS": lens is not None,
+            "CAUSAL": causal,
+            "DIRECT": direct,
+            "CONSUMER_REGS": CONSUMER_REGS,
+            "PRODUCER_REGS": PRODUCER_REGS,
+        }
+        call = _CALLS[key] = KernelCall(_mla_decode_ws, grid(B, rows, splits), constexprs, {"num_warps": 4})
+    # each read through two descriptors, of its latent and its rotary columns (the views' bases are the TMA bases)
+    qf, kf = q.view(-1, HEAD_DIM), kv.view(-1, HEAD_DIM)
+    tensors = (qf[:, :HEAD_DIM_V], qf[:, HEAD_DIM_V:], kf[:, :HEAD_DIM_V], kf[:, HEAD_DIM_V:])
+    rest = (out if lens is None else lens, out, part, lse, qk_scale, capacity, splits, rows, Nq)
+    if call.direct:
+        call((*tensors, *rest))
+    else:
+        rows_per_box = (BLOCK_M, BLOCK_M, BLOCK_N, BLOCK_N)
+        call((*(_descriptor(t, n) for t, n in zip(tensors, rows_per_box, strict=True)), *rest))
+    if not direct:
+        combine(out, part, lse, rows, splits)
+    return out

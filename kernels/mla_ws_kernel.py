@@ -1,0 +1,309 @@
+"""The Gluon kernel of mla_ws.py (MLA decode on Hopper): its partitions and their hand-offs.
+
+gl.warp_specialize runs two consumer warpgroups (64 query rows each, the same 64 rows: consumer 0 is the default
+partition) beside one producer warp. Per key block of BLOCK_N = 64 cache rows [64, 576]:
+  - S [64, 64] is computed once: consumer w takes keys [32w, 32w + 32) (S_w = Q K_w^T, 36 wgmmas of 64x32x16,
+    Q and K from shared memory);
+  - the running max is shared: each consumer writes its 64 row maxima to shared memory (mx), both wait on the
+    `max_bar` mbarrier, and both take max(m, mx_0, mx_1): m and the rescale alpha are the same in both;
+  - P_w = exp2(S_w - m) goes to shared memory (p_smem[w], [64, 32]), both wait on `p_bar`;
+  - consumer w owns O's columns [256w, 256w + 256): O_w += P_0 V_0w + P_1 V_1w, with P from shared memory and V
+    the same cache tile's rows (keys) and columns [256w, 256w + 256) (4 wgmmas of 64x256x16);
+  - each consumer's row sums l_w cover its own keys; the two are added through mx once the block loop is done.
+P V runs under the next block's S (their wait is the one after the next S); the cache stage is released
+(`empty_bars`, one arrival per consumer) once that wait has seen its P V done.
+
+The producer warp loads Q [64, 576] once and the cache tiles [64, 576] of this split into a STAGES ring by TMA
+(the descriptor's 576 columns arrive as 64-column boxes of the 128-byte swizzle). Keys past the split's end in its
+last block are masked in S; where that block is partial, each consumer zeroes its V columns of those rows before
+its P V (P is 0 there, but 0 times a NaN left in an unused cache row is NaN).
+
+Shared memory at 576 dims in bf16: Q 72 KB, two cache stages 144 KB, P 8 KB: 224 KB of an H100's 227.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+
+@gluon.jit
+def _split_keys(Seqlens, b, capacity, splits, BLOCK_N: gl.constexpr, HAS_SEQLENS: gl.constexpr):
+    """(L, lo, hi): the sequence's keys and this split's [lo, hi), whole blocks of its own length (as the tl
+    kernel's split)."""
+    L = capacity
+    if HAS_SEQLENS:
+        L = gl.minimum(gl.load(Seqlens + b), capacity)
+    per = gl.cdiv(gl.cdiv(L, BLOCK_N), splits) * BLOCK_N
+    lo = gl.program_id(1) * per
+    hi = gl.minimum(lo + per, L)
+    return L, lo, hi
+
+
+@gluon.jit
+def _producer(descs, smem, bars, Seqlens, capacity, splits, ROWS, HAS_SEQLENS: gl.constexpr):
+    """One warp: Q once, then the split's cache tiles into the ring, each once both consumers released its stage.
+    Each goes as its latent columns [.., 512] and its rotary ones [.., 64] (TMA boxes are powers of two)."""
+    qd, qrd, kd, krd = descs
+    q_smem, qr_smem, k_smem, kr_smem, _, _ = smem
+    q_bar, k_bars, empty_bars, _, _ = bars
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    b = gl.program_id(2)
+    L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
+    n = gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N)
+    if n > 0:
+        q_row = b * ROWS + gl.program_id(0) * 64
+        mbarrier.expect(q_bar, qd.block_type.nbytes + qrd.block_type.nbytes)
+        tma.async_copy_global_to_shared(qd, [q_row, 0], q_bar, q_smem)
+        tma.async_copy_global_to_shared(qrd, [q_row, 0], q_bar, qr_smem)
+        row0 = b * capacity + lo  # the contiguous cache viewed as [B * capacity, D]
+        for j in range(n):
+            s = j % STAGES
+            # a fresh barrier passes a wait on parity 1: the first pass over the ring is free
+            mbarrier.wait(empty_bars.index(s), ((j // STAGES) & 1) ^ 1)
+            mbarrier.expect(k_bars.index(s), kd.block_type.nbytes + krd.block_type.nbytes)
+            tma.async_copy_global_to_shared(kd, [row0 + j * BLOCK_N, 0], k_bars.index(s), k_smem.index(s))
+            tma.async_copy_global_to_shared(krd, [row0 + j * BLOCK_N, 0], k_bars.index(s), kr_smem.index(s))
+
+
+@gluon.jit
+def _zero_rows(tile, valid, WG: gl.constexpr, D_HALF: gl.constexpr):
+    """Rows >= valid of this consumer's V columns [WG * D_HALF, +D_HALF) of a cache tile set to 0, 64 columns at
+    a time (16 values a thread), then fenced for the wgmma that reads them."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, tile.shape[0], gl.SliceLayout(1, layout))
+    for c in gl.static_range(D_HALF // 64):
+        part = tile.slice(WG * D_HALF + c * 64, 64, dim=1)
+        x = part.load(layout)
+        part.store(gl.where(rows[:, None] < valid, x, gl.zeros_like(x)))
+    fence_async_shared()
+
+
+@gluon.jit
+def _consumer(
+    smem,
+    bars,
+    Seqlens,
+    Out,  # [B, H, Nq, D_V] output (DIRECT)
+    Part,  # fp32 partials [B, splits, ROWS, D_V] (not DIRECT)
+    Lse,  # fp32 their log2-sum-exps [B, splits, ROWS] (not DIRECT)
+    qk_scale,
+    capacity,
+    splits,
+    ROWS,  # H * Nq
+    Nq,
+    WG: gl.constexpr,
+    D_V: gl.constexpr,
+    HAS_SEQLENS: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    DIRECT: gl.constexpr,
+):
+    """Consumer warpgroup WG: S for keys [32 WG, 32 WG + 32) of each block, O's columns [WG D_V/2, +D_V/2)."""
+    q_smem, qr_smem, k_smem, kr_smem, p_smem, mx = smem
+    q_bar, k_bars, empty_bars, max_bar, p_bar = bars
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HALF_N: gl.constexpr = BLOCK_N // 2
+    D_HALF: gl.constexpr = D_V // 2
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
+    )
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    b = gl.program_id(2)
+    pid_m = gl.program_id(0)
+    pid_s = gl.program_id(1)
+    L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
+    n = gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N)
+
+    rows = pid_m * 64 + gl.arange(0, 64, row_s)  # row r = h * Nq + i: query head h, query i
+    # The last key each row sees in this split (bottom-right causal alignment), and the split's end.
+    if CAUSAL:
+        last = gl.minimum(L - Nq + rows % Nq, hi - 1)
+    else:
+        last = gl.zeros([64], gl.int32, row_s) + (hi - 1)
+    cols = WG * HALF_N + gl.arange(0, HALF_N, gl.SliceLayout(0, s_layout))
+    s_zero = gl.zeros([64, HALF_N], gl.float32, s_layout)
+    m_i = gl.full([64], -1.0e30, gl.float32, row_s)  # finite: a row that sees no key gets no exp2(-inf + inf)
+    l_i = gl.zeros([64], gl.float32, row_s)
+    acc = gl.zeros([64, D_HALF], gl.float32, o_layout)
+    if n > 0:
+        mbarrier.wait(q_bar, 0)
+    for j in range(n):
+        st = j % STAGES
+        start = lo + j * BLOCK_N
+        tile = k_smem.index(st)
+        mbarrier.wait(k_bars.index(st), (j // STAGES) & 1)
+        keys = tile.slice(WG * HALF_N, HALF_N, dim=0).permute((1, 0))
+        s = warpgroup_mma(q_smem, keys, s_zero, use_acc=False, is_async=True)
+        rope = kr_smem.index(st).slice(WG * HALF_N, HALF_N, dim=0).permute((1, 0))
+        s = warpgroup_mma(qr_smem, rope, s, is_async=True)
+        s, acc = warpgroup_mma_wait(0, deps=[s, acc])  # S_j, and the previous block's P V
+        if j > 0:
+            mbarrier.arrive(empty_bars.index((j - 1) % STAGES))  # the previous block's tile is no longer read
+        s = gl.where(start + cols[None, :] <= last[:, None], s * qk_scale, float("-inf"))
+        mx[WG].store(gl.max(s, 1))
+        gl.thread_barrier()
+        mbarrier.arrive(max_bar)
+        mbarrier.wait(max_bar, j & 1)
+        other = mx[1 - WG].load(row_s)
+        m_new = gl.maximum(m_i, gl.maximum(gl.max(s, 1), other))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        p_smem.index(WG).store(p.to(p_smem.dtype))
+        if hi - start < BLOCK_N:  # a partial last block: its unused rows of V may hold anything
+            _zero_rows(tile, hi - start, WG, D_HALF)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(p_bar)
+        mbarrier.wait(p_bar, j & 1)
+        v = tile.slice(WG * D_HALF, D_HALF, dim=1)
+        acc = warpgroup_mma(p_smem.index(0), v.slice(0, HALF_N, dim=0), acc, is_async=True)
+        acc = warpgroup_mma(p_smem.index(1), v.slice(HALF_N, HALF_N, dim=0), acc, is_async=True)
+        # Waits for nothing (the two P V groups may stay in flight): it hands acc back as a tensor, the loop's
+        # type; the next block's wait(0) is the one that waits for them, before acc is read.
+        acc = warpgroup_mma_wait(2, deps=[acc])
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    if n > 0:
+        mbarrier.arrive(empty_bars.index((n - 1) % STAGES))
+        # Both consumers' row sums, through mx (both have read the last block's maxima: p_bar is past).
+        mx[WG].store(l_i)
+        gl.thread_barrier()
+        mbarrier.arrive(max_bar)
+        mbarrier.wait(max_bar, n & 1)
+        l_i = l_i + mx[1 - WG].load(row_s)
+
+    seen = l_i > 0.0
+    o = acc / gl.convert_layout(gl.where(seen, l_i, 1.0), row_o)[:, None]
+    r = pid_m * 64 + gl.arange(0, 64, row_o)
+    c = WG * D_HALF + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
+    keep = (r < ROWS)[:, None]
+    if DIRECT:
+        ptrs = Out + (b.to(gl.int64) * ROWS + r)[:, None] * D_V + c[None, :]
+        gl.store(ptrs, o.to(Out.dtype.element_ty), mask=keep)
+    else:  # kernels/decode.py's partials: [B, splits, ROWS, D_V], then lse [B, splits, ROWS]
+        part = (b.to(gl.int64) * splits + pid_s) * ROWS + r
+        gl.store(Part + part[:, None] * D_V + c[None, :], o, mask=keep)
+        if WG == 0:
+            lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
+            part_s = (b.to(gl.int64) * splits + pid_s) * ROWS + rows
+            gl.store(Lse + part_s, lse, mask=rows < ROWS)
+
+
+@gluon.jit
+def _mla_decode_ws(
+    qd,  # descriptor of q's latent columns, q viewed as [B * H * Nq, D], block [64, D_V]
+    qrd,  # ... of its rotary columns [.., D_V:], block [64, D - D_V]
+    kd,  # descriptor of the contiguous cache's latent columns, viewed as [B * capacity, D], block [BLOCK_N, D_V]
+    krd,  # ... of its rotary columns, block [BLOCK_N, D - D_V]
+    Seqlens,  # [B] int32 keys per sequence (read when HAS_SEQLENS)
+    Out,  # [B, H, Nq, D_V] output, contiguous
+    Part,  # fp32 partial outputs [B, splits, ROWS, D_V] (not DIRECT)
+    Lse,  # fp32 their log2-sum-exps [B, splits, ROWS] (not DIRECT)
+    qk_scale,  # sm_scale * log2(e)
+    capacity,  # keys the cache holds per sequence
+    splits,  # key splits per sequence (grid axis 1)
+    ROWS,  # H * Nq query rows per sequence
+    Nq,
+    D_V: gl.constexpr,  # latent dims: V and the output
+    STAGES: gl.constexpr,
+    HAS_SEQLENS: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    DIRECT: gl.constexpr,  # one split: normalise and write Out
+    CONSUMER_REGS: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr,
+):
+    """One program per (64-row block, key split, sequence): grid (row blocks, splits, B)."""
+    gl.static_assert(qd.block_type.shape[1] == D_V, "q's latent box is D_V wide")
+    D_ROPE: gl.constexpr = qrd.block_type.shape[1]
+    BLOCK_N: gl.constexpr = kd.block_type.shape[0]
+    q_smem = gl.allocate_shared_memory(qd.dtype, [64, D_V], qd.layout)
+    qr_smem = gl.allocate_shared_memory(qd.dtype, [64, D_ROPE], qrd.layout)
+    k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, D_V], kd.layout)
+    kr_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, D_ROPE], krd.layout)
+    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BLOCK_N // 2], qd.dtype)
+    p_smem = gl.allocate_shared_memory(qd.dtype, [2, 64, BLOCK_N // 2], p_layout)
+    row_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    mx = (  # each consumer's 64 row maxima (then row sums)
+        gl.allocate_shared_memory(gl.float32, [64], row_smem),
+        gl.allocate_shared_memory(gl.float32, [64], row_smem),
+    )
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    max_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    p_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_bars.index(i), count=1)
+        mbarrier.init(empty_bars.index(i), count=2)  # both consumers release a stage
+    mbarrier.init(max_bar, count=2)
+    mbarrier.init(p_bar, count=2)
+    fence_async_shared()
+
+    descs = (qd, qrd, kd, krd)
+    smem = (q_smem, qr_smem, k_smem, kr_smem, p_smem, mx)
+    bars = (q_bar, k_bars, empty_bars, max_bar, p_bar)
+    gl.warp_specialize(
+        [
+            (
+                _consumer,
+                (
+                    smem,
+                    bars,
+                    Seqlens,
+                    Out,
+                    Part,
+                    Lse,
+                    qk_scale,
+                    capacity,
+                    splits,
+                    ROWS,
+                    Nq,
+                    0,
+                    D_V,
+                    HAS_SEQLENS,
+                    CAUSAL,
+                    DIRECT,
+                ),
+            ),  # fmt: skip
+            (
+                _consumer,
+                (
+                    smem,
+                    bars,
+                    Seqlens,
+                    Out,
+                    Part,
+                    Lse,
+                    qk_scale,
+                    capacity,
+                    splits,
+                    ROWS,
+                    Nq,
+                    1,
+                    D_V,
+                    HAS_SEQLENS,
+                    CAUSAL,
+                    DIRECT,
+                ),
+            ),  # fmt: skip
+            (_producer, (descs, smem, bars, Seqlens, capacity, splits, ROWS, HAS_SEQLENS)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )

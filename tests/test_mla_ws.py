@@ -1,0 +1,138 @@
+"""flash_mla_decode's Gluon kernel (kernels/mla_ws.py, forced by config={"kernel": "gluon-ws"}) against the one
+oracle, as tests/test_mla_kernel.py holds the tl kernel (its Latent problems: NaN outputs and NaN cache slots past
+each length). The kernel itself needs a Hopper GPU (the `gpu` tests); on the CPU machine: its refusals, the routing
+and the combine it shares with kernels/decode.py, fed partials in the layout the kernel writes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from flashbench.kernels import KernelUnsupported, mla_ws
+from flashbench.kernels import mla as mla_module
+from test_mla_kernel import Latent
+from tiers import smoke
+
+from flashbench.engine.correctness import compare, reference
+
+pytestmark = pytest.mark.usefixtures("poisoned_outputs")  # conftest.py: NaN-filled torch.empty
+
+GLUON = {"kernel": "gluon-ws"}
+V3 = (512, 64)  # DeepSeek-V3's latent and rotary dims: the only ones the Gluon kernel takes
+
+
+def test_forced_on_an_input_it_does_not_take_raises_one_line_why(device):
+    prob = Latent(16, 1, [10, 20], torch.float16, dims=V3, nmax=32, page=16, seed=1, device=device)
+    small = Latent(16, 1, [10, 20], torch.float16, nmax=32, seed=1, device=device)
+    cases = [
+        (lambda: prob.run(paged=True, config=GLUON), "a paged cache"),
+        (lambda: small.run(config=GLUON), "head dims 80 / 64"),
+        (lambda: prob.run(config={**GLUON, "BLOCK_N": 32}), "takes no tile keys"),
+    ]
+    if device == "cpu":
+        cases.append((lambda: prob.run(config=GLUON), "needs a Hopper GPU"))
+    for call, message in cases:
+        with pytest.raises(KernelUnsupported, match=re.escape(message)) as info:
+            call()
+        assert str(info.value).startswith("flash_mla_decode: ") and "\n" not in str(info.value)
+
+
+def test_default_stays_on_the_tl_kernel_until_a_capacity_is_set(monkeypatch):
+    assert mla_ws.MIN_CAPACITY == {} and not mla_ws.preferred(1, 1 << 20, paged=False)
+    monkeypatch.setitem(mla_ws.MIN_CAPACITY, 2, 4096)
+    assert mla_ws.preferred(2, 4096, paged=False)
+    assert not mla_ws.preferred(2, 4095, paged=False)
+    assert not mla_ws.preferred(2, 4096, paged=True)
+    assert not mla_ws.preferred(1, 4096, paged=False)
+
+
+def test_grid_and_workspace_hold_every_row_and_split():
+    assert mla_ws.grid(3, 128 * 2, 5) == (4, 5, 3)
+    assert mla_ws.grid(2, 16, 1) == (1, 1, 2)  # 16 rows still take one 64-row program
+    part, lse = mla_ws.workspace(torch.device("cpu"), 2, 20, 3)
+    assert part.shape == (2, 3, 20, 512) and lse.shape == (2, 3, 20)
+    assert part.is_contiguous() and lse.is_contiguous()
+    assert lse.data_ptr() == part.data_ptr() + part.numel() * 4  # lse right after the partial outputs
+
+
+def _split_partials(q, kv, lengths, splits, block):
+    """Per sequence and split (whole `block`-key blocks, as the kernel splits), the normalised partial output and
+    its log2-sum-exp, non-causal, in float64: [B, splits, rows, 512] and [B, splits, rows]."""
+    B, H, Nq, D = q.shape
+    rows = H * Nq
+    part = torch.zeros(B, splits, rows, 512, dtype=torch.float64)
+    lse = torch.full((B, splits, rows), float("-inf"), dtype=torch.float64)
+    for b, n in enumerate(lengths):
+        per = -(-(-(-n // block)) // splits) * block
+        qb = q[b].reshape(rows, D).double()
+        for s in range(splits):
+            lo, hi = s * per, min(s * per + per, n)
+            if lo >= hi:
+                continue
+            k = kv[b, 0, lo:hi].double()
+            logits = qb @ k.T / math.sqrt(D) * math.log2(math.e)
+            top = logits.max(-1, keepdim=True).values
+            w = torch.exp2(logits - top)
+            part[b, s] = (w @ k[:, :512]) / w.sum(-1, keepdim=True)
+            lse[b, s] = (top + torch.log2(w.sum(-1, keepdim=True))).squeeze(-1)
+    return part, lse
+
+
+@pytest.mark.parametrize("splits", [2, 5])
+def test_combine_of_the_kernels_partials_matches_reference(device, splits):
+    # The Gluon kernel's partials (mla_ws.workspace's layout) through _mla_combine (decode._combine): lengths 3 and
+    # 130 leave the short sequence splits with no key (-inf, zeros).
+    lengths = [3, 130]
+    prob = Latent(4, 2, lengths, torch.float16, dims=V3, seed=3, device="cpu")
+    part64, lse64 = _split_partials(prob.q, prob.kv.nan_to_num(0.0), lengths, splits, mla_ws.BLOCK_N)
+    part, lse = mla_ws.workspace(torch.device(device), 2, 8, splits)
+    part.copy_(part64.float())
+    lse.copy_(lse64.float())
+    out = torch.empty(2, 4, 2, 512, dtype=torch.float16, device=device)
+    mla_ws.combine(out, part, lse, 8, splits)
+    kw = dict(causal=False, seqlens_k=lengths)
+    k, v = prob.kv, prob.kv[..., :512]
+    ref = reference(prob.q, k, v, **kw)["out"]
+    lowp = reference(prob.q, k, v, **kw, dtype=torch.float16)["out"]
+    for b in range(2):
+        one = slice(b, b + 1)
+        verdict = compare({"out": out.cpu()[one]}, {"out": ref[one]}, {"out": lowp[one]}, torch.float16)
+        assert verdict.ok, f"seq {b}: {verdict.reason}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU (Hopper): DeepSeek-V3's dims
+# ---------------------------------------------------------------------------------------------------------
+
+LENGTHS = [
+    1,
+    37,
+    64,
+    1000,
+    2045,
+    2048,
+    3,
+]  # 1, not a multiple of the 64-key tile, whole tiles, the full cache
+
+
+@pytest.mark.gpu
+@smoke(lambda nq, heads: nq == 1 and heads == 128)
+@pytest.mark.parametrize("heads", [16, 128])
+@pytest.mark.parametrize("nq", [1, 2, 4])
+def test_gpu_gluon_ragged_batch_matches_reference(nq, heads):
+    prob = Latent(heads, nq, LENGTHS, torch.bfloat16, dims=V3, nmax=2048, seed=21, device="cuda")
+    for splits in (1, 7, None):  # each twice: Triton's JIT launch, then the plan's compiled kernel
+        for _ in range(2):
+            prob.check(prob.run(num_splits=splits, config=GLUON))
+            assert mla_module.last_mla_config()["kernel"] == "gluon-ws"
+    prob.check(prob.run(num_splits=3, causal=False, config=GLUON), causal=False)
+
+
+@pytest.mark.gpu
+def test_gpu_gluon_fp16_and_default_lengths_match_reference():
+    prob = Latent(128, 2, [700, 700], torch.float16, dims=V3, seed=22, device="cuda")
+    prob.check(prob.run(lengths=False, num_splits=2, config=GLUON))
+    prob.check(prob.run(lengths=False, num_splits=1, config=GLUON))
