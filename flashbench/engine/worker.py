@@ -284,13 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     proto = _protocol_stream()
     _die_with_parent(args.parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
-    return serve(args, proto)
-
-
-if __name__ == "__main__":
-    code = main()
+    code = serve(args, proto)
     sys.stdout.flush()
     sys.stderr.flush()
     # Every answer is sent and flushed (_send): skip the interpreter's and CUDA's teardown, which the runner's
-    # close() would wait out (seconds at the end of a sweep, on its critical path).
+    # close() would wait out (seconds at the end of a sweep, on its critical path). An --ncu-case run above exits
+    # normally: the profiler may read its results as the CUDA context is torn down.
     os._exit(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
