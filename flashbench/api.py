@@ -258,7 +258,7 @@ class _Session:
                 rows = runner.run_cases(planned, self.run_dir, **run)
             worker = None  # run_cases closed it
         except BaseException as exc:
-            (step or begun).stop()  # the sweep stops: so does the step beside it
+            begun.stop()  # the sweep stops: so does the step beside it (start() runs `begun`)
             if isinstance(exc, KeyboardInterrupt) and self.env is not None:
                 self._record(
                     interrupted=True

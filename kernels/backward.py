@@ -114,6 +114,32 @@ def _bwd_preprocess(
         tl.store(DQ_ACC + rows[:, None] * HEAD_DIM + offs_d[None, :], zeros, mask=row_ok)
 
 
+class DqScratch:
+    """The one pass's fp32 scratch for one shape: dQ's accumulator (acc_shape, zeroed by the preprocess) then D
+    (delta_shape), both contiguous, in one allocation: one torch.empty where there would be two (8.9 us of host
+    time each on an H100 host, `python3 benchmarks/host_time.py --breakdown`) for two views (1.2 us each on the CPU
+    machine). The strides and offset are worked out once, here."""
+
+    def __init__(self, acc_shape: tuple[int, ...], delta_shape: tuple[int, ...]) -> None:
+        self.acc_shape, self.delta_shape = acc_shape, delta_shape
+        self.acc_strides, self.delta_strides = _contiguous(acc_shape), _contiguous(delta_shape)
+        self.offset = acc_shape[0] * self.acc_strides[0]
+        self.size = self.offset + delta_shape[0] * self.delta_strides[0]
+
+    def make(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dQ's accumulator, D), uninitialised, on `device`."""
+        scratch = torch.empty(self.size, dtype=torch.float32, device=device)
+        acc = scratch.as_strided(self.acc_shape, self.acc_strides)
+        return acc, scratch.as_strided(self.delta_shape, self.delta_strides, self.offset)
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = [1]
+    for n in reversed(shape[1:]):
+        strides.insert(0, strides[0] * n)
+    return tuple(strides)
+
+
 class _BackwardPlan:
     """The backward's launch plan for one input signature: which dK/dV pass (Gluon, one pass or not, or tl),
     the dQ pass, TMA or pointers, strides and grids, made once (launch.PlanCache); run() allocates the
@@ -140,10 +166,7 @@ class _BackwardPlan:
         ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, self.stored, dkdv_config)
         self.ws = backward_ws.DkdvPlan(q, k, causal, ws_cfg) if ws_cfg is not None else None
         self.one_pass = self.ws is not None and self.ws.one_pass
-        # the one pass's fp32 scratch, dQ's accumulator [B, H, Nq, D] then D [B, H, Nq], in one allocation
-        self.acc_shape, self.acc_strides = (B, H, Nq, D), (H * Nq * D, Nq * D, D, 1)
-        self.delta_strides, self.delta_offset = (H * Nq, Nq, 1), B * H * Nq * D
-        self.scratch_size = B * H * Nq * (D + 1)
+        self.scratch = DqScratch((B, H, Nq, D), self.delta_shape)  # the one pass's dQ accumulator and D
         pre_m = 64
         self.pre_args = (*row_strides(o, do), H, Nq)
         pre_constexprs = {"HEAD_DIM": D, "BLOCK_M": pre_m, "ZERO_DQ": self.one_pass}
@@ -218,12 +241,9 @@ class _BackwardPlan:
         qk_scale = sm_scale * LOG2E
         if self.one_pass:
             assert self.ws is not None
-            # dQ's accumulator (zeroed by the preprocess) and D: one allocation and two views, and dQ is the
-            # accumulator converted by .to(): two torch.empty calls fewer (8.9 us of host time each on an H100 host,
-            # `python3 benchmarks/host_time.py --breakdown`) for two views (1.2 us each on the CPU machine)
-            scratch = torch.empty(self.scratch_size, dtype=torch.float32, device=q.device)
-            dq_acc = scratch.as_strided(self.acc_shape, self.acc_strides)
-            delta = scratch.as_strided(self.delta_shape, self.delta_strides, self.delta_offset)
+            # dQ's accumulator (zeroed by the preprocess) and D in one allocation (DqScratch); dQ is the
+            # accumulator converted by .to()
+            dq_acc, delta = self.scratch.make(q.device)
             self.pre((o, do, delta, dq_acc, *self.pre_args))
             cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
             _set_last_bwd_config(cfg_kv, {"kernel": "gluon-ws", "ONE_PASS": 1})

@@ -172,11 +172,14 @@ def supported(
     why = flash_ws.input_refusal(
         {"q": q, "k": k, "v": v, "dO": do}, causal, cfg["BLOCK_M"], cfg["NUM_WG"] * KEYS, HEAD_DIMS
     )
-    if why:
-        return why
-    D = q.shape[-1]
-    if smem_bytes(cfg, D) > flash_ws.SMEM_LIMIT:
-        return f"config needs {smem_bytes(cfg, D) // 1024} KiB of shared memory (at most {flash_ws.SMEM_LIMIT // 1024})"
+    return why or smem_refusal(cfg, q.shape[-1])
+
+
+def smem_refusal(cfg: dict[str, Any], head_dim: int) -> str | None:
+    """Why `cfg` does not fit an H100's shared memory at this head dim (None: it fits)."""
+    if smem_bytes(cfg, head_dim) > flash_ws.SMEM_LIMIT:
+        need, limit = smem_bytes(cfg, head_dim) // 1024, flash_ws.SMEM_LIMIT // 1024
+        return f"config needs {need} KiB of shared memory (at most {limit})"
     return None
 
 

@@ -108,6 +108,14 @@ class _Plan:
         self.o_shape, self.lse_shape = (Tq, H, D), (1, H, Tq)
 
 
+def _gluon_plan(make: Any) -> Any:
+    """make() (a varlen_ws plan), its ValueError as this function's one-line refusal."""
+    try:
+        return make()
+    except ValueError as exc:
+        raise KernelUnsupported(f"{_NAME}: {exc}") from None
+
+
 class _Forward(_Plan):
     """The forward's launch: the Gluon kernel's plan (varlen_ws) where `gluon`, else the tl kernel's (its config
     picked on the first call)."""
@@ -127,10 +135,7 @@ class _Forward(_Plan):
         super().__init__(q, k, docs, causal, window, bucket)
         self.gluon: varlen_ws.VarlenPlan | None = None
         if gluon:
-            try:
-                self.gluon = varlen_ws.VarlenPlan(q, k, v, docs, causal, config, window)
-            except ValueError as exc:
-                raise KernelUnsupported(f"{_NAME}: {exc}") from None
+            self.gluon = _gluon_plan(lambda: varlen_ws.VarlenPlan(q, k, v, docs, causal, config, window))
             return
         Tq, H = q.shape[0], self.heads[0]
         self.call = TunedCall(
@@ -190,10 +195,9 @@ class _Backward(_Plan):
         super().__init__(q, k, docs, causal, window, bucket)
         self.gluon: varlen_ws.BackwardPlan | None = None
         if gluon:
-            try:
-                self.gluon = varlen_ws.BackwardPlan(q, k, v, do, docs, causal, config, window)
-            except ValueError as exc:
-                raise KernelUnsupported(f"{_NAME}: {exc}") from None
+            self.gluon = _gluon_plan(
+                lambda: varlen_ws.BackwardPlan(q, k, v, do, docs, causal, config, window)
+            )
             return
         (Tq, Tk), (H, Hkv, _) = self.sizes, self.heads
         D = q.shape[2]

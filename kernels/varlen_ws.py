@@ -56,7 +56,7 @@ from typing import Any
 import torch
 
 from . import backward_ws, flash_ws
-from .backward import _bwd_preprocess
+from .backward import DqScratch, _bwd_preprocess
 from .common import LOG2E, cdiv, document_walk
 from .launch import KernelCall
 
@@ -248,10 +248,7 @@ def backward_supported(
         return f"needs at least {cfg['BLOCK_M']} query rows and {backward_ws.KEYS} key rows in all"
     if q.shape[1] * q.shape[0] >= 2**31:
         return "too many rows for 32-bit descriptor coordinates"
-    D = q.shape[-1]
-    if backward_ws.smem_bytes(cfg, D) > flash_ws.SMEM_LIMIT:
-        return f"config needs {backward_ws.smem_bytes(cfg, D) // 1024} KiB of shared memory"
-    return None
+    return backward_ws.smem_refusal(cfg, q.shape[-1])
 
 
 def backward_preferred(
@@ -298,7 +295,7 @@ class BackwardPlan:
         block_n = cfg["NUM_WG"] * backward_ws.KEYS
         self.blocks = ([cfg["BLOCK_M"], D], [backward_ws.KEYS, D], [cfg["BLOCK_M"], 32])
         self.sizes, self.docs = (H, H // Hkv, Tq, Tk), docs
-        self.acc_shape, self.delta_shape = (H, Tq, D), (1, H, Tq)
+        self.scratch = DqScratch((H, Tq, D), (1, H, Tq))  # dQ's accumulator [H, total_q, D] and D
         self.pre = KernelCall(
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
@@ -324,10 +321,7 @@ class BackwardPlan:
         H, _, Tq, _ = self.sizes
         D = q.shape[-1]
         dk, dv = torch.empty_like(k), torch.empty_like(v)
-        # dQ's accumulator [H, total_q, D] then D [1, H, total_q], fp32, in one allocation
-        scratch = torch.empty(H * Tq * (D + 1), dtype=torch.float32, device=q.device)
-        dq_acc = scratch[: H * Tq * D].view(self.acc_shape)
-        delta = scratch[H * Tq * D :].view(self.delta_shape)
+        dq_acc, delta = self.scratch.make(q.device)
         strides = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
         self.pre((o, do, delta, dq_acc, *strides, H, Tq))
         # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator as [H * total_q, D]

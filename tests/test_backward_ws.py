@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, backward_ws, flash_attn, flash_ws
-from flashbench.kernels.backward import attention_backward, last_bwd_config
+from flashbench.kernels.backward import DqScratch, attention_backward, last_bwd_config
 from flashbench.kernels.flash_v2 import attention_forward
 from tiers import smoke
 
@@ -236,3 +236,15 @@ def test_one_pass_shared_memory_fits():
     assert backward_ws.smem_bytes(cfg, 128) <= flash_ws.SMEM_LIMIT
     with pytest.raises(ValueError, match="ONE_PASS=2 must be one of"):
         backward_ws.config_for(128, {"ONE_PASS": 2})
+
+
+def test_dq_scratch_gives_contiguous_accumulator_and_d_side_by_side_in_one_allocation():
+    scratch = DqScratch((2, 3, 5, 4), (2, 3, 5))
+    acc, delta = scratch.make(torch.device("cpu"))
+    assert acc.shape == (2, 3, 5, 4) and delta.shape == (2, 3, 5)
+    assert acc.is_contiguous() and delta.is_contiguous() and acc.dtype == delta.dtype == torch.float32
+    assert acc.untyped_storage().data_ptr() == delta.untyped_storage().data_ptr()
+    assert delta.storage_offset() == acc.numel() and scratch.size == acc.numel() + delta.numel()
+    acc.fill_(1.0)
+    delta.fill_(2.0)
+    assert acc.eq(1.0).all() and delta.eq(2.0).all()  # neither view overlaps the other
