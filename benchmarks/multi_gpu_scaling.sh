@@ -8,7 +8,9 @@
 # directories, logs and $OUT/multi_gpu.txt (per run: wall, speed-up, first-call compile time summed over workers
 # and per worker, the compile-once step's wall time and builds; per case: each run's median over the one-GPU
 # run's) are packed into $OUT/multi_gpu.tgz. About 9 minutes on 2 x H100 (one GPU takes 190 s of it): the
-# multi-GPU table of docs/benchmarks.md. STEPS picks the runs (default "one all-nopre all shards").
+# multi-GPU table of docs/benchmarks.md. STEPS picks the runs (default "one all-nopre all shards"); a step replaces
+# only its own run under RUNS, so the one-GPU run may be an earlier invocation's on the same machine (a sweep too
+# long for one sitting: STEPS=one first, then STEPS=all, GPUS=2 STEPS=all against it).
 #
 #   bash benchmarks/multi_gpu_scaling.sh
 #   STEPS="one all" GPUS=4 bash benchmarks/multi_gpu_scaling.sh
@@ -45,7 +47,9 @@ timed() {  # timed NAME CMD...: run cold, record wall seconds
 }
 
 STEPS=" ${STEPS:-one all-nopre all shards} "
-rm -rf "$RUNS/one" "$RUNS/all-nopre" "$RUNS/all" "$RUNS/merged" "$RUNS"/shard*
+for step in $STEPS; do  # a step replaces only its own run: the one-GPU run may come from an earlier invocation
+    if [[ $step == shards ]]; then rm -rf "$RUNS/merged" "$RUNS"/shard*; else rm -rf "${RUNS:?}/$step"; fi
+done
 if [[ $STEPS == *" one "* ]]; then
     log "one GPU"
     timed one flashbench sweep "${SWEEP[@]}" --gpus 0 --out "$RUNS/one" --force
