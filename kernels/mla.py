@@ -309,7 +309,7 @@ def flash_mla_decode(
         _check_data(cache_seqlens, block_table, capacity, kv.shape[0], page, name=NAME)
     rows = H * Nq
     if (isinstance(config, dict) and config.get("kernel") == GLUON_KERNEL) or (
-        config is None and mla_ws.preferred(Nq, capacity, paged)
+        config is None and mla_ws.preferred(q, kv, paged, head_dim_v)
     ):
         return _gluon(q, kv, cache_seqlens, paged, causal, scale, num_splits, head_dim_v, config)
     cfg = _forced_config(INTERPRET_CONFIG if interpreting() else GPU_CONFIG, config, (16, 32, 64, 128), NAME)

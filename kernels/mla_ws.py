@@ -19,8 +19,8 @@ Why it should beat the tl kernel (docs/kernels.md, the MLA decode kernel): S is 
 chain out with both warpgroups along M, each computing all of S), P reaches P V without a layout conversion, and
 each warpgroup holds a [64, 256] accumulator (128 registers), not [64, 512] over eight warps.
 
-Runs only when forced (config={"kernel": "gluon-ws"}) until it is timed: MIN_CAPACITY, empty, is where it would
-become flash_mla_decode's default. Paged caches stay on the tl kernel.
+flash_mla_decode's default from MIN_CAPACITY's cache capacity per Nq; config={"kernel": "gluon-ws"} forces it.
+Paged caches stay on the tl kernel.
 
 Cautions: as flash_mla_decode's (kernels/mla.py). The cache must be contiguous with 16-byte aligned bases (TMA);
 keys past a sequence's length are read (the rest of its capacity) but masked, and zeroed in V.
@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import flash_ws
 from .common import KernelUnsupported
 from .decode import _combine, _pow2, _scratch
 from .launch import KernelCall
@@ -59,16 +60,19 @@ CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer wa
 PRODUCER_REGS = 24
 COMBINE_ROWS = 16  # rows per _mla_combine program
 COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per step
-# Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq. Empty until
-# the kernel is timed against the tl one (docs/kernels.md, the MLA decode kernel).
-MIN_CAPACITY: dict[int, int] = {}
+# Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq, the shortest
+# timed (1.30-1.53x the tl kernel at 4096 and 32768 keys; docs/kernels.md, the Gluon MLA kernel).
+MIN_CAPACITY: dict[int, int] = {1: 4096, 2: 4096}
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
-def preferred(nq: int, capacity: int, paged: bool) -> bool:
-    """Whether flash_mla_decode takes this kernel without a forced config: MIN_CAPACITY's for Nq, contiguous."""
-    least = MIN_CAPACITY.get(nq)
-    return least is not None and capacity >= least and not paged
+def preferred(q: torch.Tensor, kv: torch.Tensor, paged: bool, head_dim_v: int) -> bool:
+    """Whether flash_mla_decode takes this kernel without a forced config: from MIN_CAPACITY's cache capacity for
+    Nq, on inputs it takes (refusal), unless FLASHBENCH_GLUON=0 or FLASHBENCH_TMA=0 turns Gluon off."""
+    least = MIN_CAPACITY.get(q.shape[2])
+    if least is None or paged or kv.shape[2] < least or not flash_ws.enabled():
+        return False
+    return refusal(q, kv, paged, head_dim_v) is None
 
 
 def refusal(q: torch.Tensor, kv: torch.Tensor, paged: bool, head_dim_v: int) -> str | None:

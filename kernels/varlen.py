@@ -22,9 +22,9 @@ Cautions:
   - max_seqlen_q / max_seqlen_k only pick the kernel (below) and the autotuned config (its length bucket); the
     grid is sized from the tensors: sum over documents of cdiv(length, BLOCK) <= (total + (B + 1) (BLOCK - 1)) // BLOCK programs.
   - The forward on Hopper (fp16/bf16, contiguous, no window, head dims and longest documents of
-    varlen_ws.MIN_SEQ: none until it is timed) is flash_ws's Gluon kernel in its VARLEN mode (varlen_ws.py);
+    varlen_ws.MIN_SEQ) is flash_ws's Gluon kernel in its VARLEN mode (varlen_ws.py);
     config={"kernel": "gluon-ws", ...} forces it. The backward on Hopper (the same, d = 64/128, where
-    varlen_ws.BWD_MIN_SEQ takes it: none until it is timed) is backward_ws's one pass in its VARLEN mode;
+    varlen_ws.BWD_MIN_SEQ takes it) is backward_ws's one pass in its VARLEN mode;
     bwd_config={"kernel": "gluon-ws", ...} forces it. Elsewhere the tl kernels through pointers (no TMA: a
     descriptor's zero fill stops at the tensor's end, not at a document's).
 """

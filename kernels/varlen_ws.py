@@ -83,9 +83,9 @@ DEFAULT_CONFIG = {
 
 
 # Where flash_attn_varlen's forward takes this kernel by default: the shortest longest-document per (head dim,
-# masked), as flash_ws.GLUON_MIN_SEQ for flash_attn. Empty until the kernel is timed against the tl one
-# (docs/kernels.md, packed documents): a forced {"kernel": "gluon-ws"} runs it.
-MIN_SEQ: dict[tuple[int, bool], int] = {}
+# masked), as flash_ws.GLUON_MIN_SEQ for flash_attn. Timed at d = 128 causal only, 1.26-1.30x the tl kernel
+# (docs/kernels.md, packed documents); elsewhere a forced {"kernel": "gluon-ws"} runs it.
+MIN_SEQ: dict[tuple[int, bool], int] = {(128, True): 2048}
 
 
 def default_config(head_dim: int, causal: bool) -> dict[str, Any]:
@@ -220,9 +220,10 @@ class VarlenPlan:
 
 
 # Where flash_attn_varlen's backward takes backward_ws's kernel (BackwardPlan) by default: the shortest
-# longest-document per (head dim, causal), as backward_ws.MIN_SEQ for flash_attn. Empty until it is timed against
-# the tl passes (docs/kernels.md, packed documents): a forced bwd_config={"kernel": "gluon-ws"} runs it.
-BWD_MIN_SEQ: dict[tuple[int, bool], int] = {}
+# longest-document per (head dim, causal), as backward_ws.MIN_SEQ for flash_attn. Timed at d = 128 causal only: the
+# step 1.37x the tl passes' (docs/kernels.md, packed documents); elsewhere a forced bwd_config={"kernel":
+# "gluon-ws"} runs it.
+BWD_MIN_SEQ: dict[tuple[int, bool], int] = {(128, True): 2048}
 
 
 def backward_supported(

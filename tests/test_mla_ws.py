@@ -40,13 +40,26 @@ def test_forced_on_an_input_it_does_not_take_raises_one_line_why(device):
         assert str(info.value).startswith("flash_mla_decode: ") and "\n" not in str(info.value)
 
 
-def test_default_stays_on_the_tl_kernel_until_a_capacity_is_set(monkeypatch):
-    assert mla_ws.MIN_CAPACITY == {} and not mla_ws.preferred(1, 1 << 20, paged=False)
-    monkeypatch.setitem(mla_ws.MIN_CAPACITY, 2, 4096)
-    assert mla_ws.preferred(2, 4096, paged=False)
-    assert not mla_ws.preferred(2, 4095, paged=False)
-    assert not mla_ws.preferred(2, 4096, paged=True)
-    assert not mla_ws.preferred(1, 4096, paged=False)
+def test_the_default_takes_it_from_min_capacity_per_nq_where_it_runs(monkeypatch):
+    """MIN_CAPACITY's cache capacity per Nq, contiguous caches it takes (refusal: here every input passes), and
+    never under FLASHBENCH_GLUON=0; elsewhere the tl kernel."""
+    q2, q1 = torch.empty(1, 128, 2, V3[0]), torch.empty(1, 128, 1, V3[0])
+    monkeypatch.setattr(mla_ws, "MIN_CAPACITY", {2: 4096})
+    monkeypatch.setattr(mla_ws, "refusal", lambda *a: None)
+    assert mla_ws.preferred(q2, torch.empty(1, 1, 4096, 8), paged=False, head_dim_v=V3[1])
+    assert not mla_ws.preferred(q2, torch.empty(1, 1, 4095, 8), paged=False, head_dim_v=V3[1])
+    assert not mla_ws.preferred(q2, torch.empty(1, 1, 4096, 8), paged=True, head_dim_v=V3[1])
+    assert not mla_ws.preferred(q1, torch.empty(1, 1, 4096, 8), paged=False, head_dim_v=V3[1])
+    monkeypatch.setenv("FLASHBENCH_GLUON", "0")
+    assert not mla_ws.preferred(q2, torch.empty(1, 1, 4096, 8), paged=False, head_dim_v=V3[1])
+
+
+def test_where_the_gluon_kernel_refuses_the_default_falls_back_to_the_tl_kernel():
+    """The shipped table takes Nq = 1 from 4096 keys; on this machine (no Hopper) the tl kernel runs instead."""
+    prob = Latent(2, 1, [4096, 100], torch.float16, dims=V3, seed=3)
+    assert mla_ws.MIN_CAPACITY.get(1, 1 << 30) <= prob.kv.shape[2]
+    prob.check(prob.run())
+    assert mla_module.last_mla_config().get("kernel") != GLUON["kernel"]
 
 
 def test_grid_and_workspace_hold_every_row_and_split():

@@ -368,12 +368,13 @@ def gluon_stub(monkeypatch):
 
 def test_the_forward_takes_the_gluon_kernel_from_the_longest_documents_min_seq_names(gluon_stub, monkeypatch):
     """varlen_ws.MIN_SEQ's rule on max(max_seqlen_q, max_seqlen_k) (here d = 128 causal from 1024); below it, with
-    a window, with FLASHBENCH_GLUON=0, or without an entry (no default until timed), the tl kernel (which runs
-    here, under the interpreter)."""
+    a window, with FLASHBENCH_GLUON=0, or without an entry for the head dim and mask (not timed), the tl kernel
+    (which runs here, under the interpreter)."""
     q, k, v, _ = inputs([100, 60], [100, 60], 2, 2, 128, torch.float16)
     cu = prefix([100, 60])
+    monkeypatch.delitem(varlen_ws.MIN_SEQ, (128, True), raising=False)
     flash_attn_varlen(q, k, v, cu, cu, 64, 4096, causal=True)
-    assert "kernel" not in last_config() and (128, True) not in varlen_ws.MIN_SEQ
+    assert "kernel" not in last_config()
     monkeypatch.setitem(varlen_ws.MIN_SEQ, (128, True), 1024)
     with pytest.raises(_Routed):
         flash_attn_varlen(q, k, v, cu, cu, 64, 1024, causal=True)
@@ -503,13 +504,13 @@ def backward_of(lengths, d=64, causal=True, longest=None, **kw):
 
 
 def test_the_backward_takes_the_gluon_kernel_when_forced_or_from_bwd_min_seq(gluon_bwd_stub, monkeypatch):
-    """bwd_config={"kernel": "gluon-ws"} takes it whatever the lengths; without one, varlen_ws.BWD_MIN_SEQ (empty
-    until timed: the tl passes, which run here) on the longest document, never with deterministic algorithms."""
+    """bwd_config={"kernel": "gluon-ws"} takes it whatever the lengths; without one, varlen_ws.BWD_MIN_SEQ on the
+    longest document (no entry for d = 64: the tl passes, which run here), never with deterministic algorithms."""
     lengths = [100, 60]
     with pytest.raises(_RoutedBackward):
         backward_of(lengths, bwd_config=GLUON)
     backward_of(lengths, longest=4096)
-    assert "kernel" not in last_bwd_config()["dkdv"] and varlen_ws.BWD_MIN_SEQ == {}
+    assert "kernel" not in last_bwd_config()["dkdv"] and (64, True) not in varlen_ws.BWD_MIN_SEQ
     monkeypatch.setitem(varlen_ws.BWD_MIN_SEQ, (64, True), 1024)
     with pytest.raises(_RoutedBackward):
         backward_of(lengths, longest=1024)
