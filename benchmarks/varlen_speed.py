@@ -17,7 +17,8 @@ Gluon forward's one program per tile against its persistent walk) or {"fwd": ...
 the backward's (bwd_config=: the Gluon backward); --flex 0 leaves FlexAttention out; --modes fwd times the
 forward alone.
 
-Not the benchmark of record (the varlen sweep preset will be).
+The benchmark of record is `flashbench sweep --preset varlen` (its uniform batch: 4 x 4096); this script times
+forced configs beside the default and a uniform batch of the documents' own useful FLOPs.
 """
 
 from __future__ import annotations
