@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -39,6 +40,7 @@ __all__ = [
     "slice_of_shapes",
     "split",
     "sweep_id",
+    "visible_gpus",
 ]
 
 # The GPU whose datasheet roofs price a call for the partition: a fixed one, so that every machine deals alike.
@@ -155,14 +157,45 @@ def sweep_id(spec: dict[str, Any], providers: Sequence[str], version: str) -> st
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 
-def parse_gpus(value: str | Sequence[int] | None, device: str, present: int) -> list[str] | None:
-    """--gpus "all" | "0,1" -> device indices as CUDA_VISIBLE_DEVICES strings; None stays None.
+def visible_gpus(environ: Mapping[str, str], present: int) -> list[str]:
+    """The GPUs this process may use, as CUDA numbers them: CUDA_VISIBLE_DEVICES's entries (an index, a GPU-
+    or MIG- UUID) where it is set, else NVML's `present` indices. Like CUDA, the list ends at the first entry
+    that names no device (empty, negative, or an index NVML does not have)."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return [str(i) for i in range(present)]
+    entries: list[str] = []
+    for entry in (e.strip() for e in value.split(",")):
+        if not entry or entry.startswith("-") or (entry.isdigit() and int(entry) >= present):
+            break
+        entries.append(entry)
+    return entries
 
+
+def parse_gpus(
+    value: str | Sequence[int] | None,
+    device: str,
+    present: int,
+    environ: Mapping[str, str] | None = None,
+) -> list[str] | None:
+    """--gpus "all" | "0,1" -> each worker's CUDA_VISIBLE_DEVICES entry; None stays None.
+
+    `present` is the number of GPUs NVML sees, `environ` this process's environment (os.environ by default):
+    visible_gpus() of the two are the GPUs this process may use. "all" is every one of them, and an index
+    counts in that list, the way CUDA numbers devices: under CUDA_VISIBLE_DEVICES=2,3, --gpus 0,1 runs on the GPUs
+    NVML calls 2 and 3, and each worker gets that entry (an index or a UUID) as its CUDA_VISIBLE_DEVICES.
     With device "cpu" there is nothing to pin: each listed index is one CPU worker (how CI tests the
-    multi-worker path); "all" needs --device cuda. `present` is the number of GPUs NVML sees.
+    multi-worker path); "all" needs --device cuda.
     """
     if value is None:
         return None
+    environ = os.environ if environ is None else environ
+    visible = visible_gpus(environ, present)
+    note = (
+        ""
+        if "CUDA_VISIBLE_DEVICES" not in environ
+        else f" with CUDA_VISIBLE_DEVICES={environ['CUDA_VISIBLE_DEVICES']}"
+    )
     text = value if isinstance(value, str) else ",".join(str(v) for v in value)
     text = text.strip().lower()
     if text == "all":
@@ -170,19 +203,22 @@ def parse_gpus(value: str | Sequence[int] | None, device: str, present: int) -> 
             raise FlashbenchError(
                 "--gpus all needs --device cuda (with --device cpu list indices: --gpus 0,1)"
             )
-        if present < 1:
-            raise FlashbenchError("--gpus all: no GPU found")
-        return [str(i) for i in range(present)]
+        if not visible:
+            raise FlashbenchError(f"--gpus all: no GPU found{note}")
+        return list(visible)
     items = [t.strip() for t in text.split(",")]
     if not items or any(not t.isdigit() for t in items):
         raise FlashbenchError(f"--gpus {value!r}: expected 'all' or device indices like 0,1")
-    if len(set(items)) != len(items):
+    if len(set(int(t) for t in items)) != len(items):
         raise FlashbenchError(f"--gpus {value!r}: a device is listed twice")
-    indices = [str(int(t)) for t in items]
-    if device == "cuda":
-        missing = [i for i in indices if int(i) >= present]
-        if missing:
-            raise FlashbenchError(
-                f"--gpus {value!r}: no GPU {', '.join(missing)} here ({present} found, indices 0..{present - 1})"
-            )
-    return indices
+    indices = [int(t) for t in items]
+    if device != "cuda":
+        return [str(i) for i in indices]
+    missing = [str(i) for i in indices if i >= len(visible)]
+    if missing:
+        count = len(visible)
+        raise FlashbenchError(
+            f"--gpus {value!r}: no GPU {', '.join(missing)} here ({count} found{note}, "
+            f"indices 0..{count - 1})"
+        )
+    return [visible[i] for i in indices]
