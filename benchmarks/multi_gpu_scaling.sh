@@ -14,19 +14,29 @@
 #
 #   bash benchmarks/multi_gpu_scaling.sh
 #   STEPS="one all" GPUS=4 bash benchmarks/multi_gpu_scaling.sh
+#
+# The table ends with how evenly the shapes were dealt: per multi-GPU run, when each worker began its last case
+# (from the run's start); and a replay of the partition rule (engine/shard.py) over 2..N workers
+# against the one-GPU run's own times: each shape's measured time (its cases' timestamps, compiles left out) summed
+# per slice, the worst slice over the best and the speed-up that makespan allows. STEPS=none measures nothing
+# and prints the table of the runs already in RUNS, on any machine (no GPU needed): how a change to the cost model
+# would have dealt a measured sweep, e.g. `STEPS=none GPUS=4 RUNS=DIR bash benchmarks/multi_gpu_scaling.sh`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/out}
 RUNS=${RUNS:-/root/flashbench-runs}
 mkdir -p "$OUT" "$RUNS"
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "Running pip as" || true
+STEPS=" ${STEPS:-one all-nopre all shards} "
 log() { echo "== $(date +%T) $*" | tee -a "$RUNS/multi_gpu.log"; }
-nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,power.draw --format=csv | tee -a "$RUNS/multi_gpu.log"
+if [[ $STEPS != " none " ]]; then
+    python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "Running pip as" || true
+    nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,power.draw --format=csv | tee -a "$RUNS/multi_gpu.log"
+fi
 # The ci preset (48 cases: triton, sdpa-flash and sdpa-cudnn; bf16, d = 128, N = 1024..8192, causal both, fwd and
 # fwd+bwd): about 2 minutes on one H100 from cold caches. SWEEP_ARGS replaces it (one string, word-split).
 read -r -a SWEEP <<<"${SWEEP_ARGS:---preset ci}"
 LIMIT=${RUN_LIMIT_S:-240}
-NGPU=${GPUS:-$(nvidia-smi -L | wc -l)}
+NGPU=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((NGPU - 1)))}
 
 cold() {  # cold NAME: empty the Triton cache and flashbench home of run NAME
@@ -46,8 +56,8 @@ timed() {  # timed NAME CMD...: run cold, record wall seconds
     tail -1 "$RUNS/$name.log" | tee -a "$RUNS/multi_gpu.log"
 }
 
-STEPS=" ${STEPS:-one all-nopre all shards} "
 for step in $STEPS; do  # a step replaces only its own run: the one-GPU run may come from an earlier invocation
+    if [[ $step == none ]]; then continue; fi
     if [[ $step == shards ]]; then rm -rf "$RUNS/merged" "$RUNS"/shard*; else rm -rf "${RUNS:?}/$step"; fi
 done
 if [[ $STEPS == *" one "* ]]; then
@@ -78,10 +88,32 @@ if [[ $STEPS == *" shards "* ]]; then
 fi
 python3 - "$RUNS" "$NGPU" <<'PY' | tee "$OUT/multi_gpu.txt" "$RUNS/multi_gpu.txt"
 import statistics, sys
+from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
+from flashbench.engine.shard import slice_of_shapes
 from flashbench.results.env import read_env
 from flashbench.results.rows import read_rows
 runs = Path(sys.argv[1])
+
+
+def case_times(name):
+    """Each row's seconds (a row's timestamp is its case's start: it lasts until the same worker's next row
+    starts, the last one until the run finished), compiles left out; and when each worker began its last case."""
+    env, rows = read_env(runs / name), read_rows(runs / name, latest_only=False)
+    start, end = (datetime.fromisoformat(t).timestamp() for t in (env.started, env.finished))
+    took, finish, by_worker = [], {}, defaultdict(list)
+    for row in rows:
+        by_worker[row.gpu_index].append(row)
+    for gpu, mine in sorted(by_worker.items(), key=lambda kv: str(kv[0])):
+        mine.sort(key=lambda r: r.timestamp)
+        ends = [r.timestamp for r in mine[1:]] + [end]
+        took += [(r, t - r.timestamp - (r.compile_ms or 0.0) / 1e3) for r, t in zip(mine, ends)]
+        finish[gpu] = mine[-1].timestamp - start
+    return env, took, finish
+
+
+
 one = {r.key: r.median_ms for r in read_rows(runs / "one") if r.median_ms}
 base = read_env(runs / "one").wall_s or 0.0
 for name in ("one", "all-nopre", "all", *(f"shard{i}" for i in range(1, int(sys.argv[2]) + 1))):
@@ -102,7 +134,29 @@ for name in ("all-nopre", "all", "merged"):
     if ratios:
         print(f"{name}: per case vs one: median {statistics.median(ratios):.3f}, {min(ratios):.3f}..{max(ratios):.3f}"
               f" ({len(ratios)} cases)")
+for name in ("all-nopre", "all"):
+    if (runs / name / "env.json").is_file():
+        _, _, finish = case_times(name)
+        times = " ".join(f"{gpu}: {t:.1f}" for gpu, t in finish.items())
+        print(f"{name}: each worker began its last case at (s from the start) {times};"
+              f" worst/best {max(finish.values()) / min(finish.values()):.2f}")
+if (runs / "one" / "env.json").is_file():
+    env, took, _ = case_times("one")
+    shape_s = defaultdict(float)
+    for row, t in took:
+        shape_s[row.case.shape_key] += t
+    total = sum(shape_s.values())
+    for count in range(2, max(2, int(sys.argv[2])) + 1):
+        where = slice_of_shapes([row.case for row, _ in took], count, env.spec)
+        load = [0.0] * count
+        for key, t in shape_s.items():
+            load[where[key]] += t
+        print(f"replay over {count} workers (the one-GPU run's times, compiles left out, dealt by today's rule):"
+              f" {' '.join(f'{x:.1f}' for x in load)} s; worst/best {max(load) / min(load):.2f},"
+              f" makespan {max(load):.1f} s = {max(load) / (total / count):.3f} x an even split,"
+              f" {total / max(load):.2f}x of {total:.1f} s")
 PY
 # shellcheck disable=SC2046  # the runs this invocation made, word-split on purpose
+[[ $STEPS == " none " ]] && exit 0
 tar czf "$OUT/multi_gpu.tgz" -C "$RUNS" multi_gpu.txt $(cd "$RUNS" && ls -d one all-nopre all merged shard* ./*.log 2>/dev/null)
 log "done"

@@ -307,7 +307,8 @@ class _Session:
             sweep_id=shards.sweep_id(spec.to_dict(), names, flashbench.__version__),
             shard=shards.format_shard(self.shard) if self.shard else None,
             sweep_planned_cases=sweep_planned,
-            devices_used=[int(d) for d in devices] if devices else None,
+            # a worker pinned by UUID (GPU-..., MIG-...) has no NVML index here: devices_used lists the others
+            devices_used=[int(d) for d in devices if d.isdigit()] if devices else None,
         )
         if previous is not None:
             env.previous_runs = [*previous.previous_runs, previous.started]

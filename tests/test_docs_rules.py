@@ -333,7 +333,9 @@ def test_flop_convention_forward_four_bhd_pairs_backward_two_and_a_half_fwd_bwd_
 
 # ---------------------------------------------------------------------------------------------- docs/multi-gpu.md
 def test_shards_deal_shapes_by_predicted_cost_costliest_first():
-    from flashbench.engine.shard import case_cost_s, slice_of_shapes
+    import math
+
+    from flashbench.engine.shard import REF_BLOCK_S, case_cost_s, slice_of_shapes
     from flashbench.gpu.hardware import lookup
     from flashbench.models.flops import case_flops
     from flashbench.models.io_model import compulsory_traffic
@@ -342,11 +344,17 @@ def test_shards_deal_shapes_by_predicted_cost_costliest_first():
 
     stated(
         "multi-gpu.md",
-        r"per case one checked call, the warm-up \(`warmup_ms`, or 3 calls if those take longer\), the samples "
-        r"\(the `rep_ms` budget, or `min_samples` calls if those take longer\) and the host loops \(`host_loops` x "
-        r"`host_loop_ms`, or 2 calls a loop if those take longer\), with a call's time its roofline bound \(its "
-        r"FLOPs over the peak of its dtype, or its compulsory bytes over the bandwidth\) at the H100 SXM's "
-        r"datasheet roofs",
+        r"with a call's time its roofline bound \(its FLOPs over the peak of its dtype, or its compulsory bytes over "
+        r"the bandwidth\) at the H100 SXM's datasheet roofs\. They are the first call and the memory run \(2 calls\); "
+        r"the float64 check, priced by its blocks of query rows \(2\.2 ms a block, 6\.7 ms with the gradients",
+    )
+    assert REF_BLOCK_S == {False: 2.2e-3, True: 6.7e-3}
+    stated(
+        "multi-gpu.md",
+        r"the estimate \(3 calls\) and the warm-up \(`warmup_ms`, or 3 calls if those take longer\); the samples at "
+        r"their bound \(`rep_max_ms`, or `max_samples` calls if those take less, .*; but at least `rep_ms` or "
+        r"`min_samples` calls\); and the host loops \(a 3-call probe, then `host_loops` rounds of a held batch of up "
+        r"to 16 calls and a loop of `host_loop_ms`, at least 3 calls and at most 1000, then 300 ms of energy reading\)",
     )
     stated(
         "multi-gpu.md",
@@ -355,7 +363,7 @@ def test_shards_deal_shapes_by_predicted_cost_costliest_first():
     )
     h100, spec = lookup("h100-sxm"), SweepSpec()
     cases = [
-        Case(p, 16384 // n, 16, 16, n, n, d, dt, c, mode)
+        Case(p, max(1, 16384 // n), 16, 16, n, n, d, dt, c, mode)
         for dt in ("fp16", "bf16")
         for d in (128, 64)
         for c in (True, False)
@@ -375,13 +383,28 @@ def test_shards_deal_shapes_by_predicted_cost_costliest_first():
             case.mode,
         ).total
         call = max(case_flops(case) / h100.peak_flops(case.dtype), nbytes / h100.bw_bytes_s)
+        grads = case.mode != "fwd"
+        # the check: as many (batch, head) slices as fit in 2e13 FLOPs of the reference and its low-precision run
+        # (one head a slice here), in blocks of rows whose float64 S block holds 2^25 elements
+        per_slice = 2 * (3.5 if grads else 1.0) * 4 * case.seq_q * case.seq_k * case.head_dim
+        slices = 0 if per_slice > 2e13 else max(1, min(case.batch * case.heads, int(2e13 // per_slice)))
+        rows = min(case.seq_q, 2**25 // case.seq_k)
+        loop = max(3, min(1000, int(spec.host_loop_ms / 1e3 / call)))
         stated_cost = (
-            call
+            2 * call
+            + slices * math.ceil(case.seq_q / rows) * REF_BLOCK_S[grads]
+            + 3 * call
             + max(spec.warmup_ms / 1e3, 3 * call)
-            + max(spec.rep_ms / 1e3, spec.min_samples * call)
-            + spec.host_loops * max(spec.host_loop_ms / 1e3, 2 * call)
+            + max(
+                spec.rep_ms / 1e3,
+                spec.min_samples * call,
+                min(spec.rep_max_ms / 1e3, spec.max_samples * call),
+            )
+            + 3 * call
+            + spec.host_loops * (loop + min(16, loop)) * call
+            + 0.3
         )
-        assert case_cost_s(case) == stated_cost
+        assert case_cost_s(case) == pytest.approx(stated_cost, rel=1e-12)
     shape_cost: dict[str, float] = {}
     first: dict[str, Case] = {}
     for case in cases:

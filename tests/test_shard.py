@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flashbench.cli.app import main
-from flashbench.engine import shard
+from flashbench.engine import correctness, shard, timing
 from flashbench.results.env import read_env
 from flashbench.results.rows import read_rows
 from flashbench.spec.cases import Case
@@ -108,18 +108,56 @@ def _case(n: int, mode: str = "fwd", provider: str = "triton") -> Case:
 
 
 def test_a_case_costs_its_fixed_budgets_plus_its_calls_at_the_roofs():
-    """A short call costs the sweep's fixed budgets (warm-up, samples, host loops); a long one adds min_samples
-    calls at its roofline time; the measurement settings of the sweep are the ones priced."""
+    """With the check off, a short call costs the sweep's fixed budgets (warm-up, samples, host loops, the energy
+    phase); a long one adds min_samples calls at its roofline time; the sweep's own settings are the ones priced."""
     spec = load_spec(preset="speed")
-    fixed = spec.warmup_ms / 1e3 + spec.rep_ms / 1e3 + spec.host_loops * spec.host_loop_ms / 1e3
-    short = shard.case_cost_s(_case(256), spec.to_dict())
+    unchecked = {**spec.to_dict(), "ref_flops_limit": 1.0}  # one slice costs more: the check is skipped
+    fixed = (
+        spec.warmup_ms / 1e3
+        + spec.rep_ms / 1e3
+        + spec.host_loops * spec.host_loop_ms / 1e3
+        + timing.ENERGY_MS / 1e3
+    )
+    short = shard.case_cost_s(_case(256), unchecked)
     assert fixed < short < fixed * 1.01
     slow = Case("triton", 8, 64, 64, 32768, 32768, 128, "bf16", False, "fwd+bwd")  # ~1 s a call at the roofs
-    long = shard.case_cost_s(slow, spec.to_dict())
-    assert long > spec.min_samples * 0.5
-    assert shard.case_cost_s(_case(256), {**spec.to_dict(), "rep_ms": 5000.0}) == pytest.approx(
+    assert shard.case_cost_s(slow, unchecked) > spec.min_samples * 0.5
+    assert shard.case_cost_s(_case(256), {**unchecked, "rep_ms": 5000.0}) == pytest.approx(
         short + 5 - spec.rep_ms / 1e3
     )
+
+
+def test_the_check_costs_its_blocks_of_rows_so_many_short_sequences_check_longest():
+    """The float64 check is host-bound: priced per block of query rows, not per FLOP. The same 16k tokens as 16
+    sequences of 1024 (512 slices of one block) check longer than as one of 16384 (32 slices of 8 blocks)."""
+    spec = load_spec(preset="speed").to_dict()
+    unchecked = {**spec, "ref_flops_limit": 1.0}
+    short = Case("triton", 16, 32, 32, 1024, 1024, 64, "bf16", False, "fwd+bwd")
+    long = Case("triton", 1, 32, 32, 16384, 16384, 64, "bf16", False, "fwd+bwd")
+
+    def check_s(case: Case) -> float:
+        return shard.case_cost_s(case, spec) - shard.case_cost_s(case, unchecked)
+
+    assert check_s(short) == pytest.approx(16 * 32 * 1 * shard.REF_BLOCK_S[True])
+    assert check_s(long) == pytest.approx(32 * 8 * shard.REF_BLOCK_S[True])
+    forward = Case("triton", 16, 32, 32, 1024, 1024, 64, "bf16", False, "fwd")
+    assert check_s(forward) == pytest.approx(16 * 32 * shard.REF_BLOCK_S[False])
+    # a limit that admits 10 of the 512 slices checks those only
+    per_slice = correctness.slice_flops(short, grads=True)
+    assert shard.case_cost_s(short, {**spec, "ref_flops_limit": 10.5 * per_slice}) - shard.case_cost_s(
+        short, unchecked
+    ) == pytest.approx(10 * shard.REF_BLOCK_S[True])
+
+
+def test_samples_are_priced_at_their_bound():
+    """The samples go on until the SM clock holds, at most rep_max_ms or max_samples calls: a call of a few ms
+    is priced rep_max_ms of samples, a call too short for max_samples of them to fill rep_ms is priced rep_ms."""
+    spec = load_spec(preset="speed").to_dict()
+    mid = Case("triton", 1, 32, 32, 16384, 16384, 128, "bf16", False, "fwd+bwd")  # ~8 ms a call at the roofs
+    longer = {**spec, "rep_max_ms": spec["rep_max_ms"] + 1000.0}
+    assert shard.case_cost_s(mid, longer) == pytest.approx(shard.case_cost_s(mid, spec) + 1.0)
+    tiny = _case(256)  # ~0.02 ms: 1000 samples take less than rep_ms
+    assert shard.case_cost_s(tiny, longer) == shard.case_cost_s(tiny, spec)
 
 
 def test_a_costly_shape_gets_a_slice_of_its_own_and_the_rest_share_the_others():

@@ -88,3 +88,68 @@ def test_every_worker_and_the_record_process_start_before_the_first_worker_is_re
     assert main([*args, "--gpus", "0,1", "--out", str(tmp_path / "run")]) == 0
     assert events[:3] == ["start 0", "start 1", "record"] and events.count("ready") == 2, events
     assert all(r.status == "ok" for r in read_rows(tmp_path / "run"))
+
+
+@pytest.mark.parametrize(
+    ("visible", "gpus", "workers"),
+    [
+        (None, "all", ["0", "1", "2", "3"]),  # no CUDA_VISIBLE_DEVICES: every GPU NVML sees
+        (None, "1,3", ["1", "3"]),
+        ("2,3", "all", ["2", "3"]),  # a Slurm allocation of two of the node's four GPUs
+        ("2,3", "0,1", ["2", "3"]),  # indices count in the visible list, as CUDA numbers devices
+        ("2,3", "1", ["3"]),
+        ("GPU-8a1c,MIG-5f2e/1/0", "all", ["GPU-8a1c", "MIG-5f2e/1/0"]),  # UUIDs pass through as they are
+        ("GPU-8a1c,MIG-5f2e/1/0", "1", ["MIG-5f2e/1/0"]),
+        ("1,-1,0", "all", ["1"]),  # like CUDA, the list ends at the first entry that names no device
+        ("3,7,0", "all", ["3"]),  # NVML has no GPU 7 here
+    ],
+)
+def test_gpus_index_the_gpus_this_process_sees(visible, gpus, workers):
+    from flashbench.engine.shard import parse_gpus
+
+    environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert parse_gpus(gpus, "cuda", 4, environ) == workers
+
+
+@pytest.mark.parametrize(
+    ("visible", "gpus", "message"),
+    [
+        ("2,3", "2", "--gpus '2': no GPU 2 here (2 found with CUDA_VISIBLE_DEVICES=2,3, indices 0..1)"),
+        ("", "all", "--gpus all: no GPU found with CUDA_VISIBLE_DEVICES="),
+        (None, "0,4", "--gpus '0,4': no GPU 4 here (4 found, indices 0..3)"),
+    ],
+)
+def test_a_gpu_outside_the_visible_list_is_one_line_and_exit_2(
+    visible, gpus, message, tmp_path, capsys, monkeypatch
+):
+    from flashbench.gpu import environment
+
+    monkeypatch.setattr(environment, "gpu_present", lambda: (True, [{"index": i} for i in range(4)]))
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    args = ["sweep", "--device", "cuda", "--seq", "16", "--providers", "naive", "--out", str(tmp_path / "r")]
+    assert main([*args, "--gpus", gpus]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"flashbench: error: {message}"]
+
+
+def test_each_worker_runs_with_its_entry_of_the_parents_visible_list(monkeypatch):
+    """The worker process's own CUDA_VISIBLE_DEVICES is the parent's entry that --gpus picked, a UUID included."""
+    from flashbench.engine import runner, shard
+    from flashbench.engine import worker as worker_process
+
+    environ = {"CUDA_VISIBLE_DEVICES": "GPU-8a1c,GPU-77d0"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", environ["CUDA_VISIBLE_DEVICES"])
+    spawn = worker_process.spawn
+    echo = "import json, os; print(json.dumps({'visible': os.environ['CUDA_VISIBLE_DEVICES']}), flush=True)"
+    monkeypatch.setattr(worker_process, "spawn", lambda cmd, env, log: spawn([cmd[0], "-c", echo], env, log))
+    seen = []
+    for visible in shard.parse_gpus("1,0", "cuda", 2, environ) or []:
+        worker = runner.Worker("cuda", (), None, visible=visible)
+        try:
+            seen.append(worker._messages.get(timeout=60)["visible"])
+        finally:
+            worker.close()
+    assert seen == ["GPU-77d0", "GPU-8a1c"]

@@ -173,7 +173,7 @@ def _attend(
     dq = torch.zeros_like(q) if do is not None else None
     dk = torch.zeros(nk, d, dtype=acc, device=q.device)
     dv = torch.zeros(nk, v.shape[1], dtype=acc, device=q.device)
-    block = max(1, min(nq, _BLOCK_ELEMS // max(nk, 1)))
+    block = block_rows(nq, nk)
     cols = torch.arange(nk, device=q.device)[None, :]
     for head in range(g if nk else 0):
         for r0 in range(0, nq, block):
@@ -344,6 +344,45 @@ def _slices(batch: int, kv_heads: int, count: int) -> list[tuple[int, int]]:
     return [(p // kv_heads, p % kv_heads) for p in picks]
 
 
+def slice_flops(case: Case, grads: bool) -> float:
+    """The FLOPs of the float64 reference and the low-precision run on one (batch, kv-head) slice of `case`
+    (with its gradients where `grads`): every (q, k) pair is computed, then masked."""
+    return (
+        2
+        * (3.5 if grads else 1.0)
+        * attention_flops(
+            1,
+            case.heads // case.kv_heads,
+            case.seq_q,
+            case.seq_k,
+            case.head_dim,
+            False,
+            "fwd",
+            head_dim_v=case.head_dim_v,
+        )
+    )
+
+
+def checked_slices(case: Case, grads: bool, limit: float) -> int:
+    """How many (batch, kv-head) slices check() holds to the reference within `limit` FLOPs (0: the check is
+    skipped, one slice costs more)."""
+    per_slice = slice_flops(case, grads)
+    if per_slice > limit:
+        return 0
+    return max(1, min(case.batch * case.kv_heads, int(limit // max(per_slice, 1.0))))
+
+
+def reference_blocks(case: Case, slices: int) -> int:
+    """The blocks of query rows the reference works through on `slices` slices of `case` (each block one pass of
+    _attend's loop: a handful of eager PyTorch calls, whatever its size)."""
+    return slices * (case.heads // case.kv_heads) * math.ceil(case.seq_q / block_rows(case.seq_q, case.seq_k))
+
+
+def block_rows(nq: int, nk: int) -> int:
+    """The query rows of one block of the reference: as many as keep its float64 S block within _BLOCK_ELEMS."""
+    return max(1, min(nq, _BLOCK_ELEMS // max(nk, 1)))
+
+
 def check(
     case: Case,
     inputs: dict[str, Any],
@@ -364,16 +403,10 @@ def check(
         return _check_documents(case, inputs, results, device, limit)
     grads = "dq" in results
     g = case.heads // case.kv_heads
-    # float64 reference + low-precision run of one slice; every (q, k) pair is computed, then masked
-    per_slice = (
-        2
-        * (3.5 if grads else 1.0)
-        * attention_flops(
-            1, g, case.seq_q, case.seq_k, case.head_dim, False, "fwd", head_dim_v=case.head_dim_v
-        )
-    )
+    per_slice = slice_flops(case, grads)
     total = case.batch * case.kv_heads
-    if per_slice > limit:
+    count = checked_slices(case, grads, limit)
+    if not count:
         return CheckResult(
             True,
             None,
@@ -381,7 +414,6 @@ def check(
             f"skipped: one kv-head group's float64 reference costs {per_slice / 1e12:.1f} TFLOP "
             f"> the limit of {limit / 1e12:.1f} TFLOP",
         )
-    count = max(1, min(total, int(limit // max(per_slice, 1.0))))
     scale = case.head_dim**-0.5
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     lengths = inputs.get("seqlens_k")

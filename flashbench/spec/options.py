@@ -86,7 +86,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "gpus",
-        "all | 0,1: one worker per GPU, shapes spread over them (--device cpu: N CPU workers)",
+        "all | 0,1: one worker per GPU, shapes spread over them; indices count in CUDA_VISIBLE_DEVICES where it is set (--device cpu: N CPU workers)",
         flag="--gpus",
         panel=RUN,
     ),
