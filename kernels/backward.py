@@ -246,10 +246,10 @@ class _BackwardPlan:
             dq_acc, delta = self.scratch.make(q.device)
             self.pre((o, do, delta, dq_acc, *self.pre_args))
             cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
-            _set_last_bwd_config(cfg_kv, {"kernel": "gluon-ws", "ONE_PASS": 1})
+            _set_last_bwd_config(cfg_kv, backward_ws.DQ_IN_ONE_PASS)
             return dq_acc.to(q.dtype), dk, dv
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-        delta = torch.empty(self.delta_shape, dtype=torch.float32, device=q.device)
+        delta = torch.empty(size=self.delta_shape, dtype=torch.float32, device=q.device)
         self.pre((o, do, delta, delta, *self.pre_args))  # DQ_ACC unused
         inputs = (q, k, v, do, lse, delta, p if p is not None else lse)  # lse: never read without STORED_P
         sizes = (*self.sizes_a, qk_scale, sm_scale, *self.sizes_b)

@@ -162,8 +162,8 @@ class _Forward(_Plan):
             o, lse, cfg = self.gluon.run(q, k, v, cu_q, cu_k, scale)
             _set_last_config(cfg)
             return o, lse
-        o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        o = torch.empty(size=self.o_shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(size=self.lse_shape, dtype=torch.float32, device=q.device)
         q4, k4, v4, o4 = (_packed(t) for t in (q, k, v, o))
         strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(o))
         h, _, group = self.heads
@@ -239,10 +239,10 @@ class _Backward(_Plan):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.gluon is not None:
             dq, dk, dv, cfg = self.gluon.run(q, k, v, o, lse, do, cu_q, cu_k, sm_scale)
-            _set_last_bwd_config(cfg, {"kernel": "gluon-ws", "ONE_PASS": 1})
+            _set_last_bwd_config(cfg, backward_ws.DQ_IN_ONE_PASS)
             return dq, dk, dv
         dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-        delta = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        delta = torch.empty(size=self.lse_shape, dtype=torch.float32, device=q.device)
         q4, k4, v4, o4, do4 = (_packed(t) for t in (q, k, v, o, do))
         self.pre((o4, do4, delta, delta, *_strides(o), *_strides(do), self.heads[0], self.sizes[0]))
         inputs = (q4, k4, v4, do4, lse, delta, lse)  # P: never read without STORED_P
