@@ -520,16 +520,18 @@ def attend(
     (`forward(q, k, v, causal, sm_scale, config)[0]`): with nothing to differentiate the autograd node is only
     host time, on every eager call (tools/host_path.py)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        if _are_functorch_transforms_active() or torch.compiler.is_compiling():
-            return function.apply(q, k, v, causal, sm_scale, config, *extra)
-        # What Function.apply does outside functorch's transforms and torch.compile, less its Python (binding
-        # defaults for setup_context, which these Functions do not define, and a generator over every argument):
-        # 2.5 of its 9 us on the CPU machine. Dead functorch wrappers among q, k, v are unwrapped as it would.
-        apply = _C_APPLY.__get__(None, function)
-        return apply(
-            _unwrap_if_dead(q), _unwrap_if_dead(k), _unwrap_if_dead(v), causal, sm_scale, config, *extra
-        )
+        return record(function, (q, k, v), causal, sm_scale, config, *extra)
     return forward(q, k, v, causal, sm_scale, config)[0]
+
+
+def record(function: type[torch.autograd.Function], tensors: tuple[torch.Tensor, ...], *rest: Any) -> Any:
+    """`function.apply(*tensors, *rest)` for an autograd Function whose tensor arguments are `tensors`: outside
+    functorch's transforms and torch.compile, without Function.apply's Python (binding defaults for a
+    setup_context these Functions do not define, and a generator over every argument that unwraps dead functorch
+    wrappers, done here for the tensors alone): 2.5 of its 9 us on the CPU machine (tools/host_path.py)."""
+    if torch.compiler.is_compiling() or _are_functorch_transforms_active():
+        return function.apply(*tensors, *rest)
+    return _C_APPLY.__get__(None, function)(*map(_unwrap_if_dead, tensors), *rest)
 
 
 _C_APPLY = torch._C._FunctionBase.__dict__["apply"]  # the classmethod under torch.autograd.Function.apply

@@ -54,7 +54,7 @@ from .common import (
 )
 from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, FWD_SPACE, INTERPRET_BWD, INTERPRET_FWD, normalize_config
 from .flash_v2 import _attn_fwd
-from .launch import KernelCall, PlanCache, TunedCall, config_key, env_key, tensor_key
+from .launch import KernelCall, PlanCache, TunedCall, config_key, env_key, record, tensor_key
 
 _NAME = "flash_attn_varlen"
 
@@ -406,7 +406,8 @@ def flash_attn_varlen(
     forward = _FORWARDS.get((*key, config_key(config), gluon), q, k, v, config, gluon, *plan)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         bwd = (bwd_config, longest)
-        return _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, forward, key, plan, bwd)
+        tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k)
+        return record(_VarlenAttention, tensors, scale, forward, key, plan, bwd)
     return forward.run(q, k, v, cu_seqlens_q, cu_seqlens_k, scale)[0]
 
 
