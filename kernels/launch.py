@@ -17,6 +17,7 @@ import functools
 import hashlib
 import inspect
 import json
+import operator
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -115,11 +116,11 @@ class KernelCall:
                 args = [self.descs[i].over(a) if i in self.descs else a for i, a in enumerate(args)]
             else:
                 stream = _driver.active.get_current_stream(_driver.active.get_current_device())
-                g = self.grid
                 raw = self.raw
                 if raw is not None:
-                    raw(g, stream, compiled, args, self.tail)
+                    raw(stream, args)
                     return
+                g = self.grid
                 args = [
                     TmaArg(a, d.shape, d.strides, d.padding) if (d := self.descs.get(i)) else a
                     for i, a in enumerate(args)
@@ -136,7 +137,7 @@ class KernelCall:
             self.tail = tuple(self.constexprs.get(p.name, p.default) for p in params)
             self.descs = {i: Descriptor(a) for i, a in enumerate(args) if Descriptor.found(a)}
             self.compiled = launched
-            self.raw = RawLaunch.of(getattr(launched, "run", None), self.descs)
+            self.raw = RawLaunch.of(launched, self.descs, self.grid, self.tail)
 
     @property
     def direct(self) -> bool:
@@ -156,14 +157,30 @@ class RawLaunch:
     allocator hands back the same blocks encodes each map once. `of` returns None where the launcher is not the
     one this mirrors (another Triton, scratch memory, fp4 descriptors); the caller then launches through
     `compiled.run`.
+
+    Where the descriptors are the kernel's leading arguments, each a map (the Gluon kernels), the maps of all of
+    them are also kept together under their addresses: one lookup where there would be one a descriptor (the
+    one-pass backward's launch, 7 maps, 3.0 -> 2.05 us on the CPU machine through tools/host_path.py's stub).
     """
 
-    __slots__ = ("launch", "coop", "pdl", "descs", "maps")
+    __slots__ = ("launch", "grid", "after", "tail", "descs", "maps", "lead", "bases", "together")
 
     def __init__(
-        self, launch: Any, coop: Any, pdl: Any, descs: list[tuple[int, Descriptor, dict[str, Any] | None]]
+        self,
+        launch: Any,
+        compiled: Any,
+        grid: tuple[int, ...],
+        tail: tuple[Any, ...],
+        descs: list[tuple[int, Descriptor, dict[str, Any] | None]],
     ) -> None:
-        self.launch, self.coop, self.pdl = launch, coop, pdl
+        self.launch, self.grid, self.tail = launch, grid, tail
+        run = compiled.run
+        # the C launcher's arguments after the stream, fixed per compiled kernel: the function, the cooperative
+        # grid and PDL flags, two null scratch buffers, the packed metadata, and the three launch hooks (none)
+        self.after = (
+            compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None, compiled.packed_metadata,
+            None, None, None,
+        )  # fmt: skip
         # per descriptor, in order of position: (position, what follows its base or map among the C launcher's
         # arguments, the tile metadata (None: a tl kernel's descriptor, decomposed by the frontend))
         self.descs = [
@@ -171,12 +188,21 @@ class RawLaunch:
             for i, d, m in descs
         ]
         self.maps: dict[tuple[int, int], list[Any]] = {}
+        # the leading descriptors' count where every descriptor leads and is a map (else 0), their tensors' getter,
+        # and their maps, one after another, by the tuple of their addresses
+        leading = [i for i, _, m in descs if m is not None] == list(range(len(descs)))
+        self.lead = len(descs) if leading and len(descs) > 1 else 0
+        self.bases = operator.itemgetter(*range(self.lead)) if self.lead else None
+        self.together: dict[tuple[int, ...], list[Any]] = {}
 
     @staticmethod
-    def of(run: Any, descs: dict[int, Descriptor]) -> RawLaunch | None:
-        """The raw launch of a compiled kernel's `run` (a CudaLauncher) whose descriptor arguments are `descs`,
-        or None where it is none such (None itself: a driver without launchers, as tools/sm90_compile.py's
-        compile-only stub)."""
+    def of(
+        compiled: Any, descs: dict[int, Descriptor], grid: tuple[int, ...], tail: tuple[Any, ...]
+    ) -> RawLaunch | None:
+        """The raw launch, over `grid` with the constexpr `tail`, of a compiled kernel whose `run` (a CudaLauncher)
+        takes the descriptor arguments `descs`, or None where it is none such (no `run`: a driver without
+        launchers, as tools/sm90_compile.py's compile-only stub)."""
+        run = getattr(compiled, "run", None)
         launch = getattr(run, "launch", None)
         scratch = (getattr(run, "global_scratch_size", 1), getattr(run, "profile_scratch_size", 1))
         if launch is None or any(scratch):
@@ -185,7 +211,7 @@ class RawLaunch:
         if code is None:  # the C launcher itself: no descriptor among the arguments
             if descs:
                 return None
-            return RawLaunch(launch, run.launch_cooperative_grid, run.launch_pdl, [])
+            return RawLaunch(launch, compiled, grid, tail, [])
         cells = dict(zip(code.co_freevars, (c.cell_contents for c in launch.__closure__ or ()), strict=False))
         inner, indices, meta = (
             cells.get("launcher"),
@@ -201,22 +227,25 @@ class RawLaunch:
             return None
         order = sorted(indices)
         return RawLaunch(
-            inner,
-            run.launch_cooperative_grid,
-            run.launch_pdl,
-            [(i, descs[i], m) for i, m in zip(order, metas, strict=True)],
+            inner, compiled, grid, tail, [(i, descs[i], m) for i, m in zip(order, metas, strict=True)]
         )
 
-    def __call__(
-        self, grid: tuple[int, ...], stream: int, compiled: Any, args: Sequence[Any], tail: tuple[Any, ...]
-    ) -> None:
-        final: list[Any] = [
-            grid[0], grid[1], grid[2], stream, compiled.function, self.coop, self.pdl, None, None,
-            compiled.packed_metadata, None, None, None,
-        ]  # fmt: skip
+    def __call__(self, stream: int, args: Sequence[Any]) -> None:
+        """Launch on `stream` with the run-time arguments `args` (descriptors' tensors in their places)."""
         if not self.descs:
-            self.launch(*final, *args, *tail)
+            self.launch(*self.grid, stream, *self.after, *args, *self.tail)
             return
+        if self.bases is not None:
+            key = tuple(map(_data_ptr, self.bases(args)))
+            maps = self.together.get(key)
+            if maps is None:
+                maps = [x for i, _, desc, meta in self.descs for x in self._map(i, args[i], desc, meta)]
+                if len(self.together) >= 64:
+                    self.together.clear()
+                self.together[key] = maps
+            self.launch(*self.grid, stream, *self.after, *maps, *args[self.lead :], *self.tail)
+            return
+        final: list[Any] = [*self.grid, stream, *self.after]
         start = 0  # the arguments between descriptors go as they are, a slice at a time
         for i, rest, desc, meta in self.descs:
             final.extend(args[start:i])
@@ -228,16 +257,24 @@ class RawLaunch:
                 final.append(t)
                 final.extend(rest)
                 continue
-            key = (i, t.data_ptr())
-            encoded = self.maps.get(key)
-            if encoded is None:
-                encoded = _encode(t, desc, meta)
-                if len(self.maps) >= 64:
-                    self.maps.clear()
-                self.maps[key] = encoded
-            final.extend(encoded)
+            final.extend(self._map(i, t, desc, meta))
         final.extend(args[start:])
-        self.launch(*final, *tail)
+        self.launch(*final, *self.tail)
+
+    def _map(self, i: int, t: torch.Tensor, desc: Descriptor, meta: Any) -> list[Any]:
+        """[CUtensorMap, *shape, *strides] of the descriptor `desc` at position i over `t`: the one kept for its
+        address, else encoded (and kept)."""
+        key = (i, t.data_ptr())
+        encoded = self.maps.get(key)
+        if encoded is None:
+            encoded = _encode(t, desc, meta)
+            if len(self.maps) >= 64:
+                self.maps.clear()
+            self.maps[key] = encoded
+        return encoded
+
+
+_data_ptr = torch.Tensor.data_ptr
 
 
 def _encode(t: torch.Tensor, desc: Descriptor, meta: dict[str, Any]) -> list[Any]:
