@@ -404,9 +404,8 @@ _ENV_KEYS = tuple(os.environ.encodekey(name) for name in _FLAGS) if _ENVIRON is 
 def env_key() -> tuple[Any, ...]:
     """The environment switches a plan's choices read (Gluon or tl, TMA, autotuning, the interpreter): read per
     call, so a plan is never reused across a change of them."""
-    return tuple(
-        map((_ENVIRON if _ENVIRON is not None else os.environ).get, _ENV_KEYS)
-    )  # 0.30 us, a generator 0.54
+    # map: 0.30 us a call on the CPU machine, a generator over the names 0.54
+    return tuple(map((_ENVIRON if _ENVIRON is not None else os.environ).get, _ENV_KEYS))
 
 
 def _hooked() -> bool:
