@@ -71,6 +71,8 @@ DEFAULT_CONFIG = {
 }
 HEAD_DIMS = tuple(DEFAULT_CONFIG)  # not the forward's d = 256 (flash_ws.HEAD_DIMS)
 TWO_PASS = {"ONE_PASS": 0, "STAGES": 2}
+# the dQ "pass" last_bwd_config() reports for the one pass
+DQ_IN_ONE_PASS = {"kernel": "gluon-ws", "ONE_PASS": 1}
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (64,),

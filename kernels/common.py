@@ -40,9 +40,12 @@ def last_config() -> dict[str, Any] | None:
 
 
 def _set_last_config(cfg: dict[str, Any]) -> None:
+    """Keep `cfg` (a plan's own config, never changed after the plan's first launch) for last_config(), which
+    copies it: the setters run on every call, the getters rarely."""
     global _LAST_CONFIG
-    _LAST_CONFIG = dict(cfg)
-    _LAST_BWD_CONFIG.clear()  # a new forward: no backward of it yet
+    _LAST_CONFIG = cfg
+    if _LAST_BWD_CONFIG:
+        _LAST_BWD_CONFIG.clear()  # a new forward: no backward of it yet
 
 
 def last_bwd_config() -> dict[str, Any]:
@@ -51,8 +54,9 @@ def last_bwd_config() -> dict[str, Any]:
 
 
 def _set_last_bwd_config(dkdv: dict[str, Any], dq: dict[str, Any]) -> None:
-    _LAST_BWD_CONFIG.clear()
-    _LAST_BWD_CONFIG.update(dkdv=dict(dkdv), dq=dict(dq))
+    """Keep the passes' configs (the plans' own, as _set_last_config) for last_bwd_config(), which copies them."""
+    _LAST_BWD_CONFIG["dkdv"] = dkdv
+    _LAST_BWD_CONFIG["dq"] = dq
 
 
 def interpreting() -> bool:

@@ -378,8 +378,8 @@ class _TlForwardFp8:
         descales: tuple[torch.Tensor, ...],
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         vt = v.transpose(-1, -2)
-        o = torch.empty(self.o_shape, dtype=torch.bfloat16, device=q.device)
-        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        o = torch.empty(size=self.o_shape, dtype=torch.bfloat16, device=q.device)
+        lse = torch.empty(size=self.lse_shape, dtype=torch.float32, device=q.device)
         # pointers, or once the kernel is compiled (and through TMA) the descriptors' tensors
         descs: tuple[Any, ...] = (q, k, vt, o)
         if self.tma and not self.call.direct:

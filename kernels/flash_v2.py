@@ -328,8 +328,8 @@ class _TlForward:
     def run(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm_scale: float
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-        o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        o = torch.empty(size=self.o_shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(size=self.lse_shape, dtype=torch.float32, device=q.device)
         run_args = (*self.strides, *self.sizes, sm_scale * LOG2E, *self.tail)
         if not self.tma or self.call.direct:
             # pointers, or the compiled kernel's descriptors' tensors (KD2, VD2: twins, or pointers without twins)

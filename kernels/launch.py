@@ -17,6 +17,7 @@ import functools
 import hashlib
 import inspect
 import json
+import operator
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -94,7 +95,18 @@ class KernelCall:
     same. A profiler's launch hook (Triton's knobs.runtime.launch_enter_hook) sends every call through the JIT.
     """
 
-    __slots__ = ("kernel", "grid", "constexprs", "options", "compiled", "tail", "raw", "descs")
+    __slots__ = (
+        "kernel",
+        "grid",
+        "constexprs",
+        "options",
+        "compiled",
+        "tail",
+        "raw",
+        "descs",
+        "stream",
+        "device",
+    )
 
     def __init__(
         self, kernel: Any, grid: tuple[int, ...], constexprs: dict[str, Any], options: dict[str, Any]
@@ -105,6 +117,8 @@ class KernelCall:
         self.tail: tuple[Any, ...] = ()
         self.raw: RawLaunch | None = None
         self.descs: dict[int, Descriptor] = {}  # position -> the first call's descriptor there
+        self.stream: Any = None  # once compiled, the driver's current-stream and current-device getters
+        self.device: Any = None
 
     def __call__(self, args: Sequence[Any]) -> None:
         """Launch with the run-time arguments `args` (the kernel's leading parameters, in order): real
@@ -114,12 +128,12 @@ class KernelCall:
             if _hooked():
                 args = [self.descs[i].over(a) if i in self.descs else a for i, a in enumerate(args)]
             else:
-                stream = _driver.active.get_current_stream(_driver.active.get_current_device())
-                g = self.grid
+                stream = self.stream(self.device())
                 raw = self.raw
                 if raw is not None:
-                    raw(g, stream, compiled, args, self.tail)
+                    raw(stream, args)
                     return
+                g = self.grid
                 args = [
                     TmaArg(a, d.shape, d.strides, d.padding) if (d := self.descs.get(i)) else a
                     for i, a in enumerate(args)
@@ -136,13 +150,25 @@ class KernelCall:
             self.tail = tuple(self.constexprs.get(p.name, p.default) for p in params)
             self.descs = {i: Descriptor(a) for i, a in enumerate(args) if Descriptor.found(a)}
             self.compiled = launched
-            self.raw = RawLaunch.of(getattr(launched, "run", None), self.descs)
+            self.raw = RawLaunch.of(launched, self.descs, self.grid, self.tail)
+            self.stream, self.device = _stream_getters()
 
     @property
     def direct(self) -> bool:
         """Later calls skip the JIT (a kernel was compiled for this signature): they pass each host descriptor's
         tensor, not a descriptor."""
         return self.compiled is not None
+
+
+def _stream_getters() -> tuple[Callable[[int], Any], Callable[[], int]]:
+    """The active driver's (current stream of a device, current device), as Triton's JIT reads them per launch:
+    torch.cuda.current_device less its Python lazy-init check, done by the time a kernel has compiled (and again
+    by the CUDA allocation of every plan's run before its launches: a forked child is still refused)."""
+    active = _driver.active
+    device = active.get_current_device
+    if device is torch.cuda.current_device:
+        device = getattr(torch._C, "_cuda_getDevice", device)
+    return active.get_current_stream, device
 
 
 class RawLaunch:
@@ -156,14 +182,30 @@ class RawLaunch:
     allocator hands back the same blocks encodes each map once. `of` returns None where the launcher is not the
     one this mirrors (another Triton, scratch memory, fp4 descriptors); the caller then launches through
     `compiled.run`.
+
+    Where the descriptors are the kernel's leading arguments, each a map (the Gluon kernels), the maps of all of
+    them are also kept together under their addresses: one lookup where there would be one a descriptor (the
+    one-pass backward's launch, 7 maps, 3.0 -> 2.05 us on the CPU machine through tools/host_path.py's stub).
     """
 
-    __slots__ = ("launch", "coop", "pdl", "descs", "maps")
+    __slots__ = ("launch", "grid", "after", "tail", "descs", "maps", "lead", "bases", "together")
 
     def __init__(
-        self, launch: Any, coop: Any, pdl: Any, descs: list[tuple[int, Descriptor, dict[str, Any] | None]]
+        self,
+        launch: Any,
+        compiled: Any,
+        grid: tuple[int, ...],
+        tail: tuple[Any, ...],
+        descs: list[tuple[int, Descriptor, dict[str, Any] | None]],
     ) -> None:
-        self.launch, self.coop, self.pdl = launch, coop, pdl
+        self.launch, self.grid, self.tail = launch, grid, tail
+        run = compiled.run
+        # the C launcher's arguments after the stream, fixed per compiled kernel: the function, the cooperative
+        # grid and PDL flags, two null scratch buffers, the packed metadata, and the three launch hooks (none)
+        self.after = (
+            compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None, compiled.packed_metadata,
+            None, None, None,
+        )  # fmt: skip
         # per descriptor, in order of position: (position, what follows its base or map among the C launcher's
         # arguments, the tile metadata (None: a tl kernel's descriptor, decomposed by the frontend))
         self.descs = [
@@ -171,12 +213,21 @@ class RawLaunch:
             for i, d, m in descs
         ]
         self.maps: dict[tuple[int, int], list[Any]] = {}
+        # the leading descriptors' count where every descriptor leads and is a map (else 0), their tensors' getter,
+        # and their maps, one after another, by the tuple of their addresses
+        leading = [i for i, _, m in descs if m is not None] == list(range(len(descs)))
+        self.lead = len(descs) if leading and len(descs) > 1 else 0
+        self.bases = operator.itemgetter(*range(self.lead)) if self.lead else None
+        self.together: dict[tuple[int, ...], list[Any]] = {}
 
     @staticmethod
-    def of(run: Any, descs: dict[int, Descriptor]) -> RawLaunch | None:
-        """The raw launch of a compiled kernel's `run` (a CudaLauncher) whose descriptor arguments are `descs`,
-        or None where it is none such (None itself: a driver without launchers, as tools/sm90_compile.py's
-        compile-only stub)."""
+    def of(
+        compiled: Any, descs: dict[int, Descriptor], grid: tuple[int, ...], tail: tuple[Any, ...]
+    ) -> RawLaunch | None:
+        """The raw launch, over `grid` with the constexpr `tail`, of a compiled kernel whose `run` (a CudaLauncher)
+        takes the descriptor arguments `descs`, or None where it is none such (no `run`: a driver without
+        launchers, as tools/sm90_compile.py's compile-only stub)."""
+        run = getattr(compiled, "run", None)
         launch = getattr(run, "launch", None)
         scratch = (getattr(run, "global_scratch_size", 1), getattr(run, "profile_scratch_size", 1))
         if launch is None or any(scratch):
@@ -185,7 +236,7 @@ class RawLaunch:
         if code is None:  # the C launcher itself: no descriptor among the arguments
             if descs:
                 return None
-            return RawLaunch(launch, run.launch_cooperative_grid, run.launch_pdl, [])
+            return RawLaunch(launch, compiled, grid, tail, [])
         cells = dict(zip(code.co_freevars, (c.cell_contents for c in launch.__closure__ or ()), strict=False))
         inner, indices, meta = (
             cells.get("launcher"),
@@ -201,22 +252,25 @@ class RawLaunch:
             return None
         order = sorted(indices)
         return RawLaunch(
-            inner,
-            run.launch_cooperative_grid,
-            run.launch_pdl,
-            [(i, descs[i], m) for i, m in zip(order, metas, strict=True)],
+            inner, compiled, grid, tail, [(i, descs[i], m) for i, m in zip(order, metas, strict=True)]
         )
 
-    def __call__(
-        self, grid: tuple[int, ...], stream: int, compiled: Any, args: Sequence[Any], tail: tuple[Any, ...]
-    ) -> None:
-        final: list[Any] = [
-            grid[0], grid[1], grid[2], stream, compiled.function, self.coop, self.pdl, None, None,
-            compiled.packed_metadata, None, None, None,
-        ]  # fmt: skip
+    def __call__(self, stream: int, args: Sequence[Any]) -> None:
+        """Launch on `stream` with the run-time arguments `args` (descriptors' tensors in their places)."""
         if not self.descs:
-            self.launch(*final, *args, *tail)
+            self.launch(*self.grid, stream, *self.after, *args, *self.tail)
             return
+        if self.bases is not None:
+            key = tuple(map(_data_ptr, self.bases(args)))
+            maps = self.together.get(key)
+            if maps is None:
+                maps = [x for i, _, desc, meta in self.descs for x in self._map(i, args[i], desc, meta)]
+                if len(self.together) >= 64:
+                    self.together.clear()
+                self.together[key] = maps
+            self.launch(*self.grid, stream, *self.after, *maps, *args[self.lead :], *self.tail)
+            return
+        final: list[Any] = [*self.grid, stream, *self.after]
         start = 0  # the arguments between descriptors go as they are, a slice at a time
         for i, rest, desc, meta in self.descs:
             final.extend(args[start:i])
@@ -228,16 +282,24 @@ class RawLaunch:
                 final.append(t)
                 final.extend(rest)
                 continue
-            key = (i, t.data_ptr())
-            encoded = self.maps.get(key)
-            if encoded is None:
-                encoded = _encode(t, desc, meta)
-                if len(self.maps) >= 64:
-                    self.maps.clear()
-                self.maps[key] = encoded
-            final.extend(encoded)
+            final.extend(self._map(i, t, desc, meta))
         final.extend(args[start:])
-        self.launch(*final, *tail)
+        self.launch(*final, *self.tail)
+
+    def _map(self, i: int, t: torch.Tensor, desc: Descriptor, meta: Any) -> list[Any]:
+        """[CUtensorMap, *shape, *strides] of the descriptor `desc` at position i over `t`: the one kept for its
+        address, else encoded (and kept)."""
+        key = (i, t.data_ptr())
+        encoded = self.maps.get(key)
+        if encoded is None:
+            encoded = _encode(t, desc, meta)
+            if len(self.maps) >= 64:
+                self.maps.clear()
+            self.maps[key] = encoded
+        return encoded
+
+
+_data_ptr = torch.Tensor.data_ptr
 
 
 def _encode(t: torch.Tensor, desc: Descriptor, meta: dict[str, Any]) -> list[Any]:
@@ -342,8 +404,8 @@ _ENV_KEYS = tuple(os.environ.encodekey(name) for name in _FLAGS) if _ENVIRON is 
 def env_key() -> tuple[Any, ...]:
     """The environment switches a plan's choices read (Gluon or tl, TMA, autotuning, the interpreter): read per
     call, so a plan is never reused across a change of them."""
-    get = (_ENVIRON if _ENVIRON is not None else os.environ).get
-    return tuple(get(name) for name in _ENV_KEYS)
+    # map: 0.30 us a call on the CPU machine, a generator over the names 0.54
+    return tuple(map((_ENVIRON if _ENVIRON is not None else os.environ).get, _ENV_KEYS))
 
 
 def _hooked() -> bool:
@@ -520,5 +582,20 @@ def attend(
     (`forward(q, k, v, causal, sm_scale, config)[0]`): with nothing to differentiate the autograd node is only
     host time, on every eager call (tools/host_path.py)."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return function.apply(q, k, v, causal, sm_scale, config, *extra)
+        return record(function, (q, k, v), causal, sm_scale, config, *extra)
     return forward(q, k, v, causal, sm_scale, config)[0]
+
+
+def record(function: type[torch.autograd.Function], tensors: tuple[torch.Tensor, ...], *rest: Any) -> Any:
+    """`function.apply(*tensors, *rest)` for an autograd Function whose tensor arguments are `tensors`: outside
+    functorch's transforms and torch.compile, without Function.apply's Python (binding defaults for a
+    setup_context these Functions do not define, and a generator over every argument that unwraps dead functorch
+    wrappers, done here for the tensors alone): 2.5 of its 9 us on the CPU machine (tools/host_path.py)."""
+    if torch.compiler.is_compiling() or _are_functorch_transforms_active():
+        return function.apply(*tensors, *rest)
+    return _C_APPLY.__get__(None, function)(*map(_unwrap_if_dead, tensors), *rest)
+
+
+_C_APPLY = torch._C._FunctionBase.__dict__["apply"]  # the classmethod under torch.autograd.Function.apply
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+_are_functorch_transforms_active = torch._C._are_functorch_transforms_active

@@ -54,7 +54,7 @@ from .common import (
 )
 from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, FWD_SPACE, INTERPRET_BWD, INTERPRET_FWD, normalize_config
 from .flash_v2 import _attn_fwd
-from .launch import KernelCall, PlanCache, TunedCall, config_key, env_key, tensor_key
+from .launch import KernelCall, PlanCache, TunedCall, config_key, env_key, record, tensor_key
 
 _NAME = "flash_attn_varlen"
 
@@ -162,8 +162,8 @@ class _Forward(_Plan):
             o, lse, cfg = self.gluon.run(q, k, v, cu_q, cu_k, scale)
             _set_last_config(cfg)
             return o, lse
-        o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        o = torch.empty(size=self.o_shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(size=self.lse_shape, dtype=torch.float32, device=q.device)
         q4, k4, v4, o4 = (_packed(t) for t in (q, k, v, o))
         strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(o))
         h, _, group = self.heads
@@ -239,10 +239,10 @@ class _Backward(_Plan):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.gluon is not None:
             dq, dk, dv, cfg = self.gluon.run(q, k, v, o, lse, do, cu_q, cu_k, sm_scale)
-            _set_last_bwd_config(cfg, {"kernel": "gluon-ws", "ONE_PASS": 1})
+            _set_last_bwd_config(cfg, backward_ws.DQ_IN_ONE_PASS)
             return dq, dk, dv
         dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-        delta = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        delta = torch.empty(size=self.lse_shape, dtype=torch.float32, device=q.device)
         q4, k4, v4, o4, do4 = (_packed(t) for t in (q, k, v, o, do))
         self.pre((o4, do4, delta, delta, *_strides(o), *_strides(do), self.heads[0], self.sizes[0]))
         inputs = (q4, k4, v4, do4, lse, delta, lse)  # P: never read without STORED_P
@@ -406,7 +406,8 @@ def flash_attn_varlen(
     forward = _FORWARDS.get((*key, config_key(config), gluon), q, k, v, config, gluon, *plan)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         bwd = (bwd_config, longest)
-        return _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, forward, key, plan, bwd)
+        tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k)
+        return record(_VarlenAttention, tensors, scale, forward, key, plan, bwd)
     return forward.run(q, k, v, cu_seqlens_q, cu_seqlens_k, scale)[0]
 
 

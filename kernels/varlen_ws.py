@@ -198,8 +198,8 @@ class VarlenPlan:
         sm_scale: float,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
         """O [total_q, H, D] and lse2 [1, H, total_q] fp32 of inputs with this plan's signature, and the config."""
-        o = torch.empty(self.o_shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
+        o = torch.empty(size=self.o_shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(size=self.lse_shape, dtype=torch.float32, device=q.device)
         tensors = (q, k, v, o)
         # WIN_LEFT, the FP8 descales (unused), no schedule table, then the documents (and the walk's counter)
         counter = cu_k if self.counter is None else self.counter

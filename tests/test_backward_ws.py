@@ -238,13 +238,16 @@ def test_one_pass_shared_memory_fits():
         backward_ws.config_for(128, {"ONE_PASS": 2})
 
 
-def test_dq_scratch_gives_contiguous_accumulator_and_d_side_by_side_in_one_allocation():
+def test_dq_scratch_gives_d_then_an_aligned_contiguous_accumulator_in_one_allocation():
+    """The scratch's first elements are D's (the kernels take its pointer), then the accumulator, contiguous and
+    128-byte aligned, past every element of D."""
     scratch = DqScratch((2, 3, 5, 4), (2, 3, 5))
     acc, delta = scratch.make(torch.device("cpu"))
-    assert acc.shape == (2, 3, 5, 4) and delta.shape == (2, 3, 5)
-    assert acc.is_contiguous() and delta.is_contiguous() and acc.dtype == delta.dtype == torch.float32
-    assert acc.untyped_storage().data_ptr() == delta.untyped_storage().data_ptr()
-    assert delta.storage_offset() == acc.numel() and scratch.size == acc.numel() + delta.numel()
+    assert acc.shape == (2, 3, 5, 4) and acc.is_contiguous() and acc.dtype == delta.dtype == torch.float32
+    assert acc.untyped_storage().data_ptr() == delta.untyped_storage().data_ptr() == delta.data_ptr()
+    assert acc.storage_offset() == 32 and acc.data_ptr() % 128 == delta.data_ptr() % 128
+    assert delta.numel() == scratch.size == 32 + acc.numel()
+    rows = delta[: 2 * 3 * 5]
     acc.fill_(1.0)
-    delta.fill_(2.0)
-    assert acc.eq(1.0).all() and delta.eq(2.0).all()  # neither view overlaps the other
+    rows.fill_(2.0)
+    assert acc.eq(1.0).all() and rows.eq(2.0).all()  # D's rows and the accumulator do not overlap

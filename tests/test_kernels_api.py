@@ -284,3 +284,37 @@ def test_a_training_steps_backward_is_planned_once_and_again_on_what_it_adds_to_
     monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
     _check_step(q, k, v, t(1, 2, 16, 32, dtype=torch.float32))
     assert len(made) == 4
+
+
+def test_the_eager_autograd_node_keeps_autograds_checks():
+    """flash_attn records its node without Function.apply's Python (launch.attend): the node still saves q, k
+    and v, so an in-place change of one between the forward and the backward is refused, not differentiated
+    with the changed values; without the change the gradients hold to the oracle."""
+    q, k, v = (t(1, 2, 16, 32, dtype=torch.float32) for _ in range(3))
+    base = q.detach().requires_grad_()
+    q_in = base * 1  # a non-leaf, so that it can be changed in place
+    out = flash_attn(q_in, k, v, causal=True)
+    assert type(out.grad_fn).__name__ == "RecomputeAttentionBackward"
+    q_in.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(out, base, torch.ones_like(out))
+    _check_step(q, k, v, t(1, 2, 16, 32, dtype=torch.float32))
+
+
+def test_last_configs_are_copies_the_caller_may_change():
+    """last_config() and last_bwd_config() return copies of the plans' configs (kept by reference on every
+    call): changing what they return changes neither the next report nor the config the plan launches."""
+    from flashbench.kernels import last_config
+    from flashbench.kernels.backward import last_bwd_config
+
+    q, k, v = (t(1, 2, 16, 32, dtype=torch.float32) for _ in range(3))
+    do = t(1, 2, 16, 32, dtype=torch.float32)
+    _check_step(q, k, v, do)
+    fwd, bwd = last_config(), last_bwd_config()
+    assert fwd and set(bwd) == {"dkdv", "dq"}
+    changed_fwd, changed_bwd = last_config(), last_bwd_config()
+    changed_fwd["BLOCK_M"] = changed_bwd["dkdv"]["BLOCK_N"] = -1
+    _check_step(q, k, v, do)
+    assert (last_config(), last_bwd_config()) == (fwd, bwd)
+    flash_attn(q, k, v, causal=True)  # a new forward: no backward of it yet
+    assert last_bwd_config() == {}

@@ -129,6 +129,30 @@ def test_a_map_is_encoded_once_per_address(stub_driver) -> None:
     assert run.c_args[-1][13] == ("map", q2.data_ptr())
 
 
+def test_leading_maps_are_kept_together_and_a_new_address_encodes_its_map_alone(stub_driver) -> None:
+    """Where every descriptor leads and is a map (the Gluon kernels), a launch takes their maps kept together by
+    their addresses: the C launcher gets what the one-by-one path gives it, repeated calls encode nothing, and a
+    new address at one position encodes that position's map alone."""
+    run = _Launcher({0, 1}, [{"block_size": [16, 16]}] * 2)
+    kernel = _Kernel(run)
+    call = launch.KernelCall(kernel, GRID[:2], {"BLOCK": 16}, {})
+    q, k, x = torch.zeros(1, 2, 32, 16), torch.zeros(1, 2, 32, 16), torch.zeros(4)
+    descs = [TensorDescriptor(t.view(-1, 16), [64, 16], [16, 1], [16, 16]) for t in (q, k)]
+    call((*descs, x, 7))
+    assert call.raw is not None and call.raw.lead == 2
+    for _ in range(3):
+        call((q, k, x, 7))
+    expected = (("map", q.data_ptr()), 64, 16, 16, 1, ("map", k.data_ptr()), 64, 16, 16, 1, x, 7, 16)
+    assert len(stub_driver) == 2 and all(c[13:] == expected for c in run.c_args)
+    k2 = torch.zeros_like(k)
+    call((q, k2, x, 7))
+    assert [e[0] for e in stub_driver[2:]] == [k2.data_ptr()]
+    together = run.c_args[-1]
+    call.raw.bases = None  # the one-by-one path
+    call((q, k2, x, 7))
+    assert run.c_args[-1] == together and together[18] == ("map", k2.data_ptr())
+
+
 def test_without_the_raw_launch_triton_gets_descriptor_stand_ins(stub_driver) -> None:
     """Where RawLaunch does not mirror the launcher, `compiled.run` gets a TmaArg per descriptor: the tensor
     with the first call's shape, strides and padding."""
