@@ -591,11 +591,16 @@ def record(function: type[torch.autograd.Function], tensors: tuple[torch.Tensor,
     functorch's transforms and torch.compile, without Function.apply's Python (binding defaults for a
     setup_context these Functions do not define, and a generator over every argument that unwraps dead functorch
     wrappers, done here for the tensors alone): 2.5 of its 9 us on the CPU machine (tools/host_path.py)."""
-    if torch.compiler.is_compiling() or _are_functorch_transforms_active():
+    if _C_APPLY is None or torch.compiler.is_compiling() or _are_functorch_transforms_active():
         return function.apply(*tensors, *rest)
     return _C_APPLY.__get__(None, function)(*map(_unwrap_if_dead, tensors), *rest)
 
 
-_C_APPLY = torch._C._FunctionBase.__dict__["apply"]  # the classmethod under torch.autograd.Function.apply
-_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
-_are_functorch_transforms_active = torch._C._are_functorch_transforms_active
+# torch's private pieces under torch.autograd.Function.apply (torch/autograd/function.py); a torch that moves them
+# gets Function.apply itself, never an import error.
+try:
+    _C_APPLY: Any = torch._C._FunctionBase.__dict__["apply"]  # the classmethod under Function.apply
+    _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+    _are_functorch_transforms_active = torch._C._are_functorch_transforms_active
+except (AttributeError, KeyError):  # pragma: no cover - depends on the installed torch
+    _C_APPLY = None
