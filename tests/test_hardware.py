@@ -216,3 +216,35 @@ def _reported_l2() -> dict[str, int]:
 @pytest.mark.parametrize(("name", "l2"), sorted(_reported_l2().items()))
 def test_spec_table_l2_matches_what_the_device_reported(name, l2):
     assert hardware.match_nvml_name(name).l2_bytes == l2
+
+
+class PciNvml(FakeNvml):
+    """Two GPUs, NVML's indices 0 and 1 at PCI buses 0x18 and 0x2a; an unknown address raises, as NVML_ERROR_NOT_FOUND
+    does."""
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> str:
+        return {"00000000:18:00.0": "gpu0", "00000000:2a:00.0": "gpu1"}[bus_id]
+
+    def nvmlDeviceGetIndex(self, h: str) -> int:
+        return int(h[3:])
+
+
+def test_a_worker_finds_its_gpu_in_nvml_by_pci_address_whatever_cuda_visible_devices_holds(monkeypatch):
+    """The rows' clocks, power and throttle reasons come from NVML's GPU at the worker's PCI address: under a UUID
+    in CUDA_VISIBLE_DEVICES, and under an index that CUDA numbers otherwise than NVML; without an answer from NVML,
+    the first plain-number entry, else GPU 0."""
+    from flashbench.engine import worker
+
+    monkeypatch.setitem(nvml._state, "tried", True)
+    monkeypatch.setitem(nvml._state, "nvml", PciNvml())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-77d0")
+    assert worker._nvml_index({"pci": [0, 0x2A, 0]}) == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert worker._nvml_index({"pci": [0, 0x2A, 0]}) == 1
+    assert worker._nvml_index({"pci": [0, 0x99, 0]}) == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert worker._nvml_index({}) == 3
+    monkeypatch.setitem(nvml._state, "nvml", None)  # no NVML at all
+    assert worker._nvml_index({"pci": [0, 0x2A, 0]}) == 3
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-77d0")
+    assert worker._nvml_index({"pci": [0, 0x2A, 0]}) == 0

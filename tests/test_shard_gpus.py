@@ -153,3 +153,39 @@ def test_each_worker_runs_with_its_entry_of_the_parents_visible_list(monkeypatch
         finally:
             worker.close()
     assert seen == ["GPU-77d0", "GPU-8a1c"]
+
+
+class _PinnedWorker:
+    """What run_cases asks of a worker, answering as one pinned to a GPU by UUID whose NVML index is 5."""
+
+    ready = False
+    facts = {"gpu": "NVIDIA H100 80GB HBM3", "nvml_index": 5}
+
+    def alive(self) -> bool:
+        return True
+
+    def wait_ready(self) -> None:
+        self.ready = True
+
+    def run(self, case, opts, timeout):
+        from flashbench.results.rows import Row
+
+        return Row.for_case(case, "ok", timestamp=1.0, device="cuda", gpu=self.facts["gpu"]).to_dict(), False
+
+    def close(self) -> None:
+        pass
+
+
+def test_rows_of_a_worker_pinned_by_uuid_name_the_gpu_nvml_reported(tmp_path):
+    """A --gpus worker's rows take NVML's index of its GPU from the worker (found by its PCI address), not from
+    its CUDA_VISIBLE_DEVICES entry, which may be a UUID."""
+    from flashbench.engine import runner
+    from flashbench.spec.cases import Case
+    from flashbench.spec.plan import PlannedCase
+
+    planned = [PlannedCase(Case("triton", 1, 2, 2, 64, 64, 64, "bf16", causal=False, mode="fwd"))]
+    rows = runner.run_cases(
+        planned, tmp_path, device="cuda", kernels=(), opts={}, timeout_s=10, worker=_PinnedWorker(),  # type: ignore[arg-type]
+        visible="GPU-77d0",
+    )  # fmt: skip
+    assert [r.gpu_index for r in rows] == [5] and read_rows(tmp_path)[0].gpu_index == 5

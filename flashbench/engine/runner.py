@@ -440,6 +440,8 @@ def run_cases(
                     worker.wait_ready()
                     gpu = str(worker.facts.get("gpu", gpu))
                     common["gpu"] = gpu
+                    if visible is not None and isinstance(worker.facts.get("nvml_index"), int):
+                        gpu_index = worker.facts["nvml_index"]  # NVML's own, for a UUID entry too
                 try:
                     data, fatal = worker.run(case, opts, timeout_s)
                     row = Row.from_dict({**data, "predicted_mem_bytes": _predicted_mem(item, data)})

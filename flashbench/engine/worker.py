@@ -174,11 +174,24 @@ def device_facts(device: str) -> dict[str, Any]:
         cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         device_count=torch.cuda.device_count(),
     )
+    pci = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+    if all(isinstance(p, int) for p in pci):
+        facts["pci"] = pci
     return facts
 
 
-def _nvml_index() -> int:
-    """NVML's index of CUDA device 0: the first CUDA_VISIBLE_DEVICES entry when it is a plain number."""
+def _nvml_index(facts: dict[str, Any]) -> int:
+    """NVML's index of the GPU this worker measures on (its CUDA device): the one at the PCI address torch
+    reports (facts' "pci"), so that the clocks, power and throttle reasons of its rows are that GPU's whatever
+    CUDA_VISIBLE_DEVICES holds (an index, a UUID) and however CUDA orders the devices; where NVML does not
+    answer, the first CUDA_VISIBLE_DEVICES entry when it is a plain number, else 0."""
+    pci = facts.get("pci")
+    if pci:
+        from flashbench.gpu import nvml
+
+        index = nvml.index_at_pci(*pci)
+        if isinstance(index, int):
+            return index
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     return int(first) if first.isdigit() else 0
 
@@ -215,7 +228,9 @@ def serve(args: argparse.Namespace, proto: IO[str]) -> int:
         from flashbench.engine import build_lock
 
         build_lock.install()  # no two processes of this host compile one kernel build
-    ctx = Context(device=args.device, gpu=str(facts.get("gpu", "")), nvml_index=_nvml_index())
+    ctx = Context(device=args.device, gpu=str(facts.get("gpu", "")), nvml_index=_nvml_index(facts))
+    if args.device == "cuda":
+        facts["nvml_index"] = ctx.nvml_index
     infos = [ctx.info(name).to_dict() for name in registry.names()]
     _send(proto, {"op": "ready", "pid": os.getpid(), "facts": facts, "providers": infos})
     if args.describe:

@@ -76,6 +76,17 @@ def _device(index: int) -> tuple[Any, Any] | None:
     return None if h is None else (nv, h)
 
 
+def index_at_pci(domain: int, bus: int, device: int) -> int | None:
+    """NVML's index of the GPU at this PCI address (domain:bus:device, as torch's device properties give it), or
+    None: how a process finds NVML's GPU for its CUDA device, whatever CUDA_VISIBLE_DEVICES holds (an index, a
+    GPU- or MIG- UUID) and whatever CUDA_DEVICE_ORDER numbers them by. A MIG instance answers as its GPU."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    h = _call(nv.nvmlDeviceGetHandleByPciBusId, f"{domain:08x}:{bus:02x}:{device:02x}.0")
+    return None if h is None else _call(nv.nvmlDeviceGetIndex, h)
+
+
 def derived_bandwidth(max_mem_clock_mhz: float | None, bus_width_bits: int | None) -> float | None:
     """Peak DRAM bytes/s from NVML's max memory clock and bus width: 2 x clock x width / 8."""
     if not max_mem_clock_mhz or not bus_width_bits:

@@ -80,7 +80,7 @@ class Row:
     reason: str = ""  # why it is not "ok": torch's refusal, the stderr tail, the predicted bytes...
     device: str = "cuda"  # "cuda" or "cpu" (CPU times are labelled as such everywhere)
     gpu: str = ""  # device name as the worker saw it
-    gpu_index: int | None = None  # --gpus: the NVML index the worker was pinned to (None: one device, a UUID)
+    gpu_index: int | None = None  # --gpus: NVML's index of the GPU the worker was pinned to (None: one device)
     # --- timing (milliseconds) ---
     samples_ms: list[float] = field(default_factory=list)  # raw samples, one per repetition
     median_ms: float | None = None
