@@ -309,9 +309,9 @@ def flash_mla_decode(
         _check_data(cache_seqlens, block_table, capacity, kv.shape[0], page, name=NAME)
     rows = H * Nq
     if (isinstance(config, dict) and config.get("kernel") == GLUON_KERNEL) or (
-        config is None and mla_ws.preferred(q, kv, paged, head_dim_v)
+        config is None and mla_ws.preferred(q, kv, block_table, head_dim_v)
     ):
-        return _gluon(q, kv, cache_seqlens, paged, causal, scale, num_splits, head_dim_v, config)
+        return _gluon(q, kv, cache_seqlens, block_table, causal, scale, num_splits, head_dim_v, config)
     cfg = _forced_config(INTERPRET_CONFIG if interpreting() else GPU_CONFIG, config, (16, 32, 64, 128), NAME)
     block_m = min(BLOCK_M, max(16, _pow2(rows)))
     row_blocks = -(-rows // block_m)
@@ -346,7 +346,7 @@ def _gluon(
     q: torch.Tensor,
     kv: torch.Tensor,
     lens: torch.Tensor | None,
-    paged: bool,
+    table: torch.Tensor | None,
     causal: bool,
     scale: float,
     num_splits: int | None,
@@ -356,11 +356,11 @@ def _gluon(
     """flash_mla_decode through kernels/mla_ws.py's Gluon kernel (forced by config, or mla_ws.preferred)."""
     if config is not None and set(config) != {"kernel"}:
         _refuse(f"config {config!r}: the Gluon kernel takes no tile keys (its tile is fixed: mla_ws.py)")
-    why = mla_ws.refusal(q, kv, paged, head_dim_v)
+    why = mla_ws.refusal(q, kv, table, head_dim_v)
     if why is not None:
         _refuse(f"the Gluon kernel does not take this input: {why}")
     B, H, Nq, _ = q.shape
-    rows, capacity = H * Nq, kv.shape[2]
+    rows, capacity = H * Nq, mla_ws.capacity(kv, table)
     row_blocks = mla_ws.grid(B, rows, 1)[0]
     num_splits = _splits(num_splits, B * row_blocks, capacity, mla_ws.BLOCK_N, q.device, NAME)
     _LAST_LAUNCH[0] = (
@@ -369,4 +369,4 @@ def _gluon(
         mla_ws.BLOCK_M,
         row_blocks,
     )
-    return mla_ws.mla_decode_ws(q, kv, lens, causal, scale * LOG2E, num_splits)
+    return mla_ws.mla_decode_ws(q, kv, lens, table, causal, scale * LOG2E, num_splits)

@@ -9,6 +9,8 @@ memory for both halves; mla_ws_kernel.py's docstring has the schedule.
 
     q                 [B, H, Nq, 576]   (D = 512 latent + 64 rotary; H * Nq rows, 64 per program)
     contiguous cache  [B, 1, capacity, 576], cache_seqlens [B] int32 (default: all capacity)
+    paged cache       [pages, 1, PAGE, 576] (a pool), block_table [B, capacity / PAGE] int32; PAGE a multiple
+                      of BLOCK_N = 64 (FlashMLA's pages are 64), so a cache tile is one TMA box in one page
     output            [B, H, Nq, 512]
 
 Grid (row blocks, key splits, B); the splits are flash_mla_decode's (whole 64-key blocks of each sequence's own
@@ -19,11 +21,11 @@ Why it should beat the tl kernel (docs/kernels.md, the MLA decode kernel): S is 
 chain out with both warpgroups along M, each computing all of S), P reaches P V without a layout conversion, and
 each warpgroup holds a [64, 256] accumulator (128 registers), not [64, 512] over eight warps.
 
-flash_mla_decode's default from MIN_CAPACITY's cache capacity per Nq; config={"kernel": "gluon-ws"} forces it.
-Paged caches stay on the tl kernel.
+flash_mla_decode's default from MIN_CAPACITY's cache capacity per Nq on contiguous caches; on paged ones from
+MIN_CAPACITY_PAGED's, empty until the paged mode is timed; config={"kernel": "gluon-ws"} forces it.
 
-Cautions: as flash_mla_decode's (kernels/mla.py). The cache must be contiguous with 16-byte aligned bases (TMA);
-keys past a sequence's length are read (the rest of its capacity) but masked, and zeroed in V.
+Cautions: as flash_mla_decode's (kernels/mla.py). The cache or pool must be contiguous with 16-byte aligned bases
+(TMA); keys past a sequence's length in its last tile are read but masked, and zeroed in V.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import triton
 import triton.language as tl
 
 from . import flash_ws
-from .common import KernelUnsupported
 from .decode import _combine, _pow2, _scratch
 from .launch import KernelCall
 
@@ -63,24 +64,32 @@ COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per st
 # Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq, the shortest
 # timed (1.30-1.53x the tl kernel at 4096 and 32768 keys; docs/kernels.md, the Gluon MLA kernel).
 MIN_CAPACITY: dict[int, int] = {1: 4096, 2: 4096}
+# The same for paged caches: empty until timed (the paged mode has not run on a GPU yet), so forced only.
+MIN_CAPACITY_PAGED: dict[int, int] = {}
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
-def preferred(q: torch.Tensor, kv: torch.Tensor, paged: bool, head_dim_v: int) -> bool:
-    """Whether flash_mla_decode takes this kernel without a forced config: from MIN_CAPACITY's cache capacity for
-    Nq, on inputs it takes (refusal), unless FLASHBENCH_GLUON=0 or FLASHBENCH_TMA=0 turns Gluon off."""
-    least = MIN_CAPACITY.get(q.shape[2])
-    if least is None or paged or kv.shape[2] < least or not flash_ws.enabled():
+def capacity(kv: torch.Tensor, table: torch.Tensor | None) -> int:
+    """Keys the cache holds per sequence: the contiguous cache's length, or the table's pages times the page."""
+    return kv.shape[2] if table is None else table.shape[1] * kv.shape[2]
+
+
+def preferred(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, head_dim_v: int) -> bool:
+    """Whether flash_mla_decode takes this kernel without a forced config: from MIN_CAPACITY's (paged:
+    MIN_CAPACITY_PAGED's) cache capacity for Nq, on inputs it takes (refusal), unless FLASHBENCH_GLUON=0 or
+    FLASHBENCH_TMA=0 turns Gluon off."""
+    least = (MIN_CAPACITY if table is None else MIN_CAPACITY_PAGED).get(q.shape[2])
+    if least is None or capacity(kv, table) < least or not flash_ws.enabled():
         return False
-    return refusal(q, kv, paged, head_dim_v) is None
+    return refusal(q, kv, table, head_dim_v) is None
 
 
-def refusal(q: torch.Tensor, kv: torch.Tensor, paged: bool, head_dim_v: int) -> str | None:
+def refusal(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, head_dim_v: int) -> str | None:
     """Why this kernel does not take inputs flash_mla_decode has checked (one line), else None."""
     if not HAVE_GLUON:
         return "this Triton has no Gluon"
-    if paged:
-        return "a paged cache (the tl kernel takes it)"
+    if table is not None and kv.shape[2] % BLOCK_N:
+        return f"page size {kv.shape[2]} (pages must be a multiple of {BLOCK_N} tokens, the cache tile)"
     if q.shape[-1] != HEAD_DIM or head_dim_v != HEAD_DIM_V:
         return f"head dims {q.shape[-1]} / {head_dim_v} (only {HEAD_DIM} / {HEAD_DIM_V})"
     if q.dtype not in _GL_DTYPES:
@@ -91,6 +100,8 @@ def refusal(q: torch.Tensor, kv: torch.Tensor, paged: bool, head_dim_v: int) -> 
         return "needs a contiguous kv_cache"
     if q.data_ptr() % 16 or kv.data_ptr() % 16:
         return "needs 16-byte aligned q and kv_cache (TMA)"
+    if max(q.shape[0] * q.shape[1] * q.shape[2], kv.shape[0] * kv.shape[2]) >= 2**31:
+        return "too many q or cache rows for 32-bit TMA coordinates"
     return None
 
 
@@ -161,18 +172,20 @@ def mla_decode_ws(
     q: torch.Tensor,
     kv: torch.Tensor,
     lens: torch.Tensor | None,
+    table: torch.Tensor | None,
     causal: bool,
     qk_scale: float,
     splits: int,
 ) -> torch.Tensor:
     """out [B, H, Nq, 512] of inputs flash_mla_decode has checked and `refusal` has taken (qk_scale: sm_scale *
-    log2(e)); splits: the key splits per sequence."""
+    log2(e)); table: the block table of a paged kv; splits: the key splits per sequence."""
     B, H, Nq, _ = q.shape
-    rows, capacity = H * Nq, kv.shape[2]
-    if B * rows >= 2**31 or B * capacity >= 2**31:
-        raise KernelUnsupported(f"{NAME}: too many rows for 32-bit TMA coordinates")
+    rows, keys = H * Nq, capacity(kv, table)
+    paged = table is not None
     q = q if q.is_contiguous() else q.contiguous()
     out = torch.empty((B, H, Nq, HEAD_DIM_V), dtype=q.dtype, device=q.device)
+    # Out stands in for an unused Table: a pointer of the same alignment leaves the contiguous build as it was
+    pages = out if table is None else table.contiguous()
     direct = splits == 1
     part, lse = (out, out) if direct else workspace(q.device, B, rows, splits)
     key = (
@@ -181,17 +194,20 @@ def mla_decode_ws(
         B,
         rows,
         Nq,
-        capacity,
+        keys,
         splits,
         lens is not None,
         0 if lens is None else lens.data_ptr() % 16,
         causal,
+        (kv.shape[0], kv.shape[2], pages.data_ptr() % 16) if paged else None,  # pool pages, page, table
     )
     call = _CALLS.get(key)
     if call is None:
         constexprs = {
             "D_V": HEAD_DIM_V,
             "STAGES": STAGES,
+            "PAGED": paged,
+            "PAGE": kv.shape[2] if paged else 1,
             "HAS_SEQLENS": lens is not None,
             "CAUSAL": causal,
             "DIRECT": direct,
@@ -202,7 +218,8 @@ def mla_decode_ws(
     # each read through two descriptors, of its latent and its rotary columns (the views' bases are the TMA bases)
     qf, kf = q.view(-1, HEAD_DIM), kv.view(-1, HEAD_DIM)
     tensors = (qf[:, :HEAD_DIM_V], qf[:, HEAD_DIM_V:], kf[:, :HEAD_DIM_V], kf[:, HEAD_DIM_V:])
-    rest = (out if lens is None else lens, out, part, lse, qk_scale, capacity, splits, rows, Nq)
+    lens_or_out = out if lens is None else lens
+    rest = (lens_or_out, out, part, lse, qk_scale, keys, splits, rows, Nq, pages, kv.shape[0])
     if call.direct:
         call((*tensors, *rest))
     else:

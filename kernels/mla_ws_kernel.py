@@ -18,6 +18,15 @@ The producer warp loads Q [64, 576] once and the cache tiles [64, 576] of this s
 last block are masked in S; where that block is partial, each consumer zeroes its V columns of those rows before
 its P V (P is 0 there, but 0 times a NaN left in an unused cache row is NaN).
 
+A paged cache (PAGED): the descriptors view the whole pool as [pool_pages * PAGE, 576], PAGE a multiple of BLOCK_N,
+so a tile never crosses a page. Per tile the producer reads the tile's page from the table (one scalar load,
+Table[b, key // PAGE], issued before its wait on the ring) and loads the boxes at row page * PAGE + key % PAGE.
+The page id is clamped into [0, pool_pages): TMA zero-fills a box's rows outside the tensor (the PTX ISA's
+bounding-box rule, negative coordinates included), but a garbage id times PAGE can wrap int32 into the pool, and
+the clamp makes every coordinate a real page without relying on either. Only a tile's first key picks its page,
+and it is below the sequence's length, so the entry is one in use; the tile's keys past the length are masked
+and their V rows zeroed as above. The consumers do not know the layout.
+
 Shared memory at 576 dims in bf16: Q 72 KB, two cache stages 144 KB, P 8 KB: 224 KB of an H100's 227.
 """
 
@@ -48,7 +57,29 @@ def _split_keys(Seqlens, b, capacity, splits, BLOCK_N: gl.constexpr, HAS_SEQLENS
 
 
 @gluon.jit
-def _producer(descs, smem, bars, Seqlens, capacity, splits, ROWS, HAS_SEQLENS: gl.constexpr):
+def _page_row(pages, key, pool_pages, PAGE: gl.constexpr):
+    """The pool row of a tile's first key: its page's first row (the page id clamped into the pool: the module
+    docstring says why) plus the key's offset in the page."""
+    page = gl.load(pages + key // PAGE)
+    page = gl.minimum(gl.maximum(page, 0), pool_pages - 1)
+    return page * PAGE + key % PAGE
+
+
+@gluon.jit
+def _producer(
+    descs,
+    smem,
+    bars,
+    Seqlens,
+    Table,
+    capacity,
+    splits,
+    ROWS,
+    pool_pages,
+    HAS_SEQLENS: gl.constexpr,
+    PAGED: gl.constexpr,
+    PAGE: gl.constexpr,
+):
     """One warp: Q once, then the split's cache tiles into the ring, each once both consumers released its stage.
     Each goes as its latent columns [.., 512] and its rotary ones [.., 64] (TMA boxes are powers of two)."""
     qd, qrd, kd, krd = descs
@@ -64,14 +95,21 @@ def _producer(descs, smem, bars, Seqlens, capacity, splits, ROWS, HAS_SEQLENS: g
         mbarrier.expect(q_bar, qd.block_type.nbytes + qrd.block_type.nbytes)
         tma.async_copy_global_to_shared(qd, [q_row, 0], q_bar, q_smem)
         tma.async_copy_global_to_shared(qrd, [q_row, 0], q_bar, qr_smem)
-        row0 = b * capacity + lo  # the contiguous cache viewed as [B * capacity, D]
+        if PAGED:  # the pool viewed as [pool_pages * PAGE, D]; this sequence's table row
+            pages = Table + b.to(gl.int64) * (capacity // PAGE)
+        else:  # the contiguous cache viewed as [B * capacity, D]
+            row0 = b * capacity + lo
         for j in range(n):
             s = j % STAGES
+            if PAGED:  # read before the wait below, which hides the load's latency
+                row = _page_row(pages, lo + j * BLOCK_N, pool_pages, PAGE)
+            else:
+                row = row0 + j * BLOCK_N
             # a fresh barrier passes a wait on parity 1: the first pass over the ring is free
             mbarrier.wait(empty_bars.index(s), ((j // STAGES) & 1) ^ 1)
             mbarrier.expect(k_bars.index(s), kd.block_type.nbytes + krd.block_type.nbytes)
-            tma.async_copy_global_to_shared(kd, [row0 + j * BLOCK_N, 0], k_bars.index(s), k_smem.index(s))
-            tma.async_copy_global_to_shared(krd, [row0 + j * BLOCK_N, 0], k_bars.index(s), kr_smem.index(s))
+            tma.async_copy_global_to_shared(kd, [row, 0], k_bars.index(s), k_smem.index(s))
+            tma.async_copy_global_to_shared(krd, [row, 0], k_bars.index(s), kr_smem.index(s))
 
 
 @gluon.jit
@@ -208,7 +246,8 @@ def _consumer(
 def _mla_decode_ws(
     qd,  # descriptor of q's latent columns, q viewed as [B * H * Nq, D], block [64, D_V]
     qrd,  # ... of its rotary columns [.., D_V:], block [64, D - D_V]
-    kd,  # descriptor of the contiguous cache's latent columns, viewed as [B * capacity, D], block [BLOCK_N, D_V]
+    kd,  # descriptor of the cache's latent columns, block [BLOCK_N, D_V]: the contiguous cache viewed as
+    #      [B * capacity, D], or the page pool as [pool_pages * PAGE, D]
     krd,  # ... of its rotary columns, block [BLOCK_N, D - D_V]
     Seqlens,  # [B] int32 keys per sequence (read when HAS_SEQLENS)
     Out,  # [B, H, Nq, D_V] output, contiguous
@@ -219,8 +258,12 @@ def _mla_decode_ws(
     splits,  # key splits per sequence (grid axis 1)
     ROWS,  # H * Nq query rows per sequence
     Nq,
+    Table,  # [B, capacity / PAGE] int32 page table, contiguous (read when PAGED)
+    pool_pages,  # pages in the pool (PAGED)
     D_V: gl.constexpr,  # latent dims: V and the output
     STAGES: gl.constexpr,
+    PAGED: gl.constexpr,  # a page pool and Table, not a contiguous cache
+    PAGE: gl.constexpr,  # tokens per page (PAGED): a multiple of BLOCK_N
     HAS_SEQLENS: gl.constexpr,
     CAUSAL: gl.constexpr,
     DIRECT: gl.constexpr,  # one split: normalise and write Out
@@ -231,6 +274,7 @@ def _mla_decode_ws(
     gl.static_assert(qd.block_type.shape[1] == D_V, "q's latent box is D_V wide")
     D_ROPE: gl.constexpr = qrd.block_type.shape[1]
     BLOCK_N: gl.constexpr = kd.block_type.shape[0]
+    gl.static_assert(not PAGED or PAGE % BLOCK_N == 0, "a cache tile stays within one page")
     q_smem = gl.allocate_shared_memory(qd.dtype, [64, D_V], qd.layout)
     qr_smem = gl.allocate_shared_memory(qd.dtype, [64, D_ROPE], qrd.layout)
     k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, D_V], kd.layout)
@@ -302,7 +346,23 @@ def _mla_decode_ws(
                     DIRECT,
                 ),
             ),  # fmt: skip
-            (_producer, (descs, smem, bars, Seqlens, capacity, splits, ROWS, HAS_SEQLENS)),
+            (
+                _producer,
+                (
+                    descs,
+                    smem,
+                    bars,
+                    Seqlens,
+                    Table,
+                    capacity,
+                    splits,
+                    ROWS,
+                    pool_pages,
+                    HAS_SEQLENS,
+                    PAGED,
+                    PAGE,
+                ),
+            ),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],

@@ -12,6 +12,7 @@ import re
 import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, mla_ws
+from flashbench.kernels import decode as decode_module
 from flashbench.kernels import mla as mla_module
 from test_mla_kernel import Latent
 from tiers import smoke
@@ -27,13 +28,15 @@ V3 = (512, 64)  # DeepSeek-V3's latent and rotary dims: the only ones the Gluon 
 def test_forced_on_an_input_it_does_not_take_raises_one_line_why(device):
     prob = Latent(16, 1, [10, 20], torch.float16, dims=V3, nmax=32, page=16, seed=1, device=device)
     small = Latent(16, 1, [10, 20], torch.float16, nmax=32, seed=1, device=device)
+    pages_of_64 = Latent(16, 1, [10, 70], torch.float16, dims=V3, nmax=128, page=64, seed=1, device=device)
     cases = [
-        (lambda: prob.run(paged=True, config=GLUON), "a paged cache"),
+        (lambda: prob.run(paged=True, config=GLUON), "page size 16 (pages must be a multiple of 64 tokens"),
         (lambda: small.run(config=GLUON), "head dims 80 / 64"),
         (lambda: prob.run(config={**GLUON, "BLOCK_N": 32}), "takes no tile keys"),
     ]
-    if device == "cpu":
+    if device == "cpu":  # past the page rule: only the GPU is missing
         cases.append((lambda: prob.run(config=GLUON), "needs a Hopper GPU"))
+        cases.append((lambda: pages_of_64.run(paged=True, config=GLUON), "needs a Hopper GPU"))
     for call, message in cases:
         with pytest.raises(KernelUnsupported, match=re.escape(message)) as info:
             call()
@@ -46,12 +49,49 @@ def test_the_default_takes_it_from_min_capacity_per_nq_where_it_runs(monkeypatch
     q2, q1 = torch.empty(1, 128, 2, V3[0]), torch.empty(1, 128, 1, V3[0])
     monkeypatch.setattr(mla_ws, "MIN_CAPACITY", {2: 4096})
     monkeypatch.setattr(mla_ws, "refusal", lambda *a: None)
-    assert mla_ws.preferred(q2, torch.empty(1, 1, 4096, 8), paged=False, head_dim_v=V3[1])
-    assert not mla_ws.preferred(q2, torch.empty(1, 1, 4095, 8), paged=False, head_dim_v=V3[1])
-    assert not mla_ws.preferred(q2, torch.empty(1, 1, 4096, 8), paged=True, head_dim_v=V3[1])
-    assert not mla_ws.preferred(q1, torch.empty(1, 1, 4096, 8), paged=False, head_dim_v=V3[1])
+    assert mla_ws.preferred(q2, torch.empty(1, 1, 4096, 8), None, head_dim_v=V3[1])
+    assert not mla_ws.preferred(q2, torch.empty(1, 1, 4095, 8), None, head_dim_v=V3[1])
+    assert not mla_ws.preferred(q1, torch.empty(1, 1, 4096, 8), None, head_dim_v=V3[1])
     monkeypatch.setenv("FLASHBENCH_GLUON", "0")
-    assert not mla_ws.preferred(q2, torch.empty(1, 1, 4096, 8), paged=False, head_dim_v=V3[1])
+    assert not mla_ws.preferred(q2, torch.empty(1, 1, 4096, 8), None, head_dim_v=V3[1])
+
+
+def test_a_paged_cache_is_the_default_only_from_its_own_table(monkeypatch):
+    """Paged caches follow MIN_CAPACITY_PAGED (shipped empty: the paged mode is not timed yet), by the table's
+    capacity (its pages times the page size), not MIN_CAPACITY."""
+    q = torch.empty(1, 128, 1, V3[0])
+    pool = torch.empty(70, 1, 64, 8)
+    table = torch.zeros(1, 64, dtype=torch.int32)  # 64 pages of 64 tokens: 4096 keys
+    monkeypatch.setattr(mla_ws, "refusal", lambda *a: None)
+    assert mla_ws.MIN_CAPACITY.get(1, 1 << 30) <= 4096  # the contiguous table would take this capacity
+    assert mla_ws.MIN_CAPACITY_PAGED == {}
+    assert not mla_ws.preferred(q, pool, table, head_dim_v=V3[1])
+    monkeypatch.setattr(mla_ws, "MIN_CAPACITY_PAGED", {1: 4096})
+    assert mla_ws.preferred(q, pool, table, head_dim_v=V3[1])
+    assert not mla_ws.preferred(q, pool, table[:, :63], head_dim_v=V3[1])
+
+
+@pytest.mark.parametrize("forced", [True, False], ids=["forced", "from-table"])
+def test_a_paged_cache_reaches_the_kernel_with_its_table_and_capacity(monkeypatch, forced):
+    """flash_mla_decode hands the Gluon launcher the pool and its table, and splits the table's capacity (pages
+    times 64), not the page: forced by config, or by default once MIN_CAPACITY_PAGED takes it. The launcher
+    itself needs a Hopper GPU, so it is replaced here by one that records what it got."""
+    prob = Latent(16, 2, [1, 70, 1024], torch.float16, dims=V3, nmax=1024, page=64, seed=2)
+    seen = {}
+
+    def launcher(q, kv, lens, table, causal, qk_scale, splits):
+        seen.update(kv=kv, table=table, splits=splits, causal=causal)
+        return torch.zeros(*q.shape[:3], 512, dtype=q.dtype)
+
+    monkeypatch.setattr(mla_ws, "refusal", lambda *a: None)
+    monkeypatch.setattr(mla_ws, "mla_decode_ws", launcher)
+    if not forced:
+        monkeypatch.setattr(mla_ws, "MIN_CAPACITY_PAGED", {2: 256})
+    prob.run(paged=True, num_splits=None, config=GLUON if forced else None)
+    assert seen["kv"].shape == prob.pool.shape and torch.equal(seen["table"], prob.table)
+    assert mla_module.last_mla_config()["kernel"] == GLUON["kernel"]
+    # 1024 keys of capacity split (at most 4: decode.MIN_SPLIT_KEYS each); one page's 64 keys would not
+    assert 1 < seen["splits"] <= 1024 // decode_module.MIN_SPLIT_KEYS
 
 
 def test_where_the_gluon_kernel_refuses_the_default_falls_back_to_the_tl_kernel():
@@ -149,3 +189,28 @@ def test_gpu_gluon_fp16_and_default_lengths_match_reference():
     prob = Latent(128, 2, [700, 700], torch.float16, dims=V3, seed=22, device="cuda")
     prob.check(prob.run(lengths=False, num_splits=2, config=GLUON))
     prob.check(prob.run(lengths=False, num_splits=1, config=GLUON))
+
+
+@pytest.mark.gpu
+@smoke(lambda dtype, nq, page: dtype == torch.bfloat16 and nq == 1 and page == 64)
+@pytest.mark.parametrize("page", [64, 128])
+@pytest.mark.parametrize("nq", [1, 2, 4])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_gpu_gluon_paged_pool_matches_reference(dtype, nq, page):
+    # Latent's pool: shuffled pages, three unused NaN pages, NaN past each length in its last page, -1 in the
+    # table past each length.
+    prob = Latent(128, nq, LENGTHS, dtype, dims=V3, nmax=2048, page=page, seed=23, device="cuda")
+    for splits in (1, 7, None):  # each twice: Triton's JIT launch, then the plan's compiled kernel
+        for _ in range(2):
+            prob.check(prob.run(paged=True, num_splits=splits, config=GLUON))
+            assert mla_module.last_mla_config()["kernel"] == "gluon-ws"
+    prob.check(prob.run(paged=True, num_splits=3, causal=False, config=GLUON), causal=False)
+
+
+@pytest.mark.gpu
+def test_gpu_gluon_paged_default_from_its_table_matches_reference(monkeypatch):
+    # No cache_seqlens (every table entry in use), fp16, the default split count.
+    prob = Latent(128, 2, [4096, 4096], torch.float16, dims=V3, page=64, seed=24, device="cuda")
+    monkeypatch.setattr(mla_ws, "MIN_CAPACITY_PAGED", {2: 4096})
+    prob.check(prob.run(paged=True, lengths=False))
+    assert mla_module.last_mla_config()["kernel"] == "gluon-ws"

@@ -15,7 +15,7 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
     /tmp/t36/bin/python tools/sm90_compile.py ws  '{}' --dim 128 --causal --varlen
     /tmp/t36/bin/python tools/sm90_compile.py decode '{}' --dim 128 --causal --fp8 [--group 4] [--paged 16]
     /tmp/t36/bin/python tools/sm90_compile.py mla '{"BLOCK_N": 32, "num_warps": 8, "num_stages": 3}' --causal --nq 2
-    /tmp/t36/bin/python tools/sm90_compile.py mla '{}' --gluon --causal --nq 2
+    /tmp/t36/bin/python tools/sm90_compile.py mla '{}' --gluon --causal --nq 2 [--paged 64]
     /tmp/t36/bin/python tools/sm90_compile.py dump DIR [--part 0/2]
 
 ws / tl / bwd / decode / mla print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
@@ -32,7 +32,7 @@ tile, else any of BLOCK_N, num_warps, num_stages), with the host's split heurist
 q (32 heads, --group query heads per KV head) over a bf16 or (--fp8) e4m3 cache of --seq keys (default 8192,
 batch 16); mla DeepSeek-V3's shape (128 heads, 576 / 512 latent dims, bf16, --nq queries, 4096 keys, batch 32);
 --paged PAGE takes a paged cache; mla --gluon compiles kernels/mla_ws.py's Gluon kernel (and its
-combine) as flash_mla_decode launches it when forced. They add a line for one pass of the kernel's main loop (the SASS loop with the
+combine) as flash_mla_decode launches it when forced (with --paged, its paged mode: PAGE a multiple of 64). They add a line for one pass of the kernel's main loop (the SASS loop with the
 most tensor-core ops): its instructions, and per opcode the cp.async copies (LDGSTS) with their commits
 (LDGDEPBAR) and waits (DEPBAR), TMA (UTMALDG) and register (LDG) loads, shared-memory reads (LDSM = ldmatrix, LDS)
 and writes, conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA (mma.sync) / HGMMA (wgmma) ops.
@@ -43,7 +43,7 @@ VARLEN defaults); the backward passes' candidates
 (recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV, the Gluon
 one pass's VARLEN mode); the
 stored-P and FA1-order forwards' defaults; flash_decode's default tile at every head dim over bf16 and e4m3
-caches (one split, key splits with the combine, paged); flash_mla_decode's candidate tiles, its paged default and its Gluon kernel.
+caches (one split, key splits with the combine, paged); flash_mla_decode's candidate tiles, its paged default and its Gluon kernel (contiguous and paged).
 A change that should leave
 the code alone is checked with `diff -r` of two dumps; --part i/n
 compiles every n-th kernel from the i-th (n processes side by side).
@@ -422,7 +422,8 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
             f"bwd-ws-varlen-{shape}-default", True, varlen_backward, {"kernel": "gluon-ws"}, dim, causal, 8192
         )
     # The decode kernels at their GPU tiles: one split (batch 16, GQA 32/8), key splits and the combine (batch 1),
-    # a paged cache (16-token pages); MLA's candidates at 128 heads, Nq 1, and its default over 64-token pages.
+    # a paged cache (16-token pages); MLA's candidates at 128 heads, Nq 1, its default over 64-token pages, and
+    # the Gluon kernel over a contiguous cache and over 64-token pages.
     for dim, fp8 in itertools.product(dec.DECODE_HEAD_DIMS, (False, True)):
         shape = f"d{dim}-{'e4m3' if fp8 else 'bf16'}"
         add(f"decode-{shape}-contig-default", False, decode, {}, dim, fp8, 4, None, True)
@@ -432,6 +433,7 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
         add(f"mla-contig-{_tag(cfg)}", False, mla, cfg, None, True)
     add("mla-paged-default", False, mla, {}, 64, True)
     add("mla-gluon-contig", True, mla, {}, None, True, gluon=True)
+    add("mla-gluon-paged", True, mla, {}, 64, True, gluon=True)
     return jobs
 
 
