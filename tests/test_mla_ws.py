@@ -1,7 +1,9 @@
 """flash_mla_decode's Gluon kernel (kernels/mla_ws.py, forced by config={"kernel": "gluon-ws"}) against the one
 oracle, as tests/test_mla_kernel.py holds the tl kernel (its Latent problems: NaN outputs and NaN cache slots past
-each length). The kernel itself needs a Hopper GPU (the `gpu` tests); on the CPU machine: its refusals, the routing
-and the combine it shares with kernels/decode.py, fed partials in the layout the kernel writes.
+each length; as a page pool, shuffled pages, unused NaN pages and -1 in the table past each length). The kernel
+itself needs a Hopper GPU (the `gpu` tests, contiguous and paged); on the CPU machine: its refusals, the routing
+(contiguous and paged) and the combine it shares with kernels/decode.py, fed partials in the layout the kernel
+writes.
 """
 
 from __future__ import annotations
