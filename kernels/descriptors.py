@@ -35,7 +35,7 @@ def use_tma(*tensors: torch.Tensor) -> bool:
             # ptxas crash (SIGSEGV, triton 3.6, H200). Short sequences gain nothing from TMA: pointer path.
             return False
     interpret = interpreting()
-    if not interpret and (first.device.type != "cuda" or _capability_major(first.device.index) < 9):
+    if not interpret and (first.device.type != "cuda" or capability_major(first.device.index) < 9):
         return False
     for t in tensors:
         if t.data_ptr() % 16:
@@ -125,5 +125,6 @@ def _descriptor_args(kernel: Any) -> tuple[tuple[int, str, int, bool], ...]:
 
 
 @functools.cache
-def _capability_major(index: int | None) -> int:
+def capability_major(index: int | None) -> int:
+    """The compute capability's major version of CUDA device `index`, asked of the driver once per device."""
     return torch.cuda.get_device_capability(index)[0]

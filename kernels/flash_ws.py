@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from .common import LOG2E, cdiv
+from .descriptors import capability_major
 from .launch import KernelCall
 
 try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
@@ -271,7 +272,7 @@ def tensor_refusal(
     """What the Gluon kernels refuse in their tensors whatever their shapes (input_refusal's arguments): not on
     a Hopper GPU, dtypes, head dim, contiguity, TMA's 16-byte aligned bases; None if nothing."""
     q = tensors["q"]
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+    if not q.is_cuda or capability_major(q.device.index) != 9:
         return "needs a Hopper GPU (capability 9.x)"
     dtypes = (torch.float16, torch.bfloat16, *(FP8_DTYPES if fp8 else ()))
     if q.dtype not in dtypes or any(t.dtype != q.dtype for t in tensors.values()):

@@ -38,6 +38,7 @@ import triton.language as tl
 
 from . import flash_ws
 from .decode import _combine, _pow2, _scratch
+from .descriptors import capability_major
 from .launch import KernelCall
 
 try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
@@ -94,7 +95,7 @@ def refusal(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, head_
         return f"head dims {q.shape[-1]} / {head_dim_v} (only {HEAD_DIM} / {HEAD_DIM_V})"
     if q.dtype not in _GL_DTYPES:
         return f"dtype {q.dtype} (fp16 or bf16 only)"
-    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+    if not q.is_cuda or capability_major(q.device.index) != 9:
         return "needs a Hopper GPU (capability 9.x)"
     if not kv.is_contiguous():
         return "needs a contiguous kv_cache"
