@@ -113,7 +113,6 @@ def case_times(name):
     return env, took, finish
 
 
-
 one = {r.key: r.median_ms for r in read_rows(runs / "one") if r.median_ms}
 base = read_env(runs / "one").wall_s or 0.0
 for name in ("one", "all-nopre", "all", *(f"shard{i}" for i in range(1, int(sys.argv[2]) + 1))):
@@ -156,7 +155,7 @@ if (runs / "one" / "env.json").is_file():
               f" makespan {max(load):.1f} s = {max(load) / (total / count):.3f} x an even split,"
               f" {total / max(load):.2f}x of {total:.1f} s")
 PY
-# shellcheck disable=SC2046  # the runs this invocation made, word-split on purpose
 [[ $STEPS == " none " ]] && exit 0
+# shellcheck disable=SC2046  # the runs this invocation made, word-split on purpose
 tar czf "$OUT/multi_gpu.tgz" -C "$RUNS" multi_gpu.txt $(cd "$RUNS" && ls -d one all-nopre all merged shard* ./*.log 2>/dev/null)
 log "done"
