@@ -636,6 +636,8 @@ def _check_data(
 
 def _scratch(device: torch.device, counters: int, partials: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Zeroed counters and a partials workspace (fp32 elements) for `device`'s current stream, grown on demand."""
+    if device.type == "cuda" and device.index is None:  # torch.device("cuda"): the current one
+        device = torch.device("cuda", torch.cuda.current_device())
     key = (
         str(device),
         triton.runtime.driver.active.get_current_stream(device.index) if device.type == "cuda" else 0,

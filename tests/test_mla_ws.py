@@ -74,16 +74,16 @@ def test_a_paged_cache_is_the_default_only_from_its_own_table(monkeypatch):
 
 
 @pytest.mark.parametrize("forced", [True, False], ids=["forced", "from-table"])
-def test_a_paged_cache_reaches_the_kernel_with_its_table_and_capacity(monkeypatch, forced):
+def test_a_paged_cache_reaches_the_kernel_with_its_table_and_capacity(monkeypatch, device, forced):
     """flash_mla_decode hands the Gluon launcher the pool and its table, and splits the table's capacity (pages
-    times 64), not the page: forced by config, or by default once MIN_CAPACITY_PAGED takes it. The launcher
-    itself needs a Hopper GPU, so it is replaced here by one that records what it got."""
-    prob = Latent(16, 2, [1, 70, 1024], torch.float16, dims=V3, nmax=1024, page=64, seed=2)
+    times 64), not the page: forced by config, or by default once MIN_CAPACITY_PAGED takes it. The launcher is
+    replaced here by one that records what it got (the kernel's own GPU tests are below)."""
+    prob = Latent(16, 2, [1, 70, 1024], torch.float16, dims=V3, nmax=1024, page=64, seed=2, device=device)
     seen = {}
 
     def launcher(q, kv, lens, table, causal, qk_scale, splits):
         seen.update(kv=kv, table=table, splits=splits, causal=causal)
-        return torch.zeros(*q.shape[:3], 512, dtype=q.dtype)
+        return torch.zeros(*q.shape[:3], 512, dtype=q.dtype, device=q.device)
 
     monkeypatch.setattr(mla_ws, "refusal", lambda *a: None)
     monkeypatch.setattr(mla_ws, "mla_decode_ws", launcher)
@@ -96,10 +96,12 @@ def test_a_paged_cache_reaches_the_kernel_with_its_table_and_capacity(monkeypatc
     assert 1 < seen["splits"] <= 1024 // decode_module.MIN_SPLIT_KEYS
 
 
-def test_where_the_gluon_kernel_refuses_the_default_falls_back_to_the_tl_kernel():
-    """The shipped table takes Nq = 1 from 4096 keys; on this machine (no Hopper) the tl kernel runs instead."""
-    prob = Latent(2, 1, [4096, 100], torch.float16, dims=V3, seed=3)
+def test_where_the_gluon_kernel_refuses_the_default_falls_back_to_the_tl_kernel(monkeypatch, device):
+    """The shipped table takes Nq = 1 from 4096 keys; where the Gluon kernel refuses the input (here made to
+    refuse, as it does on a machine without Hopper), the tl kernel runs instead, and is right."""
+    prob = Latent(2, 1, [4096, 100], torch.float16, dims=V3, seed=3, device=device)
     assert mla_ws.MIN_CAPACITY.get(1, 1 << 30) <= prob.kv.shape[2]
+    monkeypatch.setattr(mla_ws, "refusal", lambda *a: "refused by the test")
     prob.check(prob.run())
     assert mla_module.last_mla_config().get("kernel") != GLUON["kernel"]
 
