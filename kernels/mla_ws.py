@@ -21,8 +21,8 @@ Why it should beat the tl kernel (docs/kernels.md, the MLA decode kernel): S is 
 chain out with both warpgroups along M, each computing all of S), P reaches P V without a layout conversion, and
 each warpgroup holds a [64, 256] accumulator (128 registers), not [64, 512] over eight warps.
 
-flash_mla_decode's default from MIN_CAPACITY's cache capacity per Nq on contiguous caches; on paged ones from
-MIN_CAPACITY_PAGED's, empty until the paged mode is timed; config={"kernel": "gluon-ws"} forces it.
+flash_mla_decode's default from MIN_CAPACITY's cache capacity per Nq on contiguous caches, on paged ones from
+MIN_CAPACITY_PAGED's (the table's pages times the page); config={"kernel": "gluon-ws"} forces it.
 
 Cautions: as flash_mla_decode's (kernels/mla.py). The cache or pool must be contiguous with 16-byte aligned bases
 (TMA); keys past a sequence's length in its last tile are read but masked, and zeroed in V.
@@ -65,8 +65,9 @@ COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per st
 # Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq, the shortest
 # timed (1.30-1.53x the tl kernel at 4096 and 32768 keys; docs/kernels.md, the Gluon MLA kernel).
 MIN_CAPACITY: dict[int, int] = {1: 4096, 2: 4096}
-# The same for paged caches: empty until timed (the paged mode has not run on a GPU yet), so forced only.
-MIN_CAPACITY_PAGED: dict[int, int] = {}
+# The same for paged caches of 64-token pages: 1.48-1.76x the tl kernel at 1024-32768 keys, Nq 1 and 2, the
+# shortest timed 1024 (docs/benchmarks.md, MLA decode).
+MIN_CAPACITY_PAGED: dict[int, int] = {1: 1024, 2: 1024}
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 

@@ -59,14 +59,14 @@ def test_the_default_takes_it_from_min_capacity_per_nq_where_it_runs(monkeypatch
 
 
 def test_a_paged_cache_is_the_default_only_from_its_own_table(monkeypatch):
-    """Paged caches follow MIN_CAPACITY_PAGED (shipped empty: the paged mode is not timed yet), by the table's
-    capacity (its pages times the page size), not MIN_CAPACITY."""
+    """Paged caches follow MIN_CAPACITY_PAGED by the table's capacity (its pages times the page size), not
+    MIN_CAPACITY, and the pool's own length (a page) does not count."""
     q = torch.empty(1, 128, 1, V3[0])
     pool = torch.empty(70, 1, 64, 8)
     table = torch.zeros(1, 64, dtype=torch.int32)  # 64 pages of 64 tokens: 4096 keys
     monkeypatch.setattr(mla_ws, "refusal", lambda *a: None)
-    assert mla_ws.MIN_CAPACITY.get(1, 1 << 30) <= 4096  # the contiguous table would take this capacity
-    assert mla_ws.MIN_CAPACITY_PAGED == {}
+    monkeypatch.setattr(mla_ws, "MIN_CAPACITY", {1: 64})  # the contiguous table would take even one page
+    monkeypatch.setattr(mla_ws, "MIN_CAPACITY_PAGED", {})
     assert not mla_ws.preferred(q, pool, table, head_dim_v=V3[1])
     monkeypatch.setattr(mla_ws, "MIN_CAPACITY_PAGED", {1: 4096})
     assert mla_ws.preferred(q, pool, table, head_dim_v=V3[1])
@@ -212,9 +212,9 @@ def test_gpu_gluon_paged_pool_matches_reference(dtype, nq, page):
 
 
 @pytest.mark.gpu
-def test_gpu_gluon_paged_default_from_its_table_matches_reference(monkeypatch):
-    # No cache_seqlens (every table entry in use), fp16, the default split count.
+def test_gpu_gluon_paged_default_from_its_table_matches_reference():
+    # No cache_seqlens (every table entry in use), fp16, the default split count: the shipped table takes it.
     prob = Latent(128, 2, [4096, 4096], torch.float16, dims=V3, page=64, seed=24, device="cuda")
-    monkeypatch.setattr(mla_ws, "MIN_CAPACITY_PAGED", {2: 4096})
+    assert mla_ws.MIN_CAPACITY_PAGED.get(2, 1 << 30) <= 4096
     prob.check(prob.run(paged=True, lengths=False))
     assert mla_module.last_mla_config()["kernel"] == "gluon-ws"
