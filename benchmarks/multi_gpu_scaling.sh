@@ -16,9 +16,10 @@
 #   STEPS="one all" GPUS=4 bash benchmarks/multi_gpu_scaling.sh
 #
 # The table ends with how evenly the shapes were dealt: per multi-GPU run, when each worker began its last case
-# (from the run's start); and a replay of the partition rule (engine/shard.py) over 2..N workers
-# against the one-GPU run's own times: each shape's measured time (its cases' timestamps, compiles left out) summed
-# per slice, the worst slice over the best and the speed-up that makespan allows. STEPS=none measures nothing
+# (from the run's start); and a replay over 2..N workers against the one-GPU run's own times (each shape's measured
+# time, its cases' timestamps, compiles left out) of the partition rule (engine/shard.py: --shard slices) and of
+# --gpus's hand-out (costliest first, each shape to the worker free first): per worker the summed time, the worst
+# over the best and the speed-up that makespan allows. STEPS=none measures nothing
 # and prints the table of the runs already in RUNS, on any machine (no GPU needed): how a change to the cost model
 # would have dealt a measured sweep, e.g. `STEPS=none GPUS=4 RUNS=DIR bash benchmarks/multi_gpu_scaling.sh`.
 set -uo pipefail
@@ -91,7 +92,7 @@ import statistics, sys
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
-from flashbench.engine.shard import slice_of_shapes
+from flashbench.engine.shard import costliest_first, slice_of_shapes
 from flashbench.results.env import read_env
 from flashbench.results.rows import read_rows
 runs = Path(sys.argv[1])
@@ -147,13 +148,17 @@ if (runs / "one" / "env.json").is_file():
     total = sum(shape_s.values())
     for count in range(2, max(2, int(sys.argv[2])) + 1):
         where = slice_of_shapes([row.case for row, _ in took], count, env.spec)
-        load = [0.0] * count
+        slices = [0.0] * count
         for key, t in shape_s.items():
-            load[where[key]] += t
-        print(f"replay over {count} workers (the one-GPU run's times, compiles left out, dealt by today's rule):"
-              f" {' '.join(f'{x:.1f}' for x in load)} s; worst/best {max(load) / min(load):.2f},"
-              f" makespan {max(load):.1f} s = {max(load) / (total / count):.3f} x an even split,"
-              f" {total / max(load):.2f}x of {total:.1f} s")
+            slices[where[key]] += t
+        taken = [0.0] * count  # --gpus: costliest first, each shape to the GPU that is free first
+        for key, _ in costliest_first([row.case for row, _ in took], env.spec):
+            taken[min(range(count), key=lambda i: (taken[i], i))] += shape_s[key]
+        for what, load in (("--shard slices", slices), ("--gpus", taken)):
+            print(f"replay of {what} over {count} (the one-GPU run's times, compiles left out, today's rule):"
+                  f" {' '.join(f'{x:.1f}' for x in load)} s; worst/best {max(load) / min(load):.2f},"
+                  f" makespan {max(load):.1f} s = {max(load) / (total / count):.3f} x an even split,"
+                  f" {total / max(load):.2f}x of {total:.1f} s")
 PY
 [[ $STEPS == " none " ]] && exit 0
 # shellcheck disable=SC2046  # the runs this invocation made, word-split on purpose

@@ -245,7 +245,7 @@ class _Session:
                 gpu=str(facts.get("gpu", "")),
                 on_row=show.advance,
                 ncu=ncu,
-                ready=step.ready,  # cases whose builds are still compiling wait their turn (runner.in_turn)
+                ready=step.ready,  # cases whose builds are still compiling wait their turn (runner.Deal)
             )
             # the step's record runs on the first GPU: that GPU's worker starts once it is done, the others at once
             if devices:

@@ -325,21 +325,23 @@ _STEP = textwrap.dedent(
     def note(what):
         with open(log, "a") as fh:
             fh.write(f"{what} {time.time()}\\n")
+    def until_the_second_gpu_wrote_a_row():
+        deadline = time.time() + 120
+        def second_gpu_row():
+            lines = rows.read_text().splitlines() if rows.exists() else []
+            return any(json.loads(ln).get("gpu_index") == 1 for ln in lines if ln.endswith("}"))
+        while time.time() < deadline and not second_gpu_row():
+            time.sleep(0.05)
     if mode == "record":
         cases = json.loads(sys.stdin.read())
-        time.sleep(1.0)
+        until_the_second_gpu_wrote_a_row()  # the other GPU measures while the first one records
         note("recorded")  # before the last answer: the step kills the process on reading it
         for case in cases:
             build = {"module": "m", "qualname": "k", "spec": "s"}
             print(json.dumps({"case": case["provider"], "builds": [build], "error": None}), flush=True)
     else:
         for line in sys.stdin:
-            deadline = time.time() + 120
-            def second_gpu_row():
-                lines = rows.read_text().splitlines() if rows.exists() else []
-                return any(json.loads(ln).get("gpu_index") == 1 for ln in lines if ln.endswith("}"))
-            while time.time() < deadline and not second_gpu_row():
-                time.sleep(0.05)
+            until_the_second_gpu_wrote_a_row()
             note("compiled")
             print(json.dumps({"id": json.loads(line)["id"], "compile_s": 0.1, "error": None}), flush=True)
     """
@@ -358,13 +360,15 @@ def test_workers_start_beside_the_step_and_the_first_gpu_once_the_record_is_done
     monkeypatch.setattr(precompile, "skip_reason", lambda device, cases: None)  # run it beside CPU workers
     tiny = ["--device", "cpu", "--batch", "1", "--heads", "2", "--head-dim", "32", "--dtype", "fp16"]
     args = ["sweep", "--config", str(Path(__file__).with_name("fast_measure.toml")), *tiny, "--mode", "fwd"]
-    args += ["--providers", "triton,naive", "--seq", "16,32", "--causal", "false", "--gpus", "0,1"]
+    # three shapes: the second GPU takes the first at once, the first GPU one of the others once the record is done
+    args += ["--providers", "triton,naive", "--seq", "16,32,64", "--causal", "false", "--gpus", "0,1"]
     assert main([*args, "--out", str(out)]) == 0
     times = dict(line.split() for line in log.read_text().splitlines())
     rows = read_rows(out)
     assert {r.gpu_index for r in rows} == {0, 1} and all(r.status == "ok" for r in rows)
     second_gpu_first_row = min(r.timestamp for r in rows if r.gpu_index == 1)
-    assert second_gpu_first_row < float(times["compiled"])  # a worker measured while the step compiled
+    assert second_gpu_first_row < float(times["recorded"])  # a worker measured while the first GPU recorded
+    assert second_gpu_first_row < float(times["compiled"])  # and while the step compiled
     assert min(r.timestamp for r in rows if r.gpu_index == 0) > float(times["recorded"])
     rec = read_env(out).precompile
     assert rec is not None and rec["overlapped"] and (rec["builds"], rec["compiled"]) == (1, 1), rec

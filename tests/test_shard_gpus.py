@@ -189,3 +189,34 @@ def test_rows_of_a_worker_pinned_by_uuid_name_the_gpu_nvml_reported(tmp_path):
         visible="GPU-77d0",
     )  # fmt: skip
     assert [r.gpu_index for r in rows] == [5] and read_rows(tmp_path)[0].gpu_index == 5
+
+
+def test_gpus_hand_out_whole_shapes_costliest_first_to_whichever_gpu_is_free():
+    """runner.Deal over shard.by_shape: a shape's providers go together, the costliest shape first, each shape
+    once; a GPU asks for its next shape only when it has finished the last, so one busy with a costly shape takes
+    no more while a faster one takes the rest. An OOM noted by one GPU skips a larger N on another."""
+    from flashbench.engine import runner, shard
+    from flashbench.results.rows import Row
+    from flashbench.spec.cases import Case
+    from flashbench.spec.plan import PlannedCase
+
+    plan = [
+        PlannedCase(Case(p, 1, 2, 2, n, n, 64, "bf16", causal=False, mode="fwd"))
+        for p in ("naive", "sdpa-math")  # --order provider: a shape's cases are not neighbours in the plan
+        for n in (64, 512, 128, 256)
+    ]
+    deal = runner.Deal(shard.by_shape(plan))
+    busy = deal.take(None)  # GPU 0: the costliest shape, still measuring
+    assert busy is not None and [(p.case.provider, p.case.seq_k) for p in busy] == [
+        ("naive", 512),
+        ("sdpa-math", 512),
+    ]
+    rest = []
+    while (group := deal.take(None)) is not None:  # GPU 1 finishes each shape before GPU 0 its one
+        rest.append([p.case.seq_k for p in group])
+    assert rest == [[256, 256], [128, 128], [64, 64]]
+
+    deal = runner.Deal(shard.by_shape(plan))
+    deal.skips.note(Row.for_case(plan[0].case, "oom", reason="out of memory"))  # naive OOMed at N = 64
+    assert "ran out of memory at N=64" in (deal.skips.reason(plan[2].case) or "")  # naive N = 128, elsewhere
+    assert deal.skips.reason(plan[4].case) is None  # sdpa-math

@@ -1,5 +1,6 @@
-"""--gpus: one worker per GPU of this host, each running runner.run_cases over its share of the shapes in a
-thread of this process; the rows-file lock, the stop flag and the live workers are shared."""
+"""--gpus: one worker per GPU of this host, each running runner.run_cases in a thread of this process, all taking
+shapes from one runner.Deal (costliest first, each to whichever GPU is free); the rows-file lock, the stop flag
+and the live workers are shared."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from flashbench.engine import shard
-from flashbench.engine.runner import Shared, Worker, finished_rows, run_cases
+from flashbench.engine.runner import Deal, Shared, Worker, finished_rows, run_cases
 from flashbench.results.rows import Row
 from flashbench.spec.cases import Case
 from flashbench.spec.plan import PlannedCase
@@ -32,18 +33,18 @@ def run_parallel(
     first_after: threading.Event | None = None,
     ready: Callable[[Case], bool] | None = None,
 ) -> list[Row]:
-    """--gpus: one worker per entry of `devices` (its CUDA_VISIBLE_DEVICES), each running run_cases over its
-    share of the shapes (shard.split: by predicted cost, all providers of a shape on one device) in a thread of
-    this process.
+    """--gpus: one worker per entry of `devices` (its CUDA_VISIBLE_DEVICES), each running run_cases in a thread of
+    this process over the shapes it takes from one Deal: the shapes costliest first (shard.by_shape, all providers
+    of a shape on one device), each taken by the first GPU to finish its last one.
 
-    `worker`, when given, must already be pinned to devices[0]; it runs the first share, once `first_after` is
-    set where given (devices[0] is busy with something no sample may share: the compile-once step's record).
+    `worker`, when given, must already be pinned to devices[0]; it starts taking shapes once `first_after` is set
+    where given (devices[0] is busy with something no sample may share: the compile-once step's record).
     `others`, when given, are the workers of devices[1:], started (ready or not) and pinned in that order.
-    `ready` orders each share (runner.in_turn). Rows from every thread are appended by this process under one
-    lock. A failure in one thread stops the others.
+    `ready` defers shapes whose builds still compile (runner.Deal). Rows from every thread are appended by this
+    process under one lock. A failure in one thread stops the others.
     """
     done = finished_rows(run_dir)
-    shares = shard.split(planned, len(devices), settings=opts)
+    deal = Deal(shard.by_shape(planned, settings=opts))
     shared = Shared()
     started: list[Worker | None] = [worker, *(others or [])]
     started += [None] * (len(devices) - len(started))
@@ -59,7 +60,7 @@ def run_parallel(
                 while not first_after.wait(0.2) and not shared.stop.is_set():
                     pass
             results[j] = run_cases(
-                shares[j],
+                deal,
                 run_dir,
                 device=device,
                 kernels=kernels,

@@ -366,7 +366,7 @@ def _predicted_mem(item: PlannedCase, data: dict[str, Any]) -> int | None:
 
 
 def run_cases(
-    planned: list[PlannedCase],
+    planned: list[PlannedCase] | Deal,
     run_dir: Path,
     *,
     device: str,
@@ -382,12 +382,16 @@ def run_cases(
     shared: Shared | None = None,
     ready: Callable[[Case], bool] | None = None,
 ) -> list[Row]:
-    """Run every planned case not already final in run_dir; append a row per case; return all rows.
+    """Run every planned case not already final in run_dir; append a row per case; return the rows of the cases
+    this loop took (`planned` a list: all of them, in its order).
 
-    `done` (finished_rows, read once by the caller), `visible` (the device this worker is pinned to) and
-    `shared` (the rows-file lock and stop flag) are run_parallel's: one call per GPU, in threads. `ready`
-    (the compile-once step's, precompile.Step.ready) picks the order: see in_turn.
+    `planned` a Deal, and `done` (finished_rows, read once by the caller), `visible` (the device this worker is
+    pinned to) and `shared` (the rows-file lock and stop flag) are run_parallel's: one call per GPU, in threads,
+    all taking from the one Deal. `ready` (the compile-once step's, precompile.Step.ready) picks the order: see
+    Deal.
     """
+    deal = planned if isinstance(planned, Deal) else Deal.in_order(planned)
+    taken: list[str] = []
     done = finished_rows(run_dir) if done is None else dict(done)
     gpu_index = int(visible) if visible is not None and visible.isdigit() else None
     lock = shared.lock if shared is not None else contextlib.nullcontext()
@@ -403,14 +407,15 @@ def run_cases(
     earlier_skips = {k: r for k, r in done.items() if r.status == SKIPPED}
     for key in earlier_skips:
         del done[key]
-    skips = _Skips()
+    skips = deal.skips
     for row in done.values():
         skips.note(row)
     try:
-        for item in in_turn(planned, ready):
+        for item in deal.cases(ready):
             if shared is not None and shared.stop.is_set():
                 break
             case = item.case
+            taken.append(case.key)
             if case.key in done:
                 emit(done[case.key], True)
                 continue
@@ -465,22 +470,53 @@ def run_cases(
     finally:
         if worker is not None:
             worker.close()
-    return [done[p.case.key] for p in planned if p.case.key in done]
+    keys = [p.case.key for p in planned] if isinstance(planned, list) else taken
+    return [done[key] for key in keys if key in done]
+
+
+class Deal:
+    """The shapes a run's loops take one at a time: a group is a run of planned cases of one shape (one case under
+    --order provider, a shape's providers back to back under --order case; under --gpus every case of a shape).
+    Each loop (run_cases) asks for its next group when it has finished the one before; under --gpus every GPU's
+    loop takes from one Deal (parallel.run_parallel), so a GPU that finishes early takes more and the GPUs end
+    together however far the predicted costs miss. `ready` (the compile-once step's, precompile.Step.ready): a
+    group whose cases would wait for kernel builds still compiling elsewhere goes after the first group that would
+    not, so the GPU measures while the builds compile; where none is ready, the first goes (it waits, or compiles
+    its own builds); once the step is over every group is ready and the groups go in order. Deferred groups keep
+    their order. The OOM/timeout skips (`skips`) are the Deal's: one GPU's OOM at N skips a larger N on another."""
+
+    def __init__(self, groups: list[list[PlannedCase]]) -> None:
+        self._groups = [group for group in groups if group]
+        self._lock = threading.Lock()
+        self.skips = _Skips()
+
+    @classmethod
+    def in_order(cls, planned: list[PlannedCase]) -> Deal:
+        """`planned` in its order, a group per run of consecutive cases of one shape."""
+        return cls(
+            [list(group) for _, group in itertools.groupby(planned, key=lambda item: item.case.shape_key)]
+        )
+
+    def take(self, ready: Callable[[Case], bool] | None) -> list[PlannedCase] | None:
+        """The next group (None once every group is taken)."""
+        with self._lock:
+            if not self._groups:
+                return None
+            pick = 0
+            if ready is not None:
+                pick = next(
+                    (i for i, group in enumerate(self._groups) if all(ready(p.case) for p in group)), 0
+                )
+            return self._groups.pop(pick)
+
+    def cases(self, ready: Callable[[Case], bool] | None) -> Iterator[PlannedCase]:
+        while (group := self.take(ready)) is not None:
+            yield from group
 
 
 def in_turn(planned: list[PlannedCase], ready: Callable[[Case], bool] | None) -> Iterator[PlannedCase]:
-    """`planned` in its order, but a group whose cases `ready` says would wait for kernel builds still compiling
-    elsewhere goes after the first group that would not: the GPU measures while the builds compile, where it would
-    otherwise idle. A group is a run of consecutive cases of one shape: one case under --order provider, a shape's
-    providers back to back under --order case (they stay together). Where no group is ready, the first runs (it
-    waits, or compiles its own builds); once the compile-once step is over every group is ready and the order is
-    the plan's again. Deferred groups keep their order."""
-    groups = [list(group) for _, group in itertools.groupby(planned, key=lambda item: item.case.shape_key)]
-    while groups:
-        pick = 0
-        if ready is not None:
-            pick = next((i for i, group in enumerate(groups) if all(ready(p.case) for p in group)), 0)
-        yield from groups.pop(pick)
+    """One loop's order over `planned`: Deal.in_order(planned), taken group by group."""
+    return Deal.in_order(planned).cases(ready)
 
 
 def options(spec: Any) -> dict[str, Any]:

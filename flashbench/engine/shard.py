@@ -1,6 +1,7 @@
-"""Slices of a sweep: `--shard i/n` (many machines) and `--gpus` (one worker per GPU of a host).
+"""Slices of a sweep: `--shard i/n` (many machines), and the order in which `--gpus` (one worker per GPU of a host)
+hands out shapes.
 
-The partition rule, the same for both: the planned cases are grouped by shape (Case.shape_key: the case without
+The partition rule: the planned cases are grouped by shape (Case.shape_key: the case without
 its provider), and each shape gets a predicted cost: the seconds its cases take to measure, from the sweep's
 measurement settings (warm-up, sample budget and bound, host loops), the float64 check's blocks of rows, and each
 call's time at the roofline of a reference GPU (the FLOP and byte models over the H100 SXM's datasheet roofs;
@@ -10,6 +11,9 @@ predicted work so far (the first such slice on a tie): the longest-processing-ti
 together. Every provider of a shape lands in the same slice, so the comparisons inside a slice are like for like.
 The rule reads only the sweep (its cases and settings), never the GPU it runs on nor Python's hash(): it gives the
 same slices on every machine and in every process. Shard indices are 1-based (`--shard 1/4` .. `--shard 4/4`).
+`--gpus` hands the shapes out in the same costliest-first order, each to whichever GPU finishes first
+(runner.Deal): on one host the GPUs need no agreement made in advance, and a miss of the predicted costs costs no
+balance.
 
 `sweep_id` is a digest of the resolved spec, the resolved providers and the flashbench version: every shard of
 one sweep records the same one in env.json, and `flashbench merge` refuses runs whose ids differ.
@@ -34,7 +38,9 @@ from flashbench.spec.cases import Case
 from flashbench.spec.config import SweepSpec
 
 __all__ = [
+    "by_shape",
     "case_cost_s",
+    "costliest_first",
     "format_shard",
     "parse_gpus",
     "parse_shard",
@@ -139,23 +145,41 @@ def _cost_gpu() -> hardware.GpuSpec:
     return hardware.lookup(COST_GPU)
 
 
-def slice_of_shapes(
-    cases: Sequence[Case], count: int, settings: Mapping[str, Any] | None = None
-) -> dict[str, int]:
-    """shape_key -> its 0-based slice among `count` (the rule in the module docstring)."""
+def costliest_first(
+    cases: Sequence[Case], settings: Mapping[str, Any] | None = None
+) -> list[tuple[str, float]]:
+    """(shape_key, predicted seconds) per shape of `cases`, costliest first (the rule in the module docstring)."""
     cost: dict[str, float] = {}
     first: dict[str, Case] = {}
     for case in cases:
         first.setdefault(case.shape_key, case)
         cost[case.shape_key] = cost.get(case.shape_key, 0.0) + case_cost_s(case, settings)
     ordered = sorted(first.values(), key=lambda c: (-cost[c.shape_key], _shape_order(c)))
+    return [(case.shape_key, cost[case.shape_key]) for case in ordered]
+
+
+def slice_of_shapes(
+    cases: Sequence[Case], count: int, settings: Mapping[str, Any] | None = None
+) -> dict[str, int]:
+    """shape_key -> its 0-based slice among `count` (the rule in the module docstring)."""
     load = [0.0] * count
     where: dict[str, int] = {}
-    for case in ordered:
+    for key, cost in costliest_first(cases, settings):
         j = min(range(count), key=lambda i: (load[i], i))
-        where[case.shape_key] = j
-        load[j] += cost[case.shape_key]
+        where[key] = j
+        load[j] += cost
     return where
+
+
+def by_shape(
+    items: Sequence[T], case_of: Any = lambda item: item.case, settings: Mapping[str, Any] | None = None
+) -> list[list[T]]:
+    """`items` (planned cases) grouped by shape, each group in the items' order, the costliest shape first: the
+    order in which --gpus hands shapes to whichever GPU is free (runner.Deal)."""
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(case_of(item).shape_key, []).append(item)
+    return [groups[key] for key, _ in costliest_first([case_of(item) for item in items], settings)]
 
 
 def split(
