@@ -102,6 +102,8 @@ INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages":
 
 # What the most recent launch ran with: (num_splits, tile config, BLOCK_M, row blocks); last_mla_config().
 _LAST_LAUNCH: list[Any] = [None]
+# the Gluon kernel's tile, as _LAST_LAUNCH keeps it
+_GLUON_TILE = {"kernel": GLUON_KERNEL, "BLOCK_N": mla_ws.BLOCK_N}
 
 
 @triton.jit
@@ -244,9 +246,12 @@ def _check_tensors(q: Any, kv: Any, lens: Any, table: Any, head_dim_v: Any) -> N
         _refuse(f"q and kv_cache dtypes differ ({q.dtype}, {kv.dtype})")
     if q.dtype not in DECODE_DTYPES:
         _refuse(f"dtype {q.dtype} unsupported (fp16, bf16, fp32 are)")
-    devices = {str(t.device) for t in (q, kv, lens, table) if t is not None}
-    if len(devices) > 1:
-        _refuse(f"inputs are on different devices ({', '.join(sorted(devices))})")
+    dev = q.device  # the message built only on failure, as flash_decode's: str(device) costs ~0.5 us a tensor
+    if not (kv.device == dev and (lens is None or lens.device == dev)) or (
+        table is not None and table.device != dev
+    ):
+        devices = sorted({str(t.device) for t in (q, kv, lens, table) if t is not None})
+        _refuse(f"inputs are on different devices ({', '.join(devices)})")
     _check_device(q, NAME)
     B, H, Nq, D = q.shape
     if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int):
@@ -353,20 +358,17 @@ def _gluon(
     head_dim_v: int,
     config: dict[str, Any] | None,
 ) -> torch.Tensor:
-    """flash_mla_decode through kernels/mla_ws.py's Gluon kernel (forced by config, or mla_ws.preferred)."""
-    if config is not None and set(config) != {"kernel"}:
-        _refuse(f"config {config!r}: the Gluon kernel takes no tile keys (its tile is fixed: mla_ws.py)")
-    why = mla_ws.refusal(q, kv, table, head_dim_v)
-    if why is not None:
-        _refuse(f"the Gluon kernel does not take this input: {why}")
+    """flash_mla_decode through kernels/mla_ws.py's Gluon kernel: forced by config (checked here), or the default
+    where mla_ws.preferred took the input (its refusal already ran)."""
+    if config is not None:
+        if set(config) != {"kernel"}:
+            _refuse(f"config {config!r}: the Gluon kernel takes no tile keys (its tile is fixed: mla_ws.py)")
+        why = mla_ws.refusal(q, kv, table, head_dim_v)
+        if why is not None:
+            _refuse(f"the Gluon kernel does not take this input: {why}")
     B, H, Nq, _ = q.shape
     rows, capacity = H * Nq, mla_ws.capacity(kv, table)
     row_blocks = mla_ws.grid(B, rows, 1)[0]
     num_splits = _splits(num_splits, B * row_blocks, capacity, mla_ws.BLOCK_N, q.device, NAME)
-    _LAST_LAUNCH[0] = (
-        num_splits,
-        {"kernel": GLUON_KERNEL, "BLOCK_N": mla_ws.BLOCK_N},
-        mla_ws.BLOCK_M,
-        row_blocks,
-    )
+    _LAST_LAUNCH[0] = (num_splits, _GLUON_TILE, mla_ws.BLOCK_M, row_blocks)
     return mla_ws.mla_decode_ws(q, kv, lens, table, causal, scale * LOG2E, num_splits)

@@ -39,7 +39,7 @@ import triton.language as tl
 from . import flash_ws
 from .decode import _combine, _pow2, _scratch
 from .descriptors import capability_major
-from .launch import KernelCall
+from .launch import KernelCall, PlanCache, env_key
 
 try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
     from triton.experimental.gluon import language as gl
@@ -81,9 +81,18 @@ def preferred(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, hea
     MIN_CAPACITY_PAGED's) cache capacity for Nq, on inputs it takes (refusal), unless FLASHBENCH_GLUON=0 or
     FLASHBENCH_TMA=0 turns Gluon off."""
     least = (MIN_CAPACITY if table is None else MIN_CAPACITY_PAGED).get(q.shape[2])
-    if least is None or capacity(kv, table) < least or not flash_ws.enabled():
+    if least is None or capacity(kv, table) < least:
         return False
-    return refusal(q, kv, table, head_dim_v) is None
+    switches = env_key()
+    on = _ENABLED.get(switches)
+    if on is None:
+        on = _ENABLED[switches] = flash_ws.enabled()
+    return on and refusal(q, kv, table, head_dim_v) is None
+
+
+# flash_ws.enabled() by the environment's switches (launch.env_key): 0.4 us a call where enabled() reads and parses
+# two variables in 2.7 us, on the CPU machine.
+_ENABLED: dict[tuple[Any, ...], bool] = {}
 
 
 def refusal(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, head_dim_v: int) -> str | None:
@@ -96,7 +105,7 @@ def refusal(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, head_
         return f"head dims {q.shape[-1]} / {head_dim_v} (only {HEAD_DIM} / {HEAD_DIM_V})"
     if q.dtype not in _GL_DTYPES:
         return f"dtype {q.dtype} (fp16 or bf16 only)"
-    if not q.is_cuda or capability_major(q.device.index) != 9:
+    if not on_hopper(q.device):
         return "needs a Hopper GPU (capability 9.x)"
     if not kv.is_contiguous():
         return "needs a contiguous kv_cache"
@@ -105,6 +114,11 @@ def refusal(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, head_
     if max(q.shape[0] * q.shape[1] * q.shape[2], kv.shape[0] * kv.shape[2]) >= 2**31:
         return "too many q or cache rows for 32-bit TMA coordinates"
     return None
+
+
+def on_hopper(device: torch.device) -> bool:
+    """A CUDA device of compute capability 9.x."""
+    return device.type == "cuda" and capability_major(device.index) == 9
 
 
 def grid(batch: int, rows: int, splits: int) -> tuple[int, int, int]:
@@ -142,21 +156,34 @@ def _mla_combine(
              ROWS=ROWS, HEAD_DIM=D_V, ROWS_P2=COMBINE_ROWS, S_CHUNK=S_CHUNK)  # fmt: skip
 
 
+def _combine_call(batch: int, rows: int, splits: int) -> KernelCall:
+    """_mla_combine's launch for `batch` sequences of `rows` rows and `splits` splits; its run-time arguments are
+    (out, part, lse, splits)."""
+    constexprs = {
+        "ROWS": rows,
+        "D_V": HEAD_DIM_V,
+        "COMBINE_ROWS": COMBINE_ROWS,
+        "S_CHUNK": combine_chunk(splits),
+    }
+    return KernelCall(_mla_combine, (-(-rows // COMBINE_ROWS), batch), constexprs, {"num_warps": 4})
+
+
 def combine(out: torch.Tensor, part: torch.Tensor, lse: torch.Tensor, rows: int, splits: int) -> None:
     """out [B, H, Nq, 512] from the partial outputs `part` [B, splits, rows, 512] and their log2-sum-exps `lse`
     [B, splits, rows] (fp32, contiguous) of `splits` splits."""
-    _mla_combine[(-(-rows // COMBINE_ROWS), out.shape[0])](
-        out, part, lse, splits, rows, HEAD_DIM_V, COMBINE_ROWS, combine_chunk(splits), num_warps=4
-    )
+    _combine_call(out.shape[0], rows, splits)((out, part, lse, splits))
 
 
 def workspace(device: torch.device, batch: int, rows: int, splits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(partial outputs [B, splits, rows, 512], their lse [B, splits, rows]): views of decode.py's workspace."""
     flat = _scratch(device, 1, partials_size(batch, rows, splits))[1]
-    n = batch * splits * rows
-    return flat[: n * HEAD_DIM_V].view(batch, splits, rows, HEAD_DIM_V), flat[
-        n * HEAD_DIM_V : n * (HEAD_DIM_V + 1)
-    ].view(batch, splits, rows)
+    # as_strided: one op a view where a slice and a view are two (2.4 against 4.9 us for both, on the CPU machine)
+    n, offset = splits * rows, flat.storage_offset()
+    part = flat.as_strided(
+        (batch, splits, rows, HEAD_DIM_V), (n * HEAD_DIM_V, rows * HEAD_DIM_V, HEAD_DIM_V, 1)
+    )
+    lse = flat.as_strided((batch, splits, rows), (n, rows, 1), offset + batch * n * HEAD_DIM_V)
+    return part, lse
 
 
 def _descriptor(view: torch.Tensor, rows: int) -> Any:
@@ -166,8 +193,32 @@ def _descriptor(view: torch.Tensor, rows: int) -> Any:
     return TensorDescriptor.from_tensor(view, block, layout)
 
 
-# Compiled launch plans by input signature: launch.KernelCall skips the JIT after the first call.
-_CALLS: dict[tuple, KernelCall] = {}
+def _columns(t: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The latent [n, 512] and rotary [n, 64] column blocks of a contiguous tensor of n rows of 576, as views (the
+    descriptors' bases); as_strided: one op a view where a view and a slice are two."""
+    offset = t.storage_offset()
+    return t.as_strided((n, HEAD_DIM_V), (HEAD_DIM, 1)), t.as_strided(
+        (n, HEAD_DIM - HEAD_DIM_V), (HEAD_DIM, 1), offset + HEAD_DIM_V
+    )
+
+
+class _Plan:
+    """One input signature's launches: the kernel's (KernelCall: the JIT once, then the compiled kernel) and, with
+    several splits, the combine's; nothing of a call's tensors is kept."""
+
+    __slots__ = ("call", "combine")
+
+    def __init__(self, call: KernelCall, combine: KernelCall | None) -> None:
+        self.call, self.combine = call, combine
+
+
+def _plan(batch: int, rows: int, splits: int, constexprs: dict[str, Any]) -> _Plan:
+    call = KernelCall(_mla_decode_ws, grid(batch, rows, splits), constexprs, {"num_warps": 4})
+    return _Plan(call, None if constexprs["DIRECT"] else _combine_call(batch, rows, splits))
+
+
+# Launch plans by input signature (mla_decode_ws's key), the oldest dropped first past PlanCache's size.
+_PLANS = PlanCache(_plan)
 
 
 def mla_decode_ws(
@@ -189,7 +240,8 @@ def mla_decode_ws(
     # Out stands in for an unused Table: a pointer of the same alignment leaves the contiguous build as it was
     pages = out if table is None else table.contiguous()
     direct = splits == 1
-    part, lse = (out, out) if direct else workspace(q.device, B, rows, splits)
+    # What the compiled kernels specialize on, less what is fixed here or by `refusal`: q, kv, out and the
+    # workspace are 16-byte aligned, kv and (above) q contiguous, the dims 576 / 512.
     key = (
         q.dtype,
         q.device.index,
@@ -203,8 +255,8 @@ def mla_decode_ws(
         causal,
         (kv.shape[0], kv.shape[2], pages.data_ptr() % 16) if paged else None,  # pool pages, page, table
     )
-    call = _CALLS.get(key)
-    if call is None:
+    plan = _PLANS.plans.get(key)
+    if plan is None:
         constexprs = {
             "D_V": HEAD_DIM_V,
             "STAGES": STAGES,
@@ -216,17 +268,18 @@ def mla_decode_ws(
             "CONSUMER_REGS": CONSUMER_REGS,
             "PRODUCER_REGS": PRODUCER_REGS,
         }
-        call = _CALLS[key] = KernelCall(_mla_decode_ws, grid(B, rows, splits), constexprs, {"num_warps": 4})
+        plan = _PLANS.get(key, B, rows, splits, constexprs)
     # each read through two descriptors, of its latent and its rotary columns (the views' bases are the TMA bases)
-    qf, kf = q.view(-1, HEAD_DIM), kv.view(-1, HEAD_DIM)
-    tensors = (qf[:, :HEAD_DIM_V], qf[:, HEAD_DIM_V:], kf[:, :HEAD_DIM_V], kf[:, HEAD_DIM_V:])
+    tensors = (*_columns(q, B * rows), *_columns(kv, kv.shape[0] * kv.shape[2]))
+    part, lse = (out, out) if direct else workspace(q.device, B, rows, splits)
     lens_or_out = out if lens is None else lens
     rest = (lens_or_out, out, part, lse, qk_scale, keys, splits, rows, Nq, pages, kv.shape[0])
+    call = plan.call
     if call.direct:
         call((*tensors, *rest))
     else:
         rows_per_box = (BLOCK_M, BLOCK_M, BLOCK_N, BLOCK_N)
         call((*(_descriptor(t, n) for t, n in zip(tensors, rows_per_box, strict=True)), *rest))
-    if not direct:
-        combine(out, part, lse, rows, splits)
+    if plan.combine is not None:
+        plan.combine((out, part, lse, splits))
     return out

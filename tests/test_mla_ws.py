@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
-from flashbench.kernels import KernelUnsupported, mla_ws
+from flashbench.kernels import KernelUnsupported, launch, mla_ws
 from flashbench.kernels import decode as decode_module
 from flashbench.kernels import mla as mla_module
 from test_mla_kernel import Latent
@@ -113,6 +114,80 @@ def test_grid_and_workspace_hold_every_row_and_split():
     assert part.shape == (2, 3, 20, 512) and lse.shape == (2, 3, 20)
     assert part.is_contiguous() and lse.is_contiguous()
     assert lse.data_ptr() == part.data_ptr() + part.numel() * 4  # lse right after the partial outputs
+
+
+class _Compiled:
+    """What a compiled kernel's first (JIT) launch returns, as far as launch.KernelCall reads it: later launches go
+    to `run`, recorded by the kernel that compiled it."""
+
+    function = packed_metadata = object()
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def run(self, gx, gy, gz, stream, function, metadata, *rest):
+        self.kernel.launches.append(("direct", (gx, gy, gz), rest[3:]))
+
+
+class _Kernel:
+    """A stand-in for a compiled Hopper kernel on the CPU: records each launch's grid and run-time arguments, the
+    first through the JIT (real descriptors), the rest direct (each descriptor's tensor in a TmaArg)."""
+
+    def __init__(self, real):
+        self.params = [SimpleNamespace(name=n, default=None) for n in real.arg_names]
+        self.launches = []
+
+    def __getitem__(self, grid):
+        def jit(*args, **constexprs):
+            self.launches.append(("jit", grid, args))
+            return _Compiled(self)
+
+        return jit
+
+
+def test_a_plan_launches_each_call_with_its_own_tensors(monkeypatch):
+    """mla_decode_ws keeps one plan per input signature (the kernel's and the combine's launches): a later call of
+    the same shape reaches the compiled kernels with its own q, cache, lengths, table, output and workspace, never
+    the first call's; a new split count or no lengths is another plan, through the JIT again."""
+    kernel, combine = _Kernel(mla_ws._mla_decode_ws), _Kernel(mla_ws._mla_combine)
+    monkeypatch.setattr(mla_ws, "_mla_decode_ws", kernel)
+    monkeypatch.setattr(mla_ws, "_mla_combine", combine)
+    monkeypatch.setattr(launch, "_stream_getters", lambda: (lambda device: 0, lambda: 0))
+    monkeypatch.setattr(mla_ws, "_PLANS", launch.PlanCache(mla_ws._plan))
+
+    def inputs(page=None):
+        q = torch.randn(2, 16, 1, 576, dtype=torch.float16)
+        if page is None:
+            return q, torch.randn(2, 1, 256, 576, dtype=torch.float16), None
+        return (
+            q,
+            torch.randn(9, 1, page, 576, dtype=torch.float16),
+            torch.randperm(8, dtype=torch.int32).view(2, 4),
+        )
+
+    for page in (None, 64):
+        kernel.launches.clear()
+        combine.launches.clear()
+        for call in range(3):
+            q, kv, table = inputs(page)
+            lens = torch.tensor([100, 256], dtype=torch.int32)
+            out = mla_ws.mla_decode_ws(q, kv, lens, table, True, 0.1, 3)
+            how, grid, args = kernel.launches[-1]
+            assert (how, grid) == ("jit" if call == 0 else "direct", (1, 3, 2))
+            q_lat, q_rope, k_lat, k_rope = (a.base for a in args[:4])
+            assert (q_lat.data_ptr(), q_rope.data_ptr()) == (q.data_ptr(), q.data_ptr() + 512 * 2)
+            assert (k_lat.data_ptr(), k_rope.data_ptr()) == (kv.data_ptr(), kv.data_ptr() + 512 * 2)
+            assert q_lat.shape == (32, 512) and k_rope.shape == (kv.shape[0] * kv.shape[2], 64)
+            assert args[4] is lens and args[5] is out and args[13] is (out if table is None else table)
+            part, lse = mla_ws.workspace(q.device, 2, 16, 3)
+            assert args[6].data_ptr() == part.data_ptr() and args[7].data_ptr() == lse.data_ptr()
+            how, grid, args = combine.launches[-1]
+            assert how == ("jit" if call == 0 else "direct") and args[0] is out and args[3] == 3
+        assert len(kernel.launches) == len(combine.launches) == 3
+        mla_ws.mla_decode_ws(q, kv, None, table, True, 0.1, 3)  # no lengths: another plan
+        assert kernel.launches[-1][0] == "jit" and kernel.launches[-1][2][4] is kernel.launches[-1][2][5]
+        mla_ws.mla_decode_ws(q, kv, lens, table, True, 0.1, 1)  # one split: another plan, no combine
+        assert kernel.launches[-1][:2] == ("jit", (1, 1, 2)) and len(combine.launches) == 4
 
 
 def _split_partials(q, kv, lengths, splits, block):
@@ -218,3 +293,20 @@ def test_gpu_gluon_paged_default_from_its_table_matches_reference():
     assert mla_ws.MIN_CAPACITY_PAGED.get(2, 1 << 30) <= 4096
     prob.check(prob.run(paged=True, lengths=False))
     assert mla_module.last_mla_config()["kernel"] == "gluon-ws"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_gpu_gluon_calls_of_one_signature_read_their_own_inputs(paged):
+    """After a signature's first call its calls go straight to the compiled kernels (mla_ws's plans, the tensor
+    maps kept by address): two problems of the same shapes, alternating, each get their own result."""
+    probs = [
+        Latent(
+            128, 1, [1000, 64, 2048], torch.bfloat16, dims=V3, nmax=2048, page=64, seed=seed, device="cuda"
+        )
+        for seed in (31, 32)
+    ]
+    outs = []  # kept, so that each call's output is another block
+    for prob in probs * 2:
+        outs.append(prob.run(paged=paged, config=GLUON))
+        prob.check(outs[-1])

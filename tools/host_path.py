@@ -17,17 +17,26 @@ processes on a shared machine do not count), the median and range of `--repeats`
                head of 128 queries at --dim (128: the Gluon forward; 64: the tl forward, its pick (64, 128, 4,
                2)) and the one-pass Gluon backward. --profile adds a cProfile of the step. Needs the GPU
                machine's Triton (3.6) in a side environment (see sm90_compile.py).
+  --sm90-stub --mla
+               flash_mla_decode on the same stub: DeepSeek-V3's shape (128 heads, 576 / 512 dims, bf16, Nq 1) at the
+               sweep's host-bound row (batch 4, 32768 keys: key splits and the combine; also num_splits=1: no
+               combine), over a contiguous cache and over 64-token pages, through the Gluon kernel (its default
+               here) and the tl kernel (FLASHBENCH_GLUON=0). Its input checks run, less the device's: CPU tensors
+               stand for CUDA ones (mla._check_device, mla_ws.on_hopper answered for an H100). --profile adds a
+               cProfile of the Gluon kernel's paged call.
 
 What the CPU cannot show: a CUDA allocation's host cost (torch.empty: ~1.5 us here, 8.9 us on an H100 host) and
 the autograd engine's hand-over to its device thread. For the whole path on a GPU use benchmarks/host_time.py.
 
     python3 tools/host_path.py
     /tmp/t36/bin/python tools/host_path.py --sm90-stub [--dim 64] [--profile]
+    /tmp/t36/bin/python tools/host_path.py --sm90-stub --mla [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -156,6 +165,46 @@ def sm90_stub(calls: int, repeats: int, dim: int, profile: bool) -> None:
         _profile(step, calls)
 
 
+def mla_stub(calls: int, repeats: int, profile: bool) -> None:
+    import torch
+    from flashbench.kernels import mla, mla_ws
+
+    # _sm90_driver's stubs skip the MLA checks (they refuse CPU tensors outside the interpreter): here they run,
+    # with only the device's answered for an H100
+    checks, refusal = mla._check_tensors, mla_ws.refusal
+    _sm90_driver()
+    mla._check_tensors, mla_ws.refusal = checks, refusal
+    mla._check_device = lambda q, name: None
+    mla_ws.on_hopper = lambda device: True
+    batch, keys, page = 4, 32768, 64
+    q = torch.randn(batch, 128, 1, mla.MLA_HEAD_DIM, dtype=torch.bfloat16)
+    kv = torch.empty(batch, 1, keys, mla.MLA_HEAD_DIM, dtype=torch.bfloat16)
+    pool = kv.view(-1, 1, page, mla.MLA_HEAD_DIM)
+    table = torch.arange(pool.shape[0], dtype=torch.int32).view(batch, -1)
+    lens = torch.full((batch,), keys, dtype=torch.int32)
+    caches = {"contiguous": (kv, None), "paged 64": (pool, table)}
+    step, switch = None, os.environ.get("FLASHBENCH_GLUON")
+    for kernel, gluon in (("gluon", "1"), ("tl", "0")):
+        os.environ["FLASHBENCH_GLUON"] = gluon
+        for layout, (cache, blocks) in caches.items():
+            for splits in (None, 1):
+                call = functools.partial(mla.flash_mla_decode, q, cache, lens, blocks, True,
+                                         num_splits=splits, validate=False)  # fmt: skip
+                call()
+                ran = mla.last_mla_config()
+                assert (ran.get("kernel") == mla_ws.KERNEL) == (gluon == "1"), ran
+                name = f"mla {kernel} {layout}, {ran['num_splits']} split{'s' * (ran['num_splits'] > 1)}"
+                _timed(name, call, calls, repeats)
+                if gluon == "1" and blocks is not None and splits is None:
+                    step = call
+    if switch is None:
+        del os.environ["FLASHBENCH_GLUON"]
+    else:
+        os.environ["FLASHBENCH_GLUON"] = switch
+    if profile and step is not None:
+        _profile(step, calls)
+
+
 def _profile(call, calls: int) -> None:
     """cProfile of `calls` calls: the functions by their own time, then by cumulative time."""
     import cProfile
@@ -179,9 +228,12 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--dim", type=int, default=128, help="head dim of --sm90-stub's inputs")
+    ap.add_argument("--mla", action="store_true", help="--sm90-stub: flash_mla_decode (Gluon and tl kernels)")
     ap.add_argument("--profile", action="store_true", help="--sm90-stub: also cProfile the fwd+bwd step")
     args = ap.parse_args()
-    if args.sm90_stub:
+    if args.sm90_stub and args.mla:
+        mla_stub(args.calls, args.repeats, args.profile)
+    elif args.sm90_stub:
         sm90_stub(args.calls, args.repeats, args.dim, args.profile)
     else:
         interpreter(args.calls, args.repeats)
