@@ -39,7 +39,7 @@ import triton.language as tl
 from . import flash_ws
 from .decode import _combine, _pow2, _scratch
 from .descriptors import capability_major
-from .launch import KernelCall, PlanCache, env_key
+from .launch import KernelCall, PlanCache
 
 try:  # Gluon is experimental and its API moves between Triton releases; written against Triton 3.6.
     from triton.experimental.gluon import language as gl
@@ -81,18 +81,9 @@ def preferred(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, hea
     MIN_CAPACITY_PAGED's) cache capacity for Nq, on inputs it takes (refusal), unless FLASHBENCH_GLUON=0 or
     FLASHBENCH_TMA=0 turns Gluon off."""
     least = (MIN_CAPACITY if table is None else MIN_CAPACITY_PAGED).get(q.shape[2])
-    if least is None or capacity(kv, table) < least:
+    if least is None or capacity(kv, table) < least or not flash_ws.enabled():
         return False
-    switches = env_key()
-    on = _ENABLED.get(switches)
-    if on is None:
-        on = _ENABLED[switches] = flash_ws.enabled()
-    return on and refusal(q, kv, table, head_dim_v) is None
-
-
-# flash_ws.enabled() by the environment's switches (launch.env_key): 0.4 us a call where enabled() reads and parses
-# two variables in 2.7 us, on the CPU machine.
-_ENABLED: dict[tuple[Any, ...], bool] = {}
+    return refusal(q, kv, table, head_dim_v) is None
 
 
 def refusal(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, head_dim_v: int) -> str | None:

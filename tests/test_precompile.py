@@ -385,13 +385,15 @@ def test_cases_whose_builds_still_compile_go_after_those_that_would_not_wait():
     plan = [_planned("triton", 64), _planned("triton", 128), _planned("naive", 64), _planned("naive", 128)]
     compiled: set[int] = set()
     order = []
-    for item in runner.in_turn(plan, lambda c: c.provider != "triton" or c.seq_q in compiled):
+    for item in runner.Deal.in_order(plan).cases(lambda c: c.provider != "triton" or c.seq_q in compiled):
         order.append((item.case.provider, item.case.seq_q))
         if len(order) == 1:
             compiled.add(128)  # N = 128's build ends while the first case measures
     assert order == [("naive", 64), ("triton", 128), ("naive", 128), ("triton", 64)]
-    assert [p.case.key for p in runner.in_turn(plan, None)] == [p.case.key for p in plan]
-    assert [p.case.key for p in runner.in_turn(plan, lambda c: False)] == [p.case.key for p in plan]
+    assert [p.case.key for p in runner.Deal.in_order(plan).cases(None)] == [p.case.key for p in plan]
+    assert [p.case.key for p in runner.Deal.in_order(plan).cases(lambda c: False)] == [
+        p.case.key for p in plan
+    ]
 
 
 def test_a_shapes_providers_stay_back_to_back_when_their_turn_moves():
@@ -399,7 +401,9 @@ def test_a_shapes_providers_stay_back_to_back_when_their_turn_moves():
     not, whole."""
     plan = [_planned("triton", 64), _planned("naive", 64), _planned("naive", 128), _planned("triton", 128)]
     ready = {64: False, 128: True}
-    order = [(p.case.provider, p.case.seq_q) for p in runner.in_turn(plan, lambda c: ready[c.seq_q])]
+    order = [
+        (p.case.provider, p.case.seq_q) for p in runner.Deal.in_order(plan).cases(lambda c: ready[c.seq_q])
+    ]
     assert order == [("naive", 128), ("triton", 128), ("triton", 64), ("naive", 64)]
 
 

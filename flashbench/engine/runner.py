@@ -486,7 +486,7 @@ class Deal:
     their order. The OOM/timeout skips (`skips`) are the Deal's: one GPU's OOM at N skips a larger N on another."""
 
     def __init__(self, groups: list[list[PlannedCase]]) -> None:
-        self._groups = [group for group in groups if group]
+        self._groups = list(groups)
         self._lock = threading.Lock()
         self.skips = _Skips()
 
@@ -512,11 +512,6 @@ class Deal:
     def cases(self, ready: Callable[[Case], bool] | None) -> Iterator[PlannedCase]:
         while (group := self.take(ready)) is not None:
             yield from group
-
-
-def in_turn(planned: list[PlannedCase], ready: Callable[[Case], bool] | None) -> Iterator[PlannedCase]:
-    """One loop's order over `planned`: Deal.in_order(planned), taken group by group."""
-    return Deal.in_order(planned).cases(ready)
 
 
 def options(spec: Any) -> dict[str, Any]:
