@@ -151,6 +151,10 @@ def breakdown(n: int, d: int, causal: bool, tokens: int, hidden: int) -> list[st
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return sdpa(*t, is_causal=causal)
 
+    def step_on_caller(forward: Callable[[], torch.Tensor]) -> Any:
+        with torch.autograd.set_multithreading_enabled(False):
+            return torch.autograd.grad(forward(), leaves, do)
+
     pieces: dict[str, Callable[[Any], Any]] = {
         "torch.empty bf16 [B,H,N,D]": lambda _: torch.empty(q.shape, dtype=q.dtype, device="cuda"),
         "torch.zeros fp32 [B,H,N,D]": lambda _: torch.zeros(q.shape, dtype=torch.float32, device="cuda"),
@@ -167,6 +171,12 @@ def breakdown(n: int, d: int, causal: bool, tokens: int, hidden: int) -> list[st
         "cuDNN fwd, no grad": lambda _: calls["sdpa-cudnn"](),
         "cuDNN fwd, grad recorded": lambda _: cudnn(*leaves),
         "cuDNN step (fwd + autograd.grad)": lambda _: torch.autograd.grad(cudnn(*leaves), leaves, do),
+        # The engine runs CUDA backward nodes on its device thread unless multithreading is off: then on the
+        # caller's, so these two steps tell the hand-over's cost from the nodes' own.
+        "bundled step, backward on the caller's thread": lambda _: step_on_caller(
+            lambda: flash_attn(*leaves, causal=causal)
+        ),
+        "cuDNN step, backward on the caller's thread": lambda _: step_on_caller(lambda: cudnn(*leaves)),
     }
     lines = []
     for name, fn in pieces.items():
@@ -192,39 +202,53 @@ def breakdown(n: int, d: int, causal: bool, tokens: int, hidden: int) -> list[st
         return out
 
     flash_v2.RecomputeAttention.backward = staticmethod(timed_backward)  # type: ignore[method-assign]
+    names = ("forward", "engine -> backward", "backward", "backward -> return")
     try:
-        spans: list[tuple[float, ...]] = []
-        for _ in range(5):
-            torch.cuda.synchronize()
-            torch.cuda._sleep(300_000_000)
-            for _ in range(20):
-                t0 = time.perf_counter_ns()
-                out = flash_attn(*leaves, causal=causal)
-                t1 = time.perf_counter_ns()
-                torch.autograd.grad(out, leaves, do)
-                t2 = time.perf_counter_ns()
-                spans.append(
-                    tuple(
-                        (b - a) / 1e3
-                        for a, b in (
-                            (t0, t1),
-                            (t1, marks["in"]),
-                            (marks["in"], marks["out"]),
-                            (marks["out"], t2),
-                        )
-                    )
+        for threads in (True, False):
+            with torch.autograd.set_multithreading_enabled(threads):
+                spans = step_spans(leaves, do, causal, marks)
+            where = "the engine's device thread" if threads else "the caller's thread"
+            lines.append(
+                f"bundled step, backward on {where}, medians: "
+                + ", ".join(
+                    f"{nm} {statistics.median(s[i] for s in spans):.1f}" for i, nm in enumerate(names)
                 )
-            torch.cuda.synchronize()
+                + " us"
+            )
+            print(lines[-1], flush=True)
     finally:
         flash_v2.RecomputeAttention.backward = backward  # type: ignore[method-assign]
-    names = ("forward", "engine -> backward", "backward", "backward -> return")
-    lines.append(
-        "bundled step, medians: "
-        + ", ".join(f"{nm} {statistics.median(s[i] for s in spans):.1f}" for i, nm in enumerate(names))
-        + " us"
-    )
-    print(lines[-1], flush=True)
     return lines
+
+
+def step_spans(
+    leaves: list[torch.Tensor], do: torch.Tensor, causal: bool, marks: dict[str, int]
+) -> list[tuple[float, ...]]:
+    """(forward, engine -> backward, backward, backward -> return) us of 100 bundled steps, the GPU held; `marks`
+    is filled by the timed backward."""
+    spans: list[tuple[float, ...]] = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(300_000_000)
+        for _ in range(20):
+            t0 = time.perf_counter_ns()
+            out = flash_attn(*leaves, causal=causal)
+            t1 = time.perf_counter_ns()
+            torch.autograd.grad(out, leaves, do)
+            t2 = time.perf_counter_ns()
+            spans.append(
+                tuple(
+                    (b - a) / 1e3
+                    for a, b in (
+                        (t0, t1),
+                        (t1, marks["in"]),
+                        (marks["in"], marks["out"]),
+                        (marks["out"], t2),
+                    )
+                )
+            )
+        torch.cuda.synchronize()
+    return spans
 
 
 def profile(fn: Callable[[], Any], calls: int) -> str:
