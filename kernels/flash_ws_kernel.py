@@ -284,11 +284,15 @@ def _consumer_work(
 ):
     """One tile of the warpgroup (_consumer_tile's arguments): its rows, or where it owns none, its turns and
     releases only."""
-    _, q_empty, k_bars, v_bars, empty_bars, _ = bars
+    q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
     k_smem = smem[2]
     FP8: gl.constexpr = k_smem.dtype.is_fp8()
     STAGES: gl.constexpr = k_smem.shape[0]
     if idle:  # owns no row of this tile: turns and releases only
+        # This tile's Q has landed, so the last tile's Q buffers were released by every warpgroup: without the
+        # wait, an idle warpgroup racing through a one-block tile could release them again for this tile while
+        # another still reads the last one's (its arrival would complete the last tile's phase of q_empty).
+        mbarrier.wait(q_bar, tc & 1)
         for j in range(n_blocks - first):
             g = it + j
             mbarrier.wait(my_turn, (g & 1) ^ FLIP)

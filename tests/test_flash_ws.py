@@ -104,6 +104,22 @@ def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config)
     check_forward(shape, dtype, causal, {"BLOCK_M": 192, **config})
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+def test_idle_warpgroups_release_q_only_after_it_lands():
+    """Every SM's program walking causal 192-row tiles in groups of four heads: each head's first tile has two idle
+    warpgroups and one key block, so an idle warpgroup that released the Q buffers without waiting for this tile's
+    Q could complete the last tile's release while another warpgroup still read it (wrong rows, seen on an H100 at
+    this shape before the wait). A race: repeated."""
+    for _ in range(4):
+        check_forward(
+            (16, 32, 32, 1024, 1024, 64),
+            torch.bfloat16,
+            True,
+            {"BLOCK_M": 192, "PERSISTENT": 1, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1},
+        )
+
+
 def check_forward(shape, dtype, causal, config):
     b, h, hkv, nq, nk, d = shape
     g = torch.Generator(device="cuda").manual_seed(nq + nk + d)
