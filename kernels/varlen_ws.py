@@ -5,8 +5,10 @@
     k, v  [total_k, Hkv, D]   column block h * D ([64, D] boxes of Q and O, [BLOCK_N, D] of K and V)
     o     [total_q, H, D]     written the same way; LSE2 [1, H, total_q] fp32 (varlen.py's layout)
 
-The tiles are walked as common.document_block walks blocks: document_walk(total_q, docs, BLOCK_M) positions per
-head, heads outermost, each document's tiles in a row, its last (the most keys under a causal mask) first; a tile
+The tiles are walked as common.document_block walks blocks: document_walk(total_q, docs, BLOCK_M) positions,
+each document's tiles in a row, its last (the most keys under a causal mask) first, and every head's tile of a
+position before the next position (heads innermost, flash_ws_parts.document_tile: the last documents' long
+tiles do not go out last); a tile
 finds its document on the device from the prefix sums (flash_ws_parts.document_tile), so a launch reads nothing
 on the host and replays under a CUDA graph. A document's tiles end at its last row; its keys start at its first
 key row, with causal masks aligned bottom-right by its own lengths. Not causal, a program per walk position (the
