@@ -275,6 +275,18 @@ def test_lpt_groups_heads_while_their_keys_and_values_fit_the_budget():
     assert [flash_ws.lpt_heads(n, 64) for n in (8192, 16384)] == [4, 1]
 
 
+def test_fp8_defaults_are_persistent_at_d128_and_list_scheduled_when_causal():
+    """FP8 at d = 128: a persistent walk of 128-row tiles over three stages (1.04-1.10x one program per tile up
+    to N = 8192), list-scheduled under a causal mask; d = 256 keeps one program per tile. Each default fits
+    shared memory and passes check_config, so a row's reported config can be forced back."""
+    for causal in (False, True):
+        cfg = flash_ws.default_config(128, causal, fp8=True)
+        assert cfg["PERSISTENT"] == 1 and cfg["STAGES"] == 3 and cfg.get("LPT", 0) == int(causal), cfg
+        assert flash_ws.smem_bytes(cfg, 128, fp8=True) <= flash_ws.SMEM_LIMIT
+        assert flash_ws.check_config(dict(cfg)) == cfg
+        assert flash_ws.default_config(256, causal, fp8=True)["PERSISTENT"] == 0
+
+
 def test_default_configs_report_their_tiles_to_the_byte_model():
     """A sweep row's kernel_config is the config flash_ws reports: it names BLOCK_M and BLOCK_N, which the byte
     model reads (io_model.Blocks), and it passes check_config so that it can be forced back."""
@@ -307,7 +319,8 @@ def test_short_causal_stays_on_the_tl_kernel():
     flash_attn(q, q, q, causal=True)
     assert "kernel" not in last_config()
     flash_attn(q, q, q, causal=False)
-    assert last_config()["kernel"] == "gluon-ws"
+    cfg = last_config()
+    assert cfg["kernel"] == "gluon-ws" and cfg["PERSISTENT"] == 1 and cfg["STAGES"] == 2
     q = torch.randn(1, 2, 1024, 128, device="cuda", dtype=torch.bfloat16)
     flash_attn(q, q, q, causal=True)
     cfg = last_config()
@@ -318,10 +331,10 @@ def test_short_causal_stays_on_the_tl_kernel():
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
 def test_d64_dispatch_follows_the_measured_thresholds():
-    """d = 64: Gluon (192-row tiles) from N = 2048 without a mask, from 8192 with one (flash_ws.GLUON_MIN_SEQ)."""
+    """d = 64: Gluon (192-row tiles) from N = 1024 without a mask, from 8192 with one (flash_ws.GLUON_MIN_SEQ)."""
     for n, causal, gluon in [
-        (1024, False, False),
-        (2048, False, True),
+        (512, False, False),
+        (1024, False, True),
         (2048, True, False),
         (8192, True, True),
     ]:

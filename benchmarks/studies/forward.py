@@ -78,14 +78,27 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
         for heads in (1, 4)
     },
 }
-# The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not.
+# The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
+# under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads).
 FP8_GLUON_VARIANTS = {
-    f"fp8-ws-s{stages}{'-p' if persistent else ''}": {
-        **FP8_CONFIG,
-        "STAGES": stages,
-        "PERSISTENT": persistent,
-    }
-    for stages, persistent in ((2, 0), (3, 0), (4, 0), (3, 1), (4, 1))
+    **{
+        f"fp8-ws-s{stages}{'-p' if persistent else ''}": {
+            **FP8_CONFIG,
+            "STAGES": stages,
+            "PERSISTENT": persistent,
+        }
+        for stages, persistent in ((2, 0), (3, 0), (4, 0), (3, 1), (4, 1))
+    },
+    **{
+        f"fp8-ws-s{stages}-lpt-h{heads}": {
+            **FP8_CONFIG,
+            "STAGES": stages,
+            "PERSISTENT": 1,
+            "LPT": 1,
+            "SCHED_HEADS": heads,
+        }
+        for stages, heads in ((2, 1), (3, 1), (3, 4))
+    },
 }
 
 
