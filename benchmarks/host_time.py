@@ -3,7 +3,8 @@ SDPA cuDNN, in one process (the table of docs/benchmarks.md "Host time").
 
 Three numbers per call, as flashbench's rows carry them (docs/measuring.md):
   host    perf_counter around each of the first 8 of `--calls` calls enqueued back to back after a sync: the
-          median (us), while the launch queue is too short for an enqueue to wait for the GPU
+          median (us), while the launch queue is too short for an enqueue to wait for the GPU; the providers'
+          loops take turns, so both see the same host
   loop    the per-call time of those calls, from before the first to after one synchronize: the median of
           `--loops` loops (us): what an eager loop pays
   gpu     triton.testing.do_bench's median (us): GPU time with the host's gaps mostly hidden
@@ -39,27 +40,36 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 from flashbench.engine.timing import capture_cuda_graph
 
 
-def host_and_loop(fn: Callable[[], Any], calls: int, loops: int) -> tuple[float, float]:
-    """(host us per call: the median over each loop's first enqueues, loop us per call: the median over the
-    loops)."""
-    for _ in range(3):
-        fn()
+def host_and_loop(
+    fns: dict[str, Callable[[], Any]], calls: int, loops: int
+) -> dict[str, tuple[float, float]]:
+    """Per provider (host us per call: the median over each loop's first enqueues, loop us per call: the median
+    over the loops). The providers' loops take turns (A B A B ...), so that a drift of the host's speed, which
+    moves a step's enqueue by up to 2x between runs, falls on both alike."""
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
     torch.cuda.synchronize()
-    enq: list[float] = []
-    per_loop: list[float] = []
+    enq: dict[str, list[float]] = {name: [] for name in fns}
+    per_loop: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(loops):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for i in range(calls):
-            if i < 8:  # a loop's first calls: the launch queue is still short, no enqueue waits for the GPU
-                a = time.perf_counter()
-                fn()
-                enq.append(time.perf_counter() - a)
-            else:
-                fn()
-        torch.cuda.synchronize()
-        per_loop.append((time.perf_counter() - t0) / calls)
-    return statistics.median(enq) * 1e6, statistics.median(per_loop) * 1e6
+        for name, fn in fns.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(calls):
+                if (
+                    i < 8
+                ):  # a loop's first calls: the launch queue is still short, no enqueue waits for the GPU
+                    a = time.perf_counter()
+                    fn()
+                    enq[name].append(time.perf_counter() - a)
+                else:
+                    fn()
+            torch.cuda.synchronize()
+            per_loop[name].append((time.perf_counter() - t0) / calls)
+    return {
+        name: (statistics.median(enq[name]) * 1e6, statistics.median(per_loop[name]) * 1e6) for name in fns
+    }
 
 
 def graph_us(fn: Callable[[], Any], calls: int) -> float | None:
@@ -328,8 +338,9 @@ def main() -> None:
     header = f"{'case':32} {'provider':14} {'host':>7} {'loop':>7} {'gpu':>7} {'graph':>7}  (us per call)"
     lines = [header]
     for what, case, calls in shapes:
+        host_loop = host_and_loop(calls, a.calls, a.loops)
         for name, fn in calls.items():
-            host, loop = host_and_loop(fn, a.calls, a.loops)
+            host, loop = host_loop[name]
             gpu = triton.testing.do_bench(fn, warmup=100, rep=300, return_mode="median") * 1e3
             graph = graph_us(fn, a.calls) if a.graph else None
             rows.append(
