@@ -140,6 +140,40 @@ def test_loop_time_that_regressed_fails_the_gate_while_gpu_time_stands_still(cap
     assert gate(capsys, base, slower)[0] == 0
 
 
+def test_loop_time_slowed_by_a_lower_sm_clock_is_not_a_regression(capsys, tmp_path):
+    """Every provider's loop 10% slower on a side whose SM clock ran 10% lower (a power-capped run): the GPU time
+    and the loop time follow the clock alike, so neither is judged a regression; at the same clock it is one."""
+    base, src = SYNTH
+
+    def at(clock: float, factor: float):
+        """Every ok row's loops (with_loops) x factor, its samples at `clock` MHz."""
+
+        def change(row: Row) -> Row:
+            row = with_loops()(row)
+            if row.status != "ok":
+                return row
+            loops = [x * factor for x in row.loop_samples_ms]
+            return Row.from_dict(
+                {
+                    **row.to_dict(),
+                    "sm_clock_mhz": clock,
+                    "loop_samples_ms": loops,
+                    "loop_ms": float(np.median(loops)),
+                }
+            )
+
+        return change
+
+    before = derive_run(base, tmp_path / "before", at(1980.0, 1.0))
+    capped = derive_run(src, tmp_path / "capped", at(1782.0, 1.10))
+    rc, out, _ = gate(capsys, before, capped, "--format", "json")
+    assert rc == 0, json.loads(out)["headline"]
+    assert not any(c["loop_verdict"] == "regression" for c in json.loads(out)["cases"])
+    same_clock = derive_run(src, tmp_path / "same-clock", at(1980.0, 1.10))
+    rc, out, _ = gate(capsys, before, same_clock, "--format", "json")
+    assert rc == 1 and any(c["loop_verdict"] == "regression" for c in json.loads(out)["cases"])
+
+
 # ---------------------------------------------------------------------------------------------- fingerprints
 def test_gate_shows_both_fingerprints_and_says_whether_the_code_is_the_same(capsys, tmp_path):
     base, src = SYNTH

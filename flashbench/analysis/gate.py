@@ -452,7 +452,7 @@ def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateCon
     verdict = comp.verdict
     if not cfg.absolute and verdict in (REGRESSION, NOISY):
         verdict, notes = UNCHANGED, [*notes, f"{comp.verdict} (absolute gate off)"]
-    loop = _loop(key, b, c, change, cfg)
+    loop = _loop(key, b, c, change, cfg, clock)
     if loop.get("loop_verdict") == REGRESSION:
         notes.append(
             f"loop time {loop['loop_ratio'] - 1.0:+.1%} (fails beyond {pct(loop['loop_threshold'])})"
@@ -474,12 +474,16 @@ def _one_case(key: str, b: CaseResult | None, c: CaseResult | None, cfg: GateCon
     )
 
 
-def _loop(key: str, b: CaseResult, c: CaseResult, change: float, cfg: GateConfig) -> dict[str, Any]:
-    """The eager-loop time under the same rule, where both sides measured it (runs before it have none)."""
+def _loop(
+    key: str, b: CaseResult, c: CaseResult, change: float, cfg: GateConfig, clock: float
+) -> dict[str, Any]:
+    """The eager-loop time under the same rule, clock included, where both sides measured it (runs before it have
+    none): a loop that pays GPU time slows with the SM clock as the GPU time does, so a power-capped run must not
+    read as a slower launch path."""
     if not b.loop_ms or not c.loop_ms:
         return {}
     num, den = [c.loop_samples_ms or (c.loop_ms,)], [b.loop_samples_ms or (b.loop_ms,)]
-    comp = _compare(num, den, change, cfg, f"{key}|loop", history=b.loop_band)
+    comp = _compare(num, den, change, cfg, f"{key}|loop", history=b.loop_band, clock=clock)
     return dict(
         loop_verdict=comp.verdict,
         loop_baseline_ms=b.loop_ms,
