@@ -43,7 +43,6 @@ Cautions:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -67,9 +66,9 @@ from .common import (
 )
 from .configs import BWD_DKDV_SPACE, BWD_DQ_SPACE, INTERPRET_BWD
 from .descriptors import host_descriptor, use_tma
-from .launch import KernelCall, PlanCache, TunedCall, config_key, env_key, hooked, tensor_key
+from .launch import KernelCall, PlanCache, TunedCall, config_key, env_key, tensor_key
 
-__all__ = ["NodeBackward", "attention_backward", "last_bwd_config"]
+__all__ = ["attention_backward", "last_bwd_config"]
 
 
 @triton.jit
@@ -134,32 +133,6 @@ class DqScratch:
         return scratch.as_strided(self.acc_shape, self.acc_strides, self.offset), scratch
 
 
-class Gradients:
-    """dq, dk, dv for one shape, contiguous in the inputs' dtype: views of one allocation (one torch.empty where
-    there would be three, 6-10 us of host time each on an H100 host, `python3 benchmarks/host_time.py
-    --breakdown`), or three allocations where the caller needs outputs that alias nothing (a torch.library custom
-    op: kernels/ops.py). Every view is 16-byte aligned (each head dim the kernels take is a multiple of 8
-    elements), so the kernels see what three allocations would give them. Where q and k/v have one shape (no GQA,
-    seq_q = seq_k) the views come from one unbind, else one as_strided each."""
-
-    def __init__(self, q_shape: tuple[int, ...], kv_shape: tuple[int, ...]) -> None:
-        nq, nkv = math.prod(q_shape), math.prod(kv_shape)
-        self.shapes = (q_shape, kv_shape, kv_shape)
-        self.stacked = (3, *q_shape) if q_shape == kv_shape else None
-        self.size = nq + 2 * nkv
-        q_strides, kv_strides = _contiguous(q_shape), _contiguous(kv_shape)
-        self.views = ((q_shape, q_strides, 0), (kv_shape, kv_strides, nq), (kv_shape, kv_strides, nq + nkv))
-
-    def make(self, dtype: torch.dtype, device: torch.device, shared: bool = True) -> tuple[torch.Tensor, ...]:
-        """(dq, dk, dv), uninitialised, on `device`: views of one allocation, or (shared=False) three."""
-        if not shared:
-            return tuple(torch.empty(size=shape, dtype=dtype, device=device) for shape in self.shapes)
-        if self.stacked is not None:
-            return torch.empty(size=self.stacked, dtype=dtype, device=device).unbind(0)
-        flat = torch.empty(size=(self.size,), dtype=dtype, device=device)
-        return tuple(flat.as_strided(*view) for view in self.views)
-
-
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = [1]
     for n in reversed(shape[1:]):
@@ -194,7 +167,6 @@ class _BackwardPlan:
         self.ws = backward_ws.DkdvPlan(q, k, causal, ws_cfg) if ws_cfg is not None else None
         self.one_pass = self.ws is not None and self.ws.one_pass
         self.scratch = DqScratch((B, H, Nq, D), self.delta_shape)  # the one pass's dQ accumulator and D
-        self.grads = Gradients((B, H, Nq, D), (B, Hkv, Nk, D))
         pre_m = 64
         self.pre_args = (*row_strides(o, do), H, Nq)
         pre_constexprs = {"HEAD_DIM": D, "BLOCK_M": pre_m, "ZERO_DQ": self.one_pass}
@@ -263,30 +235,20 @@ class _BackwardPlan:
         do: torch.Tensor,
         p: torch.Tensor | None,
         sm_scale: float,
-        shared: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """dq, dk, dv (`Gradients.make`: views of one allocation unless not `shared`)."""
-        dq, dk, dv = self.grads.make(q.dtype, q.device, shared)
+        dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+        dv = torch.empty_like(v, memory_format=torch.contiguous_format)
         qk_scale = sm_scale * LOG2E
         if self.one_pass:
             assert self.ws is not None
             # dQ's accumulator (zeroed by the preprocess) and D in one allocation (DqScratch); dQ is the
-            # accumulator converted into its place
+            # accumulator converted by .to()
             dq_acc, delta = self.scratch.make(q.device)
-            pre, ws = self.pre.raw, self.ws.call.raw
-            if pre is not None and ws is not None and not hooked():
-                # both compiled, through their C launchers: what KernelCall and DkdvPlan.run would do, on one read
-                # of the current stream, with the descriptors' tensors in their places
-                stream = self.pre.stream_now()
-                pre(stream, (o, do, delta, dq_acc, *self.pre_args))
-                ws(stream, (q, do, k, v, dk, dv, dq_acc, lse, delta, *self.ws.sizes, qk_scale, sm_scale))
-                cfg_kv = self.ws.config
-            else:
-                self.pre((o, do, delta, dq_acc, *self.pre_args))
-                cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
+            self.pre((o, do, delta, dq_acc, *self.pre_args))
+            cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
             _set_last_bwd_config(cfg_kv, backward_ws.DQ_IN_ONE_PASS)
-            dq.copy_(dq_acc)
-            return dq, dk, dv
+            return dq_acc.to(dtype=q.dtype), dk, dv  # dtype= by keyword: 1.7 against 2.3 us (the CPU machine)
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         delta = torch.empty(size=self.delta_shape, dtype=torch.float32, device=q.device)
         self.pre((o, do, delta, delta, *self.pre_args))  # DQ_ACC unused
         inputs = (q, k, v, do, lse, delta, p if p is not None else lse)  # lse: never read without STORED_P
@@ -323,7 +285,7 @@ def attention_backward(
     dkdv_config: dict[str, Any] | None = None,
     dq_config: dict[str, Any] | None = None,
     window: tuple[int, int] | None = None,
-    shared: bool = True,
+    plans: dict[Any, _BackwardPlan] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv for attention whose forward saved o and lse2; p is the stored P (stored-P variant) or None;
     window: the sliding window the forward ran with (common.check_window's form), or None.
@@ -331,88 +293,42 @@ def attention_backward(
     dkdv_config / dq_config force a pass's config ({"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}, as
     `last_bwd_config()` reports it; benchmarks/studies/backward.py uses this); otherwise they are autotuned.
     The passes, their configs and launch geometry are chosen once per input signature (_BackwardPlan).
-    The gradients are views of one allocation (`Gradients`) unless `shared` is False (kernels/ops.py: a custom
-    op's outputs may not alias each other).
+
+    plans: where flash_attn's forward had a signature of its own (flash_v2._CHECKED: the shapes, strides, dtypes and
+    alignment of q, k and v, the device, the mask, no config), the backward plans of its calls, filled here and
+    keyed by what the backward adds to it: dO's layout, torch's deterministic flag, the environment switches now,
+    and the alignment of o and lse (fresh contiguous tensors of the forward plan's shapes): 1.3 us against 3.6 for
+    the whole key on the CPU machine (tools/host_path.py --sm90-stub).
     """
     do = unit_stride(do)
-    plan = _plan(q, k, v, o, lse, do, p, causal, dkdv_config, dq_config, window)
-    return plan.run(q, k, v, o, lse, do, p, sm_scale, shared)
-
-
-def _plan(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    o: torch.Tensor,
-    lse: torch.Tensor,
-    do: torch.Tensor,
-    p: torch.Tensor | None,
-    causal: bool,
-    dkdv_config: dict[str, Any] | None,
-    dq_config: dict[str, Any] | None,
-    window: tuple[int, int] | None,
-) -> _BackwardPlan:
-    """The plan of these inputs (unit-stride dO), by the whole key: every tensor's, the device, the mask, the
-    forced configs, torch's deterministic flag and the environment switches."""
-    key = (
-        *(tensor_key(t) for t in (q, k, v, o, lse, do)),
-        tensor_key(p) if p is not None else None,
-        q.device,
-        causal,
-        window,
-        config_key(dkdv_config),
-        config_key(dq_config),
-        torch.are_deterministic_algorithms_enabled(),
-        env_key(),
-    )
-    return _PLANS.get(key, q, k, v, o, do, p, causal, dkdv_config, dq_config, window)
-
-
-class NodeBackward:
-    """The backward that flash_attn's autograd node runs, for one forward signature (flash_v2._CHECKED: the shapes,
-    strides, dtypes and alignment of q, k and v, the device, the mask, the scale, no config), made on the caller's
-    thread at forward time so that the node's own Python, which torch's engine runs on its device thread (about
-    twice as slow there as on the caller's, `python3 benchmarks/host_time.py --breakdown`), is a key, a lookup and
-    the plan's run.
-
-    Its plans are keyed by what the backward adds to the forward's signature: dO's strides and alignment (its
-    shape, dtype and device are o's: the autograd engine makes them so before a node runs), torch's deterministic
-    flag and the environment switches now, and the alignment of o and lse (fresh tensors of the forward plan's
-    shapes); a key it has not seen takes the whole key's plan (`_plan`)."""
-
-    __slots__ = ("causal", "sm_scale", "window", "plans")
-
-    def __init__(self, causal: bool, sm_scale: float, window: tuple[int, int] | None) -> None:
-        self.causal, self.sm_scale, self.window = causal, sm_scale, window
-        self.plans: dict[Any, _BackwardPlan] = {}
-
-    def __call__(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        o: torch.Tensor,
-        lse: torch.Tensor,
-        do: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """dq, dk, dv (views of one allocation) of the saved tensors and dO."""
-        if do.stride(-1) != 1:
-            do = do.contiguous()
+    short = plan = None
+    if plans is not None:
         short = (
-            do.stride(),
-            do.data_ptr() % 16 == 0,
+            tensor_key(do),
             torch.are_deterministic_algorithms_enabled(),
             env_key(),
             o.data_ptr() % 16 == 0,
             lse.data_ptr() % 16 == 0,
         )
-        plan = self.plans.get(short)
-        if plan is None:
-            plan = _plan(q, k, v, o, lse, do, None, self.causal, None, None, self.window)
-            if len(self.plans) >= 8:
-                self.plans.clear()
-            self.plans[short] = plan
-        return plan.run(q, k, v, o, lse, do, None, self.sm_scale)
+        plan = plans.get(short)
+    if plan is None:
+        key = (
+            *(tensor_key(t) for t in (q, k, v, o, lse, do)),
+            tensor_key(p) if p is not None else None,
+            q.device,
+            causal,
+            window,
+            config_key(dkdv_config),
+            config_key(dq_config),
+            torch.are_deterministic_algorithms_enabled(),
+            env_key(),
+        )
+        plan = _PLANS.get(key, q, k, v, o, do, p, causal, dkdv_config, dq_config, window)
+        if plans is not None:
+            if len(plans) >= 8:
+                plans.clear()
+            plans[short] = plan
+    return plan.run(q, k, v, o, lse, do, p, sm_scale)
 
 
 def _gluon_dkdv_config(

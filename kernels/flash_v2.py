@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 
 from . import flash_ws
-from .backward import NodeBackward
+from .backward import attention_backward
 from .common import (
     LOG2E,
     NOT_VARLEN,
@@ -403,9 +403,9 @@ def _run_plan(
 
 
 # A call signature seen before, with everything its checks and plan lookup concluded: (the forward launcher bound
-# to its plan, the softmax scale, the checked window, the backward its autograd nodes run: backward.NodeBackward,
-# with the backward plans of its calls). Only signatures whose checks return the inputs themselves (unit-stride,
-# scale >= 0) are kept, so a hit is exactly what the checks would have done.
+# to its plan, the softmax scale, the checked window, the backward plans of its calls (backward.attention_backward's
+# `plans`)). Only signatures whose checks return the inputs themselves (unit-stride, scale >= 0) are kept, so a hit
+# is exactly what the checks would have done.
 _CHECKED = PlanCache(lambda: None)  # filled by flash_attn's put(), never made by get()
 
 
@@ -429,16 +429,21 @@ class RecomputeAttention(torch.autograd.Function):
     (this file's FA2 order and flash_v1's FA1 order): `forward_fn` is the forward launcher."""
 
     @staticmethod
-    def forward(ctx: Any, q, k, v, causal, sm_scale, config, forward_fn=None, window=None, node=None):  # type: ignore[override]
+    def forward(ctx: Any, q, k, v, causal, sm_scale, config, forward_fn=None, window=None, plans=None):  # type: ignore[override]
         o, lse, _ = (forward_fn or attention_forward)(q, k, v, causal, sm_scale, config)
         ctx.save_for_backward(q, k, v, o, lse)
-        # flash_attn's checked signature's backward.NodeBackward (_CHECKED), else one of this call's own
-        ctx.node = node if node is not None else NodeBackward(causal, sm_scale, window)
+        ctx.causal = causal
+        ctx.sm_scale = sm_scale
+        ctx.window = window
+        ctx.plans = plans  # the backward plans of flash_attn's call signature (_CHECKED), or None
         return o
 
     @staticmethod
     def backward(ctx: Any, do):  # type: ignore[override]
-        dq, dk, dv = ctx.node(*ctx.saved_tensors, do)
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = attention_backward(
+            q, k, v, o, lse, do, None, ctx.causal, ctx.sm_scale, window=ctx.window, plans=ctx.plans
+        )
         return dq, dk, dv, None, None, None, None, None, None
 
 
@@ -473,8 +478,8 @@ def flash_attn(
     except TypeError:  # an unhashable argument (a list as sm_scale, say): the checks say what is wrong
         signature, hit = None, None
     if hit is not None:
-        forward, scale, checked, node = hit
-        return attend(RecomputeAttention, forward, q, k, v, causal, scale, None, forward, checked, node)
+        forward, scale, checked, plans = hit
+        return attend(RecomputeAttention, forward, q, k, v, causal, scale, None, forward, checked, plans)
     q0, k0, v0 = q, k, v
     q, k, v, sm_scale = check_inputs("flash_attn", q, k, v, causal, sm_scale)
     window = check_window("flash_attn", window, causal)
@@ -488,8 +493,7 @@ def flash_attn(
     if signature is not None and config is None and q is q0 and k is k0 and v is v0:
         key = (*signature[:4], causal, window, None, signature[-1])  # attention_forward's plan key
         plan = _PLANS.get(key, q, k, v, causal, None, window)
-        node = NodeBackward(causal, sm_scale, window)
-        _CHECKED.put(signature, (functools.partial(_run_plan, plan), sm_scale, window, node))
+        _CHECKED.put(signature, (functools.partial(_run_plan, plan), sm_scale, window, {}))
     if window is None:
         return attend(RecomputeAttention, attention_forward, q, k, v, causal, sm_scale, config)
     forward = functools.partial(attention_forward, window=window)

@@ -125,7 +125,7 @@ class KernelCall:
         descriptors until the kernel is compiled (`direct`), then the descriptors' tensors."""
         compiled = self.compiled
         if compiled is not None:
-            if hooked():
+            if _hooked():
                 args = [self.descs[i].over(a) if i in self.descs else a for i, a in enumerate(args)]
             else:
                 stream = self.stream(self.device())
@@ -152,10 +152,6 @@ class KernelCall:
             self.compiled = launched
             self.raw = RawLaunch.of(launched, self.descs, self.grid, self.tail)
             self.stream, self.device = _stream_getters()
-
-    def stream_now(self) -> Any:
-        """The current stream of the current device, read as a launch reads it (the kernel is compiled)."""
-        return self.stream(self.device())
 
     @property
     def direct(self) -> bool:
@@ -412,7 +408,7 @@ def env_key() -> tuple[Any, ...]:
     return tuple(map((_ENVIRON if _ENVIRON is not None else os.environ).get, _ENV_KEYS))
 
 
-def hooked() -> bool:
+def _hooked() -> bool:
     """A launch hook is installed (Triton 3.6 keeps an empty HookChain there; older Triton keeps None)."""
     hook = _knobs.runtime.launch_enter_hook
     return hook is not None and bool(getattr(hook, "calls", True))

@@ -62,8 +62,7 @@ def attn_bwd(
     window_right: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     window = _window(window_left, window_right)
-    # three allocations: a custom op's outputs may not alias each other (backward.Gradients)
-    return attention_backward(q, k, v, o, lse, do, None, causal, sm_scale, window=window, shared=False)
+    return attention_backward(q, k, v, o, lse, do, None, causal, sm_scale, window=window)
 
 
 @attn_bwd.register_fake

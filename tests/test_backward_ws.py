@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, backward_ws, flash_attn, flash_ws
-from flashbench.kernels.backward import DqScratch, Gradients, attention_backward, last_bwd_config
+from flashbench.kernels.backward import DqScratch, attention_backward, last_bwd_config
 from flashbench.kernels.flash_v2 import attention_forward
 from tiers import smoke
 
@@ -251,35 +251,3 @@ def test_dq_scratch_gives_d_then_an_aligned_contiguous_accumulator_in_one_alloca
     acc.fill_(1.0)
     rows.fill_(2.0)
     assert acc.eq(1.0).all() and rows.eq(2.0).all()  # D's rows and the accumulator do not overlap
-
-
-@pytest.mark.parametrize("kv_shape", [(2, 4, 8, 32), (2, 2, 6, 32)], ids=["same shape", "gqa"])
-def test_gradients_are_disjoint_aligned_contiguous_views_of_one_allocation_unless_not_shared(kv_shape):
-    """dq, dk, dv come as contiguous views of one allocation in the inputs' dtype, each 16-byte aligned (the
-    kernels' TMA descriptors need it) and not overlapping; shared=False (a custom op's outputs) gives three."""
-    grads = Gradients((2, 4, 8, 32), kv_shape)
-    dq, dk, dv = grads.make(torch.float16, torch.device("cpu"))
-    assert (dq.shape, dk.shape, dv.shape) == ((2, 4, 8, 32), kv_shape, kv_shape)
-    assert all(
-        g.is_contiguous() and g.dtype == torch.float16 and g.data_ptr() % 16 == 0 for g in (dq, dk, dv)
-    )
-    assert len({g.untyped_storage().data_ptr() for g in (dq, dk, dv)}) == 1
-    for i, g in enumerate((dq, dk, dv)):
-        g.fill_(i)
-    assert dq.eq(0).all() and dk.eq(1).all() and dv.eq(2).all()  # no view writes into another
-    apart = grads.make(torch.float16, torch.device("cpu"), shared=False)
-    assert len({g.untyped_storage().data_ptr() for g in apart}) == 3
-    assert [g.shape for g in apart] == [dq.shape, dk.shape, dv.shape]
-
-
-def test_the_backward_custom_op_returns_gradients_that_alias_nothing():
-    """flashbench::attn_bwd (torch.compile's backward) allocates dq, dk, dv apart: torch refuses a custom op whose
-    outputs alias each other; its gradients are those of the eager backward."""
-    from flashbench.kernels import ops
-
-    q, k, v, do = (torch.randn(1, 2, 16, 32) for _ in range(4))
-    o, lse, _ = attention_forward(q, k, v, True, 0.125)
-    grads = torch.ops.flashbench.attn_bwd(do, q, k, v, o, lse, True, 0.125, *ops.NO_WINDOW)
-    assert len({g.untyped_storage().data_ptr() for g in grads}) == 3
-    eager = attention_backward(q, k, v, o, lse, do, None, True, 0.125)
-    assert all(torch.equal(a, b) for a, b in zip(grads, eager, strict=True))
