@@ -115,7 +115,7 @@ def document_tile(t, sched, docs, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSA
     (h, kv_h, lse_row, n_q, n_k, H): tile t is walk position t // BH of head t % BH (every head's tile of a walk
     position before the next position's: the walk's longest tiles, a document's last under a causal mask, go
     out head by head before its shorter ones, so the programs that take tiles as they come free end together;
-    head by head, the tiles of the last heads' long documents went out last and ran 8-9% past the others'
+    head by head, the tiles of the last heads' long documents went out last and ran 6-10% past the others'
     ends, by a list-scheduling model of the preset's documents), and the walk visits each document's
     cdiv(n_q, BM) query tiles (the last, which sees the most keys under a causal mask, first), so a tile holds
     rows of one document (common.document_block's walk and clamps, found on the device: no
