@@ -302,8 +302,13 @@ class BackwardPlan:
         self.pre = KernelCall(
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
-        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": True}
-        grid = (document_walk(Tk, docs, block_n), Hkv)
+        walk = document_walk(Tk, docs, block_n)
+        if cfg.get("HEADS_INNER"):  # a key block's K/V heads one after another (backward_ws.CONFIG_KEYS)
+            constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": 2}
+            grid: tuple[int, ...] = (walk * Hkv,)
+        else:
+            constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": True}
+            grid = (walk, Hkv)
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
 
