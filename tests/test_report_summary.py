@@ -193,23 +193,26 @@ def test_a_case_runs_at_its_median_clock_during_the_samples_or_around_them_in_ol
 
 
 def test_throttled_cases_lowest_clock_first() -> None:
+    """The committed H100 run's throttled cases, lowest clock first, each with the NVML reasons its row recorded
+    (the run's own facts, read back: a new run of the table changes them)."""
     run = analysis.load_run(H100_SPEED)
     thr = clocks.throttled_cases(run.frame, run.env)
-    assert len(thr) == int(run.frame["throttled"].sum()) == 113
+    assert len(thr) == int(run.frame["throttled"].sum()) > 0
     assert list(thr["SM clock MHz"]) == sorted(thr["SM clock MHz"])
-    # the committed run (2026-11-26): every throttled case was power-capped, none slowed by temperature
-    assert thr["why (NVML)"].value_counts().to_dict() == {"software power cap": 113}
+    for why in thr["why (NVML)"]:  # each a list of NVML's reasons in words
+        assert why and set(why.split(", ")) <= set(clocks.REASON_WORDS.values()), why
 
 
 def test_a_throttled_calibration_is_no_ceiling_and_the_summary_says_so() -> None:
     run = analysis.load_run(H100_SPEED)
     cal = clocks.calibration(run.env, run.ceilings, run.gpu_spec)
-    # the committed run's calibration (flashbench calibrate in the steady regime) hit the power cap in every figure
-    assert (cal.source, cal.throttled, cal.clock_mhz) == ("run", True, 1245.0)
-    assert cal.reasons == ("software power cap",)
+    # the committed run's calibration (flashbench calibrate in the steady regime) hit the power cap in its matmuls
+    record = run.env.calibration
+    assert (cal.source, cal.throttled) == ("run", True)
+    assert cal.clock_mhz == record["sm_clock_mhz"] and "software power cap" in cal.reasons
     md = verdict.markdown(run, "sdpa-flash")
     assert "**Measured roof**: the calibration ran on a throttled GPU (bf16 matmul: sw power cap" in md
-    assert "681 TFLOP/s bf16" in md and "not ceilings" in md
+    assert f"{record['matmul_tflops']['bf16']:.0f} TFLOP/s bf16" in md and "not ceilings" in md
 
 
 def steady_calibration(bf16_reasons: list[str], **record: object) -> dict[str, object]:
