@@ -8,7 +8,10 @@ Three numbers per call, as flashbench's rows carry them (docs/measuring.md):
   loop    the per-call time of those calls, from before the first to after one synchronize: the median of
           `--loops` loops (us): what an eager loop pays
   gpu     triton.testing.do_bench's median (us): GPU time with the host's gaps mostly hidden
-and, with --graph, the per-call time of CUDA-graph replays back to back.
+and, with --graph, the per-call time of CUDA-graph replays back to back. Per shape, the bundled call's enqueue
+median over the other provider's, with its 95% percentile-bootstrap interval (the gate's, over each provider's
+enqueues), and what the interval allows: "at most" theirs, "above", or "cannot tell" (rows: host_ratio,
+host_ratio_ci, host_verdict).
 
     python3 benchmarks/host_time.py                           # the issue's shapes: bf16, d = 128, 16k tokens
     python3 benchmarks/host_time.py --dims 64,128 --seqs 512,1024,2048,4096 --modes fwd,fwd+bwd --graph
@@ -37,15 +40,16 @@ from flashbench.kernels import flash_attn, flash_decode
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+from flashbench.analysis.gate_rule import median_ratio_ci
 from flashbench.engine.timing import capture_cuda_graph
 
 
 def host_and_loop(
     fns: dict[str, Callable[[], Any]], calls: int, loops: int
-) -> dict[str, tuple[float, float]]:
+) -> dict[str, tuple[float, float, list[float]]]:
     """Per provider (host us per call: the median over each loop's first enqueues, loop us per call: the median
-    over the loops). The providers' loops take turns (A B A B ...), so that a drift of the host's speed, which
-    moves a step's enqueue by up to 2x between runs, falls on both alike."""
+    over the loops, the enqueues in us). The providers' loops take turns (A B A B ...), so that a drift of the
+    host's speed, which moves a step's enqueue by up to 2x between runs, falls on both alike."""
     for fn in fns.values():
         for _ in range(3):
             fn()
@@ -68,8 +72,22 @@ def host_and_loop(
             torch.cuda.synchronize()
             per_loop[name].append((time.perf_counter() - t0) / calls)
     return {
-        name: (statistics.median(enq[name]) * 1e6, statistics.median(per_loop[name]) * 1e6) for name in fns
+        name: (
+            statistics.median(enq[name]) * 1e6,
+            statistics.median(per_loop[name]) * 1e6,
+            [x * 1e6 for x in enq[name]],
+        )
+        for name in fns
     }
+
+
+def host_ratio(bundled: list[float], other: list[float], key: str) -> dict[str, Any]:
+    """The bundled enqueue's median over the other provider's, with the 95% percentile-bootstrap interval the
+    gate uses (gate_rule.median_ratio_ci), and what it allows one to say: "at most" (the interval's top <= 1),
+    "above" (its bottom > 1) or "cannot tell"."""
+    point, low, high = median_ratio_ci([bundled], [other], confidence=0.95, resamples=2000, seed=0, key=key)
+    said = "at most" if high <= 1.0 else "above" if low > 1.0 else "cannot tell"
+    return {"host_ratio": point, "host_ratio_ci": [low, high], "host_verdict": said}
 
 
 def graph_us(fn: Callable[[], Any], calls: int) -> float | None:
@@ -337,23 +355,39 @@ def main() -> None:
                         shapes.append((what, case, training_calls(n, d, causal, mode, a.tokens, a.hidden)))
     header = f"{'case':32} {'provider':14} {'host':>7} {'loop':>7} {'gpu':>7} {'graph':>7}  (us per call)"
     lines = [header]
+    verdicts: dict[str, list[str]] = {}
     for what, case, calls in shapes:
         host_loop = host_and_loop(calls, a.calls, a.loops)
+        names = list(calls)
         for name, fn in calls.items():
-            host, loop = host_loop[name]
+            host, loop, enqueues = host_loop[name]
             gpu = triton.testing.do_bench(fn, warmup=100, rep=300, return_mode="median") * 1e3
             graph = graph_us(fn, a.calls) if a.graph else None
-            rows.append(
-                {**case, "provider": name, "host_us": host, "loop_us": loop, "gpu_us": gpu, "graph_us": graph}
-            )
+            row = {
+                **case,
+                "provider": name,
+                "host_us": host,
+                "loop_us": loop,
+                "gpu_us": gpu,
+                "graph_us": graph,
+            }
             g = f"{graph:7.0f}" if graph is not None else "      -"
             lines.append(f"{what:32} {name:14} {host:7.0f} {loop:7.0f} {gpu:7.0f} {g}")
+            if (
+                name != names[0]
+            ):  # the bundled call's enqueue over this provider's (the bundled one comes first)
+                row |= host_ratio(host_loop[names[0]][2], enqueues, f"{what}|{name}")
+                low, high = row["host_ratio_ci"]
+                lines[-1] += f"  host {names[0]} / {name} {row['host_ratio']:.2f} [{low:.2f}, {high:.2f}]"
+                verdicts.setdefault(f"{case.get('mode', 'decode')}: {row['host_verdict']}", []).append(what)
+            rows.append(row)
             print(lines[-1], flush=True)
         del calls
         torch.cuda.empty_cache()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "host_time.jsonl"), "w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
+    lines += [f"bundled enqueue / the other's, {k} (95%): {len(v)} shapes" for k, v in verdicts.items()]
     print("\n".join(lines))
 
 
