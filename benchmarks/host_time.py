@@ -46,10 +46,10 @@ from flashbench.engine.timing import capture_cuda_graph
 
 def host_and_loop(
     fns: dict[str, Callable[[], Any]], calls: int, loops: int
-) -> dict[str, tuple[float, float, list[float]]]:
-    """Per provider (host us per call: the median over each loop's first enqueues, loop us per call: the median
-    over the loops, the enqueues in us). The providers' loops take turns (A B A B ...), so that a drift of the
-    host's speed, which moves a step's enqueue by up to 2x between runs, falls on both alike."""
+) -> dict[str, tuple[list[float], float]]:
+    """Per provider (each loop's first enqueues in us, loop us per call: the median over the loops). The
+    providers' loops take turns (A B A B ...), so that a drift of the host's speed, which moves a step's enqueue
+    by up to 2x between runs, falls on both alike."""
     for fn in fns.values():
         for _ in range(3):
             fn()
@@ -61,9 +61,8 @@ def host_and_loop(
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for i in range(calls):
-                if (
-                    i < 8
-                ):  # a loop's first calls: the launch queue is still short, no enqueue waits for the GPU
+                # a loop's first calls: the launch queue is still short, no enqueue waits for the GPU
+                if i < 8:
                     a = time.perf_counter()
                     fn()
                     enq[name].append(time.perf_counter() - a)
@@ -71,14 +70,7 @@ def host_and_loop(
                     fn()
             torch.cuda.synchronize()
             per_loop[name].append((time.perf_counter() - t0) / calls)
-    return {
-        name: (
-            statistics.median(enq[name]) * 1e6,
-            statistics.median(per_loop[name]) * 1e6,
-            [x * 1e6 for x in enq[name]],
-        )
-        for name in fns
-    }
+    return {name: ([x * 1e6 for x in enq[name]], statistics.median(per_loop[name]) * 1e6) for name in fns}
 
 
 def host_ratio(bundled: list[float], other: list[float], key: str) -> dict[str, Any]:
@@ -360,7 +352,8 @@ def main() -> None:
         host_loop = host_and_loop(calls, a.calls, a.loops)
         names = list(calls)
         for name, fn in calls.items():
-            host, loop, enqueues = host_loop[name]
+            enqueues, loop = host_loop[name]
+            host = statistics.median(enqueues)
             gpu = triton.testing.do_bench(fn, warmup=100, rep=300, return_mode="median") * 1e3
             graph = graph_us(fn, a.calls) if a.graph else None
             row = {
@@ -373,10 +366,9 @@ def main() -> None:
             }
             g = f"{graph:7.0f}" if graph is not None else "      -"
             lines.append(f"{what:32} {name:14} {host:7.0f} {loop:7.0f} {gpu:7.0f} {g}")
-            if (
-                name != names[0]
-            ):  # the bundled call's enqueue over this provider's (the bundled one comes first)
-                row |= host_ratio(host_loop[names[0]][2], enqueues, f"{what}|{name}")
+            # the bundled call's enqueue over this provider's (the bundled one comes first)
+            if name != names[0]:
+                row |= host_ratio(host_loop[names[0]][0], enqueues, f"{what}|{name}")
                 low, high = row["host_ratio_ci"]
                 lines[-1] += f"  host {names[0]} / {name} {row['host_ratio']:.2f} [{low:.2f}, {high:.2f}]"
                 verdicts.setdefault(f"{case.get('mode', 'decode')}: {row['host_verdict']}", []).append(what)

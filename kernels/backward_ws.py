@@ -273,9 +273,8 @@ if HAVE_GLUON:
     ):
         """VARLEN: this program's place in the packed batch, (nb, kv_h, k_row, n_k, q_row, n_q, walk): key block
         nb of the document whose keys are rows k_row .. k_row + n_k - 1 of the packed K and V and whose queries
-        rows q_row .. q_row + n_q - 1 of Q, K/V head kv_h (VARLEN 1: the grid's second axis, walk positions
-        first; 2, HEADS_INNER: a grid of walk positions x K/V heads, a position's K/V heads one after another);
-        found on the device by
+        rows q_row .. q_row + n_q - 1 of Q, K/V head kv_h (VARLEN 1: the grid's second axis; 2, HEADS_INNER: one
+        axis of walk positions x K/V heads, a position's heads one after another); found on the device by
         common.document_block's walk over the keys (flash_ws_parts.document_block), so a launch reads nothing on
         the host. walk as _walk's, over the document's query blocks: BLOCK_M rows from q_row, the last may run
         into the next document (causal: bottom-right by the document's lengths). Rows past cu_seqlens_k[-1] are

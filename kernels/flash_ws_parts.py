@@ -113,10 +113,9 @@ def document_block(CU, NUM_DOCS, TOTAL, pid, BLOCK: gl.constexpr, REVERSE: gl.co
 def document_tile(t, sched, docs, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
     """VARLEN: tile t of a packed batch, (live, q_pos, q_row, kv_row, n_blocks, full_blocks, where) with where =
     (h, kv_h, lse_row, n_q, n_k, H): tile t is walk position t // BH of head t % BH (every head's tile of a walk
-    position before the next position's: the walk's longest tiles, a document's last under a causal mask, go
-    out head by head before its shorter ones, so the programs that take tiles as they come free end together;
-    head by head, the tiles of the last heads' long documents went out last and ran 6-10% past the others'
-    ends, by a list-scheduling model of the preset's documents), and the walk visits each document's
+    position before the next position's, so the long tiles of the last documents do not go out last and the
+    programs that take tiles as they come free end together: docs/kernels.md, packed documents), and the walk
+    visits each document's
     cdiv(n_q, BM) query tiles (the last, which sees the most keys under a causal mask, first), so a tile holds
     rows of one document (common.document_block's walk and clamps, found on the device: no
     host read). Rows past cu_seqlens_q[-1] are one more document with no keys; a walk position past the last

@@ -6,9 +6,8 @@
     o     [total_q, H, D]     written the same way; LSE2 [1, H, total_q] fp32 (varlen.py's layout)
 
 The tiles are walked as common.document_block walks blocks: document_walk(total_q, docs, BLOCK_M) positions,
-each document's tiles in a row, its last (the most keys under a causal mask) first, and every head's tile of a
-position before the next position (heads innermost, flash_ws_parts.document_tile: the last documents' long
-tiles do not go out last); a tile
+each document's tiles in a row, its last (the most keys under a causal mask) first, every head's tile of a
+position before the next position (flash_ws_parts.document_tile); a tile
 finds its document on the device from the prefix sums (flash_ws_parts.document_tile), so a launch reads nothing
 on the host and replays under a CUDA graph. A document's tiles end at its last row; its keys start at its first
 key row, with causal masks aligned bottom-right by its own lengths. Not causal, a program per walk position (the
@@ -303,12 +302,10 @@ class BackwardPlan:
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
         walk = document_walk(Tk, docs, block_n)
-        if cfg.get("HEADS_INNER"):  # a key block's K/V heads one after another (backward_ws.CONFIG_KEYS)
-            constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": 2}
-            grid: tuple[int, ...] = (walk * Hkv,)
-        else:
-            constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": True}
-            grid = (walk, Hkv)
+        # HEADS_INNER: a key block's K/V heads one after another (backward_ws.CONFIG_KEYS)
+        inner = bool(cfg.get("HEADS_INNER"))
+        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": 2 if inner else True}
+        grid = (walk * Hkv,) if inner else (walk, Hkv)
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
 
