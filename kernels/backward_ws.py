@@ -79,9 +79,6 @@ CONFIG_KEYS = {
     "NUM_WG": (2,),
     "STAGES": (2, 3),
     "ONE_PASS": (0, 1),
-    # packed documents only (varlen_ws.BackwardPlan): 1 launches a key block's K/V heads one after another, so the
-    # grid's last programs are the last documents' short key blocks of every head, not the last head's whole walk
-    "HEADS_INNER": (0, 1),
     # reported with the config (derived from NUM_WG and ONE_PASS), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1, 4 * 2 + 4 + 1),
@@ -174,8 +171,6 @@ def supported(
         return "this Triton has no Gluon"
     if window is not None:
         return "sliding windows run on the tl kernel"
-    if cfg.get("HEADS_INNER"):
-        return "HEADS_INNER orders packed documents' key blocks (flash_attn_varlen's bwd_config) only"
     why = flash_ws.input_refusal(
         {"q": q, "k": k, "v": v, "dO": do}, causal, cfg["BLOCK_M"], cfg["NUM_WG"] * KEYS, HEAD_DIMS
     )
@@ -223,7 +218,7 @@ if HAVE_GLUON:
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         if VARLEN:  # [total, heads * D]: a head is a column block
             HEAD_DIM: gl.constexpr = q_smem.shape[2]
-            nb, kv_h, k_row, _, q_row, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL, VARLEN)
+            nb, kv_h, k_row, _, q_row, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
             mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
             for w in gl.static_range(NUM_WG):
                 coord = [k_row + nb * BLOCK_N + w * 64, kv_h * HEAD_DIM]
@@ -268,13 +263,10 @@ if HAVE_GLUON:
         return head0, lo, N_Q // BLOCK_M - lo
 
     @gluon.jit
-    def _document(
-        sched, docs, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, VARLEN: gl.constexpr
-    ):
+    def _document(sched, docs, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
         """VARLEN: this program's place in the packed batch, (nb, kv_h, k_row, n_k, q_row, n_q, walk): key block
         nb of the document whose keys are rows k_row .. k_row + n_k - 1 of the packed K and V and whose queries
-        rows q_row .. q_row + n_q - 1 of Q, K/V head kv_h (VARLEN 1: the grid's second axis; 2, HEADS_INNER: one
-        axis of walk positions x K/V heads, a position's heads one after another); found on the device by
+        rows q_row .. q_row + n_q - 1 of Q, K/V head kv_h (the grid's second axis); found on the device by
         common.document_block's walk over the keys (flash_ws_parts.document_block), so a launch reads nothing on
         the host. walk as _walk's, over the document's query blocks: BLOCK_M rows from q_row, the last may run
         into the next document (causal: bottom-right by the document's lengths). Rows past cu_seqlens_k[-1] are
@@ -282,16 +274,11 @@ if HAVE_GLUON:
         block gets n_k = n_q = 0."""
         H, GROUP, N_Q, N_K = sched
         CU_Q, CU_K, NUM_DOCS, _, _ = docs
-        if VARLEN == 2:
-            position = gl.program_id(0) // (H // GROUP)
-            kv_h = gl.program_id(0) % (H // GROUP)
-        else:
-            position = gl.program_id(0)
-            kv_h = gl.program_id(1)
-        doc, k_row, n_k, nb = document_block(CU_K, NUM_DOCS, N_K, position, BLOCK_N, False)
+        doc, k_row, n_k, nb = document_block(CU_K, NUM_DOCS, N_K, gl.program_id(0), BLOCK_N, False)
         q_row = gl.minimum(gl.maximum(gl.load(CU_Q + doc), 0), N_Q)
         q_end = gl.minimum(gl.maximum(gl.load(CU_Q + gl.minimum(doc + 1, NUM_DOCS)), 0), N_Q)
         n_q = gl.where((doc < NUM_DOCS) & (n_k > 0), gl.maximum(q_end - q_row, 0), 0)
+        kv_h = gl.program_id(1)
         lo = 0
         if CAUSAL:
             lo = gl.maximum(nb * BLOCK_N - (n_k - n_q), 0) // BLOCK_M
@@ -391,7 +378,7 @@ if HAVE_GLUON:
         key_s: gl.constexpr = gl.SliceLayout(1, s_layout)
 
         if VARLEN:  # keys and queries counted from the document's first (k_row, q_row)
-            nb, _, _, n_k, _, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL, VARLEN)
+            nb, _, _, n_k, _, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
             n0 = nb * BLOCK_N
             causal_off = n_k - n_q
         else:
@@ -462,7 +449,7 @@ if HAVE_GLUON:
             # (at most one per document and K/V head) stores its rows inside it through masked pointer stores
             # (none where all its keys lie past it); the others by TMA. The document is found again here: its
             # rows and head kept through the loop cost the second consumer 3 more loads from local memory a step.
-            _, kv_h, k_row, n_k, _, _, _ = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL, VARLEN)
+            _, kv_h, k_row, n_k, _, _, _ = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
             _, _, _, DK, DV = docs
             col = kv_h * HEAD_DIM
             if n_k - my_n0 >= 64:
@@ -519,7 +506,7 @@ if HAVE_GLUON:
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
         )
         if VARLEN:
-            spin, _, _, _, q_row, _, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL, VARLEN)
+            spin, _, _, _, q_row, _, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
         else:
             walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
             spin = _program()[0]
@@ -586,7 +573,7 @@ if HAVE_GLUON:
         DQ_REGS: gl.constexpr,
         # Packed documents (varlen_ws.py): B = 1, N_Q and N_K the packed totals; Q, dO, K, V, dK, dV are 2-D
         # [total, heads * D] (a head is a column block), dQ's and the LSE's rows [H * total_q]; a program is a key
-        # block of one document (_document); 2: the grid hands out a key block's K/V heads together (HEADS_INNER)
+        # block of one document (_document)
         VARLEN: gl.constexpr,
     ):
         """One program per (NUM_WG * 64 keys, batch * K/V head); VARLEN: per (key block of a document, K/V

@@ -84,9 +84,10 @@ DEFAULT_CONFIG = {
 
 
 # Where flash_attn_varlen's forward takes this kernel by default: the shortest longest-document per (head dim,
-# masked), as flash_ws.GLUON_MIN_SEQ for flash_attn. Timed at d = 128 causal only, 1.26-1.30x the tl kernel
-# (docs/kernels.md, packed documents); elsewhere a forced {"kernel": "gluon-ws"} runs it.
-MIN_SEQ: dict[tuple[int, bool], int] = {(128, True): 2048}
+# masked), as flash_ws.GLUON_MIN_SEQ for flash_attn. d = 128 from 512, the shortest timed (1.15-1.33x the tl kernel
+# at documents of 512, 1024 and 256-4096); d = 64's 128-row tiles trailed the tl kernel (0.73-0.97x) and d = 256 is not
+# timed, so they keep it (docs/kernels.md, packed documents); a forced {"kernel": "gluon-ws"} runs it anywhere.
+MIN_SEQ: dict[tuple[int, bool], int] = {(128, False): 512, (128, True): 512}
 
 
 def default_config(head_dim: int, causal: bool) -> dict[str, Any]:
@@ -221,10 +222,15 @@ class VarlenPlan:
 
 
 # Where flash_attn_varlen's backward takes backward_ws's kernel (BackwardPlan) by default: the shortest
-# longest-document per (head dim, causal), as backward_ws.MIN_SEQ for flash_attn. Timed at d = 128 causal only: the
-# step 1.37x the tl passes' (docs/kernels.md, packed documents); elsewhere a forced bwd_config={"kernel":
-# "gluon-ws"} runs it.
-BWD_MIN_SEQ: dict[tuple[int, bool], int] = {(128, True): 2048}
+# longest-document per (head dim, causal), as backward_ws.MIN_SEQ for flash_attn. From 512, the shortest timed: the
+# backward 1.11-1.66x the tl passes' at documents of 512, 1024 and 256-4096, but for d = 128 causal at 512, a tie,
+# where the tl passes (deterministic) stay (docs/kernels.md, packed documents).
+BWD_MIN_SEQ: dict[tuple[int, bool], int] = {
+    (64, False): 512,
+    (64, True): 512,
+    (128, False): 512,
+    (128, True): 1024,
+}
 
 
 def backward_supported(
@@ -301,11 +307,8 @@ class BackwardPlan:
         self.pre = KernelCall(
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
-        walk = document_walk(Tk, docs, block_n)
-        # HEADS_INNER: a key block's K/V heads one after another (backward_ws.CONFIG_KEYS)
-        inner = bool(cfg.get("HEADS_INNER"))
-        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": 2 if inner else True}
-        grid = (walk * Hkv,) if inner else (walk, Hkv)
+        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": True}
+        grid = (document_walk(Tk, docs, block_n), Hkv)
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
 

@@ -464,18 +464,6 @@ def test_gluon_backward_every_document_within_budget(lengths, h, hkv, d, dtype, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
-@pytest.mark.parametrize(
-    "lengths,h,hkv,d,dtype,causal", GLUON_BWD_CASES[:4], ids=["self", "self-full", "cross", "d64"]
-)
-def test_gluon_backward_with_heads_inner_every_document_within_budget(lengths, h, hkv, d, dtype, causal):
-    """HEADS_INNER: the same programs in another order (a walk position's K/V heads together)."""
-    inner = {**GLUON, "HEADS_INNER": 1}
-    check(lengths, h, hkv, d, dtype, causal=causal, config=GLUON, bwd_config=inner)
-    assert last_bwd_config()["dkdv"]["HEADS_INNER"] == 1
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
 def test_gluon_backward_rows_past_the_last_document_get_zero_gradients():
     """Rows past cu_seqlens[-1] on both sides: their dK, dV are stored zeros (one more document without queries),
     their dQ stays the zeroed accumulator's; a document ending inside a key block stores none of the next rows."""
@@ -517,12 +505,14 @@ def backward_of(lengths, d=64, causal=True, longest=None, **kw):
 
 def test_the_backward_takes_the_gluon_kernel_when_forced_or_from_bwd_min_seq(gluon_bwd_stub, monkeypatch):
     """bwd_config={"kernel": "gluon-ws"} takes it whatever the lengths; without one, varlen_ws.BWD_MIN_SEQ on the
-    longest document (no entry for d = 64: the tl passes, which run here), never with deterministic algorithms."""
+    longest document (without an entry for the head dim and mask: the tl passes, which run here), never with
+    deterministic algorithms."""
     lengths = [100, 60]
     with pytest.raises(_RoutedBackward):
         backward_of(lengths, bwd_config=GLUON)
+    monkeypatch.delitem(varlen_ws.BWD_MIN_SEQ, (64, True), raising=False)
     backward_of(lengths, longest=4096)
-    assert "kernel" not in last_bwd_config()["dkdv"] and (64, True) not in varlen_ws.BWD_MIN_SEQ
+    assert "kernel" not in last_bwd_config()["dkdv"]
     monkeypatch.setitem(varlen_ws.BWD_MIN_SEQ, (64, True), 1024)
     with pytest.raises(_RoutedBackward):
         backward_of(lengths, longest=1024)
@@ -544,21 +534,6 @@ def test_the_gluon_backward_plan_walks_every_documents_key_blocks_per_kv_head(gl
     assert plan.call.constexprs["VARLEN"] is True and plan.call.constexprs["ONE_PASS"] is True
     assert plan.pre.constexprs["ZERO_DQ"] is True and plan.sizes == (4, 2, 237, 218)
     assert plan.config == backward_ws.reported_config(backward_ws.config_for(128))
-    # HEADS_INNER: one axis of walk positions x K/V heads, a position's heads one after another (VARLEN mode 2)
-    inner = {**GLUON, "HEADS_INNER": 1}
-    plan = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, inner)
-    assert plan.call.grid == (walk * 2, 1, 1) and plan.call.constexprs["VARLEN"] == 2
-    assert plan.config["HEADS_INNER"] == 1
-
-
-@pytest.mark.skipif(not backward_ws.HAVE_GLUON, reason="this Triton has no Gluon")
-def test_heads_inner_is_refused_outside_packed_documents():
-    """A uniform batch's backward has no document walk to order: a forced HEADS_INNER is refused in one line."""
-    q = torch.zeros(1, 2, 256, 128, dtype=torch.float16)
-    cfg = backward_ws.config_for(128, {"HEADS_INNER": 1})
-    assert "packed documents" in backward_ws.supported(q, q, q, q, True, None, cfg)
-    with pytest.raises(ValueError, match="HEADS_INNER=2 must be one of"):
-        backward_ws.config_for(128, {"HEADS_INNER": 2})
 
 
 GLUON_BWD_REFUSED = [  # (bwd_config, window, words of the refusal)
