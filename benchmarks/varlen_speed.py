@@ -15,7 +15,9 @@ Each result is first checked against float64 attention per document (correctness
 --configs: forced configs timed beside the default, each a forward config (flash_attn_varlen's config=, e.g. the
 Gluon forward's one program per tile against its persistent walk) or {"fwd": ..., "bwd": ...}, the forward's and
 the backward's (bwd_config=: the Gluon backward); --flex 0 leaves FlexAttention out; --modes fwd times the
-forward alone.
+forward alone. --rounds R times every (provider, mode) R times, in turns (a drift of the clock falls on all of
+them alike), and reports the median round (the rounds' times are in the JSON): one reading of a fwd+bwd step
+moved by up to 10% between two providers running the same kernels, the first of a process the most.
 
 The benchmark of record is `flashbench sweep --preset varlen` (its uniform batch: 4 x 4096); this script times
 forced configs beside the default and a uniform batch of the documents' own useful FLOPs.
@@ -159,21 +161,37 @@ def main() -> int:
     ap.add_argument(
         "--flex", type=int, default=1, help="0: leave FlexAttention out (its compile takes a minute)"
     )
+    ap.add_argument("--rounds", type=int, default=3, help="times per (provider, mode), taken in turns")
     a = ap.parse_args()
     causal, docs = bool(a.causal), lengths(a.tokens, a.min_len, a.max_len, a.seed)
     print(f"{len(docs)} documents, mean {sum(docs) / len(docs):.0f}, causal={causal}: {docs}")
     rows = []
     for d in (int(x) for x in a.dims.split(",")):
-        for name, (call, leaves, work) in providers(a, d, docs, causal).items():
-            for mode, factor in (("fwd", 1.0), ("fwd+bwd", 3.5)):
-                if mode not in a.modes.split(","):
-                    continue
-                ms = timed(call, leaves, mode != "fwd")
-                tflops = factor * 4 * a.heads * d * work / ms / 1e9
-                rows.append(
-                    {"d": d, "provider": name, "mode": mode, "ms": round(ms, 4), "tflops": round(tflops, 1)}
-                )
-                print(f"d={d} {name:>24} {mode:>8}: {ms:8.3f} ms {tflops:7.1f} TFLOP/s (useful)")
+        cases = [
+            (name, mode, factor, call, leaves, work)
+            for name, (call, leaves, work) in providers(a, d, docs, causal).items()
+            for mode, factor in (("fwd", 1.0), ("fwd+bwd", 3.5))
+            if mode in a.modes.split(",")
+        ]
+        rounds: list[list[float]] = [[] for _ in cases]
+        for _ in range(a.rounds):
+            for times, (_, mode, _, call, leaves, _) in zip(rounds, cases, strict=True):
+                times.append(timed(call, leaves, mode != "fwd"))
+        for times, (name, mode, factor, _, _, work) in zip(rounds, cases, strict=True):
+            ms = statistics.median(times)
+            tflops = factor * 4 * a.heads * d * work / ms / 1e9
+            rows.append(
+                {
+                    "d": d,
+                    "provider": name,
+                    "mode": mode,
+                    "ms": round(ms, 4),
+                    "tflops": round(tflops, 1),
+                    "ms_rounds": [round(t, 4) for t in times],
+                }
+            )
+            spread = f"(rounds {min(times):.3f}-{max(times):.3f})" if len(times) > 1 else ""
+            print(f"d={d} {name:>24} {mode:>8}: {ms:8.3f} ms {tflops:7.1f} TFLOP/s (useful) {spread}")
     out = os.environ.get("OUT", "results")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "varlen_speed.json"), "w") as f:
