@@ -10,9 +10,9 @@ each document's tiles in a row, its last (the most keys under a causal mask) fir
 position before the next position (flash_ws_parts.document_tile); a tile
 finds its document on the device from the prefix sums (flash_ws_parts.document_tile), so a launch reads nothing
 on the host and replays under a CUDA graph. A document's tiles end at its last row; its keys start at its first
-key row, with causal masks aligned bottom-right by its own lengths. Not causal, a program per walk position (the
-hardware hands the programs to the SMs in that order). Causal (PERSISTENT=1), one program per SM, and each takes
-the walk's next tile when it is done with its last (an atomic counter, flash_ws_parts._load_walk): the longest
+key row, with causal masks aligned bottom-right by its own lengths. With PERSISTENT=0 (d = 64 and 256 without a
+mask), a program per walk position (the hardware hands the programs to the SMs in that order). Causal, and d = 128
+without a mask (PERSISTENT=1), one program per SM, and each takes the walk's next tile when it is done with its last (an atomic counter, flash_ws_parts._load_walk): the longest
 tiles of a document first and the programs ending together, as the uniform forward's list-scheduled walk does
 from a table made on the host, which would need the lengths there. The plan's counter is zeroed again by the
 launch's last program, so launches of one plan must not run at the same time on two streams.
@@ -63,11 +63,12 @@ from .launch import KernelCall
 
 _NAME = "flash_ws varlen forward"
 # The config per (head dim, causal): 128-row tiles (192, d = 64's uniform default, waste more rows in each
-# document's first tile), the uniform kernel's K/V tiles (flash_ws.BLOCK_N). Not causal, one program per tile with
-# three stages, as the uniform forward at d = 128 (two at d = 256, whose stages fill shared memory). Causal, the
-# persistent walk (PERSISTENT=1: programs take the next tile as they free up, the next tile's Q loading under
-# this one's epilogue), two stages: the list-scheduled uniform walk it stands in for led one program per tile by
-# 9-19% at d = 128 N = 1k-4k (docs/kernels.md, persistent LPT).
+# document's first tile), the uniform kernel's K/V tiles (flash_ws.BLOCK_N). The persistent walk (PERSISTENT=1:
+# programs take the next tile as they free up, the next tile's Q loading under this one's epilogue), two stages,
+# causal and at d = 128 without a mask: causal, the list-scheduled uniform walk it stands in for led one program per
+# tile by 9-19% at d = 128 N = 1k-4k (docs/kernels.md, persistent LPT); without a mask it led one program per tile
+# with three stages by 1.04-1.20x over packed documents (docs/kernels.md, packed documents). Elsewhere without a
+# mask (not timed) one program per tile, three stages (two at d = 256, whose stages fill shared memory).
 _WALK = {"PERSISTENT": 1, "STAGES": 2}
 DEFAULT_CONFIG = {
     (d, causal): {
@@ -76,7 +77,7 @@ DEFAULT_CONFIG = {
         "BLOCK_M": 128,
         "STAGES": 2 if d == 256 else 3,
         "PERSISTENT": 0,
-        **(_WALK if causal else {}),
+        **(_WALK if causal or d == 128 else {}),
     }
     for d in flash_ws.HEAD_DIMS
     for causal in (False, True)

@@ -389,16 +389,21 @@ def test_the_forward_takes_the_gluon_kernel_from_the_longest_documents_min_seq_n
 
 
 def test_the_gluon_plan_walks_every_documents_tiles_per_head(gluon_stub):
-    """Not causal, one program per (head, walk position): document_walk(total_q, docs, 128) positions a head (the
-    device finds each one's document); causal, PROGRAMS persistent programs (one per SM) take them through a
-    zeroed counter."""
+    """PERSISTENT=0 (the default without a mask at d = 64 and 256), one program per (head, walk position):
+    document_walk(total_q, docs, 128) positions a head (the device finds each one's document); PERSISTENT=1 (causal,
+    and d = 128 without a mask), PROGRAMS persistent programs (one per SM) take them through a zeroed counter."""
     q, k, v, _ = inputs(SELF[0], SELF[0], 4, 2, 128, torch.float16)
-    plan = varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), False)
+    plan = varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), False, {"PERSISTENT": 0, "STAGES": 3})
     walk = document_walk(q.shape[0], len(SELF[0]), 128)
     assert walk == (237 + 7 * 127) // 128
     assert plan.call.grid == (walk * 4, 1, 1) and plan.counter is None
     assert plan.call.constexprs["VARLEN"] == 1 and plan.sizes == (4, 2, 237, 237, walk, 4)
-    assert varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), True).call.grid == (min(walk * 4, 132), 1, 1)
+    for causal in (False, True):
+        plan = varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), causal)
+        assert plan.call.grid == (min(walk * 4, 132), 1, 1) and plan.call.constexprs["VARLEN"] == 2
+        assert plan.config["PERSISTENT"] == 1 and plan.config["STAGES"] == 2
+    d64 = inputs(SELF[0], SELF[0], 4, 2, 64, torch.float16)[:3]
+    assert varlen_ws.VarlenPlan(*d64, len(SELF[0]), False).counter is None
     persistent = varlen_ws.VarlenPlan(q, k, v, len(SELF[0]), True, {"PROGRAMS": 5})
     assert persistent.call.grid == (5, 1, 1) and persistent.call.constexprs["VARLEN"] == 2
     assert persistent.counter is not None and persistent.counter.tolist() == [0, 0]
