@@ -115,10 +115,9 @@ def document_tile(t, sched, docs, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSA
     (h, kv_h, lse_row, n_q, n_k, H): tile t is walk position t // BH of head t % BH (every head's tile of a walk
     position before the next position's, so the long tiles of the last documents do not go out last and the
     programs that take tiles as they come free end together: docs/kernels.md, packed documents), and the walk
-    visits each document's
-    cdiv(n_q, BM) query tiles (the last, which sees the most keys under a causal mask, first), so a tile holds
-    rows of one document (common.document_block's walk and clamps, found on the device: no
-    host read). Rows past cu_seqlens_q[-1] are one more document with no keys; a walk position past the last
+    visits each document's cdiv(n_q, BM) query tiles (the last, which sees the most keys under a causal mask,
+    first), so a tile holds rows of one document (common.document_block's walk and clamps, found on the device:
+    no host read). Rows past cu_seqlens_q[-1] are one more document with no keys; a walk position past the last
     tile is not live. Tiles end at the document's last row (the first may start in the previous document), K/V
     blocks start at its first key, so the last block may run into the next document (masked by key position);
     a tile whose rows see no key still visits one block (every score masked: output 0). Q, K, V and O are read

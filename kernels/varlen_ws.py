@@ -7,14 +7,14 @@
 
 The tiles are walked as common.document_block walks blocks: document_walk(total_q, docs, BLOCK_M) positions,
 each document's tiles in a row, its last (the most keys under a causal mask) first, every head's tile of a
-position before the next position (flash_ws_parts.document_tile); a tile
-finds its document on the device from the prefix sums (flash_ws_parts.document_tile), so a launch reads nothing
-on the host and replays under a CUDA graph. A document's tiles end at its last row; its keys start at its first
-key row, with causal masks aligned bottom-right by its own lengths. With PERSISTENT=0 (d = 64 and 256 without a
-mask), a program per walk position (the hardware hands the programs to the SMs in that order). Causal, and d = 128
-without a mask (PERSISTENT=1), one program per SM, and each takes the walk's next tile when it is done with its last (an atomic counter, flash_ws_parts._load_walk): the longest
-tiles of a document first and the programs ending together, as the uniform forward's list-scheduled walk does
-from a table made on the host, which would need the lengths there. The plan's counter is zeroed again by the
+position before the next position; a tile finds its document on the device from the prefix sums
+(flash_ws_parts.document_tile), so a launch reads nothing on the host and replays under a CUDA graph. A
+document's tiles end at its last row; its keys start at its first key row, with causal masks aligned bottom-right
+by its own lengths. With PERSISTENT=0 (d = 64 and 256 without a mask), a program per walk position (the hardware
+hands the programs to the SMs in that order). Causal, and d = 128 without a mask (PERSISTENT=1), one program per
+SM, and each takes the walk's next tile when it is done with its last (an atomic counter,
+flash_ws_parts._load_walk): the longest tiles of a document first and the programs ending together, as the
+uniform forward's list-scheduled walk does from a table made on the host, which would need the lengths there. The plan's counter is zeroed again by the
 launch's last program, so launches of one plan must not run at the same time on two streams.
 
 Where a box crosses a document's end:
