@@ -76,7 +76,8 @@ def _bwd_preprocess(
     O,  # [B, H, N_Q, D] forward output
     DO,  # [B, H, N_Q, D] gradient of the output
     DELTA,  # [B, H, N_Q] fp32 contiguous, out: rowsum(dO * O)
-    DQ_ACC,  # [B, H, N_Q, D] fp32 contiguous, out with ZERO_DQ: zeros (the one-pass backward adds dQ into it)
+    DQ_ACC,  # B * H * N_Q rows of D fp32, contiguous (any order of them), out with ZERO_DQ: zeros (the one-pass
+    # backward adds dQ into it)
     stride_oz,
     stride_oh,
     stride_om,

@@ -400,8 +400,18 @@ if HAVE_GLUON:
         # registers, and causal it measured 1.10x faster on an H100 (N = 2048-8192; non-causal 1.02-1.05x slower).
         LEAN: gl.constexpr = ONE_PASS and (HEAD_DIM == 128 or not CAUSAL)
         mbarrier.wait(kv_bar, 0)
+        # VARLEN and CAUSAL: _block's query block, (i % n_m + nb) % n_m past lo, counted on (j) rather than
+        # divided for in every step (two integer divisions by a runtime n_m): the packed causal dK/dV pass ran
+        # 0.95-0.97x the time at d = 64 and 128, 8 x 2048 tokens, on an H100, the uniform one 1.01-1.04x, so that
+        # keeps the division, and so does the packed pass without a mask (not timed; docs/kernels.md)
+        COUNT: gl.constexpr = VARLEN and CAUSAL
+        j = nb % gl.maximum(walk[2], 1)
         for i in range(GROUP * walk[2]):
-            m = _block(i, walk, nb, N_Q, BLOCK_M)[0]
+            if COUNT:
+                m = walk[1] + j
+                j = gl.where(j + 1 == walk[2], 0, j + 1)
+            else:
+                m = _block(i, walk, nb, N_Q, BLOCK_M)[0]
             s = i % STAGES
             q = q_smem.index(s)
             do = do_smem.index(s)
@@ -493,9 +503,10 @@ if HAVE_GLUON:
         """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
         matmul is done, dS slot i % 2 is free (ds_free), and the columns leave through a staging tile by a TMA
-        reduce-add. The consumers never wait for this matmul. VARLEN: dqd is over [H * total_q, D] (a head's
-        rows one after another, as the LSE): a box that runs past the document adds the zero rows of dS K
-        (_load_block) to the next document's (or the next head's) rows."""
+        reduce-add. The consumers never wait for this matmul. VARLEN: dqd is over [total_q, H * D], dQ's own
+        layout (a head is a column block, as Q's), so its conversion reads it in order: a box that runs past the
+        document adds the zero rows of dS K (_load_block) to the next document's rows (past the tensor, TMA
+        drops them)."""
         k_smem, _, q_smem, _, ds_smem, dq_smem, _ = smem
         kv_bar, _, _, ds_full, ds_free = bars
         H, GROUP, N_Q, N_K = sched
@@ -510,16 +521,18 @@ if HAVE_GLUON:
         else:
             walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
             spin = _program()[0]
-            q_row = 0
         zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
         mbarrier.wait(kv_bar, 0)
         for i in range(GROUP * walk[2]):
-            row = _block(i, walk, spin, N_Q, BLOCK_M)[1]
-            if VARLEN:
-                row += q_row
+            if VARLEN:  # rows of the document from q_row, query head walk[0] + i // n_m's column block
+                row = q_row + _block(i, walk, spin, N_Q, BLOCK_M)[0] * BLOCK_M
+                col = (walk[0] + i // walk[2]) * HEAD_DIM
+            else:
+                row = _block(i, walk, spin, N_Q, BLOCK_M)[1]
+                col = 0
             slot = i % 2
             mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
             for c in gl.static_range(HEAD_DIM // 64):
@@ -537,7 +550,7 @@ if HAVE_GLUON:
                 # the tile is two 128-byte-swizzled [BLOCK_M, 32] halves, one reduce each
                 halves = tile._reinterpret(gl.float32, [2, BLOCK_M, 32], dqd.layout)
                 for h in gl.static_range(2):
-                    _tma_reduce_add(dqd, [row, c * 64 + h * 32], halves.index(h))
+                    _tma_reduce_add(dqd, [row, col + c * 64 + h * 32], halves.index(h))
         tma.store_wait(0)
 
     @gluon.jit
@@ -572,7 +585,7 @@ if HAVE_GLUON:
         PRODUCER_REGS: gl.constexpr,
         DQ_REGS: gl.constexpr,
         # Packed documents (varlen_ws.py): B = 1, N_Q and N_K the packed totals; Q, dO, K, V, dK, dV are 2-D
-        # [total, heads * D] (a head is a column block), dQ's and the LSE's rows [H * total_q]; a program is a key
+        # [total, heads * D] (a head is a column block), dQ's accumulator too, the LSE's rows [H * total_q]; a program is a key
         # block of one document (_document)
         VARLEN: gl.constexpr,
     ):

@@ -46,8 +46,8 @@ head of its GQA group. Where a box crosses a document's end:
     dK and dV; dQ's TMA reduce-add of that box adds the zero rows of dS K to the next document's dQ rows (or the
     next head's first rows, or nothing past the tensor): values unchanged (x + 0 = x; only a -0.0 sum could turn
     +0.0).
-dQ is added into a zeroed fp32 [H, total_q, D] (the preprocess zeroes it and computes D, one launch), then
-converted into [total_q, H, D]: not bitwise repeatable, as the uniform one pass.
+dQ is added into a zeroed fp32 [total_q, H, D] (the preprocess zeroes it and computes D, one launch), then
+converted to the input dtype in that layout: not bitwise repeatable, as the uniform one pass.
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ class BackwardPlan:
         block_n = cfg["NUM_WG"] * backward_ws.KEYS
         self.blocks = ([cfg["BLOCK_M"], D], [backward_ws.KEYS, D], [cfg["BLOCK_M"], 32])
         self.sizes, self.docs = (H, H // Hkv, Tq, Tk), docs
-        self.scratch = DqScratch((H, Tq, D), (1, H, Tq))  # dQ's accumulator [H, total_q, D] and D
+        self.scratch = DqScratch((Tq, H, D), (1, H, Tq))  # dQ's accumulator [total_q, H, D] and D
         self.pre = KernelCall(
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
@@ -328,18 +328,15 @@ class BackwardPlan:
         """dq, dk, dv ([total, heads, D] contiguous) of inputs with this plan's signature, and the config; lse: the
         forward's [1, H, total_q] LSE2."""
         H, _, Tq, _ = self.sizes
-        D = q.shape[-1]
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         dq_acc, delta = self.scratch.make(q.device)
         strides = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
         self.pre((o, do, delta, dq_acc, *strides, H, Tq))
-        # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator as [H * total_q, D]
-        views = tuple(t.view(t.shape[0], -1) for t in (q, do, k, v, dk, dv)) + (dq_acc.view(-1, D),)
+        # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator too
+        views = tuple(t.view(t.shape[0], -1) for t in (q, do, k, v, dk, dv, dq_acc))
         rest = (lse, delta, *self.sizes, sm_scale * LOG2E, sm_scale, cu_q, cu_k, self.docs, dk, dv)
         flash_ws.launch(self, views, rest, lambda: self._descriptors(views))
-        dq = torch.empty_like(q)
-        dq.copy_(dq_acc.permute(1, 0, 2))
-        return dq, dk, dv, self.config
+        return dq_acc.to(dtype=q.dtype), dk, dv, self.config
 
     def _descriptors(self, views: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
         q_block, kv_block, dq_block = self.blocks

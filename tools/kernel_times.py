@@ -3,12 +3,15 @@ time per call under torch.profiler. A probe: timing the whole call is `flashbenc
 
     python tools/kernel_times.py --providers triton,sdpa-cudnn --mode bwd --head-dim 128 --seq 16384
     python tools/kernel_times.py --kernel benchmarks/studies/backward.py --providers bwd-gluon,bwd-tl --mode bwd
+    python tools/kernel_times.py --providers triton --mode bwd --seq 2048 --causal --packed 2048   # 8 documents
 
 The case is made as a sweep makes it (flashbench.engine.measure.prepare: the provider's build, its inputs); the
 shapes are the speed preset's (16k tokens per batch, hidden 2048: heads = 2048 / d) unless --batch / --heads are
-given. In `bwd` mode the forward runs once, outside the profiled calls, and each call is the backward of it, as
+given. --packed MIN makes the case a packed batch as `--seqlens random --min-seq MIN` does in a sweep: batch x N
+tokens cut into documents of MIN..N tokens (MIN = N: equal documents, beside the uniform batch of the same
+shapes). In `bwd` mode the forward runs once, outside the profiled calls, and each call is the backward of it, as
 the sweep's `bwd` mode times it. TFLOP/s beside a backward kernel counts its block matmuls over every unmasked
-(query, key) pair (dK/dV: 4, dQ: 3).
+(query, key) pair (dK/dV: 4, dQ: 3; a packed batch's own pairs).
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, help="default: 2048 // head dim")
     ap.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32", "fp8"))
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument(
+        "--packed", type=int, default=0, metavar="MIN", help="packed documents of MIN..--seq tokens"
+    )
     ap.add_argument("--calls", type=int, default=10, help="profiled calls per provider")
     args = ap.parse_args(argv)
 
@@ -54,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import flashbench.providers.builtin  # noqa: F401  (registers the built-in providers)
     from flashbench.engine.measure import prepare
+    from flashbench.models.flops import forward_flops
     from flashbench.providers.registry import load_kernel_file
     from flashbench.spec.cases import Case
-    from flashbench.spec.window import unmasked_pairs
 
     if not torch.cuda.is_available():
         print("kernel_times: needs a CUDA GPU", file=sys.stderr)
@@ -65,12 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         load_kernel_file(path)
     d, n = args.head_dim, args.seq
     batch, heads = args.batch or max(1, 16384 // n), args.heads or 2048 // d
-    pairs = batch * heads * unmasked_pairs(n, n, args.causal)
+    packed = {"seqlens": "random", "min_seq": args.packed} if args.packed else {}
+    shape = (batch, heads, heads, n, n, d, args.dtype, args.causal, args.mode)
+    docs = Case("", *shape, **packed).documents()
+    pairs = forward_flops(batch, heads, n, n, d, args.causal, documents=docs) / (4 * d)
     print(
         f"{torch.cuda.get_device_name()}: B={batch} H={heads} N={n} d={d} {args.dtype} causal={args.causal}"
+        + (f" documents={list(docs)}" if docs else "")
     )
     for name in args.providers.split(","):
-        case = Case(name, batch, heads, heads, n, n, d, args.dtype, args.causal, args.mode)
+        case = Case(name, *shape, **packed)
         with contextlib.ExitStack() as stack:
             call = prepare(case, "cuda", stack).looped()  # bwd: the backward of one forward, retained
             cells = []
