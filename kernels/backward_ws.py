@@ -226,11 +226,8 @@ if HAVE_GLUON:
                 tma.async_copy_global_to_shared(vd, coord, kv_bar, v_smem.index(w))
             for i in range(GROUP * walk[2]):
                 m, stat_row = _block(i, walk, nb, N_Q, BLOCK_M)
-                head = walk[0] + i // walk[2]
-                row = q_row + m * BLOCK_M
-                _load_block(
-                    i, (row, head * HEAD_DIM), stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True
-                )
+                coord = _packed_box(i, m, walk, q_row, BLOCK_M, HEAD_DIM)
+                _load_block(i, coord, stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True)
             return
         nb, bkv = _program()
         n0 = nb * BLOCK_N
@@ -292,6 +289,12 @@ if HAVE_GLUON:
         head0, lo, n_m = walk
         m = lo + (i % n_m + spin) % n_m
         return m, (head0 + i // n_m) * N_Q + m * BLOCK_M
+
+    @gluon.jit
+    def _packed_box(i, m, walk, q_row, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+        """VARLEN: the box of the program's i-th query block m (_block's) in a [total, heads * D] view of Q, dO or
+        dQ's accumulator: the document's rows from q_row, query head walk[0] + i // n_m's column block."""
+        return q_row + m * BLOCK_M, (walk[0] + i // walk[2]) * HEAD_DIM
 
     @gluon.jit
     def _load_block(i, coord, stat_row, rows_left, descs, smem, bars, VARLEN: gl.constexpr):
@@ -527,9 +530,10 @@ if HAVE_GLUON:
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
         mbarrier.wait(kv_bar, 0)
         for i in range(GROUP * walk[2]):
-            if VARLEN:  # rows of the document from q_row, query head walk[0] + i // n_m's column block
-                row = q_row + _block(i, walk, spin, N_Q, BLOCK_M)[0] * BLOCK_M
-                col = (walk[0] + i // walk[2]) * HEAD_DIM
+            if VARLEN:
+                row, col = _packed_box(
+                    i, _block(i, walk, spin, N_Q, BLOCK_M)[0], walk, q_row, BLOCK_M, HEAD_DIM
+                )
             else:
                 row = _block(i, walk, spin, N_Q, BLOCK_M)[1]
                 col = 0
@@ -585,8 +589,8 @@ if HAVE_GLUON:
         PRODUCER_REGS: gl.constexpr,
         DQ_REGS: gl.constexpr,
         # Packed documents (varlen_ws.py): B = 1, N_Q and N_K the packed totals; Q, dO, K, V, dK, dV are 2-D
-        # [total, heads * D] (a head is a column block), dQ's accumulator too, the LSE's rows [H * total_q]; a program is a key
-        # block of one document (_document)
+        # [total, heads * D] (a head is a column block), dQ's accumulator too, the LSE's rows [H * total_q]; a
+        # program is a key block of one document (_document)
         VARLEN: gl.constexpr,
     ):
         """One program per (NUM_WG * 64 keys, batch * K/V head); VARLEN: per (key block of a document, K/V

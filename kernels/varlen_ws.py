@@ -14,8 +14,9 @@ by its own lengths. With PERSISTENT=0 (d = 64 and 256 without a mask), a program
 hands the programs to the SMs in that order). Causal, and d = 128 without a mask (PERSISTENT=1), one program per
 SM, and each takes the walk's next tile when it is done with its last (an atomic counter,
 flash_ws_parts._load_walk): the longest tiles of a document first and the programs ending together, as the
-uniform forward's list-scheduled walk does from a table made on the host, which would need the lengths there. The plan's counter is zeroed again by the
-launch's last program, so launches of one plan must not run at the same time on two streams.
+uniform forward's list-scheduled walk does from a table made on the host, which would need the lengths there.
+The plan's counter is zeroed again by the launch's last program, so launches of one plan must not run at the
+same time on two streams.
 
 Where a box crosses a document's end:
   - Q rows before the document (its first tile when BLOCK_M does not divide its length) are loaded and computed

@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     packed = {"seqlens": "random", "min_seq": args.packed} if args.packed else {}
     shape = (batch, heads, heads, n, n, d, args.dtype, args.causal, args.mode)
     docs = Case("", *shape, **packed).documents()
-    pairs = forward_flops(batch, heads, n, n, d, args.causal, documents=docs) / (4 * d)
+    # one block matmul over every unmasked (query, key) pair of every head: half the forward's two
+    matmul_flops = forward_flops(batch, heads, n, n, d, args.causal, documents=docs) / 2
     print(
         f"{torch.cuda.get_device_name()}: B={batch} H={heads} N={n} d={d} {args.dtype} causal={args.causal}"
         + (f" documents={list(docs)}" if docs else "")
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             cells = []
             for kernel, us in kernel_times(call, args.calls).items():
                 mm = next((m for start, m in MATMULS.items() if kernel.startswith(start)), 0)
-                flops = f" ({2 * mm * pairs * d / us / 1e6:.0f} TF/s)" if mm else ""
+                flops = f" ({mm * matmul_flops / us / 1e6:.0f} TF/s)" if mm else ""
                 cells.append(f"{kernel} {us:.0f} us{flops}")
         print(f"{name}: " + ", ".join(cells), flush=True)
     return 0
