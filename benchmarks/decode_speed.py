@@ -1,4 +1,4 @@
-"""flash_decode against the SDPA backends on one GPU, in one process: checks, times, tunes (bf16, Nq = 1).
+"""flash_decode against the SDPA backends on one GPU, in one process: checks, times, tunes (bf16 q, Nq = 1).
 
 Per shape (head dim, batch, query heads, KV heads, context, page size): builds a full-length KV cache, checks
 flash_decode against float64 attention (err <= 2 * err(SDPA math in bf16) + 1e-3; then that the cached launch
@@ -8,8 +8,14 @@ time, no host launch path). TB/s = bytes of K and V read / time (GQA: the Hkv he
 backend that refuses it gets K/V expanded to Hq heads (marked "x"; TB/s still over the stored bytes). Also the
 host time of one flash_decode call (validate=False, no sync) in a loop. --tune then sweeps num_splits at the
 default tile and the tiles of TUNE_CONFIGS at the heuristic's num_splits, shape by shape, within the budget.
+--kv-dtype fp8 reads each shape's cache in e4m3 with one scale per (sequence, KV head) instead, checks it against
+float64 attention over the values it stands for, and times it beside flash_decode over the bf16 cache it was made
+from (x bf16: the bf16 call's time over the e4m3 call's; no SDPA backend takes an e4m3 cache); --tune then tunes
+the e4m3 call.
 
     python3 benchmarks/decode_speed.py [--tune] [--budget-s 330]   # JSON to $OUT/decode_speed.json
+    python3 benchmarks/decode_speed.py --kv-dtype fp8 --shape 16,32,8,8192 --shape 16,32,8,8192,16 --tune --grid \
+        --tiles '128,8,5;64,4,6' --splits 1,2,3,4 --max-waves 4
 
 Not the benchmark of record (that is `flashbench sweep` once decode cases land); its numbers decide the
 kernel's configs and split heuristic (kernels/decode.py).
@@ -31,7 +37,7 @@ from flashbench.kernels import decode as decode_module
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-from flashbench.engine import timing
+from flashbench.engine import fp8, kv_cache, timing
 from flashbench.engine.blocking import LaunchBlocker
 
 SDPA = {
@@ -67,15 +73,18 @@ class Shape:
     context: int
     page: int | None = None  # None: contiguous cache
     head_dim: int = 128
+    fp8: bool = False  # the cache in e4m3 (one byte per element) with scales, else bf16
 
     @property
     def kv_bytes(self) -> int:
-        return 2 * self.batch * self.kv_heads * self.context * self.head_dim * 2  # K and V, bf16
+        return (
+            2 * self.batch * self.kv_heads * self.context * self.head_dim * (1 if self.fp8 else 2)
+        )  # K and V
 
     def label(self) -> str:
         kind = "mha" if self.heads == self.kv_heads else f"gqa{self.heads}/{self.kv_heads}"
         layout = f"page{self.page}" if self.page else "contig"
-        return f"d{self.head_dim} {kind} b{self.batch} n{self.context // 1024}k {layout}"
+        return f"d{self.head_dim} {kind} b{self.batch} n{self.context // 1024}k {layout}{' e4m3' if self.fp8 else ''}"
 
 
 SHAPES = [
@@ -108,7 +117,9 @@ SHAPES = [
 
 
 def build(s: Shape, gen: torch.Generator):
-    """q, contiguous k/v, and when paged the pool (pages shuffled) and its table."""
+    """q and contiguous bf16 k/v; the bf16 cache flash_decode reads (k/v, or the pool with its pages shuffled) and
+    its table; and for an e4m3 shape the e4m3 cache in the same layout, its scales and the real values it stands for
+    (contiguous, float64: the reference's k and v)."""
     q = torch.randn((s.batch, s.heads, 1, s.head_dim), device="cuda", dtype=torch.bfloat16, generator=gen)
     k, v = (
         torch.randn(
@@ -116,18 +127,28 @@ def build(s: Shape, gen: torch.Generator):
         )
         for _ in range(2)
     )
+    e4m3 = None
+    if s.fp8:
+        k8, v8, scales = kv_cache.quantize(k, v)
+        real = tuple(
+            fp8.dequantize(t, sc).double() for t, sc in ((k8, scales["k_scale"]), (v8, scales["v_scale"]))
+        )
+        e4m3 = (k8, v8, scales, real)
     if s.page is None:
-        return q, k, v, None, None
+        return q, k, v, (k, v, None), None if e4m3 is None else (*e4m3[:2], None, *e4m3[2:])
     blocks = s.context // s.page
     order = torch.randperm(s.batch * blocks, device="cuda", generator=gen)
     table = order.view(s.batch, blocks).to(torch.int32)
-    pool = []
-    for t in (k, v):
-        pages = t.view(s.batch, s.kv_heads, blocks, s.page, s.head_dim).permute(0, 2, 1, 3, 4)
-        p = torch.empty((s.batch * blocks, s.kv_heads, s.page, s.head_dim), device="cuda", dtype=t.dtype)
+
+    def pool(t: torch.Tensor) -> torch.Tensor:  # e4m3 is paged as its bytes (index_put takes no float8)
+        b = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+        pages = b.view(s.batch, s.kv_heads, blocks, s.page, s.head_dim).permute(0, 2, 1, 3, 4)
+        p = torch.empty((s.batch * blocks, s.kv_heads, s.page, s.head_dim), device="cuda", dtype=b.dtype)
         p[order] = pages.reshape(-1, s.kv_heads, s.page, s.head_dim)
-        pool.append(p)
-    return q, k, v, *pool, table
+        return p.view(t.dtype)
+
+    paged = (pool(k), pool(v), table)
+    return q, k, v, paged, None if e4m3 is None else (pool(e4m3[0]), pool(e4m3[1]), table, *e4m3[2:])
 
 
 def sdpa_call(backend, q, k, v):
@@ -144,6 +165,17 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 _TIMER: dict[str, object] = {}
 GRID = [False]
+MAX_WAVES = [float("inf")]  # --grid: leave out split counts that make more programs than this many per SM
+
+
+def plan(s: Shape) -> tuple[dict[str, int], int]:
+    """flash_decode's default tile and split count for this shape (one query row block)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    programs = s.batch * s.kv_heads
+    if s.fp8 and s.head_dim in decode_module.FP8_TILE_DIMS:
+        return decode_module.fp8_plan(programs, s.context, s.page is not None, sms)
+    tile = (decode_module.PAGED_CONFIGS if s.page else decode_module.GPU_CONFIGS)[s.head_dim]
+    return tile, decode_module.choose_num_splits(programs, s.context, tile["BLOCK_N"], sms)
 
 
 def bench(fn) -> float:
@@ -182,7 +214,7 @@ def graph_ms(fn) -> float:
 
 def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
     """num_splits swept at the default config, then TUNE_CONFIGS at the heuristic's num_splits."""
-    default = (decode_module.PAGED_CONFIGS if s.page else decode_module.GPU_CONFIGS)[s.head_dim]
+    default = plan(s)[0]
     pick = next(r["heuristic_splits"] for r in rows if r["provider"] == "summary" and r["shape"] == s.label())
     points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
     points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
@@ -192,6 +224,8 @@ def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
             for bn, w, st in GRID_TILES
             for n in GRID_SPLITS
             if s.context // n >= bn
+            and s.batch * s.kv_heads * n
+            <= MAX_WAVES[0] * torch.cuda.get_device_properties(0).multi_processor_count
         ]
     for cfg, splits in points:
         if time.time() > until:
@@ -213,16 +247,44 @@ def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
 
 def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float | None) -> None:
     """Check and time one shape (eager and as a CUDA graph) beside SDPA; with tune_until, tune instead."""
-    q, k, v, *paged = build(s, gen)
-    kc, vc, table = (paged[0], paged[1], paged[2]) if s.page else (k, v, None)
+    q, k, v, (kc, vc, table), e4m3 = build(s, gen)
     base = {"shape": s.label(), **dataclasses.asdict(s)}
     lens = torch.full((s.batch,), s.context, dtype=torch.int32, device="cuda")
 
-    def ours(splits=None, config=None):
+    def bf16_call(splits=None, config=None):
         return lambda: flash_decode(q, kc, vc, lens, table, num_splits=splits, validate=False, config=config)
 
+    ours = bf16_call
+    if e4m3 is not None:
+        kc8, vc8, _, scales, real = e4m3
+
+        def ours(splits=None, config=None):
+            return lambda: flash_decode(
+                q, kc8, vc8, lens, table, num_splits=splits, validate=False, config=config, **scales
+            )
+
+    heuristic = plan(s)[1]
     if tune_until is not None:
         tune(s, ours, base, rows, tune_until)
+        return
+    if e4m3 is not None:
+        # Correctness against float64 attention over the values the e4m3 cache stands for; then the e4m3 call
+        # and the bf16 call over the cache it was quantized from, back to back.
+        ref = sdpa_call(SDPBackend.MATH, q.double(), *real)()
+        lowp = rel_err(sdpa_call(SDPBackend.MATH, q, *(t.to(q.dtype) for t in real))(), ref)
+        err = rel_err(flash_decode(q, kc8, vc8, lens, table, **scales), ref)
+        del ref, real
+        ms8, ms16 = bench(ours()), bench(bf16_call())
+        g8, g16 = graph_ms(ours()), graph_ms(bf16_call())
+        line = (
+            f"{s.label():36s} {s.kv_bytes / 1e6:7.1f} MB ok={err <= 2 * lowp + 1e-3} err={err:.1e}/{lowp:.1e} "
+            f"s={heuristic:3d} e4m3 {ms8 * 1e3:6.1f} us {s.kv_bytes / ms8 / 1e9:4.2f} TB/s (graph {g8 * 1e3:6.1f}) "
+            f"| bf16 {ms16 * 1e3:6.1f} us (graph {g16 * 1e3:6.1f}) | x{ms16 / ms8:4.2f} bf16"
+        )
+        print(line, flush=True)
+        rows.append({**base, "provider": "summary", "ok": err <= 2 * lowp + 1e-3, "err": err, "lowp_err": lowp,
+                     "heuristic_splits": heuristic, "e4m3_ms": ms8, "bf16_ms": ms16, "e4m3_graph_ms": g8,
+                     "bf16_graph_ms": g16, "line": line, "clocks": clocks()})  # fmt: skip
         return
     # Correctness on this shape: the checked call (validation on, Triton's JIT launch) against float64.
     ref = sdpa_call(SDPBackend.MATH, q.double(), k.double(), v.double())()
@@ -231,10 +293,6 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
     err = rel_err(checked, ref)
     ok = err <= 2 * lowp + 1e-3
     del ref
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    block_n = (decode_module.PAGED_CONFIGS if s.page else decode_module.GPU_CONFIGS)[s.head_dim]["BLOCK_N"]
-    slots = sms
-    heuristic = decode_module.choose_num_splits(s.batch * s.kv_heads, s.context, block_n, slots)
     timed = {"flash_decode": ours(), **{name: sdpa_call(b, q, k, v) for name, b in SDPA.items()}}
     results, graphs = {}, {}
     for name, fn in timed.items():
@@ -295,8 +353,19 @@ def main() -> None:
     )
     ap.add_argument("--splits", default="", help="--grid's split counts instead of GRID_SPLITS: '16,32'")
     ap.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
+    ap.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        help="a shape of its own, batch,heads,kv_heads,N[,page] (repeatable)",
+    )
+    ap.add_argument("--kv-dtype", choices=("bf16", "fp8"), default="bf16", help="fp8: the cache in e4m3")
+    ap.add_argument(
+        "--max-waves", type=float, default=float("inf"), help="--grid: at most this many programs per SM"
+    )
     args = ap.parse_args()
     GRID[0] = args.grid
+    MAX_WAVES[0] = args.max_waves
     if args.tiles:
         GRID_TILES[:] = [tuple(int(x) for x in t.split(",")) for t in args.tiles.split(";")]
     if args.splits:
@@ -311,7 +380,11 @@ def main() -> None:
         bench(lambda: one.add_(1)) * 1e3
     )  # a one-element kernel: what any call costs at least
     print(f"floor (one-element kernel between the events): {record['floor_us']:.1f} us", flush=True)
-    picks = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    picks = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else [] if args.shape else SHAPES
+    for text in args.shape:
+        b, h, hkv, n, *page = (int(x) for x in text.split(","))
+        picks.append(Shape(b, h, hkv, n, page=page[0] if page else None))
+    picks = [dataclasses.replace(p, fp8=args.kv_dtype == "fp8") for p in picks]
     for tune in [False, True] if args.tune else [False]:
         for i, s in enumerate(picks):
             # Tuning: each remaining shape gets an equal share of the time left.

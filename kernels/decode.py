@@ -89,20 +89,26 @@ GPU_CONFIGS: dict[int, dict[str, int]] = {
 PAGED_CONFIGS: dict[int, dict[str, int]] = {
     d: {**cfg, "num_stages": cfg["num_stages"] + 2} if d <= 128 else cfg for d, cfg in GPU_CONFIGS.items()
 }
-# An e4m3 cache's tiles at d = 128: 8 warps, and more K/V buffers. Its loop issues about as many instructions per
-# key block as bf16's for half the bytes (docs/kernels.md, the FP8 cache), so a program streaming at the read
-# bandwidth needs twice the issue rate: 8 warps put two on each of the SM's four schedulers. And a block holds half
-# the bytes, so five stages keep more bytes loading per program than bf16's (64 KB), where one program per SM has
-# to stream alone (GQA 32/8 at batch 16: 128 programs): 1.02-1.10x four stages contiguous, and paged 1.00-1.17x
-# seven (the page table's own stage then leaves fewer buffers for K and V, and was no faster).
-FP8_CONFIGS: dict[int, dict[str, int]] = {
-    **GPU_CONFIGS,
-    128: {"BLOCK_N": 128, "num_warps": 8, "num_stages": 5},
+# An e4m3 cache at d = 128: its loop issues about as many instructions per key block as bf16's for half the bytes
+# (docs/kernels.md, the FP8 cache), so one program per SM cannot stream the SM's share of the read bandwidth: the
+# call is split until each SM runs several programs of 64-key tiles, FP8_FILL programs per SM (2 contiguous, 3 paged,
+# where the page table's dependent load wants more in flight), each program at least MIN_SPLIT_KEYS keys. Where the
+# unsplit programs already pass that, the other tile of the pair runs, one split: the fill tile would leave a
+# part-filled second wave (3 resident per SM contiguous, 3 paged), the other holds them in full waves (2 resident
+# contiguous, 4 paged). Both measured over the decode-fp8 preset's shapes (docs/kernels.md, the FP8 cache).
+# Other head dims take the bf16 tiles and split rule.
+FP8_FILL: dict[bool, int] = {False: 2, True: 3}  # paged -> programs per SM
+FP8_TILES: dict[bool, tuple[dict[str, int], dict[str, int]]] = {  # paged -> (fill tile, tile past the fill)
+    False: (
+        {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
+        {"BLOCK_N": 64, "num_warps": 4, "num_stages": 6},
+    ),
+    True: (
+        {"BLOCK_N": 64, "num_warps": 4, "num_stages": 6},
+        {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
+    ),
 }
-FP8_PAGED_CONFIGS: dict[int, dict[str, int]] = {
-    **PAGED_CONFIGS,
-    128: FP8_CONFIGS[128],
-}
+FP8_TILE_DIMS: tuple[int, ...] = (128,)
 # Under the interpreter: small key blocks, so small test shapes cross many blocks and split boundaries.
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
 MAX_ROWS = 64  # query rows per tile (G * Nq beyond this takes more row blocks, each reading K/V again)
@@ -439,6 +445,19 @@ def choose_num_splits(programs: int, capacity: int, block_n: int, slots: int) ->
     return next(s for s, c in enumerate(cost, start=1) if c * 0.9 <= best)
 
 
+@functools.lru_cache(maxsize=1024)
+def fp8_plan(programs: int, capacity: int, paged: bool, sms: int) -> tuple[dict[str, int], int]:
+    """An e4m3 cache's tile and split count at d = 128 (FP8_FILL, FP8_TILES): the fill tile, split until the
+    programs reach 90% of FP8_FILL per SM (each split at least MIN_SPLIT_KEYS keys of the capacity, at most
+    MAX_SPLITS); the other tile and one split where the unsplit `programs` pass FP8_FILL per SM."""
+    fill, past = FP8_TILES[paged]
+    want = FP8_FILL[paged] * sms
+    if programs > want:
+        return past, 1
+    top = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_KEYS))
+    return fill, min(top, -(-9 * want // (10 * programs)))
+
+
 def _pow2(n: int) -> int:
     """The next power of two >= n (triton.next_power_of_2 costs ~5 us per call on the host in Triton 3.6)."""
     return 1 << (n - 1).bit_length()
@@ -712,8 +731,8 @@ def flash_decode(
     causal: query i sees keys j <= L_b - Nq + i (else all L_b keys). num_splits: key splits per sequence
     (None: `choose_num_splits`; 1: one pass, no combine). validate: check cache_seqlens and block_table
     against the cache on the host (one device sync; see the module docstring). config: force the kernel's
-    {"BLOCK_N", "num_warps", "num_stages"} (default per head dim: GPU_CONFIGS, PAGED_CONFIGS with a block table,
-    FP8_CONFIGS and FP8_PAGED_CONFIGS over an e4m3 cache).
+    {"BLOCK_N", "num_warps", "num_stages"} (default per head dim: GPU_CONFIGS, PAGED_CONFIGS with a block table;
+    over an e4m3 cache at d = 128 fp8_plan's, which also picks the split count when num_splits is None).
     An e4m3 cache (torch.float8_e4m3fn k_cache and v_cache, q fp16 or bf16): k_scale, v_scale float32
     broadcastable to [B, Hkv] (None: 1), a stored value times its scale being the real value; the output has
     q's dtype. validate=True also checks that every scale is finite and > 0.
@@ -752,17 +771,20 @@ def flash_decode(
     if validate:
         _check_data(cache_seqlens, block_table, capacity, k.shape[0], page, scales)
     interpret = interpreting()
-    if interpret:
-        cfg = INTERPRET_CONFIG
-    elif scales is None:
-        cfg = (PAGED_CONFIGS if paged else GPU_CONFIGS)[D]
-    else:
-        cfg = (FP8_PAGED_CONFIGS if paged else FP8_CONFIGS)[D]
-    cfg = _forced_config(cfg, config, (16, 32, 64, 128, 256), "flash_decode")
     rows = (Hq // Hkv) * Nq
     block_m = min(MAX_ROWS, max(16, _pow2(rows)))
     row_blocks = -(-rows // block_m)
-    num_splits = _splits(num_splits, B * Hkv * row_blocks, capacity, cfg["BLOCK_N"], q.device, "flash_decode")
+    programs = B * Hkv * row_blocks
+    if interpret:
+        cfg = INTERPRET_CONFIG
+    elif scales is not None and D in FP8_TILE_DIMS:
+        sms = _sm_count(q.device.index or 0)
+        cfg, splits = fp8_plan(programs, capacity, paged, sms)
+        num_splits = splits if num_splits is None else num_splits
+    else:
+        cfg = (PAGED_CONFIGS if paged else GPU_CONFIGS)[D]
+    cfg = _forced_config(cfg, config, (16, 32, 64, 128, 256), "flash_decode")
+    num_splits = _splits(num_splits, programs, capacity, cfg["BLOCK_N"], q.device, "flash_decode")
 
     q = q if q.is_contiguous() else q.contiguous()
     out = torch.empty((B, Hq, Nq, D), dtype=q.dtype, device=q.device)

@@ -18,6 +18,7 @@ import re
 import pytest
 import torch
 from flashbench.kernels import KernelUnsupported, flash_decode
+from flashbench.kernels import decode as decode_module
 from tiers import smoke
 
 from flashbench.engine import fp8, kv_cache
@@ -203,3 +204,34 @@ def test_gpu_e4m3_cache_bf16_q_matches_reference(heads, page, nq):
     for splits in (None, 1, 7):
         for _ in range(2):  # Triton's JIT launch, then the cached compiled kernel
             prob.check(prob.run("cuda", paged=page is not None, page=page or 16, num_splits=splits))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [None, 16])
+def test_gpu_e4m3_cache_past_the_fill_takes_the_other_tile(page):
+    """More unsplit programs than FP8_FILL per SM (MHA 32/32 at batch 18: 576): fp8_plan's second tile, one split."""
+    lengths = [1, 64, 300, 511, 512, 129] * 3
+    prob = Fp8Problem(32, 32, 1, 128, lengths, dtype=torch.bfloat16, seed=5)
+    prob.check(prob.run("cuda", paged=page is not None, page=page or 16))
+    launch = decode_module.last_decode_config()
+    assert launch is not None and launch["num_splits"] == 1
+    assert {key: launch[key] for key in decode_module.FP8_TILES[page is not None][1]} == (
+        decode_module.FP8_TILES[page is not None][1]
+    )
+
+
+def test_fp8_plan_splits_until_each_sm_runs_its_fill_of_programs():
+    """fp8_plan on 132 SMs, at the decode-fp8 preset's program counts (batch x KV heads)."""
+    plan, tiles = decode_module.fp8_plan, decode_module.FP8_TILES
+    # GQA 32/8 at batch 16 / 8 / 4 (128 / 64 / 32 programs): 256 programs contiguous, 384 paged
+    for programs, contiguous, paged in [(128, 2, 3), (64, 4, 6), (32, 8, 12)]:
+        assert plan(programs, 131072 // (programs // 8), False, 132) == (tiles[False][0], contiguous)
+        assert plan(programs, 131072 // (programs // 8), True, 132) == (tiles[True][0], paged)
+    # MHA at batch 8 (256 programs): within the contiguous fill (264), split once paged
+    assert plan(256, 16384, False, 132) == (tiles[False][0], 1)
+    assert plan(256, 16384, True, 132) == (tiles[True][0], 2)
+    # MHA at batch 16 (512 programs): past the fill, the other tile and one split
+    assert plan(512, 8192, False, 132) == (tiles[False][1], 1)
+    assert plan(512, 8192, True, 132) == (tiles[True][1], 1)
+    # a short cache caps the splits at MIN_SPLIT_KEYS keys each
+    assert plan(1, 1024, False, 132) == (tiles[False][0], 1024 // decode_module.MIN_SPLIT_KEYS)
