@@ -8,6 +8,7 @@ time, no host launch path). TB/s = bytes of K and V read / time (GQA: the Hkv he
 backend that refuses it gets K/V expanded to Hq heads (marked "x"; TB/s still over the stored bytes). Also the
 host time of one flash_decode call (validate=False, no sync) in a loop. --tune then sweeps num_splits at the
 default tile and the tiles of TUNE_CONFIGS at the heuristic's num_splits, shape by shape, within the budget.
+--read-floor first times a kernel that only reads, over given sizes (what a decode of that many bytes cannot beat).
 --kv-dtype fp8 reads each shape's cache in e4m3 with one scale per (sequence, KV head) instead, checks it against
 float64 attention over the values it stands for, and times it beside flash_decode over the bf16 cache it was made
 from (x bf16: the bf16 call's time over the e4m3 call's; no SDPA backend takes an e4m3 cache); --tune then tunes
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -32,6 +34,7 @@ import time
 
 import torch
 import triton
+import triton.language as tl
 from flashbench.kernels import KernelUnsupported, flash_decode
 from flashbench.kernels import decode as decode_module
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -341,6 +344,51 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
                  "heuristic_splits": heuristic, "host_us": host_us, "line": line, "clocks": clocks()})  # fmt: skip
 
 
+@triton.jit
+def _read(X, Out, n, BLOCK: tl.constexpr):
+    """Sum x over a grid-strided walk: a kernel that only reads (its output is one float per program)."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        acc += tl.load(X + start + offs, mask=start + offs < n, other=0.0).to(tl.float32)
+    tl.store(Out + tl.program_id(0), tl.sum(acc, 0))
+
+
+READ_PROGRAMS_PER_SM = (1, 2, 4, 8)
+READ_BLOCKS = (4096, 16384)
+
+
+def read_floor(sizes_mb: list[float], rows: list[dict]) -> None:
+    """What any kernel pays to read n bytes once: the fastest _read over READ_PROGRAMS_PER_SM x READ_BLOCKS,
+    replayed from a CUDA graph with the read flush before each sample, beside the floor a decode row is judged
+    against (the bytes at the read bandwidth of the largest size here, plus an empty kernel's graph replay)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    one = torch.zeros(1, device="cuda")
+    empty_ms = graph_ms(lambda: one.add_(1))
+    out = torch.empty(max(READ_PROGRAMS_PER_SM) * sms, device="cuda")
+    best: dict[float, tuple[float, int, int]] = {}
+    for mb in sizes_mb:
+        x = torch.ones(int(mb * 1e6) // 2, dtype=torch.bfloat16, device="cuda")
+        for k in READ_PROGRAMS_PER_SM:
+            for block in READ_BLOCKS:
+                ms = graph_ms(
+                    functools.partial(_read[(k * sms,)], x, out, x.numel(), BLOCK=block, num_warps=8)
+                )
+                best[mb] = min(best.get(mb, (ms, k, block)), (ms, k, block))
+    bw = (
+        max(best) * 1e6 / (best[max(best)][0] - empty_ms) / 1e6
+    )  # GB/s (bytes / ms / 1e6) over the largest size
+    for mb, (ms, k, block) in sorted(best.items()):
+        floor_ms = mb * 1e6 / bw / 1e9 * 1e3 + empty_ms
+        line = (
+            f"read {mb:7.1f} MB: {ms * 1e3:6.1f} us ({k} programs per SM, BLOCK {block}); floor {floor_ms * 1e3:6.1f}"
+            f" us (read {bw:.0f} GB/s + empty graph {empty_ms * 1e3:.2f} us): x{ms / floor_ms:.2f} floor"
+        )
+        print(line, flush=True)
+        rows.append({"provider": "read", "mb": mb, "ms": ms, "floor_ms": floor_ms, "read_gb_s": bw,
+                     "empty_graph_ms": empty_ms, "programs_per_sm": k, "block": block, "line": line})  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tune", action="store_true", help="then time every (config, num_splits) pair per shape")
@@ -363,6 +411,11 @@ def main() -> None:
     ap.add_argument(
         "--max-waves", type=float, default=float("inf"), help="--grid: at most this many programs per SM"
     )
+    ap.add_argument(
+        "--read-floor",
+        default="",
+        help="first, a read-only kernel's time over these sizes in MB under a CUDA graph: '34,67,1074'",
+    )
     args = ap.parse_args()
     GRID[0] = args.grid
     MAX_WAVES[0] = args.max_waves
@@ -380,6 +433,8 @@ def main() -> None:
         bench(lambda: one.add_(1)) * 1e3
     )  # a one-element kernel: what any call costs at least
     print(f"floor (one-element kernel between the events): {record['floor_us']:.1f} us", flush=True)
+    if args.read_floor:
+        read_floor([float(x) for x in args.read_floor.split(",")], rows)
     picks = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else [] if args.shape else SHAPES
     for text in args.shape:
         b, h, hkv, n, *page = (int(x) for x in text.split(","))
