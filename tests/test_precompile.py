@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from flashbench.kernels import autotune, common, flash_v2, launch
+from tiers import interpreter_sweep
 
 from flashbench.cli.app import main
 from flashbench.engine import build_lock, compile_worker, precompile, runner
@@ -348,6 +349,7 @@ _STEP = textwrap.dedent(
 )
 
 
+@interpreter_sweep  # its workers run the bundled forward through the interpreter (--device cpu)
 def test_workers_start_beside_the_step_and_the_first_gpu_once_the_record_is_done(tmp_path, monkeypatch):
     out, log = tmp_path / "run", tmp_path / "step.log"
 
