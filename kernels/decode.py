@@ -94,13 +94,14 @@ PAGED_CONFIGS: dict[int, dict[str, int]] = {
 # call is split until each SM runs several programs of 64-key tiles, FP8_FILL programs per SM (2 contiguous, 3 paged,
 # where the page table's dependent load wants more in flight), each program at least MIN_SPLIT_KEYS keys. Where the
 # unsplit programs already pass that, the other tile of the pair runs, one split: the fill tile would leave a
-# part-filled second wave (3 resident per SM contiguous, 3 paged), the other holds them in full waves (2 resident
-# contiguous, 4 paged). Both measured over the decode-fp8 preset's shapes (docs/kernels.md, the FP8 cache).
-# Other head dims take the bf16 tiles and split rule.
+# part-filled second wave (3 resident per SM, contiguous and paged), the other holds them in full waves (2 resident
+# contiguous, 4 paged). The contiguous fill tile has 2 warps: 1.00-1.09x the 4-warp one's speed (fewer
+# instructions per key: one warp pair's reductions). All measured over the decode-fp8 preset's shapes
+# (docs/kernels.md, the FP8 cache). Other head dims take the bf16 tiles and split rule.
 FP8_FILL: dict[bool, int] = {False: 2, True: 3}  # paged -> programs per SM
 FP8_TILES: dict[bool, tuple[dict[str, int], dict[str, int]]] = {  # paged -> (fill tile, tile past the fill)
     False: (
-        {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
+        {"BLOCK_N": 64, "num_warps": 2, "num_stages": 4},
         {"BLOCK_N": 64, "num_warps": 4, "num_stages": 6},
     ),
     True: (
