@@ -43,7 +43,7 @@ VARLEN defaults); the backward passes' candidates
 (recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV, the Gluon
 one pass's VARLEN mode); the
 stored-P and FA1-order forwards' defaults; flash_decode's default tile at every head dim over bf16 and e4m3
-caches (one split, key splits with the combine, paged); flash_mla_decode's candidate tiles, its paged default and its Gluon kernel (contiguous and paged).
+caches (batch 16, key splits with the combine, paged; e4m3 at d = 128 also past fp8_plan's fill); flash_mla_decode's candidate tiles, its paged default and its Gluon kernel (contiguous and paged).
 A change that should leave
 the code alone is checked with `diff -r` of two dumps; --part i/n
 compiles every n-th kernel from the i-th (n processes side by side).
@@ -420,14 +420,19 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
         add(
             f"bwd-ws-varlen-{shape}-default", True, varlen_backward, {"kernel": "gluon-ws"}, dim, causal, 8192
         )
-    # The decode kernels at their GPU tiles: one split (batch 16, GQA 32/8), key splits and the combine (batch 1),
-    # a paged cache (16-token pages); MLA's candidates at 128 heads, Nq 1, its default over 64-token pages, and
-    # the Gluon kernel over a contiguous cache and over 64-token pages.
+    # The decode kernels at their GPU tiles: batch 16, GQA 32/8 (bf16: one split; e4m3 at d = 128: fp8_plan's
+    # fill tile, split), key splits and the combine (batch 1), a paged cache (16-token pages); e4m3 at d = 128 past
+    # fp8_plan's fill (MHA 32/32 at batch 16: its other tile, one split), contiguous and paged; MLA's candidates at
+    # 128 heads, Nq 1, its default over 64-token pages, and the Gluon kernel over a contiguous cache and over
+    # 64-token pages.
     for dim, fp8 in itertools.product(dec.DECODE_HEAD_DIMS, (False, True)):
         shape = f"d{dim}-{'e4m3' if fp8 else 'bf16'}"
         add(f"decode-{shape}-contig-default", False, decode, {}, dim, fp8, 4, None, True)
         add(f"decode-{shape}-contig-splits-default", False, decode, {}, dim, fp8, 4, None, True, batch=1)
         add(f"decode-{shape}-paged-default", False, decode, {}, dim, fp8, 4, 16, True, batch=1)
+    for dim, page in itertools.product(dec.FP8_TILE_DIMS, (None, 16)):
+        layout = "paged" if page else "contig"
+        add(f"decode-d{dim}-e4m3-{layout}-past-fill-default", False, decode, {}, dim, True, 1, page, True)
     for cfg in mla_kernel.CANDIDATE_CONFIGS:
         add(f"mla-contig-{_tag(cfg)}", False, mla, cfg, None, True)
     add("mla-paged-default", False, mla, {}, 64, True)
