@@ -22,8 +22,8 @@ variant skips Q K^T and exp2 in both passes.
 
 On Hopper (backward_ws.default_config: fp16/bf16, d = 64 / 128, long enough) one Gluon kernel replaces steps 2
 and 3: dK, dV as above, and dQ added into a zeroed fp32 buffer by TMA reduce-adds from the same program, converted
-after (5 block matmuls; dQ not bitwise repeatable; with DQ_FUSED, in the kernel by the last program to add into
-each box). Where torch asks for deterministic algorithms it runs the two passes (the Gluon dK/dV pass at d = 128).
+after (5 block matmuls; dQ not bitwise repeatable). Where torch asks for deterministic algorithms it runs the two
+passes (the Gluon dK/dV pass at d = 128).
 
 Streamed tiles (Q and dO in the dK/dV pass, K and V in the dQ pass) come through 4-D [B, H, N, D] tensor
 descriptors built on the host (TMA on Hopper and newer) when `use_tma` allows, else through pointers; the
@@ -89,17 +89,6 @@ def _bwd_preprocess(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     ZERO_DQ: tl.constexpr,
-    # Packed documents with COUNT_DQ (varlen_ws.BackwardPlan): dQ out [N_Q, H, D], the documents' prefix sums
-    # (int32 [NUM_DOCS + 1]) of queries and of keys, the key rows; the rows no key block adds into get zeros
-    DQ=None,
-    CU_Q=None,
-    CU_K=None,
-    NUM_DOCS=None,
-    N_K=None,
-    COUNT_DQ: tl.constexpr = False,  # zero the arrival counters after D (backward_ws's DQ_FUSED; DqScratch)
-    DOCS: tl.constexpr = False,  # packed documents (DQ, CU_Q, CU_K, NUM_DOCS, N_K given)
-    BOX_M: tl.constexpr = 64,  # DOCS: the query rows of backward_ws's boxes (its BLOCK_M)
-    CAUSAL: tl.constexpr = False,  # DOCS: the backward's mask
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -124,41 +113,6 @@ def _bwd_preprocess(
         rows = pid_bh.to(tl.int64) * N_Q + offs_m
         zeros = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
         tl.store(DQ_ACC + rows[:, None] * HEAD_DIM + offs_d[None, :], zeros, mask=row_ok)
-    if COUNT_DQ:  # an int32 per D row, after D's B * H * N_Q (the grid's B * H programs of N_Q rows)
-        counts = (DELTA + tl.num_programs(1) * N_Q).to(tl.pointer_type(tl.int32), bitcast=True)
-        tl.store(
-            counts + pid_bh.to(tl.int64) * N_Q + offs_m, tl.zeros([BLOCK_M], tl.int32), mask=offs_m < N_Q
-        )
-        if DOCS:
-            _zero_unseen_rows(DQ, CU_Q, CU_K, NUM_DOCS, N_K, h, H, N_Q, offs_m, offs_d, BOX_M, CAUSAL)
-
-
-@triton.jit
-def _zero_unseen_rows(
-    DQ, CU_Q, CU_K, NUM_DOCS, N_K, h, H, N_Q, rows, offs_d, BOX_M: tl.constexpr, CAUSAL: tl.constexpr
-):
-    """Packed documents, DQ_FUSED: zeros into dQ's rows (of head h, among `rows`) that no key block of the Gluon
-    backward adds into, so no box of theirs is converted there (backward_ws._contributors: none): rows past the
-    last document, a document without keys, and causal, a document's first boxes where it has fewer keys than
-    queries ((m + 1) * BOX_M + n_k - n_q <= 0). A row's document is the count of documents from the second that
-    start at or before it (16 prefix sums a step: 64 held a [64, 64] compare and took the preprocess from 40 to 151
-    registers a thread); offsets clamped as common.document_block clamps them."""
-    doc = tl.zeros(rows.shape, dtype=tl.int32)
-    for c in range(1, NUM_DOCS + 1, 16):
-        idx = c + tl.arange(0, 16)
-        start = tl.minimum(tl.maximum(tl.load(CU_Q + idx, mask=idx <= NUM_DOCS, other=N_Q), 0), N_Q)
-        doc += tl.sum((start[None, :] <= rows[:, None]).to(tl.int32), 1)
-    nxt = tl.minimum(doc + 1, NUM_DOCS)
-    q0 = tl.minimum(tl.maximum(tl.load(CU_Q + doc), 0), N_Q)
-    n_q = tl.maximum(tl.minimum(tl.maximum(tl.load(CU_Q + nxt), 0), N_Q) - q0, 0)
-    k0 = tl.minimum(tl.maximum(tl.load(CU_K + doc), 0), N_K)
-    n_k = tl.maximum(tl.minimum(tl.maximum(tl.load(CU_K + nxt), 0), N_K) - k0, 0)
-    seen = (doc < NUM_DOCS) & (n_k > 0)
-    if CAUSAL:
-        seen = seen & (((rows - q0) // BOX_M + 1) * BOX_M + n_k - n_q > 0)
-    unseen = (rows < N_Q) & ~seen
-    out = DQ + (rows.to(tl.int64) * H + h)[:, None] * offs_d.shape[0] + offs_d[None, :]
-    tl.store(out, tl.zeros([rows.shape[0], offs_d.shape[0]], DQ.dtype.element_ty), mask=unseen[:, None])
 
 
 class DqScratch:
@@ -168,15 +122,10 @@ class DqScratch:
     its pointer alone, so the scratch itself stands for D, and one view (1.2 us on the CPU machine) makes the
     accumulator; its offset and strides are worked out once, here."""
 
-    def __init__(
-        self, acc_shape: tuple[int, ...], delta_shape: tuple[int, ...], counters: bool = False
-    ) -> None:
+    def __init__(self, acc_shape: tuple[int, ...], delta_shape: tuple[int, ...]) -> None:
         self.acc_shape, self.acc_strides = acc_shape, _contiguous(acc_shape)
         rows = delta_shape[0] * _contiguous(delta_shape)[0]
-        # counters (backward_ws's DQ_FUSED): an int32 per D row after D's, the kernels' arrival counters of the
-        # (query block, head) boxes at their first rows, zeroed by the preprocess (found from D's pointer)
-        used = 2 * rows if counters else rows
-        self.offset = -(-used // 32) * 32  # the accumulator 128-byte aligned (its TMA descriptor needs 16)
+        self.offset = -(-rows // 32) * 32  # the accumulator 128-byte aligned (its TMA descriptor needs 16)
         self.size = self.offset + acc_shape[0] * self.acc_strides[0]
 
     def make(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,14 +167,10 @@ class _BackwardPlan:
         ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, self.stored, dkdv_config)
         self.ws = backward_ws.DkdvPlan(q, k, causal, ws_cfg) if ws_cfg is not None else None
         self.one_pass = self.ws is not None and self.ws.one_pass
-        self.fused = self.ws is not None and self.ws.fused  # the one pass converts dQ (DQ_FUSED)
-        # the one pass's dQ accumulator and D (DQ_FUSED: and its counters)
-        self.scratch = DqScratch((B, H, Nq, D), self.delta_shape, counters=self.fused)
+        self.scratch = DqScratch((B, H, Nq, D), self.delta_shape)  # the one pass's dQ accumulator and D
         pre_m = 64
         self.pre_args = (*row_strides(o, do), H, Nq)
         pre_constexprs = {"HEAD_DIM": D, "BLOCK_M": pre_m, "ZERO_DQ": self.one_pass}
-        if self.fused:
-            pre_constexprs["COUNT_DQ"] = True
         self.pre = KernelCall(_bwd_preprocess, (cdiv(Nq, pre_m), B * H), pre_constexprs, {})
         self.tma = use_tma(q, k, v, do)
         # what each pass streams (dK/dV: Q, dO; dQ: K, V) through descriptors: not Q, dO where the Gluon pass runs
@@ -301,11 +246,6 @@ class _BackwardPlan:
             # accumulator converted by .to()
             dq_acc, delta = self.scratch.make(q.device)
             self.pre((o, do, delta, dq_acc, *self.pre_args))
-            if self.fused:  # the kernel converts each box of the accumulator into dq once it is summed
-                dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-                cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale, dq)
-                _set_last_bwd_config(cfg_kv, backward_ws.DQ_IN_ONE_PASS)
-                return dq, dk, dv
             cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
             _set_last_bwd_config(cfg_kv, backward_ws.DQ_IN_ONE_PASS)
             return dq_acc.to(dtype=q.dtype), dk, dv  # dtype= by keyword: 1.7 against 2.3 us (the CPU machine)

@@ -23,13 +23,6 @@ backward_dq.py's separate pass (every output has one writer; backward.py takes i
 deterministic algorithms). The four warpgroups' register split (ONE_PASS_REGS) is what makes the one pass pay:
 docs/kernels.md, the backward.
 
-DQ_FUSED=1 (not the default until timed against the separate conversion, 67 us of a 1.1 ms fwd+bwd step at 16k
-tokens, 16 heads, d = 128, causal): the dQ warpgroup converts dQ in this kernel. Per (query block, query head)
-box an int32 counter (after D in its scratch, zeroed by the preprocess) counts the key blocks whose adds into the
-box are complete; the last of _contributors' count loads the box's fp32 sums by TMA and stores them in dQ's dtype
-(_box_added: the ordering argument, FA3's deterministic dQ semaphore's wait-then-release). Over packed documents
-the preprocess writes the zeros of the rows no key block adds into.
-
 Scope (`supported` says why not; backward_dkdv.py and backward_dq.py serve the rest): CUDA capability 9.x,
 fp16/bf16, D in {64, 128}, contiguous q, k, v, dO, Nq % BLOCK_M == 0, Nk % (NUM_WG * 64) == 0, no sliding window,
 no stored P, and for causal Nk >= Nq (bottom-right: every query row sees a key).
@@ -52,7 +45,6 @@ try:  # Gluon is experimental; written against Triton 3.6 (as flash_ws.py).
     from triton._C.libtriton import ir as _ir
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language._core import _unwrap_if_constexpr
     from triton.experimental.gluon.language._core import builtin as _builtin
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
@@ -62,7 +54,6 @@ try:  # Gluon is experimental; written against Triton 3.6 (as flash_ws.py).
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    from triton.language import range as _tl_range
 
     from .flash_ws_kernel import store_rows
     from .flash_ws_parts import document_block
@@ -88,9 +79,6 @@ CONFIG_KEYS = {
     "NUM_WG": (2,),
     "STAGES": (2, 3),
     "ONE_PASS": (0, 1),
-    # 1: the last key block to add into a (query block, query head) box converts it to dQ's dtype in the kernel
-    # (_dq_partition), no separate conversion after; absent (the default) or 0: backward.py converts
-    "DQ_FUSED": (0, 1),
     # reported with the config (derived from NUM_WG and ONE_PASS), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1, 4 * 2 + 4 + 1),
@@ -154,8 +142,6 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
             raise ValueError(f"gluon-ws backward config: {key}={val!r} must be one of {list(allowed)}")
         if key not in ("kernel", "BLOCK_N", "num_warps"):
             cfg[key] = val
-    if cfg.get("DQ_FUSED") and not cfg["ONE_PASS"]:
-        raise ValueError("gluon-ws backward config: DQ_FUSED=1 needs ONE_PASS=1 (the one pass's dQ)")
     return cfg
 
 
@@ -209,39 +195,6 @@ if HAVE_GLUON:
         coord = _semantic._convert_to_ir_values(coord, require_i64=False)
         _semantic.builder.create_async_tma_reduce(
             _ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle
-        )
-
-    @_builtin
-    def _bulk_writes_done(pending, _semantic=None):
-        """DQ_FUSED: wait until at most `pending` of this thread's most recent bulk async-groups (one a TMA
-        reduce-add) are in flight and every older one is complete, its writes to global memory performed
-        (cp.async.bulk.wait_group without .read: tma.store_wait's .read only waits until they have read shared
-        memory), then order those async-proxy writes before this thread's later generic accesses
-        (fence.proxy.async.global): a release after it publishes them (FA3's deterministic dQ semaphore waits
-        the same way before its red.release; PTX ISA, memory consistency model: proxies)."""
-        pending = _unwrap_if_constexpr(pending)
-        gl.inline_asm_elementwise(
-            f"cp.async.bulk.wait_group {pending}; fence.proxy.async.global; mov.u32 $0, 0;",
-            "=r",
-            [],
-            dtype=gl.int32,
-            is_pure=False,
-            pack=1,
-            _semantic=_semantic,
-        )
-
-    @_builtin
-    def _fence_proxy_async_global(_semantic=None):
-        """DQ_FUSED: order this thread's earlier generic accesses (the acquire that saw a box's last arrival)
-        before its later async-proxy ones (the TMA loads of the box's sums)."""
-        gl.inline_asm_elementwise(
-            "fence.proxy.async.global; mov.u32 $0, 0;",
-            "=r",
-            [],
-            dtype=gl.int32,
-            is_pure=False,
-            pack=1,
-            _semantic=_semantic,
         )
 
     @gluon.jit
@@ -546,11 +499,9 @@ if HAVE_GLUON:
         sched,
         docs,
         sm_scale,
-        fused,  # (DQ, DELTA, kv_bar, BLOCK_N, CAUSAL, VARLEN) for DQ_FUSED's _box_added
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
-        DQ_FUSED: gl.constexpr,
     ):
         """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
@@ -558,8 +509,7 @@ if HAVE_GLUON:
         reduce-add. The consumers never wait for this matmul. VARLEN: dqd is over [total_q, H * D], dQ's own
         layout (a head is a column block, as Q's), so its conversion reads it in order: a box that runs past the
         document adds the zero rows of dS K (_load_block) to the next document's rows (past the tensor, TMA
-        drops them). DQ_FUSED: once a box's reduce-adds are complete (one box later: _box_added), the box's
-        arrival is counted, and the last of its key blocks converts it (a box of its document's rows alone)."""
+        drops them)."""
         k_smem, _, q_smem, _, ds_smem, dq_smem, _ = smem
         kv_bar, _, _, ds_full, ds_free = bars
         H, GROUP, N_Q, N_K = sched
@@ -570,20 +520,16 @@ if HAVE_GLUON:
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
         )
         if VARLEN:
-            spin, _, _, n_k, q_row, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+            spin, _, _, _, q_row, _, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
         else:
             walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
             spin = _program()[0]
-            q_row = 0
-            n_k = N_K
-            n_q = N_Q
         zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
         mbarrier.wait(kv_bar, 0)
-        cvt = 0  # DQ_FUSED: the boxes this warpgroup converted (kv_bar's phases after the first)
-        for i in _tl_range(GROUP * walk[2], disable_licm=DQ_FUSED):
+        for i in range(GROUP * walk[2]):
             if VARLEN:
                 row, col = _packed_box(
                     i, _block(i, walk, spin, N_Q, BLOCK_M)[0], walk, q_row, BLOCK_M, HEAD_DIM
@@ -609,112 +555,7 @@ if HAVE_GLUON:
                 halves = tile._reinterpret(gl.float32, [2, BLOCK_M, 32], dqd.layout)
                 for h in gl.static_range(2):
                     _tma_reduce_add(dqd, [row, col + c * 64 + h * 32], halves.index(h))
-            if DQ_FUSED:
-                # The previous box's reduce-adds, issued a block ago, are complete by now (rarely a wait):
-                # counted there, not here, the warpgroup would wait for this block's own every step. Its box
-                # is found again (a few integer operations): carried, it spilled to local memory at d = 128.
-                if i > 0:
-                    pending: gl.constexpr = 2 * (HEAD_DIM // 64)
-                    cvt = _box_added(
-                        i - 1, pending, cvt, walk, (spin, q_row, n_q, n_k), dqd, dq_smem, sched, fused
-                    )
         tma.store_wait(0)
-        if DQ_FUSED:
-            if GROUP * walk[2] > 0:
-                _box_added(
-                    GROUP * walk[2] - 1, 0, cvt, walk, (spin, q_row, n_q, n_k), dqd, dq_smem, sched, fused
-                )
-
-    @gluon.jit
-    def _contributors(m, n_q, n_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-        """DQ_FUSED: the key blocks whose walk (_walk's, _document's) takes query block m of a query head, of a
-        document of n_q queries and n_k keys (uniform: N_Q, N_K): all cdiv(n_k, BLOCK_N); causal, those whose
-        first block lo = max(nb * BLOCK_N - (n_k - n_q), 0) // BLOCK_M is m or before, nb * BLOCK_N <
-        (m + 1) * BLOCK_M + n_k - n_q (none where that is <= 0: a packed document with fewer keys than queries;
-        backward.py's preprocess writes those rows' zeros)."""
-        blocks = gl.cdiv(n_k, BLOCK_N)
-        if CAUSAL:
-            blocks = gl.minimum(gl.cdiv(gl.maximum((m + 1) * BLOCK_M + n_k - n_q, 0), BLOCK_N), blocks)
-        return blocks
-
-    @gluon.jit
-    def _box_added(
-        i,  # the program's block whose box's adds are complete (its i-th of `walk`, _block's)
-        PENDING: gl.constexpr,  # the bulk groups issued since that block's last reduce-add (left in flight)
-        cvt,
-        walk,
-        place,  # (spin, q_row, n_q, n_k): where the walk starts, the document's first query row (VARLEN) and
-        # lengths (_contributors)
-        dqd,
-        dq_smem,
-        sched,
-        fused,  # (DQ, DELTA, kv_bar, BLOCK_N, CAUSAL, VARLEN): dQ out, D's scratch (the counters after D), the
-        # barrier of the box's loads
-    ):
-        """DQ_FUSED: this program's adds into its block i's box are complete: count its arrival (an int32 per box
-        after D, zeroed by the preprocess; an atomic add at gpu scope, release for the adds, acquire for the
-        others'), and where it is the box's last (_contributors), convert the box: its fp32 sums by TMA into the
-        staging tiles, then to dQ's dtype into DQ by pointer stores of the rows of its own document (a packed box
-        running past it holds the next document's rows, which that document's boxes convert). Returns cvt,
-        counting this box's conversion.
-
-        Ordering: the adds are the async proxy's; the lane that issued them waits for their writes and fences
-        them before generic accesses (_bulk_writes_done), the warpgroup's barrier orders that before lane 0's
-        release. The last arrival's acquire orders every earlier arrival's adds before its own reads, which a
-        proxy fence turns toward its TMA loads. The box's loads wait for the warpgroup (~1-2 us, once per box
-        over all its key blocks); the two dS slots let the consumers run on meanwhile."""
-        DQ, DELTA, kv_bar, BLOCK_N, CAUSAL, VARLEN = fused
-        spin, q_row, n_q, n_k = place
-        H, GROUP, N_Q, N_K = sched
-        BLOCK_M: gl.constexpr = dq_smem.shape[1]
-        HEAD_DIM: gl.constexpr = 64 * dq_smem.shape[0]
-        _bulk_writes_done(PENDING)
-        gl.thread_barrier()  # every lane's wait (the issuing lane's among them) before lane 0's release
-        m, row = _block(i, walk, spin, N_Q, BLOCK_M)
-        if VARLEN:  # counters laid out as D: [H, total_q], a box's at its first row
-            row, col = _packed_box(i, m, walk, q_row, BLOCK_M, HEAD_DIM)
-            at = (col // HEAD_DIM) * N_Q + row
-            stride = H * HEAD_DIM
-        else:  # [B * H * N_Q]
-            col = 0
-            at = row
-            stride = HEAD_DIM
-        # the counters after D's B * H * N_Q rows (the grid's B * H_KV programs of GROUP heads)
-        counts = (DELTA + gl.num_programs(1) * GROUP * N_Q).to(gl.pointer_type(gl.int32), bitcast=True)
-        arrived = gl.atomic_add(counts + at, 1, sem="acq_rel", scope="gpu")
-        if arrived == _contributors(m, n_q, n_k, BLOCK_M, BLOCK_N, CAUSAL) - 1:
-            _fence_proxy_async_global()
-            tma.store_wait(0)  # the staging tiles are read (the last block's reduce-adds)
-            # kv_bar again, its phase 1 + cvt: every partition that waits for K and V (phase 0) has, since
-            # the consumers stored this block's dS
-            mbarrier.expect(kv_bar, 2 * (HEAD_DIM // 64) * dqd.block_type.nbytes)
-            for c in gl.static_range(HEAD_DIM // 64):
-                halves = dq_smem.index(c)._reinterpret(gl.float32, [2, BLOCK_M, 32], dqd.layout)
-                for h in gl.static_range(2):
-                    tma.async_copy_global_to_shared(
-                        dqd, [row, col + c * 64 + h * 32], kv_bar, halves.index(h)
-                    )
-            mbarrier.wait(kv_bar, (cvt + 1) & 1)
-            # 16 rows at a time, 32 columns a step (a lane reads 16 bytes of a 128-byte swizzled row, a warp 8
-            # rows: no bank conflicts), the rows in a loop that stops at the document's end: over the whole box
-            # at once (unrolled) it spilled the warpgroup's main loop at d = 128
-            layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [2, 2], [1, 0])
-            pieces = dq_smem._reinterpret(gl.float32, [HEAD_DIM // 32 * (BLOCK_M // 16), 16, 32], dqd.layout)
-            rows = gl.arange(0, 16, gl.SliceLayout(1, layout))
-            cols = gl.arange(0, 32, gl.SliceLayout(0, layout))
-            rows_left = gl.minimum(n_q - m * BLOCK_M, BLOCK_M)  # uniform: BLOCK_M
-            for r0 in range(0, rows_left, 16):
-                r = r0 + rows
-                for j in gl.static_range(HEAD_DIM // 32):
-                    x = pieces.index(j * (BLOCK_M // 16) + r0 // 16).load(layout).to(DQ.dtype.element_ty)
-                    out = DQ + (row + r).to(gl.int64)[:, None] * stride + (col + j * 32 + cols)[None, :]
-                    if VARLEN:  # the document's rows
-                        gl.store(out, x, mask=(r[:, None] < rows_left) & (cols[None, :] < 32))
-                    else:
-                        gl.store(out, x)
-            gl.thread_barrier()  # every lane's reads of the staging tiles before the next block's stores to them
-            cvt += 1
-        return cvt
 
     @gluon.jit
     def _bwd_dkdv_ws(
@@ -738,7 +579,6 @@ if HAVE_GLUON:
         NUM_DOCS,  # VARLEN: documents; else None
         DK,  # VARLEN: dK [total_k, H_KV, D] (the masked stores of a document's last keys); else None
         DV,  # VARLEN: dV, the same; else None
-        DQ,  # DQ_FUSED: dQ out in Q's dtype, rows and columns as dqd's; else None
         HEAD_DIM: gl.constexpr,
         BLOCK_M: gl.constexpr,
         NUM_WG: gl.constexpr,
@@ -752,9 +592,6 @@ if HAVE_GLUON:
         # [total, heads * D] (a head is a column block), dQ's accumulator too, the LSE's rows [H * total_q]; a
         # program is a key block of one document (_document)
         VARLEN: gl.constexpr,
-        # ONE_PASS: the last key block to add into a box converts it into DQ (_box_added); D's scratch holds an
-        # int32 arrival counter per D row after D's (backward.DqScratch), zeroed by the preprocess
-        DQ_FUSED: gl.constexpr,
     ):
         """One program per (NUM_WG * 64 keys, batch * K/V head); VARLEN: per (key block of a document, K/V
         head)."""
@@ -791,7 +628,6 @@ if HAVE_GLUON:
         else:
             ds_full = empty  # unused
             ds_free = empty
-        fused = (DQ, DELTA, kv_bar, BLOCK_N, CAUSAL, VARLEN)
         fence_async_shared()
         descs = (qd, dod, kd, vd, LSE, DELTA)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, stats)
@@ -804,10 +640,7 @@ if HAVE_GLUON:
                 [
                     (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
                     (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
-                    (
-                        _dq_partition,
-                        (smem, bars, dqd, sched, docs, sm_scale, fused, BLOCK_N, CAUSAL, VARLEN, DQ_FUSED),
-                    ),
+                    (_dq_partition, (smem, bars, dqd, sched, docs, sm_scale, BLOCK_N, CAUSAL, VARLEN)),
                     (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN)),
                 ],
                 [4, 4, 1],
@@ -834,8 +667,6 @@ NOT_VARLEN: dict[str, Any] = {
     "DV": None,
     "VARLEN": False,
 }
-# DQ, where backward.py converts dQ (no DQ_FUSED)
-NO_DQ: dict[str, Any] = {"DQ": None}
 
 
 def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool) -> dict[str, Any]:
@@ -851,7 +682,6 @@ def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool) -> dict[
         "CONSUMER_REGS": ONE_PASS_REGS[0] if one_pass else CONSUMER_REGS,
         "PRODUCER_REGS": PRODUCER_REGS,
         "DQ_REGS": ONE_PASS_REGS[1],
-        "DQ_FUSED": bool(cfg.get("DQ_FUSED")),
     }
 
 
@@ -883,7 +713,6 @@ class DkdvPlan:
         dt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
         bm, num_wg = cfg["BLOCK_M"], cfg["NUM_WG"]
         self.one_pass = bool(cfg.get("ONE_PASS"))
-        self.fused = bool(cfg.get("DQ_FUSED"))
         self.q_block, self.kv_block = [bm, D], [KEYS, D]
         self.q_layout = gl.NVMMASharedLayout.get_default_for(self.q_block, dt)
         self.kv_layout = gl.NVMMASharedLayout.get_default_for(self.kv_block, dt)
@@ -891,12 +720,7 @@ class DkdvPlan:
         self.dq_layout = dq_layout()
         self.sizes = (H, H // Hkv, Nq, Nk)
         num_n = cdiv(Nk, num_wg * KEYS)
-        constexprs = {**kernel_constexprs(cfg, D, causal), **NOT_VARLEN, **NO_DQ}
-        if self.fused:  # DQ is a run-time argument, after the documents' (None, positional)
-            constexprs = {
-                key: val for key, val in constexprs.items() if key not in NOT_VARLEN or key == "VARLEN"
-            }
-            del constexprs["DQ"]
+        constexprs = {**kernel_constexprs(cfg, D, causal), **NOT_VARLEN}
         self.call = KernelCall(_bwd_dkdv_ws, (num_n, B * Hkv), constexprs, {"num_warps": 4})
         self.config = reported_config(cfg)
 
@@ -908,14 +732,10 @@ class DkdvPlan:
         delta: torch.Tensor,
         qk_scale: float,
         sm_scale: float,
-        dq: torch.Tensor | None = None,
     ) -> dict[str, Any]:
-        """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: the zeroed fp32 dQ (ONE_PASS) or None; dq: DQ_FUSED's
-        dQ out (contiguous, q's shape and dtype; delta the DqScratch with counters). Returns the config as a row
-        reports it."""
-        rest: tuple[Any, ...] = (lse, delta, *self.sizes, qk_scale, sm_scale)
-        if self.fused:
-            rest = (*rest, *(NOT_VARLEN[key] for key in ("CU_Q", "CU_K", "NUM_DOCS", "DK", "DV")), dq)
+        """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: the zeroed fp32 dQ (ONE_PASS) or None. Returns the
+        config as a row reports it."""
+        rest = (lse, delta, *self.sizes, qk_scale, sm_scale)
         views = (*tensors, dq_acc if dq_acc is not None else tensors[2])
         descs: tuple[Any, ...] = views  # once compiled, the descriptors' tensors (launch.KernelCall)
         if not self.call.direct:

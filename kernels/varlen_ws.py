@@ -48,10 +48,7 @@ head of its GQA group. Where a box crosses a document's end:
     next head's first rows, or nothing past the tensor): values unchanged (x + 0 = x; only a -0.0 sum could turn
     +0.0).
 dQ is added into a zeroed fp32 [total_q, H, D] (the preprocess zeroes it and computes D, one launch), then
-converted to the input dtype in that layout: not bitwise repeatable, as the uniform one pass. With DQ_FUSED the
-kernel converts each (document's query block, head) box once its last key block has added into it, only the
-document's rows; the preprocess writes zeros into the rows no key block adds into (past the last document, a
-document without keys, causal: a document's first blocks where it has fewer keys than queries).
+converted to the input dtype in that layout: not bitwise repeatable, as the uniform one pass.
 """
 
 from __future__ import annotations
@@ -308,20 +305,11 @@ class BackwardPlan:
         block_n = cfg["NUM_WG"] * backward_ws.KEYS
         self.blocks = ([cfg["BLOCK_M"], D], [backward_ws.KEYS, D], [cfg["BLOCK_M"], 32])
         self.sizes, self.docs = (H, H // Hkv, Tq, Tk), docs
-        self.fused = bool(cfg.get("DQ_FUSED"))  # the kernel converts dQ (backward_ws's DQ_FUSED)
-        # dQ's accumulator [total_q, H, D] and D (DQ_FUSED: and its counters)
-        self.scratch = DqScratch((Tq, H, D), (1, H, Tq), counters=self.fused)
-        pre: dict[str, Any] = {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}
-        self.pre_lead: tuple[Any, ...] = ()
-        if self.fused:
-            # the counters zeroed, and the rows no key block adds into given zeros; DQ and the documents follow
-            # HEAD_DIM, BLOCK_M and ZERO_DQ among the preprocess's arguments, so those go by position too
-            self.pre_lead = tuple(pre.values())
-            pre = {"COUNT_DQ": True, "DOCS": True, "BOX_M": cfg["BLOCK_M"], "CAUSAL": bool(causal)}
-        self.pre = KernelCall(_bwd_preprocess, (cdiv(Tq, 64), H), pre, {})
+        self.scratch = DqScratch((Tq, H, D), (1, H, Tq))  # dQ's accumulator [total_q, H, D] and D
+        self.pre = KernelCall(
+            _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
+        )
         constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": True}
-        if not self.fused:
-            constexprs.update(backward_ws.NO_DQ)
         grid = (document_walk(Tk, docs, block_n), Hkv)
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
@@ -340,19 +328,14 @@ class BackwardPlan:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """dq, dk, dv ([total, heads, D] contiguous) of inputs with this plan's signature, and the config; lse: the
         forward's [1, H, total_q] LSE2."""
-        H, _, Tq, Tk = self.sizes
+        H, _, Tq, _ = self.sizes
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         dq_acc, delta = self.scratch.make(q.device)
         strides = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
+        self.pre((o, do, delta, dq_acc, *strides, H, Tq))
         # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator too
         views = tuple(t.view(t.shape[0], -1) for t in (q, do, k, v, dk, dv, dq_acc))
         rest = (lse, delta, *self.sizes, sm_scale * LOG2E, sm_scale, cu_q, cu_k, self.docs, dk, dv)
-        if self.fused:  # dQ written by the kernel (and the preprocess: rows no key block adds into)
-            dq = torch.empty_like(q)
-            self.pre((o, do, delta, dq_acc, *strides, H, Tq, *self.pre_lead, dq, cu_q, cu_k, self.docs, Tk))
-            flash_ws.launch(self, views, (*rest, dq), lambda: self._descriptors(views))
-            return dq, dk, dv, self.config
-        self.pre((o, do, delta, dq_acc, *strides, H, Tq))
         flash_ws.launch(self, views, rest, lambda: self._descriptors(views))
         return dq_acc.to(dtype=q.dtype), dk, dv, self.config
 

@@ -67,16 +67,14 @@ def check(shape, dtype, causal, config):
         {"STAGES": 2},
         {"ONE_PASS": 0, "STAGES": 2},
         {"ONE_PASS": 0, "STAGES": 3},
-        {"DQ_FUSED": 1},  # the last key block to add into a box converts it
-        {"DQ_FUSED": 1, "STAGES": 2},
     ],
-    ids=["default", "s2", "two-pass", "two-pass-s3", "dq-fused", "dq-fused-s2"],
+    ids=["default", "s2", "two-pass", "two-pass-s3"],
 )
 # The smoke tier: the configs the backward dispatches (the one pass, and the two passes where torch asks for
 # deterministic algorithms: backward_ws.TWO_PASS) on every shape in bf16, and in fp16 on the first.
 @smoke(
     lambda shape, dtype, config, **_: (
-        config in ({}, backward_ws.TWO_PASS, {"DQ_FUSED": 1})
+        config in ({}, backward_ws.TWO_PASS)
         and (dtype == torch.bfloat16 or shape == (2, 4, 4, 256, 256, 128))
     )
 )
@@ -116,49 +114,6 @@ def test_backward_takes_gluon_by_default_where_it_measured_faster(monkeypatch, c
         second, _ = grads(q, k, v, do)
         assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
         assert grads(*d64)[1]["dkdv"].get("kernel") != "gluon-ws"
-
-
-FUSED = {"kernel": "gluon-ws", "DQ_FUSED": 1}
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize(
-    "shape", [(2, 4, 4, 1024, 1024, 128), (1, 8, 2, 1024, 1536, 64)], ids=["d128", "d64-gqa4-nk>nq"]
-)
-def test_fused_dq_conversion_matches_the_separate_one(shape, causal):
-    """DQ_FUSED converts the same fp32 sums the default path converts after the kernel: dQ agrees to the
-    rounding of its last bit (the sums' order differs between runs); dK and dV are the same kernel's."""
-    q, k, v, do = inputs(*shape, torch.bfloat16, seed=5)
-    scale = shape[-1] ** -0.5
-    o, lse, _ = attention_forward(q, k, v, causal, scale)
-    apart = attention_backward(q, k, v, o, lse, do, None, causal, scale, {"kernel": "gluon-ws"})
-    fused = attention_backward(q, k, v, o, lse, do, None, causal, scale, FUSED)
-    assert last_bwd_config()["dkdv"]["DQ_FUSED"] == 1
-    for name, a, b in zip(("dq", "dk", "dv"), apart, fused, strict=True):
-        assert b.dtype == a.dtype and b.shape == a.shape and b.is_contiguous(), name
-        assert torch.isfinite(b).all(), name
-        # one bf16 ulp of the larger: 2^-7 relative, the fp32 sums added in another order
-        assert torch.allclose(b.float(), a.float(), rtol=2**-7, atol=1e-6), name
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
-def test_fused_dq_counters_start_from_zero_on_every_call():
-    """The arrival counters live in the call's scratch and the preprocess zeroes them: backward after backward
-    (the plan's kernels launched directly from the second call on), each dQ is the reference's, and is the
-    first call's up to the sums' order."""
-    q, k, v, do = inputs(1, 4, 2, 1024, 1024, 128, torch.bfloat16, seed=6)
-    scale = 128**-0.5
-    o, lse, _ = attention_forward(q, k, v, True, scale)
-    first = attention_backward(q, k, v, o, lse, do, None, True, scale, FUSED)[0]
-    for _ in range(4):
-        dq, dk, dv = attention_backward(q, k, v, o, lse, do, None, True, scale, FUSED)
-        assert torch.allclose(dq.float(), first.float(), rtol=2**-7, atol=1e-6)
-    grads = {"out": o, "dq": dq, "dk": dk, "dv": dv}
-    verdict = correctness.verify(grads, q, k, v, causal=True, sm_scale=scale, do=do)
-    assert verdict.ok, verdict.describe()
 
 
 class torch_deterministic:
@@ -281,23 +236,6 @@ def test_one_pass_shared_memory_fits():
     assert backward_ws.smem_bytes(cfg, 128) <= flash_ws.SMEM_LIMIT
     with pytest.raises(ValueError, match="ONE_PASS=2 must be one of"):
         backward_ws.config_for(128, {"ONE_PASS": 2})
-
-
-def test_dq_fused_needs_the_one_pass_and_its_scratch_holds_a_counter_per_d_row():
-    """DQ_FUSED converts the one pass's dQ: refused with ONE_PASS=0; reported back as forced; the scratch then
-    keeps an int32 counter per D row after D's (the kernels find them from D's pointer), before the
-    accumulator, still 128-byte aligned."""
-    with pytest.raises(ValueError, match="DQ_FUSED=1 needs ONE_PASS=1"):
-        backward_ws.config_for(128, {"DQ_FUSED": 1, "ONE_PASS": 0})
-    cfg = backward_ws.config_for(64, {"kernel": "gluon-ws", "DQ_FUSED": 1})
-    assert cfg["DQ_FUSED"] == 1 and backward_ws.config_for(64, backward_ws.reported_config(cfg)) == cfg
-    assert backward_ws.kernel_constexprs(cfg, 64, True)["DQ_FUSED"] is True
-    assert backward_ws.kernel_constexprs(backward_ws.config_for(64), 64, True)["DQ_FUSED"] is False
-    scratch = DqScratch((2, 3, 5, 4), (2, 3, 5), counters=True)
-    acc, delta = scratch.make(torch.device("cpu"))
-    assert acc.storage_offset() == 64 and delta.numel() == 64 + acc.numel()  # 2 x 30 rows, rounded up to 32
-    assert DqScratch((2, 3, 50, 4), (2, 3, 50), counters=True).offset == 608  # 2 x 300
-    assert DqScratch((2, 3, 50, 4), (2, 3, 50)).offset == 320
 
 
 def test_dq_scratch_gives_d_then_an_aligned_contiguous_accumulator_in_one_allocation():

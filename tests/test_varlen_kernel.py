@@ -29,7 +29,6 @@ from flashbench.engine import correctness
 HAS_CUDA = torch.cuda.is_available()
 HOPPER = HAS_CUDA and torch.cuda.get_device_capability()[0] == 9
 GLUON = {"kernel": "gluon-ws"}  # forces the Gluon forward (varlen_ws.py)
-FUSED = {"kernel": "gluon-ws", "DQ_FUSED": 1}  # the Gluon backward converting dQ in its kernel
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 FP32_IEEE = 1e-6  # the kernels' fp32 dots are IEEE fp32, as in test_kernels.py
 KERNELS = Path(inspect.getfile(flash_attn_varlen)).parent
@@ -257,10 +256,8 @@ def test_bf16_documents_at_the_issue_shape_class_within_budget(causal):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
-@pytest.mark.parametrize(
-    "config,bwd", [(None, None), (GLUON, GLUON), (GLUON, FUSED)], ids=["default", "gluon", "gluon-dq-fused"]
-)
-def test_captured_in_a_cuda_graph_it_follows_new_lengths(config, bwd):
+@pytest.mark.parametrize("config", [None, GLUON], ids=["default", "gluon"])
+def test_captured_in_a_cuda_graph_it_follows_new_lengths(config):
     """validate=False needs no host sync, so the forward and backward capture in a CUDA graph; replayed after the
     prefix sums change in place (same shapes), the graph computes the new documents (the tl kernels, and the
     Gluon forward and backward on Hopper)."""
@@ -272,7 +269,7 @@ def test_captured_in_a_cuda_graph_it_follows_new_lengths(config, bwd):
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
 
     def step():
-        out = flash_attn_varlen(*leaves, cu, cu, 512, 512, causal=True, config=config, bwd_config=bwd)
+        out = flash_attn_varlen(*leaves, cu, cu, 512, 512, causal=True, config=config, bwd_config=config)
         return (out, *torch.autograd.grad(out, leaves, do))
 
     stream = torch.cuda.Stream()
@@ -465,51 +462,19 @@ GLUON_BWD_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal)
         for c in GLUON_BWD_CASES
     ],
 )
-@pytest.mark.parametrize("bwd", [GLUON, FUSED], ids=["dq-after", "dq-fused"])
-def test_gluon_backward_every_document_within_budget(lengths, h, hkv, d, dtype, causal, bwd):
-    check(lengths, h, hkv, d, dtype, causal=causal, config=GLUON, bwd_config=bwd)
-    assert last_bwd_config()["dkdv"] == backward_ws.reported_config(backward_ws.config_for(d, bwd))
-
-
-# DQ_FUSED where a box has no key block to add into it: a document with fewer keys than queries under a causal
-# mask (its first 64-row boxes see no key), a document without keys; the preprocess writes their dQ rows' zeros.
-@pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_fused_dq_rows_no_key_block_adds_into_are_zeros(causal):
-    lq, lk = [300, 70, 5, 200], [90, 130, 0, 260]
-    results = check((lq, lk), 4, 2, 128, torch.bfloat16, causal=causal, config=GLUON, bwd_config=FUSED)
-    assert (results["dq"][370:375] == 0).all()  # the document without keys
-    if causal:  # 300 queries, 90 keys: rows before 210 see no key, the boxes of rows 0..191 none at all
-        assert (results["dq"][:210] == 0).all()
+def test_gluon_backward_every_document_within_budget(lengths, h, hkv, d, dtype, causal):
+    check(lengths, h, hkv, d, dtype, causal=causal, config=GLUON, bwd_config=GLUON)
+    assert last_bwd_config()["dkdv"] == backward_ws.reported_config(backward_ws.config_for(d))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
-def test_fused_dq_matches_the_separate_conversion_call_after_call():
-    """The packed DQ_FUSED backward against the one that converts after the kernel, several calls in a row (the
-    counters zeroed by each call's preprocess): dQ the same up to the sums' order, dK and dV alike."""
-    lq = [1000, 37, 700, 1]
-    q, k, v, do = inputs(lq, lq, 8, 2, 64, torch.bfloat16, seed=3)
-    cu = prefix(lq)
-    apart = run(q, k, v, do, cu, cu, causal=True, config=GLUON, bwd_config=GLUON)
-    for _ in range(3):
-        fused = run(q, k, v, do, cu, cu, causal=True, config=GLUON, bwd_config=FUSED)
-        for name in ("dq", "dk", "dv"):
-            a, b = apart[name].float(), fused[name].float()
-            assert torch.allclose(b, a, rtol=2**-7, atol=1e-6), name
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
-@pytest.mark.parametrize("bwd", [GLUON, FUSED], ids=["dq-after", "dq-fused"])
-def test_gluon_backward_rows_past_the_last_document_get_zero_gradients(bwd):
+def test_gluon_backward_rows_past_the_last_document_get_zero_gradients():
     """Rows past cu_seqlens[-1] on both sides: their dK, dV are stored zeros (one more document without queries),
-    their dQ stays the zeroed accumulator's (DQ_FUSED: the preprocess's zeros); a document ending inside a key
-    block stores none of the next rows."""
+    their dQ stays the zeroed accumulator's; a document ending inside a key block stores none of the next rows."""
     lq = [200, 75]
     q, k, v, do = inputs(lq, lq, 2, 2, 128, torch.bfloat16, extra_rows=60)
-    results = run(q, k, v, do, prefix(lq), prefix(lq), causal=False, config=GLUON, bwd_config=bwd)
+    results = run(q, k, v, do, prefix(lq), prefix(lq), causal=False, config=GLUON, bwd_config=GLUON)
     for name, t in results.items():
         assert torch.isfinite(t).all(), name
         assert (t[sum(lq) :] == 0).all(), name
