@@ -91,28 +91,28 @@ PAGED_CONFIGS: dict[int, dict[str, int]] = {
 }
 # An e4m3 cache at d = 128: its loop issues about as many instructions per key block as bf16's for half the bytes
 # (docs/kernels.md, the FP8 cache), so one program per SM cannot stream the SM's share of the read bandwidth: the
-# call is split until each SM runs several programs of 64-key tiles, FP8_FILL programs per SM (2 contiguous, 3 paged,
-# where the page table's dependent load wants more in flight), each program at least FP8_MIN_SPLIT_KEYS keys. Where the
-# unsplit programs already pass that, the other tile of the pair runs, one split: the fill tile would leave a
-# part-filled second wave (3 resident per SM, contiguous and paged), the other holds them in full waves (2 resident
-# contiguous, 4 paged). The contiguous fill tile has 2 warps: 1.00-1.09x the 4-warp one's speed (fewer
-# instructions per key: one warp pair's reductions). All measured over the decode-fp8 preset's shapes
-# (docs/kernels.md, the FP8 cache). Other head dims take the bf16 tiles and split rule.
-FP8_FILL: dict[bool, int] = {False: 2, True: 3}  # paged -> programs per SM
+# call is split until each SM runs FP8_FILL programs (2) of 64-key tiles with 2 warps, each split at least
+# FP8_MIN_SPLIT_KEYS keys: 1.00-1.09x the speed of 4-warp tiles at the same splits (fewer instructions per key: one
+# warp pair's reductions), and 1.05x the paged 4-warp tile at 3 programs per SM. A paged tile holds 8 stages (the
+# page table's dependent load wants more in flight). Where the unsplit programs already pass the fill (MHA at batch
+# 16), the other tile of the pair runs, one split: the fill tile would leave a part-filled second wave (3 resident
+# per SM), the other holds them in full waves (2 resident contiguous, 4 paged). All measured over the decode-fp8
+# preset's shapes (docs/kernels.md, the FP8 cache). Other head dims take the bf16 tiles and split rule.
+FP8_FILL = 2  # programs per SM
 FP8_TILES: dict[bool, tuple[dict[str, int], dict[str, int]]] = {  # paged -> (fill tile, tile past the fill)
     False: (
         {"BLOCK_N": 64, "num_warps": 2, "num_stages": 4},
         {"BLOCK_N": 64, "num_warps": 4, "num_stages": 6},
     ),
     True: (
-        {"BLOCK_N": 64, "num_warps": 4, "num_stages": 6},
+        {"BLOCK_N": 64, "num_warps": 2, "num_stages": 8},
         {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
     ),
 }
 FP8_TILE_DIMS: tuple[int, ...] = (128,)
-# Keys per split at least: 8 of the fill tiles' 64-key blocks. A split of 4 never fills the paged tile's pipeline
-# (5 blocks in flight), and each split adds a partial the combine reads serially: GQA 32/8 at batch 1, 8k keys,
-# paged, took 22.8 us at 32 splits of 4 blocks against 18.3 at 16 of 8 (docs/kernels.md, the FP8 cache).
+# Keys per split at least: 8 of the fill tiles' 64-key blocks. A split of 4 never fills a deep paged pipeline, and
+# each split adds a partial the combine reads serially: GQA 32/8 at batch 1, 8k keys, paged, took 22.8 us at 32
+# splits of 4 blocks against 18.3 at 16 of 8 ((64, 4, 6) tiles; docs/kernels.md, the FP8 cache).
 FP8_MIN_SPLIT_KEYS = 512
 # Under the interpreter: small key blocks, so small test shapes cross many blocks and split boundaries.
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
@@ -456,7 +456,7 @@ def fp8_plan(programs: int, capacity: int, paged: bool, sms: int) -> tuple[dict[
     programs reach 90% of FP8_FILL per SM (each split at least FP8_MIN_SPLIT_KEYS keys of the capacity, at most
     MAX_SPLITS); the other tile and one split where the unsplit `programs` pass FP8_FILL per SM."""
     fill, past = FP8_TILES[paged]
-    want = FP8_FILL[paged] * sms
+    want = FP8_FILL * sms
     if programs > want:
         return past, 1
     top = max(1, min(MAX_SPLITS, capacity // FP8_MIN_SPLIT_KEYS))

@@ -221,22 +221,21 @@ def test_gpu_e4m3_cache_past_the_fill_takes_the_other_tile(page):
 
 
 def test_fp8_plan_splits_until_each_sm_runs_its_fill_of_programs():
-    """fp8_plan on 132 SMs, at the decode-fp8 preset's program counts (batch x KV heads)."""
+    """fp8_plan on 132 SMs, at the decode-fp8 preset's program counts (batch x KV heads) and at batch 1."""
     plan, tiles = decode_module.fp8_plan, decode_module.FP8_TILES
-    # GQA 32/8 at batch 16 / 8 / 4 (128 / 64 / 32 programs): 256 programs contiguous, 384 paged
-    for programs, contiguous, paged in [(128, 2, 3), (64, 4, 6), (32, 8, 12)]:
-        assert plan(programs, 131072 // (programs // 8), False, 132) == (tiles[False][0], contiguous)
-        assert plan(programs, 131072 // (programs // 8), True, 132) == (tiles[True][0], paged)
-    # MHA at batch 8 (256 programs): within the contiguous fill (264), split once paged
-    assert plan(256, 16384, False, 132) == (tiles[False][0], 1)
-    assert plan(256, 16384, True, 132) == (tiles[True][0], 2)
+    # GQA 32/8 at batch 16 / 8 / 4 (128 / 64 / 32 programs): split to 256 programs, 2 per SM, either layout
+    for programs, splits in [(128, 2), (64, 4), (32, 8)]:
+        for paged in (False, True):
+            assert plan(programs, 131072 // (programs // 8), paged, 132) == (tiles[paged][0], splits)
+    # MHA at batch 8 / 4 (256 / 128 programs): within the fill (264)
+    assert plan(256, 16384, True, 132) == (tiles[True][0], 1)
+    assert plan(128, 32768, False, 132) == (tiles[False][0], 2)
     # MHA at batch 16 (512 programs): past the fill, the other tile and one split
     assert plan(512, 8192, False, 132) == (tiles[False][1], 1)
     assert plan(512, 8192, True, 132) == (tiles[True][1], 1)
     # GQA 32/8 at batch 1 (8 programs): as many splits as keep FP8_MIN_SPLIT_KEYS keys each (16 at 8k), and at 32k
-    # the fill's 30 contiguous, 45 paged
+    # the fill's 30
     assert plan(8, 8192, True, 132) == (tiles[True][0], 8192 // decode_module.FP8_MIN_SPLIT_KEYS)
     assert plan(8, 32768, False, 132) == (tiles[False][0], 30)
-    assert plan(8, 32768, True, 132) == (tiles[True][0], 45)
     # a short cache: one split
     assert plan(1, 256, False, 132) == (tiles[False][0], 1)
