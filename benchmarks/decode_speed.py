@@ -120,9 +120,9 @@ SHAPES = [
 
 
 def build(s: Shape, gen: torch.Generator):
-    """q and contiguous bf16 k/v; the bf16 cache flash_decode reads (k/v, or the pool with its pages shuffled) and
-    its table; and for an e4m3 shape the e4m3 cache in the same layout, its scales and the real values it stands for
-    (contiguous, float64: the reference's k and v)."""
+    """q and contiguous bf16 k/v; the bf16 cache flash_decode reads (k/v, or the sweep's page pool and its table,
+    engine/kv_cache.page); and for an e4m3 shape the e4m3 cache in the same layout (the same table), its scales and
+    the real values it stands for (contiguous, float64: the reference's k and v)."""
     q = torch.randn((s.batch, s.heads, 1, s.head_dim), device="cuda", dtype=torch.bfloat16, generator=gen)
     k, v = (
         torch.randn(
@@ -130,28 +130,19 @@ def build(s: Shape, gen: torch.Generator):
         )
         for _ in range(2)
     )
+    lengths = (s.context,) * s.batch
+
+    def layout(a: torch.Tensor, b: torch.Tensor) -> tuple:
+        return (a, b, None) if s.page is None else kv_cache.page(a, b, lengths, s.page)
+
     e4m3 = None
     if s.fp8:
         k8, v8, scales = kv_cache.quantize(k, v)
         real = tuple(
             fp8.dequantize(t, sc).double() for t, sc in ((k8, scales["k_scale"]), (v8, scales["v_scale"]))
         )
-        e4m3 = (k8, v8, scales, real)
-    if s.page is None:
-        return q, k, v, (k, v, None), None if e4m3 is None else (*e4m3[:2], None, *e4m3[2:])
-    blocks = s.context // s.page
-    order = torch.randperm(s.batch * blocks, device="cuda", generator=gen)
-    table = order.view(s.batch, blocks).to(torch.int32)
-
-    def pool(t: torch.Tensor) -> torch.Tensor:  # e4m3 is paged as its bytes (index_put takes no float8)
-        b = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
-        pages = b.view(s.batch, s.kv_heads, blocks, s.page, s.head_dim).permute(0, 2, 1, 3, 4)
-        p = torch.empty((s.batch * blocks, s.kv_heads, s.page, s.head_dim), device="cuda", dtype=b.dtype)
-        p[order] = pages.reshape(-1, s.kv_heads, s.page, s.head_dim)
-        return p.view(t.dtype)
-
-    paged = (pool(k), pool(v), table)
-    return q, k, v, paged, None if e4m3 is None else (pool(e4m3[0]), pool(e4m3[1]), table, *e4m3[2:])
+        e4m3 = (*layout(k8, v8), scales, real)
+    return q, k, v, layout(k, v), e4m3
 
 
 def sdpa_call(backend, q, k, v):
@@ -171,14 +162,11 @@ GRID = [False]
 MAX_WAVES = [float("inf")]  # --grid: leave out split counts that make more programs than this many per SM
 
 
-def plan(s: Shape) -> tuple[dict[str, int], int]:
-    """flash_decode's default tile and split count for this shape (one query row block)."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    programs = s.batch * s.kv_heads
-    if s.fp8 and s.head_dim in decode_module.FP8_TILE_DIMS:
-        return decode_module.fp8_plan(programs, s.context, s.page is not None, sms)
-    tile = (decode_module.PAGED_CONFIGS if s.page else decode_module.GPU_CONFIGS)[s.head_dim]
-    return tile, decode_module.choose_num_splits(programs, s.context, tile["BLOCK_N"], sms)
+def default_launch() -> tuple[dict[str, int], int]:
+    """The tile and split count of the last flash_decode call, one made without a forced config or split count."""
+    launch = decode_module.last_decode_config()
+    assert launch is not None
+    return {key: launch[key] for key in ("BLOCK_N", "num_warps", "num_stages")}, launch["num_splits"]
 
 
 def bench(fn) -> float:
@@ -217,8 +205,8 @@ def graph_ms(fn) -> float:
 
 def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
     """num_splits swept at the default config, then TUNE_CONFIGS at the heuristic's num_splits."""
-    default = plan(s)[0]
-    pick = next(r["heuristic_splits"] for r in rows if r["provider"] == "summary" and r["shape"] == s.label())
+    summary = next(r for r in rows if r["provider"] == "summary" and r["shape"] == s.label())
+    default, pick = summary["default_tile"], summary["heuristic_splits"]
     points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
     points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
     if GRID[0]:
@@ -266,7 +254,6 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
                 q, kc8, vc8, lens, table, num_splits=splits, validate=False, config=config, **scales
             )
 
-    heuristic = plan(s)[1]
     if tune_until is not None:
         tune(s, ours, base, rows, tune_until)
         return
@@ -276,6 +263,7 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
         ref = sdpa_call(SDPBackend.MATH, q.double(), *real)()
         lowp = rel_err(sdpa_call(SDPBackend.MATH, q, *(t.to(q.dtype) for t in real))(), ref)
         checked = flash_decode(q, kc8, vc8, lens, table, **scales)
+        tile, heuristic = default_launch()
         err = rel_err(checked, ref)
         del ref, real, e4m3  # the float64 cache (8.6 GB at MHA batch 16) is not held through the timing
         # the cached compiled kernel (no validation) gives the same bits
@@ -289,13 +277,15 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
         )
         print(line, flush=True)
         rows.append({**base, "provider": "summary", "ok": err <= 2 * lowp + 1e-3, "same_bits": same, "err": err,
-                     "lowp_err": lowp, "heuristic_splits": heuristic, "e4m3_ms": ms8, "bf16_ms": ms16, "e4m3_graph_ms": g8,
-                     "bf16_graph_ms": g16, "line": line, "clocks": clocks()})  # fmt: skip
+                     "lowp_err": lowp, "heuristic_splits": heuristic, "default_tile": tile, "e4m3_ms": ms8,
+                     "bf16_ms": ms16, "e4m3_graph_ms": g8, "bf16_graph_ms": g16, "line": line,
+                     "clocks": clocks()})  # fmt: skip
         return
     # Correctness on this shape: the checked call (validation on, Triton's JIT launch) against float64.
     ref = sdpa_call(SDPBackend.MATH, q.double(), k.double(), v.double())()
     lowp = rel_err(sdpa_call(SDPBackend.MATH, q, k, v)(), ref)
     checked = flash_decode(q, kc, vc, lens, table)
+    tile, heuristic = default_launch()
     err = rel_err(checked, ref)
     ok = err <= 2 * lowp + 1e-3
     del ref
@@ -344,7 +334,8 @@ def measure(s: Shape, gen: torch.Generator, rows: list[dict], tune_until: float 
     )
     print(line, flush=True)
     rows.append({**base, "provider": "summary", "ok": ok, "same_bits": same, "err": err, "lowp_err": lowp,
-                 "heuristic_splits": heuristic, "host_us": host_us, "line": line, "clocks": clocks()})  # fmt: skip
+                 "heuristic_splits": heuristic, "default_tile": tile, "host_us": host_us, "line": line,
+                 "clocks": clocks()})  # fmt: skip
 
 
 @triton.jit
@@ -380,15 +371,14 @@ def read_floor(sizes_mb: list[float], rows: list[dict]) -> None:
                     functools.partial(_read[(k * sms,)], x, out, x.numel(), BLOCK=block, num_warps=8)
                 )
                 best[mb] = min(best.get(mb, (ms, k, block)), (ms, k, block))
-    bw = (
-        max(best) * 1e6 / (best[max(best)][0] - empty_ms) / 1e6
-    )  # GB/s (bytes / ms / 1e6) over the largest size
+    top = max(best)  # GB/s (bytes / ms / 1e6) at the largest size, its empty-kernel time taken off
+    bw = top * 1e6 / (best[top][0] - empty_ms) / 1e6
     for mb, (ms, k, block) in sorted(best.items()):
         floor_ms = mb * 1e6 / bw / 1e9 * 1e3 + empty_ms
         line = (
             f"read {mb:7.1f} MB: {ms * 1e3:6.1f} us ({k} programs per SM, BLOCK {block}); its own floor "
-            f"{floor_ms * 1e3:6.1f} us (read {bw:.0f} GB/s at {max(best):.0f} MB + empty graph {empty_ms * 1e3:.2f} us): "
-            f"x{ms / floor_ms:.2f}"
+            f"{floor_ms * 1e3:6.1f} us (read {bw:.0f} GB/s at {top:.0f} MB + empty graph "
+            f"{empty_ms * 1e3:.2f} us): x{ms / floor_ms:.2f}"
         )
         print(line, flush=True)
         rows.append({"provider": "read", "mb": mb, "ms": ms, "floor_ms": floor_ms, "read_gb_s": bw,
