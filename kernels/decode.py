@@ -95,9 +95,11 @@ PAGED_CONFIGS: dict[int, dict[str, int]] = {
 # FP8_MIN_SPLIT_KEYS keys: 1.00-1.09x the speed of 4-warp tiles at the same splits (fewer instructions per key: one
 # warp pair's reductions), and 1.05x the paged 4-warp tile at 3 programs per SM. A paged tile holds 8 stages (the
 # page table's dependent load wants more in flight). Where the unsplit programs already pass the fill (MHA at batch
-# 16), the other tile of the pair runs, one split: the fill tile would leave a part-filled second wave (3 resident
-# per SM), the other holds them in full waves (2 resident contiguous, 4 paged). All measured over the decode-fp8
-# preset's shapes (docs/kernels.md, the FP8 cache). Other head dims take the bf16 tiles and split rule.
+# 16: 512 programs), the tile past the fill runs, one split: contiguous, (64, 4, 6) in two full waves of 2 per SM,
+# where the fill tile (3 resident) would leave a part-filled second wave; paged, 2 warps of 4 stages, 4 resident
+# (39 KB, 242 registers) in one wave, where (64, 4, 4) fits 3 (its registers) and took 1.04x the time. All measured
+# over the decode-fp8 preset's shapes (docs/kernels.md, the FP8 cache). Other head dims take the bf16 tiles and
+# split rule.
 FP8_FILL = 2  # programs per SM
 FP8_TILES: dict[bool, tuple[dict[str, int], dict[str, int]]] = {  # paged -> (fill tile, tile past the fill)
     False: (
@@ -106,7 +108,7 @@ FP8_TILES: dict[bool, tuple[dict[str, int], dict[str, int]]] = {  # paged -> (fi
     ),
     True: (
         {"BLOCK_N": 64, "num_warps": 2, "num_stages": 8},
-        {"BLOCK_N": 64, "num_warps": 4, "num_stages": 4},
+        {"BLOCK_N": 64, "num_warps": 2, "num_stages": 4},
     ),
 }
 FP8_TILE_DIMS: tuple[int, ...] = (128,)
@@ -315,6 +317,8 @@ def _decode(
     L = capacity
     if KV_FP8:  # S = q (k8 * k_scale)^T = (q k8^T) * k_scale: the scale joins the softmax scale
         qk_scale = qk_scale * tl.load(KScale + b * stride_ksb + h * stride_ksh)
+        # Loaded here, not where it is used after the loop: there its latency would join the tail's chain.
+        v_scale = tl.load(VScale + b * stride_vsb + h * stride_vsh)
     if HAS_SEQLENS:
         L = tl.minimum(tl.load(Seqlens + b), capacity)
     # This split's keys [lo, hi): whole blocks of this sequence's own length.
@@ -404,7 +408,7 @@ def _decode(
     seen = l_i > 0.0
     o = acc / tl.where(seen, l_i, 1.0)[:, None]
     if KV_FP8:  # P (v8 * v_scale) = (P v8) * v_scale; the combine is linear in the partials
-        o = o * tl.load(VScale + b * stride_vsb + h * stride_vsh)
+        o = o * v_scale
     if DIRECT:
         o_ptrs = Out + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :]
         tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None])
@@ -419,7 +423,7 @@ def _decode(
             _combine(Out=Out, Part=Part, Lse=Lse, first_part=first_part, first_row=pid_m * BLOCK_M,
                      out_base=q_base, splits=splits, ROWS=ROWS, HEAD_DIM=HEAD_DIM, ROWS_P2=ROWS_P2,
                      S_CHUNK=S_CHUNK)  # fmt: skip
-            tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+            tl.store(counter, 0)  # every other split has counted: a plain store, no round trip
 
 
 @functools.cache

@@ -390,3 +390,27 @@ def test_gpu_forced_config_too_large_is_refused():
     prob = Problem(4, 2, 1, 256, [300], torch.bfloat16, seed=14, device="cuda")
     with pytest.raises(KernelUnsupported, match="does not fit this GPU"):
         prob.run(num_splits=2, config={"BLOCK_N": 128, "num_warps": 4, "num_stages": 3})
+
+
+def test_timeline_probe_fits_the_kernel(tmp_path):
+    """tools/decode_timeline.py instruments a copy of kernels/decode.py by its lines: the copy must still take
+    every edit and import, and a kernel that lost one of those lines is named, not silently timed uninstrumented."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("decode_timeline", root / "tools/decode_timeline.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    source = (root / "kernels/decode.py").read_text()
+    copy = tool.instrumented_source(source)
+    for word in ("t_start", "t_loop", "t_stored", "t_moved", "t_end", "_TIMES[0]"):
+        assert word in copy
+    path = tmp_path / "decode_copy.py"
+    path.write_text(copy.replace("from .common import", "from flashbench.kernels.common import"))
+    module_spec = importlib.util.spec_from_file_location("decode_copy", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    assert module._TIMES == [None] and "Times" in module._decode.arg_names
+    with pytest.raises(ValueError, match="no longer has this line once"):
+        tool.instrumented_source(source.replace("    seen = l_i > 0.0\n", "    seen = l_i != 0.0\n"))
