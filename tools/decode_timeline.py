@@ -5,7 +5,7 @@ and the SM it ran on (%smid). A probe, not a timing of record (that is `flashben
     python3 tools/decode_timeline.py --kv-dtype fp8 --shape 4,32,8,32768 --shape 1,32,8,8192 [--reps 15]
 
 It compiles a copy of kernels/decode.py with the timer reads added (`instrumented_source`; the copy is written
-beside it as kernels/_decode_timeline.py and removed after), checks each call's output against flash_decode's bit
+beside it in kernels/, as _decode_timeline.py, and removed after), checks each call's output against flash_decode's bit
 for bit, and times calls as a sweep does (the L2 emptied by a read before each, the GPU held by a spin kernel while
 the host enqueues). Per shape, from the call whose span is the median: span (first start to last end), the
 programs' loop times (min, median, max), the loop ends (median, max) and the last program's tail split into
