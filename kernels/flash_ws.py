@@ -20,7 +20,8 @@ before row 0 and its warpgroups that own no row only keep the barrier protocol (
 PERSISTENT=1 launches one program per SM; each walks tiles t = pid, pid + programs, ... (in flash_ws_parts.tile's order), and
 the K/V ring, the turns and the Q barriers keep counting across its tiles (`it`: key blocks so far, `tc`: tiles
 so far). The output then has its own shared-memory buffers, so the next tile's Q can load during this tile's
-epilogue (own_o; not at d = 256, whose Q and two K/V stages fill shared memory). Without a mask the walk is static round-robin (the tiles are equal); under a causal mask LPT=1 walks
+epilogue (own_o; not at d = 256, whose Q and two K/V stages fill shared memory, unless O_HALVES=1: buffers of half
+the head dim's columns, each warpgroup's [64, D] output stored as two column halves one after the other). Without a mask the walk is static round-robin (the tiles are equal); under a causal mask LPT=1 walks
 a table built on the host (lpt_table): the tiles in the same order, each handed to the program with the least
 work so far, as a dynamic scheduler would, so the longest tiles go first and the programs end together.
 
@@ -73,8 +74,10 @@ HEAD_DIMS = tuple(BLOCK_N)
 # Default config per (head dim, causal), the measured winners (docs/kernels.md, the Gluon forward): d = 64 takes
 # FA3's 192-row tiles (three consumers); d = 64 and 128 are persistent when not causal (the next tile's loads run
 # under this one's epilogue: 1.14x one program per tile at d = 128, N = 1024); causal tiles are unequal, so they
-# are persistent and list-scheduled (LPT) over two stages. d = 256: Q [128, 256] and two K/V stages fill shared
-# memory (192 KiB): no third stage, no O buffers (own_o), one program per tile when not causal.
+# are persistent and list-scheduled (LPT) over two stages. d = 256: Q [128, 256] and two K/V stages take 192 KiB of
+# shared memory: no third stage, and the output's own buffers are half-width (O_HALVES: 224 KiB in all), so the
+# next tile's loads run under this one's epilogue there too; persistent when not causal (1.02-1.04x the persistent
+# walk storing O through Q's buffer at N = 2048-4096, 1.04x one program per tile at 2048; causal 1.02-1.03x; docs/kernels.md).
 _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 LPT_GROUP_BYTES = 8 * 2**20  # lpt_heads: groups of 4 heads while their K and V fit, else one (2-4% faster)
 
@@ -89,8 +92,8 @@ DEFAULT_CONFIG = {
     (64, True): {**_base(64), "BLOCK_M": 192, **_LPT},
     (128, False): {**_base(128), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1},
     (128, True): {**_base(128), "BLOCK_M": 128, **_LPT},
-    (256, False): {**_base(256), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 0},
-    (256, True): {**_base(256), "BLOCK_M": 128, **_LPT},
+    (256, False): {**_base(256), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "O_HALVES": 1},
+    (256, True): {**_base(256), "BLOCK_M": 128, **_LPT, "O_HALVES": 1},
 }
 # FP8: 128-row tiles (192 rows spill), three stages, the head dim's K/V tiles (default_config adds them); one
 # program per tile (d = 256), at d = 128 persistent, list-scheduled under a causal mask (docs/kernels.md).
@@ -118,7 +121,10 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # tests) walks its share of the tiles, and the output gets its own shared-memory buffers (own_o) so the next
 # tile's loads overlap this tile's epilogue. LPT: the persistent walk is list-scheduled (lpt_table); a causal one must
 # be (round-robin left causal programs unbalanced). SCHED_HEADS: tiles are walked in groups of this many heads
-# (flash_ws_parts.tile; lpt_heads picks it for LPT).
+# (flash_ws_parts.tile; lpt_heads picks it for LPT). O_HALVES: the output gets its own buffers of half the head
+# dim's width, [64, D / 2] per warpgroup, whatever the walk: each warpgroup stores its [64, D] output as two column
+# halves through its buffer, the second once the first has left it (o_cols). This fits own_o at d = 256: Q, the
+# two K/V stages and two [64, 128] O buffers take 224 KiB (d = 256's default).
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
@@ -128,6 +134,7 @@ CONFIG_KEYS = {
     "SCHED_HEADS": (1, 4),
     "PROGRAMS": None,
     "LPT": (0, 1),
+    "O_HALVES": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -198,16 +205,23 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def own_o(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> bool:
     """Whether the output gets shared-memory buffers of its own (else it is stored through Q's): FP8 (e4m3 Q, bf16
-    O), and persistent walks, so that the next tile's Q loads during this tile's epilogue; not at d = 256, where Q
-    and O would take 128 KiB beside the two K/V stages' 128: there the next Q waits for the output's store."""
-    return fp8 or (bool(cfg.get("PERSISTENT")) and head_dim != 256)
+    O), O_HALVES, and persistent walks, so that the next tile's Q loads during this tile's epilogue; at d = 256 only
+    with O_HALVES, since full-width O would take 64 KiB more beside Q's 64 and the two K/V stages' 128: without
+    it the next Q waits for the output's store."""
+    return fp8 or bool(cfg.get("O_HALVES")) or (bool(cfg.get("PERSISTENT")) and head_dim != 256)
+
+
+def o_cols(cfg: dict[str, Any], head_dim: int) -> int:
+    """The columns of the output's buffers and of its descriptor's box: half the head dim with O_HALVES."""
+    return head_dim // 2 if cfg.get("O_HALVES") else head_dim
 
 
 def smem_bytes(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> int:
-    """Shared memory of a config: Q (and O, own_o) slices of 64 rows, the K/V ring (BLOCK_N: the head dim's if
-    the config names none)."""
+    """Shared memory of a config: Q (and O, own_o: o_cols wide) slices of 64 rows, the K/V ring (BLOCK_N: the
+    head dim's if the config names none)."""
     size = 1 if fp8 else 2  # bytes per element of Q, K and V; O is 2 bytes
-    q_o = cfg["BLOCK_M"] * head_dim * (size + (2 if own_o(cfg, head_dim, fp8) else 0))
+    o_bytes = 2 * o_cols(cfg, head_dim) if own_o(cfg, head_dim, fp8) else 0
+    q_o = cfg["BLOCK_M"] * (head_dim * size + o_bytes)
     return q_o + 2 * cfg["STAGES"] * cfg.get("BLOCK_N", BLOCK_N[head_dim]) * head_dim * size
 
 
@@ -311,15 +325,18 @@ def _descriptor(t: torch.Tensor, block: list[int]) -> Any:
     return TensorDescriptor.from_tensor(t.reshape(-1, t.shape[-1]), block, layout)
 
 
-def _descriptors(q, k, v, o, block_n):
-    """Q, K, V, O descriptors ([64, D] tiles of Q and O, [BLOCK_N, D] of K and V). FP8: V^T's [D, BLOCK_N], and
+def _descriptors(q, k, v, o, block_n, o_width=None):
+    """Q, K, V, O descriptors ([64, D] tiles of Q, [64, o_width] of O (None: D; o_cols), [BLOCK_N, D] of K and
+    V). FP8: V^T's [D, BLOCK_N], and
     K as 5-D boxes [BLOCK_N / 16, 2, 4, 2, D] that load each K tile with its rows in flash_ws_parts.key_order
     (row 16R + 8g + 2t + e <- key 16R + 4t + 2g + e: strides of 16, 2, 4 and 1 keys); the swizzle works on
     shared-memory addresses, so the tile lands as a [BLOCK_N, D] one would."""
     D = q.shape[-1]
+    o_width = o_width or D
     if q.dtype not in FP8_DTYPES:
-        return tuple(
-            _descriptor(t, [rows, D]) for t, rows in ((q, ROWS), (k, block_n), (v, block_n), (o, ROWS))
+        return (
+            *(_descriptor(t, [rows, D]) for t, rows in ((q, ROWS), (k, block_n), (v, block_n))),
+            _descriptor(o, [ROWS, o_width]),
         )
     vd = _descriptor(v.transpose(-1, -2), [D, block_n])
     keys = k.reshape(-1, D)
@@ -330,7 +347,7 @@ def _descriptors(q, k, v, o, block_n):
         [block_n // 16, 2, 4, 2, D],
         gl.NVMMASharedLayout(swizzle_byte_width=min(D, 128), element_bitwidth=8, rank=5),  # a row: D bytes
     )
-    return _descriptor(q, [ROWS, D]), kd, vd, _descriptor(o, [ROWS, D])
+    return _descriptor(q, [ROWS, D]), kd, vd, _descriptor(o, [ROWS, o_width])
 
 
 @functools.cache
@@ -485,7 +502,7 @@ class ForwardPlan:
                 width = self.table.shape[1]
         else:
             grid = (tiles,)
-        self.fp8, self.block_n = fp8, cfg["BLOCK_N"]
+        self.fp8, self.block_n, self.o_width = fp8, cfg["BLOCK_N"], o_cols(cfg, D)
         self.o_shape, self.lse_shape = tuple(q.shape), (B, H, Nq)
         self.o_dtype = torch.bfloat16 if fp8 else q.dtype
         # run-time arguments after the four descriptors and the LSE
@@ -514,7 +531,7 @@ class ForwardPlan:
         tensors = (q, k, v, o)
         scales = descales if self.fp8 and descales is not None else (lse, lse, lse)
         rest = (lse, *self.sizes, sm_scale * LOG2E, *self.tail, *scales, self.table, self.width)
-        launch(self, tensors, rest, lambda: _descriptors(q, k, v, o, self.block_n))
+        launch(self, tensors, rest, lambda: _descriptors(q, k, v, o, self.block_n, self.o_width))
         return o, lse, self.config
 
 

@@ -4,7 +4,8 @@ gl.warp_specialize runs the consumers (two or three warpgroups, 64 query rows ea
 partition) beside one producer warp (flash_ws_parts.load_partition). They share three tuples (VARLEN: four), built
 once per program:
   smem  = (q_smem, o_smem, k_smem, v_smem): the query slices [NUM_WG, 64, D]; the output slices (q_smem itself
-          unless persistent); the K and V ring [STAGES, BLOCK_N, D];
+          unless SEP_O; [NUM_WG, 64, D / 2] where od's box is half as wide: flash_ws.o_cols); the K and V ring
+          [STAGES, BLOCK_N, D];
   bars  = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns): the query slices have landed; every consumer is
           done with them; K / V of ring stage s has landed; every consumer has released K (empty_bars[s]) or
           V (empty_bars[STAGES + s]) of stage s; consumer w may issue its matmuls (turns[w]);
@@ -119,7 +120,7 @@ def _consumer_step(
 def _consumer(
     smem,
     bars,
-    od,  # descriptor of O ([B * H * N_Q, D], block [64, D])
+    od,  # descriptor of O ([B * H * N_Q, D], block [64, D], or [64, D / 2]: _store_tile)
     LSE,  # [B, H, N_Q] fp32
     sched,
     scales,  # (sm_scale * log2(e), and FP8's q, k, v descale pointers: fp32 [B, H_KV])
@@ -542,12 +543,30 @@ def _consumer_tile(
 def _store_tile(out, o_smem, od, q_row, col, q_empty, WG: gl.constexpr, SEP_O: gl.constexpr):
     """Warpgroup WG's out (fp32) into O at [q_row + its first row, col] through its output buffer (without SEP_O,
     its Q buffer, no longer read) and TMA; without SEP_O, the buffer is released to the next tile's Q once the
-    store is done."""
+    store is done. A buffer half as wide as out (flash_ws.o_cols) takes out's column halves one after the other,
+    the second once the first's store has read the buffer."""
     o_buf = o_smem.index(WG)
-    tma.store_wait(0)  # the previous tile's output has left this buffer
-    o_buf.store(out.to(od.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(od, [q_row + WG * o_buf.shape[0], col], o_buf)
+    if o_buf.shape[1] == out.shape[1]:
+        tma.store_wait(0)  # the previous tile's output has left this buffer
+        o_buf.store(out.to(od.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(od, [q_row + WG * o_buf.shape[0], col], o_buf)
+    else:
+        # [64, D] -> [64, 2, D / 2] -> [64, D / 2, 2] -> two [64, D / 2]: column c of half i is out's column
+        # i * D / 2 + c. The accumulator's layout holds a row's columns c and c + D / 2 in one thread's registers,
+        # so the split moves no data between threads.
+        HALF: gl.constexpr = o_buf.shape[1]
+        halves = gl.permute(gl.reshape(out.to(od.dtype), [out.shape[0], 2, HALF]), (0, 2, 1))
+        lo, hi = gl.split(halves)
+        row = q_row + WG * o_buf.shape[0]
+        tma.store_wait(0)  # the previous tile's output has left this buffer
+        o_buf.store(lo)
+        fence_async_shared()
+        tma.async_copy_shared_to_global(od, [row, col], o_buf)
+        tma.store_wait(0)  # the first half has left it
+        o_buf.store(hi)
+        fence_async_shared()
+        tma.async_copy_shared_to_global(od, [row, col + HALF], o_buf)
     if not SEP_O:
         tma.store_wait(0)
         mbarrier.arrive(q_empty)
@@ -571,7 +590,7 @@ def _attn_fwd_ws(
     qd,  # descriptor of Q viewed as [B * H * N_Q, D], block [64, D]
     kd,  # descriptor of K viewed as [B * H_KV * N_K, D], block [BLOCK_N, D]
     vd,  # the same for V
-    od,  # as qd, for O
+    od,  # as qd, for O (block [64, D / 2] with half-width output buffers: flash_ws.o_cols)
     LSE,  # [B, H, N_Q] fp32 out: log2-sum-exp2 per row
     H,  # query heads
     GROUP,  # H // H_KV
@@ -607,10 +626,12 @@ def _attn_fwd_ws(
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
+    O_COLS: gl.constexpr = od.block_type.shape[1]  # HEAD_DIM, or half of it (_store_tile)
     gl.static_assert(SEP_O or qd.dtype == od.dtype, "an output of another dtype than Q needs its own buffers")
+    gl.static_assert(SEP_O or O_COLS == HEAD_DIM, "half-width output buffers are buffers of its own")
     q_smem = gl.allocate_shared_memory(qd.dtype, [NUM_WG, ROWS, HEAD_DIM], qd.layout)
     if SEP_O:  # the output gets its own buffers, so the next tile's Q can load during this tile's epilogue
-        o_smem = gl.allocate_shared_memory(od.dtype, [NUM_WG, ROWS, HEAD_DIM], od.layout)
+        o_smem = gl.allocate_shared_memory(od.dtype, [NUM_WG, ROWS, O_COLS], od.layout)
     else:
         o_smem = q_smem
     if kd.dtype.is_fp8():  # kd loads 5-D boxes (flash_ws._descriptors) that land as [BLOCK_N, D] tiles

@@ -183,7 +183,7 @@ class VarlenPlan:
             self.counter = torch.zeros(2, dtype=torch.int32, device=q.device)
         else:
             grid = (tiles,)
-        self.block_n, self.docs = cfg["BLOCK_N"], docs
+        self.block_n, self.docs, self.o_width = cfg["BLOCK_N"], docs, flash_ws.o_cols(cfg, D)
         self.o_shape, self.lse_shape = tuple(q.shape), (1, H, Tq)
         self.table = flash_ws._no_table(q.device)
         # run-time arguments after the four descriptors and the LSE: H, GROUP, N_Q, N_K, num_m, BH
@@ -209,15 +209,17 @@ class VarlenPlan:
         counter = cu_k if self.counter is None else self.counter
         scales = (sm_scale * LOG2E, 0, lse, lse, lse)
         rest = (lse, *self.sizes, *scales, self.table, 0, cu_q, cu_k, self.docs, o, counter)
-        # [total, heads, D] viewed as [total, heads * D], boxes [rows, D]: one head's columns
+        # [total, heads, D] viewed as [total, heads * D], boxes [rows, D]: one head's columns (O's: [64, o_cols],
+        # O_HALVES' half of them)
         rows = (flash_ws.ROWS, self.block_n, self.block_n, flash_ws.ROWS)
+        cols = (q.shape[-1],) * 3 + (self.o_width,)
         flash_ws.launch(
             self,
             tensors,
             rest,
             lambda: tuple(
-                flash_ws._descriptor(t.view(t.shape[0], -1), [n, t.shape[-1]])
-                for t, n in zip(tensors, rows, strict=True)
+                flash_ws._descriptor(t.view(t.shape[0], -1), [n, c])
+                for t, n, c in zip(tensors, rows, cols, strict=True)
             ),
         )
         return o, lse, self.config

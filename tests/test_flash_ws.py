@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from flashbench.kernels import KernelUnsupported, flash_attn, flash_ws, last_config
+from flashbench.kernels import KernelUnsupported, flash_attn, flash_ws, last_config, varlen_ws
 from tiers import smoke
 
 from flashbench.engine import correctness
@@ -361,24 +361,59 @@ def test_d256_dispatch_follows_the_thresholds(causal):
             assert cfg["BLOCK_N"] == 64 and cfg == {**flash_ws.default_config(256, causal), **cfg}
 
 
-def test_d256_tiles_fit_shared_memory_with_q_and_o_sharing_buffers():
-    """d = 256: Q [128, 256] (64 KiB) and two stages of 64-key K and V (128 KiB) fill shared memory, so a
-    persistent walk stores O through Q's buffers (own_o) rather than its own, a third stage or 128-key tiles
-    overflow, and FP8's halved tiles take three stages beside its own bf16 O buffers."""
+def test_d256_tiles_fit_shared_memory_beside_half_width_output_buffers():
+    """d = 256: Q [128, 256] (64 KiB) and two stages of 64-key K and V (128 KiB) leave room for the output's own
+    buffers only at half width (O_HALVES, the default: two [64, 128] bf16, 32 KiB, 224 KiB in all); a third
+    stage or 128-key tiles overflow, and without O_HALVES a persistent walk stores O through Q's buffers; FP8's
+    halved tiles take three stages beside its own bf16 O buffers. The packed-documents forward keeps full-width
+    O through Q's buffers unless O_HALVES is forced."""
+    need = 128 * 256 * 2 + 128 * 128 * 2 + 2 * 2 * 64 * 256 * 2
     for causal in (False, True):
         cfg = flash_ws.default_config(256, causal)
         assert cfg["BLOCK_N"] == 64 and cfg["BLOCK_M"] == 128 and cfg["STAGES"] == 2
-        assert flash_ws.smem_bytes(cfg, 256) == 128 * 256 * 2 + 2 * 2 * 64 * 256 * 2
-    persistent = {**flash_ws.default_config(256, False), "PERSISTENT": 1}
-    assert not flash_ws.own_o(persistent, 256) and flash_ws.own_o(persistent, 128)
-    assert flash_ws.smem_bytes(persistent, 256) == flash_ws.smem_bytes(
-        flash_ws.default_config(256, False), 256
-    )
-    for forced in ({"STAGES": 3}, {"BLOCK_N": 128}):
-        assert flash_ws.smem_bytes({**persistent, **forced}, 256) > flash_ws.SMEM_LIMIT, forced
+        assert cfg["PERSISTENT"] == 1 and cfg["O_HALVES"] == 1 and cfg.get("LPT", 0) == int(causal)
+        assert flash_ws.own_o(cfg, 256) and flash_ws.o_cols(cfg, 256) == 128
+        assert flash_ws.kernel_constexprs(cfg, 256, causal)["SEP_O"] is True
+        assert flash_ws.smem_bytes(cfg, 256) == need == 224 * 1024 <= flash_ws.SMEM_LIMIT
+        for forced in ({"STAGES": 3}, {"BLOCK_N": 128}):
+            assert flash_ws.smem_bytes({**cfg, **forced}, 256) > flash_ws.SMEM_LIMIT, forced
+        whole = {**cfg, "O_HALVES": 0}
+        assert not flash_ws.own_o(whole, 256) and flash_ws.o_cols(whole, 256) == 256
+        assert flash_ws.smem_bytes(whole, 256) == 128 * 256 * 2 + 2 * 2 * 64 * 256 * 2
+        assert "O_HALVES" not in varlen_ws.default_config(256, causal)
+        assert flash_ws.smem_bytes({**varlen_ws.default_config(256, causal), "O_HALVES": 1}, 256) == need
+    assert flash_ws.own_o(flash_ws.default_config(128, False), 128)
+    assert flash_ws.o_cols(flash_ws.default_config(128, False), 128) == 128
     fp8 = flash_ws.default_config(256, False, fp8=True)
     assert fp8["BLOCK_N"] == 64 and fp8["STAGES"] == 3 and flash_ws.own_o(fp8, 256, fp8=True)
     assert flash_ws.smem_bytes(fp8, 256, fp8=True) == 128 * 256 * 3 + 2 * 3 * 64 * 256 <= flash_ws.SMEM_LIMIT
+    with pytest.raises(ValueError, match="O_HALVES=2 must be one of"):
+        flash_ws.check_config({"O_HALVES": 2})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(
+    "shape", [D256, (1, 8, 2, 1024, 1024, 256), (2, 4, 1, 320, 576, 256)], ids=["d256", "gqa4", "partial-mqa"]
+)
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"O_HALVES": 1, "PERSISTENT": 1},
+        {"O_HALVES": 1, "PERSISTENT": 1, "PROGRAMS": 3},
+        {"O_HALVES": 1, "PERSISTENT": 1, "PROGRAMS": 3, "SCHED_HEADS": 4, "LPT": 1},
+        {"O_HALVES": 1, "PERSISTENT": 0},
+    ],
+    ids=["persistent", "persistent-p3", "persistent-lpt-p3", "per-tile"],
+)
+@smoke(lambda dtype, config, shape, **_: dtype == torch.bfloat16 and shape == D256 and "PROGRAMS" in config)
+def test_d256_half_width_output_buffers_match_reference(shape, dtype, causal, config):
+    """O_HALVES=1 at d = 256 (the default's output buffers): each warpgroup stores its [64, 256] output as two [64, 128] column halves through
+    its own buffer; with 3 programs each walks several tiles, so a half's store overlaps the next tile's loads and
+    the buffer is reused across tiles (a missed store_wait would corrupt a half)."""
+    check_forward(shape, dtype, causal, config)
 
 
 def test_d256_lpt_table_counts_64_key_blocks():

@@ -298,6 +298,8 @@ GLUON_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal, config)
     (CROSS, 8, 2, 64, torch.float16, True, {}),
     (SELF, 2, 2, 256, torch.bfloat16, True, {}),
     (SELF, 4, 2, 128, torch.bfloat16, True, {"PERSISTENT": 0, "STAGES": 3}),
+    (SELF, 2, 2, 256, torch.bfloat16, True, {"O_HALVES": 1}),  # O through [64, 128] buffers of its own
+    (CROSS, 4, 1, 256, torch.bfloat16, False, {"PERSISTENT": 1, "O_HALVES": 1}),
 ]
 
 
@@ -308,7 +310,7 @@ GLUON_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal, config)
     GLUON_CASES,
     ids=[
         f"gluon-{'self' if c[0] is SELF else 'cross'}-h{c[1]}kv{c[2]}-d{c[3]}-{str(c[4])[-4:]}-c{int(c[5])}"
-        + ("-per-tile" if c[6] else "")
+        + ("-o-halves" if c[6].get("O_HALVES") else "-per-tile" if c[6] else "")
         for c in GLUON_CASES
     ],
 )

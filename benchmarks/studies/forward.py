@@ -77,6 +77,18 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
         for rows in (128, 192)
         for heads in (1, 4)
     },
+    # d = 256's output through Q's buffers (`-oq`: O_HALVES 0), as before its half-width buffers of its own: one
+    # program per tile, persistent, list-scheduled (elsewhere these equal the variants above)
+    "ws-128-s2-oq": {"BLOCK_M": 128, "STAGES": 2, **_ONE_PER_TILE, "O_HALVES": 0},
+    "ws-128-p-s2-oq": {
+        "BLOCK_M": 128,
+        "STAGES": 2,
+        "PERSISTENT": 1,
+        "LPT": 0,
+        "SCHED_HEADS": 1,
+        "O_HALVES": 0,
+    },
+    "ws-128-lpt-oq": {"BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "LPT": 1, "O_HALVES": 0},
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
 # under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads).
