@@ -93,8 +93,8 @@ PAGED_CONFIGS: dict[int, dict[str, int]] = {
 # (docs/kernels.md, the FP8 cache), so one program per SM cannot stream the SM's share of the read bandwidth: the
 # call is split until each SM runs FP8_FILL programs (2) of 64-key tiles with 2 warps, each split at least
 # FP8_MIN_SPLIT_KEYS keys: 1.00-1.09x the speed of 4-warp tiles at the same splits (fewer instructions per key: one
-# warp pair's reductions), and 1.05x the paged 4-warp tile at 3 programs per SM. A paged tile holds 8 stages (the
-# page table's dependent load wants more in flight). Where the unsplit programs already pass the fill (MHA at batch
+# warp pair's reductions), and 1.05x the paged 4-warp tile at 3 programs per SM. The paged fill tile holds 8 stages
+# (the page table's dependent load wants more in flight). Where the unsplit programs already pass the fill (MHA at batch
 # 16: 512 programs), the tile past the fill runs, one split: contiguous, (64, 4, 6) in two full waves of 2 per SM,
 # where the fill tile (3 resident) would leave a part-filled second wave; paged, 2 warps of 4 stages, 4 resident
 # (39 KB, 242 registers) in one wave, where (64, 4, 4) fits 3 (its registers) and took 1.04x the time. All measured

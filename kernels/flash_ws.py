@@ -76,8 +76,9 @@ HEAD_DIMS = tuple(BLOCK_N)
 # under this one's epilogue: 1.14x one program per tile at d = 128, N = 1024); causal tiles are unequal, so they
 # are persistent and list-scheduled (LPT) over two stages. d = 256: Q [128, 256] and two K/V stages take 192 KiB of
 # shared memory: no third stage, and the output's own buffers are half-width (O_HALVES: 224 KiB in all), so the
-# next tile's loads run under this one's epilogue there too; persistent when not causal (1.02-1.04x the persistent
-# walk storing O through Q's buffer at N = 2048-4096, 1.04x one program per tile at 2048; causal 1.02-1.03x; docs/kernels.md).
+# next tile's loads run under this one's epilogue there too; persistent when not causal (H100: 1.02-1.03x the
+# persistent walk storing O through Q's buffers at N = 2048-4096, 1.04x one program per tile at 2048; causal
+# 1.01-1.04x; docs/kernels.md).
 _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 LPT_GROUP_BYTES = 8 * 2**20  # lpt_heads: groups of 4 heads while their K and V fit, else one (2-4% faster)
 

@@ -128,7 +128,7 @@ def _consumer(
     WG: gl.constexpr,  # this consumer's warpgroup
     CAUSAL: gl.constexpr,
     SCHED_HEADS: gl.constexpr,
-    SEP_O: gl.constexpr,  # the output has its own buffers (persistent)
+    SEP_O: gl.constexpr,  # the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8)
     WINDOW: gl.constexpr,  # a sliding window's left limit (sched's WIN_LEFT)
     VARLEN: gl.constexpr,  # packed documents (flash_ws_parts.document_tile); 2: the persistent walk
 ):
@@ -616,7 +616,7 @@ def _attn_fwd_ws(
     CAUSAL: gl.constexpr,
     NUM_WG: gl.constexpr,  # consumer warpgroups: BLOCK_M = 64 * NUM_WG
     SCHED_HEADS: gl.constexpr,
-    SEP_O: gl.constexpr,  # the output has its own buffers (persistent; always for FP8, whose Q is e4m3, O bf16)
+    SEP_O: gl.constexpr,  # the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8)
     WINDOW: gl.constexpr,  # a sliding window's left limit (with CAUSAL: flash-attn's window (WIN_LEFT, 0))
     CONSUMER_REGS: gl.constexpr,  # registers per thread (setmaxnreg) of the consumers and of the producer
     PRODUCER_REGS: gl.constexpr,

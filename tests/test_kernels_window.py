@@ -181,11 +181,11 @@ def test_gpu_window_forward_backward_within_budget(nq, nk, causal, window, d, dt
 
 @pytest.mark.gpu
 @smoke(lambda d, window: d == 128)
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("window", [(4096, 0), (100, 0), (4096, -1)])
 def test_gpu_long_causal_window_forward_within_budget(d, window):
     """The benchmark's shape class (causal window at N = 16k, bf16), forward only, on whichever forward the
-    dispatch picks; last_config says which."""
+    dispatch picks; last_config says which (at d = 256 the Gluon forward's half-width output buffers, O_HALVES)."""
     if not HAS_CUDA:
         pytest.skip("needs CUDA")
     q, k, v, _ = inputs(1, 4, 4, 16384, 16384, d, torch.bfloat16)

@@ -47,7 +47,8 @@ _GLUON = {"kernel": "gluon-ws"}
 # The Gluon forward's variants (flash_ws.CONFIG_KEYS). A forced config updates the default for the case's head dim
 # and mask (flash_ws.DEFAULT_CONFIG, what the study config's `triton` runs), so each variant names every key that
 # default sets: rows, K/V stages, one program per tile (`-sS`) or persistent (`-p`), and for a persistent causal
-# walk the list schedule (`-lpt`) over groups of one or four heads (`-hN`).
+# walk the list schedule (`-lpt`) over groups of one or four heads (`-hN`); but O_HALVES, on in d = 256's default,
+# so that at d = 256 these run its half-width output buffers and only the `-oq` variants store O through Q's.
 _ONE_PER_TILE = {"PERSISTENT": 0, "LPT": 0, "SCHED_HEADS": 1}
 GLUON_VARIANTS: dict[str, dict[str, int]] = {
     **{
