@@ -540,6 +540,15 @@ def _consumer_tile(
 
 
 @gluon.jit
+def _stage_out(part, o_buf, od, row, col):
+    """part into O at [row, col] through o_buf and TMA, once the buffer's last store has read it."""
+    tma.store_wait(0)
+    o_buf.store(part)
+    fence_async_shared()
+    tma.async_copy_shared_to_global(od, [row, col], o_buf)
+
+
+@gluon.jit
 def _store_tile(out, o_smem, od, q_row, col, q_empty, WG: gl.constexpr, SEP_O: gl.constexpr):
     """Warpgroup WG's out (fp32) into O at [q_row + its first row, col] through its output buffer (without SEP_O,
     its Q buffer, no longer read) and TMA; without SEP_O, the buffer is released to the next tile's Q once the
@@ -547,26 +556,16 @@ def _store_tile(out, o_smem, od, q_row, col, q_empty, WG: gl.constexpr, SEP_O: g
     the second once the first's store has read the buffer."""
     o_buf = o_smem.index(WG)
     if o_buf.shape[1] == out.shape[1]:
-        tma.store_wait(0)  # the previous tile's output has left this buffer
-        o_buf.store(out.to(od.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(od, [q_row + WG * o_buf.shape[0], col], o_buf)
+        _stage_out(out.to(od.dtype), o_buf, od, q_row + WG * o_buf.shape[0], col)
     else:
         # [64, D] -> [64, 2, D / 2] -> [64, D / 2, 2] -> two [64, D / 2]: column c of half i is out's column
         # i * D / 2 + c. The accumulator's layout holds a row's columns c and c + D / 2 in one thread's registers,
         # so the split moves no data between threads.
         HALF: gl.constexpr = o_buf.shape[1]
-        halves = gl.permute(gl.reshape(out.to(od.dtype), [out.shape[0], 2, HALF]), (0, 2, 1))
-        lo, hi = gl.split(halves)
+        lo, hi = gl.split(gl.permute(gl.reshape(out.to(od.dtype), [out.shape[0], 2, HALF]), (0, 2, 1)))
         row = q_row + WG * o_buf.shape[0]
-        tma.store_wait(0)  # the previous tile's output has left this buffer
-        o_buf.store(lo)
-        fence_async_shared()
-        tma.async_copy_shared_to_global(od, [row, col], o_buf)
-        tma.store_wait(0)  # the first half has left it
-        o_buf.store(hi)
-        fence_async_shared()
-        tma.async_copy_shared_to_global(od, [row, col + HALF], o_buf)
+        _stage_out(lo, o_buf, od, row, col)
+        _stage_out(hi, o_buf, od, row, col + HALF)
     if not SEP_O:
         tma.store_wait(0)
         mbarrier.arrive(q_empty)
