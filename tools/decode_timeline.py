@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from flashbench.engine import kv_cache
+    from flashbench.engine import kv_cache, timing
+    from flashbench.engine.blocking import LaunchBlocker
 
     COPY.write_text(instrumented_source((ROOT / "kernels" / "decode.py").read_text()))
     try:
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         COPY.unlink()
     dev = torch.device("cuda")
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    flush, blocker = timing.L2Flusher(dev, "read"), LaunchBlocker()
     rows = []
     for spec in args.shape:
         B, H, Hkv, N, *page = (int(x) for x in spec.split(","))
@@ -151,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         kw = {"cache_seqlens": torch.full((B,), N, dtype=torch.int32, device=dev)}
         if args.kv_dtype == "fp8":
-            k, v = (x.to(torch.float8_e4m3fn) for x in (k, v))
-            kw |= {"k_scale": torch.ones(B, Hkv, device=dev), "v_scale": torch.ones(B, Hkv, device=dev)}
+            k, v, scales = kv_cache.quantize(k, v)  # as the sweep draws an e4m3 cache
+            kw |= scales
         if page:
             k, v, table = kv_cache.page(k, v, (N,) * B, page[0])
             kw["block_table"] = table.to(dev)
@@ -165,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         calls = []
         for _ in range(args.reps):
-            flush.view(torch.int64).sum()
-            torch.cuda._sleep(100_000)
+            flush()
+            blocker.hold()
             probe.flash_decode(q, k, v, validate=False, **kw)
+            blocker.release()
             torch.cuda.synchronize()
             calls.append(summary(probe._TIMES[0].view(programs, WORDS).cpu(), programs, launch["num_splits"]))
         row = sorted(calls, key=lambda r: r["span_us"])[len(calls) // 2]
