@@ -285,12 +285,12 @@ def test_decode_report_in_chromium_judges_each_cache_variant_from_the_rows(
         ties |= {(kv, layout)} if tied else set()
         expected = f"{group}{'tied: ' if tied else ''}{fastest} {margin:.2f}× over {runner}"
         assert expected in words, expected
-    assert ties == {(8, "contiguous")}  # triton-decode 1.01x over cuDNN within a 2.8% noise
+    assert ties == set()  # triton-decode 1.03x (GQA) and 1.01x (MHA) over cuDNN, past a 2.8% and a 0.7% noise
 
     # the headline: the best share of the calibrated read bandwidth, and the rows above it explained
     read = json.loads((H100_DECODE / "env.json").read_text())["calibration"]["read_bw_gb_s"]
     over = sorted(r["provider"] for r in rows if serving_gb_s(r) > read)
-    assert over == ["sdpa-cudnn", "triton-decode"]  # at 128k, 32/32 heads: 100.7% and 101.0%
+    assert over == ["sdpa-cudnn", "triton-decode"]  # at 128k, 32/32 heads: 100.7% and 101.2%
     top = max(serving_gb_s(r) for r in rows)
     assert (
         f"best {100 * top / read:.0f}% of calibrated read BW (triton-decode, N=1×128k batch 1, {top:.0f} GB/s)"
