@@ -98,7 +98,7 @@ def test_a_paged_cache_reaches_the_kernel_with_its_table_and_capacity(monkeypatc
 
 
 def test_where_the_gluon_kernel_refuses_the_default_falls_back_to_the_tl_kernel(monkeypatch, device):
-    """The shipped table takes Nq = 1 from 4096 keys; where the Gluon kernel refuses the input (here made to
+    """The shipped table takes Nq = 1 from 1024 keys; where the Gluon kernel refuses the input (here made to
     refuse, as it does on a machine without Hopper), the tl kernel runs instead, and is right."""
     prob = Latent(2, 1, [4096, 100], torch.float16, dims=V3, seed=3, device=device)
     assert mla_ws.MIN_CAPACITY.get(1, 1 << 30) <= prob.kv.shape[2]
