@@ -162,7 +162,8 @@ def _combine(
     row_ok = rows < ROWS
     offs_s = tl.arange(0, S_CHUNK)[None, :]  # [1, S_CHUNK]
     offs_d = tl.arange(0, HEAD_DIM)[None, None, :]  # [1, 1, HEAD_DIM]
-    # Every per-row value keeps its axes ([ROWS_P2, 1], [ROWS_P2, 1, HEAD_DIM]): one layout throughout.
+    # Every per-row value keeps its axes ([ROWS_P2, 1], [ROWS_P2, 1, HEAD_DIM]), so the loads and the reductions over
+    # the splits share one layout (the row sums, `total`, take another, converted once after the loop).
     top = tl.zeros([ROWS_P2, 1], dtype=tl.float32) - float("inf")  # running max lse per row
     acc = tl.zeros([ROWS_P2, 1, HEAD_DIM], dtype=tl.float32)
     total = tl.zeros([ROWS_P2, 1], dtype=tl.float32)

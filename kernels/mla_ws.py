@@ -63,7 +63,7 @@ PRODUCER_REGS = 24
 COMBINE_ROWS = 16  # rows per _mla_combine program
 COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per step
 # Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq, the shortest
-# timed (1.28-1.31x the tl kernel at 1024 keys, 1.30-1.53x at 4096 and 32768; docs/kernels.md, the Gluon MLA kernel).
+# timed (1.28-1.32x the tl kernel at 1024 keys, 1.30-1.53x at 4096 and 32768; docs/kernels.md, the Gluon MLA kernel).
 MIN_CAPACITY: dict[int, int] = {1: 1024, 2: 1024}
 # The same for paged caches of 64-token pages: 1.48-1.76x the tl kernel at 1024-32768 keys, Nq 1 and 2, the
 # shortest timed 1024 (docs/benchmarks.md, MLA decode).

@@ -201,16 +201,28 @@ def test_bad_inputs_raise_one_line_kernel_unsupported(device, case):
 
 
 @pytest.mark.gpu
-@smoke(lambda dtype, nq, page: dtype == torch.bfloat16 or (nq == 1 and page is None))
+@smoke(
+    lambda dtype, nq, page, kernel: (
+        (dtype == torch.bfloat16 or (nq == 1 and page is None))
+        and (kernel == "default" or (page is None and dtype == torch.bfloat16))
+    )
+)
+@pytest.mark.parametrize("kernel", ["default", "tl"])
 @pytest.mark.parametrize("page", [None, 64])
 @pytest.mark.parametrize("nq", [1, 2])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_gpu_deepseek_v3_ragged_batch_matches_reference(dtype, nq, page):
+def test_gpu_deepseek_v3_ragged_batch_matches_reference(dtype, nq, page, kernel, monkeypatch):
+    """The default (on Hopper the Gluon kernel from 1024 keys, contiguous or paged) and, with FLASHBENCH_GLUON=0,
+    the tl kernel the default takes elsewhere."""
+    if kernel == "tl":
+        monkeypatch.setenv("FLASHBENCH_GLUON", "0")
     lengths = [1, 257, 1000, 2045, 2048, 3]
     prob = Latent(128, nq, lengths, dtype, dims=(512, 64), nmax=2048, page=page, seed=11, device="cuda")
     for splits in (None, 1, 7):  # each twice: Triton's JIT launch, then the cached compiled kernel
         for _ in range(2):
             prob.check(prob.run(paged=page is not None, num_splits=splits))
+    if kernel == "tl":
+        assert mla_module.last_mla_config().get("kernel") != "gluon-ws"
 
 
 @pytest.mark.gpu
