@@ -4,12 +4,15 @@ time per call under torch.profiler. A probe: timing the whole call is `flashbenc
     python tools/kernel_times.py --providers triton,sdpa-cudnn --mode bwd --head-dim 128 --seq 16384
     python tools/kernel_times.py --kernel benchmarks/studies/backward.py --providers bwd-gluon,bwd-tl --mode bwd
     python tools/kernel_times.py --providers triton --mode bwd --seq 2048 --causal --packed 2048   # 8 documents
+    python tools/kernel_times.py --providers triton-mla --heads 128 --kv-heads 1 --head-dim 576 --head-dim-v 512 \
+        --seq-q 1 --seq 32768 --batch 4 --causal        # MLA decode: its split kernel and its combine
 
 The case is made as a sweep makes it (flashbench.engine.measure.prepare: the provider's build, its inputs); the
 shapes are the speed preset's (16k tokens per batch, hidden 2048: heads = 2048 / d) unless --batch / --heads are
-given. --packed MIN makes the case a packed batch as `--seqlens random --min-seq MIN` does in a sweep: batch x N
-tokens cut into documents of MIN..N tokens (MIN = N: equal documents, beside the uniform batch of the same
-shapes). In `bwd` mode the forward runs once, outside the profiled calls, and each call is the backward of it, as
+given; --kv-heads, --seq-q and --head-dim-v make a decode or MLA case (a contiguous cache of --seq keys, as the
+sweep's `--kv-heads`, `--seq-q` and `--head-dim-v` do). --packed MIN makes the case a packed batch as `--seqlens
+random --min-seq MIN` does in a sweep: batch x N tokens cut into documents of MIN..N tokens (MIN = N: equal
+documents, beside the uniform batch of the same shapes). In `bwd` mode the forward runs once, outside the profiled calls, and each call is the backward of it, as
 the sweep's `bwd` mode times it. TFLOP/s beside a backward kernel counts its block matmuls over every unmasked
 (query, key) pair (dK/dV: 4, dQ: 3; a packed batch's own pairs).
 """
@@ -48,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--batch", type=int, help="default: 16384 // seq (at least 1)")
     ap.add_argument("--heads", type=int, help="default: 2048 // head dim")
+    ap.add_argument("--kv-heads", type=int, help="K/V heads (default: --heads)")
+    ap.add_argument("--seq-q", type=int, help="query tokens per sequence (default: --seq)")
+    ap.add_argument("--head-dim-v", type=int, default=0, help="MLA: V's (and the output's) head dim")
     ap.add_argument("--dtype", default="bf16", choices=("fp16", "bf16", "fp32", "fp8"))
     ap.add_argument("--causal", action="store_true")
     ap.add_argument(
@@ -71,17 +77,20 @@ def main(argv: list[str] | None = None) -> int:
         load_kernel_file(path)
     d, n = args.head_dim, args.seq
     batch, heads = args.batch or max(1, 16384 // n), args.heads or 2048 // d
-    packed = {"seqlens": "random", "min_seq": args.packed} if args.packed else {}
-    shape = (batch, heads, heads, n, n, d, args.dtype, args.causal, args.mode)
-    docs = Case("", *shape, **packed).documents()
+    extra = {"seqlens": "random", "min_seq": args.packed} if args.packed else {}
+    shape = (batch, heads, args.kv_heads or heads, args.seq_q or n, n, d, args.dtype, args.causal, args.mode)
+    extra = {**extra, "head_dim_v": args.head_dim_v} if args.head_dim_v else extra
+    docs = Case("", *shape, **extra).documents()
     # one block matmul over every unmasked (query, key) pair of every head: half the forward's two
-    matmul_flops = forward_flops(batch, heads, n, n, d, args.causal, documents=docs) / 2
+    matmul_flops = forward_flops(batch, heads, shape[3], n, d, args.causal, documents=docs) / 2
     print(
-        f"{torch.cuda.get_device_name()}: B={batch} H={heads} N={n} d={d} {args.dtype} causal={args.causal}"
+        f"{torch.cuda.get_device_name()}: B={batch} H={heads} Hkv={shape[2]} Nq={shape[3]} N={n} d={d}"
+        + (f"/{args.head_dim_v}" if args.head_dim_v else "")
+        + f" {args.dtype} causal={args.causal}"
         + (f" documents={list(docs)}" if docs else "")
     )
     for name in args.providers.split(","):
-        case = Case(name, *shape, **packed)
+        case = Case(name, *shape, **extra)
         with contextlib.ExitStack() as stack:
             call = prepare(case, "cuda", stack).looped()  # bwd: the backward of one forward, retained
             cells = []
