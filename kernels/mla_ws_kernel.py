@@ -185,7 +185,9 @@ def _consumer(
         start = lo + j * BLOCK_N
         tile = k_smem.index(st)
         # The previous block's P V done, its tile goes back to the producer before this block's S: the load of
-        # block j + 1 starts that much sooner (two stages of 72 KB keep one tile ahead at most).
+        # block j + 1 starts that much sooner (two stages of 72 KB keep one tile ahead at most). At j = 0 the wait
+        # finds nothing in flight; it stays outside the `if` because Gluon refuses an in-flight accumulator that
+        # crosses one (and ptxas serialized every wgmma when the branch took the issue too).
         acc = warpgroup_mma_wait(0, deps=[acc])
         if j > 0:
             mbarrier.arrive(empty_bars.index((j - 1) % STAGES))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 
 # block matmuls per unmasked (query, key) pair of each backward kernel, by its name's start
@@ -77,22 +78,23 @@ def main(argv: list[str] | None = None) -> int:
         load_kernel_file(path)
     d, n = args.head_dim, args.seq
     batch, heads = args.batch or max(1, 16384 // n), args.heads or 2048 // d
-    extra = {"seqlens": "random", "min_seq": args.packed} if args.packed else {}
-    shape = (batch, heads, args.kv_heads or heads, args.seq_q or n, n, d, args.dtype, args.causal, args.mode)
-    extra = {**extra, "head_dim_v": args.head_dim_v} if args.head_dim_v else extra
-    docs = Case("", *shape, **extra).documents()
+    packed = {"seqlens": "random", "min_seq": args.packed} if args.packed else {}
+    kv_heads, seq_q = args.kv_heads or heads, args.seq_q or n
+    case = Case("", batch, heads, kv_heads, seq_q, n, d, args.dtype, args.causal, args.mode, **packed,
+                head_dim_v=args.head_dim_v)  # fmt: skip
+    docs = case.documents()
     # one block matmul over every unmasked (query, key) pair of every head: half the forward's two
-    matmul_flops = forward_flops(batch, heads, shape[3], n, d, args.causal, documents=docs) / 2
+    matmul_flops = forward_flops(batch, heads, seq_q, n, d, args.causal, documents=docs) / 2
     print(
-        f"{torch.cuda.get_device_name()}: B={batch} H={heads} Hkv={shape[2]} Nq={shape[3]} N={n} d={d}"
+        f"{torch.cuda.get_device_name()}: B={batch} H={heads} Hkv={kv_heads} Nq={seq_q} N={n} d={d}"
         + (f"/{args.head_dim_v}" if args.head_dim_v else "")
         + f" {args.dtype} causal={args.causal}"
         + (f" documents={list(docs)}" if docs else "")
     )
     for name in args.providers.split(","):
-        case = Case(name, *shape, **extra)
         with contextlib.ExitStack() as stack:
-            call = prepare(case, "cuda", stack).looped()  # bwd: the backward of one forward, retained
+            # bwd: the backward of one forward, retained
+            call = prepare(dataclasses.replace(case, provider=name), "cuda", stack).looped()
             cells = []
             for kernel, us in kernel_times(call, args.calls).items():
                 mm = next((m for start, m in MATMULS.items() if kernel.startswith(start)), 0)
