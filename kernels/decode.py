@@ -449,17 +449,24 @@ def choose_num_splits(programs: int, capacity: int, block_n: int, slots: int) ->
     flight.
     So: if the programs nearly fill the slots (80%), one split. Otherwise s splits cost waves(s) x blocks per
     split (the critical path: waves of programs over the slots, each streaming whole blocks of `block_n` keys
-    of the `capacity`), and the pick is the fewest splits within 10% of the cheapest. Every split keeps at
-    least MIN_SPLIT_KEYS keys (each split costs its Q load, partial write and combine read), at most
-    MAX_SPLITS. The capacity, not cache_seqlens, sizes the splits: reading the lengths would sync the device.
+    of the `capacity`), and the pick is the fewest splits within 10% of the cheapest, then the cheapest count
+    that runs in as many waves (8 programs on 132 SMs: 16 splits of 32 blocks, not 15 of 35; docs/kernels.md,
+    the decode kernel). Every split keeps at least MIN_SPLIT_KEYS keys (each split costs its Q load, partial
+    write and combine read), at most MAX_SPLITS. The capacity, not cache_seqlens, sizes the splits: reading the
+    lengths would sync the device.
     """
     if programs >= 0.8 * slots:
         return 1
     blocks = -(-capacity // block_n)
     top = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_KEYS, blocks))
-    cost = [-(-programs * s // slots) * -(-blocks // s) for s in range(1, top + 1)]
+    waves = [-(-programs * s // slots) for s in range(1, top + 1)]
+    cost = [w * -(-blocks // s) for s, w in enumerate(waves, start=1)]
     best = min(cost)
-    return next(s for s, c in enumerate(cost, start=1) if c * 0.9 <= best)
+    pick = next(s for s, c in enumerate(cost, start=1) if c * 0.9 <= best)
+    # then the cheapest count in the same waves (the fewest on a tie): splits that fit in the waves' unused slots
+    # shorten the critical path for the price of their partials
+    same = [s for s in range(pick, top + 1) if waves[s - 1] == waves[pick - 1]]
+    return min(same, key=lambda s: (cost[s - 1], s))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -478,6 +485,12 @@ def fp8_plan(programs: int, capacity: int, paged: bool, sms: int) -> tuple[dict[
 def _pow2(n: int) -> int:
     """The next power of two >= n (triton.next_power_of_2 costs ~5 us per call on the host in Triton 3.6)."""
     return 1 << (n - 1).bit_length()
+
+
+def combine_chunk(splits: int, rows: int, head_dim: int) -> int:
+    """_combine's S_CHUNK: the splits it reads per step for `rows` rows (a power of two) of `head_dim` partial
+    outputs, COMBINE_ELEMENTS at a time, at most the next power of two of the splits."""
+    return max(1, min(_pow2(splits), COMBINE_ELEMENTS // (rows * head_dim)))
 
 
 def _refuse(message: str, name: str = "flash_decode") -> None:
@@ -811,7 +824,7 @@ def flash_decode(
     else:  # partial outputs [B, Hkv, splits, rows, D], then their lse [B, Hkv, splits, rows]
         counters, part = _scratch(q.device, B * Hkv * row_blocks, B * Hkv * num_splits * rows * (D + 1))
     rows_p2 = min(block_m, _pow2(rows))
-    s_chunk = max(1, min(_pow2(num_splits), COMBINE_ELEMENTS // (rows_p2 * D)))
+    s_chunk = combine_chunk(num_splits, rows_p2, D)
     table = out if block_table is None else block_table.contiguous()
     ks, vs = (out, out) if scales is None else scales
     ks_strides = (0, 0) if scales is None else ks.stride()

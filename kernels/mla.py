@@ -60,7 +60,6 @@ from triton.runtime.errors import OutOfResources
 from . import mla_ws
 from .common import LOG2E, dot, interpreting
 from .decode import (
-    COMBINE_ELEMENTS,
     DECODE_DTYPES,
     _check_cache_layout,
     _check_data,
@@ -74,6 +73,7 @@ from .decode import (
     _scratch,
     _splits,
     _store_partial,
+    combine_chunk,
     last_launch,
 )
 from .decode import _refuse as _refuse_as
@@ -87,7 +87,6 @@ MAX_QUERIES = 4  # query tokens per sequence (speculative decoding's few); the r
 # D_V and D_ROPE are constexpr: any powers of two (D_ROPE may be 0), so the CPU tests run scaled-down latents.
 MAX_HEAD_DIM_V = 512
 BLOCK_M = 64  # query rows per tile: one wgmma M per warpgroup on Hopper
-COMBINE_ROWS = 16  # rows the combine holds at a time: 16 x 512 fp32 over 8 warps is 32 registers per thread
 # The tile on CUDA: keys per step, warps, stages; the default as timed on an H100 (docs/benchmarks.md, "MLA decode").
 # Shared memory at 576 dims in bf16 (tools/sm90_compile.py, Triton 3.6): Q 72 KB, a cache tile of 72 KB per stage at
 # BLOCK_N 64, and P's 8 KB on its way to P V, of an H100's 227 KB: (64, 8, 2) 224 KB, pipelined, a 64 x 32 S per
@@ -329,8 +328,8 @@ def flash_mla_decode(
         counters = part = out
     else:  # partial outputs [B, 1, splits, rows, D_V], then their lse [B, 1, splits, rows]
         counters, part = _scratch(q.device, B * row_blocks, B * num_splits * rows * (head_dim_v + 1))
-    combine_rows = min(COMBINE_ROWS, block_m)
-    s_chunk = max(1, min(_pow2(num_splits), COMBINE_ELEMENTS // (combine_rows * head_dim_v)))
+    combine_rows = min(mla_ws.COMBINE_ROWS, block_m)
+    s_chunk = combine_chunk(num_splits, combine_rows, head_dim_v)
     table = out if block_table is None else block_table.contiguous()
     args = (  # _mla_decode's arguments in order: 7 tensors, the float scale, then integers and constexprs
         q, kv, out if cache_seqlens is None else cache_seqlens, table, out, part, counters,

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from . import flash_ws
-from .decode import _combine, _pow2, _scratch
+from .decode import _combine, _scratch, combine_chunk
 from .descriptors import capability_major
 from .launch import KernelCall, PlanCache
 
@@ -60,8 +60,10 @@ BLOCK_N = 64  # keys per cache tile; each consumer's S covers half
 STAGES = 2  # cache tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of 227 KB
 CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer warp
 PRODUCER_REGS = 24
-COMBINE_ROWS = 16  # rows per _mla_combine program
-COMBINE_ELEMENTS = 8192  # fp32 partial-output elements the combine holds per step
+# Rows per _mla_combine program (and per step of the tl kernel's own combine): 4 rows of 512 let a step read 4
+# splits (decode.combine_chunk), where 16 rows read one at a time, each load waited for before the next is issued
+# (28 against 5 us at 32k keys, 15 splits, batch 4, Nq = 1 on an H100; docs/kernels.md, the Gluon MLA kernel).
+COMBINE_ROWS = 4
 # Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq, the shortest
 # timed (1.28-1.32x the tl kernel at 1024 keys, 1.30-1.53x at 4096 and 32768; docs/kernels.md, the Gluon MLA kernel).
 MIN_CAPACITY: dict[int, int] = {1: 1024, 2: 1024}
@@ -122,12 +124,6 @@ def partials_size(batch: int, rows: int, splits: int) -> int:
     return batch * splits * rows * (HEAD_DIM_V + 1)
 
 
-def combine_chunk(splits: int) -> int:
-    """Splits _mla_combine reads per step: COMBINE_ELEMENTS over COMBINE_ROWS x 512, at most the next power of
-    two of the splits."""
-    return max(1, min(_pow2(splits), COMBINE_ELEMENTS // (COMBINE_ROWS * HEAD_DIM_V)))
-
-
 @triton.jit
 def _mla_combine(
     Out,  # [B, H, Nq, D_V] output
@@ -154,7 +150,7 @@ def _combine_call(batch: int, rows: int, splits: int) -> KernelCall:
         "ROWS": rows,
         "D_V": HEAD_DIM_V,
         "COMBINE_ROWS": COMBINE_ROWS,
-        "S_CHUNK": combine_chunk(splits),
+        "S_CHUNK": combine_chunk(splits, COMBINE_ROWS, HEAD_DIM_V),
     }
     return KernelCall(_mla_combine, (-(-rows // COMBINE_ROWS), batch), constexprs, {"num_warps": 4})
 

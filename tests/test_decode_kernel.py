@@ -183,10 +183,16 @@ def test_choose_num_splits_fills_the_gpu_within_bounds():
     assert choose(8, 8 * min_keys, 128, 132) == 8  # capped so that every split keeps MIN_SPLIT_KEYS keys
     assert choose(8, min_keys - 1, 128, 132) == 1  # short cache: no split
     assert 0.9 * top <= choose(1, 1 << 30, 128, 132) <= top  # never past MAX_SPLITS
-    for programs in range(1, 140):  # waves x blocks per split within 10% of the cheapest, the fewest such
+    assert choose(8, n32k, 64, 132) == 16  # MLA at 32k keys, batch 4: 16 splits of 32 blocks, not 15 of 35
+    for programs in range(1, 140):
+        # waves x blocks per split: the fewest splits within 10% of the cheapest, then the cheapest in as many
+        # waves (the fewest on a tie)
         s = choose(programs, n32k, 128, 132)
-        cost = [math.ceil(programs * n / 132) * math.ceil(256 / n) for n in range(1, top + 1)]
-        ok = 0.9 * cost[s - 1] <= min(cost) and all(0.9 * c > min(cost) for c in cost[: s - 1])
+        waves = [math.ceil(programs * n / 132) for n in range(1, top + 1)]
+        cost = [w * math.ceil(256 / n) for n, w in enumerate(waves, start=1)]
+        first = next(n for n, c in enumerate(cost, start=1) if 0.9 * c <= min(cost))
+        same = [n for n in range(first, top + 1) if waves[n - 1] == waves[first - 1]]
+        ok = s in same and all((cost[s - 1], s) <= (cost[n - 1], n) for n in same)
         assert programs >= 0.8 * 132 or ok
 
 
