@@ -87,6 +87,10 @@ MAX_QUERIES = 4  # query tokens per sequence (speculative decoding's few); the r
 # D_V and D_ROPE are constexpr: any powers of two (D_ROPE may be 0), so the CPU tests run scaled-down latents.
 MAX_HEAD_DIM_V = 512
 BLOCK_M = 64  # query rows per tile: one wgmma M per warpgroup on Hopper
+# Rows the kernel's own combine holds per step: 16 x 512 fp32 over 8 warps is 32 registers per thread. 4 rows (4
+# splits a step, as mla_ws.COMBINE_ROWS's separate combine kernel) took 1.02-1.04x the call's time on an H100 at
+# 4k and 32k keys, Nq = 1 (docs/kernels.md).
+COMBINE_ROWS = 16
 # The tile on CUDA: keys per step, warps, stages; the default as timed on an H100 (docs/benchmarks.md, "MLA decode").
 # Shared memory at 576 dims in bf16 (tools/sm90_compile.py, Triton 3.6): Q 72 KB, a cache tile of 72 KB per stage at
 # BLOCK_N 64, and P's 8 KB on its way to P V, of an H100's 227 KB: (64, 8, 2) 224 KB, pipelined, a 64 x 32 S per
@@ -328,7 +332,7 @@ def flash_mla_decode(
         counters = part = out
     else:  # partial outputs [B, 1, splits, rows, D_V], then their lse [B, 1, splits, rows]
         counters, part = _scratch(q.device, B * row_blocks, B * num_splits * rows * (head_dim_v + 1))
-    combine_rows = min(mla_ws.COMBINE_ROWS, block_m)
+    combine_rows = min(COMBINE_ROWS, block_m)
     s_chunk = combine_chunk(num_splits, combine_rows, head_dim_v)
     table = out if block_table is None else block_table.contiguous()
     args = (  # _mla_decode's arguments in order: 7 tensors, the float scale, then integers and constexprs

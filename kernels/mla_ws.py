@@ -60,9 +60,9 @@ BLOCK_N = 64  # keys per cache tile; each consumer's S covers half
 STAGES = 2  # cache tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of 227 KB
 CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer warp
 PRODUCER_REGS = 24
-# Rows per _mla_combine program (and per step of the tl kernel's own combine): 4 rows of 512 let a step read 4
-# splits (decode.combine_chunk), where 16 rows read one at a time, each load waited for before the next is issued
-# (28 against 5 us at 32k keys, 15 splits, batch 4, Nq = 1 on an H100; docs/kernels.md, the Gluon MLA kernel).
+# Rows per _mla_combine program: 4 rows of 512 let a step read 4 splits (decode.combine_chunk), where 16 rows read
+# one at a time, each load waited for before the next is issued (28 against 5 us at 32k keys, 15 splits, batch 4,
+# Nq = 1 on an H100; docs/kernels.md, the Gluon MLA kernel).
 COMBINE_ROWS = 4
 # Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq, the shortest
 # timed (1.28-1.32x the tl kernel at 1024 keys, 1.30-1.53x at 4096 and 32768; docs/kernels.md, the Gluon MLA kernel).

@@ -121,7 +121,7 @@ def test_ragged_lengths_causal_and_split_match_reference(device, dtype, paged, n
 @pytest.mark.parametrize("num_splits", [1, 2, 7, None])
 def test_two_row_blocks_and_the_chunked_combine_match_reference(device, num_splits):
     # 32 heads x 4 queries = 128 rows: two row blocks of 64, each combined in chunks of COMBINE_ROWS rows.
-    assert 32 * 4 == 2 * mla_module.BLOCK_M and mla_module.BLOCK_M > mla_module.mla_ws.COMBINE_ROWS
+    assert 32 * 4 == 2 * mla_module.BLOCK_M and mla_module.BLOCK_M > mla_module.COMBINE_ROWS
     prob = Latent(32, 4, [20, 100], torch.float16, page=32, seed=4, device=device)
     prob.check(prob.run(num_splits=num_splits))
     prob.check(prob.run(paged=True, num_splits=num_splits))
