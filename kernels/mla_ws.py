@@ -60,7 +60,6 @@ BLOCK_N = 64  # keys per cache tile; each consumer's S covers half
 STAGES = 2  # cache tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of 227 KB
 CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer warp
 PRODUCER_REGS = 24
-SEESAW = False  # mla_ws_kernel._consumer_seesaw's schedule (FlashMLA's; measured slower), else _consumer's
 # Rows per _mla_combine program: 4 rows of 512 let a step read 4 splits (decode.combine_chunk), where 16 rows read
 # one at a time, each load waited for before the next is issued (28 against 5 us at 32k keys, 15 splits, batch 4,
 # Nq = 1 on an H100; docs/kernels.md, the Gluon MLA kernel).
@@ -255,7 +254,6 @@ def mla_decode_ws(
             "DIRECT": direct,
             "CONSUMER_REGS": CONSUMER_REGS,
             "PRODUCER_REGS": PRODUCER_REGS,
-            "SEESAW": SEESAW,
         }
         plan = _PLANS.get(key, B, rows, splits, constexprs)
     # each read through two descriptors, of its latent and its rotary columns (the views' bases are the TMA bases)

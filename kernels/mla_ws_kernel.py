@@ -81,21 +81,17 @@ def _producer(
     HAS_SEQLENS: gl.constexpr,
     PAGED: gl.constexpr,
     PAGE: gl.constexpr,
-    SEESAW: gl.constexpr,
 ):
     """One warp: Q once, then the split's cache tiles into the ring, each once both consumers released its stage.
     Each goes as its latent columns [.., 512] and its rotary ones [.., 64] (TMA boxes are powers of two)."""
     qd, qrd, kd, krd = descs
-    q_smem, qr_smem, k_smem, kr_smem, _, _, _ = smem
-    q_bar, k_bars, empty_bars, _, _, _, _ = bars
+    q_smem, qr_smem, k_smem, kr_smem, _, _ = smem
+    q_bar, k_bars, empty_bars, _, _ = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     b = gl.program_id(2)
     L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
     n = gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N)
-    if SEESAW:  # a split with no keys still gets one block (fully masked; the first of the cache)
-        lo = gl.where(n > 0, lo, 0)
-        n = gl.maximum(n, 1)
     if n > 0:
         q_row = b * ROWS + gl.program_id(0) * 64
         mbarrier.expect(q_bar, qd.block_type.nbytes + qrd.block_type.nbytes)
@@ -132,37 +128,6 @@ def _zero_rows(tile, valid, WG: gl.constexpr, D_HALF: gl.constexpr):
 
 
 @gluon.jit
-def _write_out(
-    acc, m_i, l_i, Out, Part, Lse, splits, ROWS, WG: gl.constexpr, D_V: gl.constexpr, DIRECT: gl.constexpr
-):
-    """This consumer's O columns [WG D_V/2, +D_V/2) of the program's 64 rows, normalised by the row sums l_i (both
-    consumers'): Out (DIRECT), or decode.py's partials [B, splits, ROWS, D_V] and, from consumer 0, their lse
-    [B, splits, ROWS]."""
-    D_HALF: gl.constexpr = D_V // 2
-    o_layout: gl.constexpr = acc.type.layout
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    b = gl.program_id(2)
-    pid_m = gl.program_id(0)
-    pid_s = gl.program_id(1)
-    seen = l_i > 0.0
-    o = acc / gl.convert_layout(gl.where(seen, l_i, 1.0), row_o)[:, None]
-    r = pid_m * 64 + gl.arange(0, 64, row_o)
-    c = WG * D_HALF + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
-    keep = (r < ROWS)[:, None]
-    if DIRECT:
-        ptrs = Out + (b.to(gl.int64) * ROWS + r)[:, None] * D_V + c[None, :]
-        gl.store(ptrs, o.to(Out.dtype.element_ty), mask=keep)
-    else:  # kernels/decode.py's partials: [B, splits, ROWS, D_V], then lse [B, splits, ROWS]
-        part = (b.to(gl.int64) * splits + pid_s) * ROWS + r
-        gl.store(Part + part[:, None] * D_V + c[None, :], o, mask=keep)
-        if WG == 0:
-            rows = pid_m * 64 + gl.arange(0, 64, m_i.type.layout)
-            lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
-            part_s = (b.to(gl.int64) * splits + pid_s) * ROWS + rows
-            gl.store(Lse + part_s, lse, mask=rows < ROWS)
-
-
-@gluon.jit
 def _consumer(
     smem,
     bars,
@@ -182,8 +147,8 @@ def _consumer(
     DIRECT: gl.constexpr,
 ):
     """Consumer warpgroup WG: S for keys [32 WG, 32 WG + 32) of each block, O's columns [WG D_V/2, +D_V/2)."""
-    q_smem, qr_smem, k_smem, kr_smem, p_smem, mx, _ = smem
-    q_bar, k_bars, empty_bars, max_bar, p_bar, _, _ = bars
+    q_smem, qr_smem, k_smem, kr_smem, p_smem, mx = smem
+    q_bar, k_bars, empty_bars, max_bar, p_bar = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HALF_N: gl.constexpr = BLOCK_N // 2
@@ -198,6 +163,7 @@ def _consumer(
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     b = gl.program_id(2)
     pid_m = gl.program_id(0)
+    pid_s = gl.program_id(1)
     L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
     n = gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N)
 
@@ -266,189 +232,21 @@ def _consumer(
         mbarrier.wait(max_bar, n & 1)
         l_i = l_i + mx[1 - WG].load(row_s)
 
-    _write_out(acc, m_i, l_i, Out, Part, Lse, splits, ROWS, WG, D_V, DIRECT)
-
-
-@gluon.jit
-def _seesaw_duty(
-    j, n_eff, tile, k_bar, k_phase, m_smem, p_smem, p_full, acc, m_i, l_i, hi, start, WG: gl.constexpr,
-    D_HALF: gl.constexpr,
-):  # fmt: skip
-    """SEESAW: block j, owned by the other consumer, on this one's O columns: once its P and row max are out
-    (p_full), rescale l and O to the new max and issue O += P V_j (this consumer's V columns), left in flight."""
-    row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-    mbarrier.wait(p_full, j & 1)
-    if j < n_eff:  # the tile's TMA writes seen by this warpgroup too (a block past the last was never loaded)
-        mbarrier.wait(k_bar, k_phase)
-    m_new = m_smem.load(m_i.type.layout)
-    alpha = gl.exp2(m_i - m_new)
-    l_i = l_i * alpha
-    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-    if hi - start < tile.shape[0]:  # a partial last block (or one past it): rows of V that may hold anything
-        _zero_rows(tile, hi - start, WG, D_HALF)
-    acc = warpgroup_mma(p_smem, tile.slice(WG * D_HALF, D_HALF, dim=1), acc, is_async=True)
-    return acc, m_new, l_i
-
-
-@gluon.jit
-def _seesaw_own(
-    j,
-    n_eff,
-    lo,
-    hi,
-    last,
-    cols,
-    s_zero,
-    qk_scale,
-    smem,
-    bars,
-    acc,
-    m_i,
-    l_i,
-    WG: gl.constexpr,
-    DUTY: gl.constexpr,
-):
-    """SEESAW: this consumer's block j: its S issued, then (DUTY) the other's block j - 1 on this consumer's O
-    columns, then S's softmax; once both consumers' P V_{j-1} are done (p_free), P_j and the new max go out
-    (p_full) and this consumer's P V_j is issued, left in flight. A block j >= n_eff (one past the last, to pair
-    the blocks) was never loaded: its S reads a stale stage, every key masked, so its P is 0 and V's rows zeroed."""
-    q_smem, qr_smem, k_smem, kr_smem, p_smem, _, m_smem = smem
-    _, k_bars, empty_bars, _, _, p_full, p_free = bars
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    D_HALF: gl.constexpr = acc.type.shape[1]
-    row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-    st = j % STAGES
-    tile = k_smem.index(st)
-    start = lo + j * BLOCK_N
-    # This consumer's P V_{j-2} (if any) done, and its arrivals, before the wait for tile j: that tile's stage is
-    # block j - 2's. (Waited for before S's issue: ptxas serializes every wgmma where it cannot tell the
-    # accumulator reads below from one in flight.)
-    acc = warpgroup_mma_wait(0, deps=[acc])
-    if DUTY:
-        if j >= 2:
-            mbarrier.arrive(p_free)
-            mbarrier.arrive(empty_bars.index((j - 2) % STAGES))
-    if j < n_eff:
-        mbarrier.wait(k_bars.index(st), (j // STAGES) & 1)
-    s = warpgroup_mma(q_smem, tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    s = warpgroup_mma(qr_smem, kr_smem.index(st).permute((1, 0)), s, is_async=True)
-    if DUTY:
-        prev = (j + STAGES - 1) % STAGES
-        acc, m_i, l_i = _seesaw_duty(
-            j - 1, n_eff, k_smem.index(prev), k_bars.index(prev), ((j - 1) // STAGES) & 1, m_smem, p_smem, p_full,
-            acc, m_i, l_i, hi, start - BLOCK_N, WG, D_HALF,
-        )  # fmt: skip
-        s = warpgroup_mma_wait(1, deps=[s])
-    else:
-        s = warpgroup_mma_wait(0, deps=[s])
-    s = gl.where(start + cols[None, :] <= last[:, None], s * qk_scale, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1))
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + gl.sum(p, 1)
-    m_i = m_new
-    acc = warpgroup_mma_wait(0, deps=[acc])
-    if DUTY:  # P V_{j-1} done here: P_{j-1} is free of this consumer; then wait for the other's
-        mbarrier.arrive(p_free)
-        mbarrier.arrive(empty_bars.index((j + STAGES - 1) % STAGES))
-        mbarrier.wait(p_free, (j - 1) & 1)
-    p_smem.store(p.to(p_smem.dtype))
-    m_smem.store(m_i)
-    if hi - start < BLOCK_N:  # a partial last block (or one past it): rows of V that may hold anything
-        _zero_rows(tile, hi - start, WG, D_HALF)
-    fence_async_shared()
-    gl.thread_barrier()
-    mbarrier.arrive(p_full)
-    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-    acc = warpgroup_mma(p_smem, tile.slice(WG * D_HALF, D_HALF, dim=1), acc, is_async=True)
-    return acc, m_i, l_i
-
-
-@gluon.jit
-def _consumer_seesaw(
-    smem,
-    bars,
-    Seqlens,
-    Out,
-    Part,
-    Lse,
-    qk_scale,
-    capacity,
-    splits,
-    ROWS,
-    Nq,
-    WG: gl.constexpr,
-    D_V: gl.constexpr,
-    HAS_SEQLENS: gl.constexpr,
-    CAUSAL: gl.constexpr,
-    DIRECT: gl.constexpr,
-):
-    """SEESAW (FlashMLA's schedule): consumer WG owns the key blocks j = WG, WG + 2, ...: it computes their whole S
-    [64, 64] (Q read from shared memory once a tile, 64-key wgmmas), the running max and P, and hands P and the
-    max to the other through p_smem / m_smem; both add P V of every block into their O columns [WG D_V/2,
-    +D_V/2) (_seesaw_own, _seesaw_duty). One consumer's S runs while the other's softmax does. The blocks go in
-    pairs (n_eff rounded up to even, n_eff = max(n, 1): the producer loads a split with no keys one fully masked
-    block), so no wgmma is issued under a branch taken at run time (ptxas would serialize them all)."""
-    q_smem, _, k_smem, _, p_smem, mx, m_smem = smem
-    q_bar, k_bars, empty_bars, max_bar, _, p_full, p_free = bars
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    D_HALF: gl.constexpr = D_V // 2
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
-    )
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    b = gl.program_id(2)
-    pid_m = gl.program_id(0)
-    L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
-    n_eff = gl.maximum(gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N), 1)
-    pairs = gl.cdiv(n_eff, 2)
-
-    rows = pid_m * 64 + gl.arange(0, 64, row_s)  # row r = h * Nq + i: query head h, query i
-    if CAUSAL:
-        last = gl.minimum(L - Nq + rows % Nq, hi - 1)
-    else:
-        last = gl.zeros([64], gl.int32, row_s) + (hi - 1)
-    cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-    s_zero = gl.zeros([64, BLOCK_N], gl.float32, s_layout)
-    m_i = gl.full([64], -1.0e30, gl.float32, row_s)  # finite: a row that sees no key gets no exp2(-inf + inf)
-    l_i = gl.zeros([64], gl.float32, row_s)
-    acc = gl.zeros([64, D_HALF], gl.float32, o_layout)
-    mbarrier.wait(q_bar, 0)
-    if WG == 0:  # block 0: no block before it
-        acc, m_i, l_i = _seesaw_own(
-            0, n_eff, lo, hi, last, cols, s_zero, qk_scale, smem, bars, acc, m_i, l_i, WG, False
-        )
-        acc = warpgroup_mma_wait(1, deps=[acc])
-    for t in range(1 - WG, pairs):
-        acc, m_i, l_i = _seesaw_own(
-            2 * t + WG, n_eff, lo, hi, last, cols, s_zero, qk_scale, smem, bars, acc, m_i, l_i, WG, True
-        )
-        # waits for nothing (P V stays in flight): acc back as a tensor, the loop's type
-        acc = warpgroup_mma_wait(1, deps=[acc])
-    if WG == 0:  # the pairs' last block is the other's
-        j = 2 * pairs - 1
-        # this consumer's P V of block j - 1 done: its arrivals, which the other's P_j waits for
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(p_free)
-        mbarrier.arrive(empty_bars.index((j - 1) % STAGES))
-        st = j % STAGES
-        acc, m_i, l_i = _seesaw_duty(
-            j, n_eff, k_smem.index(st), k_bars.index(st), (j // STAGES) & 1, m_smem, p_smem, p_full, acc, m_i,
-            l_i, hi, lo + j * BLOCK_N, WG, D_HALF,
-        )  # fmt: skip
-    acc = warpgroup_mma_wait(0, deps=[acc])
-    # Both consumers' row sums, through mx.
-    mx[WG].store(l_i)
-    gl.thread_barrier()
-    mbarrier.arrive(max_bar)
-    mbarrier.wait(max_bar, 0)
-    l_i = l_i + mx[1 - WG].load(row_s)
-    _write_out(acc, m_i, l_i, Out, Part, Lse, splits, ROWS, WG, D_V, DIRECT)
+    seen = l_i > 0.0
+    o = acc / gl.convert_layout(gl.where(seen, l_i, 1.0), row_o)[:, None]
+    r = pid_m * 64 + gl.arange(0, 64, row_o)
+    c = WG * D_HALF + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
+    keep = (r < ROWS)[:, None]
+    if DIRECT:
+        ptrs = Out + (b.to(gl.int64) * ROWS + r)[:, None] * D_V + c[None, :]
+        gl.store(ptrs, o.to(Out.dtype.element_ty), mask=keep)
+    else:  # kernels/decode.py's partials: [B, splits, ROWS, D_V], then lse [B, splits, ROWS]
+        part = (b.to(gl.int64) * splits + pid_s) * ROWS + r
+        gl.store(Part + part[:, None] * D_V + c[None, :], o, mask=keep)
+        if WG == 0:
+            lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
+            part_s = (b.to(gl.int64) * splits + pid_s) * ROWS + rows
+            gl.store(Lse + part_s, lse, mask=rows < ROWS)
 
 
 @gluon.jit
@@ -478,7 +276,6 @@ def _mla_decode_ws(
     DIRECT: gl.constexpr,  # one split: normalise and write Out
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
-    SEESAW: gl.constexpr,  # _consumer_seesaw's schedule, else _consumer's
 ):
     """One program per (64-row block, key split, sequence): grid (row blocks, splits, B)."""
     gl.static_assert(qd.block_type.shape[1] == D_V, "q's latent box is D_V wide")
@@ -489,62 +286,91 @@ def _mla_decode_ws(
     qr_smem = gl.allocate_shared_memory(qd.dtype, [64, D_ROPE], qrd.layout)
     k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, D_V], kd.layout)
     kr_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, D_ROPE], krd.layout)
-    if SEESAW:  # one P [64, BLOCK_N] of the block's owner
-        p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BLOCK_N], qd.dtype)
-        p_smem = gl.allocate_shared_memory(qd.dtype, [64, BLOCK_N], p_layout)
-    else:  # each consumer's P [64, BLOCK_N / 2]
-        p_half: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BLOCK_N // 2], qd.dtype)
-        p_smem = gl.allocate_shared_memory(qd.dtype, [2, 64, BLOCK_N // 2], p_half)
+    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BLOCK_N // 2], qd.dtype)
+    p_smem = gl.allocate_shared_memory(qd.dtype, [2, 64, BLOCK_N // 2], p_layout)
     row_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     mx = (  # each consumer's 64 row maxima (then row sums)
         gl.allocate_shared_memory(gl.float32, [64], row_smem),
         gl.allocate_shared_memory(gl.float32, [64], row_smem),
     )
-    m_smem = gl.allocate_shared_memory(gl.float32, [64], row_smem)  # SEESAW: the owner's running max
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     max_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    p_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_bars.index(i), count=1)
         mbarrier.init(empty_bars.index(i), count=2)  # both consumers release a stage
     mbarrier.init(max_bar, count=2)
     mbarrier.init(p_bar, count=2)
-    mbarrier.init(p_full, count=1)  # SEESAW: the block's owner has put out P and the max
-    mbarrier.init(p_free, count=2)  # SEESAW: both consumers' P V of the block are done
     fence_async_shared()
 
     descs = (qd, qrd, kd, krd)
-    smem = (q_smem, qr_smem, k_smem, kr_smem, p_smem, mx, m_smem)
-    bars = (q_bar, k_bars, empty_bars, max_bar, p_bar, p_full, p_free)
-    # (the argument tuples are written out in the calls: a tuple held in a variable loses its constexprs)
-    if SEESAW:
-        gl.warp_specialize(
-            [
-                (_consumer_seesaw, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, 0,
-                                    D_V, HAS_SEQLENS, CAUSAL, DIRECT)),
-                (_consumer_seesaw, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, 1,
-                                    D_V, HAS_SEQLENS, CAUSAL, DIRECT)),
-                (_producer, (descs, smem, bars, Seqlens, Table, capacity, splits, ROWS, pool_pages, HAS_SEQLENS,
-                             PAGED, PAGE, SEESAW)),
-            ],
-            [4, 1],
-            [CONSUMER_REGS, PRODUCER_REGS],
-        )  # fmt: skip
-    else:
-        gl.warp_specialize(
-            [
-                (_consumer, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, 0, D_V,
-                             HAS_SEQLENS, CAUSAL, DIRECT)),
-                (_consumer, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, 1, D_V,
-                             HAS_SEQLENS, CAUSAL, DIRECT)),
-                (_producer, (descs, smem, bars, Seqlens, Table, capacity, splits, ROWS, pool_pages, HAS_SEQLENS,
-                             PAGED, PAGE, SEESAW)),
-            ],
-            [4, 1],
-            [CONSUMER_REGS, PRODUCER_REGS],
-        )  # fmt: skip
+    smem = (q_smem, qr_smem, k_smem, kr_smem, p_smem, mx)
+    bars = (q_bar, k_bars, empty_bars, max_bar, p_bar)
+    gl.warp_specialize(
+        [
+            (
+                _consumer,
+                (
+                    smem,
+                    bars,
+                    Seqlens,
+                    Out,
+                    Part,
+                    Lse,
+                    qk_scale,
+                    capacity,
+                    splits,
+                    ROWS,
+                    Nq,
+                    0,
+                    D_V,
+                    HAS_SEQLENS,
+                    CAUSAL,
+                    DIRECT,
+                ),
+            ),  # fmt: skip
+            (
+                _consumer,
+                (
+                    smem,
+                    bars,
+                    Seqlens,
+                    Out,
+                    Part,
+                    Lse,
+                    qk_scale,
+                    capacity,
+                    splits,
+                    ROWS,
+                    Nq,
+                    1,
+                    D_V,
+                    HAS_SEQLENS,
+                    CAUSAL,
+                    DIRECT,
+                ),
+            ),  # fmt: skip
+            (
+                _producer,
+                (
+                    descs,
+                    smem,
+                    bars,
+                    Seqlens,
+                    Table,
+                    capacity,
+                    splits,
+                    ROWS,
+                    pool_pages,
+                    HAS_SEQLENS,
+                    PAGED,
+                    PAGE,
+                ),
+            ),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )
