@@ -459,27 +459,38 @@ def choose_num_splits(programs: int, capacity: int, block_n: int, slots: int) ->
         return 1
     blocks = -(-capacity // block_n)
     top = max(1, min(MAX_SPLITS, capacity // MIN_SPLIT_KEYS, blocks))
-    waves = [-(-programs * s // slots) for s in range(1, top + 1)]
-    cost = [w * -(-blocks // s) for s, w in enumerate(waves, start=1)]
+    cost = [-(-programs * s // slots) * -(-blocks // s) for s in range(1, top + 1)]
     best = min(cost)
     pick = next(s for s, c in enumerate(cost, start=1) if c * 0.9 <= best)
-    # then the cheapest count in the same waves (the fewest on a tie): splits that fit in the waves' unused slots
-    # shorten the critical path for the price of their partials
-    same = [s for s in range(pick, top + 1) if waves[s - 1] == waves[pick - 1]]
-    return min(same, key=lambda s: (cost[s - 1], s))
+    return fill_waves(pick, programs, blocks, slots, top)
+
+
+def fill_waves(pick: int, programs: int, blocks: int, slots: int, top: int) -> int:
+    """From `pick` splits of `programs` programs over `slots`, the count up to `top` that runs in as many waves
+    with the fewest key blocks per split (the fewest splits on a tie): splits that fit in the waves' unused slots
+    shorten the critical path for the price of their partials."""
+    waves, best = -(-programs * pick // slots), pick
+    for s in range(pick + 1, top + 1):
+        if -(-programs * s // slots) != waves:
+            break
+        if -(-blocks // s) < -(-blocks // best):
+            best = s
+    return best
 
 
 @functools.lru_cache(maxsize=1024)
 def fp8_plan(programs: int, capacity: int, paged: bool, sms: int) -> tuple[dict[str, int], int]:
     """An e4m3 cache's tile and split count at d = 128 (FP8_FILL, FP8_TILES): the fill tile, split until the
-    programs reach 90% of FP8_FILL per SM (each split at least FP8_MIN_SPLIT_KEYS keys of the capacity, at most
+    programs reach 90% of FP8_FILL per SM, then the count in as many waves of that fill with the fewest key
+    blocks per split (fill_waves; each split at least FP8_MIN_SPLIT_KEYS keys of the capacity, at most
     MAX_SPLITS); the other tile and one split where the unsplit `programs` pass FP8_FILL per SM."""
     fill, past = FP8_TILES[paged]
     want = FP8_FILL * sms
     if programs > want:
         return past, 1
     top = max(1, min(MAX_SPLITS, capacity // FP8_MIN_SPLIT_KEYS))
-    return fill, min(top, -(-9 * want // (10 * max(1, programs))))
+    pick = min(top, -(-9 * want // (10 * max(1, programs))))
+    return fill, fill_waves(pick, max(1, programs), -(-capacity // fill["BLOCK_N"]), want, top)
 
 
 def _pow2(n: int) -> int:

@@ -88,7 +88,7 @@ MAX_QUERIES = 4  # query tokens per sequence (speculative decoding's few); the r
 MAX_HEAD_DIM_V = 512
 BLOCK_M = 64  # query rows per tile: one wgmma M per warpgroup on Hopper
 # Rows the kernel's own combine holds per step: 16 x 512 fp32 over 8 warps is 32 registers per thread. 4 rows (4
-# splits a step, as mla_ws.COMBINE_ROWS's separate combine kernel) took 1.02-1.04x the call's time on an H100 at
+# splits a step, as mla_ws.COMBINE_ROWS's separate combine kernel) took 1.01-1.04x the call's time on an H100 at
 # 4k and 32k keys, Nq = 1 (docs/kernels.md).
 COMBINE_ROWS = 16
 # The tile on CUDA: keys per step, warps, stages; the default as timed on an H100 (docs/benchmarks.md, "MLA decode").

@@ -233,9 +233,9 @@ def test_fp8_plan_splits_until_each_sm_runs_its_fill_of_programs():
     # MHA at batch 16 (512 programs): past the fill, the other tile and one split
     assert plan(512, 8192, False, 132) == (tiles[False][1], 1)
     assert plan(512, 8192, True, 132) == (tiles[True][1], 1)
-    # GQA 32/8 at batch 1 (8 programs): as many splits as keep FP8_MIN_SPLIT_KEYS keys each (16 at 8k), and at 32k
-    # the fill's 30
+    # GQA 32/8 at batch 1 (8 programs): as many splits as keep FP8_MIN_SPLIT_KEYS keys each (16 at 8k); at 32k
+    # the fill's 30, then 32 in the same wave (16 key blocks a split, not 18)
     assert plan(8, 8192, True, 132) == (tiles[True][0], 8192 // decode_module.FP8_MIN_SPLIT_KEYS)
-    assert plan(8, 32768, False, 132) == (tiles[False][0], 30)
+    assert plan(8, 32768, False, 132) == (tiles[False][0], 32)
     # a short cache: one split
     assert plan(1, 256, False, 132) == (tiles[False][0], 1)
