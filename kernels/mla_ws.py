@@ -60,7 +60,6 @@ BLOCK_N = 64  # keys per cache tile; each consumer's S covers half
 STAGES = 2  # cache tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of 227 KB
 CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer warp
 PRODUCER_REGS = 24
-CHUNKS = 8  # TMA boxes (and barriers) of a cache tile's latent columns: S starts on the first while the rest arrive
 # Rows per _mla_combine program: 4 rows of 512 let a step read 4 splits (decode.combine_chunk), where 16 rows read
 # one at a time, each load waited for before the next is issued (28 against 5 us at 32k keys, 15 splits, batch 4,
 # Nq = 1 on an H100; docs/kernels.md, the Gluon MLA kernel).
@@ -174,9 +173,9 @@ def workspace(device: torch.device, batch: int, rows: int, splits: int) -> tuple
     return part, lse
 
 
-def _descriptor(view: torch.Tensor, rows: int, cols: int = 0) -> Any:
-    """A TMA descriptor of a column block of a [-1, 576] view, its boxes [rows, cols] (0: the block's columns)."""
-    block = [rows, cols or view.shape[1]]
+def _descriptor(view: torch.Tensor, rows: int) -> Any:
+    """A TMA descriptor of a column block of a [-1, 576] view, its boxes [rows, the block's columns]."""
+    block = [rows, view.shape[1]]
     layout = gl.NVMMASharedLayout.get_default_for(block, getattr(gl, _GL_DTYPES[view.dtype]))
     return TensorDescriptor.from_tensor(view, block, layout)
 
@@ -266,8 +265,8 @@ def mla_decode_ws(
     if call.direct:
         call((*tensors, *rest))
     else:
-        boxes = ((BLOCK_M, 0), (BLOCK_M, 0), (BLOCK_N, HEAD_DIM_V // CHUNKS), (BLOCK_N, 0))
-        call((*(_descriptor(t, *box) for t, box in zip(tensors, boxes, strict=True)), *rest))
+        rows_per_box = (BLOCK_M, BLOCK_M, BLOCK_N, BLOCK_N)
+        call((*(_descriptor(t, n) for t, n in zip(tensors, rows_per_box, strict=True)), *rest))
     if plan.combine is not None:
         plan.combine((out, part, lse, splits))
     return out

@@ -89,8 +89,6 @@ def _producer(
     q_bar, k_bars, empty_bars, _, _ = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
-    COLS: gl.constexpr = kd.block_type.shape[1]
-    CHUNKS: gl.constexpr = k_smem.shape[2] // COLS
     b = gl.program_id(2)
     L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
     n = gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N)
@@ -111,18 +109,9 @@ def _producer(
                 row = row0 + j * BLOCK_N
             # a fresh barrier passes a wait on parity 1: the first pass over the ring is free
             mbarrier.wait(empty_bars.index(s), ((j // STAGES) & 1) ^ 1)
-            # the latent columns in CHUNKS boxes, each on a barrier of its own (the rotary ones on the last), so
-            # that S starts on the first columns while the rest are on their way
-            for c in gl.static_range(CHUNKS):
-                bar = k_bars.index(s * CHUNKS + c)
-                if c == CHUNKS - 1:
-                    mbarrier.expect(bar, kd.block_type.nbytes + krd.block_type.nbytes)
-                    tma.async_copy_global_to_shared(krd, [row, 0], bar, kr_smem.index(s))
-                else:
-                    mbarrier.expect(bar, kd.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    kd, [row, c * COLS], bar, k_smem.index(s).slice(c * COLS, COLS, dim=1)
-                )
+            mbarrier.expect(k_bars.index(s), kd.block_type.nbytes + krd.block_type.nbytes)
+            tma.async_copy_global_to_shared(kd, [row, 0], k_bars.index(s), k_smem.index(s))
+            tma.async_copy_global_to_shared(krd, [row, 0], k_bars.index(s), kr_smem.index(s))
 
 
 @gluon.jit
@@ -162,8 +151,6 @@ def _consumer(
     q_bar, k_bars, empty_bars, max_bar, p_bar = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
-    CHUNKS: gl.constexpr = k_bars.shape[0] // STAGES
-    COLS: gl.constexpr = k_smem.shape[2] // CHUNKS
     HALF_N: gl.constexpr = BLOCK_N // 2
     D_HALF: gl.constexpr = D_V // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -204,17 +191,9 @@ def _consumer(
         acc = warpgroup_mma_wait(0, deps=[acc])
         if j > 0:
             mbarrier.arrive(empty_bars.index((j - 1) % STAGES))
-        keys = tile.slice(WG * HALF_N, HALF_N, dim=0)
-        s = s_zero
-        for c in gl.static_range(CHUNKS):  # each box of latent columns as soon as it is in
-            mbarrier.wait(k_bars.index(st * CHUNKS + c), (j // STAGES) & 1)
-            s = warpgroup_mma(
-                q_smem.slice(c * COLS, COLS, dim=1),
-                keys.slice(c * COLS, COLS, dim=1).permute((1, 0)),
-                s,
-                use_acc=c > 0,
-                is_async=True,
-            )
+        mbarrier.wait(k_bars.index(st), (j // STAGES) & 1)
+        keys = tile.slice(WG * HALF_N, HALF_N, dim=0).permute((1, 0))
+        s = warpgroup_mma(q_smem, keys, s_zero, use_acc=False, is_async=True)
         rope = kr_smem.index(st).slice(WG * HALF_N, HALF_N, dim=0).permute((1, 0))
         s = warpgroup_mma(qr_smem, rope, s, is_async=True)
         s = warpgroup_mma_wait(0, deps=[s])
@@ -315,15 +294,13 @@ def _mla_decode_ws(
         gl.allocate_shared_memory(gl.float32, [64], row_smem),
     )
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    CHUNKS: gl.constexpr = D_V // kd.block_type.shape[1]  # boxes of latent columns per cache tile
-    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES * CHUNKS, 1], mbarrier.MBarrierLayout())
+    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     max_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(STAGES):
-        for c in gl.static_range(CHUNKS):
-            mbarrier.init(k_bars.index(i * CHUNKS + c), count=1)
+        mbarrier.init(k_bars.index(i), count=1)
         mbarrier.init(empty_bars.index(i), count=2)  # both consumers release a stage
     mbarrier.init(max_bar, count=2)
     mbarrier.init(p_bar, count=2)
