@@ -60,6 +60,7 @@ BLOCK_N = 64  # keys per cache tile; each consumer's S covers half
 STAGES = 2  # cache tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of 227 KB
 CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer warp
 PRODUCER_REGS = 24
+SEESAW = True  # FlashMLA's schedule (mla_ws_kernel._seesaw0 / _seesaw1), else the split consumers (A/B)
 # Rows per _mla_combine program: 4 rows of 512 let a step read 4 splits (decode.combine_chunk), where 16 rows read
 # one at a time, each load waited for before the next is issued (28 against 5 us at 32k keys, 15 splits, batch 4,
 # Nq = 1 on an H100; docs/kernels.md, the Gluon MLA kernel).
@@ -173,9 +174,9 @@ def workspace(device: torch.device, batch: int, rows: int, splits: int) -> tuple
     return part, lse
 
 
-def _descriptor(view: torch.Tensor, rows: int) -> Any:
-    """A TMA descriptor of a column block of a [-1, 576] view, its boxes [rows, the block's columns]."""
-    block = [rows, view.shape[1]]
+def _descriptor(view: torch.Tensor, rows: int, cols: int = 0) -> Any:
+    """A TMA descriptor of a column block of a [-1, 576] view, its boxes [rows, cols] (0: the block's columns)."""
+    block = [rows, cols or view.shape[1]]
     layout = gl.NVMMASharedLayout.get_default_for(block, getattr(gl, _GL_DTYPES[view.dtype]))
     return TensorDescriptor.from_tensor(view, block, layout)
 
@@ -193,15 +194,15 @@ class _Plan:
     """One input signature's launches: the kernel's (KernelCall: the JIT once, then the compiled kernel) and, with
     several splits, the combine's; nothing of a call's tensors is kept."""
 
-    __slots__ = ("call", "combine")
+    __slots__ = ("call", "combine", "seesaw")
 
-    def __init__(self, call: KernelCall, combine: KernelCall | None) -> None:
-        self.call, self.combine = call, combine
+    def __init__(self, call: KernelCall, combine: KernelCall | None, seesaw: bool) -> None:
+        self.call, self.combine, self.seesaw = call, combine, seesaw
 
 
 def _plan(batch: int, rows: int, splits: int, constexprs: dict[str, Any]) -> _Plan:
     call = KernelCall(_mla_decode_ws, grid(batch, rows, splits), constexprs, {"num_warps": 4})
-    return _Plan(call, None if constexprs["DIRECT"] else _combine_call(batch, rows, splits))
+    return _Plan(call, None if constexprs["DIRECT"] else _combine_call(batch, rows, splits), constexprs["SEESAW"])
 
 
 # Launch plans by input signature (mla_decode_ws's key), the oldest dropped first past PlanCache's size.
@@ -254,6 +255,7 @@ def mla_decode_ws(
             "DIRECT": direct,
             "CONSUMER_REGS": CONSUMER_REGS,
             "PRODUCER_REGS": PRODUCER_REGS,
+            "SEESAW": SEESAW,
         }
         plan = _PLANS.get(key, B, rows, splits, constexprs)
     # each read through two descriptors, of its latent and its rotary columns (the views' bases are the TMA bases)
@@ -265,8 +267,9 @@ def mla_decode_ws(
     if call.direct:
         call((*tensors, *rest))
     else:
-        rows_per_box = (BLOCK_M, BLOCK_M, BLOCK_N, BLOCK_N)
-        call((*(_descriptor(t, n) for t, n in zip(tensors, rows_per_box, strict=True)), *rest))
+        # SEESAW loads a cache tile's latent columns in two halves
+        boxes = ((BLOCK_M, 0), (BLOCK_M, 0), (BLOCK_N, HEAD_DIM_V // 2 if plan.seesaw else 0), (BLOCK_N, 0))
+        call((*(_descriptor(t, *box) for t, box in zip(tensors, boxes, strict=True)), *rest))
     if plan.combine is not None:
         plan.combine((out, part, lse, splits))
     return out
