@@ -1,11 +1,12 @@
 """MLA decode on Hopper in Gluon: FlashMLA's split of the work between two warpgroups, on kernels/decode.py's
 split-KV partials and combine.
 
-Origin: FlashMLA (deepseek-ai/FlashMLA, csrc/sm90): 64 query rows per CTA, two warpgroups that split each
-64-key block's S by keys and O's 512 columns in halves, each P V reading both halves of P, one from registers
-and one through shared memory; TMA into two cache buffers; the softmax max passed between the warpgroups in
-shared memory. Written here for Gluon (Triton 3.6) with a producer warp and an mbarrier ring, P from shared
-memory for both halves; mla_ws_kernel.py's docstring has the schedule.
+Origin: FlashMLA (deepseek-ai/FlashMLA, csrc/sm90/decode/dense): 64 query rows per CTA and two warpgroups that
+take the 64-key blocks in turns ("seesaw"): each computes the whole S of its own block, O's 512 columns are split
+in halves between them, and each P V reads its own block's P from registers and the other's from shared memory,
+where Q's rotary columns were (they live in registers); TMA into two cache buffers; the softmax max passed between
+the warpgroups in shared memory. Written here for Gluon (Triton 3.6) with a producer warp and mbarriers;
+mla_ws_kernel.py's docstring has the schedule.
 
     q                 [B, H, Nq, 576]   (D = 512 latent + 64 rotary; H * Nq rows, 64 per program)
     contiguous cache  [B, 1, capacity, 576], cache_seqlens [B] int32 (default: all capacity)
@@ -56,11 +57,9 @@ KERNEL = "gluon-ws"
 HEAD_DIM = 576
 HEAD_DIM_V = 512
 BLOCK_M = 64  # query rows per program: both consumer warpgroups' M
-BLOCK_N = 64  # keys per cache tile; each consumer's S covers half
-STAGES = 2  # cache tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of 227 KB
+BLOCK_N = 64  # keys per cache tile (block): each consumer's S covers its own, the blocks taken in turns
 CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer warp
 PRODUCER_REGS = 24
-SEESAW = True  # FlashMLA's schedule (mla_ws_kernel._seesaw0 / _seesaw1), else the split consumers (A/B)
 # Rows per _mla_combine program: 4 rows of 512 let a step read 4 splits (decode.combine_chunk), where 16 rows read
 # one at a time, each load waited for before the next is issued (28 against 5 us at 32k keys, 15 splits, batch 4,
 # Nq = 1 on an H100; docs/kernels.md, the Gluon MLA kernel).
@@ -194,15 +193,15 @@ class _Plan:
     """One input signature's launches: the kernel's (KernelCall: the JIT once, then the compiled kernel) and, with
     several splits, the combine's; nothing of a call's tensors is kept."""
 
-    __slots__ = ("call", "combine", "seesaw")
+    __slots__ = ("call", "combine")
 
-    def __init__(self, call: KernelCall, combine: KernelCall | None, seesaw: bool) -> None:
-        self.call, self.combine, self.seesaw = call, combine, seesaw
+    def __init__(self, call: KernelCall, combine: KernelCall | None) -> None:
+        self.call, self.combine = call, combine
 
 
 def _plan(batch: int, rows: int, splits: int, constexprs: dict[str, Any]) -> _Plan:
     call = KernelCall(_mla_decode_ws, grid(batch, rows, splits), constexprs, {"num_warps": 4})
-    return _Plan(call, None if constexprs["DIRECT"] else _combine_call(batch, rows, splits), constexprs["SEESAW"])
+    return _Plan(call, None if constexprs["DIRECT"] else _combine_call(batch, rows, splits))
 
 
 # Launch plans by input signature (mla_decode_ws's key), the oldest dropped first past PlanCache's size.
@@ -247,7 +246,6 @@ def mla_decode_ws(
     if plan is None:
         constexprs = {
             "D_V": HEAD_DIM_V,
-            "STAGES": STAGES,
             "PAGED": paged,
             "PAGE": kv.shape[2] if paged else 1,
             "HAS_SEQLENS": lens is not None,
@@ -255,7 +253,6 @@ def mla_decode_ws(
             "DIRECT": direct,
             "CONSUMER_REGS": CONSUMER_REGS,
             "PRODUCER_REGS": PRODUCER_REGS,
-            "SEESAW": SEESAW,
         }
         plan = _PLANS.get(key, B, rows, splits, constexprs)
     # each read through two descriptors, of its latent and its rotary columns (the views' bases are the TMA bases)
@@ -267,8 +264,8 @@ def mla_decode_ws(
     if call.direct:
         call((*tensors, *rest))
     else:
-        # SEESAW loads a cache tile's latent columns in two halves
-        boxes = ((BLOCK_M, 0), (BLOCK_M, 0), (BLOCK_N, HEAD_DIM_V // 2 if plan.seesaw else 0), (BLOCK_N, 0))
+        # a cache tile's latent columns go in two halves, each back to the producer on its own
+        boxes = ((BLOCK_M, 0), (BLOCK_M, 0), (BLOCK_N, HEAD_DIM_V // 2), (BLOCK_N, 0))
         call((*(_descriptor(t, *box) for t, box in zip(tensors, boxes, strict=True)), *rest))
     if plan.combine is not None:
         plan.combine((out, part, lse, splits))

@@ -1,35 +1,44 @@
-"""The Gluon kernel of mla_ws.py (MLA decode on Hopper): its partitions and their hand-offs.
+"""The Gluon kernel of mla_ws.py (MLA decode on Hopper): FlashMLA's schedule, its partitions and their hand-offs.
 
-gl.warp_specialize runs two consumer warpgroups (64 query rows each, the same 64 rows: consumer 0 is the default
-partition) beside one producer warp. Per key block of BLOCK_N = 64 cache rows [64, 576]:
-  - S [64, 64] is computed once: consumer w takes keys [32w, 32w + 32) (S_w = Q K_w^T, 36 wgmmas of 64x32x16,
-    Q and K from shared memory);
-  - the running max is shared: each consumer writes its 64 row maxima to shared memory (mx), both wait on the
-    `max_bar` mbarrier, and both take max(m, mx_0, mx_1): m and the rescale alpha are the same in both;
-  - P_w = exp2(S_w - m) goes to shared memory (p_smem[w], [64, 32]), both wait on `p_bar`;
-  - consumer w owns O's columns [256w, 256w + 256): O_w += P_0 V_0w + P_1 V_1w, with P from shared memory and V
-    the same cache tile's rows (keys) and columns [256w, 256w + 256) (4 wgmmas of 64x256x16);
-  - each consumer's row sums l_w cover its own keys; the two are added through mx once the block loop is done.
-P V is waited for at the top of the next block, before its S is issued, and its cache stage released there
-(`empty_bars`, one arrival per consumer): with two stages of 72 KB the producer keeps one tile ahead at most, so
-the sooner a stage goes back, the sooner the next tile's load starts (1.13-1.17x at Nq = 1 against releasing it
-after the next S, H100; docs/kernels.md).
+gl.warp_specialize runs two consumer warpgroups on the same 64 query rows (consumer 0 is the default partition)
+beside one producer warp. The split's 64-key cache blocks go in pairs: consumer 0 owns block 2t, consumer 1 block
+2t + 1, and consumer w owns O's columns [256w, 256w + 256) ([64, 256] fp32, 128 registers). Per pair (FlashMLA's
+"seesaw", deepseek-ai/FlashMLA csrc/sm90/decode/dense):
+  - each consumer computes the whole S [64, 64] of its own block (36 wgmmas of 64x64x16: Q read from shared memory
+    once a tile; the last 4, over the rotary columns, take Q's from registers);
+  - consumer 0: m_a = max(m, rowmax S_a), P_a = exp2(S_a - m_a); m_a out to consumer 1 (MA_FULL); O_0 += P_a V_a
+    with P_a from registers; then, given m_b, P_a rescaled to m_b into p_smem (P0_FULL) and O_0 += P_b V_b with
+    consumer 1's P_b from qr_smem;
+  - consumer 1: m_b = max(m_a, rowmax S_b), P_b = exp2(S_b - m_b); m_b out (MB_FULL); P_b into qr_smem
+    (P1_FULL); O_1 += P_b V_b from registers, then O_1 += P_a V_a from p_smem;
+  - so one consumer's S runs while the other's softmax does, and each S reads Q once for 64 keys (the split
+    consumers before read it twice, in 32-key wgmmas bound by shared memory; docs/kernels.md);
+  - each consumer's row sums cover its own blocks' P; the two are added through mx after the loop (m is the
+    same in both then).
+qr_smem holds Q's rotary columns until both consumers have them in registers (P1_FREE's first phase), then
+consumer 1's P: two P buffers beside Q (72 KB) and two 72 KB stages, 224 KB of an H100's 227 (FlashMLA's layout).
+No wgmma is issued under a branch taken at run time, and none is left in flight across the loop's back edge
+(ptxas serializes every wgmma otherwise).
 
-The producer warp loads Q [64, 576] once and the cache tiles [64, 576] of this split into a STAGES ring by TMA
-(the descriptor's 576 columns arrive as 64-column boxes of the 128-byte swizzle). Keys past the split's end in its
-last block are masked in S; where that block is partial, each consumer zeroes its V columns of those rows before
-its P V (P is 0 there, but 0 times a NaN left in an unused cache row is NaN).
+The producer warp loads Q once and the cache tiles by TMA, each tile as two halves that go back on their own (the
+`empty` barriers, one consumer each): the left latent columns [0, 256) are read by the owner's S and by consumer
+0's P V, the right ones [256, 512) with the rotary columns by the owner's S and consumer 1's P V. So block 2t's
+left half goes back once consumer 0's own P V is done, before the pair's other P Vs, and the producer loads the
+halves in the order they come back. A split whose block count is odd gets a last block 2t + 1 that is never
+loaded: its S reads a stale stage, every key masked, so its P is 0 and its V rows are zeroed. A split with no
+keys gets one fully masked block (the cache's first).
+
+Keys past the split's end in its last block are masked in S; where that block is partial, each consumer zeroes its
+V columns of those rows before its P V (P is 0 there, but 0 times a NaN left in an unused cache row is NaN).
 
 A paged cache (PAGED): the descriptors view the whole pool as [pool_pages * PAGE, 576], PAGE a multiple of BLOCK_N,
 so a tile never crosses a page. Per tile the producer reads the tile's page from the table (one scalar load,
-Table[b, key // PAGE], issued before its wait on the ring) and loads the boxes at row page * PAGE + key % PAGE.
-The page id is clamped into [0, pool_pages): TMA zero-fills a box's rows outside the tensor (the PTX ISA's
-bounding-box rule, negative coordinates included), but a garbage id times PAGE can wrap int32 into the pool, and
-the clamp makes every coordinate a real page without relying on either. Only a tile's first key picks its page,
-and it is below the sequence's length, so the entry is one in use; the tile's keys past the length are masked
-and their V rows zeroed as above. The consumers do not know the layout.
-
-Shared memory at 576 dims in bf16: Q 72 KB, two cache stages 144 KB, P 8 KB: 224 KB of an H100's 227.
+Table[b, key // PAGE]) and loads the boxes at row page * PAGE + key % PAGE. The page id is clamped into [0,
+pool_pages): TMA zero-fills a box's rows outside the tensor (the PTX ISA's bounding-box rule, negative coordinates
+included), but a garbage id times PAGE can wrap int32 into the pool, and the clamp makes every coordinate a real
+page without relying on either. Only a tile's first key picks its page, and it is below the sequence's length, so
+the entry is one in use; the tile's keys past the length are masked and their V rows zeroed as above. The
+consumers do not know the layout.
 """
 
 from __future__ import annotations
@@ -67,6 +76,16 @@ def _page_row(pages, key, pool_pages, PAGE: gl.constexpr):
     return page * PAGE + key % PAGE
 
 
+# The consumers' hand-off barriers (`hand`), each completed once a pair of blocks.
+MA_FULL: gl.constexpr = gl.constexpr(0)  # consumer 0 has put out m_a, the running max after block 2t
+MB_FULL: gl.constexpr = gl.constexpr(1)  # consumer 1 has put out m_b, the running max after block 2t + 1
+P0_FULL: gl.constexpr = gl.constexpr(2)  # P of block 2t (to m_b) is in p_smem
+P0_FREE: gl.constexpr = gl.constexpr(3)  # consumer 1's P V of block 2t is done with p_smem
+P1_FULL: gl.constexpr = gl.constexpr(4)  # P of block 2t + 1 is in qr_smem
+P1_FREE: gl.constexpr = gl.constexpr(5)  # consumer 0's P V of block 2t + 1 is done with qr_smem
+HANDS: gl.constexpr = gl.constexpr(6)
+
+
 @gluon.jit
 def _producer(
     descs,
@@ -82,199 +101,7 @@ def _producer(
     PAGED: gl.constexpr,
     PAGE: gl.constexpr,
 ):
-    """One warp: Q once, then the split's cache tiles into the ring, each once both consumers released its stage.
-    Each goes as its latent columns [.., 512] and its rotary ones [.., 64] (TMA boxes are powers of two)."""
-    qd, qrd, kd, krd = descs
-    q_smem, qr_smem, k_smem, kr_smem, _, _ = smem
-    q_bar, k_bars, empty_bars, _, _ = bars
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    b = gl.program_id(2)
-    L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
-    n = gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N)
-    if n > 0:
-        q_row = b * ROWS + gl.program_id(0) * 64
-        mbarrier.expect(q_bar, qd.block_type.nbytes + qrd.block_type.nbytes)
-        tma.async_copy_global_to_shared(qd, [q_row, 0], q_bar, q_smem)
-        tma.async_copy_global_to_shared(qrd, [q_row, 0], q_bar, qr_smem)
-        if PAGED:  # the pool viewed as [pool_pages * PAGE, D]; this sequence's table row
-            pages = Table + b.to(gl.int64) * (capacity // PAGE)
-        else:  # the contiguous cache viewed as [B * capacity, D]
-            row0 = b * capacity + lo
-        for j in range(n):
-            s = j % STAGES
-            if PAGED:  # read before the wait below, which hides the load's latency
-                row = _page_row(pages, lo + j * BLOCK_N, pool_pages, PAGE)
-            else:
-                row = row0 + j * BLOCK_N
-            # a fresh barrier passes a wait on parity 1: the first pass over the ring is free
-            mbarrier.wait(empty_bars.index(s), ((j // STAGES) & 1) ^ 1)
-            mbarrier.expect(k_bars.index(s), kd.block_type.nbytes + krd.block_type.nbytes)
-            tma.async_copy_global_to_shared(kd, [row, 0], k_bars.index(s), k_smem.index(s))
-            tma.async_copy_global_to_shared(krd, [row, 0], k_bars.index(s), kr_smem.index(s))
-
-
-@gluon.jit
-def _zero_rows(tile, valid, WG: gl.constexpr, D_HALF: gl.constexpr):
-    """Rows >= valid of this consumer's V columns [WG * D_HALF, +D_HALF) of a cache tile set to 0, 64 columns at
-    a time (16 values a thread), then fenced for the wgmma that reads them."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    rows = gl.arange(0, tile.shape[0], gl.SliceLayout(1, layout))
-    for c in gl.static_range(D_HALF // 64):
-        part = tile.slice(WG * D_HALF + c * 64, 64, dim=1)
-        x = part.load(layout)
-        part.store(gl.where(rows[:, None] < valid, x, gl.zeros_like(x)))
-    fence_async_shared()
-
-
-@gluon.jit
-def _consumer(
-    smem,
-    bars,
-    Seqlens,
-    Out,  # [B, H, Nq, D_V] output (DIRECT)
-    Part,  # fp32 partials [B, splits, ROWS, D_V] (not DIRECT)
-    Lse,  # fp32 their log2-sum-exps [B, splits, ROWS] (not DIRECT)
-    qk_scale,
-    capacity,
-    splits,
-    ROWS,  # H * Nq
-    Nq,
-    WG: gl.constexpr,
-    D_V: gl.constexpr,
-    HAS_SEQLENS: gl.constexpr,
-    CAUSAL: gl.constexpr,
-    DIRECT: gl.constexpr,
-):
-    """Consumer warpgroup WG: S for keys [32 WG, 32 WG + 32) of each block, O's columns [WG D_V/2, +D_V/2)."""
-    q_smem, qr_smem, k_smem, kr_smem, p_smem, mx = smem
-    q_bar, k_bars, empty_bars, max_bar, p_bar = bars
-    STAGES: gl.constexpr = k_smem.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    HALF_N: gl.constexpr = BLOCK_N // 2
-    D_HALF: gl.constexpr = D_V // 2
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF_N, 16]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
-    )
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    b = gl.program_id(2)
-    pid_m = gl.program_id(0)
-    pid_s = gl.program_id(1)
-    L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
-    n = gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N)
-
-    rows = pid_m * 64 + gl.arange(0, 64, row_s)  # row r = h * Nq + i: query head h, query i
-    # The last key each row sees in this split (bottom-right causal alignment), and the split's end.
-    if CAUSAL:
-        last = gl.minimum(L - Nq + rows % Nq, hi - 1)
-    else:
-        last = gl.zeros([64], gl.int32, row_s) + (hi - 1)
-    cols = WG * HALF_N + gl.arange(0, HALF_N, gl.SliceLayout(0, s_layout))
-    s_zero = gl.zeros([64, HALF_N], gl.float32, s_layout)
-    m_i = gl.full([64], -1.0e30, gl.float32, row_s)  # finite: a row that sees no key gets no exp2(-inf + inf)
-    l_i = gl.zeros([64], gl.float32, row_s)
-    acc = gl.zeros([64, D_HALF], gl.float32, o_layout)
-    if n > 0:
-        mbarrier.wait(q_bar, 0)
-    for j in range(n):
-        st = j % STAGES
-        start = lo + j * BLOCK_N
-        tile = k_smem.index(st)
-        # The previous block's P V done, its tile goes back to the producer before this block's S: the load of
-        # block j + 1 starts that much sooner (two stages of 72 KB keep one tile ahead at most). At j = 0 the wait
-        # finds nothing in flight; it stays outside the `if` because Gluon refuses an in-flight accumulator that
-        # crosses one (and ptxas serialized every wgmma when the branch took the issue too).
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        if j > 0:
-            mbarrier.arrive(empty_bars.index((j - 1) % STAGES))
-        mbarrier.wait(k_bars.index(st), (j // STAGES) & 1)
-        keys = tile.slice(WG * HALF_N, HALF_N, dim=0).permute((1, 0))
-        s = warpgroup_mma(q_smem, keys, s_zero, use_acc=False, is_async=True)
-        rope = kr_smem.index(st).slice(WG * HALF_N, HALF_N, dim=0).permute((1, 0))
-        s = warpgroup_mma(qr_smem, rope, s, is_async=True)
-        s = warpgroup_mma_wait(0, deps=[s])
-        s = gl.where(start + cols[None, :] <= last[:, None], s * qk_scale, float("-inf"))
-        mx[WG].store(gl.max(s, 1))
-        gl.thread_barrier()
-        mbarrier.arrive(max_bar)
-        mbarrier.wait(max_bar, j & 1)
-        other = mx[1 - WG].load(row_s)
-        m_new = gl.maximum(m_i, gl.maximum(gl.max(s, 1), other))
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        p_smem.index(WG).store(p.to(p_smem.dtype))
-        if hi - start < BLOCK_N:  # a partial last block: its unused rows of V may hold anything
-            _zero_rows(tile, hi - start, WG, D_HALF)
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(p_bar)
-        mbarrier.wait(p_bar, j & 1)
-        v = tile.slice(WG * D_HALF, D_HALF, dim=1)
-        acc = warpgroup_mma(p_smem.index(0), v.slice(0, HALF_N, dim=0), acc, is_async=True)
-        acc = warpgroup_mma(p_smem.index(1), v.slice(HALF_N, HALF_N, dim=0), acc, is_async=True)
-        # Waits for nothing (the two P V groups may stay in flight): it hands acc back as a tensor, the loop's
-        # type; the next block's wait(0) is the one that waits for them, before acc is read.
-        acc = warpgroup_mma_wait(2, deps=[acc])
-    acc = warpgroup_mma_wait(0, deps=[acc])
-    if n > 0:
-        mbarrier.arrive(empty_bars.index((n - 1) % STAGES))
-        # Both consumers' row sums, through mx (both have read the last block's maxima: p_bar is past).
-        mx[WG].store(l_i)
-        gl.thread_barrier()
-        mbarrier.arrive(max_bar)
-        mbarrier.wait(max_bar, n & 1)
-        l_i = l_i + mx[1 - WG].load(row_s)
-
-    seen = l_i > 0.0
-    o = acc / gl.convert_layout(gl.where(seen, l_i, 1.0), row_o)[:, None]
-    r = pid_m * 64 + gl.arange(0, 64, row_o)
-    c = WG * D_HALF + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
-    keep = (r < ROWS)[:, None]
-    if DIRECT:
-        ptrs = Out + (b.to(gl.int64) * ROWS + r)[:, None] * D_V + c[None, :]
-        gl.store(ptrs, o.to(Out.dtype.element_ty), mask=keep)
-    else:  # kernels/decode.py's partials: [B, splits, ROWS, D_V], then lse [B, splits, ROWS]
-        part = (b.to(gl.int64) * splits + pid_s) * ROWS + r
-        gl.store(Part + part[:, None] * D_V + c[None, :], o, mask=keep)
-        if WG == 0:
-            lse = gl.where(seen, m_i + gl.log2(gl.where(seen, l_i, 1.0)), float("-inf"))
-            part_s = (b.to(gl.int64) * splits + pid_s) * ROWS + rows
-            gl.store(Lse + part_s, lse, mask=rows < ROWS)
-
-
-# SEESAW's hand-off barriers (`hand`), each completed once a pair of blocks.
-MA_FULL: gl.constexpr = gl.constexpr(0)  # consumer 0 has put out m_a, the running max after block 2t
-MB_FULL: gl.constexpr = gl.constexpr(1)  # consumer 1 has put out m_b, the running max after block 2t + 1
-P0_FULL: gl.constexpr = gl.constexpr(2)  # P of block 2t (to m_b) is in p_smem
-P0_FREE: gl.constexpr = gl.constexpr(3)  # consumer 1's P V of block 2t is done with p_smem
-P1_FULL: gl.constexpr = gl.constexpr(4)  # P of block 2t + 1 is in qr_smem
-P1_FREE: gl.constexpr = gl.constexpr(5)  # consumer 0's P V of block 2t + 1 is done with qr_smem
-HANDS: gl.constexpr = gl.constexpr(6)
-
-
-@gluon.jit
-def _producer_seesaw(
-    descs,
-    smem,
-    bars,
-    Seqlens,
-    Table,
-    capacity,
-    splits,
-    ROWS,
-    pool_pages,
-    HAS_SEQLENS: gl.constexpr,
-    PAGED: gl.constexpr,
-    PAGE: gl.constexpr,
-):
-    """SEESAW: Q once, then the split's tiles in pairs, block 2t into stage 0 and 2t + 1 into stage 1, each tile
+    """One warp: Q once, then the split's tiles in pairs, block 2t into stage 0 and 2t + 1 into stage 1, each tile
     as two halves that go back on their own: the left latent columns [0, D_V/2) (consumer 0's V) and the right
     ones with the rotary columns. The halves are loaded in the order the consumers release them."""
     qd, qrd, kd, krd = descs
@@ -317,22 +144,37 @@ def _producer_seesaw(
             tma.async_copy_global_to_shared(krd, [row_b, 0], full.index(3), kr_smem.index(1))
         mbarrier.wait(empty.index(1), ph)
         mbarrier.expect(full.index(1), kd.block_type.nbytes + krd.block_type.nbytes)
-        tma.async_copy_global_to_shared(kd, [row_a, HALF], full.index(1), k_smem.index(0).slice(HALF, HALF, dim=1))
+        tma.async_copy_global_to_shared(
+            kd, [row_a, HALF], full.index(1), k_smem.index(0).slice(HALF, HALF, dim=1)
+        )
         tma.async_copy_global_to_shared(krd, [row_a, 0], full.index(1), kr_smem.index(0))
         if real_b:
             mbarrier.wait(empty.index(2), ph)
             mbarrier.expect(full.index(2), kd.block_type.nbytes)
-            tma.async_copy_global_to_shared(kd, [row_b, 0], full.index(2), k_smem.index(1).slice(0, HALF, dim=1))
+            tma.async_copy_global_to_shared(
+                kd, [row_b, 0], full.index(2), k_smem.index(1).slice(0, HALF, dim=1)
+            )
 
 
 @gluon.jit
-def _seesaw_setup(smem, Seqlens, capacity, splits, Nq, WG: gl.constexpr, D_V: gl.constexpr,
-                  HAS_SEQLENS: gl.constexpr, CAUSAL: gl.constexpr):  # fmt: skip
-    """SEESAW: what both consumers start from: (lo, hi, pairs, n_eff, last key per row, the key columns, the
-    layouts' zero S, m, l and O), and Q's rotary columns in registers (an operand of S's last wgmmas)."""
-    q_smem, qr_smem, k_smem, kr_smem, p_smem, mx, m_smem = smem
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    D_HALF: gl.constexpr = D_V // 2
+def _zero_rows(tile, valid, WG: gl.constexpr, D_HALF: gl.constexpr):
+    """Rows >= valid of this consumer's V columns [WG * D_HALF, +D_HALF) of a cache tile set to 0, 64 columns at
+    a time (16 values a thread), then fenced for the wgmma that reads them."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, tile.shape[0], gl.SliceLayout(1, layout))
+    for c in gl.static_range(D_HALF // 64):
+        part = tile.slice(WG * D_HALF + c * 64, 64, dim=1)
+        x = part.load(layout)
+        part.store(gl.where(rows[:, None] < valid, x, gl.zeros_like(x)))
+    fence_async_shared()
+
+
+@gluon.jit
+def _setup(
+    Seqlens, capacity, splits, Nq, BLOCK_N: gl.constexpr, HAS_SEQLENS: gl.constexpr, CAUSAL: gl.constexpr
+):
+    """What both consumers start from: (lo, hi, pairs, n_eff, the last key each row sees): the split's keys
+    [lo, hi), its blocks n_eff (at least 1: a split with no keys gets one fully masked) in pairs."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -341,6 +183,7 @@ def _seesaw_setup(smem, Seqlens, capacity, splits, Nq, WG: gl.constexpr, D_V: gl
     L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
     n_eff = gl.maximum(gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N), 1)
     rows = gl.program_id(0) * 64 + gl.arange(0, 64, row_s)  # row r = h * Nq + i: query head h, query i
+    # The last key each row sees in this split (bottom-right causal alignment), and the split's end.
     if CAUSAL:
         last = gl.minimum(L - Nq + rows % Nq, hi - 1)
     else:
@@ -349,7 +192,7 @@ def _seesaw_setup(smem, Seqlens, capacity, splits, Nq, WG: gl.constexpr, D_V: gl
 
 
 @gluon.jit
-def _seesaw0(
+def _consumer0(
     smem,
     bars,
     Seqlens,
@@ -366,7 +209,7 @@ def _seesaw0(
     CAUSAL: gl.constexpr,
     DIRECT: gl.constexpr,
 ):
-    """SEESAW, consumer 0 (FlashMLA's schedule): S of the even blocks 2t (64 x 64, Q read once a tile), its
+    """Consumer 0: S of the even blocks 2t (64 x 64, Q read once a tile), its
     softmax against the running max, P V of O's columns [0, D_V/2) with P from registers; then P to consumer 1's
     max m_b into p_smem, and P of block 2t + 1 (consumer 1's, from qr_smem) times V on the same columns."""
     q_smem, qr_smem, k_smem, kr_smem, p_smem, mx, m_smem = smem
@@ -381,9 +224,7 @@ def _seesaw0(
     )
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    lo, hi, pairs, n_eff, last = _seesaw_setup(
-        smem, Seqlens, capacity, splits, Nq, 0, D_V, HAS_SEQLENS, CAUSAL
-    )
+    lo, hi, pairs, n_eff, last = _setup(Seqlens, capacity, splits, Nq, BLOCK_N, HAS_SEQLENS, CAUSAL)
     m_i = gl.full([64], -1.0e30, gl.float32, row_s)  # finite: a row that sees no key gets no exp2(-inf + inf)
     l_i = gl.zeros([64], gl.float32, row_s)
     acc = gl.zeros([64, D_HALF], gl.float32, o_layout)
@@ -403,7 +244,9 @@ def _seesaw0(
         s = warpgroup_mma(
             q.slice(0, D_HALF, dim=1),
             k_smem.index(st0).slice(0, D_HALF, dim=1).permute((1, 0)),
-            gl.zeros([64, BLOCK_N], gl.float32, s_layout),  # made here: held across the loop it takes 32 registers
+            gl.zeros(
+                [64, BLOCK_N], gl.float32, s_layout
+            ),  # made here: held across the loop it takes 32 registers
             use_acc=False,
             is_async=True,
         )
@@ -452,7 +295,9 @@ def _seesaw0(
         l_i = l_i * beta
         m_i = m_b
         mbarrier.wait(hand.index(P1_FULL), ph)
-        if 2 * t + 1 < n_eff:  # the tile's TMA writes seen by this warpgroup too (block 2t + 1 may be past the last)
+        if (
+            2 * t + 1 < n_eff
+        ):  # the tile's TMA writes seen by this warpgroup too (block 2t + 1 may be past the last)
             mbarrier.wait(full.index(2), ph)
         if hi - start - BLOCK_N < BLOCK_N:
             _zero_rows(k_smem.index(st1), hi - start - BLOCK_N, 0, D_HALF)
@@ -460,11 +305,11 @@ def _seesaw0(
         acc = warpgroup_mma(qr_smem, k_smem.index(st1).slice(0, D_HALF, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=[acc])
     acc = warpgroup_mma_wait(0, deps=[acc])
-    _seesaw_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, 0, D_V, DIRECT)
+    _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, 0, D_V, DIRECT)
 
 
 @gluon.jit
-def _seesaw1(
+def _consumer1(
     smem,
     bars,
     Seqlens,
@@ -481,7 +326,7 @@ def _seesaw1(
     CAUSAL: gl.constexpr,
     DIRECT: gl.constexpr,
 ):
-    """SEESAW, consumer 1: S of the odd blocks 2t + 1, its softmax against consumer 0's m_a, P V of O's columns
+    """Consumer 1: S of the odd blocks 2t + 1, its softmax against consumer 0's m_a, P V of O's columns
     [D_V/2, D_V) with P from registers, P into qr_smem for consumer 0; then block 2t's P (p_smem) times V on the
     same columns."""
     q_smem, qr_smem, k_smem, kr_smem, p_smem, mx, m_smem = smem
@@ -496,9 +341,7 @@ def _seesaw1(
     )
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    lo, hi, pairs, n_eff, last = _seesaw_setup(
-        smem, Seqlens, capacity, splits, Nq, 1, D_V, HAS_SEQLENS, CAUSAL
-    )
+    lo, hi, pairs, n_eff, last = _setup(Seqlens, capacity, splits, Nq, BLOCK_N, HAS_SEQLENS, CAUSAL)
     m_i = gl.full([64], -1.0e30, gl.float32, row_s)
     l_i = gl.zeros([64], gl.float32, row_s)
     acc = gl.zeros([64, D_HALF], gl.float32, o_layout)
@@ -513,7 +356,9 @@ def _seesaw1(
         st1 = st0 + 1
         q = q_smem.index(st0)
         start = lo + (2 * t + 1) * BLOCK_N
-        real = 2 * t + 1 < n_eff  # else a block past the last: never loaded, S reads a stale stage, all masked
+        real = (
+            2 * t + 1 < n_eff
+        )  # else a block past the last: never loaded, S reads a stale stage, all masked
         # the P V of the pair before's block 2t - 2 done: p_smem and that tile's right half go back
         acc = warpgroup_mma_wait(0, deps=[acc])
         if t > 0:
@@ -524,7 +369,9 @@ def _seesaw1(
         s = warpgroup_mma(
             q.slice(0, D_HALF, dim=1),
             k_smem.index(st1).slice(0, D_HALF, dim=1).permute((1, 0)),
-            gl.zeros([64, BLOCK_N], gl.float32, s_layout),  # made here: held across the loop it takes 32 registers
+            gl.zeros(
+                [64, BLOCK_N], gl.float32, s_layout
+            ),  # made here: held across the loop it takes 32 registers
             use_acc=False,
             is_async=True,
         )
@@ -570,13 +417,13 @@ def _seesaw1(
         acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
         mbarrier.arrive(empty.index(3))  # block 2t + 1's right half: its S and this P V are done with it
     acc = warpgroup_mma_wait(0, deps=[acc])
-    _seesaw_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, 1, D_V, DIRECT)
+    _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, 1, D_V, DIRECT)
 
 
 @gluon.jit
-def _seesaw_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, WG: gl.constexpr, D_V: gl.constexpr,
+def _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, WG: gl.constexpr, D_V: gl.constexpr,
                 DIRECT: gl.constexpr):  # fmt: skip
-    """SEESAW: both consumers' row sums added through mx (m is the same in both), then this consumer's O columns
+    """Both consumers' row sums added through mx (m is the same in both), then this consumer's O columns
     [WG D_V/2, +D_V/2) normalised: Out (DIRECT), or decode.py's partials and, from consumer 0, their lse."""
     D_HALF: gl.constexpr = D_V // 2
     o_layout: gl.constexpr = acc.type.layout
@@ -611,7 +458,7 @@ def _seesaw_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, WG: gl
 def _mla_decode_ws(
     qd,  # descriptor of q's latent columns, q viewed as [B * H * Nq, D], block [64, D_V]
     qrd,  # ... of its rotary columns [.., D_V:], block [64, D - D_V]
-    kd,  # descriptor of the cache's latent columns, block [BLOCK_N, D_V]: the contiguous cache viewed as
+    kd,  # descriptor of the cache's latent columns, block [BLOCK_N, D_V / 2] (a tile goes in two halves): the contiguous cache viewed as
     #      [B * capacity, D], or the page pool as [pool_pages * PAGE, D]
     krd,  # ... of its rotary columns, block [BLOCK_N, D - D_V]
     Seqlens,  # [B] int32 keys per sequence (read when HAS_SEQLENS)
@@ -626,7 +473,6 @@ def _mla_decode_ws(
     Table,  # [B, capacity / PAGE] int32 page table, contiguous (read when PAGED)
     pool_pages,  # pages in the pool (PAGED)
     D_V: gl.constexpr,  # latent dims: V and the output
-    STAGES: gl.constexpr,
     PAGED: gl.constexpr,  # a page pool and Table, not a contiguous cache
     PAGE: gl.constexpr,  # tokens per page (PAGED): a multiple of BLOCK_N
     HAS_SEQLENS: gl.constexpr,
@@ -634,24 +480,10 @@ def _mla_decode_ws(
     DIRECT: gl.constexpr,  # one split: normalise and write Out
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
-    SEESAW: gl.constexpr,  # FlashMLA's schedule (_seesaw0, _seesaw1), else _consumer's
 ):
-    """One program per (64-row block, key split, sequence): grid (row blocks, splits, B)."""
-    if SEESAW:
-        _mla_seesaw(qd, qrd, kd, krd, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, Table,
-                    pool_pages, D_V, PAGED, PAGE, HAS_SEQLENS, CAUSAL, DIRECT, CONSUMER_REGS, PRODUCER_REGS)
-    else:
-        _mla_split(qd, qrd, kd, krd, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, Table,
-                   pool_pages, D_V, STAGES, PAGED, PAGE, HAS_SEQLENS, CAUSAL, DIRECT, CONSUMER_REGS, PRODUCER_REGS)
-
-
-@gluon.jit
-def _mla_seesaw(qd, qrd, kd, krd, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, Table,
-                pool_pages, D_V: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr, HAS_SEQLENS: gl.constexpr,
-                CAUSAL: gl.constexpr, DIRECT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                PRODUCER_REGS: gl.constexpr):  # fmt: skip
-    """SEESAW's shared memory and partitions: Q [64, D_V] and its rotary columns (then consumer 1's P), two cache
-    stages [64, D_V] + [64, rotary], consumer 0's P [64, 64]; a full and an empty barrier per half tile."""
+    """One program per (64-row block, key split, sequence): grid (row blocks, splits, B). Shared memory: Q [64,
+    D_V] and its rotary columns (then consumer 1's P), two cache stages [64, D_V] + [64, rotary], consumer 0's P
+    [64, 64]; a full and an empty barrier per half tile."""
     D_ROPE: gl.constexpr = qrd.block_type.shape[1]
     BLOCK_N: gl.constexpr = krd.block_type.shape[0]
     gl.static_assert(D_ROPE == BLOCK_N, "consumer 1's P [64, BLOCK_N] takes the place of Q's rotary columns")
@@ -690,117 +522,13 @@ def _mla_seesaw(qd, qrd, kd, krd, Seqlens, Out, Part, Lse, qk_scale, capacity, s
     bars = (q_bar, full, empty, max_bar, hand)
     gl.warp_specialize(
         [
-            (_seesaw0, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
+            (_consumer0, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
                         HAS_SEQLENS, CAUSAL, DIRECT)),
-            (_seesaw1, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
+            (_consumer1, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
                         HAS_SEQLENS, CAUSAL, DIRECT)),
-            (_producer_seesaw, (descs, smem, bars, Seqlens, Table, capacity, splits, ROWS, pool_pages,
+            (_producer, (descs, smem, bars, Seqlens, Table, capacity, splits, ROWS, pool_pages,
                                 HAS_SEQLENS, PAGED, PAGE)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
     )  # fmt: skip
-
-
-@gluon.jit
-def _mla_split(qd, qrd, kd, krd, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, Table,
-               pool_pages, D_V: gl.constexpr, STAGES: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr,
-               HAS_SEQLENS: gl.constexpr, CAUSAL: gl.constexpr, DIRECT: gl.constexpr,
-               CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
-    """The shipped consumers' shared memory and partitions."""
-    gl.static_assert(qd.block_type.shape[1] == D_V, "q's latent box is D_V wide")
-    D_ROPE: gl.constexpr = qrd.block_type.shape[1]
-    BLOCK_N: gl.constexpr = kd.block_type.shape[0]
-    gl.static_assert(not PAGED or PAGE % BLOCK_N == 0, "a cache tile stays within one page")
-    q_smem = gl.allocate_shared_memory(qd.dtype, [64, D_V], qd.layout)
-    qr_smem = gl.allocate_shared_memory(qd.dtype, [64, D_ROPE], qrd.layout)
-    k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, D_V], kd.layout)
-    kr_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, D_ROPE], krd.layout)
-    p_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, BLOCK_N // 2], qd.dtype)
-    p_smem = gl.allocate_shared_memory(qd.dtype, [2, 64, BLOCK_N // 2], p_layout)
-    row_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    mx = (  # each consumer's 64 row maxima (then row sums)
-        gl.allocate_shared_memory(gl.float32, [64], row_smem),
-        gl.allocate_shared_memory(gl.float32, [64], row_smem),
-    )
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    max_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    p_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_bars.index(i), count=1)
-        mbarrier.init(empty_bars.index(i), count=2)  # both consumers release a stage
-    mbarrier.init(max_bar, count=2)
-    mbarrier.init(p_bar, count=2)
-    fence_async_shared()
-
-    descs = (qd, qrd, kd, krd)
-    smem = (q_smem, qr_smem, k_smem, kr_smem, p_smem, mx)
-    bars = (q_bar, k_bars, empty_bars, max_bar, p_bar)
-    gl.warp_specialize(
-        [
-            (
-                _consumer,
-                (
-                    smem,
-                    bars,
-                    Seqlens,
-                    Out,
-                    Part,
-                    Lse,
-                    qk_scale,
-                    capacity,
-                    splits,
-                    ROWS,
-                    Nq,
-                    0,
-                    D_V,
-                    HAS_SEQLENS,
-                    CAUSAL,
-                    DIRECT,
-                ),
-            ),  # fmt: skip
-            (
-                _consumer,
-                (
-                    smem,
-                    bars,
-                    Seqlens,
-                    Out,
-                    Part,
-                    Lse,
-                    qk_scale,
-                    capacity,
-                    splits,
-                    ROWS,
-                    Nq,
-                    1,
-                    D_V,
-                    HAS_SEQLENS,
-                    CAUSAL,
-                    DIRECT,
-                ),
-            ),  # fmt: skip
-            (
-                _producer,
-                (
-                    descs,
-                    smem,
-                    bars,
-                    Seqlens,
-                    Table,
-                    capacity,
-                    splits,
-                    ROWS,
-                    pool_pages,
-                    HAS_SEQLENS,
-                    PAGED,
-                    PAGE,
-                ),
-            ),
-        ],
-        [4, 1],
-        [CONSUMER_REGS, PRODUCER_REGS],
-    )
