@@ -421,213 +421,6 @@ def _consumer1(
 
 
 @gluon.jit
-def _consumer0e(
-    smem,
-    bars,
-    Seqlens,
-    Out,
-    Part,
-    Lse,
-    qk_scale,
-    capacity,
-    splits,
-    ROWS,
-    Nq,
-    D_V: gl.constexpr,
-    HAS_SEQLENS: gl.constexpr,
-    CAUSAL: gl.constexpr,
-    DIRECT: gl.constexpr,
-):
-    """EARLY, consumer 0: S of block 2t, its softmax; P_a (to its own max m_a) and m_a out at once (P0_FULL); P V
-    of O's columns [0, D_V/2) from registers; then, given m_b, O rescaled and P_b (qr_smem) times V."""
-    q_smem, qr_smem, k_smem, kr_smem, p_smem, mx, m_smem = smem
-    q_bar, full, empty, max_bar, hand = bars
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    D_HALF: gl.constexpr = D_V // 2
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
-    )
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    lo, hi, pairs, n_eff, last = _setup(Seqlens, capacity, splits, Nq, BLOCK_N, HAS_SEQLENS, CAUSAL)
-    m_i = gl.full([64], -1.0e30, gl.float32, row_s)
-    l_i = gl.zeros([64], gl.float32, row_s)
-    acc = gl.zeros([64, D_HALF], gl.float32, o_layout)
-    mbarrier.wait(q_bar, 0)
-    q_rope = qr_smem.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
-    gl.thread_barrier()
-    mbarrier.arrive(hand.index(P1_FREE))
-    for t in range(pairs):
-        ph = t & 1
-        st0 = (t >> 30) & 1
-        st1 = st0 + 1
-        q = q_smem.index(st0)
-        start = lo + 2 * t * BLOCK_N
-        s_init = gl.zeros([64, BLOCK_N], gl.float32, s_layout)
-        mbarrier.wait(full.index(0), ph)
-        s = warpgroup_mma(
-            q.slice(0, D_HALF, dim=1),
-            k_smem.index(st0).slice(0, D_HALF, dim=1).permute((1, 0)),
-            s_init,
-            use_acc=False,
-            is_async=True,
-        )
-        mbarrier.wait(full.index(1), ph)
-        s = warpgroup_mma(
-            q.slice(D_HALF, D_HALF, dim=1),
-            k_smem.index(st0).slice(D_HALF, D_HALF, dim=1).permute((1, 0)),
-            s,
-            is_async=True,
-        )
-        s = warpgroup_mma(q_rope, kr_smem.index(st0).permute((1, 0)), s, is_async=True)
-        s, q_rope = warpgroup_mma_wait(0, deps=[s, q_rope])
-        cols = start + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-        s = gl.where(cols[None, :] <= last[:, None], s * qk_scale, float("-inf"))
-        m_a = gl.maximum(m_i, gl.max(s, 1))
-        alpha = gl.exp2(m_i - m_a)
-        p = gl.exp2(s - m_a[:, None])
-        l_i = l_i * alpha + gl.sum(p, 1)
-        p16 = p.to(p_smem.dtype)
-        mbarrier.wait(hand.index(P0_FREE), ph ^ 1)
-        p_smem.store(p16)
-        m_smem[0].store(m_a)
-        if hi - start < BLOCK_N:  # a partial last block: its unused rows of V may hold anything
-            _zero_rows(k_smem.index(st0), hi - start, 0, D_HALF)
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(hand.index(P0_FULL))
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        p_op = gl.convert_layout(p16, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
-        acc = warpgroup_mma(p_op, k_smem.index(st0).slice(0, D_HALF, dim=1), acc, is_async=True)
-        mbarrier.wait(hand.index(MB_FULL), ph)
-        m_b = m_smem[1].load(row_s)
-        beta = gl.exp2(m_a - m_b)
-        acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
-        mbarrier.arrive(empty.index(0))  # block 2t's left half: its S and this P V are done with it
-        acc = acc * gl.convert_layout(beta, row_o)[:, None]
-        l_i = l_i * beta
-        m_i = m_b
-        mbarrier.wait(hand.index(P1_FULL), ph)
-        if 2 * t + 1 < n_eff:  # block 2t + 1's TMA writes seen here too (it may be past the last: never loaded)
-            mbarrier.wait(full.index(2), ph)
-        if hi - start - BLOCK_N < BLOCK_N:
-            _zero_rows(k_smem.index(st1), hi - start - BLOCK_N, 0, D_HALF)
-            gl.thread_barrier()
-        acc = warpgroup_mma(qr_smem, k_smem.index(st1).slice(0, D_HALF, dim=1), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(hand.index(P1_FREE))
-        mbarrier.arrive(empty.index(2))  # block 2t + 1's left half
-    _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, 0, D_V, DIRECT)
-
-
-@gluon.jit
-def _consumer1e(
-    smem,
-    bars,
-    Seqlens,
-    Out,
-    Part,
-    Lse,
-    qk_scale,
-    capacity,
-    splits,
-    ROWS,
-    Nq,
-    D_V: gl.constexpr,
-    HAS_SEQLENS: gl.constexpr,
-    CAUSAL: gl.constexpr,
-    DIRECT: gl.constexpr,
-):
-    """EARLY, consumer 1: O rescaled to m_a and P_a V_a (p_smem) issued as soon as consumer 0 puts P_a out, before
-    S of block 2t + 1; once both are done block 2t's right half goes back; then its softmax, P_b out, P_b V_b."""
-    q_smem, qr_smem, k_smem, kr_smem, p_smem, mx, m_smem = smem
-    q_bar, full, empty, max_bar, hand = bars
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    D_HALF: gl.constexpr = D_V // 2
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D_HALF, 16]
-    )
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    lo, hi, pairs, n_eff, last = _setup(Seqlens, capacity, splits, Nq, BLOCK_N, HAS_SEQLENS, CAUSAL)
-    m_i = gl.full([64], -1.0e30, gl.float32, row_s)
-    l_i = gl.zeros([64], gl.float32, row_s)
-    acc = gl.zeros([64, D_HALF], gl.float32, o_layout)
-    mbarrier.wait(q_bar, 0)
-    q_rope = qr_smem.load(gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2))
-    gl.thread_barrier()
-    for t in range(pairs):
-        ph = t & 1
-        st0 = (t >> 30) & 1
-        st1 = st0 + 1
-        q = q_smem.index(st0)
-        start = lo + (2 * t + 1) * BLOCK_N
-        real = 2 * t + 1 < n_eff
-        s_init = gl.zeros([64, BLOCK_N], gl.float32, s_layout)
-        mbarrier.wait(hand.index(P0_FULL), ph)
-        m_a = m_smem[0].load(row_s)
-        alpha = gl.exp2(m_i - m_a)
-        l_i = l_i * alpha
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        mbarrier.wait(full.index(1), ph)  # block 2t's TMA writes seen by this warpgroup too
-        if hi - start + BLOCK_N < BLOCK_N:  # block 2t is a partial last block
-            _zero_rows(k_smem.index(st0), hi - start + BLOCK_N, 1, D_HALF)
-            gl.thread_barrier()
-        acc = warpgroup_mma(p_smem, k_smem.index(st0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
-        if real:
-            mbarrier.wait(full.index(2), ph)
-        s = warpgroup_mma(
-            q.slice(0, D_HALF, dim=1),
-            k_smem.index(st1).slice(0, D_HALF, dim=1).permute((1, 0)),
-            s_init,
-            use_acc=False,
-            is_async=True,
-        )
-        if real:
-            mbarrier.wait(full.index(3), ph)
-        s = warpgroup_mma(
-            q.slice(D_HALF, D_HALF, dim=1),
-            k_smem.index(st1).slice(D_HALF, D_HALF, dim=1).permute((1, 0)),
-            s,
-            is_async=True,
-        )
-        s = warpgroup_mma(q_rope, kr_smem.index(st1).permute((1, 0)), s, is_async=True)
-        acc, s, q_rope = warpgroup_mma_wait(0, deps=[acc, s, q_rope])
-        mbarrier.arrive(hand.index(P0_FREE))
-        mbarrier.arrive(empty.index(1))  # block 2t's right half: consumer 0's S and this P V are done with it
-        cols = start + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-        s = gl.where(cols[None, :] <= last[:, None], s * qk_scale, float("-inf"))
-        m_b = gl.maximum(m_a, gl.max(s, 1))
-        beta = gl.exp2(m_a - m_b)
-        p = gl.exp2(s - m_b[:, None])
-        l_i = l_i * beta + gl.sum(p, 1)
-        m_i = m_b
-        m_smem[1].store(m_b)
-        gl.thread_barrier()
-        mbarrier.arrive(hand.index(MB_FULL))
-        acc = acc * gl.convert_layout(beta, row_o)[:, None]
-        p16 = p.to(qr_smem.dtype)
-        mbarrier.wait(hand.index(P1_FREE), ph)
-        qr_smem.store(p16)
-        if hi - start < BLOCK_N:  # a partial last block (or one past it): rows of V that may hold anything
-            _zero_rows(k_smem.index(st1), hi - start, 1, D_HALF)
-        fence_async_shared()
-        gl.thread_barrier()
-        mbarrier.arrive(hand.index(P1_FULL))
-        p_op = gl.convert_layout(p16, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
-        acc = warpgroup_mma(p_op, k_smem.index(st1).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
-        acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
-        mbarrier.arrive(empty.index(3))  # block 2t + 1's right half
-    _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, 1, D_V, DIRECT)
-
-
-@gluon.jit
 def _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, WG: gl.constexpr, D_V: gl.constexpr,
                 DIRECT: gl.constexpr):  # fmt: skip
     """Both consumers' row sums added through mx (m is the same in both), then this consumer's O columns
@@ -687,7 +480,6 @@ def _mla_decode_ws(
     DIRECT: gl.constexpr,  # one split: normalise and write Out
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
-    EARLY: gl.constexpr,  # _consumer0e / _consumer1e (A/B)
 ):
     """One program per (64-row block, key split, sequence): grid (row blocks, splits, B). Shared memory: Q [64,
     D_V] and its rotary columns (then consumer 1's P), two cache stages [64, D_V] + [64, rotary], consumer 0's P
@@ -728,29 +520,15 @@ def _mla_decode_ws(
     descs = (qd, qrd, kd, krd)
     smem = (q_smem, qr_smem, k_smem, kr_smem, p_smem, mx, m_smem)
     bars = (q_bar, full, empty, max_bar, hand)
-    if EARLY:
-        gl.warp_specialize(
-            [
-                (_consumer0e, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
-                            HAS_SEQLENS, CAUSAL, DIRECT)),
-                (_consumer1e, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
-                            HAS_SEQLENS, CAUSAL, DIRECT)),
-                (_producer, (descs, smem, bars, Seqlens, Table, capacity, splits, ROWS, pool_pages,
-                                    HAS_SEQLENS, PAGED, PAGE)),
-            ],
-            [4, 1],
-            [CONSUMER_REGS, PRODUCER_REGS],
-        )  # fmt: skip
-    else:
-        gl.warp_specialize(
-            [
-                (_consumer0, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
-                            HAS_SEQLENS, CAUSAL, DIRECT)),
-                (_consumer1, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
-                            HAS_SEQLENS, CAUSAL, DIRECT)),
-                (_producer, (descs, smem, bars, Seqlens, Table, capacity, splits, ROWS, pool_pages,
-                                    HAS_SEQLENS, PAGED, PAGE)),
-            ],
-            [4, 1],
-            [CONSUMER_REGS, PRODUCER_REGS],
-        )  # fmt: skip
+    gl.warp_specialize(
+        [
+            (_consumer0, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
+                        HAS_SEQLENS, CAUSAL, DIRECT)),
+            (_consumer1, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
+                        HAS_SEQLENS, CAUSAL, DIRECT)),
+            (_producer, (descs, smem, bars, Seqlens, Table, capacity, splits, ROWS, pool_pages,
+                                HAS_SEQLENS, PAGED, PAGE)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )  # fmt: skip
