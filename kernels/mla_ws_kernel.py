@@ -87,12 +87,28 @@ HANDS: gl.constexpr = gl.constexpr(6)
 
 
 @gluon.jit
+def _prefetch_l2(ptr, nbytes):
+    """Lane 0 of the warp asks L2 for `nbytes` bytes from `ptr` (cp.async.bulk.prefetch.L2: no shared memory, no
+    barrier), so that a later TMA load of them finds them there."""
+    gl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b32 lane; mov.u32 lane, %laneid; setp.eq.u32 p, lane, 0; "
+        "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r",
+        [ptr, nbytes],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.jit
 def _producer(
     descs,
     smem,
     bars,
     Seqlens,
     Table,
+    Cache,
     capacity,
     splits,
     ROWS,
@@ -100,6 +116,7 @@ def _producer(
     HAS_SEQLENS: gl.constexpr,
     PAGED: gl.constexpr,
     PAGE: gl.constexpr,
+    PREFETCH: gl.constexpr,
 ):
     """One warp: Q once, then the split's tiles in pairs, block 2t into stage 0 and 2t + 1 into stage 1, each tile
     as two halves that go back on their own: the left latent columns [0, D_V/2) (consumer 0's V) and the right
@@ -122,9 +139,20 @@ def _producer(
         pages = Table + b.to(gl.int64) * (capacity // PAGE)
     else:
         row0 = b * capacity + lo
+    D: gl.constexpr = 2 * HALF + krd.block_type.shape[1]
     for t in range(pairs):
         key = lo + 2 * t * BLOCK_N
         real_b = 2 * t + 1 < n  # block 2t + 1 is in the split (else the consumers mask all of it)
+        if PREFETCH == 1:
+            if gl.program_id(0) == 0:
+                for i in gl.static_range(2):  # the next pair's blocks into L2
+                    nxt = 2 * t + 2 + i
+                    if nxt < n:
+                        if PAGED:
+                            row = _page_row(pages, key + (2 + i) * BLOCK_N, pool_pages, PAGE)
+                        else:
+                            row = row0 + nxt * BLOCK_N
+                        _prefetch_l2(Cache + row.to(gl.int64) * D, BLOCK_N * D * 2)
         if PAGED:
             row_a = _page_row(pages, key, pool_pages, PAGE)
             row_b = _page_row(pages, gl.where(real_b, key + BLOCK_N, key), pool_pages, PAGE)
@@ -154,6 +182,16 @@ def _producer(
             tma.async_copy_global_to_shared(
                 kd, [row_b, 0], full.index(2), k_smem.index(1).slice(0, HALF, dim=1)
             )
+        if PREFETCH == 2:
+            if gl.program_id(0) == 0:
+                for i in gl.static_range(2):  # the next pair's blocks into L2, once this pair's loads are out
+                    nxt = 2 * t + 2 + i
+                    if nxt < n:
+                        if PAGED:
+                            row = _page_row(pages, key + (2 + i) * BLOCK_N, pool_pages, PAGE)
+                        else:
+                            row = row0 + nxt * BLOCK_N
+                        _prefetch_l2(Cache + row.to(gl.int64) * D, BLOCK_N * D * 2)
 
 
 @gluon.jit
@@ -472,6 +510,7 @@ def _mla_decode_ws(
     Nq,
     Table,  # [B, capacity / PAGE] int32 page table, contiguous (read when PAGED)
     pool_pages,  # pages in the pool (PAGED)
+    Cache,  # the cache (or pool) itself, for the producer's L2 prefetches
     D_V: gl.constexpr,  # latent dims: V and the output
     PAGED: gl.constexpr,  # a page pool and Table, not a contiguous cache
     PAGE: gl.constexpr,  # tokens per page (PAGED): a multiple of BLOCK_N
@@ -480,6 +519,7 @@ def _mla_decode_ws(
     DIRECT: gl.constexpr,  # one split: normalise and write Out
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
+    PREFETCH: gl.constexpr,  # the producer prefetches the next pair's blocks into L2
 ):
     """One program per (64-row block, key split, sequence): grid (row blocks, splits, B). Shared memory: Q [64,
     D_V] and its rotary columns (then consumer 1's P), two cache stages [64, D_V] + [64, rotary], consumer 0's P
@@ -526,8 +566,8 @@ def _mla_decode_ws(
                         HAS_SEQLENS, CAUSAL, DIRECT)),
             (_consumer1, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
                         HAS_SEQLENS, CAUSAL, DIRECT)),
-            (_producer, (descs, smem, bars, Seqlens, Table, capacity, splits, ROWS, pool_pages,
-                                HAS_SEQLENS, PAGED, PAGE)),
+            (_producer, (descs, smem, bars, Seqlens, Table, Cache, capacity, splits, ROWS, pool_pages,
+                         HAS_SEQLENS, PAGED, PAGE, PREFETCH)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
