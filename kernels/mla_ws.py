@@ -60,7 +60,6 @@ BLOCK_M = 64  # query rows per program: both consumer warpgroups' M
 BLOCK_N = 64  # keys per cache tile (block): each consumer's S covers its own, the blocks taken in turns
 CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer warp
 PRODUCER_REGS = 24
-PREFETCH = True  # A/B: the producer prefetches the next pair of cache blocks into L2
 # Rows per _mla_combine program: 4 rows of 512 let a step read 4 splits (decode.combine_chunk), where 16 rows read
 # one at a time, each load waited for before the next is issued (28 against 5 us at 32k keys, 15 splits, batch 4,
 # Nq = 1 on an H100; docs/kernels.md, the Gluon MLA kernel).
@@ -254,7 +253,6 @@ def mla_decode_ws(
             "DIRECT": direct,
             "CONSUMER_REGS": CONSUMER_REGS,
             "PRODUCER_REGS": PRODUCER_REGS,
-            "PREFETCH": PREFETCH,
         }
         plan = _PLANS.get(key, B, rows, splits, constexprs)
     # each read through two descriptors, of its latent and its rotary columns (the views' bases are the TMA bases)
