@@ -37,8 +37,10 @@ Table[b, key // PAGE]) and loads the boxes at row page * PAGE + key % PAGE. The 
 pool_pages): TMA zero-fills a box's rows outside the tensor (the PTX ISA's bounding-box rule, negative coordinates
 included), but a garbage id times PAGE can wrap int32 into the pool, and the clamp makes every coordinate a real
 page without relying on either. Only a tile's first key picks its page, and it is below the sequence's length, so
-the entry is one in use; the tile's keys past the length are masked and their V rows zeroed as above. The
-consumers do not know the layout.
+the entry is one in use (but for a sequence of no keys, whose one fully masked block reads entry 0: the clamp keeps
+that in the pool); the tile's keys past the length are masked and their V rows zeroed as above. The consumers do
+not know the layout. The L2 prefetch asks for a block's keys below the split's end only, so it never leaves the
+cache.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ def _producer(
             )
         # The next pair's blocks into L2, once this pair's loads are out (one row block asks for them): their loads
         # then find them there, as those of the other row blocks that share the tiles do (1.06-1.10x at Nq = 1,
-        # 1.06-1.09x at Nq = 2 on an H100; two pairs ahead, at the top of this pair's loads, 0.94-0.99x at Nq = 1).
+        # 1.06-1.09x at Nq = 2 on an H100; two pairs ahead, at the top of this pair's loads, 0.94-1.00x at Nq = 1).
         if gl.program_id(0) == 0:
             for i in gl.static_range(2):
                 nxt = 2 * t + 2 + i
@@ -182,7 +184,10 @@ def _producer(
                         row = _page_row(pages, key + (2 + i) * BLOCK_N, pool_pages, PAGE)
                     else:
                         row = row0 + nxt * BLOCK_N
-                    _prefetch_l2(Cache + row.to(gl.int64) * D, BLOCK_N * D * 2)
+                    # only the block's keys below the split's end: a contiguous cache's last block may end
+                    # past the tensor (TMA loads are bounds-checked, a bulk prefetch is not documented so)
+                    keys = gl.minimum(hi - (lo + nxt * BLOCK_N), BLOCK_N)
+                    _prefetch_l2(Cache + row.to(gl.int64) * D, keys * D * 2)
 
 
 @gluon.jit
