@@ -326,14 +326,13 @@ def _descriptor(t: torch.Tensor, block: list[int]) -> Any:
     return TensorDescriptor.from_tensor(t.reshape(-1, t.shape[-1]), block, layout)
 
 
-def _descriptors(q, k, v, o, block_n, o_width=None):
-    """Q, K, V, O descriptors ([64, D] tiles of Q, [64, o_width] of O (None: D; o_cols), [BLOCK_N, D] of K and
+def _descriptors(q, k, v, o, block_n, o_width):
+    """Q, K, V, O descriptors ([64, D] tiles of Q, [64, o_width] of O (o_cols), [BLOCK_N, D] of K and
     V). FP8: V^T's [D, BLOCK_N], and
     K as 5-D boxes [BLOCK_N / 16, 2, 4, 2, D] that load each K tile with its rows in flash_ws_parts.key_order
     (row 16R + 8g + 2t + e <- key 16R + 4t + 2g + e: strides of 16, 2, 4 and 1 keys); the swizzle works on
     shared-memory addresses, so the tile lands as a [BLOCK_N, D] one would."""
     D = q.shape[-1]
-    o_width = o_width or D
     if q.dtype not in FP8_DTYPES:
         return (
             *(_descriptor(t, [rows, D]) for t, rows in ((q, ROWS), (k, block_n), (v, block_n))),

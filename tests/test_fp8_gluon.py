@@ -192,7 +192,7 @@ def test_fp8_key_tiles_load_their_rows_in_the_operand_order(d):
     k = torch.zeros(1, 2, n, d, dtype=torch.float8_e4m3fn)
     rows = torch.arange(2 * n, dtype=torch.float64)[:, None].expand(2 * n, d).contiguous()
     q = torch.empty(1, 2, 128, d).to(torch.float8_e4m3fn)
-    _, kd, _, _ = flash_ws._descriptors(q, k, k, torch.empty(1, 2, 128, d, dtype=torch.bfloat16), block_n)
+    _, kd, _, _ = flash_ws._descriptors(q, k, k, torch.empty(1, 2, 128, d, dtype=torch.bfloat16), block_n, d)
     assert kd.block_shape == [block_n // 16, 2, 4, 2, d] and kd.shape[0] == 2 * n // 16
     box = rows.as_strided(kd.block_shape, kd.strides)  # the box at coordinate 0, each element its key
     tile = box.reshape(block_n, d)[:, 0].long()
