@@ -243,9 +243,9 @@ def _consumer0(
     CAUSAL: gl.constexpr,
     DIRECT: gl.constexpr,
 ):
-    """Consumer 0: S of the even blocks 2t (64 x 64, Q read once a tile), its
-    softmax against the running max, P V of O's columns [0, D_V/2) with P from registers; then P to consumer 1's
-    max m_b into p_smem, and P of block 2t + 1 (consumer 1's, from qr_smem) times V on the same columns."""
+    """Consumer 0: S of the even blocks 2t (64 x 64, Q read once a tile), its softmax against the running max,
+    P V of O's columns [0, D_V/2) with P from registers; then P to consumer 1's max m_b into p_smem, and P of
+    block 2t + 1 (consumer 1's, from qr_smem) times V on the same columns."""
     q_smem, qr_smem, k_smem, kr_smem, p_smem, mx, m_smem = smem
     q_bar, full, empty, max_bar, hand = bars
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -282,7 +282,8 @@ def _consumer0(
             use_acc=False,
             is_async=True,
         )
-        # the P V of the pair before's block 2t - 1 (waited for at its end): qr_smem and its left half go back
+        # the P V of the pair before's block 2t - 1 (waited for at its end, so this waits for nothing): qr_smem and
+        # that tile's left half go back
         acc = warpgroup_mma_wait(1, deps=[acc])
         if t > 0:
             mbarrier.arrive(hand.index(P1_FREE))
@@ -327,9 +328,8 @@ def _consumer0(
         l_i = l_i * beta
         m_i = m_b
         mbarrier.wait(hand.index(P1_FULL), ph)
-        if (
-            2 * t + 1 < n_eff
-        ):  # the tile's TMA writes seen by this warpgroup too (block 2t + 1 may be past the last)
+        # block 2t + 1's TMA writes seen by this warpgroup too (unless it is past the last: never loaded)
+        if 2 * t + 1 < n_eff:
             mbarrier.wait(full.index(2), ph)
         if hi - start - BLOCK_N < BLOCK_N:
             _zero_rows(k_smem.index(st1), hi - start - BLOCK_N, 0, D_HALF)
@@ -388,9 +388,8 @@ def _consumer1(
         st1 = st0 + 1
         q = q_smem.index(st0)
         start = lo + (2 * t + 1) * BLOCK_N
-        real = (
-            2 * t + 1 < n_eff
-        )  # else a block past the last: never loaded, S reads a stale stage, all masked
+        # else a block past the last: never loaded, S reads a stale stage, all masked
+        real = 2 * t + 1 < n_eff
         # the P V of the pair before's block 2t - 2 done: p_smem and that tile's right half go back
         acc = warpgroup_mma_wait(0, deps=[acc])
         if t > 0:
@@ -488,8 +487,8 @@ def _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, WG: gl.
 def _mla_decode_ws(
     qd,  # descriptor of q's latent columns, q viewed as [B * H * Nq, D], block [64, D_V]
     qrd,  # ... of its rotary columns [.., D_V:], block [64, D - D_V]
-    kd,  # descriptor of the cache's latent columns, block [BLOCK_N, D_V / 2] (a tile goes in two halves): the contiguous cache viewed as
-    #      [B * capacity, D], or the page pool as [pool_pages * PAGE, D]
+    kd,  # descriptor of the cache's latent columns, block [BLOCK_N, D_V / 2] (a tile goes in two halves): the
+    #      contiguous cache viewed as [B * capacity, D], or the page pool as [pool_pages * PAGE, D]
     krd,  # ... of its rotary columns, block [BLOCK_N, D - D_V]
     Seqlens,  # [B] int32 keys per sequence (read when HAS_SEQLENS)
     Out,  # [B, H, Nq, D_V] output, contiguous

@@ -12,9 +12,10 @@ shapes are the speed preset's (16k tokens per batch, hidden 2048: heads = 2048 /
 given; --kv-heads, --seq-q and --head-dim-v make a decode or MLA case (a contiguous cache of --seq keys, as the
 sweep's `--kv-heads`, `--seq-q` and `--head-dim-v` do). --packed MIN makes the case a packed batch as `--seqlens
 random --min-seq MIN` does in a sweep: batch x N tokens cut into documents of MIN..N tokens (MIN = N: equal
-documents, beside the uniform batch of the same shapes). In `bwd` mode the forward runs once, outside the profiled calls, and each call is the backward of it, as
-the sweep's `bwd` mode times it. TFLOP/s beside a backward kernel counts its block matmuls over every unmasked
-(query, key) pair (dK/dV: 4, dQ: 3; a packed batch's own pairs).
+documents, beside the uniform batch of the same shapes). In `bwd` mode the forward runs once, outside the profiled
+calls, and each call is the backward of it, as the sweep's `bwd` mode times it. TFLOP/s beside a backward
+kernel counts its block matmuls over every unmasked (query, key) pair (dK/dV: 4, dQ: 3; a packed batch's own
+pairs).
 """
 
 from __future__ import annotations
