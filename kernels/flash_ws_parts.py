@@ -430,6 +430,34 @@ def tile_scales(scales, kv_bh, FP8: gl.constexpr):
 
 
 @gluon.jit
+def _row_max(s, TREE: gl.constexpr):
+    """The row max of a [64, N] score tile. TREE (the FP8 mode): a tree, halving the columns while both halves lie
+    in one thread's registers (the accumulator's top column bit is a register bit down to 8 columns), then the
+    quad's shuffles; gl.max's in-thread reduction is a chain of N / 4 - 1 dependent FMNMX per row, on the path
+    to every exp2 of the step. The max is the same either way."""
+    x = s
+    if TREE:
+        LEVELS: gl.constexpr = _halvings_to_8(s.shape[1])
+        for _ in gl.static_range(LEVELS):
+            a, b = _halves(x)
+            x = gl.maximum(a, b)
+    return gl.convert_layout(gl.max(x, axis=1), gl.SliceLayout(1, s.type.layout), assert_trivial=True)
+
+
+@gluon.jit
+def _halves(x):
+    """x[:, :N/2] and x[:, N/2:] of a [M, N] tile whose column N/2 is a register bit (no data movement)."""
+    M: gl.constexpr = x.shape[0]
+    N: gl.constexpr = x.shape[1]
+    return gl.split(gl.permute(gl.reshape(x, [M, 2, N // 2]), [0, 2, 1]))
+
+
+@gluon.constexpr_function
+def _halvings_to_8(n):
+    return max(int(n).bit_length() - 4, 0)
+
+
+@gluon.jit
 def softmax(
     s,
     m_i,
@@ -459,7 +487,7 @@ def softmax(
             s = gl.where(cols[None, :] <= rows[:, None] + causal_off, s, float("-inf"))
         if WINDOW:
             s = gl.where(cols[None, :] >= rows[:, None] + left_off, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    m_new = gl.maximum(m_i, _row_max(s, P_SHIFT != 0.0) * qk_scale)
     m_use = m_new
     if WINDOW or (VARLEN and MASK):
         # a row whose window starts past this block (or that sees no key of its document) has seen no key yet:
