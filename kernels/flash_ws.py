@@ -108,7 +108,7 @@ FP8_PERSISTENT = {
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
 GLUON_MIN_SEQ = {
     (64, False): 1024,
-    (64, True): 8192,
+    (64, True): 2048,
     (128, False): 0,
     (128, True): 1024,
     (256, False): 2048,

@@ -71,6 +71,7 @@ def _consumer_step(
     VARLEN: gl.constexpr = False,
     KEY_END: gl.constexpr = False,
     key_end=0,
+    FAST_MASK: gl.constexpr = False,
 ):
     """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs (ptxas (CUDA 12.8)
     moves the wait for P_{g-1} V_{g-1} up above the softmax: the ping-pong between warpgroups is the overlap)."""
@@ -105,6 +106,7 @@ def _consumer_step(
         VARLEN=VARLEN,
         KEY_END=KEY_END,
         key_end=key_end,
+        FAST_MASK=FAST_MASK,
     )
     acc = pv_wait(acc, pa)
     mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
@@ -391,6 +393,9 @@ def _consumer_tile(
     if VARLEN:
         key_end = where[4]
     q = q_smem.index(WG)
+    # The causal diagonal by flash_ws_parts._diagonal_mask with three consumers (d = 64) and over packed documents,
+    # where it was measured faster; elsewhere by the key of each score (docs/kernels.md, the forward).
+    FAST_MASK: gl.constexpr = VARLEN or q_smem.shape[0] == 3
     rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
@@ -421,6 +426,7 @@ def _consumer_tile(
         VARLEN=VARLEN,
         KEY_END=KEY_END,
         key_end=key_end,
+        FAST_MASK=FAST_MASK,
     )
     if FP8:
         p = p_new
@@ -451,6 +457,7 @@ def _consumer_tile(
             FLIP=FLIP,
             WINDOW=WINDOW,
             P_SHIFT=P_SHIFT,
+            FAST_MASK=FAST_MASK,
         )
     for j in range(mid, full_blocks):
         acc, p, m_i, l_i = _consumer_step(
@@ -500,6 +507,7 @@ def _consumer_tile(
             VARLEN=VARLEN,
             KEY_END=KEY_END,
             key_end=key_end,
+            FAST_MASK=FAST_MASK,
         )
     if SEP_O:
         mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q

@@ -458,6 +458,35 @@ def _halvings_to_8(n):
 
 
 @gluon.jit
+def _diagonal_mask(s, lim, FP8: gl.constexpr):
+    """s with -inf where a score's key (within its block) exceeds its row's lim. The accumulator holds column
+    8k + 2t + e of a row in register (k, e) of lane t of a quad; its key is that column, or in FP8 mode
+    key_order's 16R + 4t + 2g + e (k = 2R + g). Split into a register part, a constant per register, and a lane
+    part folded into each row's limit once, every score is one compare with an immediate and one select; the
+    key computed per score (key_order's shifts and masks, the add of the block's start) cost twice that."""
+    M: gl.constexpr = s.shape[0]
+    N: gl.constexpr = s.shape[1]
+    s4 = gl.reshape(s, [M, N // 8, 4, 2])
+    L4: gl.constexpr = s4.type.layout
+    K_AXIS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L4)))  # dim 1 alone
+    T_AXIS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L4)))  # dim 2 alone
+    E_AXIS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L4)))  # dim 3 alone
+    ROW_AXIS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L4)))  # dim 0 alone
+    kk = gl.arange(0, N // 8, K_AXIS)[None, :, None, None]
+    tt = gl.arange(0, 4, T_AXIS)[None, None, :, None]
+    ee = gl.arange(0, 2, E_AXIS)[None, None, None, :]
+    lim4 = gl.convert_layout(lim, ROW_AXIS, assert_trivial=True)
+    if FP8:
+        reg = 16 * (kk // 2) + 2 * (kk % 2) + ee
+        lane = 4 * tt
+    else:
+        reg = 8 * kk + ee
+        lane = 2 * tt
+    s4 = gl.where(reg <= lim4[:, None, None, None] - lane, s4, float("-inf"))
+    return gl.convert_layout(gl.reshape(s4, [M, N]), s.type.layout, assert_trivial=True)
+
+
+@gluon.jit
 def softmax(
     s,
     m_i,
@@ -474,9 +503,12 @@ def softmax(
     VARLEN: gl.constexpr = False,  # a document of a packed batch: a masked row may have seen no key yet
     KEY_END: gl.constexpr = False,  # the mask is the key end (VARLEN without CAUSAL), not the diagonal
     key_end=0,  # KEY_END: the document's keys
+    FAST_MASK: gl.constexpr = False,  # the causal diagonal by _diagonal_mask (where it was measured faster)
 ):
     """Online-softmax step on a fp32 score tile: (p, alpha, l, m); the scale is applied after the row max."""
-    if MASK:
+    if MASK and FAST_MASK and not KEY_END and not WINDOW:
+        s = _diagonal_mask(s, rows + causal_off - start_n, P_SHIFT != 0.0)
+    elif MASK:
         cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s.type.layout))
         if P_SHIFT != 0.0:  # FP8: the columns hold the keys in key_order
             cols = key_order(cols)

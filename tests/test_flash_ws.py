@@ -331,12 +331,12 @@ def test_short_causal_stays_on_the_tl_kernel():
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
 def test_d64_dispatch_follows_the_measured_thresholds():
-    """d = 64: Gluon (192-row tiles) from N = 1024 without a mask, from 8192 with one (flash_ws.GLUON_MIN_SEQ)."""
+    """d = 64: Gluon (192-row tiles) from N = 1024 without a mask, from 2048 with one (flash_ws.GLUON_MIN_SEQ)."""
     for n, causal, gluon in [
         (512, False, False),
         (1024, False, True),
-        (2048, True, False),
-        (8192, True, True),
+        (1024, True, False),
+        (2048, True, True),
     ]:
         q = torch.randn(1, 2, n, 64, device="cuda", dtype=torch.bfloat16)
         flash_attn(q, q, q, causal=causal)
