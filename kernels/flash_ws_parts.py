@@ -458,12 +458,12 @@ def _halvings_to_8(n):
 
 
 @gluon.jit
-def _diagonal_mask(s, lim, FP8: gl.constexpr):
-    """s with -inf where a score's key (within its block) exceeds its row's lim. The accumulator holds column
-    8k + 2t + e of a row in register (k, e) of lane t of a quad; its key is that column, or in FP8 mode
-    key_order's 16R + 4t + 2g + e (k = 2R + g). Split into a register part, a constant per register, and a lane
-    part folded into each row's limit once, every score is one compare with an immediate and one select; the
-    key computed per score (key_order's shifts and masks, the add of the block's start) cost twice that."""
+def _diagonal_mask(s, lim):
+    """s with -inf where a score's key (within its block) exceeds its row's lim. The accumulator holds column (the
+    key) 8k + 2t + e of a row in register (k, e) of lane t of a quad: split into a register part, a constant per
+    register, and a lane part folded into each row's limit once, every score is one compare with an immediate and
+    one select, where computing each score's key (and adding the block's start) cost twice that. Not FP8's
+    key_order (16R + 4t + 2g + e, k = 2R + g: a register part 16R + 2g + e), which no default reaches."""
     M: gl.constexpr = s.shape[0]
     N: gl.constexpr = s.shape[1]
     s4 = gl.reshape(s, [M, N // 8, 4, 2])
@@ -472,16 +472,9 @@ def _diagonal_mask(s, lim, FP8: gl.constexpr):
     T_AXIS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L4)))  # dim 2 alone
     E_AXIS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L4)))  # dim 3 alone
     ROW_AXIS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L4)))  # dim 0 alone
-    kk = gl.arange(0, N // 8, K_AXIS)[None, :, None, None]
-    tt = gl.arange(0, 4, T_AXIS)[None, None, :, None]
-    ee = gl.arange(0, 2, E_AXIS)[None, None, None, :]
+    reg = 8 * gl.arange(0, N // 8, K_AXIS)[None, :, None, None] + gl.arange(0, 2, E_AXIS)[None, None, None, :]
+    lane = 2 * gl.arange(0, 4, T_AXIS)[None, None, :, None]
     lim4 = gl.convert_layout(lim, ROW_AXIS, assert_trivial=True)
-    if FP8:
-        reg = 16 * (kk // 2) + 2 * (kk % 2) + ee
-        lane = 4 * tt
-    else:
-        reg = 8 * kk + ee
-        lane = 2 * tt
     s4 = gl.where(reg <= lim4[:, None, None, None] - lane, s4, float("-inf"))
     return gl.convert_layout(gl.reshape(s4, [M, N]), s.type.layout, assert_trivial=True)
 
@@ -507,7 +500,8 @@ def softmax(
 ):
     """Online-softmax step on a fp32 score tile: (p, alpha, l, m); the scale is applied after the row max."""
     if MASK and FAST_MASK and not KEY_END and not WINDOW:
-        s = _diagonal_mask(s, rows + causal_off - start_n, P_SHIFT != 0.0)
+        gl.static_assert(P_SHIFT == 0.0, "_diagonal_mask takes the keys in column order, not FP8's key_order")
+        s = _diagonal_mask(s, rows + causal_off - start_n)
     elif MASK:
         cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s.type.layout))
         if P_SHIFT != 0.0:  # FP8: the columns hold the keys in key_order
