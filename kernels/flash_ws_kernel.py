@@ -119,6 +119,21 @@ def _consumer_step(
 
 
 @gluon.jit
+def _pass_block(g, bars, my_turn, next_turn, FLIP: gl.constexpr):
+    """Key block g without its matmuls (every score of it masked for this warpgroup): its turn passed on, its K
+    and V released once they have landed (released earlier, the arrival would count toward the stage's last
+    phase)."""
+    _, _, k_bars, v_bars, empty_bars, _ = bars
+    STAGES: gl.constexpr = k_bars.shape[0]
+    mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+    mbarrier.arrive(next_turn)
+    mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
+    mbarrier.arrive(empty_bars.index(g % STAGES))
+    mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
+    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+
+
+@gluon.jit
 def _consumer(
     smem,
     bars,
@@ -287,23 +302,15 @@ def _consumer_work(
 ):
     """One tile of the warpgroup (_consumer_tile's arguments): its rows, or where it owns none, its turns and
     releases only."""
-    q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
-    k_smem = smem[2]
-    FP8: gl.constexpr = k_smem.dtype.is_fp8()
-    STAGES: gl.constexpr = k_smem.shape[0]
+    q_bar, q_empty = bars[0], bars[1]
+    FP8: gl.constexpr = smem[2].dtype.is_fp8()
     if idle:  # owns no row of this tile: turns and releases only
         # This tile's Q has landed, so the last tile's Q buffers were released by every warpgroup: without the
         # wait, an idle warpgroup racing through a one-block tile could release them again for this tile while
         # another still reads the last one's (its arrival would complete the last tile's phase of q_empty).
         mbarrier.wait(q_bar, tc & 1)
         for j in range(n_blocks - first):
-            g = it + j
-            mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-            mbarrier.arrive(next_turn)
-            mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
-            mbarrier.arrive(empty_bars.index(g % STAGES))
-            mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
-            mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+            _pass_block(it + j, bars, my_turn, next_turn, FLIP)
         mbarrier.arrive(q_empty)
     else:
         qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
@@ -397,6 +404,16 @@ def _consumer_tile(
     # where it was measured faster; elsewhere by the key of each score (docs/kernels.md, the forward).
     FAST_MASK: gl.constexpr = VARLEN or q_smem.shape[0] == 3
     rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
+    # Under a causal mask a warpgroup whose last row's diagonal ends a key block before the tile's last stops
+    # there: every score past it is masked (p = 0, alpha = 1 exactly, so the output bits are the same), and it
+    # passes the remaining blocks' turns and stages on (_pass_block). With three consumers (192 rows over 128-key
+    # blocks, d = 64), where it was measured faster; with 128 rows over 128 keys every warpgroup's diagonal lies
+    # in the tile's last block, and over d = 256's 64-key blocks it did not pay (docs/kernels.md).
+    SKIP_DIAG: gl.constexpr = CAUSAL and q_smem.shape[0] == 3
+    n_own = n_blocks
+    if SKIP_DIAG:
+        own_last = gl.maximum(q_pos + WG * ROWS + ROWS - 1 + causal_off, 0) // BLOCK_N
+        n_own = gl.maximum(gl.minimum(n_blocks, own_last + 1), first + 1)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_s)
     l_i = gl.full([ROWS], 0.0, gl.float32, row_s)
@@ -435,7 +452,7 @@ def _consumer_tile(
 
     # The window's left edge (masked), the blocks every row sees whole, the causal diagonal (masked).
     mid = gl.maximum(left_full, first + 1)
-    for j in range(first + 1, gl.minimum(left_full, n_blocks)):
+    for j in range(first + 1, gl.minimum(left_full, n_own)):
         acc, p, m_i, l_i = _consumer_step(
             g=it + j - first,
             start_n=j * BLOCK_N,
@@ -482,7 +499,7 @@ def _consumer_tile(
             WINDOW=WINDOW,
             P_SHIFT=P_SHIFT,
         )
-    for j in range(gl.maximum(full_blocks, mid), n_blocks):
+    for j in range(gl.maximum(full_blocks, mid), n_own):
         acc, p, m_i, l_i = _consumer_step(
             g=it + j - first,
             start_n=j * BLOCK_N,
@@ -512,12 +529,15 @@ def _consumer_tile(
     if SEP_O:
         mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
 
-    last = it + n_blocks - first - 1
+    last = it + n_own - first - 1
     mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
     pa = p_operand(p, o_layout, gl.constexpr(q.dtype))
     acc = warpgroup_mma(pa, v_operand(v_smem, last % STAGES), acc, is_async=True)
     acc = pv_wait(acc, pa)
     mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))
+    if SKIP_DIAG:
+        for j in range(n_own, n_blocks):
+            _pass_block(it + j - first, bars, my_turn, next_turn, FLIP)
 
     if VARLEN:  # rows that see no key output 0 with LSE2 = +inf (flash_v2's contract); rows before the
         # document (a first partial tile) are not stored
