@@ -427,10 +427,13 @@ if HAVE_GLUON:
                 pt = _probs(
                     st, stats.index(s).load(col_s), qk_scale, m, keys, cols, causal_off, n_k, CAUSAL, KEY_END
                 )
-                dpt = warpgroup_mma(v, do.permute((1, 0)), zero, use_acc=False, is_async=True)
-                dpt = warpgroup_mma_wait(0, deps=[dpt])
+                # dP^T - D from the matmul: its accumulator starts at -D. Loaded after dP^T's wait, D's 16 values
+                # came in one shared-memory load after another, each waited for by its subtraction (ptxas kept
+                # one register for them), on the step's critical path.
                 delta = stats.index(STAGES + s).load(col_s)
-                dst = pt * (dpt - delta[None, :])
+                dpt = warpgroup_mma(v, do.permute((1, 0)), zero - delta[None, :], use_acc=True, is_async=True)
+                dpt = warpgroup_mma_wait(0, deps=[dpt])
+                dst = pt * dpt
                 dv = warpgroup_mma(gl.convert_layout(pt.to(q.dtype), a_layout), do, dv, is_async=True)
             else:
                 dpt = warpgroup_mma(v, do.permute((1, 0)), zero, use_acc=False, is_async=True)
