@@ -450,7 +450,9 @@ def _consumer_tile(
     else:
         p = gl.convert_layout(p_new.to(q.dtype), p_layout)
 
-    # The window's left edge (masked), the blocks every row sees whole, the causal diagonal (masked).
+    # The window's left edge (masked), the blocks every row sees whole, the causal diagonal (masked). SKIP_DIAG
+    # bounds the first and the last loop by n_own; the middle one needs no bound: full_blocks, the blocks the
+    # tile's first row sees whole, never passes any warpgroup's n_own.
     mid = gl.maximum(left_full, first + 1)
     for j in range(first + 1, gl.minimum(left_full, n_own)):
         acc, p, m_i, l_i = _consumer_step(
