@@ -399,9 +399,14 @@ if HAVE_GLUON:
         dk = gl.zeros([64, HEAD_DIM], gl.float32, acc_layout)
         dv = gl.zeros([64, HEAD_DIM], gl.float32, acc_layout)
         cols = gl.arange(0, BLOCK_M, col_s)
+        zero_cols = gl.zeros([BLOCK_M], gl.float32, col_s)
         # The one pass's order at d = 128 and at d = 64 without a mask. At d = 64 the two-pass order fits the
         # registers, and causal it measured 1.10x faster on an H100 (N = 2048-8192; non-causal 1.02-1.05x slower).
         LEAN: gl.constexpr = ONE_PASS and (HEAD_DIM == 128 or not CAUSAL)
+        # The packed causal build starts S^T's accumulator at -LSE / scale, so P^T = exp2(S^T * scale): its dK/dV
+        # pass 0.965x the time at 8 x 2048 tokens, d = 128, on an H100; uniform or without a mask it lost
+        # (docs/kernels.md)
+        LINIT: gl.constexpr = LEAN and CAUSAL and VARLEN
         mbarrier.wait(kv_bar, 0)
         # VARLEN and CAUSAL: _block's query block, (i % n_m + nb) % n_m past lo, counted on (j) rather than
         # divided for in every step (two integer divisions by a runtime n_m): the packed causal dK/dV pass ran
@@ -419,14 +424,19 @@ if HAVE_GLUON:
             q = q_smem.index(s)
             do = do_smem.index(s)
             mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-            st = warpgroup_mma(k, q.permute((1, 0)), zero, use_acc=False, is_async=True)
+            if LINIT:  # S^T - LSE / scale from the matmul
+                lse = stats.index(s).load(col_s)
+                st = warpgroup_mma(
+                    k, q.permute((1, 0)), zero - lse[None, :] * (1.0 / qk_scale), use_acc=True, is_async=True
+                )
+            else:
+                st = warpgroup_mma(k, q.permute((1, 0)), zero, use_acc=False, is_async=True)
             if LEAN:
                 # One score tile in flight at a time, and dV issued once dS^T is made: at 208-216 registers
                 # the two-pass order (S^T and dP^T at once, dV before dS^T) spills in the loop at d = 128.
                 st = warpgroup_mma_wait(0, deps=[st])
-                pt = _probs(
-                    st, stats.index(s).load(col_s), qk_scale, m, keys, cols, causal_off, n_k, CAUSAL, KEY_END
-                )
+                lse = zero_cols if LINIT else stats.index(s).load(col_s)  # LINIT: in S^T already
+                pt = _probs(st, lse, qk_scale, m, keys, cols, causal_off, n_k, CAUSAL, KEY_END)
                 # dP^T - D from the matmul: its accumulator starts at -D. Loaded after dP^T's wait, D's 16 values
                 # came in one shared-memory load after another, each waited for by its subtraction (ptxas kept
                 # one register for them), on the step's critical path.
