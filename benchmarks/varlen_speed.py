@@ -1,7 +1,7 @@
 """flash_attn_varlen on packed documents beside the same kernel on a uniform batch of the same useful FLOPs and
-FlexAttention's document mask (bf16, one GPU, timed as the autotuner times a candidate: L2 flushed before each
-sample, CUDA events, the median; flashbench.engine.timing.time_cuda). Default shape: 16k tokens packed from
-documents of 256-4096 tokens, d = 128.
+FlexAttention's document mask (bf16, one GPU, timed as the sweep times a case: engine/timing.measure_cuda, the
+steady warm-up until the SM clock settles, the L2 evicted before each sample, launch blocking, CUDA events, the
+median). Default shape: 16k tokens packed from documents of 256-4096 tokens, d = 128.
 
 Documents: lengths uniform in [--min-len, --max-len] (seeded), drawn until they fill --tokens, the last one cut
 to fit. Useful FLOPs count each document's own (q, k) pairs: forward 4 * H * D * pairs, fwd+bwd 3.5x that. The
@@ -16,8 +16,7 @@ Each result is first checked against float64 attention per document (correctness
 Gluon forward's one program per tile against its persistent walk) or {"fwd": ..., "bwd": ...}, the forward's and
 the backward's (bwd_config=: the Gluon backward); --flex 0 leaves FlexAttention out; --modes fwd times the
 forward alone. --rounds R times every (provider, mode) R times, in turns (a drift of the clock falls on all of
-them alike), and reports the median round (the rounds' times are in the JSON): one reading of a fwd+bwd step
-moved by up to 10% between two providers running the same kernels, the first of a process the most.
+them alike), and reports the median round (the rounds' times and SM clocks are in the JSON).
 
 The benchmark of record is `flashbench sweep --preset varlen` (its uniform batch: 4 x 4096); this script times
 forced configs beside the default and a uniform batch of the documents' own useful FLOPs.
@@ -29,12 +28,15 @@ import argparse
 import json
 import os
 import statistics
+from typing import Any
 
 import torch
 from flashbench.kernels import flash_attn, flash_attn_varlen
 
 from flashbench.engine import correctness
-from flashbench.engine.timing import L2Flusher, time_cuda
+from flashbench.engine.blocking import make_blocker
+from flashbench.engine.timing import L2Flusher, measure_cuda
+from flashbench.gpu import nvml
 from flashbench.spec.window import unmasked_pairs
 
 
@@ -51,20 +53,35 @@ def pairs(n: int, causal: bool) -> int:
     return unmasked_pairs(n, n, causal)
 
 
-def timed(call, leaves: list[torch.Tensor], backward: bool) -> float:
+_TIMER: dict[str, Any] = {}
+
+
+def timed(call, leaves: list[torch.Tensor], backward: bool) -> tuple[float, float | None]:
     """Median ms of the forward (no autograd graph), or of forward + backward (gradient of a fixed dO; the leaves'
-    gradients dropped before each sample, untimed)."""
-    flush = L2Flusher(torch.cuda.current_device())
-    if not backward:
+    gradients dropped before each sample, untimed), in the sweep's regime (engine/timing.measure_cuda: the L2
+    evicted by a read, a steady warm-up until the SM clock settles, samples until it holds, launch blocking);
+    and the SM clock's median while the samples ran (None without NVML)."""
+    if not _TIMER:
+        device = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(device)
+        index = nvml.index_at_pci(props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+        index = index if isinstance(index, int) else 0
+        sampler = nvml.ClockSampler(lambda: nvml.sample(index)) if nvml.sample(index) else None
+        _TIMER.update(flush=L2Flusher(device, "read"), blocker=make_blocker()[0], sampler=sampler)
+    knobs = {"flush": _TIMER["flush"], "blocker": _TIMER["blocker"], "sampler": _TIMER["sampler"]}
+    if backward:
+        do = torch.randn_like(call())
+
+        def drop_grads() -> None:
+            for t in leaves:
+                t.grad = None
+
+        took = measure_cuda(lambda: call().backward(do), setup=drop_grads, **knobs)
+    else:
         with torch.no_grad():
-            return statistics.median(time_cuda(call, flush=flush))
-    do = torch.randn_like(call())
-
-    def drop_grads() -> None:
-        for t in leaves:
-            t.grad = None
-
-    return statistics.median(time_cuda(lambda: call().backward(do), flush=flush, setup=drop_grads))
+            took = measure_cuda(call, **knobs)
+    clock = nvml.window_summary(took.window).get("sm_clock_mhz")
+    return statistics.median(took.samples_ms), clock
 
 
 def check(out: torch.Tensor, q, k, v, docs: list[int], causal: bool) -> None:
@@ -174,10 +191,13 @@ def main() -> int:
             if mode in a.modes.split(",")
         ]
         rounds: list[list[float]] = [[] for _ in cases]
+        clocks: list[list[float | None]] = [[] for _ in cases]
         for _ in range(a.rounds):
-            for times, (_, mode, _, call, leaves, _) in zip(rounds, cases, strict=True):
-                times.append(timed(call, leaves, mode != "fwd"))
-        for times, (name, mode, factor, _, _, work) in zip(rounds, cases, strict=True):
+            for times, mhz, (_, mode, _, call, leaves, _) in zip(rounds, clocks, cases, strict=True):
+                ms, clock = timed(call, leaves, mode != "fwd")
+                times.append(ms)
+                mhz.append(clock)
+        for times, mhz, (name, mode, factor, _, _, work) in zip(rounds, clocks, cases, strict=True):
             ms = statistics.median(times)
             tflops = factor * 4 * a.heads * d * work / ms / 1e9
             rows.append(
@@ -188,10 +208,13 @@ def main() -> int:
                     "ms": round(ms, 4),
                     "tflops": round(tflops, 1),
                     "ms_rounds": [round(t, 4) for t in times],
+                    "sm_mhz_rounds": mhz,
                 }
             )
             spread = f"(rounds {min(times):.3f}-{max(times):.3f})" if len(times) > 1 else ""
-            print(f"d={d} {name:>24} {mode:>8}: {ms:8.3f} ms {tflops:7.1f} TFLOP/s (useful) {spread}")
+            clock = statistics.median(c for c in mhz if c) if any(mhz) else None
+            at = f" at {clock:.0f} MHz" if clock else ""
+            print(f"d={d} {name:>24} {mode:>8}: {ms:8.3f} ms {tflops:7.1f} TFLOP/s (useful) {spread}{at}")
     out = os.environ.get("OUT", "results")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "varlen_speed.json"), "w") as f:
