@@ -30,6 +30,7 @@ import functools
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -42,6 +43,8 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from flashbench.engine import fp8, kv_cache, timing
 from flashbench.engine.blocking import LaunchBlocker
+from flashbench.errors import FlashbenchError
+from flashbench.spec.parse import parse_decode_shape
 
 SDPA = {
     "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -385,7 +388,7 @@ def read_floor(sizes_mb: list[float], rows: list[dict]) -> None:
                      "empty_graph_ms": empty_ms, "programs_per_sm": k, "block": block, "line": line})  # fmt: skip
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tune", action="store_true", help="then time every (config, num_splits) pair per shape")
     ap.add_argument(
@@ -413,6 +416,11 @@ def main() -> None:
         help="first, a read-only kernel's time over these sizes in MB under a CUDA graph: '34,67,1074'",
     )
     args = ap.parse_args()
+    try:
+        mine = [parse_decode_shape(text) for text in args.shape]
+    except FlashbenchError as err:
+        print(f"decode_speed: {err}", file=sys.stderr)
+        return err.exit_code
     GRID[0] = args.grid
     MAX_WAVES[0] = args.max_waves
     if args.tiles:
@@ -432,9 +440,7 @@ def main() -> None:
     if args.read_floor:
         read_floor([float(x) for x in args.read_floor.split(",")], rows)
     picks = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else [] if args.shape else SHAPES
-    for text in args.shape:
-        b, h, hkv, n, *page = (int(x) for x in text.split(","))
-        picks.append(Shape(b, h, hkv, n, page=page[0] if page else None))
+    picks += [Shape(b, h, hkv, n, page=page) for b, h, hkv, n, page in mine]
     picks = [dataclasses.replace(p, fp8=args.kv_dtype == "fp8") for p in picks]
     for tune in [False, True] if args.tune else [False]:
         for i, s in enumerate(picks):
@@ -448,7 +454,8 @@ def main() -> None:
     with open(path, "w") as fh:
         json.dump({**record, "rows": rows}, fh, indent=1)
     print(f"done in {time.time() - t0:.0f} s; {sum(r['provider'] == 'tune' for r in rows)} tuned points")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

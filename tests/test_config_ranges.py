@@ -6,7 +6,7 @@ import pytest
 
 from flashbench.errors import FlashbenchError
 from flashbench.spec.config import SweepSpec, load_spec, preset_names
-from flashbench.spec.parse import parse_causal, parse_dtypes, parse_modes, parse_range
+from flashbench.spec.parse import parse_causal, parse_decode_shape, parse_dtypes, parse_modes, parse_range
 
 
 @pytest.mark.parametrize(
@@ -116,3 +116,32 @@ def test_inconsistent_specs_are_refused():
 def test_spec_round_trips_through_a_dict():
     spec = load_spec(preset="ci")
     assert SweepSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_a_decode_probe_shape_is_four_or_five_numbers():
+    """benchmarks/decode_speed.py's and tools/decode_timeline.py's --shape B,H,HKV,N[,PAGE]."""
+    assert parse_decode_shape("16,32,8,8192") == (16, 32, 8, 8192, None)
+    assert parse_decode_shape("4, 32, 8, 32_768, 16") == (4, 32, 8, 32768, 16)
+    for text, words in (
+        ("16,32,8", "has 3 fields, not 4 or 5"),
+        ("16,32,8,8k", "'8k' is not a whole number"),
+        ("1,32,0,8192", "0 must be a positive number"),
+        ("1,32,5,8192", "5 KV heads do not divide 32 query heads"),
+    ):
+        with pytest.raises(FlashbenchError, match=words) as err:
+            parse_decode_shape(text)
+        assert "\n" not in str(err.value) and err.value.exit_code == 2
+
+
+def test_the_timeline_probe_refuses_a_bad_shape_in_one_line_before_touching_the_gpu(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools/decode_timeline.py"
+    spec = importlib.util.spec_from_file_location("decode_timeline", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--shape", "16,32,8,8192", "--shape", "16,32,8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "decode_timeline: decode shape B,H,HKV,N[,PAGE]: '16,32,8' has 3 fields, not 4 or 5"
+    assert not tool.COPY.exists()

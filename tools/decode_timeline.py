@@ -22,6 +22,9 @@ import pathlib
 import statistics
 import sys
 
+from flashbench.errors import FlashbenchError
+from flashbench.spec.parse import parse_decode_shape
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COPY = ROOT / "kernels" / "_decode_timeline.py"
 WORDS = 8  # int64 words per program: start, loop end, end, smid, partial stored, counter moved
@@ -128,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv-dtype", choices=("bf16", "fp8"), default="bf16")
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args(argv)
+    try:
+        shapes = [(spec, parse_decode_shape(spec)) for spec in args.shape]
+    except FlashbenchError as err:
+        print(f"decode_timeline: {err}", file=sys.stderr)
+        return err.exit_code
 
     import torch
 
@@ -143,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = torch.device("cuda")
     flush, blocker = timing.L2Flusher(dev, "read"), LaunchBlocker()
     rows = []
-    for spec in args.shape:
-        B, H, Hkv, N, *page = (int(x) for x in spec.split(","))
+    for spec, (B, H, Hkv, N, page) in shapes:
         gen = torch.Generator(device=dev).manual_seed(0)
         q = torch.randn(B, H, 1, 128, device=dev, dtype=torch.bfloat16, generator=gen)
         k, v = (
@@ -155,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             k, v, scales = kv_cache.quantize(k, v)  # as the sweep draws an e4m3 cache
             kw |= scales
         if page:
-            k, v, table = kv_cache.page(k, v, (N,) * B, page[0])
+            k, v, table = kv_cache.page(k, v, (N,) * B, page)
             kw["block_table"] = table.to(dev)
         expected = decode.flash_decode(q, k, v, validate=False, **kw)
         launch = decode.last_decode_config()

@@ -135,6 +135,20 @@ def parse_names(text: str | list[Any]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def parse_decode_shape(text: str) -> tuple[int, int, int, int, int | None]:
+    """A decode probe's shape "B,H,HKV,N[,PAGE]" (benchmarks/decode_speed.py, tools/decode_timeline.py): batch,
+    query heads, KV heads (dividing the query heads), keys per sequence, and the page size of a paged cache (None:
+    contiguous)."""
+    what = "decode shape B,H,HKV,N[,PAGE]"
+    parts = str(text).split(",")
+    if len(parts) not in (4, 5):
+        raise FlashbenchError(f"{what}: {text!r} has {len(parts)} fields, not 4 or 5")
+    b, h, hkv, n, *page = (_int(part, what) for part in parts)
+    if h % hkv:
+        raise FlashbenchError(f"{what}: {hkv} KV heads do not divide {h} query heads in {text!r}")
+    return b, h, hkv, n, page[0] if page else None
+
+
 def suggest(word: str, choices: Any) -> str:
     """'; did you mean X?' for the closest choice, or ''."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
