@@ -64,8 +64,7 @@ def timed(call, leaves: list[torch.Tensor], backward: bool) -> tuple[float, floa
     if not _TIMER:
         device = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(device)
-        index = nvml.index_at_pci(props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
-        index = index if isinstance(index, int) else 0
+        index = nvml.index_of((props.pci_domain_id, props.pci_bus_id, props.pci_device_id))
         sampler = nvml.ClockSampler(lambda: nvml.sample(index)) if nvml.sample(index) else None
         _TIMER.update(flush=L2Flusher(device, "read"), blocker=make_blocker()[0], sampler=sampler)
     knobs = {"flush": _TIMER["flush"], "blocker": _TIMER["blocker"], "sampler": _TIMER["sampler"]}

@@ -404,8 +404,8 @@ if HAVE_GLUON:
         # registers, and causal it measured 1.10x faster on an H100 (N = 2048-8192; non-causal 1.02-1.05x slower).
         LEAN: gl.constexpr = ONE_PASS and (HEAD_DIM == 128 or not CAUSAL)
         # The packed causal build starts S^T's accumulator at -LSE / scale, so P^T = exp2(S^T * scale): its dK/dV
-        # pass 0.965x the time at 8 x 2048 tokens, d = 128, on an H100; uniform or without a mask it lost
-        # (docs/kernels.md)
+        # pass 0.965x the time on one H100 and 1.00x on another (8 x 2048 tokens, d = 128), with fewer spills;
+        # uniform or without a mask it lost (docs/kernels.md)
         LINIT: gl.constexpr = LEAN and CAUSAL and VARLEN
         mbarrier.wait(kv_bar, 0)
         # VARLEN and CAUSAL: _block's query block, (i % n_m + nb) % n_m past lo, counted on (j) rather than

@@ -184,16 +184,10 @@ def _nvml_index(facts: dict[str, Any]) -> int:
     """NVML's index of the GPU this worker measures on (its CUDA device): the one at the PCI address torch
     reports (facts' "pci"), so that the clocks, power and throttle reasons of its rows are that GPU's whatever
     CUDA_VISIBLE_DEVICES holds (an index, a UUID) and however CUDA orders the devices; where NVML does not
-    answer, the first CUDA_VISIBLE_DEVICES entry when it is a plain number, else 0."""
-    pci = facts.get("pci")
-    if pci:
-        from flashbench.gpu import nvml
+    answer, the first CUDA_VISIBLE_DEVICES entry when it is a plain number, else 0 (nvml.index_of)."""
+    from flashbench.gpu import nvml
 
-        index = nvml.index_at_pci(*pci)
-        if isinstance(index, int):
-            return index
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
+    return nvml.index_of(facts.get("pci"))
 
 
 # The parent process imports this module (runner builds the worker's command line from it) and must stay free of

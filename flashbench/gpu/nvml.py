@@ -13,6 +13,7 @@ effective data clock per pin / 2 (RTX 4090: 2 x 10501 MHz x 384 / 8 = 1008 GB/s)
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -85,6 +86,18 @@ def index_at_pci(domain: int, bus: int, device: int) -> int | None:
         return None
     h = _call(nv.nvmlDeviceGetHandleByPciBusId, f"{domain:08x}:{bus:02x}:{device:02x}.0")
     return None if h is None else _call(nv.nvmlDeviceGetIndex, h)
+
+
+def index_of(pci: Any) -> int:
+    """NVML's index of the GPU a process measures on, from its CUDA device's PCI address (domain, bus, device;
+    None where torch gives none): index_at_pci's answer; where NVML gives none, the first CUDA_VISIBLE_DEVICES
+    entry when it is a plain number, else 0."""
+    if pci:
+        index = index_at_pci(*pci)
+        if isinstance(index, int):
+            return index
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
 
 
 def derived_bandwidth(max_mem_clock_mhz: float | None, bus_width_bits: int | None) -> float | None:
