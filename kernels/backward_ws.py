@@ -56,7 +56,7 @@ try:  # Gluon is experimental; written against Triton 3.6 (as flash_ws.py).
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from .flash_ws_kernel import store_rows
-    from .flash_ws_parts import _put, document_block, take_tile
+    from .flash_ws_parts import document_block
 
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - depends on the installed Triton
@@ -66,8 +66,8 @@ KEYS = 64  # keys per consumer warpgroup
 # The one pass with two stages of Q and dO at d = 128 and three at d = 64; TWO_PASS updates it where dQ must be
 # deterministic (two stages measured best there too; docs/kernels.md, the backward).
 DEFAULT_CONFIG = {
-    64: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 3, "ONE_PASS": 1, "PERSISTENT": 0},
-    128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ONE_PASS": 1, "PERSISTENT": 0},
+    64: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 3, "ONE_PASS": 1},
+    128: {"BLOCK_M": 64, "NUM_WG": 2, "STAGES": 2, "ONE_PASS": 1},
 }
 HEAD_DIMS = tuple(DEFAULT_CONFIG)  # not the forward's d = 256 (flash_ws.HEAD_DIMS)
 TWO_PASS = {"ONE_PASS": 0, "STAGES": 2}
@@ -79,7 +79,6 @@ CONFIG_KEYS = {
     "NUM_WG": (2,),
     "STAGES": (2, 3),
     "ONE_PASS": (0, 1),
-    "PERSISTENT": (0, 1),
     # reported with the config (derived from NUM_WG and ONE_PASS), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1, 4 * 2 + 4 + 1),
@@ -205,121 +204,55 @@ if HAVE_GLUON:
         bars,
         sched,
         docs,
-        walk_args,  # PERSISTENT: (COUNTER, slot, TILES0, NUM_TILES); else unused
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
-        PERSISTENT: gl.constexpr,
     ):
-        """One warp: per tile, this program's K and V slices, then Q, dO, LSE and D of each query block into ring
-        stage g % STAGES (g: the program's query blocks so far) once every consumer has released it (empty[s]).
-        PERSISTENT: it takes the tiles from COUNTER (an atomic add: the programs take tiles as they free up, in
-        the grid's order, the way the hardware hands out a grid's blocks) and tells the other partitions through
-        `slot`, written once each of them is done with the last tile (kv_free) and read after kv_bar's phase; the
-        end of the walk is a tile past the last on a bare arrival. The last program out resets COUNTER."""
-        if PERSISTENT:
-            COUNTER, slot, TILES0, NUM_TILES = walk_args
-            it = 0
-            tc = 0
-            t = gl.atomic_add(COUNTER, 1, sem="relaxed")  # only the count is shared: no ordering
-            while t < NUM_TILES:
-                it = _produce_tile(
-                    descs, smem, bars, sched, docs, (t % TILES0, t // TILES0), it, tc, t, slot,
-                    BLOCK_N, CAUSAL, VARLEN, PERSISTENT,
-                )  # fmt: skip
-                tc += 1
-                t = gl.atomic_add(COUNTER, 1, sem="relaxed")
-            mbarrier.wait(bars[5], (tc & 1) ^ 1)
-            _put(slot, NUM_TILES)
-            gl.thread_barrier()
-            mbarrier.arrive(bars[0])
-            if gl.atomic_add(COUNTER + 1, 1) == gl.num_programs(0) - 1:
-                gl.atomic_xchg(COUNTER, 0)
-                gl.atomic_xchg(COUNTER + 1, 0)
-        else:
-            _produce_tile(
-                descs, smem, bars, sched, docs, (gl.program_id(0), gl.program_id(1)), 0, 0, 0, walk_args,
-                BLOCK_N, CAUSAL, VARLEN, PERSISTENT,
-            )  # fmt: skip
-
-    @gluon.jit
-    def _produce_tile(
-        descs,
-        smem,
-        bars,
-        sched,
-        docs,
-        tile,  # (key block or walk position, batch * K/V head): _walk's and _document's
-        it,  # the program's query blocks before this tile
-        tc,  # the program's tiles before this one
-        t,  # PERSISTENT: the tile's number, for the slot
-        slot,
-        BLOCK_N: gl.constexpr,
-        CAUSAL: gl.constexpr,
-        VARLEN: gl.constexpr,
-        PERSISTENT: gl.constexpr,
-    ):
-        """The producer's tile: K and V, then its query blocks; returns `it` past them. PERSISTENT: the first
-        STAGES blocks go before K and V, whose buffers wait for the last tile to be done (kv_free): their ring
-        stages were freed by the last tile's steps, so they load under its end."""
+        """One warp: this consumer's K and V slices once, then Q, dO, LSE and D of each query block into ring
+        stage i % STAGES once every consumer has released it (empty[s])."""
         _, _, kd, vd, _, _ = descs
         k_smem, v_smem, q_smem, _, _, _, _ = smem
-        kv_bar = bars[0]
+        kv_bar, _, _, _, _ = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
-        STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
-        HEAD_DIM: gl.constexpr = q_smem.shape[2]
         if VARLEN:  # [total, heads * D]: a head is a column block
-            nb, kv_h, k_row, _, q_row, n_q, walk = _document(sched, docs, tile, BLOCK_N, BLOCK_M, CAUSAL)
-            kv_row = k_row + nb * BLOCK_N
-            kv_col = kv_h * HEAD_DIM
-        else:
-            nb, bkv = tile
-            walk = _walk(sched, tile, BLOCK_N, BLOCK_M, CAUSAL)
-            kv_row = bkv * N_K + nb * BLOCK_N
-            kv_col = 0
-            q_row = 0
-            n_q = 0
-        n = GROUP * walk[2]
-        pre = 0
-        if PERSISTENT:
-            pre = gl.minimum(n, STAGES)
-            for i in range(pre):
-                _produce_block(i, it + i, walk, nb, q_row, n_q, descs, smem, bars, N_Q, VARLEN)
-            mbarrier.wait(bars[5], (tc & 1) ^ 1)  # every partition is done with the last tile's K, V and slot
-            _put(slot, t)
-            gl.thread_barrier()
+            HEAD_DIM: gl.constexpr = q_smem.shape[2]
+            nb, kv_h, k_row, _, q_row, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+            mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
+            for w in gl.static_range(NUM_WG):
+                coord = [k_row + nb * BLOCK_N + w * 64, kv_h * HEAD_DIM]
+                tma.async_copy_global_to_shared(kd, coord, kv_bar, k_smem.index(w))
+                tma.async_copy_global_to_shared(vd, coord, kv_bar, v_smem.index(w))
+            for i in range(GROUP * walk[2]):
+                m, stat_row = _block(i, walk, nb, N_Q, BLOCK_M)
+                coord = _packed_box(i, m, walk, q_row, BLOCK_M, HEAD_DIM)
+                _load_block(i, coord, stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True)
+            return
+        nb, bkv = _program()
+        n0 = nb * BLOCK_N
         mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
         for w in gl.static_range(NUM_WG):
-            tma.async_copy_global_to_shared(kd, [kv_row + w * 64, kv_col], kv_bar, k_smem.index(w))
-            tma.async_copy_global_to_shared(vd, [kv_row + w * 64, kv_col], kv_bar, v_smem.index(w))
-        for i in range(pre, n):
-            _produce_block(i, it + i, walk, nb, q_row, n_q, descs, smem, bars, N_Q, VARLEN)
-        return it + n
+            tma.async_copy_global_to_shared(kd, [bkv * N_K + n0 + w * 64, 0], kv_bar, k_smem.index(w))
+            tma.async_copy_global_to_shared(vd, [bkv * N_K + n0 + w * 64, 0], kv_bar, v_smem.index(w))
+        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+        for i in range(GROUP * walk[2]):
+            row = _block(i, walk, nb, N_Q, BLOCK_M)[1]
+            _load_block(i, (row, 0), row, 0, descs, smem, bars, False)
 
     @gluon.jit
-    def _produce_block(i, g, walk, spin, q_row, n_q, descs, smem, bars, N_Q, VARLEN: gl.constexpr):
-        """The tile's i-th query block into ring stage g % STAGES (_load_block)."""
-        BLOCK_M: gl.constexpr = smem[2].shape[1]
-        if VARLEN:
-            HEAD_DIM: gl.constexpr = smem[2].shape[2]
-            m, stat_row = _block(i, walk, spin, N_Q, BLOCK_M)
-            coord = _packed_box(i, m, walk, q_row, BLOCK_M, HEAD_DIM)
-            _load_block(g, coord, stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True)
-        else:
-            row = _block(i, walk, spin, N_Q, BLOCK_M)[1]
-            _load_block(g, (row, 0), row, 0, descs, smem, bars, False)
+    def _program():
+        """This program's (key block, batch * K/V head): a grid [key blocks, B * H_KV], so programs start one K/V
+        head after another."""
+        return gl.program_id(0), gl.program_id(1)
 
     @gluon.jit
-    def _walk(sched, tile, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
-        """The query blocks every partition walks for tile (key block nb, batch * K/V head bkv): a grid [key
-        blocks, B * H_KV] or the persistent walk over it, so tiles come one K/V head after another. As (head0, lo,
-        n_m): rows of query head
+    def _walk(sched, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+        """The query blocks every partition of the program walks, as (head0, lo, n_m): rows of query head
         head0 + j (Q viewed as [B * H * N_Q, D]) for the GQA group's j < GROUP, blocks lo .. lo + n_m - 1 of each
         (causal: from the first block that sees one of the program's keys)."""
         H, GROUP, N_Q, N_K = sched
-        nb, bkv = tile
+        nb, bkv = _program()
         lo = 0
         if CAUSAL:
             lo = gl.maximum(nb * BLOCK_N - (N_K - N_Q), 0) // BLOCK_M
@@ -327,8 +260,8 @@ if HAVE_GLUON:
         return head0, lo, N_Q // BLOCK_M - lo
 
     @gluon.jit
-    def _document(sched, docs, tile, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
-        """VARLEN: tile's (walk position, K/V head) place in the packed batch, (nb, kv_h, k_row, n_k, q_row, n_q, walk): key block
+    def _document(sched, docs, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+        """VARLEN: this program's place in the packed batch, (nb, kv_h, k_row, n_k, q_row, n_q, walk): key block
         nb of the document whose keys are rows k_row .. k_row + n_k - 1 of the packed K and V and whose queries
         rows q_row .. q_row + n_q - 1 of Q, K/V head kv_h (the grid's second axis); found on the device by
         common.document_block's walk over the keys (flash_ws_parts.document_block), so a launch reads nothing on
@@ -338,11 +271,11 @@ if HAVE_GLUON:
         block gets n_k = n_q = 0."""
         H, GROUP, N_Q, N_K = sched
         CU_Q, CU_K, NUM_DOCS, _, _ = docs
-        doc, k_row, n_k, nb = document_block(CU_K, NUM_DOCS, N_K, tile[0], BLOCK_N, False)
+        doc, k_row, n_k, nb = document_block(CU_K, NUM_DOCS, N_K, gl.program_id(0), BLOCK_N, False)
         q_row = gl.minimum(gl.maximum(gl.load(CU_Q + doc), 0), N_Q)
         q_end = gl.minimum(gl.maximum(gl.load(CU_Q + gl.minimum(doc + 1, NUM_DOCS)), 0), N_Q)
         n_q = gl.where((doc < NUM_DOCS) & (n_k > 0), gl.maximum(q_end - q_row, 0), 0)
-        kv_h = tile[1]
+        kv_h = gl.program_id(1)
         lo = 0
         if CAUSAL:
             lo = gl.maximum(nb * BLOCK_N - (n_k - n_q), 0) // BLOCK_M
@@ -376,7 +309,7 @@ if HAVE_GLUON:
         the backward 4-13% of its time on an H100 (docs/kernels.md, the backward)."""
         qd, dod, _, _, LSE, DELTA = descs
         _, _, q_smem, do_smem, _, _, stats = smem
-        _, ready, empty, _, _, _ = bars
+        _, ready, empty, _, _ = bars
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         rows: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
@@ -419,58 +352,19 @@ if HAVE_GLUON:
         io,  # (dkd, dvd, qk_scale, sm_scale): descriptors of dK and dV ([B * H_KV * N_K, D], block [64, D]),
         # sm_scale * log2(e), sm_scale
         sched,
-        docs,  # (CU_Q, CU_K, NUM_DOCS, DK, DV): VARLEN's documents (else None); dK, dV
-        walk_args,  # PERSISTENT: (COUNTER, slot, TILES0, NUM_TILES); else unused
+        docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, DK, DV); else unused
         WG: gl.constexpr,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         ONE_PASS: gl.constexpr,
         VARLEN: gl.constexpr,
-        PERSISTENT: gl.constexpr,
     ):
-        """Consumer warpgroup WG: its tiles (PERSISTENT: as the producer takes them, _producer), or the program's."""
-        if PERSISTENT:
-            _, slot, TILES0, NUM_TILES = walk_args
-            it = 0
-            tc = 0
-            t = take_tile(bars[0], slot, 0)
-            while t < NUM_TILES:
-                it = _consume_tile(
-                    smem, bars, io, sched, docs, (t % TILES0, t // TILES0), it,
-                    WG, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, PERSISTENT,
-                )  # fmt: skip
-                tc += 1
-                t = take_tile(bars[0], slot, tc)
-        else:
-            mbarrier.wait(bars[0], 0)
-            _consume_tile(
-                smem, bars, io, sched, docs, (gl.program_id(0), gl.program_id(1)), 0,
-                WG, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, PERSISTENT,
-            )  # fmt: skip
-
-    @gluon.jit
-    def _consume_tile(
-        smem,
-        bars,
-        io,
-        sched,
-        docs,
-        tile,  # _walk's
-        it,  # the program's query blocks before this tile (ring stages and dS slots run on across tiles)
-        WG: gl.constexpr,
-        BLOCK_N: gl.constexpr,
-        CAUSAL: gl.constexpr,
-        ONE_PASS: gl.constexpr,
-        VARLEN: gl.constexpr,
-        PERSISTENT: gl.constexpr,
-    ):
-        """Consumer warpgroup WG on one tile: keys [WG * 64, WG * 64 + 64) of its block; returns `it` past the
-        tile's query blocks. Each query block's matmuls
+        """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of the program's block. Each query block's matmuls
         are waited for within its step: issuing the next block's S^T and dP^T behind this block's dK (software
         pipelining) measured slower on an H100 (docs/kernels.md, the backward). ONE_PASS: it also stores its
         dS slice [BLOCK_M, 64] to slot i % 2 of ds_smem for the dQ warpgroup (_dq_partition)."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, _, stats = smem
-        _, ready, empty, ds_full, ds_free, kv_free = bars
+        kv_bar, ready, empty, ds_full, ds_free = bars
         dkd, dvd, qk_scale, sm_scale = io
         H, GROUP, N_Q, N_K = sched
         STAGES: gl.constexpr = q_smem.shape[0]
@@ -487,14 +381,14 @@ if HAVE_GLUON:
         key_s: gl.constexpr = gl.SliceLayout(1, s_layout)
 
         if VARLEN:  # keys and queries counted from the document's first (k_row, q_row)
-            nb, _, _, n_k, _, n_q, walk = _document(sched, docs, tile, BLOCK_N, BLOCK_M, CAUSAL)
+            nb, _, _, n_k, _, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
             n0 = nb * BLOCK_N
             causal_off = n_k - n_q
         else:
-            nb, bkv = tile
+            nb, bkv = _program()
             n0 = nb * BLOCK_N
             causal_off = N_K - N_Q
-            walk = _walk(sched, tile, BLOCK_N, BLOCK_M, CAUSAL)
+            walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
             n_k = N_K
         KEY_END: gl.constexpr = VARLEN and not CAUSAL
         my_n0 = n0 + WG * 64
@@ -513,6 +407,7 @@ if HAVE_GLUON:
         # pass 0.965x the time on one H100 and 1.00x on another (8 x 2048 tokens, d = 128), with fewer spills;
         # uniform or without a mask it lost (docs/kernels.md)
         LINIT: gl.constexpr = LEAN and CAUSAL and VARLEN
+        mbarrier.wait(kv_bar, 0)
         # VARLEN and CAUSAL: _block's query block, (i % n_m + nb) % n_m past lo, counted on (j) rather than
         # divided for in every step (two integer divisions by a runtime n_m): the packed causal dK/dV pass ran
         # 0.95-0.97x the time at d = 64 and 128, 8 x 2048 tokens, on an H100, the uniform one 1.01-1.04x, so that
@@ -525,11 +420,10 @@ if HAVE_GLUON:
                 j = gl.where(j + 1 == walk[2], 0, j + 1)
             else:
                 m = _block(i, walk, nb, N_Q, BLOCK_M)[0]
-            g = it + i
-            s = g % STAGES
+            s = i % STAGES
             q = q_smem.index(s)
             do = do_smem.index(s)
-            mbarrier.wait(ready.index(s), (g // STAGES) & 1)
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
             if LINIT:  # S^T - LSE / scale from the matmul
                 lse = stats.index(s).load(col_s)
                 st = warpgroup_mma(
@@ -563,63 +457,42 @@ if HAVE_GLUON:
                 dst = pt * (dpt - delta[None, :])
             dk = warpgroup_mma(gl.convert_layout(dst.to(q.dtype), a_layout), q, dk, is_async=True)
             if ONE_PASS:  # dS to shared memory for the dQ warpgroup
-                slot = g % 2
-                mbarrier.wait(ds_free.index(slot), ((g // 2) & 1) ^ 1)
+                slot = i % 2
+                mbarrier.wait(ds_free.index(slot), ((i // 2) & 1) ^ 1)
                 ds_smem.index(slot * 2 + WG).store(gl.permute(dst.to(q.dtype), (1, 0)))
                 fence_async_shared()
                 mbarrier.arrive(ds_full.index(slot))
             dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
             mbarrier.arrive(empty.index(s))  # Q and dO of this block are no longer read
-        n = GROUP * walk[2]
-        _, _, _, DK, DV = docs
-        if PERSISTENT:
-            # Its K and V are no longer read (its matmuls are done; the dQ warpgroup counts its own): the producer
-            # loads the next tile's over them while dK and dV leave from registers
-            mbarrier.arrive(kv_free)
-            if VARLEN:
-                _, kv_h, k_row, n_k, _, _, _ = _document(sched, docs, tile, BLOCK_N, BLOCK_M, CAUSAL)
-                row = k_row + my_n0
-                col = kv_h * HEAD_DIM
+        # Epilogue: the slices' K and V are no longer read (ONE_PASS: once the dQ warpgroup is done with the last
+        # block's dS K); dK and dV leave through them.
+        if ONE_PASS:
+            last = GROUP * walk[2] - 1
+            if last >= 0:
+                mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
+        if VARLEN:
+            # A TMA store stops only at the tensor's end: the warpgroup whose keys run past the document's last
+            # (at most one per document and K/V head) stores its rows inside it through masked pointer stores
+            # (none where all its keys lie past it); the others by TMA. The document is found again here: its
+            # rows and head kept through the loop cost the second consumer 3 more loads from local memory a step.
+            _, kv_h, k_row, n_k, _, _, _ = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+            _, _, _, DK, DV = docs
+            col = kv_h * HEAD_DIM
+            if n_k - my_n0 >= 64:
+                _store_tile(dk * sm_scale, dv, k, v, dkd, dvd, (k_row + my_n0, col))
+            else:
                 width = (H // GROUP) * HEAD_DIM
                 keep = gl.arange(0, 64, key_s) < n_k - my_n0
-            else:
-                row = bkv * N_K + my_n0
-                col = 0
-                width = HEAD_DIM
-                keep = gl.arange(0, 64, key_s) < 64
-            store_rows((dk * sm_scale).to(DK.dtype.element_ty), DK, row, col, keep, width)
-            store_rows(dv.to(DV.dtype.element_ty), DV, row, col, keep, width)
+                store_rows((dk * sm_scale).to(dkd.dtype), DK, k_row + my_n0, col, keep, width)
+                store_rows(dv.to(dvd.dtype), DV, k_row + my_n0, col, keep, width)
         else:
-            # Epilogue: the slices' K and V are no longer read (ONE_PASS: once the dQ warpgroup is done with the
-            # last block's dS K); dK and dV leave through them.
-            if ONE_PASS:
-                last = n - 1
-                if last >= 0:
-                    mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
-            if VARLEN:
-                # A TMA store stops only at the tensor's end: the warpgroup whose keys run past the document's last
-                # (at most one per document and K/V head) stores its rows inside it through masked pointer stores
-                # (none where all its keys lie past it); the others by TMA. The document is found again here: its
-                # rows and head kept through the loop cost the second consumer 3 more loads from local memory a
-                # step.
-                _, kv_h, k_row, n_k, _, _, _ = _document(sched, docs, tile, BLOCK_N, BLOCK_M, CAUSAL)
-                col = kv_h * HEAD_DIM
-                if n_k - my_n0 >= 64:
-                    _store_tile(dk * sm_scale, dv, k, v, dkd, dvd, (k_row + my_n0, col))
-                else:
-                    width = (H // GROUP) * HEAD_DIM
-                    keep = gl.arange(0, 64, key_s) < n_k - my_n0
-                    store_rows((dk * sm_scale).to(dkd.dtype), DK, k_row + my_n0, col, keep, width)
-                    store_rows(dv.to(dvd.dtype), DV, k_row + my_n0, col, keep, width)
-            else:
-                out_row = bkv * N_K + my_n0
-                k.store((dk * sm_scale).to(dkd.dtype))
-                v.store(dv.to(dvd.dtype))
-                fence_async_shared()
-                tma.async_copy_shared_to_global(dkd, [out_row, 0], k)
-                tma.async_copy_shared_to_global(dvd, [out_row, 0], v)
-                tma.store_wait(0)
-        return it + n
+            out_row = bkv * N_K + my_n0
+            k.store((dk * sm_scale).to(dkd.dtype))
+            v.store(dv.to(dvd.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(dkd, [out_row, 0], k)
+            tma.async_copy_shared_to_global(dvd, [out_row, 0], v)
+            tma.store_wait(0)
 
     @gluon.jit
     def _store_tile(dk, dv, k, v, dkd, dvd, coord):
@@ -638,50 +511,12 @@ if HAVE_GLUON:
         dqd,  # descriptor of the zeroed fp32 dQ ([B * H * N_Q, D], block [BLOCK_M, 64]) that dQ is added into
         sched,
         docs,
-        walk_args,  # PERSISTENT: (COUNTER, slot, TILES0, NUM_TILES); else unused
         sm_scale,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
-        PERSISTENT: gl.constexpr,
     ):
-        """ONE_PASS's dQ warpgroup over its tiles (PERSISTENT: as the producer takes them), _dq_tile each."""
-        if PERSISTENT:
-            _, slot, TILES0, NUM_TILES = walk_args
-            it = 0
-            tc = 0
-            t = take_tile(bars[0], slot, 0)
-            while t < NUM_TILES:
-                it = _dq_tile(
-                    smem, bars, dqd, sched, docs, (t % TILES0, t // TILES0), it, sm_scale,
-                    BLOCK_N, CAUSAL, VARLEN, PERSISTENT,
-                )  # fmt: skip
-                tc += 1
-                t = take_tile(bars[0], slot, tc)
-        else:
-            mbarrier.wait(bars[0], 0)
-            _dq_tile(
-                smem, bars, dqd, sched, docs, (gl.program_id(0), gl.program_id(1)), 0, sm_scale,
-                BLOCK_N, CAUSAL, VARLEN, PERSISTENT,
-            )  # fmt: skip
-        tma.store_wait(0)
-
-    @gluon.jit
-    def _dq_tile(
-        smem,
-        bars,
-        dqd,
-        sched,
-        docs,
-        tile,  # _walk's
-        it,  # the program's query blocks before this tile
-        sm_scale,
-        BLOCK_N: gl.constexpr,
-        CAUSAL: gl.constexpr,
-        VARLEN: gl.constexpr,
-        PERSISTENT: gl.constexpr,
-    ):
-        """ONE_PASS's dQ warpgroup on one tile; returns `it` past its query blocks. Per query block i, once both consumers have stored their dS slices (ds_full),
+        """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
         matmul is done, dS slot i % 2 is free (ds_free), and the columns leave through a staging tile by a TMA
         reduce-add. The consumers never wait for this matmul. VARLEN: dqd is over [total_q, H * D], dQ's own
@@ -689,7 +524,7 @@ if HAVE_GLUON:
         document adds the zero rows of dS K (_load_block) to the next document's rows (past the tensor, TMA
         drops them)."""
         k_smem, _, q_smem, _, ds_smem, dq_smem, _ = smem
-        _, _, _, ds_full, ds_free, kv_free = bars
+        kv_bar, _, _, ds_full, ds_free = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -698,16 +533,16 @@ if HAVE_GLUON:
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
         )
         if VARLEN:
-            spin, _, _, _, q_row, _, walk = _document(sched, docs, tile, BLOCK_N, BLOCK_M, CAUSAL)
+            spin, _, _, _, q_row, _, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
         else:
-            walk = _walk(sched, tile, BLOCK_N, BLOCK_M, CAUSAL)
-            spin = tile[0]
+            walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+            spin = _program()[0]
         zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
-        n = GROUP * walk[2]
-        for i in range(n):
+        mbarrier.wait(kv_bar, 0)
+        for i in range(GROUP * walk[2]):
             if VARLEN:
                 row, col = _packed_box(
                     i, _block(i, walk, spin, N_Q, BLOCK_M)[0], walk, q_row, BLOCK_M, HEAD_DIM
@@ -715,9 +550,8 @@ if HAVE_GLUON:
             else:
                 row = _block(i, walk, spin, N_Q, BLOCK_M)[1]
                 col = 0
-            g = it + i
-            slot = g % 2
-            mbarrier.wait(ds_full.index(slot), (g // 2) & 1)
+            slot = i % 2
+            mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
             for c in gl.static_range(HEAD_DIM // 64):
                 dq = zero
                 for w in gl.static_range(NUM_WG):
@@ -727,16 +561,14 @@ if HAVE_GLUON:
                 if c == HEAD_DIM // 64 - 1:
                     mbarrier.arrive(ds_free.index(slot))
                 tma.store_wait(2 * (HEAD_DIM // 64 - 1))  # the last reduces from this staging tile are done
-                staging = dq_smem.index(c)
-                staging.store(dq * sm_scale)
+                tile = dq_smem.index(c)
+                tile.store(dq * sm_scale)
                 fence_async_shared()
                 # the tile is two 128-byte-swizzled [BLOCK_M, 32] halves, one reduce each
-                halves = staging._reinterpret(gl.float32, [2, BLOCK_M, 32], dqd.layout)
+                halves = tile._reinterpret(gl.float32, [2, BLOCK_M, 32], dqd.layout)
                 for h in gl.static_range(2):
                     _tma_reduce_add(dqd, [row, col + c * 64 + h * 32], halves.index(h))
-        if PERSISTENT:
-            mbarrier.arrive(kv_free)  # K is no longer read (the reduce-adds read only the staging tiles)
-        return it + n
+        tma.store_wait(0)
 
     @gluon.jit
     def _bwd_dkdv_ws(
@@ -755,14 +587,11 @@ if HAVE_GLUON:
         N_K,
         qk_scale,  # sm_scale * log2(e)
         sm_scale,
-        DK,  # dK (PERSISTENT: stored from registers; VARLEN: the masked stores of a document's last keys)
-        DV,  # dV, the same
-        COUNTER,  # PERSISTENT: int32 [2], zero: the walk's next tile, the programs done; else unused (any tensor)
-        TILES0,  # tiles along the grid's first axis: key blocks (VARLEN: document_walk's positions)
-        NUM_TILES,  # TILES0 x (B * H_KV, VARLEN: H_KV)
         CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
         CU_K,  # VARLEN: the same for the keys; else None
         NUM_DOCS,  # VARLEN: documents; else None
+        DK,  # VARLEN: dK [total_k, H_KV, D] (the masked stores of a document's last keys); else None
+        DV,  # VARLEN: dV, the same; else None
         HEAD_DIM: gl.constexpr,
         BLOCK_M: gl.constexpr,
         NUM_WG: gl.constexpr,
@@ -776,12 +605,9 @@ if HAVE_GLUON:
         # [total, heads * D] (a head is a column block), dQ's accumulator too, the LSE's rows [H * total_q]; a
         # program is a key block of one document (_document)
         VARLEN: gl.constexpr,
-        # One program per SM, taking the tiles (a grid's programs) from COUNTER: the next tile's first Q and dO,
-        # then its K and V, load under this tile's end, and dK, dV leave from registers (_producer)
-        PERSISTENT: gl.constexpr,
     ):
-        """One program per tile (NUM_WG * 64 keys, batch * K/V head), VARLEN per (key block of a document, K/V
-        head), in a grid [TILES0, NUM_TILES / TILES0]; PERSISTENT: a grid [programs] walking them."""
+        """One program per (NUM_WG * 64 keys, batch * K/V head); VARLEN: per (key block of a document, K/V
+        head)."""
         BLOCK_N: gl.constexpr = NUM_WG * 64
         k_smem = gl.allocate_shared_memory(kd.dtype, [NUM_WG, 64, HEAD_DIM], kd.layout)
         v_smem = gl.allocate_shared_memory(vd.dtype, [NUM_WG, 64, HEAD_DIM], vd.layout)
@@ -799,12 +625,9 @@ if HAVE_GLUON:
             gl.float32, [2 * STAGES, BLOCK_M], gl.SwizzledSharedLayout(1, 1, 1, [0])
         )
         kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        # PERSISTENT: K and V of the last tile are no longer read (the consumers and dQ's warpgroup)
-        kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
-        mbarrier.init(kv_free, count=NUM_WG + ONE_PASS)
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=NUM_WG)
@@ -821,31 +644,17 @@ if HAVE_GLUON:
         fence_async_shared()
         descs = (qd, dod, kd, vd, LSE, DELTA)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, stats)
-        bars = (kv_bar, ready, empty, ds_full, ds_free, kv_free)
+        bars = (kv_bar, ready, empty, ds_full, ds_free)
         io = (dkd, dvd, qk_scale, sm_scale)
         sched = (H, GROUP, N_Q, N_K)
         docs = (CU_Q, CU_K, NUM_DOCS, DK, DV)
-        if PERSISTENT:  # slot: the tile the producer took for the other partitions
-            slot = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        else:
-            slot = COUNTER  # unused
-        walk = (COUNTER, slot, TILES0, NUM_TILES)
         if ONE_PASS:  # a fourth warpgroup: dQ
             gl.warp_specialize(
                 [
-                    (
-                        _consumer,
-                        (smem, bars, io, sched, docs, walk, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, PERSISTENT),
-                    ),
-                    (
-                        _consumer,
-                        (smem, bars, io, sched, docs, walk, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, PERSISTENT),
-                    ),
-                    (
-                        _dq_partition,
-                        (smem, bars, dqd, sched, docs, walk, sm_scale, BLOCK_N, CAUSAL, VARLEN, PERSISTENT),
-                    ),
-                    (_producer, (descs, smem, bars, sched, docs, walk, BLOCK_N, CAUSAL, VARLEN, PERSISTENT)),
+                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_dq_partition, (smem, bars, dqd, sched, docs, sm_scale, BLOCK_N, CAUSAL, VARLEN)),
+                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, DQ_REGS, PRODUCER_REGS],
@@ -853,15 +662,9 @@ if HAVE_GLUON:
         else:  # the producer is one warp
             gl.warp_specialize(
                 [
-                    (
-                        _consumer,
-                        (smem, bars, io, sched, docs, walk, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, PERSISTENT),
-                    ),
-                    (
-                        _consumer,
-                        (smem, bars, io, sched, docs, walk, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, PERSISTENT),
-                    ),
-                    (_producer, (descs, smem, bars, sched, docs, walk, BLOCK_N, CAUSAL, VARLEN, PERSISTENT)),
+                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
@@ -873,6 +676,8 @@ NOT_VARLEN: dict[str, Any] = {
     "CU_Q": None,
     "CU_K": None,
     "NUM_DOCS": None,
+    "DK": None,
+    "DV": None,
     "VARLEN": False,
 }
 
@@ -890,7 +695,6 @@ def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool) -> dict[
         "CONSUMER_REGS": ONE_PASS_REGS[0] if one_pass else CONSUMER_REGS,
         "PRODUCER_REGS": PRODUCER_REGS,
         "DQ_REGS": ONE_PASS_REGS[1],
-        "PERSISTENT": bool(cfg.get("PERSISTENT")),
     }
 
 
@@ -912,24 +716,6 @@ def dq_descriptor(acc: torch.Tensor, block: list[int]) -> Any:
     return TensorDescriptor.from_tensor(acc, block, dq_layout())
 
 
-class Walk:
-    """A launch's tiles: a grid [TILES0, tiles / TILES0] of programs, or PERSISTENT one program per SM (at most one
-    per tile) taking them from an int32 [2] counter of the plan's, zeroed again by each launch's last program, so
-    that launches of one plan must not run at the same time (on two streams)."""
-
-    def __init__(self, device: torch.device, cfg: dict[str, Any], tiles0: int, tiles1: int) -> None:
-        self.tiles0, self.tiles = tiles0, tiles0 * tiles1
-        self.counter: torch.Tensor | None = None
-        self.grid: tuple[int, ...] = (tiles0, tiles1)
-        if cfg.get("PERSISTENT"):
-            self.counter = torch.zeros(2, dtype=torch.int32, device=device)
-            self.grid = (max(1, min(self.tiles, flash_ws._sm_count(device.index or 0))),)
-
-    def args(self, stand_in: torch.Tensor) -> tuple[Any, ...]:
-        """The kernel's COUNTER, TILES0, NUM_TILES (stand_in for the counter where there is none: unused)."""
-        return (self.counter if self.counter is not None else stand_in, self.tiles0, self.tiles)
-
-
 class DkdvPlan:
     """The Gluon dK/dV pass's launch plan for one input signature (`supported` passed): the grid, the
     compile-time arguments, the descriptors' layouts; run() launches (launch.KernelCall)."""
@@ -948,8 +734,7 @@ class DkdvPlan:
         self.sizes = (H, H // Hkv, Nq, Nk)
         num_n = cdiv(Nk, num_wg * KEYS)
         constexprs = {**kernel_constexprs(cfg, D, causal), **NOT_VARLEN}
-        self.walk = Walk(q.device, cfg, num_n, B * Hkv)
-        self.call = KernelCall(_bwd_dkdv_ws, self.walk.grid, constexprs, {"num_warps": 4})
+        self.call = KernelCall(_bwd_dkdv_ws, (num_n, B * Hkv), constexprs, {"num_warps": 4})
         self.config = reported_config(cfg)
 
     def run(
@@ -963,7 +748,7 @@ class DkdvPlan:
     ) -> dict[str, Any]:
         """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: the zeroed fp32 dQ (ONE_PASS) or None. Returns the
         config as a row reports it."""
-        rest = (lse, delta, *self.sizes, qk_scale, sm_scale, *tensors[4:], *self.walk.args(lse))
+        rest = (lse, delta, *self.sizes, qk_scale, sm_scale)
         views = (*tensors, dq_acc if dq_acc is not None else tensors[2])
         descs: tuple[Any, ...] = views  # once compiled, the descriptors' tensors (launch.KernelCall)
         if not self.call.direct:

@@ -312,8 +312,8 @@ class BackwardPlan:
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
         constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": True}
-        self.walk = backward_ws.Walk(q.device, cfg, document_walk(Tk, docs, block_n), Hkv)
-        self.call = KernelCall(backward_ws._bwd_dkdv_ws, self.walk.grid, constexprs, {"num_warps": 4})
+        grid = (document_walk(Tk, docs, block_n), Hkv)
+        self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
 
     def run(
@@ -337,8 +337,7 @@ class BackwardPlan:
         self.pre((o, do, delta, dq_acc, *strides, H, Tq))
         # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator too
         views = tuple(t.view(t.shape[0], -1) for t in (q, do, k, v, dk, dv, dq_acc))
-        walk = self.walk.args(lse)
-        rest = (lse, delta, *self.sizes, sm_scale * LOG2E, sm_scale, dk, dv, *walk, cu_q, cu_k, self.docs)
+        rest = (lse, delta, *self.sizes, sm_scale * LOG2E, sm_scale, cu_q, cu_k, self.docs, dk, dv)
         flash_ws.launch(self, views, rest, lambda: self._descriptors(views))
         return dq_acc.to(dtype=q.dtype), dk, dv, self.config
 
