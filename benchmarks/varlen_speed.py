@@ -65,9 +65,9 @@ def timed(call, leaves: list[torch.Tensor], backward: bool) -> tuple[float, floa
         device = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(device)
         index = nvml.index_of((props.pci_domain_id, props.pci_bus_id, props.pci_device_id))
-        sampler = nvml.ClockSampler(lambda: nvml.sample(index)) if nvml.sample(index) else None
-        _TIMER.update(flush=L2Flusher(device, "read"), blocker=make_blocker()[0], sampler=sampler)
-    knobs = {"flush": _TIMER["flush"], "blocker": _TIMER["blocker"], "sampler": _TIMER["sampler"]}
+        _TIMER.update(
+            flush=L2Flusher(device, "read"), blocker=make_blocker()[0], sampler=nvml.clock_sampler(index)
+        )
     if backward:
         do = torch.randn_like(call())
 
@@ -75,10 +75,10 @@ def timed(call, leaves: list[torch.Tensor], backward: bool) -> tuple[float, floa
             for t in leaves:
                 t.grad = None
 
-        took = measure_cuda(lambda: call().backward(do), setup=drop_grads, **knobs)
+        took = measure_cuda(lambda: call().backward(do), setup=drop_grads, **_TIMER)
     else:
         with torch.no_grad():
-            took = measure_cuda(call, **knobs)
+            took = measure_cuda(call, **_TIMER)
     clock = nvml.window_summary(took.window).get("sm_clock_mhz")
     return statistics.median(took.samples_ms), clock
 

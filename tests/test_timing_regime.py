@@ -116,6 +116,17 @@ def test_window_summary_gives_the_clock_the_samples_ran_at():
     assert nvml.window_summary([]) == {}
 
 
+def test_a_gpu_gets_a_clock_sampler_only_where_nvml_reads_it(monkeypatch):
+    monkeypatch.setattr(nvml, "sample", lambda index: None)
+    assert nvml.clock_sampler(3) is None
+    asked = []
+    monkeypatch.setattr(nvml, "sample", lambda index: asked.append(index) or {"sm_clock_mhz": 1980})
+    sampler = nvml.clock_sampler(3)
+    assert isinstance(sampler, nvml.ClockSampler) and asked == [3]
+    sampler.start()
+    assert sampler.stop()[-1]["sm_clock_mhz"] == 1980 and set(asked) == {3}
+
+
 def test_clock_sampler_reads_in_a_thread_and_returns_the_timed_window():
     count = iter(range(10**6))
     sampler = nvml.ClockSampler(lambda: {"sm_clock_mhz": 1000 + next(count)}, interval_s=0.002)
@@ -158,7 +169,7 @@ def test_launch_blocker_holds_the_stream_until_the_host_releases_it():
 def test_measure_cuda_records_the_regime_and_the_clocks_of_its_window():
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
     blocker, _ = blocking.make_blocker()
-    sampler = nvml.ClockSampler(lambda: nvml.sample(0)) if nvml.sample(0) else None
+    sampler = nvml.clock_sampler(0)
     took = timing.measure_cuda(
         lambda: a @ a, flush=lambda: None, regime=timing.Regime(rep_ms=50), sampler=sampler, blocker=blocker
     )

@@ -53,8 +53,7 @@ def bench_ms(fn: Callable[[], Any], seconds: float = 0.5, index: int = 0) -> dic
     regime = timing.Regime(
         rep_ms=seconds * 1e3, rep_max_ms=4 * seconds * 1e3, min_samples=10, block_launches=False
     )
-    sampler = nvml.ClockSampler(lambda: nvml.sample(index)) if nvml.sample(index) else None
-    took = timing.measure_cuda(fn, flush=lambda: None, regime=regime, sampler=sampler)
+    took = timing.measure_cuda(fn, flush=lambda: None, regime=regime, sampler=nvml.clock_sampler(index))
     return {
         **timing.summarize(took.samples_ms),
         "reps": len(took.samples_ms),

@@ -446,7 +446,7 @@ def _sampler(ctx: Context) -> Any:
     """The worker's NVML clock sampler, or None where NVML gives no reading."""
     if ctx.sampler is None:
         index = ctx.nvml_index
-        ctx.sampler = nvml.ClockSampler(lambda: nvml.sample(index)) if nvml.sample(index) else False
+        ctx.sampler = nvml.clock_sampler(index) or False
     return ctx.sampler or None
 
 

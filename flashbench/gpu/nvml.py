@@ -252,6 +252,11 @@ class ClockSampler:
         return self.window()
 
 
+def clock_sampler(index: int) -> ClockSampler | None:
+    """A ClockSampler of GPU `index` (sample(index) every 10 ms), or None where NVML gives it no reading."""
+    return ClockSampler(lambda: sample(index)) if sample(index) else None
+
+
 def window_summary(readings: list[dict[str, Any]]) -> dict[str, Any]:
     """Row fields from the NVML readings of a timed window (sample() dicts); {} when there are none.
 
