@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from . import flash_ws
+from .common import interpreting
 from .decode import _combine, _scratch, combine_chunk
 from .descriptors import capability_major
 from .launch import KernelCall, PlanCache
@@ -70,6 +71,11 @@ MIN_CAPACITY: dict[int, int] = {1: 1024, 2: 1024}
 # The same for paged caches of 64-token pages: 1.48-1.76x the tl kernel at 1024-32768 keys, Nq 1 and 2, the
 # shortest timed 1024 (docs/benchmarks.md, MLA decode).
 MIN_CAPACITY_PAGED: dict[int, int] = {1: 1024, 2: 1024}
+# The split combine as a programmatic dependent launch (PDL, sm90+): the kernel's programs let it start at once
+# and each combine program waits (griddepcontrol.wait) for the kernel's end, so its launch and start run under the
+# kernel's last programs (FlashMLA launches its combine so): 0.99-1.00x the time at Nq = 1 with 16 heads, 0.98-0.99x
+# with 64 and 128 at 4096 keys (docs/kernels.md, the Gluon MLA kernel). Not under the interpreter (no PTX).
+PDL = True
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
@@ -134,8 +140,12 @@ def _mla_combine(
     D_V: tl.constexpr,
     COMBINE_ROWS: tl.constexpr,
     S_CHUNK: tl.constexpr,
+    PDL: tl.constexpr,  # launched behind the kernel as a programmatic dependent launch: wait for its end first
 ):
     """Rows [pid0 * COMBINE_ROWS, +COMBINE_ROWS) of sequence pid1: decode._combine over this launch's partials."""
+    # Every partial is written once the grid this launch depends on has ended (and its memory is flushed).
+    if PDL:
+        tl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, 0;", "=r", [], tl.int32, False, 1)
     b = tl.program_id(1)
     first_part = b.to(tl.int64) * splits * ROWS
     _combine(Out=Out, Part=Part, Lse=Lse, first_part=first_part,
@@ -151,8 +161,15 @@ def _combine_call(batch: int, rows: int, splits: int) -> KernelCall:
         "D_V": HEAD_DIM_V,
         "COMBINE_ROWS": COMBINE_ROWS,
         "S_CHUNK": combine_chunk(splits, COMBINE_ROWS, HEAD_DIM_V),
+        "PDL": _pdl(),
     }
-    return KernelCall(_mla_combine, (-(-rows // COMBINE_ROWS), batch), constexprs, {"num_warps": 4})
+    options = {"num_warps": 4, "launch_pdl": True} if constexprs["PDL"] else {"num_warps": 4}
+    return KernelCall(_mla_combine, (-(-rows // COMBINE_ROWS), batch), constexprs, options)
+
+
+def _pdl() -> bool:
+    """Whether the combine is a programmatic dependent launch (PDL): on the GPU, not under the interpreter."""
+    return PDL and not interpreting()
 
 
 def combine(out: torch.Tensor, part: torch.Tensor, lse: torch.Tensor, rows: int, splits: int) -> None:
@@ -253,6 +270,7 @@ def mla_decode_ws(
             "DIRECT": direct,
             "CONSUMER_REGS": CONSUMER_REGS,
             "PRODUCER_REGS": PRODUCER_REGS,
+            "PDL": _pdl() and not direct,
         }
         plan = _PLANS.get(key, B, rows, splits, constexprs)
     # each read through two descriptors, of its latent and its rotary columns (the views' bases are the TMA bases)

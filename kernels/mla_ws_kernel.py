@@ -118,13 +118,20 @@ def _producer(
     HAS_SEQLENS: gl.constexpr,
     PAGED: gl.constexpr,
     PAGE: gl.constexpr,
+    PDL: gl.constexpr,
 ):
     """One warp: Q once, then the split's tiles in pairs, block 2t into stage 0 and 2t + 1 into stage 1, each tile
     as two halves that go back on their own: the left latent columns [0, D_V/2) (consumer 0's V) and the right
-    ones with the rotary columns. The halves are loaded in the order the consumers release them."""
+    ones with the rotary columns. The halves are loaded in the order the consumers release them. PDL: first, let
+    the combine launched behind this kernel start (griddepcontrol.launch_dependents; it waits for this grid's end
+    before it reads a partial)."""
     qd, qrd, kd, krd = descs
     q_smem, qr_smem, k_smem, kr_smem, _, _, _ = smem
     q_bar, full, empty, _, _ = bars
+    if PDL:
+        gl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r", [], gl.int32, False, 1
+        )
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HALF: gl.constexpr = kd.block_type.shape[1]
     b = gl.program_id(2)
@@ -510,6 +517,7 @@ def _mla_decode_ws(
     DIRECT: gl.constexpr,  # one split: normalise and write Out
     CONSUMER_REGS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr,
+    PDL: gl.constexpr,  # the combine behind it is a programmatic dependent launch (mla_ws.PDL): let it start
 ):
     """One program per (64-row block, key split, sequence): grid (row blocks, splits, B). Shared memory: Q [64,
     D_V] and its rotary columns (then consumer 1's P), two cache stages [64, D_V] + [64, rotary], consumer 0's P
@@ -557,7 +565,7 @@ def _mla_decode_ws(
             (_consumer1, (smem, bars, Seqlens, Out, Part, Lse, qk_scale, capacity, splits, ROWS, Nq, D_V,
                         HAS_SEQLENS, CAUSAL, DIRECT)),
             (_producer, (descs, smem, bars, Seqlens, Table, Cache, capacity, splits, ROWS, pool_pages,
-                         HAS_SEQLENS, PAGED, PAGE)),
+                         HAS_SEQLENS, PAGED, PAGE, PDL)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],

@@ -17,6 +17,7 @@ import torch
 from flashbench.kernels import KernelUnsupported, launch, mla_ws
 from flashbench.kernels import decode as decode_module
 from flashbench.kernels import mla as mla_module
+from flashbench.kernels.mla import flash_mla_decode
 from test_mla_kernel import Latent
 from tiers import smoke
 
@@ -310,3 +311,26 @@ def test_gpu_gluon_calls_of_one_signature_read_their_own_inputs(paged):
     for prob in probs * 2:
         outs.append(prob.run(paged=paged, config=GLUON))
         prob.check(outs[-1])
+
+
+@pytest.mark.gpu
+def test_gpu_gluon_split_combine_is_a_dependent_launch_that_waits_for_the_kernel():
+    """With splits the combine is a programmatic dependent launch (mla_ws.PDL): it may start while the kernel's
+    programs run and must wait for their partials. Back to back without a sync, and replayed from a CUDA graph,
+    every call holds the budget; the combine's compiled launch asks for PDL, and its wait is in the binary."""
+    assert mla_ws.PDL
+    prob = Latent(128, 1, [4096, 77, 2048, 4096], torch.bfloat16, dims=V3, seed=41, device="cuda")
+    outs = [prob.run(num_splits=9, config=GLUON) for _ in range(6)]
+    for out in outs:
+        prob.check(out)
+    combines = [plan.combine for plan in mla_ws._PLANS.plans.values() if plan.combine is not None]
+    assert combines and all(c.compiled.metadata.launch_pdl for c in combines)
+    assert all("griddepcontrol.wait" in c.compiled.asm["ptx"] for c in combines)
+    q, kv, lens = (t.cuda() for t in (prob.q, prob.kv, prob.seqlens))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # captured after warm calls: the plan is compiled, nothing syncs
+        captured = flash_mla_decode(q, kv, lens, num_splits=9, validate=False, config=GLUON)
+    for _ in range(3):
+        captured.fill_(float("nan"))
+        graph.replay()
+        prob.check(captured)
