@@ -61,9 +61,10 @@ BLOCK_M = 64  # query rows per program: both consumer warpgroups' M
 BLOCK_N = 64  # keys per cache tile (block): each consumer's S covers its own, the blocks taken in turns
 CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer warp
 PRODUCER_REGS = 24
-# Rows per _mla_combine program: 4 rows of 512 let a step read 4 splits (decode.combine_chunk), where 16 rows read
-# one at a time, each load waited for before the next is issued (28 against 5 us at 32k keys, 15 splits, batch 4,
-# Nq = 1 on an H100; docs/kernels.md, the Gluon MLA kernel).
+# Rows per _mla_combine program, at most: 4 rows of 512 let a step read 4 splits (decode.combine_chunk), where 16
+# rows read one at a time, each load waited for before the next is issued (28 against 5 us at 32k keys, 15 splits,
+# batch 4, Nq = 1 on an H100). Fewer where that reads every split in one step (combine_rows): 8 splits take 2 rows,
+# 9-16 one, 0.94-0.95x the call's time at 16 splits (docs/kernels.md, the Gluon MLA kernel).
 COMBINE_ROWS = 4
 # Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq, the shortest
 # timed (1.28-1.32x the tl kernel at 1024 keys, 1.30-1.53x at 4096 and 32768; docs/kernels.md, the Gluon MLA kernel).
@@ -153,18 +154,28 @@ def _mla_combine(
              ROWS=ROWS, HEAD_DIM=D_V, ROWS_P2=COMBINE_ROWS, S_CHUNK=S_CHUNK)  # fmt: skip
 
 
+def combine_rows(splits: int) -> int:
+    """Rows per _mla_combine program for `splits` splits: the most, up to COMBINE_ROWS, whose partials of every
+    split one step reads (decode.combine_chunk), else 1."""
+    rows = COMBINE_ROWS
+    while rows > 1 and combine_chunk(splits, rows, HEAD_DIM_V) < splits:
+        rows //= 2
+    return rows
+
+
 def _combine_call(batch: int, rows: int, splits: int) -> KernelCall:
     """_mla_combine's launch for `batch` sequences of `rows` rows and `splits` splits; its run-time arguments are
     (out, part, lse, splits)."""
+    per = combine_rows(splits)
     constexprs = {
         "ROWS": rows,
         "D_V": HEAD_DIM_V,
-        "COMBINE_ROWS": COMBINE_ROWS,
-        "S_CHUNK": combine_chunk(splits, COMBINE_ROWS, HEAD_DIM_V),
+        "COMBINE_ROWS": per,
+        "S_CHUNK": combine_chunk(splits, per, HEAD_DIM_V),
         "PDL": _pdl(),
     }
     options = {"num_warps": 4, "launch_pdl": True} if constexprs["PDL"] else {"num_warps": 4}
-    return KernelCall(_mla_combine, (-(-rows // COMBINE_ROWS), batch), constexprs, options)
+    return KernelCall(_mla_combine, (-(-rows // per), batch), constexprs, options)
 
 
 def _pdl() -> bool:

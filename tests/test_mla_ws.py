@@ -214,7 +214,20 @@ def _split_partials(q, kv, lengths, splits, block):
     return part, lse
 
 
-@pytest.mark.parametrize("splits", [2, 5])
+def test_the_combine_reads_every_split_in_one_step_where_its_rows_allow():
+    # combine_rows: the most rows (at most COMBINE_ROWS) whose partials of every split fit one step of _combine
+    # (decode.combine_chunk), so a program waits for one round of loads; past 16 splits one row, in several steps.
+    for splits in range(1, 129):
+        rows = mla_ws.combine_rows(splits)
+        assert rows in (1, 2, 4) and rows <= mla_ws.COMBINE_ROWS
+        one_step = decode_module.combine_chunk(splits, rows, 512) >= splits
+        assert one_step or rows == 1, splits
+        if rows < mla_ws.COMBINE_ROWS:  # no more rows would still read every split at once
+            assert decode_module.combine_chunk(splits, 2 * rows, 512) < splits, splits
+    assert [mla_ws.combine_rows(s) for s in (2, 4, 5, 8, 9, 16, 32)] == [4, 4, 2, 2, 1, 1, 1]
+
+
+@pytest.mark.parametrize("splits", [2, 5, 16])
 def test_combine_of_the_kernels_partials_matches_reference(device, splits):
     # The Gluon kernel's partials (mla_ws.workspace's layout) through _mla_combine (decode._combine): lengths 3 and
     # 130 leave the short sequence splits with no key (-inf, zeros).
