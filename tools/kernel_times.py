@@ -15,7 +15,8 @@ random --min-seq MIN` does in a sweep: batch x N tokens cut into documents of MI
 documents, beside the uniform batch of the same shapes). In `bwd` mode the forward runs once, outside the profiled
 calls, and each call is the backward of it, as the sweep's `bwd` mode times it. TFLOP/s beside a backward
 kernel counts its block matmuls over every unmasked (query, key) pair (dK/dV: 4, dQ: 3; a packed batch's own
-pairs).
+pairs). A kernel launched as a programmatic dependent launch (the Gluon MLA kernel's combine) may start before the
+kernel it depends on has ended and waits for it on the GPU: its time here includes that wait.
 """
 
 from __future__ import annotations
