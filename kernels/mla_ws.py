@@ -47,6 +47,7 @@ try:  # Gluon is experimental and its API moves between Triton releases; written
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    from .mla_split_kernel import _mla_decode_split
     from .mla_ws_kernel import _mla_decode_ws
 
     HAVE_GLUON = True
@@ -77,6 +78,10 @@ MIN_CAPACITY_PAGED: dict[int, int] = {1: 1024, 2: 1024}
 # kernel's last programs (FlashMLA launches its combine so): 0.99-1.00x the time at Nq = 1 with 16 heads, 0.98-0.99x
 # with 64 and 128 at 4096 keys (docs/kernels.md, the Gluon MLA kernel). Not under the interpreter (no PTX).
 PDL = True
+# Grids of one row block (H * Nq <= SPLIT_ROWS) run mla_split_kernel.py's schedule, both consumers on each block, not
+# the seesaw: with no other row block sharing its tiles, a program's seesaw loads and computes in turns
+# (docs/kernels.md, the Gluon MLA kernel). 0 turns it off.
+SPLIT_ROWS = BLOCK_M
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
@@ -227,8 +232,14 @@ class _Plan:
         self.call, self.combine = call, combine
 
 
+def split_schedule(rows: int) -> bool:
+    """Whether a sequence of `rows` query rows (H * Nq) runs mla_split_kernel.py's schedule (SPLIT_ROWS)."""
+    return rows <= SPLIT_ROWS
+
+
 def _plan(batch: int, rows: int, splits: int, constexprs: dict[str, Any]) -> _Plan:
-    call = KernelCall(_mla_decode_ws, grid(batch, rows, splits), constexprs, {"num_warps": 4})
+    kernel = _mla_decode_split if split_schedule(rows) else _mla_decode_ws
+    call = KernelCall(kernel, grid(batch, rows, splits), constexprs, {"num_warps": 4})
     return _Plan(call, None if constexprs["DIRECT"] else _combine_call(batch, rows, splits))
 
 

@@ -344,7 +344,7 @@ def _consumer0(
         acc = warpgroup_mma(qr_smem, k_smem.index(st1).slice(0, D_HALF, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=[acc])
     acc = warpgroup_mma_wait(0, deps=[acc])
-    _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, 0, D_V, DIRECT)
+    _store_out(acc, m_i, l_i, mx, max_bar, 0, Out, Part, Lse, splits, ROWS, 0, D_V, DIRECT)
 
 
 @gluon.jit
@@ -453,21 +453,22 @@ def _consumer1(
         acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
         mbarrier.arrive(empty.index(3))  # block 2t + 1's right half: its S and this P V are done with it
     acc = warpgroup_mma_wait(0, deps=[acc])
-    _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, 1, D_V, DIRECT)
+    _store_out(acc, m_i, l_i, mx, max_bar, 0, Out, Part, Lse, splits, ROWS, 1, D_V, DIRECT)
 
 
 @gluon.jit
-def _store_out(acc, m_i, l_i, mx, max_bar, Out, Part, Lse, splits, ROWS, WG: gl.constexpr, D_V: gl.constexpr,
-                DIRECT: gl.constexpr):  # fmt: skip
-    """Both consumers' row sums added through mx (m is the same in both), then this consumer's O columns
-    [WG D_V/2, +D_V/2) normalised: Out (DIRECT), or decode.py's partials and, from consumer 0, their lse."""
+def _store_out(acc, m_i, l_i, mx, max_bar, phase, Out, Part, Lse, splits, ROWS, WG: gl.constexpr,
+               D_V: gl.constexpr, DIRECT: gl.constexpr):  # fmt: skip
+    """Both consumers' row sums added through mx (m is the same in both; `phase`: max_bar's next one), then this
+    consumer's O columns [WG D_V/2, +D_V/2) normalised: Out (DIRECT), or decode.py's partials and, from consumer 0,
+    their lse."""
     D_HALF: gl.constexpr = D_V // 2
     o_layout: gl.constexpr = acc.type.layout
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     mx[WG].store(l_i)
     gl.thread_barrier()
     mbarrier.arrive(max_bar)
-    mbarrier.wait(max_bar, 0)
+    mbarrier.wait(max_bar, phase)
     l_i = l_i + mx[1 - WG].load(l_i.type.layout)
     b = gl.program_id(2)
     pid_m = gl.program_id(0)

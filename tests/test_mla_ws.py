@@ -149,9 +149,12 @@ class _Kernel:
 def test_a_plan_launches_each_call_with_its_own_tensors(monkeypatch):
     """mla_decode_ws keeps one plan per input signature (the kernel's and the combine's launches): a later call of
     the same shape reaches the compiled kernels with its own q, cache, lengths, table, output and workspace, never
-    the first call's; a new split count or no lengths is another plan, through the JIT again."""
-    kernel, combine = _Kernel(mla_ws._mla_decode_ws), _Kernel(mla_ws._mla_combine)
-    monkeypatch.setattr(mla_ws, "_mla_decode_ws", kernel)
+    the first call's; a new split count or no lengths is another plan, through the JIT again. 16 query rows are
+    one row block: mla_split_kernel's schedule runs them, never the seesaw."""
+    seesaw, kernel = _Kernel(mla_ws._mla_decode_ws), _Kernel(mla_ws._mla_decode_split)
+    combine = _Kernel(mla_ws._mla_combine)
+    monkeypatch.setattr(mla_ws, "_mla_decode_ws", seesaw)
+    monkeypatch.setattr(mla_ws, "_mla_decode_split", kernel)
     monkeypatch.setattr(mla_ws, "_mla_combine", combine)
     monkeypatch.setattr(launch, "_stream_getters", lambda: (lambda device: 0, lambda: 0))
     monkeypatch.setattr(mla_ws, "_PLANS", launch.PlanCache(mla_ws._plan))
@@ -189,6 +192,27 @@ def test_a_plan_launches_each_call_with_its_own_tensors(monkeypatch):
         assert kernel.launches[-1][0] == "jit" and kernel.launches[-1][2][4] is kernel.launches[-1][2][5]
         mla_ws.mla_decode_ws(q, kv, lens, table, True, 0.1, 1)  # one split: another plan, no combine
         assert kernel.launches[-1][:2] == ("jit", (1, 1, 2)) and len(combine.launches) == 4
+    assert not seesaw.launches
+
+
+def test_one_row_block_takes_the_split_schedule_and_more_rows_the_seesaw(monkeypatch):
+    """mla_ws.split_schedule: a sequence's query rows (H x Nq) that fit one 64-row program run the split
+    consumers, more the seesaw; the launched kernel is the one the rule names, on the same grid rule."""
+    assert [mla_ws.split_schedule(r) for r in (1, 16, 32, 64, 65, 128, 256)] == [True] * 4 + [False] * 3
+    monkeypatch.setattr(launch, "_stream_getters", lambda: (lambda device: 0, lambda: 0))
+    monkeypatch.setattr(mla_ws, "_PLANS", launch.PlanCache(mla_ws._plan))
+    kernels = mla_ws._mla_decode_ws, mla_ws._mla_decode_split
+    for heads, nq, split in ((16, 4, True), (64, 1, True), (32, 3, False), (128, 1, False)):
+        seesaw, one_block = (_Kernel(k) for k in kernels)
+        monkeypatch.setattr(mla_ws, "_mla_decode_ws", seesaw)
+        monkeypatch.setattr(mla_ws, "_mla_decode_split", one_block)
+        q = torch.randn(2, heads, nq, 576, dtype=torch.float16)
+        mla_ws.mla_decode_ws(q, torch.randn(2, 1, 128, 576, dtype=torch.float16), None, None, True, 0.1, 1)
+        ran, idle = (one_block, seesaw) if split else (seesaw, one_block)
+        assert [(how, grid) for how, grid, _ in ran.launches] == [("jit", mla_ws.grid(2, heads * nq, 1))]
+        assert not idle.launches
+    monkeypatch.setattr(mla_ws, "SPLIT_ROWS", 0)  # turned off: every grid takes the seesaw
+    assert not mla_ws.split_schedule(16)
 
 
 def _split_partials(q, kv, lengths, splits, block):
@@ -301,6 +325,22 @@ def test_gpu_gluon_paged_pool_matches_reference(dtype, nq, page):
 
 
 @pytest.mark.gpu
+@smoke(lambda heads, nq, page: nq == 4 and page == 64)
+@pytest.mark.parametrize("page", [64, 128])
+@pytest.mark.parametrize("heads, nq", [(16, 1), (16, 4)])
+def test_gpu_gluon_one_row_block_paged_pool_matches_reference(heads, nq, page):
+    # 16 and 64 query rows: one row block, mla_split_kernel's schedule (as the ragged test's 16 heads), here over
+    # Latent's poisoned pool.
+    assert mla_ws.split_schedule(heads * nq)
+    prob = Latent(heads, nq, LENGTHS, torch.bfloat16, dims=V3, nmax=2048, page=page, seed=25, device="cuda")
+    for splits in (1, 7, None):
+        prob.check(prob.run(paged=True, num_splits=splits, config=GLUON))
+    prob.check(prob.run(paged=True, num_splits=3, causal=False, config=GLUON), causal=False)
+    ran = {plan.call.kernel for plan in mla_ws._PLANS.plans.values()}
+    assert mla_ws._mla_decode_split in ran
+
+
+@pytest.mark.gpu
 def test_gpu_gluon_paged_default_from_its_table_matches_reference():
     # No cache_seqlens (every table entry in use), fp16, the default split count: the shipped table takes it.
     prob = Latent(128, 2, [4096, 4096], torch.float16, dims=V3, page=64, seed=24, device="cuda")
@@ -327,12 +367,13 @@ def test_gpu_gluon_calls_of_one_signature_read_their_own_inputs(paged):
 
 
 @pytest.mark.gpu
-def test_gpu_gluon_split_combine_is_a_dependent_launch_that_waits_for_the_kernel():
+@pytest.mark.parametrize("heads", [16, 128])  # both schedules
+def test_gpu_gluon_split_combine_is_a_dependent_launch_that_waits_for_the_kernel(heads):
     """With splits the combine is a programmatic dependent launch (mla_ws.PDL): it may start while the kernel's
     programs run and must wait for their partials. Back to back without a sync, and replayed from a CUDA graph,
     every call holds the budget; the combine's compiled launch asks for PDL, and its wait is in the binary."""
     assert mla_ws.PDL
-    prob = Latent(128, 1, [4096, 77, 2048, 4096], torch.bfloat16, dims=V3, seed=41, device="cuda")
+    prob = Latent(heads, 1, [4096, 77, 2048, 4096], torch.bfloat16, dims=V3, seed=41, device="cuda")
     outs = [prob.run(num_splits=9, config=GLUON) for _ in range(6)]
     for out in outs:
         prob.check(out)

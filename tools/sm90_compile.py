@@ -347,11 +347,13 @@ def mla(
     seq: int = 4096,
     nq: int = 1,
     gluon: bool = False,
+    heads: int = 128,
 ) -> None:
-    """flash_mla_decode of DeepSeek-V3's shape: 128 heads over one 576-dim latent head (512 of them V), bf16."""
+    """flash_mla_decode of DeepSeek-V3's shape: `heads` heads (128) over one 576-dim latent head (512 of them V),
+    bf16."""
     from flashbench.kernels import mla as mla_kernel
 
-    q = torch.empty(batch, 128, nq, mla_kernel.MLA_HEAD_DIM, dtype=torch.bfloat16)
+    q = torch.empty(batch, heads, nq, mla_kernel.MLA_HEAD_DIM, dtype=torch.bfloat16)
     kv, table = _cache(batch, 1, seq, mla_kernel.MLA_HEAD_DIM, q.dtype, page)
     lens = torch.full((batch,), seq, dtype=torch.int32)
     if gluon:  # mla_ws.py's kernel, as flash_mla_decode launches it when forced
@@ -489,6 +491,9 @@ def main() -> int:
     )
     ap.add_argument("--gluon", action="store_true", help="mla: the Gluon kernel (kernels/mla_ws.py)")
     ap.add_argument("--nq", type=int, default=1, help="decode, mla: query tokens per sequence")
+    ap.add_argument(
+        "--heads", type=int, default=128, help="mla: query heads (H x nq <= 64: the split schedule)"
+    )
     ap.add_argument("--batch", type=int, help="decode, mla: sequences (default 16, mla 32)")
     a = ap.parse_args()
     triton.runtime.driver.set_active(_Sm90Driver())
@@ -510,7 +515,7 @@ def main() -> int:
     elif a.kernel == "decode":
         decode(cfg, a.dim, a.fp8, a.group, a.paged, a.causal, a.batch or 16, a.seq or 8192, a.nq)
     elif a.kernel == "mla":
-        mla(cfg, a.paged, a.causal, a.batch or 32, a.seq or 4096, a.nq, a.gluon)
+        mla(cfg, a.paged, a.causal, a.batch or 32, a.seq or 4096, a.nq, a.gluon, a.heads)
     elif a.varlen:
         varlen_backward(cfg, a.dim, a.causal, a.seq or 2048)
     else:
