@@ -37,7 +37,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .mla_ws_kernel import _page_row, _split_keys, _store_out, _zero_rows
+from .mla_ws_kernel import _launch_dependents, _page_row, _split_keys, _store_out, _zero_rows
 
 
 @gluon.jit
@@ -62,9 +62,7 @@ def _producer(
     q_smem, qr_smem, k_smem, kr_smem, _, _ = smem
     q_bar, full, empty, _, _ = bars
     if PDL:
-        gl.inline_asm_elementwise(
-            "griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r", [], gl.int32, False, 1
-        )
+        _launch_dependents()
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HALF: gl.constexpr = kd.block_type.shape[1]
     b = gl.program_id(2)

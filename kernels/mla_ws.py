@@ -6,7 +6,8 @@ take the 64-key blocks in turns ("seesaw"): each computes the whole S of its own
 in halves between them, and each P V reads its own block's P from registers and the other's from shared memory,
 where Q's rotary columns were (they live in registers); TMA into two cache buffers; the softmax max passed between
 the warpgroups in shared memory. Written here for Gluon (Triton 3.6) with a producer warp and mbarriers;
-mla_ws_kernel.py's docstring has the schedule.
+mla_ws_kernel.py's docstring has the schedule. Where a sequence's rows fit one program (SPLIT_ROWS), the grid runs
+mla_split_kernel.py's instead: both warpgroups on each block while the next one loads.
 
     q                 [B, H, Nq, 576]   (D = 512 latent + 64 rotary; H * Nq rows, 64 per program)
     contiguous cache  [B, 1, capacity, 576], cache_seqlens [B] int32 (default: all capacity)
@@ -64,8 +65,8 @@ CONSUMER_REGS = 240  # setmaxnreg, as flash_ws's two consumers and a producer wa
 PRODUCER_REGS = 24
 # Rows per _mla_combine program, at most: 4 rows of 512 let a step read 4 splits (decode.combine_chunk), where 16
 # rows read one at a time, each load waited for before the next is issued (28 against 5 us at 32k keys, 15 splits,
-# batch 4, Nq = 1 on an H100). Fewer where that reads every split in one step (combine_rows): 8 splits take 2 rows,
-# 9-16 one, 0.94-0.95x the call's time at 16 splits (docs/kernels.md, the Gluon MLA kernel).
+# batch 4, Nq = 1 on an H100). Fewer where that reads every split in one step (combine_rows): 5-8 splits take 2
+# rows, 9-16 one, 0.94-0.95x the call's time at 16 splits (docs/kernels.md, the Gluon MLA kernel).
 COMBINE_ROWS = 4
 # Where flash_mla_decode takes this kernel without a forced config: the smallest cache capacity per Nq, the shortest
 # timed (1.28-1.32x the tl kernel at 1024 keys, 1.30-1.53x at 4096 and 32768; docs/kernels.md, the Gluon MLA kernel).
