@@ -105,8 +105,12 @@ INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages":
 
 # What the most recent launch ran with: (num_splits, tile config, BLOCK_M, row blocks); last_mla_config().
 _LAST_LAUNCH: list[Any] = [None]
-# the Gluon kernel's tile, as _LAST_LAUNCH keeps it
-_GLUON_TILE = {"kernel": GLUON_KERNEL, "BLOCK_N": mla_ws.BLOCK_N}
+# the Gluon kernel's tile and schedule (mla_ws.split_schedule: "split" where the rows fit one program, else
+# "seesaw"), as _LAST_LAUNCH keeps it
+_GLUON_TILES = {
+    split: {"kernel": GLUON_KERNEL, "BLOCK_N": mla_ws.BLOCK_N, "schedule": "split" if split else "seesaw"}
+    for split in (True, False)
+}
 
 
 @triton.jit
@@ -373,5 +377,5 @@ def _gluon(
     rows, capacity = H * Nq, mla_ws.capacity(kv, table)
     row_blocks = mla_ws.grid(B, rows, 1)[0]
     num_splits = _splits(num_splits, B * row_blocks, capacity, mla_ws.BLOCK_N, q.device, NAME)
-    _LAST_LAUNCH[0] = (num_splits, _GLUON_TILE, mla_ws.BLOCK_M, row_blocks)
+    _LAST_LAUNCH[0] = (num_splits, _GLUON_TILES[mla_ws.split_schedule(rows)], mla_ws.BLOCK_M, row_blocks)
     return mla_ws.mla_decode_ws(q, kv, lens, table, causal, scale * LOG2E, num_splits)

@@ -94,6 +94,8 @@ def test_a_paged_cache_reaches_the_kernel_with_its_table_and_capacity(monkeypatc
     prob.run(paged=True, num_splits=None, config=GLUON if forced else None)
     assert seen["kv"].shape == prob.pool.shape and torch.equal(seen["table"].cpu(), prob.table)
     assert mla_module.last_mla_config()["kernel"] == GLUON["kernel"]
+    # 32 query rows: one row block, so the split consumers' schedule (the row's kernel_config says so)
+    assert mla_module.last_mla_config()["schedule"] == "split"
     # 1024 keys of capacity split (at most 4: decode.MIN_SPLIT_KEYS each); one page's 64 keys would not
     assert 1 < seen["splits"] <= 1024 // decode_module.MIN_SPLIT_KEYS
 
@@ -347,6 +349,7 @@ def test_gpu_gluon_paged_default_from_its_table_matches_reference():
     assert mla_ws.MIN_CAPACITY_PAGED.get(2, 1 << 30) <= 4096
     prob.check(prob.run(paged=True, lengths=False))
     assert mla_module.last_mla_config()["kernel"] == "gluon-ws"
+    assert mla_module.last_mla_config()["schedule"] == "seesaw"  # 256 rows: four row blocks
 
 
 @pytest.mark.gpu
