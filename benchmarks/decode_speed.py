@@ -433,13 +433,16 @@ def main() -> int:
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     record["clocks_start"] = clocks()
     one = torch.zeros(1, device="cuda")
-    record["floor_us"] = (
-        bench(lambda: one.add_(1)) * 1e3
-    )  # a one-element kernel: what any call costs at least
+    # a one-element kernel: what any call costs at least
+    record["floor_us"] = bench(lambda: one.add_(1)) * 1e3
     print(f"floor (one-element kernel between the events): {record['floor_us']:.1f} us", flush=True)
     if args.read_floor:
         read_floor([float(x) for x in args.read_floor.split(",")], rows)
-    picks = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else [] if args.shape else SHAPES
+    # --shapes picks from SHAPES by index; --shape alone gives only its own shapes; neither: all of SHAPES
+    if args.shapes:
+        picks = [SHAPES[int(i)] for i in args.shapes.split(",")]
+    else:
+        picks = [] if args.shape else list(SHAPES)
     picks += [Shape(b, h, hkv, n, page=page) for b, h, hkv, n, page in mine]
     picks = [dataclasses.replace(p, fp8=args.kv_dtype == "fp8") for p in picks]
     for tune in [False, True] if args.tune else [False]:
