@@ -19,8 +19,9 @@ stage goes back, the sooner the next load starts (1.13-1.17x at Nq = 1 against r
 
 The producer loads Q once, then each block as its latent halves [0, 256) and [256, 512) and its rotary columns
 (mla_ws_kernel's descriptors) onto one barrier. It asks L2 for nothing ahead: the seesaw's prefetch of the next
-block, one or two blocks ahead of its load, took 1.02-1.04x / 1.08-1.10x the time here (docs/kernels.md). Keys past the split's end, paged caches, splits with no keys, the split
-combine's early start (PDL) and the partials are as in mla_ws_kernel.py's docstring.
+block, one or two blocks ahead of its load, took 1.02-1.04x / 1.09-1.12x the time here (docs/kernels.md). Keys
+past the split's end, paged caches, splits with no keys, the split combine's early start (PDL) and the partials
+are as in mla_ws_kernel.py's docstring.
 
 Shared memory at 576 dims in bf16: Q 72 KB, two cache stages 144 KB, P 8 KB: 224 KB of an H100's 227.
 """
