@@ -38,7 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .mla_ws_kernel import _launch_dependents, _page_row, _split_keys, _store_out, _zero_rows
+from .mla_ws_kernel import _last_keys, _launch_dependents, _page_row, _split_keys, _store_out, _zero_rows
 
 
 @gluon.jit
@@ -129,12 +129,7 @@ def _consumer(
     b = gl.program_id(2)
     L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
     n = gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N)
-    rows = gl.arange(0, 64, row_s)  # row r = h * Nq + i: query head h, query i
-    # The last key each row sees in this split (bottom-right causal alignment), and the split's end.
-    if CAUSAL:
-        last = gl.minimum(L - Nq + rows % Nq, hi - 1)
-    else:
-        last = gl.zeros([64], gl.int32, row_s) + (hi - 1)
+    last = _last_keys(0, L, hi, Nq, CAUSAL, row_s)  # the one row block's
     cols = WG * HALF_N + gl.arange(0, HALF_N, gl.SliceLayout(0, s_layout))
     m_i = gl.full([64], -1.0e30, gl.float32, row_s)  # finite: a row that sees no key gets no exp2(-inf + inf)
     l_i = gl.zeros([64], gl.float32, row_s)

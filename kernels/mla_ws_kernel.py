@@ -230,13 +230,18 @@ def _setup(
     b = gl.program_id(2)
     L, lo, hi = _split_keys(Seqlens, b, capacity, splits, BLOCK_N, HAS_SEQLENS)
     n_eff = gl.maximum(gl.cdiv(gl.maximum(hi - lo, 0), BLOCK_N), 1)
-    rows = gl.program_id(0) * 64 + gl.arange(0, 64, row_s)  # row r = h * Nq + i: query head h, query i
-    # The last key each row sees in this split (bottom-right causal alignment), and the split's end.
-    if CAUSAL:
-        last = gl.minimum(L - Nq + rows % Nq, hi - 1)
-    else:
-        last = gl.zeros([64], gl.int32, row_s) + (hi - 1)
+    last = _last_keys(gl.program_id(0) * 64, L, hi, Nq, CAUSAL, row_s)
     return lo, hi, gl.cdiv(n_eff, 2), n_eff, last
+
+
+@gluon.jit
+def _last_keys(first_row, L, hi, Nq, CAUSAL: gl.constexpr, row_layout: gl.constexpr):
+    """The last key each of the 64 rows from `first_row` sees in a split ending at `hi` of a sequence of L keys
+    (bottom-right causal alignment; row r = h * Nq + i: query head h, query i), in `row_layout`."""
+    if CAUSAL:
+        rows = first_row + gl.arange(0, 64, row_layout)
+        return gl.minimum(L - Nq + rows % Nq, hi - 1)
+    return gl.zeros([64], gl.int32, row_layout) + (hi - 1)
 
 
 @gluon.jit

@@ -31,12 +31,13 @@ decode and mla compile the decode kernels as flash_decode and flash_mla_decode l
 tile, else any of BLOCK_N, num_warps, num_stages), with the host's split heuristic on 132 SMs: decode takes bf16
 q (32 heads, --group query heads per KV head) over a bf16 or (--fp8) e4m3 cache of --seq keys (default 8192,
 batch 16); mla DeepSeek-V3's shape (128 heads, 576 / 512 latent dims, bf16, --nq queries, 4096 keys, batch 32;
---heads H for fewer); --paged PAGE takes a paged cache; mla --gluon compiles kernels/mla_ws.py's Gluon kernel (and its
-combine) as flash_mla_decode launches it when forced (with --paged, its paged mode: PAGE a multiple of 64; where H x
-nq <= 64, the split consumers of kernels/mla_split_kernel.py). They add a line for one pass of the kernel's main loop (the SASS loop with the
-most tensor-core ops): its instructions, and per opcode the cp.async copies (LDGSTS) with their commits
-(LDGDEPBAR) and waits (DEPBAR), TMA (UTMALDG) and register (LDG) loads, shared-memory reads (LDSM = ldmatrix, LDS)
-and writes, conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA (mma.sync) / HGMMA (wgmma) ops.
+--heads H for fewer); --paged PAGE takes a paged cache; mla --gluon compiles kernels/mla_ws.py's Gluon kernel
+(and its combine) as flash_mla_decode launches it when forced (with --paged, its paged mode: PAGE a multiple of
+64; where H x nq <= 64, the split consumers of kernels/mla_split_kernel.py). They add a line for one pass of the
+kernel's main loop (the SASS loop with the most tensor-core ops): its instructions, and per opcode the cp.async
+copies (LDGSTS) with their commits (LDGDEPBAR) and waits (DEPBAR), TMA (UTMALDG) and register (LDG) loads,
+shared-memory reads (LDSM = ldmatrix, LDS) and writes, conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA
+(mma.sync) / HGMMA (wgmma) ops.
 dump writes the SASS and TTGIR of every shipped config to DIR, one pair of files per kernel: the tl forward's autotune candidates
 at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults
 at each of its head dims (64, 128, 256: each head group of the list-scheduled walk, the FP8 defaults and the
