@@ -81,7 +81,7 @@ MIN_CAPACITY_PAGED: dict[int, int] = {1: 1024, 2: 1024}
 PDL = True
 # Grids of one row block (H * Nq <= SPLIT_ROWS) run mla_split_kernel.py's schedule, both consumers on each block, not
 # the seesaw: with no other row block sharing its tiles, a program's seesaw loads and computes in turns
-# (docs/kernels.md, the Gluon MLA kernel). 0 turns it off.
+# (docs/kernels.md, the Gluon MLA kernel). 0 turns it off; read when an input signature's plan is made (_PLANS).
 SPLIT_ROWS = BLOCK_M
 _GL_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
