@@ -270,11 +270,11 @@ if HAVE_GLUON:
         one more document with no queries (their dK, dV are stored as zeros); a walk position past the last
         block gets n_k = n_q = 0."""
         H, GROUP, N_Q, N_K = sched
-        CU_Q, CU_K, NUM_DOCS, _, _ = docs
-        doc, k_row, n_k, nb = document_block(CU_K, NUM_DOCS, N_K, gl.program_id(0), BLOCK_N, False)
-        q_row = gl.minimum(gl.maximum(gl.load(CU_Q + doc), 0), N_Q)
-        q_end = gl.minimum(gl.maximum(gl.load(CU_Q + gl.minimum(doc + 1, NUM_DOCS)), 0), N_Q)
-        n_q = gl.where((doc < NUM_DOCS) & (n_k > 0), gl.maximum(q_end - q_row, 0), 0)
+        CU_Q, CU_K, NUM_DOCS, _, _, _ = docs
+        k_row, n_k, nb, q_row, n_q = document_block(
+            CU_K, NUM_DOCS, N_K, gl.program_id(0), BLOCK_N, False, CU_Q, N_Q
+        )
+        n_q = gl.where(n_k > 0, n_q, 0)
         kv_h = gl.program_id(1)
         lo = 0
         if CAUSAL:
@@ -379,11 +379,17 @@ if HAVE_GLUON:
         a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
         col_s: gl.constexpr = gl.SliceLayout(0, s_layout)
         key_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        two: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
 
         if VARLEN:  # keys and queries counted from the document's first (k_row, q_row)
-            nb, _, _, n_k, _, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+            nb, _, k_row, n_k, _, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
             n0 = nb * BLOCK_N
             causal_off = n_k - n_q
+            # The epilogue's place in the batch kept in shared memory through the loop: in registers it cost the
+            # second consumer loads from local memory in every step, and found again at the end it put a round
+            # trip to memory before every program's stores (docs/kernels.md, packed documents).
+            pair = gl.arange(0, 2, two)
+            docs[5].index(WG).store(gl.where(pair == 0, k_row, n_k))
         else:
             nb, bkv = _program()
             n0 = nb * BLOCK_N
@@ -473,10 +479,12 @@ if HAVE_GLUON:
         if VARLEN:
             # A TMA store stops only at the tensor's end: the warpgroup whose keys run past the document's last
             # (at most one per document and K/V head) stores its rows inside it through masked pointer stores
-            # (none where all its keys lie past it); the others by TMA. The document is found again here: its
-            # rows and head kept through the loop cost the second consumer 3 more loads from local memory a step.
-            _, kv_h, k_row, n_k, _, _, _ = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
-            _, _, _, DK, DV = docs
+            # (none where all its keys lie past it); the others by TMA.
+            _, _, _, DK, DV, doc_smem = docs
+            kept = doc_smem.index(WG).load(two)
+            k_row = gl.sum(gl.where(pair == 0, kept, 0), 0)
+            n_k = gl.sum(gl.where(pair == 1, kept, 0), 0)
+            kv_h = gl.program_id(1)
             col = kv_h * HEAD_DIM
             if n_k - my_n0 >= 64:
                 _store_tile(dk * sm_scale, dv, k, v, dkd, dvd, (k_row + my_n0, col))
@@ -647,7 +655,11 @@ if HAVE_GLUON:
         bars = (kv_bar, ready, empty, ds_full, ds_free)
         io = (dkd, dvd, qk_scale, sm_scale)
         sched = (H, GROUP, N_Q, N_K)
-        docs = (CU_Q, CU_K, NUM_DOCS, DK, DV)
+        if VARLEN:  # each consumer's (k_row, n_k) for its epilogue
+            doc_smem = gl.allocate_shared_memory(gl.int32, [NUM_WG, 2], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        else:
+            doc_smem = stats  # unused
+        docs = (CU_Q, CU_K, NUM_DOCS, DK, DV, doc_smem)
         if ONE_PASS:  # a fourth warpgroup: dQ
             gl.warp_specialize(
                 [

@@ -75,38 +75,50 @@ def _add(a, b):
 
 
 @gluon.jit
-def document_block(CU, NUM_DOCS, TOTAL, pid, BLOCK: gl.constexpr, REVERSE: gl.constexpr):
+def document_block(
+    CU, NUM_DOCS, TOTAL, pid, BLOCK: gl.constexpr, REVERSE: gl.constexpr, CU_OTHER, TOTAL_OTHER
+):
     """The block of a packed batch at place `pid` of common.document_block's walk (each document's cdiv(length,
     BLOCK) blocks in document order, rows past CU[NUM_DOCS] one more document, offsets clamped into [0, TOTAL]),
-    as (document, its first row, its length, the block's index in it; REVERSE: counted from its last block).
-    A pid past the last block gets length 0. Found on the device: no host read."""
+    as (the document's first row, its length, the block's index in it (REVERSE: counted from its last block),
+    the document's first row and length on the other side: CU_OTHER's prefix sums, clamped into [0,
+    TOTAL_OTHER], none for the rows past CU[NUM_DOCS]). A pid past the last block gets lengths 0. Found on the
+    device: no host read. Both sides' prefix sums are read in the same pass: read at the document once found,
+    the other side's cost a second round trip to memory ahead of each program's first loads (docs/kernels.md,
+    packed documents)."""
     # 32 documents a step, one per lane, every warp holding the whole chunk: the sums and the scan stay within
     # a warp (64 a step spread them over two warps: shared memory and barriers, values kept in local memory)
     CHUNK: gl.constexpr = 32
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     base = 0  # blocks of the documents before this chunk
-    doc = 0
     row0 = 0
     length = 0
     block = 0
+    other0 = 0
+    other_len = 0
     for c in range(0, NUM_DOCS + 1, CHUNK):
         idx = c + gl.arange(0, CHUNK, layout)
         start = gl.load(CU + idx, mask=idx <= NUM_DOCS, other=0)
         end = gl.load(CU + idx + 1, mask=idx < NUM_DOCS, other=TOTAL)  # the last document ends at TOTAL
+        o_start = gl.load(CU_OTHER + idx, mask=idx <= NUM_DOCS, other=0)
+        o_end = gl.load(CU_OTHER + idx + 1, mask=idx < NUM_DOCS, other=0)  # past CU[NUM_DOCS]: length 0
         start = gl.minimum(gl.maximum(start, 0), TOTAL)
         size = gl.maximum(gl.minimum(gl.maximum(end, 0), TOTAL) - start, 0)
         blocks = gl.where(idx <= NUM_DOCS, (size + BLOCK - 1) // BLOCK, 0)
         first = base + gl.associative_scan(blocks, 0, _add) - blocks  # the walk's index of each first block
         hit = (first <= pid) & (pid < first + blocks)  # at most one document holds pid
-        doc += gl.sum(gl.where(hit, idx, 0), 0)
         row0 += gl.sum(gl.where(hit, start, 0), 0)
         length += gl.sum(gl.where(hit, size, 0), 0)
         if REVERSE:
             block += gl.sum(gl.where(hit, first + blocks - 1 - pid, 0), 0)
         else:
             block += gl.sum(gl.where(hit, pid - first, 0), 0)
+        o_start = gl.minimum(gl.maximum(o_start, 0), TOTAL_OTHER)
+        o_size = gl.maximum(gl.minimum(gl.maximum(o_end, 0), TOTAL_OTHER) - o_start, 0)
+        other0 += gl.sum(gl.where(hit, o_start, 0), 0)
+        other_len += gl.sum(gl.where(hit, o_size, 0), 0)
         base += gl.sum(blocks, 0)
-    return doc, row0, length, block
+    return row0, length, block, other0, other_len
 
 
 @gluon.jit
@@ -126,10 +138,7 @@ def document_tile(t, sched, docs, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSA
     num_m, BH, H, GROUP, N_Q, N_K, _, _, _ = sched
     CU_Q, CU_K, NUM_DOCS, _ = docs
     h = t % BH
-    doc, row0, n_q, block = document_block(CU_Q, NUM_DOCS, N_Q, t // BH, BM, CAUSAL)
-    k0 = gl.minimum(gl.maximum(gl.load(CU_K + doc), 0), N_K)
-    k_end = gl.minimum(gl.maximum(gl.load(CU_K + gl.minimum(doc + 1, NUM_DOCS)), 0), N_K)
-    n_k = gl.where(doc < NUM_DOCS, gl.maximum(k_end - k0, 0), 0)
+    row0, n_q, block, k0, n_k = document_block(CU_Q, NUM_DOCS, N_Q, t // BH, BM, CAUSAL, CU_K, N_K)
     live = n_q > 0
     q_pos = n_q - (gl.cdiv(n_q, BM) - block) * BM
     causal_off = n_k - n_q
