@@ -165,7 +165,7 @@ class _BackwardPlan:
         self.stored = p is not None
         self.p_strides = p.stride() if p is not None else (0, 0, 0, 0)
         ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, self.stored, dkdv_config)
-        self.ws = backward_ws.DkdvPlan(q, k, o, causal, ws_cfg) if ws_cfg is not None else None
+        self.ws = backward_ws.DkdvPlan(q, k, causal, ws_cfg) if ws_cfg is not None else None
         self.one_pass = self.ws is not None and self.ws.one_pass
         self.scratch = DqScratch((B, H, Nq, D), self.delta_shape)  # the one pass's dQ accumulator and D
         pre_m = 64
@@ -242,15 +242,11 @@ class _BackwardPlan:
         qk_scale = sm_scale * LOG2E
         if self.one_pass:
             assert self.ws is not None
-            # dQ's accumulator and D in one allocation (DqScratch); where the kernel makes D from O
-            # (backward_ws.makes_delta) the accumulator is zeroed alone, else the preprocess zeroes it beside D.
-            # dQ is the accumulator converted by .to()
+            # dQ's accumulator (zeroed by the preprocess) and D in one allocation (DqScratch); dQ is the
+            # accumulator converted by .to()
             dq_acc, delta = self.scratch.make(q.device)
-            if self.ws.makes_delta:
-                dq_acc.zero_()
-            else:
-                self.pre((o, do, delta, dq_acc, *self.pre_args))
-            cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, o, lse, delta, qk_scale, sm_scale)
+            self.pre((o, do, delta, dq_acc, *self.pre_args))
+            cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
             _set_last_bwd_config(cfg_kv, backward_ws.DQ_IN_ONE_PASS)
             return dq_acc.to(dtype=q.dtype), dk, dv  # dtype= by keyword: 1.7 against 2.3 us (the CPU machine)
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -259,7 +255,7 @@ class _BackwardPlan:
         inputs = (q, k, v, do, lse, delta, p if p is not None else lse)  # lse: never read without STORED_P
         sizes = (*self.sizes_a, qk_scale, sm_scale, *self.sizes_b)
         if self.ws is not None:
-            cfg_kv = self.ws.run((q, do, k, v, dk, dv), None, o, lse, delta, qk_scale, sm_scale)
+            cfg_kv = self.ws.run((q, do, k, v, dk, dv), None, lse, delta, qk_scale, sm_scale)
         else:
             assert self.dkdv is not None
             sq, sdo = self._streamed(self.dkdv, (q, do, k, v))[:2]

@@ -145,25 +145,16 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
     return cfg
 
 
-def smem_bytes(cfg: dict[str, Any], head_dim: int, d_in: bool = False) -> int:
+def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
     """K and V slices of every consumer, the ring of Q and dO tiles (16-bit) with their LSE and D rows (fp32);
-    ONE_PASS: two slots of dS and dQ's fp32 staging tiles; d_in: an O tile in every ring stage."""
+    ONE_PASS: two slots of dS and dQ's fp32 staging tiles."""
     ds = (
         2 * 2 * cfg["NUM_WG"] * KEYS * cfg["BLOCK_M"] + 4 * cfg["BLOCK_M"] * head_dim
         if cfg.get("ONE_PASS")
         else 0
     )
     stats = 2 * 4 * cfg["STAGES"] * cfg["BLOCK_M"]
-    tiles = 2 * cfg["NUM_WG"] * KEYS + (3 if d_in else 2) * cfg["STAGES"] * cfg["BLOCK_M"]
-    return 2 * head_dim * tiles + ds + stats
-
-
-def makes_delta(cfg: dict[str, Any], o: torch.Tensor) -> bool:
-    """Whether the one pass makes D = rowsum(dO * O) itself (the kernel's D_IN): its dQ warpgroup, from an O tile
-    in each ring stage, where those fit beside the rest (not at d = 128 with three stages) and O can be read by
-    TMA as Q is (contiguous, 16-byte aligned). Elsewhere the preprocess kernel reads O and dO from memory for it."""
-    fits = smem_bytes(cfg, o.shape[-1], True) <= flash_ws.SMEM_LIMIT
-    return bool(cfg.get("ONE_PASS")) and fits and o.is_contiguous() and o.data_ptr() % 16 == 0
+    return 2 * head_dim * (2 * cfg["NUM_WG"] * KEYS + 2 * cfg["STAGES"] * cfg["BLOCK_M"]) + ds + stats
 
 
 def supported(
@@ -216,13 +207,12 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
-        D_IN: gl.constexpr,
     ):
         """One warp: this consumer's K and V slices once, then Q, dO, LSE and D of each query block into ring
-        stage i % STAGES once every consumer has released it (empty[s]); D_IN: O in place of D."""
-        _, _, kd, vd, _, _, _ = descs
-        k_smem, v_smem, q_smem, _, _, _, _, _ = smem
-        kv_bar, _, _, _, _, _ = bars
+        stage i % STAGES once every consumer has released it (empty[s])."""
+        _, _, kd, vd, _, _ = descs
+        k_smem, v_smem, q_smem, _, _, _, _ = smem
+        kv_bar, _, _, _, _ = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -237,7 +227,7 @@ if HAVE_GLUON:
             for i in range(GROUP * walk[2]):
                 m, stat_row = _block(i, walk, nb, N_Q, BLOCK_M)
                 coord = _packed_box(i, m, walk, q_row, BLOCK_M, HEAD_DIM)
-                _load_block(i, coord, stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True, D_IN)
+                _load_block(i, coord, stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True)
             return
         nb, bkv = _program()
         n0 = nb * BLOCK_N
@@ -248,7 +238,7 @@ if HAVE_GLUON:
         walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
         for i in range(GROUP * walk[2]):
             row = _block(i, walk, nb, N_Q, BLOCK_M)[1]
-            _load_block(i, (row, 0), row, 0, descs, smem, bars, False, D_IN)
+            _load_block(i, (row, 0), row, 0, descs, smem, bars, False)
 
     @gluon.jit
     def _program():
@@ -307,9 +297,7 @@ if HAVE_GLUON:
         return q_row + m * BLOCK_M, (walk[0] + i // walk[2]) * HEAD_DIM
 
     @gluon.jit
-    def _load_block(
-        i, coord, stat_row, rows_left, descs, smem, bars, VARLEN: gl.constexpr, D_IN: gl.constexpr
-    ):
+    def _load_block(i, coord, stat_row, rows_left, descs, smem, bars, VARLEN: gl.constexpr):
         """Q and dO of the program's i-th query block (its box at `coord` of Q's and dO's descriptors) by TMA, its
         LSE and D (from `stat_row` of [B * H, N_Q]) by the warp's loads, into ring stage i % STAGES once every
         consumer has released it (empty[s]). VARLEN: the rows from rows_left on are past the document (another
@@ -319,9 +307,9 @@ if HAVE_GLUON:
         from shared memory where they use them: loaded from global memory into their registers ahead of a
         matmul's wait (16 values of each per thread), they cost the consumers' loop its spills at d = 128 and
         the backward 4-13% of its time on an H100 (docs/kernels.md, the backward)."""
-        qd, dod, _, _, LSE, DELTA, od = descs
-        _, _, q_smem, do_smem, _, _, stats, o_smem = smem
-        _, ready, empty, _, _, _ = bars
+        qd, dod, _, _, LSE, DELTA = descs
+        _, _, q_smem, do_smem, _, _, stats = smem
+        _, ready, empty, _, _ = bars
         STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         rows: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
@@ -330,22 +318,17 @@ if HAVE_GLUON:
         if VARLEN:
             inside = gl.arange(0, BLOCK_M, rows) < rows_left
             lse = gl.load(LSE + offs, mask=inside, other=float("inf"))
-            if not D_IN:
-                delta = gl.load(DELTA + offs, mask=inside, other=0.0)
+            delta = gl.load(DELTA + offs, mask=inside, other=0.0)
         else:
             lse = gl.load(LSE + offs)
-            if not D_IN:
-                delta = gl.load(DELTA + offs)
+            delta = gl.load(DELTA + offs)
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
         stats.index(s).store(lse)
-        if not D_IN:
-            stats.index(STAGES + s).store(delta)
+        stats.index(STAGES + s).store(delta)
         gl.thread_barrier()  # every lane's stores before the arrive below
-        mbarrier.expect(ready.index(s), (3 if D_IN else 2) * qd.block_type.nbytes)
+        mbarrier.expect(ready.index(s), 2 * qd.block_type.nbytes)
         tma.async_copy_global_to_shared(qd, coord, ready.index(s), q_smem.index(s))
         tma.async_copy_global_to_shared(dod, coord, ready.index(s), do_smem.index(s))
-        if D_IN:  # O of the block, for the dQ warpgroup's D (_make_delta)
-            tma.async_copy_global_to_shared(od, coord, ready.index(s), o_smem.index(s))
 
     @gluon.jit
     def _probs(
@@ -375,14 +358,13 @@ if HAVE_GLUON:
         CAUSAL: gl.constexpr,
         ONE_PASS: gl.constexpr,
         VARLEN: gl.constexpr,
-        D_IN: gl.constexpr,
     ):
         """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of the program's block. Each query block's matmuls
         are waited for within its step: issuing the next block's S^T and dP^T behind this block's dK (software
         pipelining) measured slower on an H100 (docs/kernels.md, the backward). ONE_PASS: it also stores its
         dS slice [BLOCK_M, 64] to slot i % 2 of ds_smem for the dQ warpgroup (_dq_partition)."""
-        k_smem, v_smem, q_smem, do_smem, ds_smem, _, stats, o_smem = smem
-        kv_bar, ready, empty, ds_full, ds_free, d_ready = bars
+        k_smem, v_smem, q_smem, do_smem, ds_smem, _, stats = smem
+        kv_bar, ready, empty, ds_full, ds_free = bars
         dkd, dvd, qk_scale, sm_scale = io
         H, GROUP, N_Q, N_K = sched
         STAGES: gl.constexpr = q_smem.shape[0]
@@ -461,8 +443,6 @@ if HAVE_GLUON:
                 st = warpgroup_mma_wait(0, deps=[st])
                 lse = zero_cols if LINIT else stats.index(s).load(col_s)  # LINIT: in S^T already
                 pt = _probs(st, lse, qk_scale, m, keys, cols, causal_off, n_k, CAUSAL, KEY_END)
-                if D_IN:  # the dQ warpgroup's D of this block (_make_delta)
-                    mbarrier.wait(d_ready.index(s), (i // STAGES) & 1)
                 # dP^T - D from the matmul: its accumulator starts at -D. Loaded after dP^T's wait, D's 16 values
                 # came in one shared-memory load after another, each waited for by its subtraction (ptxas kept
                 # one register for them), on the step's critical path.
@@ -479,8 +459,6 @@ if HAVE_GLUON:
                 )
                 dv = warpgroup_mma(gl.convert_layout(pt.to(q.dtype), a_layout), do, dv, is_async=True)
                 dpt = warpgroup_mma_wait(1, deps=[dpt])  # dP^T is done, dV may not be
-                if D_IN:
-                    mbarrier.wait(d_ready.index(s), (i // STAGES) & 1)
                 delta = stats.index(STAGES + s).load(col_s)
                 dst = pt * (dpt - delta[None, :])
             dk = warpgroup_mma(gl.convert_layout(dst.to(q.dtype), a_layout), q, dk, is_async=True)
@@ -535,28 +513,6 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
-    def _make_delta(j, smem, bars):
-        """D = rowsum(dO * O) of the program's j-th query block, from ring stage j % STAGES once it has landed
-        (ready), into that stage's D row of `stats`, then d_ready: the dQ warpgroup makes it a block ahead of the
-        consumers, who read it at their dS^T, where a preprocess kernel read O and dO from memory once more."""
-        _, _, q_smem, do_smem, _, _, stats, o_smem = smem
-        _, ready, _, _, _, d_ready = bars
-        STAGES: gl.constexpr = q_smem.shape[0]
-        BLOCK_M: gl.constexpr = q_smem.shape[1]
-        HEAD_DIM: gl.constexpr = q_smem.shape[2]
-        ROWS: gl.constexpr = 16  # rows a step: 16 bf16 of dO and of O per thread
-        COLS: gl.constexpr = HEAD_DIM // 8  # threads across a row, 8 columns (16 bytes) each
-        tile: gl.constexpr = gl.BlockedLayout([1, 8], [32 // COLS, COLS], [4, 1], [1, 0])
-        s = j % STAGES
-        mbarrier.wait(ready.index(s), (j // STAGES) & 1)
-        for r in gl.static_range(BLOCK_M // ROWS):
-            do = do_smem.index(s).slice(r * ROWS, ROWS, dim=0).load(tile).to(gl.float32)
-            o = o_smem.index(s).slice(r * ROWS, ROWS, dim=0).load(tile).to(gl.float32)
-            stats.index(STAGES + s).slice(r * ROWS, ROWS).store(gl.sum(do * o, axis=1))
-        gl.thread_barrier()  # every lane's stores before the arrive below
-        mbarrier.arrive(d_ready.index(s))
-
-    @gluon.jit
     def _dq_partition(
         smem,
         bars,
@@ -567,7 +523,6 @@ if HAVE_GLUON:
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
-        D_IN: gl.constexpr,
     ):
         """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
@@ -576,8 +531,8 @@ if HAVE_GLUON:
         layout (a head is a column block, as Q's), so its conversion reads it in order: a box that runs past the
         document adds the zero rows of dS K (_load_block) to the next document's rows (past the tensor, TMA
         drops them)."""
-        k_smem, _, q_smem, _, ds_smem, dq_smem, _, o_smem = smem
-        kv_bar, _, _, ds_full, ds_free, _ = bars
+        k_smem, _, q_smem, _, ds_smem, dq_smem, _ = smem
+        kv_bar, _, _, ds_full, ds_free = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -595,14 +550,7 @@ if HAVE_GLUON:
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
         mbarrier.wait(kv_bar, 0)
-        n = GROUP * walk[2]
-        if D_IN:
-            if n > 0:
-                _make_delta(0, smem, bars)
-        for i in range(n):
-            if D_IN:  # the next block's D, made while the consumers work on this one
-                if i + 1 < n:
-                    _make_delta(i + 1, smem, bars)
+        for i in range(GROUP * walk[2]):
             if VARLEN:
                 row, col = _packed_box(
                     i, _block(i, walk, spin, N_Q, BLOCK_M)[0], walk, q_row, BLOCK_M, HEAD_DIM
@@ -639,9 +587,8 @@ if HAVE_GLUON:
         dkd,  # dK out, as kd
         dvd,  # dV out, as kd
         dqd,  # ONE_PASS: the zeroed fp32 dQ that dQ is added into ([B * H * N_Q, D], block [BLOCK_M, 64]); else kd
-        od,  # D_IN: O, as qd; else qd
         LSE,  # [B, H, N_Q] fp32, log2-sum-exp2 from the forward
-        DELTA,  # [B, H, N_Q] fp32, rowsum(dO * O) (not D_IN)
+        DELTA,  # [B, H, N_Q] fp32, rowsum(dO * O)
         H,
         GROUP,  # H // H_KV
         N_Q,
@@ -666,9 +613,6 @@ if HAVE_GLUON:
         # [total, heads * D] (a head is a column block), dQ's accumulator too, the LSE's rows [H * total_q]; a
         # program is a key block of one document (_document)
         VARLEN: gl.constexpr,
-        # ONE_PASS: the dQ warpgroup makes D = rowsum(dO * O) of each query block from an O tile the producer
-        # loads beside Q and dO (_make_delta), where a preprocess kernel read O and dO from memory for it
-        D_IN: gl.constexpr,
     ):
         """One program per (NUM_WG * 64 keys, batch * K/V head); VARLEN: per (key block of a document, K/V
         head)."""
@@ -684,10 +628,6 @@ if HAVE_GLUON:
         else:
             ds_smem = q_smem  # unused
             dq_smem = q_smem
-        if D_IN:
-            o_smem = gl.allocate_shared_memory(od.dtype, [STAGES, BLOCK_M, HEAD_DIM], od.layout)
-        else:
-            o_smem = q_smem  # unused
         # LSE of ring stage s in row s, D in row STAGES + s
         stats = gl.allocate_shared_memory(
             gl.float32, [2 * STAGES, BLOCK_M], gl.SwizzledSharedLayout(1, 1, 1, [0])
@@ -709,17 +649,10 @@ if HAVE_GLUON:
         else:
             ds_full = empty  # unused
             ds_free = empty
-        # D_IN: the D row of stage s is made (d_ready[s]), by the dQ warpgroup
-        if D_IN:
-            d_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-            for i in gl.static_range(STAGES):
-                mbarrier.init(d_ready.index(i), count=1)
-        else:
-            d_ready = ready  # unused
         fence_async_shared()
-        descs = (qd, dod, kd, vd, LSE, DELTA, od)
-        smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, stats, o_smem)
-        bars = (kv_bar, ready, empty, ds_full, ds_free, d_ready)
+        descs = (qd, dod, kd, vd, LSE, DELTA)
+        smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, stats)
+        bars = (kv_bar, ready, empty, ds_full, ds_free)
         io = (dkd, dvd, qk_scale, sm_scale)
         sched = (H, GROUP, N_Q, N_K)
         if VARLEN:  # each consumer's (k_row, n_k) for its epilogue
@@ -730,10 +663,10 @@ if HAVE_GLUON:
         if ONE_PASS:  # a fourth warpgroup: dQ
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, D_IN)),
-                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, D_IN)),
-                    (_dq_partition, (smem, bars, dqd, sched, docs, sm_scale, BLOCK_N, CAUSAL, VARLEN, D_IN)),
-                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN, D_IN)),
+                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_dq_partition, (smem, bars, dqd, sched, docs, sm_scale, BLOCK_N, CAUSAL, VARLEN)),
+                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, DQ_REGS, PRODUCER_REGS],
@@ -741,9 +674,9 @@ if HAVE_GLUON:
         else:  # the producer is one warp
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, False)),
-                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, False)),
-                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN, False)),
+                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
@@ -799,15 +732,12 @@ class DkdvPlan:
     """The Gluon dK/dV pass's launch plan for one input signature (`supported` passed): the grid, the
     compile-time arguments, the descriptors' layouts; run() launches (launch.KernelCall)."""
 
-    def __init__(
-        self, q: torch.Tensor, k: torch.Tensor, o: torch.Tensor, causal: bool, cfg: dict[str, Any]
-    ) -> None:
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, causal: bool, cfg: dict[str, Any]) -> None:
         B, H, Nq, D = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
         dt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
         bm, num_wg = cfg["BLOCK_M"], cfg["NUM_WG"]
         self.one_pass = bool(cfg.get("ONE_PASS"))
-        self.makes_delta = makes_delta(cfg, o)
         self.q_block, self.kv_block = [bm, D], [KEYS, D]
         self.q_layout = gl.NVMMASharedLayout.get_default_for(self.q_block, dt)
         self.kv_layout = gl.NVMMASharedLayout.get_default_for(self.kv_block, dt)
@@ -815,7 +745,7 @@ class DkdvPlan:
         self.dq_layout = dq_layout()
         self.sizes = (H, H // Hkv, Nq, Nk)
         num_n = cdiv(Nk, num_wg * KEYS)
-        constexprs = {**kernel_constexprs(cfg, D, causal), "D_IN": self.makes_delta, **NOT_VARLEN}
+        constexprs = {**kernel_constexprs(cfg, D, causal), **NOT_VARLEN}
         self.call = KernelCall(_bwd_dkdv_ws, (num_n, B * Hkv), constexprs, {"num_warps": 4})
         self.config = reported_config(cfg)
 
@@ -823,27 +753,20 @@ class DkdvPlan:
         self,
         tensors: tuple[torch.Tensor, ...],
         dq_acc: torch.Tensor | None,
-        o: torch.Tensor,
         lse: torch.Tensor,
         delta: torch.Tensor,
         qk_scale: float,
         sm_scale: float,
     ) -> dict[str, Any]:
-        """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: the zeroed fp32 dQ (ONE_PASS) or None; o: the
-        forward's output, contiguous (read where the kernel makes D, `makes_delta`); delta: D (read where it
-        does not). Returns the config as a row reports it."""
+        """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: the zeroed fp32 dQ (ONE_PASS) or None. Returns the
+        config as a row reports it."""
         rest = (lse, delta, *self.sizes, qk_scale, sm_scale)
-        views = (
-            *tensors,
-            dq_acc if dq_acc is not None else tensors[2],
-            o if self.makes_delta else tensors[0],
-        )
+        views = (*tensors, dq_acc if dq_acc is not None else tensors[2])
         descs: tuple[Any, ...] = views  # once compiled, the descriptors' tensors (launch.KernelCall)
         if not self.call.direct:
             D = self.q_block[1]
             blocks = [(self.q_block, self.q_layout)] * 2 + [(self.kv_block, self.kv_layout)] * 4
             blocks.append((self.dq_block, self.dq_layout) if self.one_pass else blocks[2])
-            blocks.append(blocks[0])  # O, as Q
             descs = tuple(
                 TensorDescriptor.from_tensor(t.view(-1, D), block, layout)
                 for t, (block, layout) in zip(views, blocks, strict=True)

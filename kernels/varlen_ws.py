@@ -311,13 +311,7 @@ class BackwardPlan:
         self.pre = KernelCall(
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
-        # O has q's shape: where q's config lets the kernel make D, O is read as q is (run() sees to its layout)
-        self.makes_delta = backward_ws.makes_delta(cfg, q)
-        constexprs = {
-            **backward_ws.kernel_constexprs(cfg, D, causal),
-            "VARLEN": True,
-            "D_IN": self.makes_delta,
-        }
+        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": True}
         grid = (document_walk(Tk, docs, block_n), Hkv)
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
@@ -339,17 +333,10 @@ class BackwardPlan:
         H, _, Tq, _ = self.sizes
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         dq_acc, delta = self.scratch.make(q.device)
-        if self.makes_delta:  # the kernel makes D from O: the accumulator is zeroed alone
-            if not o.is_contiguous() or o.data_ptr() % 16:
-                o = o.clone(memory_format=torch.contiguous_format)
-            dq_acc.zero_()
-        else:
-            strides = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
-            self.pre((o, do, delta, dq_acc, *strides, H, Tq))
-        # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator and O too
-        views = tuple(
-            t.view(t.shape[0], -1) for t in (q, do, k, v, dk, dv, dq_acc, o if self.makes_delta else q)
-        )
+        strides = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
+        self.pre((o, do, delta, dq_acc, *strides, H, Tq))
+        # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator too
+        views = tuple(t.view(t.shape[0], -1) for t in (q, do, k, v, dk, dv, dq_acc))
         rest = (lse, delta, *self.sizes, sm_scale * LOG2E, sm_scale, cu_q, cu_k, self.docs, dk, dv)
         flash_ws.launch(self, views, rest, lambda: self._descriptors(views))
         return dq_acc.to(dtype=q.dtype), dk, dv, self.config
@@ -358,8 +345,4 @@ class BackwardPlan:
         q_block, kv_block, dq_block = self.blocks
         rows = (q_block, q_block, kv_block, kv_block, kv_block, kv_block)
         descs = tuple(flash_ws._descriptor(t, block) for t, block in zip(views, rows, strict=False))
-        return (
-            *descs,
-            backward_ws.dq_descriptor(views[6], dq_block),
-            flash_ws._descriptor(views[7], q_block),
-        )
+        return (*descs, backward_ws.dq_descriptor(views[-1], dq_block))
