@@ -388,8 +388,9 @@ if HAVE_GLUON:
             # The epilogue's place in the batch kept in shared memory through the loop: in registers it cost the
             # second consumer loads from local memory in every step, and found again at the end it put a round
             # trip to memory before every program's stores (docs/kernels.md, packed documents).
+            _, _, _, DK, DV, doc_smem = docs
             pair = gl.arange(0, 2, two)
-            docs[5].index(WG).store(gl.where(pair == 0, k_row, n_k))
+            doc_smem.index(WG).store(gl.where(pair == 0, k_row, n_k))
         else:
             nb, bkv = _program()
             n0 = nb * BLOCK_N
@@ -480,7 +481,6 @@ if HAVE_GLUON:
             # A TMA store stops only at the tensor's end: the warpgroup whose keys run past the document's last
             # (at most one per document and K/V head) stores its rows inside it through masked pointer stores
             # (none where all its keys lie past it); the others by TMA.
-            _, _, _, DK, DV, doc_smem = docs
             kept = doc_smem.index(WG).load(two)
             k_row = gl.sum(gl.where(pair == 0, kept, 0), 0)
             n_k = gl.sum(gl.where(pair == 1, kept, 0), 0)
