@@ -76,8 +76,10 @@ def _bwd_preprocess(
     O,  # [B, H, N_Q, D] forward output
     DO,  # [B, H, N_Q, D] gradient of the output
     DELTA,  # [B, H, N_Q] fp32 contiguous, out: rowsum(dO * O)
-    DQ_ACC,  # B * H * N_Q rows of D fp32, contiguous (any order of them), out with ZERO_DQ: zeros (the one-pass
-    # backward adds dQ into it)
+    DQ_ACC,  # [B, H, N_Q, D] fp32 at the strides below, unit stride in D; out with ZERO_DQ: zeros (the one-pass
+    # backward adds dQ into it) in the rows of the query heads of units (b * H + h) // GROUP < ZERO_UNITS, the rest
+    # its dK/dV kernel zeroes (backward_ws._zero_issue)
+    ZQ,  # with ZERO_DQ: int32 [units], out: zeros (the dK/dV kernel's counts of the units it zeroed)
     stride_oz,
     stride_oh,
     stride_om,
@@ -86,6 +88,11 @@ def _bwd_preprocess(
     stride_dom,
     H,  # query heads
     N_Q,  # query length
+    stride_ab,
+    stride_ah,
+    stride_am,
+    GROUP,  # query heads per K/V head
+    ZERO_UNITS,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     ZERO_DQ: tl.constexpr,
@@ -109,10 +116,17 @@ def _bwd_preprocess(
     )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
-    if ZERO_DQ:  # the rows this program owns: one launch fewer than a separate memset
-        rows = pid_bh.to(tl.int64) * N_Q + offs_m
-        zeros = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-        tl.store(DQ_ACC + rows[:, None] * HEAD_DIM + offs_d[None, :], zeros, mask=row_ok)
+    if ZERO_DQ and pid_m == 0:
+        tl.store(ZQ + pid_bh // GROUP, 0)  # each unit's count, by its heads' first programs
+    if ZERO_DQ and pid_bh // GROUP < ZERO_UNITS:  # the rows this program owns: one launch fewer than a memset
+        acc = (
+            DQ_ACC
+            + b * stride_ab
+            + h * stride_ah
+            + offs_m[:, None].to(tl.int64) * stride_am
+            + offs_d[None, :]
+        )
+        tl.store(acc, tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32), mask=row_ok)
 
 
 class DqScratch:
@@ -169,7 +183,9 @@ class _BackwardPlan:
         self.one_pass = self.ws is not None and self.ws.one_pass
         self.scratch = DqScratch((B, H, Nq, D), self.delta_shape)  # the one pass's dQ accumulator and D
         pre_m = 64
-        self.pre_args = (*row_strides(o, do), H, Nq)
+        ahead = self.ws.ahead if self.one_pass and self.ws is not None else 0
+        # dQ's accumulator [B, H, Nq, D]; the preprocess zeroes the units below the dK/dV kernel's distance
+        self.pre_args = (*row_strides(o, do), H, Nq, H * Nq * D, Nq * D, D, H // Hkv, ahead)
         pre_constexprs = {"HEAD_DIM": D, "BLOCK_M": pre_m, "ZERO_DQ": self.one_pass}
         self.pre = KernelCall(_bwd_preprocess, (cdiv(Nq, pre_m), B * H), pre_constexprs, {})
         self.tma = use_tma(q, k, v, do)
@@ -245,13 +261,13 @@ class _BackwardPlan:
             # dQ's accumulator (zeroed by the preprocess) and D in one allocation (DqScratch); dQ is the
             # accumulator converted by .to()
             dq_acc, delta = self.scratch.make(q.device)
-            self.pre((o, do, delta, dq_acc, *self.pre_args))
+            self.pre((o, do, delta, dq_acc, self.ws.counts.on(q.device), *self.pre_args))
             cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
             _set_last_bwd_config(cfg_kv, backward_ws.DQ_IN_ONE_PASS)
             return dq_acc.to(dtype=q.dtype), dk, dv  # dtype= by keyword: 1.7 against 2.3 us (the CPU machine)
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         delta = torch.empty(size=self.delta_shape, dtype=torch.float32, device=q.device)
-        self.pre((o, do, delta, delta, *self.pre_args))  # DQ_ACC unused
+        self.pre((o, do, delta, delta, delta, *self.pre_args))  # DQ_ACC, ZQ unused
         inputs = (q, k, v, do, lse, delta, p if p is not None else lse)  # lse: never read without STORED_P
         sizes = (*self.sizes_a, qk_scale, sm_scale, *self.sizes_b)
         if self.ws is not None:

@@ -79,6 +79,9 @@ CONFIG_KEYS = {
     "NUM_WG": (2,),
     "STAGES": (2, 3),
     "ONE_PASS": (0, 1),
+    # ONE_PASS: the grid rows ahead whose dQ accumulator a program zeroes (_zero_issue); 0: the preprocess zeroes
+    # it all. Unset: zero_ahead's pick
+    "ZERO_AHEAD": None,
     # reported with the config (derived from NUM_WG and ONE_PASS), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1, 4 * 2 + 4 + 1),
@@ -138,6 +141,8 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
                 f"gluon-ws backward config: unknown key {key!r} (allowed: {sorted(CONFIG_KEYS)})"
             )
         allowed = CONFIG_KEYS[key]
+        if key == "ZERO_AHEAD" and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
+            raise ValueError(f"gluon-ws backward config: ZERO_AHEAD={val!r} must be an int >= 0")
         if allowed is not None and val not in allowed:
             raise ValueError(f"gluon-ws backward config: {key}={val!r} must be one of {list(allowed)}")
         if key not in ("kernel", "BLOCK_N", "num_warps"):
@@ -145,9 +150,51 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
     return cfg
 
 
+# Where the one pass zeroes dQ's accumulator itself by default (_zero_issue), by (head dim, causal): from this key
+# length (packed documents: the bucket of the longest). At d = 128 causal N = 1024 its dK/dV kernel took 1.12x the
+# time, more than the preprocess saved (docs/kernels.md, the backward).
+ZERO_MIN_SEQ: dict[tuple[int, bool], int] = {
+    (64, False): 0,
+    (64, True): 0,
+    (128, False): 0,
+    (128, True): 2048,
+}
+
+
+def zero_ahead(parts: int, units: int, sms: int, forced: int | None = None, on: bool = True) -> int:
+    """_zero_issue's distance for a grid [parts, units]: the fewest grid rows whose programs fill the SMs twice,
+    plus one (the programs that zero a unit's accumulator, at the end of their walks, then start two waves of the
+    SMs before the unit's own), or `forced` (0: none), where `on` (else none); at most `units`: the preprocess
+    zeroes the rows below it."""
+    if forced is not None:
+        return min(forced or units, units)
+    return min(cdiv(2 * sms, parts) + 1, units) if on else units
+
+
+def zeroes_ahead(head_dim: int, causal: bool, longest: int) -> bool:
+    """Whether the one pass zeroes dQ's accumulator itself by default at this key length (ZERO_MIN_SEQ)."""
+    least = ZERO_MIN_SEQ.get((head_dim, bool(causal)))
+    return least is not None and longest >= least
+
+
 def smem_bytes(cfg: dict[str, Any], head_dim: int) -> int:
     """K and V slices of every consumer, the ring of Q and dO tiles (16-bit) with their LSE and D rows (fp32);
-    ONE_PASS: two slots of dS and dQ's fp32 staging tiles."""
+    ONE_PASS: two slots of dS and dQ's fp32 staging tiles, and _zero_issue's zero box where it fits."""
+    return _smem_base(cfg, head_dim) + (ZERO_BOX * cfg["BLOCK_M"] if zero_box(cfg, head_dim) else 0)
+
+
+# _zero_issue's zero box: [BLOCK_M, 32] fp32, bytes per row
+ZERO_BOX = 4 * 32
+
+
+def zero_box(cfg: dict[str, Any], head_dim: int) -> bool:
+    """Whether the one pass zeroes dQ's accumulator itself (_zero_issue): its zero box fits beside the rest (not
+    with three stages at d = 128); else the preprocess zeroes all of it."""
+    fits = _smem_base(cfg, head_dim) + ZERO_BOX * cfg["BLOCK_M"] <= flash_ws.SMEM_LIMIT
+    return bool(cfg.get("ONE_PASS")) and fits
+
+
+def _smem_base(cfg: dict[str, Any], head_dim: int) -> int:
     ds = (
         2 * 2 * cfg["NUM_WG"] * KEYS * cfg["BLOCK_M"] + 4 * cfg["BLOCK_M"] * head_dim
         if cfg.get("ONE_PASS")
@@ -204,20 +251,23 @@ if HAVE_GLUON:
         bars,
         sched,
         docs,
+        zero,  # ZERO: _zero_issue's
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
+        ZERO: gl.constexpr,  # ONE_PASS: zero a later unit's dQ accumulator (_zero_issue)
     ):
         """One warp: this consumer's K and V slices once, then Q, dO, LSE and D of each query block into ring
-        stage i % STAGES once every consumer has released it (empty[s])."""
+        stage i % STAGES once every consumer has released it (empty[s]). ZERO: with the first stages loading,
+        its part of a later unit's dQ accumulator (_zero_issue), counted before the next stage's load."""
         _, _, kd, vd, _, _ = descs
         k_smem, v_smem, q_smem, _, _, _, _ = smem
         kv_bar, _, _, _, _ = bars
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
+        HEAD_DIM: gl.constexpr = q_smem.shape[2]
         if VARLEN:  # [total, heads * D]: a head is a column block
-            HEAD_DIM: gl.constexpr = q_smem.shape[2]
             nb, kv_h, k_row, _, q_row, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
             mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
             for w in gl.static_range(NUM_WG):
@@ -228,6 +278,9 @@ if HAVE_GLUON:
                 m, stat_row = _block(i, walk, nb, N_Q, BLOCK_M)
                 coord = _packed_box(i, m, walk, q_row, BLOCK_M, HEAD_DIM)
                 _load_block(i, coord, stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True)
+            if ZERO:  # its last stages loading, the consumers have steps to go
+                _zero_issue(zero, sched, BLOCK_M, HEAD_DIM, True)
+                _zero_count(zero)
             return
         nb, bkv = _program()
         n0 = nb * BLOCK_N
@@ -239,6 +292,9 @@ if HAVE_GLUON:
         for i in range(GROUP * walk[2]):
             row = _block(i, walk, nb, N_Q, BLOCK_M)[1]
             _load_block(i, (row, 0), row, 0, descs, smem, bars, False)
+        if ZERO:  # its last stages loading, the consumers have steps to go
+            _zero_issue(zero, sched, BLOCK_M, HEAD_DIM, False)
+            _zero_count(zero)
 
     @gluon.jit
     def _program():
@@ -513,6 +569,83 @@ if HAVE_GLUON:
         tma.store_wait(0)
 
     @gluon.jit
+    def _bulk_writes_done():
+        """Wait until this thread's TMA stores have written global memory (cp.async.bulk.wait_group, where
+        tma.store_wait waits only for their reads of shared memory), and order them before its later accesses
+        through either proxy (fence.proxy.async)."""
+        gl.inline_asm_elementwise(
+            "cp.async.bulk.wait_group 0;\nfence.proxy.async.global;\nmov.u32 $0, 0;",
+            "=r",
+            [],
+            gl.int32,
+            False,
+            1,
+        )
+
+    @gluon.jit
+    def _zero_issue(zero, sched, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, VARLEN: gl.constexpr):
+        """dQ's accumulator zeroed ZERO_AHEAD grid rows ahead of the programs that add into it, by the programs
+        themselves (their producer warps' TMA stores), where the preprocess, a bandwidth-bound kernel, zeroed all
+        of it. A grid row (a unit) holds the programs of one batch and K/V head (VARLEN: of one K/V head), and
+        they add dQ into a region of their own: the rows of its GROUP query heads (VARLEN: every row of their
+        columns). Program (p, u) zeroes part p of unit u + AHEAD's region (its 64-row boxes split evenly over the
+        unit's programs) from a zero tile; _zero_count counts them once written, and _zero_wait holds a unit's
+        reduce-adds until its count is whole. The units below AHEAD are zeroed by the preprocess."""
+        dqd, zero_smem, ZQ, AHEAD = zero
+        H, GROUP, N_Q, N_K = sched
+        part = gl.program_id(0)
+        parts = gl.num_programs(0)
+        target = gl.program_id(1) + AHEAD
+        if target < gl.num_programs(1):
+            if VARLEN:
+                rows = N_Q
+                cols = GROUP * HEAD_DIM
+                row0 = 0
+                col0 = target * cols
+            else:
+                rows = GROUP * N_Q
+                cols = HEAD_DIM
+                row0 = target * rows
+                col0 = 0
+            # the zero tile, 8 rows at a time (one warp)
+            eight: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [1, 1], [1, 0])
+            for r in gl.static_range(0, BLOCK_M, 8):
+                zero_smem.slice(r, 8).store(gl.zeros([8, 32], gl.float32, eight))
+            fence_async_shared()
+            boxes = gl.cdiv(rows, BLOCK_M)
+            across = cols // 32
+            for t in range(part * boxes // parts * across, (part + 1) * boxes // parts * across):
+                tma.async_copy_shared_to_global(
+                    dqd, [row0 + t // across * BLOCK_M, col0 + t % across * 32], zero_smem
+                )
+
+    @gluon.jit
+    def _zero_count(zero):
+        """_zero_issue's stores counted (ZQ[its unit], release) once they have written global memory."""
+        _, _, ZQ, AHEAD = zero
+        target = gl.program_id(1) + AHEAD
+        if target < gl.num_programs(1):
+            _bulk_writes_done()
+            gl.thread_barrier()
+            gl.atomic_add(ZQ + target, 1, sem="release", scope="gpu")
+
+    @gluon.jit
+    def _zero_wait(zero):
+        """Before the program's first reduce-add: its unit's accumulator zeroed (_zero_issue), by the preprocess
+        below AHEAD, else by unit u - AHEAD's programs, whose count this waits for (acquire; the preprocess sets
+        the counts to 0 before each launch). The grid starts in order, so those programs started at least AHEAD -
+        1 units of programs before this one (zero_ahead puts that past a wave of the SMs) and zeroed in their first
+        steps: the wait is one read."""
+        _, _, ZQ, AHEAD = zero
+        unit = gl.program_id(1)
+        if unit >= AHEAD:
+            parts = gl.num_programs(0)
+            seen = gl.atomic_add(ZQ + unit, 0, sem="acquire", scope="gpu")
+            while seen < parts:
+                seen = gl.atomic_add(ZQ + unit, 0, sem="acquire", scope="gpu")
+            _bulk_writes_done()  # the zeros ordered before this program's reduce-adds (the async proxy)
+
+    @gluon.jit
     def _dq_partition(
         smem,
         bars,
@@ -520,9 +653,11 @@ if HAVE_GLUON:
         sched,
         docs,
         sm_scale,
+        zero,  # (dqd, zero tile, ZQ, AHEAD): _zero_issue's
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
+        ZERO: gl.constexpr,  # _zero_issue zeroes the accumulator: wait for it (_zero_wait)
     ):
         """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
@@ -545,7 +680,9 @@ if HAVE_GLUON:
         else:
             walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
             spin = _program()[0]
-        zero = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
+        if ZERO:
+            _zero_wait(zero)
+        acc0 = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
@@ -561,7 +698,7 @@ if HAVE_GLUON:
             slot = i % 2
             mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
             for c in gl.static_range(HEAD_DIM // 64):
-                dq = zero
+                dq = acc0
                 for w in gl.static_range(NUM_WG):
                     kc = k_smem.index(w)._reinterpret(k_smem.dtype, [HEAD_DIM // 64, 64, 64], k_cols).index(c)
                     dq = warpgroup_mma(ds_smem.index(slot * NUM_WG + w), kc, dq, use_acc=w > 0, is_async=True)
@@ -595,6 +732,8 @@ if HAVE_GLUON:
         N_K,
         qk_scale,  # sm_scale * log2(e)
         sm_scale,
+        ZQ,  # ZERO: int32 [grid rows], zeroed by the preprocess: _zero_issue's counts
+        AHEAD,  # ONE_PASS: _zero_issue's distance in grid rows (the grid's rows: the preprocess zeroes it all)
         CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
         CU_K,  # VARLEN: the same for the keys; else None
         NUM_DOCS,  # VARLEN: documents; else None
@@ -606,6 +745,7 @@ if HAVE_GLUON:
         STAGES: gl.constexpr,
         CAUSAL: gl.constexpr,
         ONE_PASS: gl.constexpr,  # a third warpgroup adds dQ = dS K into dqd's tensor (_dq_partition)
+        ZERO: gl.constexpr,  # ONE_PASS: the programs zero dQ's accumulator AHEAD grid rows on (_zero_issue)
         CONSUMER_REGS: gl.constexpr,
         PRODUCER_REGS: gl.constexpr,
         DQ_REGS: gl.constexpr,
@@ -625,9 +765,14 @@ if HAVE_GLUON:
             ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, 64], qd.dtype)
             ds_smem = gl.allocate_shared_memory(qd.dtype, [2 * NUM_WG, BLOCK_M, 64], ds_layout)
             dq_smem = gl.allocate_shared_memory(gl.float32, [HEAD_DIM // 64, BLOCK_M, 64], dqd.layout)
+            if ZERO:
+                zero_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M, 32], dqd.layout)  # _zero_issue's
+            else:
+                zero_smem = dq_smem  # unused
         else:
             ds_smem = q_smem  # unused
             dq_smem = q_smem
+            zero_smem = q_smem
         # LSE of ring stage s in row s, D in row STAGES + s
         stats = gl.allocate_shared_memory(
             gl.float32, [2 * STAGES, BLOCK_M], gl.SwizzledSharedLayout(1, 1, 1, [0])
@@ -660,13 +805,17 @@ if HAVE_GLUON:
         else:
             doc_smem = stats  # unused
         docs = (CU_Q, CU_K, NUM_DOCS, DK, DV, doc_smem)
+        zero = (dqd, zero_smem, ZQ, AHEAD)
         if ONE_PASS:  # a fourth warpgroup: dQ
             gl.warp_specialize(
                 [
                     (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
                     (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
-                    (_dq_partition, (smem, bars, dqd, sched, docs, sm_scale, BLOCK_N, CAUSAL, VARLEN)),
-                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN)),
+                    (
+                        _dq_partition,
+                        (smem, bars, dqd, sched, docs, sm_scale, zero, BLOCK_N, CAUSAL, VARLEN, ZERO),
+                    ),
+                    (_producer, (descs, smem, bars, sched, docs, zero, BLOCK_N, CAUSAL, VARLEN, ZERO)),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, DQ_REGS, PRODUCER_REGS],
@@ -676,7 +825,7 @@ if HAVE_GLUON:
                 [
                     (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
                     (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
-                    (_producer, (descs, smem, bars, sched, docs, BLOCK_N, CAUSAL, VARLEN)),
+                    (_producer, (descs, smem, bars, sched, docs, zero, BLOCK_N, CAUSAL, VARLEN, False)),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
@@ -704,6 +853,7 @@ def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool) -> dict[
         "STAGES": cfg["STAGES"],
         "CAUSAL": bool(causal),
         "ONE_PASS": one_pass,
+        "ZERO": zero_box(cfg, head_dim),
         "CONSUMER_REGS": ONE_PASS_REGS[0] if one_pass else CONSUMER_REGS,
         "PRODUCER_REGS": PRODUCER_REGS,
         "DQ_REGS": ONE_PASS_REGS[1],
@@ -728,6 +878,20 @@ def dq_descriptor(acc: torch.Tensor, block: list[int]) -> Any:
     return TensorDescriptor.from_tensor(acc, block, dq_layout())
 
 
+class ZeroCounts:
+    """_zero_issue's counts for one launch plan, int32 [units], made once per device; the preprocess sets them to
+    0 before each launch (so launches of one plan must not overlap on two streams)."""
+
+    def __init__(self, units: int) -> None:
+        self.units = units
+        self.counts: torch.Tensor | None = None
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        if self.counts is None or self.counts.device != device:
+            self.counts = torch.zeros(self.units, dtype=torch.int32, device=device)
+        return self.counts
+
+
 class DkdvPlan:
     """The Gluon dK/dV pass's launch plan for one input signature (`supported` passed): the grid, the
     compile-time arguments, the descriptors' layouts; run() launches (launch.KernelCall)."""
@@ -748,6 +912,12 @@ class DkdvPlan:
         constexprs = {**kernel_constexprs(cfg, D, causal), **NOT_VARLEN}
         self.call = KernelCall(_bwd_dkdv_ws, (num_n, B * Hkv), constexprs, {"num_warps": 4})
         self.config = reported_config(cfg)
+        units = B * Hkv
+        sms = flash_ws._sm_count(q.device.index or 0) if q.is_cuda else 132
+        zeroes = constexprs["ZERO"]
+        on = zeroes_ahead(D, causal, Nk)
+        self.ahead = zero_ahead(num_n, units, sms, cfg.get("ZERO_AHEAD"), on) if zeroes else units
+        self.counts = ZeroCounts(units)
 
     def run(
         self,
@@ -760,7 +930,8 @@ class DkdvPlan:
     ) -> dict[str, Any]:
         """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: the zeroed fp32 dQ (ONE_PASS) or None. Returns the
         config as a row reports it."""
-        rest = (lse, delta, *self.sizes, qk_scale, sm_scale)
+        zq = self.counts.on(lse.device) if self.one_pass else lse  # lse: never read without ONE_PASS
+        rest = (lse, delta, *self.sizes, qk_scale, sm_scale, zq, self.ahead)
         views = (*tensors, dq_acc if dq_acc is not None else tensors[2])
         descs: tuple[Any, ...] = views  # once compiled, the descriptors' tensors (launch.KernelCall)
         if not self.call.direct:

@@ -196,7 +196,7 @@ class _Backward(_Plan):
         self.gluon: varlen_ws.BackwardPlan | None = None
         if gluon:
             self.gluon = _gluon_plan(
-                lambda: varlen_ws.BackwardPlan(q, k, v, do, docs, causal, config, window)
+                lambda: varlen_ws.BackwardPlan(q, k, v, do, docs, causal, config, window, bucket)
             )
             return
         (Tq, Tk), (H, Hkv, _) = self.sizes, self.heads
@@ -244,7 +244,24 @@ class _Backward(_Plan):
         dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
         delta = torch.empty(size=self.lse_shape, dtype=torch.float32, device=q.device)
         q4, k4, v4, o4, do4 = (_packed(t) for t in (q, k, v, o, do))
-        self.pre((o4, do4, delta, delta, *_strides(o), *_strides(do), self.heads[0], self.sizes[0]))
+        self.pre(
+            (
+                o4,
+                do4,
+                delta,
+                delta,
+                delta,
+                *_strides(o),
+                *_strides(do),
+                self.heads[0],
+                self.sizes[0],
+                0,
+                0,
+                0,
+                1,
+                0,
+            )
+        )
         inputs = (q4, k4, v4, do4, lse, delta, lse)  # P: never read without STORED_P
         strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do), 0, 0, 0, 0)
         sizes = (*self.sizes, sm_scale * LOG2E, sm_scale, *self.tail, cu_q, cu_k, self.docs)

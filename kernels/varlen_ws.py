@@ -297,7 +297,9 @@ class BackwardPlan:
         causal: bool,
         config: dict[str, Any] | None,
         window: tuple[int, int] | None = None,
+        longest: int = 0,
     ) -> None:
+        """longest: the longest document's length bucket (backward_ws.ZERO_MIN_SEQ)."""
         D = q.shape[-1]
         cfg = backward_ws.config_for(D, config)
         why = backward_supported(q, k, v, do, window, cfg)
@@ -315,6 +317,11 @@ class BackwardPlan:
         grid = (document_walk(Tk, docs, block_n), Hkv)
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
+        sms = flash_ws._sm_count(q.device.index or 0) if q.is_cuda else 132
+        on = backward_ws.zeroes_ahead(D, causal, longest)
+        ahead = backward_ws.zero_ahead(grid[0], Hkv, sms, cfg.get("ZERO_AHEAD"), on)
+        self.ahead = ahead if constexprs["ZERO"] else Hkv
+        self.counts = backward_ws.ZeroCounts(Hkv)
 
     def run(
         self,
@@ -334,10 +341,26 @@ class BackwardPlan:
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         dq_acc, delta = self.scratch.make(q.device)
         strides = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
-        self.pre((o, do, delta, dq_acc, *strides, H, Tq))
+        # dQ's accumulator [total_q, H, D]: the preprocess zeroes the K/V heads below the dK/dV kernel's distance
+        acc = (0, dq_acc.stride(1), dq_acc.stride(0), self.sizes[1], self.ahead)
+        zq = self.counts.on(q.device)
+        self.pre((o, do, delta, dq_acc, zq, *strides, H, Tq, *acc))
         # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator too
         views = tuple(t.view(t.shape[0], -1) for t in (q, do, k, v, dk, dv, dq_acc))
-        rest = (lse, delta, *self.sizes, sm_scale * LOG2E, sm_scale, cu_q, cu_k, self.docs, dk, dv)
+        rest = (
+            lse,
+            delta,
+            *self.sizes,
+            sm_scale * LOG2E,
+            sm_scale,
+            zq,
+            self.ahead,
+            cu_q,
+            cu_k,
+            self.docs,
+            dk,
+            dv,
+        )
         flash_ws.launch(self, views, rest, lambda: self._descriptors(views))
         return dq_acc.to(dtype=q.dtype), dk, dv, self.config
 

@@ -84,6 +84,23 @@ def test_gluon_dkdv_matches_reference(shape, dtype, causal, config):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
+@pytest.mark.parametrize("ahead", [1, 2])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    "shape", [(2, 4, 4, 256, 256, 128), (3, 8, 2, 512, 512, 64)], ids=["d128-8-units", "d64-gqa4-6-units"]
+)
+def test_dq_zeroed_by_the_programs_ahead_on_every_call(shape, causal, ahead):
+    """ZERO_AHEAD forced below the grid's rows: the dK/dV programs zero the accumulator of the units `ahead`
+    rows on and wait for their own (the preprocess zeroes the first `ahead`). Three calls of one plan: each
+    launch leaves its counts at zero for the next (a stale count would let a unit add into an accumulator not
+    yet zeroed: wrong dQ)."""
+    for _ in range(3):
+        check(shape, torch.bfloat16, causal, {"ZERO_AHEAD": ahead})
+        assert last_bwd_config()["dkdv"]["ZERO_AHEAD"] == ahead
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_backward_takes_gluon_by_default_where_it_measured_faster(monkeypatch, causal):
     q, k, v, do = inputs(1, 2, 2, 2048, 2048, 128, torch.bfloat16, seed=3)
@@ -226,14 +243,22 @@ def test_default_config_only_where_measured(monkeypatch):
 
 
 def test_one_pass_shared_memory_fits():
-    """The one pass adds two dS slots (both consumers' [64, 64] 16-bit slices) and dQ's fp32 staging tiles to the
-    K / V slices and the Q / dO ring with its fp32 LSE and D rows; with three stages it still fits an H100 at
-    d = 128."""
+    """The one pass adds two dS slots (both consumers' [64, 64] 16-bit slices), dQ's fp32 staging tiles and, where
+    it fits, the zero box of dQ's accumulator ([64, 32] fp32) to the K / V slices and the Q / dO ring with its
+    fp32 LSE and D rows; with three stages it still fits an H100 at d = 128, without the zero box."""
     cfg = backward_ws.config_for(128, {"STAGES": 3})
     two_pass = backward_ws.smem_bytes({**cfg, "ONE_PASS": 0}, 128)
     assert two_pass == 2 * 128 * (2 * 2 * 64 + 2 * 3 * 64) + 2 * 4 * 3 * 64
     assert backward_ws.smem_bytes(cfg, 128) == two_pass + 2 * 2 * 2 * 64 * 64 + 4 * 64 * 128
     assert backward_ws.smem_bytes(cfg, 128) <= flash_ws.SMEM_LIMIT
+    assert not backward_ws.zero_box(
+        cfg, 128
+    )  # three stages leave no room for the zero box: the preprocess zeroes
+    two = backward_ws.config_for(128)
+    assert backward_ws.zero_box(two, 128) and not backward_ws.zero_box({**two, "ONE_PASS": 0}, 128)
+    assert backward_ws.smem_bytes(two, 128) == backward_ws.smem_bytes({**two, "ONE_PASS": 0}, 128) + (
+        2 * 2 * 2 * 64 * 64 + 4 * 64 * 128 + 4 * 64 * 32
+    )
     with pytest.raises(ValueError, match="ONE_PASS=2 must be one of"):
         backward_ws.config_for(128, {"ONE_PASS": 2})
 
@@ -251,3 +276,62 @@ def test_dq_scratch_gives_d_then_an_aligned_contiguous_accumulator_in_one_alloca
     acc.fill_(1.0)
     rows.fill_(2.0)
     assert acc.eq(1.0).all() and rows.eq(2.0).all()  # D's rows and the accumulator do not overlap
+
+
+def test_zero_ahead_puts_a_wave_of_the_sms_between_a_unit_and_the_programs_that_zero_it():
+    """The distance in grid rows: past two waves of programs on the SMs, plus one row; at most the rows there are
+    (then the preprocess zeroes every row); a forced 0 turns it off."""
+    assert backward_ws.zero_ahead(8, 256, 132) == 34  # 33 rows of 8 programs are 264 = 2 x 132
+    assert backward_ws.zero_ahead(128, 16, 132) == 4
+    assert backward_ws.zero_ahead(132, 16, 132) == 3
+    assert backward_ws.zero_ahead(8, 30, 132) == 30
+    assert backward_ws.zero_ahead(8, 256, 132, forced=1) == 1
+    assert backward_ws.zero_ahead(8, 256, 132, forced=0) == 256
+    # off where it measured slower (ZERO_MIN_SEQ: d = 128 causal below 2048 keys), unless forced
+    assert backward_ws.zero_ahead(8, 256, 132, on=False) == 256
+    assert backward_ws.zero_ahead(8, 256, 132, forced=2, on=False) == 2
+    assert not backward_ws.zeroes_ahead(128, True, 1024) and backward_ws.zeroes_ahead(128, True, 2048)
+    assert backward_ws.zeroes_ahead(128, False, 1024) and backward_ws.zeroes_ahead(64, True, 1024)
+    assert backward_ws.config_for(128, {"ZERO_AHEAD": 2})["ZERO_AHEAD"] == 2
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="ZERO_AHEAD=.* must be an int >= 0"):
+            backward_ws.config_for(128, {"ZERO_AHEAD": bad})
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["batch", "packed"])
+def test_the_preprocess_zeroes_the_accumulator_of_the_units_below_its_bound_only(packed):
+    """_bwd_preprocess writes D = rowsum(dO * O) for every row, zeroes dQ's accumulator in the rows of the query
+    heads whose unit ((b * H + h) // GROUP) is below ZERO_UNITS, leaving the rest to the dK/dV programs
+    (backward_ws._zero_issue), and sets their per-unit counts to 0. The accumulator is [B, H, N, D], or packed
+    [total, H, D]."""
+    from flashbench.kernels.backward import _bwd_preprocess
+
+    B, H, G, N, D, bound = (1, 6, 2, 150, 32, 2) if packed else (2, 4, 2, 150, 32, 3)
+    g = torch.Generator().manual_seed(5)
+    shape = (N, H, D) if packed else (B, H, N, D)
+    o, do = (torch.randn(*shape, generator=g).to(DEVICE) for _ in range(2))
+    acc = torch.full(shape, 7.0, device=DEVICE)
+    delta = torch.empty(B * H * N, device=DEVICE)
+    counts = torch.full((B * H // G,), 5, dtype=torch.int32, device=DEVICE)
+    if packed:  # [total, H, D] read as one batch of H heads
+        rows = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
+        strides = (0, acc.stride(1), acc.stride(0))
+    else:
+        rows = (*o.stride()[:3], *do.stride()[:3])
+        strides = acc.stride()[:3]
+    _bwd_preprocess[(triton_cdiv(N, 64), B * H)](
+        o, do, delta, acc, counts, *rows, H, N, *strides, G, bound, HEAD_DIM=D, BLOCK_M=64, ZERO_DQ=True
+    )
+    assert counts.eq(0).all()  # the dK/dV kernel's counts of the units it zeroes, set back for its launch
+    heads = acc if not packed else acc.permute(1, 0, 2).unsqueeze(0)  # [B, H, N, D]
+    want = (o * do).sum(-1)
+    want = want.permute(1, 0).reshape(-1) if packed else want.reshape(-1)
+    torch.testing.assert_close(delta, want, rtol=1e-5, atol=1e-5)
+    for b in range(B):
+        for h in range(H):
+            zeroed = (b * H + h) // G < bound
+            assert heads[b, h].eq(0.0 if zeroed else 7.0).all(), (b, h)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)

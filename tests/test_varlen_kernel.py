@@ -471,6 +471,18 @@ def test_gluon_backward_every_document_within_budget(lengths, h, hkv, d, dtype, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gluon_backward_dq_zeroed_by_the_programs_of_the_head_before_on_every_call(causal):
+    """bwd_config ZERO_AHEAD=1: each K/V head's programs zero the next head's dQ accumulator (the preprocess only
+    the first's), and each launch leaves the counts at zero for the next: three calls of one plan."""
+    bwd = {**GLUON, "ZERO_AHEAD": 1}
+    for _ in range(3):
+        check(CROSS, 8, 4, 128, torch.bfloat16, causal=causal, config=GLUON, bwd_config=bwd)
+        assert last_bwd_config()["dkdv"]["ZERO_AHEAD"] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
 def test_gluon_backward_rows_past_the_last_document_get_zero_gradients():
     """Rows past cu_seqlens[-1] on both sides: their dK, dV are stored zeros (one more document without queries),
     their dQ stays the zeroed accumulator's; a document ending inside a key block stores none of the next rows."""
@@ -541,6 +553,11 @@ def test_the_gluon_backward_plan_walks_every_documents_key_blocks_per_kv_head(gl
     assert plan.call.constexprs["VARLEN"] is True and plan.call.constexprs["ONE_PASS"] is True
     assert plan.pre.constexprs["ZERO_DQ"] is True and plan.sizes == (4, 2, 237, 218)
     assert plan.config == backward_ws.reported_config(backward_ws.config_for(128))
+    # two K/V heads: fewer than a wave of the SMs ahead, so the preprocess zeroes both; forced, the programs of
+    # head 0 zero head 1's accumulator
+    assert plan.ahead == 2 and plan.call.constexprs["ZERO"] is True
+    forced = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, {**GLUON, "ZERO_AHEAD": 1})
+    assert forced.ahead == 1 and forced.config["ZERO_AHEAD"] == 1
 
 
 GLUON_BWD_REFUSED = [  # (bwd_config, window, words of the refusal)
