@@ -21,7 +21,8 @@ TMA reduce-adds (backward.py converts it): 5 block matmuls per (query block, key
 7. Its dQ is not bitwise deterministic (the adds land in no fixed order); ONE_PASS=0 keeps dQ in
 backward_dq.py's separate pass (every output has one writer; backward.py takes it where torch asks for
 deterministic algorithms). The four warpgroups' register split (ONE_PASS_REGS) is what makes the one pass pay:
-docs/kernels.md, the backward.
+docs/kernels.md, the backward. The accumulator is zeroed by the programs two waves ahead (_zero_issue), the first
+rows of the grid by the preprocess: memory writes moved from a bandwidth-bound kernel under the compute-bound one.
 
 Scope (`supported` says why not; backward_dkdv.py and backward_dq.py serve the rest): CUDA capability 9.x,
 fp16/bf16, D in {64, 128}, contiguous q, k, v, dO, Nq % BLOCK_M == 0, Nk % (NUM_WG * 64) == 0, no sliding window,
@@ -258,8 +259,8 @@ if HAVE_GLUON:
         ZERO: gl.constexpr,  # ONE_PASS: zero a later unit's dQ accumulator (_zero_issue)
     ):
         """One warp: this consumer's K and V slices once, then Q, dO, LSE and D of each query block into ring
-        stage i % STAGES once every consumer has released it (empty[s]). ZERO: with the first stages loading,
-        its part of a later unit's dQ accumulator (_zero_issue), counted before the next stage's load."""
+        stage i % STAGES once every consumer has released it (empty[s]). ZERO: after its walk's last load, its
+        part of a later unit's dQ accumulator (_zero_issue), counted once written (_zero_count)."""
         _, _, kd, vd, _, _ = descs
         k_smem, v_smem, q_smem, _, _, _, _ = smem
         kv_bar, _, _, _, _ = bars
@@ -634,8 +635,9 @@ if HAVE_GLUON:
         """Before the program's first reduce-add: its unit's accumulator zeroed (_zero_issue), by the preprocess
         below AHEAD, else by unit u - AHEAD's programs, whose count this waits for (acquire; the preprocess sets
         the counts to 0 before each launch). The grid starts in order, so those programs started at least AHEAD -
-        1 units of programs before this one (zero_ahead puts that past a wave of the SMs) and zeroed in their first
-        steps: the wait is one read."""
+        1 units of programs before this one (zero_ahead puts that past two waves of the SMs) and zeroed at the end
+        of their walks: the wait is one read. Forced closer (ZERO_AHEAD), it may spin until they end; the programs
+        it waits for have started, so it never waits on one that cannot run."""
         _, _, ZQ, AHEAD = zero
         unit = gl.program_id(1)
         if unit >= AHEAD:
