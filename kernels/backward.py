@@ -130,22 +130,28 @@ def _bwd_preprocess(
 
 
 class DqScratch:
-    """The one pass's fp32 scratch for one shape: D (delta_shape's rows) then dQ's accumulator (acc_shape,
-    contiguous, zeroed by the preprocess), in one allocation: one torch.empty where there would be two (8.9 us of
-    host time each on an H100 host, `python3 benchmarks/host_time.py --breakdown`). The kernels read D through
-    its pointer alone, so the scratch itself stands for D, and one view (1.2 us on the CPU machine) makes the
-    accumulator; its offset and strides are worked out once, here."""
+    """The one pass's fp32 scratch for one shape: D (delta_shape's rows), then dQ's accumulator (acc_shape,
+    contiguous; zeroed by the preprocess and the dK/dV programs, backward_ws._zero_issue), then `counts` int32
+    counts of the units that kernel zeroes (set to 0 by the preprocess), in one allocation: one torch.empty where
+    there would be two (8.9 us of host time each on an H100 host, `python3 benchmarks/host_time.py --breakdown`).
+    The kernels read D through its pointer alone, so the scratch itself stands for D, and one view (1.2 us on the
+    CPU machine) makes the accumulator; its offset and strides are worked out once, here. Every call has its own
+    counts: two calls of one shape may run on two streams at once."""
 
-    def __init__(self, acc_shape: tuple[int, ...], delta_shape: tuple[int, ...]) -> None:
+    def __init__(self, acc_shape: tuple[int, ...], delta_shape: tuple[int, ...], counts: int = 0) -> None:
         self.acc_shape, self.acc_strides = acc_shape, _contiguous(acc_shape)
         rows = delta_shape[0] * _contiguous(delta_shape)[0]
         self.offset = -(-rows // 32) * 32  # the accumulator 128-byte aligned (its TMA descriptor needs 16)
-        self.size = self.offset + acc_shape[0] * self.acc_strides[0]
+        self.counts_at = self.offset + acc_shape[0] * self.acc_strides[0]
+        self.counts = counts
+        self.size = self.counts_at + counts
 
-    def make(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(dQ's accumulator, the scratch: D in its first elements), uninitialised, on `device`."""
+    def make(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(dQ's accumulator, the scratch: D in its first elements, the int32 counts), uninitialised, on
+        `device`."""
         scratch = torch.empty(self.size, dtype=torch.float32, device=device)
-        return scratch.as_strided(self.acc_shape, self.acc_strides, self.offset), scratch
+        acc = scratch.as_strided(self.acc_shape, self.acc_strides, self.offset)
+        return acc, scratch, scratch.as_strided((self.counts,), (1,), self.counts_at).view(torch.int32)
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -181,7 +187,8 @@ class _BackwardPlan:
         ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, self.stored, dkdv_config)
         self.ws = backward_ws.DkdvPlan(q, k, causal, ws_cfg) if ws_cfg is not None else None
         self.one_pass = self.ws is not None and self.ws.one_pass
-        self.scratch = DqScratch((B, H, Nq, D), self.delta_shape)  # the one pass's dQ accumulator and D
+        # the one pass's D, dQ accumulator and the counts of its zeroing (a unit per batch and K/V head)
+        self.scratch = DqScratch((B, H, Nq, D), self.delta_shape, B * Hkv)
         pre_m = 64
         ahead = self.ws.ahead if self.one_pass and self.ws is not None else 0
         # dQ's accumulator [B, H, Nq, D]; the preprocess zeroes the units below the dK/dV kernel's distance
@@ -260,9 +267,9 @@ class _BackwardPlan:
             assert self.ws is not None
             # dQ's accumulator (zeroed by the preprocess) and D in one allocation (DqScratch); dQ is the
             # accumulator converted by .to()
-            dq_acc, delta = self.scratch.make(q.device)
-            self.pre((o, do, delta, dq_acc, self.ws.counts.on(q.device), *self.pre_args))
-            cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale)
+            dq_acc, delta, counts = self.scratch.make(q.device)
+            self.pre((o, do, delta, dq_acc, counts, *self.pre_args))
+            cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale, counts)
             _set_last_bwd_config(cfg_kv, backward_ws.DQ_IN_ONE_PASS)
             return dq_acc.to(dtype=q.dtype), dk, dv  # dtype= by keyword: 1.7 against 2.3 us (the CPU machine)
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)

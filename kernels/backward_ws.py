@@ -634,7 +634,7 @@ if HAVE_GLUON:
     def _zero_wait(zero):
         """Before the program's first reduce-add: its unit's accumulator zeroed (_zero_issue), by the preprocess
         below AHEAD, else by unit u - AHEAD's programs, whose count this waits for (acquire; the preprocess sets
-        the counts to 0 before each launch). The grid starts in order, so those programs started at least AHEAD -
+        the counts to 0 before the launch). The grid starts in order, so those programs started at least AHEAD -
         1 units of programs before this one (zero_ahead puts that past two waves of the SMs) and zeroed at the end
         of their walks: the wait is one read. Forced closer (ZERO_AHEAD), it may spin until they end; the programs
         it waits for have started, so it never waits on one that cannot run."""
@@ -734,7 +734,7 @@ if HAVE_GLUON:
         N_K,
         qk_scale,  # sm_scale * log2(e)
         sm_scale,
-        ZQ,  # ZERO: int32 [grid rows], zeroed by the preprocess: _zero_issue's counts
+        ZQ,  # ZERO: int32 [grid rows], set to 0 by the preprocess: _zero_issue's counts
         AHEAD,  # ONE_PASS: _zero_issue's distance in grid rows (the grid's rows: the preprocess zeroes it all)
         CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
         CU_K,  # VARLEN: the same for the keys; else None
@@ -880,20 +880,6 @@ def dq_descriptor(acc: torch.Tensor, block: list[int]) -> Any:
     return TensorDescriptor.from_tensor(acc, block, dq_layout())
 
 
-class ZeroCounts:
-    """_zero_issue's counts for one launch plan, int32 [units], made once per device; the preprocess sets them to
-    0 before each launch (so launches of one plan must not overlap on two streams)."""
-
-    def __init__(self, units: int) -> None:
-        self.units = units
-        self.counts: torch.Tensor | None = None
-
-    def on(self, device: torch.device) -> torch.Tensor:
-        if self.counts is None or self.counts.device != device:
-            self.counts = torch.zeros(self.units, dtype=torch.int32, device=device)
-        return self.counts
-
-
 class DkdvPlan:
     """The Gluon dK/dV pass's launch plan for one input signature (`supported` passed): the grid, the
     compile-time arguments, the descriptors' layouts; run() launches (launch.KernelCall)."""
@@ -919,7 +905,6 @@ class DkdvPlan:
         zeroes = constexprs["ZERO"]
         on = zeroes_ahead(D, causal, Nk)
         self.ahead = zero_ahead(num_n, units, sms, cfg.get("ZERO_AHEAD"), on) if zeroes else units
-        self.counts = ZeroCounts(units)
 
     def run(
         self,
@@ -929,10 +914,12 @@ class DkdvPlan:
         delta: torch.Tensor,
         qk_scale: float,
         sm_scale: float,
+        counts: torch.Tensor | None = None,
     ) -> dict[str, Any]:
-        """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: the zeroed fp32 dQ (ONE_PASS) or None. Returns the
+        """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: dQ's fp32 accumulator (ONE_PASS) or None, zeroed by
+        the preprocess below self.ahead's units, which also set `counts` (int32 [B * H_KV]) to 0. Returns the
         config as a row reports it."""
-        zq = self.counts.on(lse.device) if self.one_pass else lse  # lse: never read without ONE_PASS
+        zq = counts if counts is not None else lse  # never read without ONE_PASS
         rest = (lse, delta, *self.sizes, qk_scale, sm_scale, zq, self.ahead)
         views = (*tensors, dq_acc if dq_acc is not None else tensors[2])
         descs: tuple[Any, ...] = views  # once compiled, the descriptors' tensors (launch.KernelCall)

@@ -309,7 +309,8 @@ class BackwardPlan:
         block_n = cfg["NUM_WG"] * backward_ws.KEYS
         self.blocks = ([cfg["BLOCK_M"], D], [backward_ws.KEYS, D], [cfg["BLOCK_M"], 32])
         self.sizes, self.docs = (H, H // Hkv, Tq, Tk), docs
-        self.scratch = DqScratch((Tq, H, D), (1, H, Tq))  # dQ's accumulator [total_q, H, D] and D
+        # D, dQ's accumulator [total_q, H, D] and the counts of its zeroing (a unit per K/V head)
+        self.scratch = DqScratch((Tq, H, D), (1, H, Tq), Hkv)
         self.pre = KernelCall(
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
@@ -321,7 +322,6 @@ class BackwardPlan:
         on = backward_ws.zeroes_ahead(D, causal, longest)
         ahead = backward_ws.zero_ahead(grid[0], Hkv, sms, cfg.get("ZERO_AHEAD"), on)
         self.ahead = ahead if constexprs["ZERO"] else Hkv
-        self.counts = backward_ws.ZeroCounts(Hkv)
 
     def run(
         self,
@@ -339,11 +339,10 @@ class BackwardPlan:
         forward's [1, H, total_q] LSE2."""
         H, _, Tq, _ = self.sizes
         dk, dv = torch.empty_like(k), torch.empty_like(v)
-        dq_acc, delta = self.scratch.make(q.device)
+        dq_acc, delta, zq = self.scratch.make(q.device)
         strides = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
         # dQ's accumulator [total_q, H, D]: the preprocess zeroes the K/V heads below the dK/dV kernel's distance
         acc = (0, dq_acc.stride(1), dq_acc.stride(0), self.sizes[1], self.ahead)
-        zq = self.counts.on(q.device)
         self.pre((o, do, delta, dq_acc, zq, *strides, H, Tq, *acc))
         # [total, heads, D] as [total, heads * D] (a head is a column block), dQ's accumulator too
         views = tuple(t.view(t.shape[0], -1) for t in (q, do, k, v, dk, dv, dq_acc))

@@ -263,19 +263,23 @@ def test_one_pass_shared_memory_fits():
         backward_ws.config_for(128, {"ONE_PASS": 2})
 
 
-def test_dq_scratch_gives_d_then_an_aligned_contiguous_accumulator_in_one_allocation():
+def test_dq_scratch_gives_d_then_an_aligned_contiguous_accumulator_then_the_counts_in_one_allocation():
     """The scratch's first elements are D's (the kernels take its pointer), then the accumulator, contiguous and
-    128-byte aligned, past every element of D."""
-    scratch = DqScratch((2, 3, 5, 4), (2, 3, 5))
-    acc, delta = scratch.make(torch.device("cpu"))
+    128-byte aligned, past every element of D, then the zeroing's int32 counts past the accumulator: a call's own,
+    so calls of one shape share no state."""
+    scratch = DqScratch((2, 3, 5, 4), (2, 3, 5), 6)
+    acc, delta, counts = scratch.make(torch.device("cpu"))
     assert acc.shape == (2, 3, 5, 4) and acc.is_contiguous() and acc.dtype == delta.dtype == torch.float32
     assert acc.untyped_storage().data_ptr() == delta.untyped_storage().data_ptr() == delta.data_ptr()
     assert acc.storage_offset() == 32 and acc.data_ptr() % 128 == delta.data_ptr() % 128
-    assert delta.numel() == scratch.size == 32 + acc.numel()
+    assert counts.dtype == torch.int32 and counts.shape == (6,) and counts.is_contiguous()
+    assert delta.numel() == scratch.size == 32 + acc.numel() + 6
     rows = delta[: 2 * 3 * 5]
     acc.fill_(1.0)
     rows.fill_(2.0)
-    assert acc.eq(1.0).all() and rows.eq(2.0).all()  # D's rows and the accumulator do not overlap
+    counts.fill_(3)
+    assert acc.eq(1.0).all() and rows.eq(2.0).all() and counts.eq(3).all()  # no two of them overlap
+    assert scratch.make(torch.device("cpu"))[2].data_ptr() != counts.data_ptr()
 
 
 def test_zero_ahead_puts_a_wave_of_the_sms_between_a_unit_and_the_programs_that_zero_it():
