@@ -24,10 +24,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import re
 import sys
 
 # block matmuls per unmasked (query, key) pair of each backward kernel, by its name's start
 MATMULS = {"_bwd_dkdv": 4, "_bwd_dq": 3}
+
+
+def short_name(kernel: str) -> str:
+    """A kernel's name as the table prints it: a Triton kernel's as it is; a demangled C++ one (`void
+    at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda(...)::{lambda...}, ...>(...)`)
+    as its own name and the first function named among its template arguments
+    (`vectorized_elementwise_kernel<bfloat16_copy_kernel_cuda>`), which tells torch's elementwise kernels apart."""
+    name = kernel.removeprefix("void ").replace("(anonymous namespace)::", "")
+    cut = min((i for i in (name.find("<"), name.find("(")) if i >= 0), default=-1)
+    if cut < 0:
+        return kernel
+    base = name[:cut].split("::")[-1]
+    inner = re.search(r"(\w+)\(", name[cut + 1 :]) if name[cut] == "<" else None
+    return f"{base}<{inner.group(1)}>" if inner else base
 
 
 def kernel_times(call, calls: int) -> dict[str, float]:
@@ -101,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             for kernel, us in kernel_times(call, args.calls).items():
                 mm = next((m for start, m in MATMULS.items() if kernel.startswith(start)), 0)
                 flops = f" ({mm * matmul_flops / us / 1e6:.0f} TF/s)" if mm else ""
-                cells.append(f"{kernel} {us:.0f} us{flops}")
+                cells.append(f"{short_name(kernel)} {us:.0f} us{flops}")
         print(f"{name}: " + ", ".join(cells), flush=True)
     return 0
 
