@@ -134,13 +134,9 @@ def test_a_decode_probe_shape_is_four_or_five_numbers():
 
 
 def test_the_timeline_probe_refuses_a_bad_shape_in_one_line_before_touching_the_gpu(capsys):
-    import importlib.util
-    from pathlib import Path
+    from scripts_helpers import load_script
 
-    path = Path(__file__).resolve().parents[1] / "tools/decode_timeline.py"
-    spec = importlib.util.spec_from_file_location("decode_timeline", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_script("tools/decode_timeline.py")
     assert tool.main(["--shape", "16,32,8,8192", "--shape", "16,32,8"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "decode_timeline: decode shape B,H,HKV,N[,PAGE]: '16,32,8' has 3 fields, not 4 or 5"

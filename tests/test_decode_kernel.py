@@ -402,13 +402,11 @@ def test_timeline_probe_fits_the_kernel(tmp_path):
     """tools/decode_timeline.py instruments a copy of kernels/decode.py by its lines: the copy must still take
     every edit and import, and a kernel that lost one of those lines is named, not silently timed uninstrumented."""
     import importlib.util
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("decode_timeline", root / "tools/decode_timeline.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    source = (root / "kernels/decode.py").read_text()
+    from scripts_helpers import ROOT, load_script
+
+    tool = load_script("tools/decode_timeline.py")
+    source = (ROOT / "kernels/decode.py").read_text()
     copy = tool.instrumented_source(source)
     for word in ("t_start", "t_loop", "t_stored", "t_moved", "t_end", "_TIMES[0]"):
         assert word in copy

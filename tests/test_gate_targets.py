@@ -4,11 +4,10 @@ fails on at least 90% of the cases whose noise allows it, 10% on all of them."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from scripts_helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 AA = [ROOT / "tests" / "fixtures" / "aa-run1", ROOT / "tests" / "fixtures" / "aa-run2"]  # H200, ci preset
@@ -20,12 +19,7 @@ CI = [
 
 
 def _gate_check():
-    spec = importlib.util.spec_from_file_location("gate_check", ROOT / "benchmarks" / "gate_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gate_check"] = module  # its dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gate_check.py")
 
 
 gate_check = _gate_check()

@@ -3,20 +3,12 @@ interval, and what the interval allows one to say."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
+from scripts_helpers import load_script
 
 
 def host_time():
-    spec = importlib.util.spec_from_file_location("host_time", ROOT / "benchmarks" / "host_time.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/host_time.py")
 
 
 def enqueues(center: float, seed: int, n: int = 56) -> list[float]:

@@ -3,22 +3,11 @@ demangled C++ kernels by their own name and the function they were instantiated 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def kernel_times():
-    spec = importlib.util.spec_from_file_location("kernel_times", ROOT / "tools" / "kernel_times.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from scripts_helpers import load_script
 
 
 def test_kernel_names_are_short_and_still_tell_torchs_kernels_apart():
-    short = kernel_times().short_name
+    short = load_script("tools/kernel_times.py").short_name
     convert = (
         "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda("
         "at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::"
