@@ -172,6 +172,25 @@ def zero_ahead(parts: int, units: int, sms: int, forced: int | None = None, on: 
     return min(cdiv(2 * sms, parts) + 1, units) if on else units
 
 
+def launch_ahead(
+    cfg: dict[str, Any],
+    head_dim: int,
+    causal: bool,
+    longest: int,
+    grid: tuple[int, int],
+    device: torch.device,
+) -> int:
+    """A launch's zeroing distance (_bwd_dkdv_ws's AHEAD) over grid [parts, units] on `device`: zero_ahead's,
+    with ZERO_MIN_SEQ's rule at this key length (`longest`), or `units` (the preprocess zeroes it all) where the
+    zero box does not fit (zero_box)."""
+    parts, units = grid
+    if not zero_box(cfg, head_dim):
+        return units
+    # off a GPU (the sm_90a compile stub) nothing launches: any SM count will do
+    sms = flash_ws._sm_count(device.index or 0) if device.type == "cuda" else 132
+    return zero_ahead(parts, units, sms, cfg.get("ZERO_AHEAD"), zeroes_ahead(head_dim, causal, longest))
+
+
 def zeroes_ahead(head_dim: int, causal: bool, longest: int) -> bool:
     """Whether the one pass zeroes dQ's accumulator itself by default at this key length (ZERO_MIN_SEQ)."""
     least = ZERO_MIN_SEQ.get((head_dim, bool(causal)))
@@ -900,11 +919,7 @@ class DkdvPlan:
         constexprs = {**kernel_constexprs(cfg, D, causal), **NOT_VARLEN}
         self.call = KernelCall(_bwd_dkdv_ws, (num_n, B * Hkv), constexprs, {"num_warps": 4})
         self.config = reported_config(cfg)
-        units = B * Hkv
-        sms = flash_ws._sm_count(q.device.index or 0) if q.is_cuda else 132
-        zeroes = constexprs["ZERO"]
-        on = zeroes_ahead(D, causal, Nk)
-        self.ahead = zero_ahead(num_n, units, sms, cfg.get("ZERO_AHEAD"), on) if zeroes else units
+        self.ahead = launch_ahead(cfg, D, causal, Nk, (num_n, B * Hkv), q.device)
 
     def run(
         self,

@@ -318,10 +318,7 @@ class BackwardPlan:
         grid = (document_walk(Tk, docs, block_n), Hkv)
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
-        sms = flash_ws._sm_count(q.device.index or 0) if q.is_cuda else 132
-        on = backward_ws.zeroes_ahead(D, causal, longest)
-        ahead = backward_ws.zero_ahead(grid[0], Hkv, sms, cfg.get("ZERO_AHEAD"), on)
-        self.ahead = ahead if constexprs["ZERO"] else Hkv
+        self.ahead = backward_ws.launch_ahead(cfg, D, causal, longest, grid, q.device)
 
     def run(
         self,
