@@ -21,9 +21,10 @@ Q K^T, exp2 and dO V^T in the dQ pass: 7 block matmuls per (query block, key blo
 variant skips Q K^T and exp2 in both passes.
 
 On Hopper (backward_ws.default_config: fp16/bf16, d = 64 / 128, long enough) one Gluon kernel replaces steps 2
-and 3: dK, dV as above, and dQ added into a zeroed fp32 buffer by TMA reduce-adds from the same program, converted
-after (5 block matmuls; dQ not bitwise repeatable). Where torch asks for deterministic algorithms it runs the two
-passes (the Gluon dK/dV pass at d = 128).
+and 3: dK, dV as above, and dQ added into a zeroed fp32 buffer by TMA reduce-adds from the same program (5 block
+matmuls; dQ not bitwise repeatable), converted behind it: DqConvert, a dependent launch whose programs take the SMs
+the pass's last programs leave and convert each unit of the buffer once that unit's programs have ended. Where
+torch asks for deterministic algorithms it runs the two passes (the Gluon dK/dV pass at d = 128).
 
 Streamed tiles (Q and dO in the dK/dV pass, K and V in the dQ pass) come through 4-D [B, H, N, D] tensor
 descriptors built on the host (TMA on Hopper and newer) when `use_tma` allows, else through pointers; the
@@ -58,6 +59,7 @@ from .common import (
     KernelUnsupported,
     _set_last_bwd_config,
     cdiv,
+    interpreting,
     last_bwd_config,
     row_strides,
     seq_bucket,
@@ -79,7 +81,8 @@ def _bwd_preprocess(
     DQ_ACC,  # [B, H, N_Q, D] fp32 at the strides below, unit stride in D; out with ZERO_DQ: zeros (the one-pass
     # backward adds dQ into it) in the rows of the query heads of units (b * H + h) // GROUP < ZERO_UNITS, the rest
     # its dK/dV kernel zeroes (backward_ws._zero_issue)
-    ZQ,  # with ZERO_DQ: int32 [units], out: zeros (the dK/dV kernel's counts of the units it zeroed)
+    ZQ,  # with ZERO_DQ: int32 [units, 2], out: zeros (the dK/dV kernel's counts per unit: backward_ws._zero_count's,
+    # _dq_count's)
     stride_oz,
     stride_oh,
     stride_om,
@@ -117,7 +120,8 @@ def _bwd_preprocess(
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(DELTA + pid_bh.to(tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
     if ZERO_DQ and pid_m == 0:
-        tl.store(ZQ + pid_bh // GROUP, 0)  # each unit's count, by its heads' first programs
+        # each unit's counts, by its heads' first programs
+        tl.store(ZQ + 2 * (pid_bh // GROUP) + tl.arange(0, 2), tl.zeros([2], dtype=tl.int32))
     if ZERO_DQ and pid_bh // GROUP < ZERO_UNITS:  # the rows this program owns: one launch fewer than a memset
         acc = (
             DQ_ACC
@@ -131,27 +135,83 @@ def _bwd_preprocess(
 
 class DqScratch:
     """The one pass's fp32 scratch for one shape: D (delta_shape's rows), then dQ's accumulator (acc_shape,
-    contiguous; zeroed by the preprocess and the dK/dV programs, backward_ws._zero_issue), then `counts` int32
-    counts of the units that kernel zeroes (set to 0 by the preprocess), in one allocation: one torch.empty where
-    there would be two (8.9 us of host time each on an H100 host, `python3 benchmarks/host_time.py --breakdown`).
-    The kernels read D through its pointer alone, so the scratch itself stands for D, and one view (1.2 us on the
-    CPU machine) makes the accumulator; its offset and strides are worked out once, here. Every call has its own
-    counts: two calls of one shape may run on two streams at once."""
+    contiguous; zeroed by the preprocess and the dK/dV programs, backward_ws._zero_issue), then two int32 counts
+    per unit of the dK/dV kernel (set to 0 by the preprocess: its programs that zeroed the unit, and those whose
+    reduce-adds into it have landed), in one allocation: one torch.empty where there would be two (8.9 us of host
+    time each on an H100 host, `python3 benchmarks/host_time.py --breakdown`). The kernels read D through its
+    pointer alone, so the scratch itself stands for D, and one view (1.2 us on the CPU machine) makes the
+    accumulator; its offset and strides are worked out once, here. Every call has its own counts: two calls of one
+    shape may run on two streams at once."""
 
-    def __init__(self, acc_shape: tuple[int, ...], delta_shape: tuple[int, ...], counts: int = 0) -> None:
+    def __init__(self, acc_shape: tuple[int, ...], delta_shape: tuple[int, ...], units: int = 0) -> None:
         self.acc_shape, self.acc_strides = acc_shape, _contiguous(acc_shape)
         rows = delta_shape[0] * _contiguous(delta_shape)[0]
         self.offset = -(-rows // 32) * 32  # the accumulator 128-byte aligned (its TMA descriptor needs 16)
         self.counts_at = self.offset + acc_shape[0] * self.acc_strides[0]
-        self.counts = counts
-        self.size = self.counts_at + counts
+        self.units = units
+        self.size = self.counts_at + 2 * units
 
     def make(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(dQ's accumulator, the scratch: D in its first elements, the int32 counts), uninitialised, on
+        """(dQ's accumulator, the scratch: D in its first elements, the int32 counts [units, 2]), uninitialised, on
         `device`."""
         scratch = torch.empty(self.size, dtype=torch.float32, device=device)
         acc = scratch.as_strided(self.acc_shape, self.acc_strides, self.offset)
-        return acc, scratch, scratch.as_strided((self.counts,), (1,), self.counts_at).view(torch.int32)
+        counts = scratch.as_strided((self.units, 2), (2, 1), self.counts_at).view(torch.int32)
+        return acc, scratch, counts
+
+
+@triton.jit
+def _dq_convert(
+    ACC,  # dQ's fp32 accumulator; unit u's region: ROWS rows of COLS elements from ACC + u * UNIT, stride_r apart
+    DQ,  # out: dQ, at the same offsets
+    COUNTS,  # int32 [units, 2]: in column 1, the dK/dV programs of each unit whose reduce-adds have landed
+    parts,  # the dK/dV programs per unit
+    ROWS,
+    COLS,
+    stride_r,
+    UNIT,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,  # a divisor of COLS
+):
+    """dQ = its accumulator in dQ's dtype, a [BLOCK_R, BLOCK_C] tile per program, each unit's once the count of its
+    dK/dV programs is whole (backward_ws._dq_count; acquire). Launched behind the one pass as a programmatic
+    dependent launch, its programs take the SMs the pass's last programs leave and convert the units already done
+    while those run; a program whose unit is not yet done waits for it (the programs it waits for have started)."""
+    unit = tl.program_id(1)
+    per_row = COLS // BLOCK_C
+    r = tl.program_id(0) // per_row
+    c = tl.program_id(0) % per_row
+    seen = tl.atomic_add(COUNTS + 2 * unit + 1, 0, sem="acquire", scope="gpu")
+    while seen < parts:
+        seen = tl.atomic_add(COUNTS + 2 * unit + 1, 0, sem="acquire", scope="gpu")
+    rows = r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = c * BLOCK_C + tl.arange(0, BLOCK_C)
+    offs = unit.to(tl.int64) * UNIT + rows[:, None].to(tl.int64) * stride_r + cols[None, :]
+    inside = rows[:, None] < ROWS
+    acc = tl.load(ACC + offs, mask=inside)
+    tl.store(DQ + offs, acc.to(DQ.dtype.element_ty), mask=inside)
+
+
+class DqConvert:
+    """_dq_convert's launch over `units` regions of `rows` x `cols` (a multiple of `head_dim`), `stride_r` apart by
+    row and `unit` elements apart, behind a one pass of `parts` programs per unit: a programmatic dependent launch
+    on the GPU (the pass's programs let it start: backward_ws.launch_dependents), not under the interpreter."""
+
+    BLOCK_R = 64
+
+    def __init__(
+        self, rows: int, cols: int, stride_r: int, unit: int, units: int, head_dim: int, parts: int
+    ) -> None:
+        grid = (cdiv(rows, self.BLOCK_R) * (cols // head_dim), units)
+        options: dict[str, Any] = {"num_warps": 4}
+        if not interpreting():
+            options["launch_pdl"] = True
+        self.call = KernelCall(_dq_convert, grid, {"BLOCK_R": self.BLOCK_R, "BLOCK_C": head_dim}, options)
+        self.args = (parts, rows, cols, stride_r, unit)
+
+    def __call__(self, acc: torch.Tensor, dq: torch.Tensor, counts: torch.Tensor) -> None:
+        """dq (contiguous, acc's shape) = acc converted, unit by unit as `counts` says each is done."""
+        self.call((acc, dq, counts, *self.args))
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -189,6 +249,11 @@ class _BackwardPlan:
         self.one_pass = self.ws is not None and self.ws.one_pass
         # the one pass's D, dQ accumulator and the counts of its zeroing (a unit per batch and K/V head)
         self.scratch = DqScratch((B, H, Nq, D), self.delta_shape, B * Hkv)
+        # dQ converted behind the one pass, a unit (B * H_KV of them) per GQA group's rows of [B * H * Nq, D]
+        self.convert = None
+        if self.one_pass and self.ws is not None and backward_ws.converts_behind(ws_cfg or {}):
+            G = H // Hkv
+            self.convert = DqConvert(G * Nq, D, D, G * Nq * D, B * Hkv, D, self.ws.call.grid[0])
         pre_m = 64
         ahead = self.ws.ahead if self.one_pass and self.ws is not None else 0
         # dQ's accumulator [B, H, Nq, D]; the preprocess zeroes the units below the dK/dV kernel's distance
@@ -266,11 +331,17 @@ class _BackwardPlan:
         if self.one_pass:
             assert self.ws is not None
             # dQ's accumulator (zeroed by the preprocess) and D in one allocation (DqScratch); dQ is the
-            # accumulator converted by .to()
+            # accumulator converted behind the pass (DqConvert), else by .to()
             dq_acc, delta, counts = self.scratch.make(q.device)
+            # dQ allocated before the pass: the conversion starts while it runs, so dQ's memory must not be any
+            # the pass reads or writes (a tensor freed after the launch would be)
+            dq = torch.empty_like(q, memory_format=torch.contiguous_format) if self.convert else None
             self.pre((o, do, delta, dq_acc, counts, *self.pre_args))
             cfg_kv = self.ws.run((q, do, k, v, dk, dv), dq_acc, lse, delta, qk_scale, sm_scale, counts)
             _set_last_bwd_config(cfg_kv, backward_ws.DQ_IN_ONE_PASS)
+            if self.convert is not None and dq is not None:
+                self.convert(dq_acc, dq, counts)
+                return dq, dk, dv
             return dq_acc.to(dtype=q.dtype), dk, dv  # dtype= by keyword: 1.7 against 2.3 us (the CPU machine)
         dq = torch.empty_like(q, memory_format=torch.contiguous_format)
         delta = torch.empty(size=self.delta_shape, dtype=torch.float32, device=q.device)

@@ -17,12 +17,13 @@ its p-th query block (1-3% faster than every program starting at the first; docs
 
 ONE_PASS=1 (the default): the consumers also store dS to shared memory, and a third warpgroup (_dq_partition)
 computes dQ = dS K over the program's 128 keys from it and the resident K, and adds it into a zeroed fp32 dQ by
-TMA reduce-adds (backward.py converts it): 5 block matmuls per (query block, key block) instead of the two passes'
-7. Its dQ is not bitwise deterministic (the adds land in no fixed order); ONE_PASS=0 keeps dQ in
-backward_dq.py's separate pass (every output has one writer; backward.py takes it where torch asks for
-deterministic algorithms). The four warpgroups' register split (ONE_PASS_REGS) is what makes the one pass pay:
-docs/kernels.md, the backward. The accumulator is zeroed by the programs two waves ahead (_zero_issue), the first
-rows of the grid by the preprocess: memory writes moved from a bandwidth-bound kernel under the compute-bound one.
+TMA reduce-adds (backward.py converts it behind the kernel, unit by unit: _dq_count): 5 block matmuls per (query
+block, key block) instead of the two passes' 7. Its dQ is not bitwise deterministic (the adds land in no fixed
+order); ONE_PASS=0 keeps dQ in backward_dq.py's separate pass (every output has one writer; backward.py takes it
+where torch asks for deterministic algorithms). The four warpgroups' register split (ONE_PASS_REGS) is what makes
+the one pass pay: docs/kernels.md, the backward. The accumulator is zeroed by the programs two waves ahead
+(_zero_issue), the first rows of the grid by the preprocess: memory writes moved from a bandwidth-bound kernel under
+the compute-bound one.
 
 Scope (`supported` says why not; backward_dkdv.py and backward_dq.py serve the rest): CUDA capability 9.x,
 fp16/bf16, D in {64, 128}, contiguous q, k, v, dO, Nq % BLOCK_M == 0, Nk % (NUM_WG * 64) == 0, no sliding window,
@@ -57,7 +58,7 @@ try:  # Gluon is experimental; written against Triton 3.6 (as flash_ws.py).
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from .flash_ws_kernel import store_rows
-    from .flash_ws_parts import document_block
+    from .flash_ws_parts import document_block, launch_dependents
 
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - depends on the installed Triton
@@ -83,6 +84,9 @@ CONFIG_KEYS = {
     # ONE_PASS: the grid rows ahead whose dQ accumulator a program zeroes (_zero_issue); 0: the preprocess zeroes
     # it all. Unset: zero_ahead's pick
     "ZERO_AHEAD": None,
+    # ONE_PASS: 1, dQ's accumulator converted to dQ's dtype behind the kernel, unit by unit as each unit's programs
+    # end (backward._dq_convert, a dependent launch); 0: after it (torch's copy). Unset: 1
+    "CONVERT_BEHIND": (0, 1),
     # reported with the config (derived from NUM_WG and ONE_PASS), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1, 4 * 2 + 4 + 1),
@@ -276,10 +280,14 @@ if HAVE_GLUON:
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
         ZERO: gl.constexpr,  # ONE_PASS: zero a later unit's dQ accumulator (_zero_issue)
+        BEHIND: gl.constexpr,  # ONE_PASS: let the conversion behind this kernel launch (launch_dependents)
     ):
         """One warp: this consumer's K and V slices once, then Q, dO, LSE and D of each query block into ring
         stage i % STAGES once every consumer has released it (empty[s]). ZERO: after its walk's last load, its
-        part of a later unit's dQ accumulator (_zero_issue), counted once written (_zero_count)."""
+        part of a later unit's dQ accumulator (_zero_issue), counted once written (_zero_count). BEHIND: first, let
+        dQ's conversion launch behind the kernel (it takes SMs as the grid's last programs leave them)."""
+        if BEHIND:
+            launch_dependents()
         _, _, kd, vd, _, _ = descs
         k_smem, v_smem, q_smem, _, _, _, _ = smem
         kv_bar, _, _, _, _ = bars
@@ -641,13 +649,13 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _zero_count(zero):
-        """_zero_issue's stores counted (ZQ[its unit], release) once they have written global memory."""
+        """_zero_issue's stores counted (ZQ[2 * its unit], release) once they have written global memory."""
         _, _, ZQ, AHEAD = zero
         target = gl.program_id(1) + AHEAD
         if target < gl.num_programs(1):
             _bulk_writes_done()
             gl.thread_barrier()
-            gl.atomic_add(ZQ + target, 1, sem="release", scope="gpu")
+            gl.atomic_add(ZQ + 2 * target, 1, sem="release", scope="gpu")
 
     @gluon.jit
     def _zero_wait(zero):
@@ -661,10 +669,21 @@ if HAVE_GLUON:
         unit = gl.program_id(1)
         if unit >= AHEAD:
             parts = gl.num_programs(0)
-            seen = gl.atomic_add(ZQ + unit, 0, sem="acquire", scope="gpu")
+            seen = gl.atomic_add(ZQ + 2 * unit, 0, sem="acquire", scope="gpu")
             while seen < parts:
-                seen = gl.atomic_add(ZQ + unit, 0, sem="acquire", scope="gpu")
+                seen = gl.atomic_add(ZQ + 2 * unit, 0, sem="acquire", scope="gpu")
             _bulk_writes_done()  # the zeros ordered before this program's reduce-adds (the async proxy)
+
+    @gluon.jit
+    def _dq_count(zero):
+        """The end of the dQ warpgroup: its reduce-adds counted (ZQ[2 * unit + 1], release) once they have written
+        global memory. backward._dq_convert, launched behind this kernel, converts a unit's accumulator to dQ's
+        dtype once the count of its programs is whole: while the last programs of the grid run, the SMs they have
+        left convert the units already done."""
+        _, _, ZQ, _ = zero
+        _bulk_writes_done()
+        gl.thread_barrier()
+        gl.atomic_add(ZQ + 2 * gl.program_id(1) + 1, 1, sem="release", scope="gpu")
 
     @gluon.jit
     def _dq_partition(
@@ -679,6 +698,7 @@ if HAVE_GLUON:
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
         ZERO: gl.constexpr,  # _zero_issue zeroes the accumulator: wait for it (_zero_wait)
+        BEHIND: gl.constexpr,  # count the program's reduce-adds once written (_dq_count)
     ):
         """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
         dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
@@ -734,7 +754,10 @@ if HAVE_GLUON:
                 halves = tile._reinterpret(gl.float32, [2, BLOCK_M, 32], dqd.layout)
                 for h in gl.static_range(2):
                     _tma_reduce_add(dqd, [row, col + c * 64 + h * 32], halves.index(h))
-        tma.store_wait(0)
+        if BEHIND:
+            _dq_count(zero)
+        else:
+            tma.store_wait(0)
 
     @gluon.jit
     def _bwd_dkdv_ws(
@@ -753,7 +776,7 @@ if HAVE_GLUON:
         N_K,
         qk_scale,  # sm_scale * log2(e)
         sm_scale,
-        ZQ,  # ZERO: int32 [grid rows], set to 0 by the preprocess: _zero_issue's counts
+        ZQ,  # ONE_PASS: int32 [grid rows, 2], set to 0 by the preprocess: _zero_issue's counts, then _dq_count's
         AHEAD,  # ONE_PASS: _zero_issue's distance in grid rows (the grid's rows: the preprocess zeroes it all)
         CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
         CU_K,  # VARLEN: the same for the keys; else None
@@ -767,6 +790,7 @@ if HAVE_GLUON:
         CAUSAL: gl.constexpr,
         ONE_PASS: gl.constexpr,  # a third warpgroup adds dQ = dS K into dqd's tensor (_dq_partition)
         ZERO: gl.constexpr,  # ONE_PASS: the programs zero dQ's accumulator AHEAD grid rows on (_zero_issue)
+        BEHIND: gl.constexpr,  # ONE_PASS: dQ's conversion runs behind the kernel (_dq_count, launch_dependents)
         CONSUMER_REGS: gl.constexpr,
         PRODUCER_REGS: gl.constexpr,
         DQ_REGS: gl.constexpr,
@@ -834,9 +858,12 @@ if HAVE_GLUON:
                     (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
                     (
                         _dq_partition,
-                        (smem, bars, dqd, sched, docs, sm_scale, zero, BLOCK_N, CAUSAL, VARLEN, ZERO),
+                        (smem, bars, dqd, sched, docs, sm_scale, zero, BLOCK_N, CAUSAL, VARLEN, ZERO, BEHIND),
                     ),
-                    (_producer, (descs, smem, bars, sched, docs, zero, BLOCK_N, CAUSAL, VARLEN, ZERO)),
+                    (
+                        _producer,
+                        (descs, smem, bars, sched, docs, zero, BLOCK_N, CAUSAL, VARLEN, ZERO, BEHIND),
+                    ),
                 ],
                 [4, 4, 1],
                 [CONSUMER_REGS, DQ_REGS, PRODUCER_REGS],
@@ -846,7 +873,10 @@ if HAVE_GLUON:
                 [
                     (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
                     (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
-                    (_producer, (descs, smem, bars, sched, docs, zero, BLOCK_N, CAUSAL, VARLEN, False)),
+                    (
+                        _producer,
+                        (descs, smem, bars, sched, docs, zero, BLOCK_N, CAUSAL, VARLEN, False, False),
+                    ),
                 ],
                 [4, 1],
                 [CONSUMER_REGS, PRODUCER_REGS],
@@ -875,10 +905,16 @@ def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool) -> dict[
         "CAUSAL": bool(causal),
         "ONE_PASS": one_pass,
         "ZERO": zero_box(cfg, head_dim),
+        "BEHIND": converts_behind(cfg),
         "CONSUMER_REGS": ONE_PASS_REGS[0] if one_pass else CONSUMER_REGS,
         "PRODUCER_REGS": PRODUCER_REGS,
         "DQ_REGS": ONE_PASS_REGS[1],
     }
+
+
+def converts_behind(cfg: dict[str, Any]) -> bool:
+    """Whether dQ's accumulator is converted behind the one pass (backward._dq_convert; CONVERT_BEHIND)."""
+    return bool(cfg.get("ONE_PASS")) and bool(cfg.get("CONVERT_BEHIND", 1))
 
 
 def reported_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -932,7 +968,7 @@ class DkdvPlan:
         counts: torch.Tensor | None = None,
     ) -> dict[str, Any]:
         """tensors: q, do, k, v, dk, dv (contiguous); dq_acc: dQ's fp32 accumulator (ONE_PASS) or None, zeroed by
-        the preprocess below self.ahead's units, which also set `counts` (int32 [B * H_KV]) to 0. Returns the
+        the preprocess below self.ahead's units, which also set `counts` (int32 [B * H_KV, 2]) to 0. Returns the
         config as a row reports it."""
         zq = counts if counts is not None else lse  # never read without ONE_PASS
         rest = (lse, delta, *self.sizes, qk_scale, sm_scale, zq, self.ahead)

@@ -23,6 +23,17 @@ WALK: gl.constexpr = gl.constexpr(2)
 
 
 @gluon.jit
+def launch_dependents():
+    """Let the grid launched behind this one as a programmatic dependent launch (PDL) start
+    (griddepcontrol.launch_dependents): once every program of this grid has run it, the next grid's programs may
+    take the SMs this one's have left. What that grid reads of this one's writes it waits for itself
+    (griddepcontrol.wait for this grid's end, or a count this grid's programs release)."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r", [], gl.int32, False, 1
+    )
+
+
+@gluon.jit
 def tile(
     t,
     sched,

@@ -38,7 +38,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .mla_ws_kernel import _last_keys, _launch_dependents, _page_row, _split_keys, _store_out, _zero_rows
+from .flash_ws_parts import launch_dependents
+from .mla_ws_kernel import _last_keys, _page_row, _split_keys, _store_out, _zero_rows
 
 
 @gluon.jit
@@ -63,7 +64,7 @@ def _producer(
     q_smem, qr_smem, k_smem, kr_smem, _, _ = smem
     q_bar, full, empty, _, _ = bars
     if PDL:
-        _launch_dependents()
+        launch_dependents()
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HALF: gl.constexpr = kd.block_type.shape[1]
     b = gl.program_id(2)

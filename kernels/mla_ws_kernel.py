@@ -55,6 +55,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .flash_ws_parts import launch_dependents
+
 
 @gluon.jit
 def _split_keys(Seqlens, b, capacity, splits, BLOCK_N: gl.constexpr, HAS_SEQLENS: gl.constexpr):
@@ -104,15 +106,6 @@ def _prefetch_l2(ptr, nbytes):
 
 
 @gluon.jit
-def _launch_dependents():
-    """Let the grid launched behind this one as a programmatic dependent launch start
-    (griddepcontrol.launch_dependents; it waits for this grid's end before it reads what this one writes)."""
-    gl.inline_asm_elementwise(
-        "griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r", [], gl.int32, False, 1
-    )
-
-
-@gluon.jit
 def _producer(
     descs,
     smem,
@@ -138,7 +131,7 @@ def _producer(
     q_smem, qr_smem, k_smem, kr_smem, _, _, _ = smem
     q_bar, full, empty, _, _ = bars
     if PDL:
-        _launch_dependents()
+        launch_dependents()
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HALF: gl.constexpr = kd.block_type.shape[1]
     b = gl.program_id(2)

@@ -58,7 +58,7 @@ from typing import Any
 import torch
 
 from . import backward_ws, flash_ws
-from .backward import DqScratch, _bwd_preprocess
+from .backward import DqConvert, DqScratch, _bwd_preprocess
 from .common import LOG2E, cdiv, document_walk
 from .launch import KernelCall
 
@@ -319,6 +319,11 @@ class BackwardPlan:
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
         self.ahead = backward_ws.launch_ahead(cfg, D, causal, longest, grid, q.device)
+        # dQ converted behind the pass, a unit per K/V head: its GQA group's columns of [total_q, H * D]
+        G = H // Hkv
+        self.convert = (
+            DqConvert(Tq, G * D, H * D, G * D, Hkv, D, grid[0]) if backward_ws.converts_behind(cfg) else None
+        )
 
     def run(
         self,
@@ -336,6 +341,8 @@ class BackwardPlan:
         forward's [1, H, total_q] LSE2."""
         H, _, Tq, _ = self.sizes
         dk, dv = torch.empty_like(k), torch.empty_like(v)
+        # before the pass, as backward.py's: the conversion behind it starts while it runs
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format) if self.convert is not None else None
         dq_acc, delta, zq = self.scratch.make(q.device)
         strides = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
         # dQ's accumulator [total_q, H, D]: the preprocess zeroes the K/V heads below the dK/dV kernel's distance
@@ -358,6 +365,9 @@ class BackwardPlan:
             dv,
         )
         flash_ws.launch(self, views, rest, lambda: self._descriptors(views))
+        if self.convert is not None and dq is not None:
+            self.convert(dq_acc, dq, zq)
+            return dq, dk, dv, self.config
         return dq_acc.to(dtype=q.dtype), dk, dv, self.config
 
     def _descriptors(self, views: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flashbench.kernels import KernelUnsupported, backward_ws, flash_attn, flash_ws
+from flashbench.kernels import KernelUnsupported, backward, backward_ws, flash_attn, flash_ws
 from flashbench.kernels.backward import DqScratch, attention_backward, last_bwd_config
 from flashbench.kernels.flash_v2 import attention_forward
 from tiers import smoke
@@ -97,6 +97,45 @@ def test_dq_zeroed_by_the_programs_ahead_on_every_call(shape, causal, ahead):
     for _ in range(3):
         check(shape, torch.bfloat16, causal, {"ZERO_AHEAD": ahead})
         assert last_bwd_config()["dkdv"]["ZERO_AHEAD"] == ahead
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_dq_converted_behind_the_pass_back_to_back_and_from_a_cuda_graph(causal):
+    """dQ's conversion is a programmatic dependent launch: its programs start while the pass's last ones run and
+    convert each unit once all its programs' reduce-adds have landed. Six calls back to back without a sync (a
+    unit converted early would miss adds: wrong dQ), then replays of a CUDA graph, each within the budget, and the
+    same gradients as the conversion after the pass (CONVERT_BEHIND=0) up to the adds' order; the compiled
+    conversion asks for PDL and the pass lets it start."""
+    shape = (4, 8, 2, 1024, 1024, 128)  # 8 units of 8 programs
+    q, k, v, do = inputs(*shape, torch.bfloat16, seed=11)
+    scale = shape[-1] ** -0.5
+    o, lse, _ = attention_forward(q, k, v, causal, scale)
+
+    def grads(behind):
+        cfg = {"kernel": "gluon-ws", "CONVERT_BEHIND": behind}
+        return attention_backward(q, k, v, o, lse, do, None, causal, scale, cfg)
+
+    after = grads(0)
+    calls = [grads(1) for _ in range(6)]
+    for dq, dk, dv in calls:
+        verdict = correctness.verify(
+            {"out": o, "dq": dq, "dk": dk, "dv": dv}, q, k, v, causal=causal, sm_scale=scale, do=do
+        )
+        assert verdict.ok, f"{verdict.reason}; {verdict.describe()}"
+        torch.testing.assert_close(dq, after[0], rtol=2e-2, atol=2e-2)
+        assert torch.equal(dk, after[1]) and torch.equal(dv, after[2])
+    plans = [p for p in backward._PLANS.plans.values() if getattr(p, "convert", None) is not None]
+    assert plans and all(p.convert.call.compiled.metadata.launch_pdl for p in plans)
+    assert all("griddepcontrol.launch_dependents" in p.ws.call.compiled.asm["ptx"] for p in plans)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # captured after warm calls: the plan is compiled, nothing syncs
+        captured = grads(1)[0]
+    for _ in range(3):
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.testing.assert_close(captured, after[0], rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.gpu
@@ -265,14 +304,14 @@ def test_one_pass_shared_memory_fits():
 
 def test_dq_scratch_gives_d_then_an_aligned_contiguous_accumulator_then_the_counts_in_one_allocation():
     """The scratch's first elements are D's (the kernels take its pointer), then the accumulator, contiguous and
-    128-byte aligned, past every element of D, then the zeroing's int32 counts past the accumulator: a call's own,
+    128-byte aligned, past every element of D, then two int32 counts per unit past the accumulator: a call's own,
     so calls of one shape share no state."""
-    scratch = DqScratch((2, 3, 5, 4), (2, 3, 5), 6)
+    scratch = DqScratch((2, 3, 5, 4), (2, 3, 5), 3)
     acc, delta, counts = scratch.make(torch.device("cpu"))
     assert acc.shape == (2, 3, 5, 4) and acc.is_contiguous() and acc.dtype == delta.dtype == torch.float32
     assert acc.untyped_storage().data_ptr() == delta.untyped_storage().data_ptr() == delta.data_ptr()
     assert acc.storage_offset() == 32 and acc.data_ptr() % 128 == delta.data_ptr() % 128
-    assert counts.dtype == torch.int32 and counts.shape == (6,) and counts.is_contiguous()
+    assert counts.dtype == torch.int32 and counts.shape == (3, 2) and counts.is_contiguous()
     assert delta.numel() == scratch.size == 32 + acc.numel() + 6
     rows = delta[: 2 * 3 * 5]
     acc.fill_(1.0)
@@ -316,7 +355,7 @@ def test_the_preprocess_zeroes_the_accumulator_of_the_units_below_its_bound_only
     o, do = (torch.randn(*shape, generator=g).to(DEVICE) for _ in range(2))
     acc = torch.full(shape, 7.0, device=DEVICE)
     delta = torch.empty(B * H * N, device=DEVICE)
-    counts = torch.full((B * H // G,), 5, dtype=torch.int32, device=DEVICE)
+    counts = torch.full((B * H // G, 2), 5, dtype=torch.int32, device=DEVICE)
     if packed:  # [total, H, D] read as one batch of H heads
         rows = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
         strides = (0, acc.stride(1), acc.stride(0))
@@ -326,7 +365,7 @@ def test_the_preprocess_zeroes_the_accumulator_of_the_units_below_its_bound_only
     _bwd_preprocess[(triton_cdiv(N, 64), B * H)](
         o, do, delta, acc, counts, *rows, H, N, *strides, G, bound, HEAD_DIM=D, BLOCK_M=64, ZERO_DQ=True
     )
-    assert counts.eq(0).all()  # the dK/dV kernel's counts of the units it zeroes, set back for its launch
+    assert counts.eq(0).all()  # the dK/dV kernel's counts per unit, set back for its launch
     heads = acc if not packed else acc.permute(1, 0, 2).unsqueeze(0)  # [B, H, N, D]
     want = (o * do).sum(-1)
     want = want.permute(1, 0).reshape(-1) if packed else want.reshape(-1)
@@ -335,6 +374,30 @@ def test_the_preprocess_zeroes_the_accumulator_of_the_units_below_its_bound_only
         for h in range(H):
             zeroed = (b * H + h) // G < bound
             assert heads[b, h].eq(0.0 if zeroed else 7.0).all(), (b, h)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["batch", "packed"])
+def test_dq_convert_writes_every_units_region_in_dqs_dtype_once_its_count_is_whole(packed):
+    """DqConvert over the one pass's units: [B, H, N, D] with a unit per batch and K/V head (its GROUP query
+    heads' rows), or packed [total, H, D] with a unit per K/V head (its GROUP heads' columns of every row). With
+    every unit's count whole, each element of dQ is its accumulator's, rounded once; the counts are only read.
+    Row counts that are no multiple of the 64-row tile."""
+    from flashbench.kernels.backward import DqConvert
+
+    B, H, G, N, D = (1, 6, 3, 150, 32) if packed else (2, 4, 2, 100, 32)
+    units, parts = B * H // G, 5
+    shape = (N, H, D) if packed else (B, H, N, D)
+    acc = torch.randn(*shape, generator=torch.Generator().manual_seed(9)).to(DEVICE)
+    dq = torch.full(shape, float("nan"), dtype=torch.float16, device=DEVICE)
+    counts = torch.tensor([[7, parts]] * units, dtype=torch.int32, device=DEVICE)
+    if packed:  # rows of H * D; a unit is G * D columns
+        convert = DqConvert(N, G * D, H * D, G * D, units, D, parts)
+    else:  # a unit is G * N contiguous rows of D
+        convert = DqConvert(G * N, D, D, G * N * D, units, D, parts)
+    assert convert.call.grid == (triton_cdiv(convert.args[1], 64) * convert.args[2] // D, units, 1)
+    convert(acc, dq, counts)
+    assert torch.equal(dq, acc.to(torch.float16))
+    assert counts.tolist() == [[7, parts]] * units
 
 
 def triton_cdiv(a: int, b: int) -> int:

@@ -558,6 +558,18 @@ def test_the_gluon_backward_plan_walks_every_documents_key_blocks_per_kv_head(gl
     assert plan.ahead == 2 and plan.call.constexprs["ZERO"] is True
     forced = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, {**GLUON, "ZERO_AHEAD": 1})
     assert forced.ahead == 1 and forced.config["ZERO_AHEAD"] == 1
+    # dQ converted behind the pass: a unit per K/V head, its 2 query heads' columns of every row, waiting for the
+    # walk's programs of that head
+    assert plan.call.constexprs["BEHIND"] is True and plan.convert is not None
+    assert plan.convert.call.grid == (4 * 2, 2, 1) and plan.convert.args == (
+        walk,
+        237,
+        2 * 128,
+        4 * 128,
+        2 * 128,
+    )
+    after = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, {**GLUON, "CONVERT_BEHIND": 0})
+    assert after.convert is None and after.call.constexprs["BEHIND"] is False
 
 
 GLUON_BWD_REFUSED = [  # (bwd_config, window, words of the refusal)

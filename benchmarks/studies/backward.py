@@ -12,7 +12,8 @@ Each provider runs the bundled forward as shipped, then `attention_backward` wit
 - `bwd-dq-BMxBN-wW-sS`: that tl dQ tile, the tl dK/dV pass autotuned;
 - `bwd-tl`: both tl passes autotuned (FLASHBENCH_GLUON_BWD=0);
 - `bwd-gluon-*`: the Gluon dK/dV kernel (kernels/backward_ws.py) forced, one pass (dQ by reduce-adds) or two
-  (`-two-pass`: ONE_PASS=0, the tl dQ pass autotuned), with its stages forced (`-sS`).
+  (`-two-pass`: ONE_PASS=0, the tl dQ pass autotuned), with its stages forced (`-sS`); `-convert-after`: the one
+  pass with dQ's accumulator converted after the kernel rather than behind it (CONVERT_BEHIND=0).
 
 The shipped backward is the study config's `triton`; cuDNN's is `sdpa-cudnn`.
 """
@@ -44,6 +45,8 @@ GLUON_VARIANTS: dict[str, dict[str, Any]] = {
     "bwd-gluon-s3": {**_GLUON, "STAGES": 3},
     "bwd-gluon-two-pass": {**_GLUON, **TWO_PASS},  # what the deterministic backward runs at d = 128
     "bwd-gluon-two-pass-s3": {**_GLUON, "ONE_PASS": 0, "STAGES": 3},
+    # the one pass with dQ's accumulator converted after the kernel (torch's copy), not behind it
+    "bwd-gluon-convert-after": {**_GLUON, "CONVERT_BEHIND": 0},
 }
 
 
