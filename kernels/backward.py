@@ -251,7 +251,7 @@ class _BackwardPlan:
         self.scratch = DqScratch((B, H, Nq, D), self.delta_shape, B * Hkv)
         # dQ converted behind the one pass, a unit (B * H_KV of them) per GQA group's rows of [B * H * Nq, D]
         self.convert = None
-        if self.one_pass and self.ws is not None and backward_ws.converts_behind(ws_cfg or {}):
+        if self.ws is not None and self.ws.call.constexprs["BEHIND"]:
             G = H // Hkv
             self.convert = DqConvert(G * Nq, D, D, G * Nq * D, B * Hkv, D, self.ws.call.grid[0])
         pre_m = 64

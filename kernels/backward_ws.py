@@ -85,7 +85,7 @@ CONFIG_KEYS = {
     # it all. Unset: zero_ahead's pick
     "ZERO_AHEAD": None,
     # ONE_PASS: 1, dQ's accumulator converted to dQ's dtype behind the kernel, unit by unit as each unit's programs
-    # end (backward._dq_convert, a dependent launch); 0: after it (torch's copy). Unset: 1
+    # end (backward._dq_convert, a dependent launch); 0: after it (torch's copy). Unset: CONVERT_MAX_SEQ's rule
     "CONVERT_BEHIND": (0, 1),
     # reported with the config (derived from NUM_WG and ONE_PASS), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
@@ -894,8 +894,10 @@ NOT_VARLEN: dict[str, Any] = {
 }
 
 
-def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool) -> dict[str, Any]:
-    """The compile-time arguments of a launch with config cfg (but VARLEN's: NOT_VARLEN, or varlen_ws's)."""
+def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool, longest: int) -> dict[str, Any]:
+    """The compile-time arguments of a launch with config cfg at key length `longest` (packed: the longest
+    document's bucket), but VARLEN's (NOT_VARLEN, or varlen_ws's). BEHIND says whether the plan converts dQ behind
+    the kernel."""
     one_pass = bool(cfg.get("ONE_PASS"))
     return {
         "HEAD_DIM": head_dim,
@@ -905,16 +907,30 @@ def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool) -> dict[
         "CAUSAL": bool(causal),
         "ONE_PASS": one_pass,
         "ZERO": zero_box(cfg, head_dim),
-        "BEHIND": converts_behind(cfg),
+        "BEHIND": converts_behind(cfg, head_dim, causal, longest),
         "CONSUMER_REGS": ONE_PASS_REGS[0] if one_pass else CONSUMER_REGS,
         "PRODUCER_REGS": PRODUCER_REGS,
         "DQ_REGS": ONE_PASS_REGS[1],
     }
 
 
-def converts_behind(cfg: dict[str, Any]) -> bool:
-    """Whether dQ's accumulator is converted behind the one pass (backward._dq_convert; CONVERT_BEHIND)."""
-    return bool(cfg.get("ONE_PASS")) and bool(cfg.get("CONVERT_BEHIND", 1))
+# Where the one pass converts dQ behind it by default (CONVERT_BEHIND unset), by (head dim, causal): below this key
+# length (packed documents: the bucket of the longest); absent, at every length. At d = 128 causal N = 16384 the
+# backward took 1.005-1.035x the time with it, under a lower SM clock (the overlap draws more of the power cap),
+# where N = 1024-8192 took 0.955-0.994x (docs/kernels.md, the backward).
+CONVERT_MAX_SEQ: dict[tuple[int, bool], int] = {(128, True): 16384}
+
+
+def converts_behind(cfg: dict[str, Any], head_dim: int, causal: bool, longest: int) -> bool:
+    """Whether dQ's accumulator is converted behind the one pass (backward._dq_convert) at this key length:
+    CONVERT_BEHIND where forced, else CONVERT_MAX_SEQ's rule."""
+    if not cfg.get("ONE_PASS"):
+        return False
+    forced = cfg.get("CONVERT_BEHIND")
+    if forced is not None:
+        return bool(forced)
+    most = CONVERT_MAX_SEQ.get((head_dim, bool(causal)))
+    return most is None or longest < most
 
 
 def reported_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -952,7 +968,7 @@ class DkdvPlan:
         self.dq_layout = dq_layout()
         self.sizes = (H, H // Hkv, Nq, Nk)
         num_n = cdiv(Nk, num_wg * KEYS)
-        constexprs = {**kernel_constexprs(cfg, D, causal), **NOT_VARLEN}
+        constexprs = {**kernel_constexprs(cfg, D, causal, Nk), **NOT_VARLEN}
         self.call = KernelCall(_bwd_dkdv_ws, (num_n, B * Hkv), constexprs, {"num_warps": 4})
         self.config = reported_config(cfg)
         self.ahead = launch_ahead(cfg, D, causal, Nk, (num_n, B * Hkv), q.device)

@@ -314,16 +314,14 @@ class BackwardPlan:
         self.pre = KernelCall(
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
-        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal), "VARLEN": True}
+        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal, longest), "VARLEN": True}
         grid = (document_walk(Tk, docs, block_n), Hkv)
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg)
         self.ahead = backward_ws.launch_ahead(cfg, D, causal, longest, grid, q.device)
         # dQ converted behind the pass, a unit per K/V head: its GQA group's columns of [total_q, H * D]
         G = H // Hkv
-        self.convert = (
-            DqConvert(Tq, G * D, H * D, G * D, Hkv, D, grid[0]) if backward_ws.converts_behind(cfg) else None
-        )
+        self.convert = DqConvert(Tq, G * D, H * D, G * D, Hkv, D, grid[0]) if constexprs["BEHIND"] else None
 
     def run(
         self,

@@ -376,6 +376,23 @@ def test_the_preprocess_zeroes_the_accumulator_of_the_units_below_its_bound_only
             assert heads[b, h].eq(0.0 if zeroed else 7.0).all(), (b, h)
 
 
+def test_dq_is_converted_behind_the_one_pass_but_where_it_measured_slower():
+    """By default behind the pass (a dependent launch), but at d = 128 causal from 16384 keys (CONVERT_MAX_SEQ);
+    CONVERT_BEHIND forces either way; the two passes have no accumulator to convert."""
+    d128, d64 = backward_ws.config_for(128), backward_ws.config_for(64)
+    assert backward_ws.converts_behind(d128, 128, True, 8192)
+    assert not backward_ws.converts_behind(d128, 128, True, 16384)
+    assert backward_ws.converts_behind(d128, 128, False, 16384) and backward_ws.converts_behind(
+        d64, 64, True, 16384
+    )
+    assert backward_ws.converts_behind({**d128, "CONVERT_BEHIND": 1}, 128, True, 16384)
+    assert not backward_ws.converts_behind({**d128, "CONVERT_BEHIND": 0}, 128, True, 1024)
+    assert not backward_ws.converts_behind(backward_ws.config_for(128, backward_ws.TWO_PASS), 128, True, 1024)
+    assert backward_ws.kernel_constexprs(d128, 128, True, 16384)["BEHIND"] is False
+    with pytest.raises(ValueError, match="CONVERT_BEHIND=2 must be one of"):
+        backward_ws.config_for(128, {"CONVERT_BEHIND": 2})
+
+
 @pytest.mark.parametrize("packed", [False, True], ids=["batch", "packed"])
 def test_dq_convert_writes_every_units_region_in_dqs_dtype_once_its_count_is_whole(packed):
     """DqConvert over the one pass's units: [B, H, N, D] with a unit per batch and K/V head (its GROUP query

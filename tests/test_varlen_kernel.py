@@ -570,6 +570,8 @@ def test_the_gluon_backward_plan_walks_every_documents_key_blocks_per_kv_head(gl
     )
     after = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, {**GLUON, "CONVERT_BEHIND": 0})
     assert after.convert is None and after.call.constexprs["BEHIND"] is False
+    longest = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, GLUON, longest=16384)
+    assert longest.convert is None  # d = 128 causal, a document of 16k: after the pass (CONVERT_MAX_SEQ)
 
 
 GLUON_BWD_REFUSED = [  # (bwd_config, window, words of the refusal)
