@@ -247,7 +247,7 @@ class _BackwardPlan:
         ws_cfg = _gluon_dkdv_config(q, k, v, do, causal, window, self.stored, dkdv_config)
         self.ws = backward_ws.DkdvPlan(q, k, causal, ws_cfg) if ws_cfg is not None else None
         self.one_pass = self.ws is not None and self.ws.one_pass
-        # the one pass's D, dQ accumulator and the counts of its zeroing (a unit per batch and K/V head)
+        # the one pass's D, dQ accumulator and its two counts per unit (a batch and K/V head): zeroed, added
         self.scratch = DqScratch((B, H, Nq, D), self.delta_shape, B * Hkv)
         # dQ converted behind the one pass, a unit (B * H_KV of them) per GQA group's rows of [B * H * Nq, D]
         self.convert = None

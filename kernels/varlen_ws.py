@@ -309,7 +309,7 @@ class BackwardPlan:
         block_n = cfg["NUM_WG"] * backward_ws.KEYS
         self.blocks = ([cfg["BLOCK_M"], D], [backward_ws.KEYS, D], [cfg["BLOCK_M"], 32])
         self.sizes, self.docs = (H, H // Hkv, Tq, Tk), docs
-        # D, dQ's accumulator [total_q, H, D] and the counts of its zeroing (a unit per K/V head)
+        # D, dQ's accumulator [total_q, H, D] and its two counts per unit (a K/V head): zeroed, added
         self.scratch = DqScratch((Tq, H, D), (1, H, Tq), Hkv)
         self.pre = KernelCall(
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
