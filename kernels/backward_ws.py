@@ -611,6 +611,14 @@ if HAVE_GLUON:
         )
 
     @gluon.jit
+    def _count_written(counter):
+        """Add 1 to *counter (release) once this thread's TMA stores and reduce-adds have written global memory and
+        every thread of the partition is past this point: what a program's count tells whoever acquires it."""
+        _bulk_writes_done()
+        gl.thread_barrier()
+        gl.atomic_add(counter, 1, sem="release", scope="gpu")
+
+    @gluon.jit
     def _zero_issue(zero, sched, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, VARLEN: gl.constexpr):
         """dQ's accumulator zeroed ZERO_AHEAD grid rows ahead of the programs that add into it, by the programs
         themselves (their producer warps' TMA stores), where the preprocess, a bandwidth-bound kernel, zeroed all
@@ -653,9 +661,7 @@ if HAVE_GLUON:
         _, _, ZQ, AHEAD = zero
         target = gl.program_id(1) + AHEAD
         if target < gl.num_programs(1):
-            _bulk_writes_done()
-            gl.thread_barrier()
-            gl.atomic_add(ZQ + 2 * target, 1, sem="release", scope="gpu")
+            _count_written(ZQ + 2 * target)
 
     @gluon.jit
     def _zero_wait(zero):
@@ -681,9 +687,7 @@ if HAVE_GLUON:
         dtype once the count of its programs is whole: while the last programs of the grid run, the SMs they have
         left convert the units already done."""
         _, _, ZQ, _ = zero
-        _bulk_writes_done()
-        gl.thread_barrier()
-        gl.atomic_add(ZQ + 2 * gl.program_id(1) + 1, 1, sem="release", scope="gpu")
+        _count_written(ZQ + 2 * gl.program_id(1) + 1)
 
     @gluon.jit
     def _dq_partition(

@@ -255,11 +255,7 @@ class _Backward(_Plan):
                 *_strides(do),
                 self.heads[0],
                 self.sizes[0],
-                0,
-                0,
-                0,
-                1,
-                0,
+                *(0, 0, 0, 1, 0),  # the accumulator's strides, GROUP, ZERO_UNITS: unused without ZERO_DQ
             )
         )
         inputs = (q4, k4, v4, do4, lse, delta, lse)  # P: never read without STORED_P
