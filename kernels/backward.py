@@ -81,8 +81,8 @@ def _bwd_preprocess(
     DQ_ACC,  # [B, H, N_Q, D] fp32 at the strides below, unit stride in D; out with ZERO_DQ: zeros (the one-pass
     # backward adds dQ into it) in the rows of the query heads of units (b * H + h) // GROUP < ZERO_UNITS, the rest
     # its dK/dV kernel zeroes (backward_ws._zero_issue)
-    ZQ,  # with ZERO_DQ: int32 [units, 2], out: zeros (the dK/dV kernel's counts per unit: backward_ws._zero_count's,
-    # _dq_count's)
+    ZQ,  # with ZERO_DQ: int32 [units + 1, 2], out: zeros (the dK/dV kernel's counts per unit: backward_ws._zero_count's,
+    # _dq_count's; in the last row, its persistent walk's tile counter, backward_ws._claim)
     stride_oz,
     stride_oh,
     stride_om,
@@ -122,6 +122,9 @@ def _bwd_preprocess(
     if ZERO_DQ and pid_m == 0:
         # each unit's counts, by its heads' first programs
         tl.store(ZQ + 2 * (pid_bh // GROUP) + tl.arange(0, 2), tl.zeros([2], dtype=tl.int32))
+        if pid_bh == 0:  # and the persistent walk's tile counter, after the units' counts
+            units = tl.num_programs(1) // GROUP
+            tl.store(ZQ + 2 * units + tl.arange(0, 2), tl.zeros([2], dtype=tl.int32))
     if ZERO_DQ and pid_bh // GROUP < ZERO_UNITS:  # the rows this program owns: one launch fewer than a memset
         acc = (
             DQ_ACC
@@ -137,7 +140,7 @@ class DqScratch:
     """The one pass's fp32 scratch for one shape: D (delta_shape's rows), then dQ's accumulator (acc_shape,
     contiguous; zeroed by the preprocess and the dK/dV programs, backward_ws._zero_issue), then two int32 counts
     per unit of the dK/dV kernel (set to 0 by the preprocess: its programs that zeroed the unit, and those whose
-    reduce-adds into it have landed), in one allocation: one torch.empty where there would be two (8.9 us of host
+    reduce-adds into it have landed) and a row for its persistent walk's tile counter, in one allocation: one torch.empty where there would be two (8.9 us of host
     time each on an H100 host, `python3 benchmarks/host_time.py --breakdown`). The kernels read D through its
     pointer alone, so the scratch itself stands for D, and one view (1.2 us on the CPU machine) makes the
     accumulator; its offset and strides are worked out once, here. Every call has its own counts: two calls of one
@@ -149,14 +152,14 @@ class DqScratch:
         self.offset = -(-rows // 32) * 32  # the accumulator 128-byte aligned (its TMA descriptor needs 16)
         self.counts_at = self.offset + acc_shape[0] * self.acc_strides[0]
         self.units = units
-        self.size = self.counts_at + 2 * units
+        self.size = self.counts_at + 2 * (units + 1)
 
     def make(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(dQ's accumulator, the scratch: D in its first elements, the int32 counts [units, 2]), uninitialised, on
-        `device`."""
+        """(dQ's accumulator, the scratch: D in its first elements, the int32 counts [units + 1, 2]), uninitialised,
+        on `device`."""
         scratch = torch.empty(self.size, dtype=torch.float32, device=device)
         acc = scratch.as_strided(self.acc_shape, self.acc_strides, self.offset)
-        counts = scratch.as_strided((self.units, 2), (2, 1), self.counts_at).view(torch.int32)
+        counts = scratch.as_strided((self.units + 1, 2), (2, 1), self.counts_at).view(torch.int32)
         return acc, scratch, counts
 
 
@@ -253,7 +256,7 @@ class _BackwardPlan:
         self.convert = None
         if self.ws is not None and self.ws.call.constexprs["BEHIND"]:
             G = H // Hkv
-            self.convert = DqConvert(G * Nq, D, D, G * Nq * D, B * Hkv, D, self.ws.call.grid[0])
+            self.convert = DqConvert(G * Nq, D, D, G * Nq * D, B * Hkv, D, self.ws.tiles[0])
         pre_m = 64
         ahead = self.ws.ahead if self.one_pass and self.ws is not None else 0
         # dQ's accumulator [B, H, Nq, D]; the preprocess zeroes the units below the dK/dV kernel's distance

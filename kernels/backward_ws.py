@@ -14,6 +14,9 @@ and releases the stage; at the end dK *= sm_scale, and dK, dV leave through shar
 not take turns: two warpgroups running freely keep the tensor cores fed while either computes P^T and dS^T.
 The programs launch one K/V head after another (a grid [key blocks, B * H_KV]), and program p starts its walk at
 its p-th query block (1-3% faster than every program starting at the first; docs/kernels.md, the backward).
+PERSIST (PERSISTENT_MAX_SEQ's rule): one program per SM takes those tiles in the same order from a counter
+(_claim) and hands each to its partitions (_hand_out, _take); the next tile's first Q/dO stages load while this
+tile's dK and dV leave, its K and V once every partition is done with this tile's (kv_free).
 
 ONE_PASS=1 (the default): the consumers also store dS to shared memory, and a third warpgroup (_dq_partition)
 computes dQ = dS K over the program's 128 keys from it and the resident K, and adds it into a zeroed fp32 dQ by
@@ -87,6 +90,11 @@ CONFIG_KEYS = {
     # ONE_PASS: 1, dQ's accumulator converted to dQ's dtype behind the kernel, unit by unit as each unit's programs
     # end (backward._dq_convert, a dependent launch); 0: after it (torch's copy). Unset: CONVERT_MAX_SEQ's rule
     "CONVERT_BEHIND": (0, 1),
+    # ONE_PASS: 1, a program per SM takes the grid's tiles in turn (_claim); 0, a program per tile. Unset:
+    # PERSISTENT_MAX_SEQ's rule
+    "PERSISTENT": (0, 1),
+    # PERSISTENT: the programs (an int >= 1; unset: the SMs), fewer to give each more tiles (the tests)
+    "PROGRAMS": None,
     # reported with the config (derived from NUM_WG and ONE_PASS), accepted back when they agree
     "BLOCK_N": (2 * KEYS,),
     "num_warps": (4 * 2 + 1, 4 * 2 + 4 + 1),
@@ -148,10 +156,16 @@ def config_for(head_dim: int, forced: dict[str, Any] | None = None) -> dict[str,
         allowed = CONFIG_KEYS[key]
         if key == "ZERO_AHEAD" and (isinstance(val, bool) or not isinstance(val, int) or val < 0):
             raise ValueError(f"gluon-ws backward config: ZERO_AHEAD={val!r} must be an int >= 0")
+        if key == "PROGRAMS" and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+            raise ValueError(f"gluon-ws backward config: PROGRAMS={val!r} must be an int >= 1")
         if allowed is not None and val not in allowed:
             raise ValueError(f"gluon-ws backward config: {key}={val!r} must be one of {list(allowed)}")
         if key not in ("kernel", "BLOCK_N", "num_warps"):
             cfg[key] = val
+    if cfg.get("PERSISTENT") and not cfg.get("ONE_PASS"):
+        raise ValueError("gluon-ws backward config: PERSISTENT=1 needs ONE_PASS=1")
+    if cfg.get("PROGRAMS") and not cfg.get("PERSISTENT"):
+        raise ValueError("gluon-ws backward config: PROGRAMS needs PERSISTENT=1")
     return cfg
 
 
@@ -190,9 +204,44 @@ def launch_ahead(
     parts, units = grid
     if not zero_box(cfg, head_dim):
         return units
-    # off a GPU (the sm_90a compile stub) nothing launches: any SM count will do
-    sms = flash_ws._sm_count(device.index or 0) if device.type == "cuda" else 132
-    return zero_ahead(parts, units, sms, cfg.get("ZERO_AHEAD"), zeroes_ahead(head_dim, causal, longest))
+    return zero_ahead(
+        parts, units, _sms(device), cfg.get("ZERO_AHEAD"), zeroes_ahead(head_dim, causal, longest)
+    )
+
+
+def _sms(device: torch.device) -> int:
+    """The SMs of `device`; off a GPU (the sm_90a compile stub) nothing launches: any count will do."""
+    return flash_ws._sm_count(device.index or 0) if device.type == "cuda" else 132
+
+
+def launch_grid(
+    cfg: dict[str, Any], grid: tuple[int, int], device: torch.device, persist: bool
+) -> tuple[int, ...]:
+    """The launch's grid for the tiles' grid [parts, units]: that grid, or over a persistent walk (`persist`,
+    kernel_constexprs' PERSIST) a program per SM (or PROGRAMS of them; at most one per tile)."""
+    if persist:
+        return (min(grid[0] * grid[1], cfg.get("PROGRAMS") or _sms(device)),)
+    return grid
+
+
+# Where the one pass walks its tiles persistently by default (PERSISTENT unset), by (head dim, causal), over a
+# [B, H, N, D] batch: below this key length. The backward ran 1.005-1.029x the TFLOP/s of a program per tile at
+# d = 64 and at d = 128 without a mask (N = 1024 and 2048, the lengths measured), and 0.96-0.98x at d = 128 causal,
+# where the persistent build's consumer loop reloads three spilled values per step (none at d = 64); absent: never.
+# Packed documents keep a program per tile (measured at d = 128 causal: 1.045x the fwd+bwd time). docs/kernels.md,
+# the backward.
+PERSISTENT_MAX_SEQ: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096, (128, False): 4096}
+
+
+def walks_persistent(cfg: dict[str, Any], head_dim: int, causal: bool, longest: int, varlen: bool) -> bool:
+    """Whether the one pass takes its tiles over a persistent walk at this key length: PERSISTENT where forced,
+    else PERSISTENT_MAX_SEQ's rule (never over packed documents)."""
+    if not cfg.get("ONE_PASS"):
+        return False
+    forced = cfg.get("PERSISTENT")
+    if forced is not None:
+        return bool(forced)
+    return not varlen and longest < PERSISTENT_MAX_SEQ.get((head_dim, bool(causal)), 0)
 
 
 def zeroes_ahead(head_dim: int, causal: bool, longest: int) -> bool:
@@ -276,67 +325,187 @@ if HAVE_GLUON:
         sched,
         docs,
         zero,  # ZERO: _zero_issue's
+        grid,  # (parts, units): the program grid [key blocks, units] that tiles stand for
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
         ZERO: gl.constexpr,  # ONE_PASS: zero a later unit's dQ accumulator (_zero_issue)
         BEHIND: gl.constexpr,  # ONE_PASS: let the conversion behind this kernel launch (launch_dependents)
+        PERSIST: gl.constexpr,  # take tiles from the walk's counter (_claim) until none is left
     ):
-        """One warp: this consumer's K and V slices once, then Q, dO, LSE and D of each query block into ring
-        stage i % STAGES once every consumer has released it (empty[s]). ZERO: after its walk's last load, its
-        part of a later unit's dQ accumulator (_zero_issue), counted once written (_zero_count). BEHIND: first, let
-        dQ's conversion launch behind the kernel (it takes SMs as the grid's last programs leave them)."""
+        """One warp: per tile (a program of the grid, or PERSIST one the program claims), this consumer's K and V
+        slices once, then Q, dO, LSE and D of each query block into ring stage i % STAGES once every consumer has
+        released it (empty[s]). ZERO: after its walk's last load, its part of a later unit's dQ accumulator
+        (_zero_issue), counted once written (_zero_count). BEHIND: first, let dQ's conversion launch behind the
+        kernel (it takes SMs as the grid's last programs leave them)."""
         if BEHIND:
             launch_dependents()
+        if ZERO and PERSIST:
+            _zero_fill(zero)
+        if PERSIST:
+            tiles = grid[0] * grid[1]
+            tc = 0
+            it = 0
+            prev = (0, -1, grid[0], grid[1])  # the tile before, whose zeroing is counted in this one (none)
+            t = _claim(zero, grid)
+            while t < tiles:
+                _hand_out(bars, docs, t, tc)
+                tile = (t % grid[0], t // grid[0], grid[0], grid[1])
+                it = _produce_tile(
+                    descs,
+                    smem,
+                    bars,
+                    sched,
+                    docs,
+                    zero,
+                    tile,
+                    prev,
+                    tc,
+                    it,
+                    BLOCK_N,
+                    CAUSAL,
+                    VARLEN,
+                    ZERO,
+                    True,
+                )
+                prev = tile
+                tc += 1
+                t = _claim(zero, grid)
+            _hand_out(bars, docs, tiles, tc)  # the end of the walk
+            if ZERO:
+                _zero_count(zero, prev)
+        else:
+            tile = _grid_tile()
+            _produce_tile(
+                descs, smem, bars, sched, docs, zero, tile, tile, 0, 0, BLOCK_N, CAUSAL, VARLEN, ZERO, False
+            )
+
+    @gluon.jit
+    def _produce_tile(
+        descs,
+        smem,
+        bars,
+        sched,
+        docs,
+        zero,
+        tile,
+        prev,
+        tc,
+        it,
+        BLOCK_N: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        VARLEN: gl.constexpr,
+        ZERO: gl.constexpr,
+        PERSIST: gl.constexpr,
+    ):
+        """The producer's work on one tile, its tc-th, whose first query block is the ring's it-th: returns the
+        ring's count after it. PERSIST: the tile's first ring stages are loaded before its K and V, which wait
+        until the last tile's dK and dV have left through their buffers (kv_free); the zeroing issued at the end
+        of the tile before (prev) is counted between them, once written (waiting for its writes at the end of
+        that tile held this tile's first loads back)."""
         _, _, kd, vd, _, _ = descs
         k_smem, v_smem, q_smem, _, _, _, _ = smem
-        kv_bar, _, _, _, _ = bars
+        kv_bar = bars[0]
+        kv_free = bars[5]
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
+        STAGES: gl.constexpr = q_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
         HEAD_DIM: gl.constexpr = q_smem.shape[2]
         if VARLEN:  # [total, heads * D]: a head is a column block
-            nb, kv_h, k_row, _, q_row, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
-            mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
-            for w in gl.static_range(NUM_WG):
-                coord = [k_row + nb * BLOCK_N + w * 64, kv_h * HEAD_DIM]
-                tma.async_copy_global_to_shared(kd, coord, kv_bar, k_smem.index(w))
-                tma.async_copy_global_to_shared(vd, coord, kv_bar, v_smem.index(w))
-            for i in range(GROUP * walk[2]):
-                m, stat_row = _block(i, walk, nb, N_Q, BLOCK_M)
-                coord = _packed_box(i, m, walk, q_row, BLOCK_M, HEAD_DIM)
-                _load_block(i, coord, stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True)
-            if ZERO:  # its last stages loading, the consumers have steps to go
-                _zero_issue(zero, sched, BLOCK_M, HEAD_DIM, True)
-                _zero_count(zero)
-            return
-        nb, bkv = _program()
-        n0 = nb * BLOCK_N
+            nb, kv_h, k_row, _, q_row, n_q, walk = _document(sched, docs, tile, BLOCK_N, BLOCK_M, CAUSAL)
+            kv_row = k_row + nb * BLOCK_N
+            kv_col = kv_h * HEAD_DIM
+        else:
+            nb = tile[0]
+            walk = _walk(sched, tile, BLOCK_N, BLOCK_M, CAUSAL)
+            kv_row = tile[1] * N_K + nb * BLOCK_N
+            kv_col = 0
+        n = GROUP * walk[2]
+        first = 0
+        if PERSIST:
+            first = gl.minimum(n, STAGES)
+        for i in range(first):
+            _produce_block(
+                i, it, nb, walk, q_row if VARLEN else 0, n_q if VARLEN else 0, N_Q, descs, smem, bars, VARLEN
+            )
+        if PERSIST:
+            if ZERO:
+                _zero_count(zero, prev)
+            mbarrier.wait(kv_free, (tc & 1) ^ 1)
         mbarrier.expect(kv_bar, 2 * NUM_WG * kd.block_type.nbytes)
         for w in gl.static_range(NUM_WG):
-            tma.async_copy_global_to_shared(kd, [bkv * N_K + n0 + w * 64, 0], kv_bar, k_smem.index(w))
-            tma.async_copy_global_to_shared(vd, [bkv * N_K + n0 + w * 64, 0], kv_bar, v_smem.index(w))
-        walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
-        for i in range(GROUP * walk[2]):
-            row = _block(i, walk, nb, N_Q, BLOCK_M)[1]
-            _load_block(i, (row, 0), row, 0, descs, smem, bars, False)
+            coord = [kv_row + w * 64, kv_col]
+            tma.async_copy_global_to_shared(kd, coord, kv_bar, k_smem.index(w))
+            tma.async_copy_global_to_shared(vd, coord, kv_bar, v_smem.index(w))
+        for i in range(first, n):
+            _produce_block(
+                i, it, nb, walk, q_row if VARLEN else 0, n_q if VARLEN else 0, N_Q, descs, smem, bars, VARLEN
+            )
         if ZERO:  # its last stages loading, the consumers have steps to go
-            _zero_issue(zero, sched, BLOCK_M, HEAD_DIM, False)
-            _zero_count(zero)
+            _zero_issue(zero, sched, tile, BLOCK_M, HEAD_DIM, VARLEN, not PERSIST)
+            if not PERSIST:
+                _zero_count(zero, tile)
+        return it + n
 
     @gluon.jit
-    def _program():
-        """This program's (key block, batch * K/V head): a grid [key blocks, B * H_KV], so programs start one K/V
-        head after another."""
-        return gl.program_id(0), gl.program_id(1)
+    def _produce_block(i, it, nb, walk, q_row, n_q, N_Q, descs, smem, bars, VARLEN: gl.constexpr):
+        """The tile's i-th query block into the ring's stage (it + i) % STAGES (_load_block)."""
+        BLOCK_M: gl.constexpr = smem[2].shape[1]
+        HEAD_DIM: gl.constexpr = smem[2].shape[2]
+        m, stat_row = _block(i, walk, nb, N_Q, BLOCK_M)
+        if VARLEN:
+            coord = _packed_box(i, m, walk, q_row, BLOCK_M, HEAD_DIM)
+            _load_block(it + i, coord, stat_row + q_row, n_q - m * BLOCK_M, descs, smem, bars, True)
+        else:
+            _load_block(it + i, (stat_row, 0), stat_row, 0, descs, smem, bars, False)
 
     @gluon.jit
-    def _walk(sched, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
-        """The query blocks every partition of the program walks, as (head0, lo, n_m): rows of query head
-        head0 + j (Q viewed as [B * H * N_Q, D]) for the GQA group's j < GROUP, blocks lo .. lo + n_m - 1 of each
-        (causal: from the first block that sees one of the program's keys)."""
+    def _grid_tile():
+        """A program of the grid [key blocks, units] as a tile: (part, unit, parts, units)."""
+        return gl.program_id(0), gl.program_id(1), gl.num_programs(0), gl.num_programs(1)
+
+    @gluon.jit
+    def _claim(zero, grid):
+        """PERSIST: the walk's next tile, from the counter after the units' counts (ZQ[2 * units], set to 0 by the
+        preprocess): the programs take tiles as they free up, in the grid's order, as the hardware hands out a
+        grid's programs; only the count is shared (relaxed)."""
+        return gl.atomic_add(zero[2] + 2 * grid[1], 1, sem="relaxed", scope="gpu")
+
+    @gluon.jit
+    def _hand_out(bars, docs, t, tc):
+        """PERSIST: tile t, the program's tc-th, to the other partitions through slot tc % 2 (tile_full), once
+        they have read the tile before it there (tile_free)."""
+        tile_full, tile_free = bars[6], bars[7]
+        slot = docs[6].index(tc % 2)
+        mbarrier.wait(tile_free.index(tc % 2), ((tc // 2) & 1) ^ 1)
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+        slot.store(gl.full([1], t, gl.int32, layout))
+        gl.thread_barrier()
+        mbarrier.arrive(tile_full.index(tc % 2))
+
+    @gluon.jit
+    def _take(bars, docs, tc):
+        """PERSIST: the program's tc-th tile (_hand_out's), read by every warp of the partition before it frees the
+        slot."""
+        tile_full, tile_free = bars[6], bars[7]
+        slot = docs[6].index(tc % 2)
+        mbarrier.wait(tile_full.index(tc % 2), (tc // 2) & 1)
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+        t = gl.max(slot.load(layout), 0)
+        gl.thread_barrier()
+        mbarrier.arrive(tile_free.index(tc % 2))
+        return t
+
+    @gluon.jit
+    def _walk(sched, tile, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+        """The query blocks every partition of tile (key block, batch * K/V head) walks, as (head0, lo, n_m): rows
+        of query head head0 + j (Q viewed as [B * H * N_Q, D]) for the GQA group's j < GROUP, blocks lo .. lo +
+        n_m - 1 of each (causal: from the first block that sees one of the tile's keys). The tiles (a grid [key
+        blocks, B * H_KV], or a persistent walk in that order) start one K/V head after another."""
         H, GROUP, N_Q, N_K = sched
-        nb, bkv = _program()
+        nb = tile[0]
+        bkv = tile[1]
         lo = 0
         if CAUSAL:
             lo = gl.maximum(nb * BLOCK_N - (N_K - N_Q), 0) // BLOCK_M
@@ -344,22 +513,22 @@ if HAVE_GLUON:
         return head0, lo, N_Q // BLOCK_M - lo
 
     @gluon.jit
-    def _document(sched, docs, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
-        """VARLEN: this program's place in the packed batch, (nb, kv_h, k_row, n_k, q_row, n_q, walk): key block
-        nb of the document whose keys are rows k_row .. k_row + n_k - 1 of the packed K and V and whose queries
-        rows q_row .. q_row + n_q - 1 of Q, K/V head kv_h (the grid's second axis); found on the device by
-        common.document_block's walk over the keys (flash_ws_parts.document_block), so a launch reads nothing on
-        the host. walk as _walk's, over the document's query blocks: BLOCK_M rows from q_row, the last may run
-        into the next document (causal: bottom-right by the document's lengths). Rows past cu_seqlens_k[-1] are
-        one more document with no queries (their dK, dV are stored as zeros); a walk position past the last
-        block gets n_k = n_q = 0."""
+    def _document(sched, docs, tile, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+        """VARLEN: tile's place in the packed batch, (nb, kv_h, k_row, n_k, q_row, n_q, walk): key block nb of the
+        document whose keys are rows k_row .. k_row + n_k - 1 of the packed K and V and whose queries rows q_row
+        .. q_row + n_q - 1 of Q, K/V head kv_h (the tile's unit); found on the device by common.document_block's
+        walk over the keys (flash_ws_parts.document_block) at the tile's part, so a launch reads nothing on the
+        host. walk as _walk's, over the document's query blocks: BLOCK_M rows from q_row, the last may run into
+        the next document (causal: bottom-right by the document's lengths). Rows past cu_seqlens_k[-1] are one
+        more document with no queries (their dK, dV are stored as zeros); a walk position past the last block
+        gets n_k = n_q = 0."""
         H, GROUP, N_Q, N_K = sched
-        CU_Q, CU_K, NUM_DOCS, _, _, _ = docs
-        k_row, n_k, nb, q_row, n_q = document_block(
-            CU_K, NUM_DOCS, N_K, gl.program_id(0), BLOCK_N, False, CU_Q, N_Q
-        )
+        CU_Q = docs[0]
+        CU_K = docs[1]
+        NUM_DOCS = docs[2]
+        k_row, n_k, nb, q_row, n_q = document_block(CU_K, NUM_DOCS, N_K, tile[0], BLOCK_N, False, CU_Q, N_Q)
         n_q = gl.where(n_k > 0, n_q, 0)
-        kv_h = gl.program_id(1)
+        kv_h = tile[1]
         lo = 0
         if CAUSAL:
             lo = gl.maximum(nb * BLOCK_N - (n_k - n_q), 0) // BLOCK_M
@@ -436,19 +605,62 @@ if HAVE_GLUON:
         io,  # (dkd, dvd, qk_scale, sm_scale): descriptors of dK and dV ([B * H_KV * N_K, D], block [64, D]),
         # sm_scale * log2(e), sm_scale
         sched,
-        docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, DK, DV); else unused
+        docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, DK, DV, doc_smem, tile slots); else the tile slots at [6]
+        grid,
         WG: gl.constexpr,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         ONE_PASS: gl.constexpr,
         VARLEN: gl.constexpr,
+        PERSIST: gl.constexpr,
     ):
-        """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of the program's block. Each query block's matmuls
-        are waited for within its step: issuing the next block's S^T and dP^T behind this block's dK (software
-        pipelining) measured slower on an H100 (docs/kernels.md, the backward). ONE_PASS: it also stores its
-        dS slice [BLOCK_M, 64] to slot i % 2 of ds_smem for the dQ warpgroup (_dq_partition)."""
+        """Consumer warpgroup WG: keys [WG * 64, WG * 64 + 64) of each tile's block (_consume_tile); PERSIST, of
+        every tile the producer hands out (_take)."""
+        if PERSIST:
+            tc = 0
+            it = 0
+            t = _take(bars, docs, tc)
+            while t < grid[0] * grid[1]:
+                tile = (t % grid[0], t // grid[0], grid[0], grid[1])
+                it = _consume_tile(
+                    smem, bars, io, sched, docs, tile, tc, it, WG, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, True
+                )
+                tc += 1
+                t = _take(bars, docs, tc)
+        else:
+            _consume_tile(
+                smem, bars, io, sched, docs, _grid_tile(), 0, 0, WG, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, False
+            )
+
+    @gluon.jit
+    def _consume_tile(
+        smem,
+        bars,
+        io,
+        sched,
+        docs,
+        tile,
+        tc,
+        it,
+        WG: gl.constexpr,
+        BLOCK_N: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        ONE_PASS: gl.constexpr,
+        VARLEN: gl.constexpr,
+        PERSIST: gl.constexpr,
+    ):
+        """Consumer warpgroup WG on one tile, the program's tc-th, whose first query block is the ring's it-th;
+        returns the ring's count after it. Each query block's matmuls are waited for within its step: issuing the
+        next block's S^T and dP^T behind this block's dK (software pipelining) measured slower on an H100
+        (docs/kernels.md, the backward). ONE_PASS: it also stores its dS slice [BLOCK_M, 64] to slot i % 2 of
+        ds_smem for the dQ warpgroup (_dq_partition). PERSIST: once its dK and dV have left K's and V's buffers,
+        it frees them for the next tile's (kv_free)."""
         k_smem, v_smem, q_smem, do_smem, ds_smem, _, stats = smem
-        kv_bar, ready, empty, ds_full, ds_free = bars
+        kv_bar = bars[0]
+        ready = bars[1]
+        empty = bars[2]
+        ds_full = bars[3]
+        ds_free = bars[4]
         dkd, dvd, qk_scale, sm_scale = io
         H, GROUP, N_Q, N_K = sched
         STAGES: gl.constexpr = q_smem.shape[0]
@@ -466,20 +678,23 @@ if HAVE_GLUON:
         two: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
 
         if VARLEN:  # keys and queries counted from the document's first (k_row, q_row)
-            nb, _, k_row, n_k, _, n_q, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+            nb, _, k_row, n_k, _, n_q, walk = _document(sched, docs, tile, BLOCK_N, BLOCK_M, CAUSAL)
             n0 = nb * BLOCK_N
             causal_off = n_k - n_q
             # The epilogue's place in the batch kept in shared memory through the loop: in registers it cost the
             # second consumer loads from local memory in every step, and found again at the end it put a round
             # trip to memory before every program's stores (docs/kernels.md, packed documents).
-            _, _, _, DK, DV, doc_smem = docs
+            DK = docs[3]
+            DV = docs[4]
+            doc_smem = docs[5]
             pair = gl.arange(0, 2, two)
             doc_smem.index(WG).store(gl.where(pair == 0, k_row, n_k))
         else:
-            nb, bkv = _program()
+            nb = tile[0]
+            bkv = tile[1]
             n0 = nb * BLOCK_N
             causal_off = N_K - N_Q
-            walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
+            walk = _walk(sched, tile, BLOCK_N, BLOCK_M, CAUSAL)
             n_k = N_K
         KEY_END: gl.constexpr = VARLEN and not CAUSAL
         my_n0 = n0 + WG * 64
@@ -498,7 +713,7 @@ if HAVE_GLUON:
         # pass 0.965x the time on one H100 and 1.00x on another (8 x 2048 tokens, d = 128), with fewer spills;
         # uniform or without a mask it lost (docs/kernels.md)
         LINIT: gl.constexpr = LEAN and CAUSAL and VARLEN
-        mbarrier.wait(kv_bar, 0)
+        mbarrier.wait(kv_bar, tc & 1)
         # VARLEN and CAUSAL: _block's query block, (i % n_m + nb) % n_m past lo, counted on (j) rather than
         # divided for in every step (two integer divisions by a runtime n_m): the packed causal dK/dV pass ran
         # 0.95-0.97x the time at d = 64 and 128, 8 x 2048 tokens, on an H100, the uniform one 1.01-1.04x, so that
@@ -506,15 +721,16 @@ if HAVE_GLUON:
         COUNT: gl.constexpr = VARLEN and CAUSAL
         j = nb % gl.maximum(walk[2], 1)
         for i in range(GROUP * walk[2]):
+            g = it + i  # the ring's count and dS's, over the program's tiles
             if COUNT:
                 m = walk[1] + j
                 j = gl.where(j + 1 == walk[2], 0, j + 1)
             else:
                 m = _block(i, walk, nb, N_Q, BLOCK_M)[0]
-            s = i % STAGES
+            s = g % STAGES
             q = q_smem.index(s)
             do = do_smem.index(s)
-            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            mbarrier.wait(ready.index(s), (g // STAGES) & 1)
             if LINIT:  # S^T - LSE / scale from the matmul
                 lse = stats.index(s).load(col_s)
                 st = warpgroup_mma(
@@ -548,8 +764,8 @@ if HAVE_GLUON:
                 dst = pt * (dpt - delta[None, :])
             dk = warpgroup_mma(gl.convert_layout(dst.to(q.dtype), a_layout), q, dk, is_async=True)
             if ONE_PASS:  # dS to shared memory for the dQ warpgroup
-                slot = i % 2
-                mbarrier.wait(ds_free.index(slot), ((i // 2) & 1) ^ 1)
+                slot = g % 2
+                mbarrier.wait(ds_free.index(slot), ((g // 2) & 1) ^ 1)
                 ds_smem.index(slot * 2 + WG).store(gl.permute(dst.to(q.dtype), (1, 0)))
                 fence_async_shared()
                 mbarrier.arrive(ds_full.index(slot))
@@ -558,8 +774,8 @@ if HAVE_GLUON:
         # Epilogue: the slices' K and V are no longer read (ONE_PASS: once the dQ warpgroup is done with the last
         # block's dS K); dK and dV leave through them.
         if ONE_PASS:
-            last = GROUP * walk[2] - 1
-            if last >= 0:
+            last = it + GROUP * walk[2] - 1
+            if last >= it:
                 mbarrier.wait(ds_free.index(last % 2), (last // 2) & 1)
         if VARLEN:
             # A TMA store stops only at the tensor's end: the warpgroup whose keys run past the document's last
@@ -568,8 +784,7 @@ if HAVE_GLUON:
             kept = doc_smem.index(WG).load(two)
             k_row = gl.sum(gl.where(pair == 0, kept, 0), 0)
             n_k = gl.sum(gl.where(pair == 1, kept, 0), 0)
-            kv_h = gl.program_id(1)
-            col = kv_h * HEAD_DIM
+            col = tile[1] * HEAD_DIM
             if n_k - my_n0 >= 64:
                 _store_tile(dk * sm_scale, dv, k, v, dkd, dvd, (k_row + my_n0, col))
             else:
@@ -585,6 +800,10 @@ if HAVE_GLUON:
             tma.async_copy_shared_to_global(dkd, [out_row, 0], k)
             tma.async_copy_shared_to_global(dvd, [out_row, 0], v)
             tma.store_wait(0)
+        if PERSIST:  # every thread past its stores' reads of K's and V's buffers
+            gl.thread_barrier()
+            mbarrier.arrive(bars[5])
+        return it + GROUP * walk[2]
 
     @gluon.jit
     def _store_tile(dk, dv, k, v, dkd, dvd, coord):
@@ -619,20 +838,29 @@ if HAVE_GLUON:
         gl.atomic_add(counter, 1, sem="release", scope="gpu")
 
     @gluon.jit
-    def _zero_issue(zero, sched, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, VARLEN: gl.constexpr):
+    def _zero_issue(
+        zero,
+        sched,
+        tile,
+        BLOCK_M: gl.constexpr,
+        HEAD_DIM: gl.constexpr,
+        VARLEN: gl.constexpr,
+        FILL: gl.constexpr,
+    ):
         """dQ's accumulator zeroed ZERO_AHEAD grid rows ahead of the programs that add into it, by the programs
         themselves (their producer warps' TMA stores), where the preprocess, a bandwidth-bound kernel, zeroed all
         of it. A grid row (a unit) holds the programs of one batch and K/V head (VARLEN: of one K/V head), and
         they add dQ into a region of their own: the rows of its GROUP query heads (VARLEN: every row of their
         columns). Program (p, u) zeroes part p of unit u + AHEAD's region (its 64-row boxes split evenly over the
-        unit's programs) from a zero tile; _zero_count counts them once written, and _zero_wait holds a unit's
-        reduce-adds until its count is whole. The units below AHEAD are zeroed by the preprocess."""
+        unit's programs) from a zero tile (FILL: written first; else _zero_fill wrote it once); _zero_count counts
+        them once written, and _zero_wait holds a unit's reduce-adds until its count is whole. The units below
+        AHEAD are zeroed by the preprocess. tile: (part, unit, parts, units), a program of the grid or a tile of a
+        persistent walk."""
         dqd, zero_smem, ZQ, AHEAD = zero
         H, GROUP, N_Q, N_K = sched
-        part = gl.program_id(0)
-        parts = gl.num_programs(0)
-        target = gl.program_id(1) + AHEAD
-        if target < gl.num_programs(1):
+        part, unit, parts, units = tile
+        target = unit + AHEAD
+        if target < units:
             if VARLEN:
                 rows = N_Q
                 cols = GROUP * HEAD_DIM
@@ -643,11 +871,8 @@ if HAVE_GLUON:
                 cols = HEAD_DIM
                 row0 = target * rows
                 col0 = 0
-            # the zero tile, 8 rows at a time (one warp)
-            eight: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [1, 1], [1, 0])
-            for r in gl.static_range(0, BLOCK_M, 8):
-                zero_smem.slice(r, 8).store(gl.zeros([8, 32], gl.float32, eight))
-            fence_async_shared()
+            if FILL:
+                _zero_fill(zero)
             boxes = gl.cdiv(rows, BLOCK_M)
             across = cols // 32
             for t in range(part * boxes // parts * across, (part + 1) * boxes // parts * across):
@@ -656,38 +881,49 @@ if HAVE_GLUON:
                 )
 
     @gluon.jit
-    def _zero_count(zero):
+    def _zero_fill(zero):
+        """_zero_issue's zero tile, 8 rows at a time (one warp), ordered before the TMA stores that read it."""
+        zero_smem = zero[1]
+        ROWS: gl.constexpr = zero_smem.shape[0]
+        eight: gl.constexpr = gl.BlockedLayout([1, 8], [8, 4], [1, 1], [1, 0])
+        for r in gl.static_range(0, ROWS, 8):
+            zero_smem.slice(r, 8).store(gl.zeros([8, 32], gl.float32, eight))
+        fence_async_shared()
+
+    @gluon.jit
+    def _zero_count(zero, tile):
         """_zero_issue's stores counted (ZQ[2 * its unit], release) once they have written global memory."""
         _, _, ZQ, AHEAD = zero
-        target = gl.program_id(1) + AHEAD
-        if target < gl.num_programs(1):
+        target = tile[1] + AHEAD
+        if (tile[1] >= 0) & (target < tile[3]):  # unit -1: no tile
             _count_written(ZQ + 2 * target)
 
     @gluon.jit
-    def _zero_wait(zero):
+    def _zero_wait(zero, tile):
         """Before the program's first reduce-add: its unit's accumulator zeroed (_zero_issue), by the preprocess
         below AHEAD, else by unit u - AHEAD's programs, whose count this waits for (acquire; the preprocess sets
         the counts to 0 before the launch). The grid starts in order, so those programs started at least AHEAD -
         1 units of programs before this one (zero_ahead puts that past two waves of the SMs) and zeroed at the end
         of their walks: the wait is one read. Forced closer (ZERO_AHEAD), it may spin until they end; the programs
-        it waits for have started, so it never waits on one that cannot run."""
+        it waits for have started, so it never waits on one that cannot run. A persistent walk takes its tiles in
+        the grid's order, so the same holds of the tiles."""
         _, _, ZQ, AHEAD = zero
-        unit = gl.program_id(1)
+        unit = tile[1]
         if unit >= AHEAD:
-            parts = gl.num_programs(0)
+            parts = tile[2]
             seen = gl.atomic_add(ZQ + 2 * unit, 0, sem="acquire", scope="gpu")
             while seen < parts:
                 seen = gl.atomic_add(ZQ + 2 * unit, 0, sem="acquire", scope="gpu")
             _bulk_writes_done()  # the zeros ordered before this program's reduce-adds (the async proxy)
 
     @gluon.jit
-    def _dq_count(zero):
+    def _dq_count(zero, tile):
         """The end of the dQ warpgroup: its reduce-adds counted (ZQ[2 * unit + 1], release) once they have written
         global memory. backward._dq_convert, launched behind this kernel, converts a unit's accumulator to dQ's
         dtype once the count of its programs is whole: while the last programs of the grid run, the SMs they have
         left convert the units already done."""
         _, _, ZQ, _ = zero
-        _count_written(ZQ + 2 * gl.program_id(1) + 1)
+        _count_written(ZQ + 2 * tile[1] + 1)
 
     @gluon.jit
     def _dq_partition(
@@ -698,21 +934,93 @@ if HAVE_GLUON:
         docs,
         sm_scale,
         zero,  # (dqd, zero tile, ZQ, AHEAD): _zero_issue's
+        grid,
         BLOCK_N: gl.constexpr,
         CAUSAL: gl.constexpr,
         VARLEN: gl.constexpr,
         ZERO: gl.constexpr,  # _zero_issue zeroes the accumulator: wait for it (_zero_wait)
         BEHIND: gl.constexpr,  # count the program's reduce-adds once written (_dq_count)
+        PERSIST: gl.constexpr,
     ):
-        """ONE_PASS's dQ warpgroup: per query block i, once both consumers have stored their dS slices (ds_full),
-        dQ = dS K over the program's 128 keys (K resident), 64 columns at a time (32 fp32 registers); once the
-        matmul is done, dS slot i % 2 is free (ds_free), and the columns leave through a staging tile by a TMA
-        reduce-add. The consumers never wait for this matmul. VARLEN: dqd is over [total_q, H * D], dQ's own
-        layout (a head is a column block, as Q's), so its conversion reads it in order: a box that runs past the
-        document adds the zero rows of dS K (_load_block) to the next document's rows (past the tensor, TMA
-        drops them)."""
+        """ONE_PASS's dQ warpgroup (_dq_tile) on each tile: the program's, or PERSIST every tile the producer hands
+        out (_take)."""
+        if PERSIST:
+            tc = 0
+            it = 0
+            t = _take(bars, docs, tc)
+            while t < grid[0] * grid[1]:
+                tile = (t % grid[0], t // grid[0], grid[0], grid[1])
+                it = _dq_tile(
+                    smem,
+                    bars,
+                    dqd,
+                    sched,
+                    docs,
+                    sm_scale,
+                    zero,
+                    tile,
+                    tc,
+                    it,
+                    BLOCK_N,
+                    CAUSAL,
+                    VARLEN,
+                    ZERO,
+                    BEHIND,
+                    True,
+                )
+                tc += 1
+                t = _take(bars, docs, tc)
+        else:
+            _dq_tile(
+                smem,
+                bars,
+                dqd,
+                sched,
+                docs,
+                sm_scale,
+                zero,
+                _grid_tile(),
+                0,
+                0,
+                BLOCK_N,
+                CAUSAL,
+                VARLEN,
+                ZERO,
+                BEHIND,
+                False,
+            )
+
+    @gluon.jit
+    def _dq_tile(
+        smem,
+        bars,
+        dqd,
+        sched,
+        docs,
+        sm_scale,
+        zero,
+        tile,
+        tc,
+        it,
+        BLOCK_N: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        VARLEN: gl.constexpr,
+        ZERO: gl.constexpr,
+        BEHIND: gl.constexpr,
+        PERSIST: gl.constexpr,
+    ):
+        """The dQ warpgroup on one tile, the program's tc-th, whose first dS slot is the it-th: per query block i,
+        once both consumers have stored their dS slices (ds_full), dQ = dS K over the tile's 128 keys (K
+        resident), 64 columns at a time (32 fp32 registers); once the matmul is done, dS slot (it + i) % 2 is free
+        (ds_free), and the columns leave through a staging tile by a TMA reduce-add. The consumers never wait for
+        this matmul. VARLEN: dqd is over [total_q, H * D], dQ's own layout (a head is a column block, as Q's), so
+        its conversion reads it in order: a box that runs past the document adds the zero rows of dS K
+        (_load_block) to the next document's rows (past the tensor, TMA drops them). Returns the slots' count
+        after the tile. PERSIST: once done with K, it frees K's and V's buffers for the next tile's (kv_free)."""
         k_smem, _, q_smem, _, ds_smem, dq_smem, _ = smem
-        kv_bar, _, _, ds_full, ds_free = bars
+        kv_bar = bars[0]
+        ds_full = bars[3]
+        ds_free = bars[4]
         H, GROUP, N_Q, N_K = sched
         NUM_WG: gl.constexpr = k_smem.shape[0]
         BLOCK_M: gl.constexpr = q_smem.shape[1]
@@ -721,17 +1029,17 @@ if HAVE_GLUON:
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16]
         )
         if VARLEN:
-            spin, _, _, _, q_row, _, walk = _document(sched, docs, BLOCK_N, BLOCK_M, CAUSAL)
+            spin, _, _, _, q_row, _, walk = _document(sched, docs, tile, BLOCK_N, BLOCK_M, CAUSAL)
         else:
-            walk = _walk(sched, BLOCK_N, BLOCK_M, CAUSAL)
-            spin = _program()[0]
+            walk = _walk(sched, tile, BLOCK_N, BLOCK_M, CAUSAL)
+            spin = tile[0]
         if ZERO:
-            _zero_wait(zero)
+            _zero_wait(zero, tile)
         acc0 = gl.zeros([BLOCK_M, 64], gl.float32, dq_layout)
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
-        mbarrier.wait(kv_bar, 0)
+        mbarrier.wait(kv_bar, tc & 1)
         for i in range(GROUP * walk[2]):
             if VARLEN:
                 row, col = _packed_box(
@@ -740,8 +1048,8 @@ if HAVE_GLUON:
             else:
                 row = _block(i, walk, spin, N_Q, BLOCK_M)[1]
                 col = 0
-            slot = i % 2
-            mbarrier.wait(ds_full.index(slot), (i // 2) & 1)
+            slot = (it + i) % 2
+            mbarrier.wait(ds_full.index(slot), ((it + i) // 2) & 1)
             for c in gl.static_range(HEAD_DIM // 64):
                 dq = acc0
                 for w in gl.static_range(NUM_WG):
@@ -751,17 +1059,20 @@ if HAVE_GLUON:
                 if c == HEAD_DIM // 64 - 1:
                     mbarrier.arrive(ds_free.index(slot))
                 tma.store_wait(2 * (HEAD_DIM // 64 - 1))  # the last reduces from this staging tile are done
-                tile = dq_smem.index(c)
-                tile.store(dq * sm_scale)
+                staging = dq_smem.index(c)
+                staging.store(dq * sm_scale)
                 fence_async_shared()
                 # the tile is two 128-byte-swizzled [BLOCK_M, 32] halves, one reduce each
-                halves = tile._reinterpret(gl.float32, [2, BLOCK_M, 32], dqd.layout)
+                halves = staging._reinterpret(gl.float32, [2, BLOCK_M, 32], dqd.layout)
                 for h in gl.static_range(2):
                     _tma_reduce_add(dqd, [row, col + c * 64 + h * 32], halves.index(h))
+        if PERSIST:  # done with K (its last matmul waited for): the next tile's may load
+            mbarrier.arrive(bars[5])
         if BEHIND:
-            _dq_count(zero)
+            _dq_count(zero, tile)
         else:
             tma.store_wait(0)
+        return it + GROUP * walk[2]
 
     @gluon.jit
     def _bwd_dkdv_ws(
@@ -782,6 +1093,8 @@ if HAVE_GLUON:
         sm_scale,
         ZQ,  # ONE_PASS: int32 [grid rows, 2], set to 0 by the preprocess: _zero_issue's counts, then _dq_count's
         AHEAD,  # ONE_PASS: _zero_issue's distance in grid rows (the grid's rows: the preprocess zeroes it all)
+        PARTS,  # the tiles' grid [PARTS, UNITS] (the launch's, but PERSIST): key blocks (VARLEN: walk positions)
+        UNITS,  # B * H_KV (VARLEN: H_KV)
         CU_Q,  # VARLEN: int32 [NUM_DOCS + 1] prefix sums of the documents' query lengths; else None
         CU_K,  # VARLEN: the same for the keys; else None
         NUM_DOCS,  # VARLEN: documents; else None
@@ -802,9 +1115,12 @@ if HAVE_GLUON:
         # [total, heads * D] (a head is a column block), dQ's accumulator too, the LSE's rows [H * total_q]; a
         # program is a key block of one document (_document)
         VARLEN: gl.constexpr,
+        # ONE_PASS: a program per SM (a grid [programs]) takes the tiles of the grid [PARTS, UNITS] in its order
+        # from a counter (_claim), the next tile's first Q/dO stages loading while this tile's dK and dV leave
+        PERSIST: gl.constexpr,
     ):
         """One program per (NUM_WG * 64 keys, batch * K/V head); VARLEN: per (key block of a document, K/V
-        head)."""
+        head). PERSIST: one per SM, for each of those tiles in turn."""
         BLOCK_N: gl.constexpr = NUM_WG * 64
         k_smem = gl.allocate_shared_memory(kd.dtype, [NUM_WG, 64, HEAD_DIM], kd.layout)
         v_smem = gl.allocate_shared_memory(vd.dtype, [NUM_WG, 64, HEAD_DIM], vd.layout)
@@ -830,6 +1146,18 @@ if HAVE_GLUON:
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
+        # PERSIST: K's and V's buffers free for the next tile (both consumers' stores out of them have read them,
+        # and dQ's warpgroup is done with K: no partition can wait for a phase of kv_bar two tiles on); the tile handed out through two slots (tile_full: written; tile_free: read by the consumers and
+        # dQ's warpgroup)
+        kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        tile_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        tile_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        slots = gl.allocate_shared_memory(gl.int32, [2, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        if PERSIST:
+            mbarrier.init(kv_free, count=NUM_WG + 1)
+            for i in gl.static_range(2):
+                mbarrier.init(tile_full.index(i), count=1)
+                mbarrier.init(tile_free.index(i), count=NUM_WG + 1)
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=NUM_WG)
@@ -846,27 +1174,63 @@ if HAVE_GLUON:
         fence_async_shared()
         descs = (qd, dod, kd, vd, LSE, DELTA)
         smem = (k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, stats)
-        bars = (kv_bar, ready, empty, ds_full, ds_free)
+        bars = (kv_bar, ready, empty, ds_full, ds_free, kv_free, tile_full, tile_free)
+        grid = (PARTS, UNITS)
         io = (dkd, dvd, qk_scale, sm_scale)
         sched = (H, GROUP, N_Q, N_K)
         if VARLEN:  # each consumer's (k_row, n_k) for its epilogue
             doc_smem = gl.allocate_shared_memory(gl.int32, [NUM_WG, 2], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         else:
             doc_smem = stats  # unused
-        docs = (CU_Q, CU_K, NUM_DOCS, DK, DV, doc_smem)
+        docs = (CU_Q, CU_K, NUM_DOCS, DK, DV, doc_smem, slots)
         zero = (dqd, zero_smem, ZQ, AHEAD)
         if ONE_PASS:  # a fourth warpgroup: dQ
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
-                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (
+                        _consumer,
+                        (smem, bars, io, sched, docs, grid, 0, BLOCK_N, CAUSAL, True, VARLEN, PERSIST),
+                    ),
+                    (
+                        _consumer,
+                        (smem, bars, io, sched, docs, grid, 1, BLOCK_N, CAUSAL, True, VARLEN, PERSIST),
+                    ),
                     (
                         _dq_partition,
-                        (smem, bars, dqd, sched, docs, sm_scale, zero, BLOCK_N, CAUSAL, VARLEN, ZERO, BEHIND),
+                        (
+                            smem,
+                            bars,
+                            dqd,
+                            sched,
+                            docs,
+                            sm_scale,
+                            zero,
+                            grid,
+                            BLOCK_N,
+                            CAUSAL,
+                            VARLEN,
+                            ZERO,
+                            BEHIND,
+                            PERSIST,
+                        ),
                     ),
                     (
                         _producer,
-                        (descs, smem, bars, sched, docs, zero, BLOCK_N, CAUSAL, VARLEN, ZERO, BEHIND),
+                        (
+                            descs,
+                            smem,
+                            bars,
+                            sched,
+                            docs,
+                            zero,
+                            grid,
+                            BLOCK_N,
+                            CAUSAL,
+                            VARLEN,
+                            ZERO,
+                            BEHIND,
+                            PERSIST,
+                        ),
                     ),
                 ],
                 [4, 4, 1],
@@ -875,11 +1239,31 @@ if HAVE_GLUON:
         else:  # the producer is one warp
             gl.warp_specialize(
                 [
-                    (_consumer, (smem, bars, io, sched, docs, 0, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
-                    (_consumer, (smem, bars, io, sched, docs, 1, BLOCK_N, CAUSAL, ONE_PASS, VARLEN)),
+                    (
+                        _consumer,
+                        (smem, bars, io, sched, docs, grid, 0, BLOCK_N, CAUSAL, False, VARLEN, False),
+                    ),
+                    (
+                        _consumer,
+                        (smem, bars, io, sched, docs, grid, 1, BLOCK_N, CAUSAL, False, VARLEN, False),
+                    ),
                     (
                         _producer,
-                        (descs, smem, bars, sched, docs, zero, BLOCK_N, CAUSAL, VARLEN, False, False),
+                        (
+                            descs,
+                            smem,
+                            bars,
+                            sched,
+                            docs,
+                            zero,
+                            grid,
+                            BLOCK_N,
+                            CAUSAL,
+                            VARLEN,
+                            False,
+                            False,
+                            False,
+                        ),
                     ),
                 ],
                 [4, 1],
@@ -898,10 +1282,12 @@ NOT_VARLEN: dict[str, Any] = {
 }
 
 
-def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool, longest: int) -> dict[str, Any]:
+def kernel_constexprs(
+    cfg: dict[str, Any], head_dim: int, causal: bool, longest: int, varlen: bool = False
+) -> dict[str, Any]:
     """The compile-time arguments of a launch with config cfg at key length `longest` (packed: the longest
     document's bucket), but VARLEN's (NOT_VARLEN, or varlen_ws's). BEHIND says whether the plan converts dQ behind
-    the kernel."""
+    the kernel, PERSIST whether it launches a persistent walk (launch_grid)."""
     one_pass = bool(cfg.get("ONE_PASS"))
     return {
         "HEAD_DIM": head_dim,
@@ -915,6 +1301,7 @@ def kernel_constexprs(cfg: dict[str, Any], head_dim: int, causal: bool, longest:
         "CONSUMER_REGS": ONE_PASS_REGS[0] if one_pass else CONSUMER_REGS,
         "PRODUCER_REGS": PRODUCER_REGS,
         "DQ_REGS": ONE_PASS_REGS[1],
+        "PERSIST": walks_persistent(cfg, head_dim, causal, longest, varlen),
     }
 
 
@@ -937,10 +1324,12 @@ def converts_behind(cfg: dict[str, Any], head_dim: int, causal: bool, longest: i
     return most is None or longest < most
 
 
-def reported_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """cfg as a row reports it: the kernel's name, the keys per program and the warps."""
+def reported_config(cfg: dict[str, Any], persist: bool | None = None) -> dict[str, Any]:
+    """cfg as a row reports it: the kernel's name, the keys per program and the warps; with `persist` (the
+    launch's PERSIST, the one pass), PERSISTENT as it ran."""
     warps = 4 * cfg["NUM_WG"] + (4 + 1 if cfg.get("ONE_PASS") else 1)
-    return {"kernel": "gluon-ws", **cfg, "BLOCK_N": cfg["NUM_WG"] * KEYS, "num_warps": warps}
+    ran = {"PERSISTENT": int(persist)} if persist is not None and cfg.get("ONE_PASS") else {}
+    return {"kernel": "gluon-ws", **cfg, **ran, "BLOCK_N": cfg["NUM_WG"] * KEYS, "num_warps": warps}
 
 
 def dq_layout() -> Any:
@@ -971,11 +1360,12 @@ class DkdvPlan:
         self.dq_block = [bm, 32]
         self.dq_layout = dq_layout()
         self.sizes = (H, H // Hkv, Nq, Nk)
-        num_n = cdiv(Nk, num_wg * KEYS)
+        self.tiles = (cdiv(Nk, num_wg * KEYS), B * Hkv)  # [key blocks, units]
         constexprs = {**kernel_constexprs(cfg, D, causal, Nk), **NOT_VARLEN}
-        self.call = KernelCall(_bwd_dkdv_ws, (num_n, B * Hkv), constexprs, {"num_warps": 4})
-        self.config = reported_config(cfg)
-        self.ahead = launch_ahead(cfg, D, causal, Nk, (num_n, B * Hkv), q.device)
+        grid = launch_grid(cfg, self.tiles, q.device, constexprs["PERSIST"])
+        self.call = KernelCall(_bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
+        self.config = reported_config(cfg, constexprs["PERSIST"])
+        self.ahead = launch_ahead(cfg, D, causal, Nk, self.tiles, q.device)
 
     def run(
         self,
@@ -991,7 +1381,7 @@ class DkdvPlan:
         the preprocess below self.ahead's units, which also set `counts` (int32 [B * H_KV, 2]) to 0. Returns the
         config as a row reports it."""
         zq = counts if counts is not None else lse  # never read without ONE_PASS
-        rest = (lse, delta, *self.sizes, qk_scale, sm_scale, zq, self.ahead)
+        rest = (lse, delta, *self.sizes, qk_scale, sm_scale, zq, self.ahead, *self.tiles)
         views = (*tensors, dq_acc if dq_acc is not None else tensors[2])
         descs: tuple[Any, ...] = views  # once compiled, the descriptors' tensors (launch.KernelCall)
         if not self.call.direct:

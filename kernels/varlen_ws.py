@@ -314,10 +314,12 @@ class BackwardPlan:
         self.pre = KernelCall(
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
-        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal, longest), "VARLEN": True}
-        grid = (document_walk(Tk, docs, block_n), Hkv)
-        self.call = KernelCall(backward_ws._bwd_dkdv_ws, grid, constexprs, {"num_warps": 4})
-        self.config = backward_ws.reported_config(cfg)
+        constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal, longest, varlen=True), "VARLEN": True}
+        grid = (document_walk(Tk, docs, block_n), Hkv)  # the tiles: [walk positions, K/V heads]
+        self.tiles = grid
+        launch = backward_ws.launch_grid(cfg, grid, q.device, constexprs["PERSIST"])
+        self.call = KernelCall(backward_ws._bwd_dkdv_ws, launch, constexprs, {"num_warps": 4})
+        self.config = backward_ws.reported_config(cfg, constexprs["PERSIST"])
         self.ahead = backward_ws.launch_ahead(cfg, D, causal, longest, grid, q.device)
         # dQ converted behind the pass, a unit per K/V head: its GQA group's columns of [total_q, H * D]
         G = H // Hkv
@@ -356,6 +358,7 @@ class BackwardPlan:
             sm_scale,
             zq,
             self.ahead,
+            *self.tiles,
             cu_q,
             cu_k,
             self.docs,

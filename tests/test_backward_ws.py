@@ -30,6 +30,11 @@ def inputs(b, h, hkv, nq, nk, d, dtype, seed=0, device=DEVICE):
     return t(b, h, nq, d), t(b, hkv, nk, d), t(b, hkv, nk, d), t(b, h, nq, d)
 
 
+# The persistent walk over three programs: each takes several tiles of every shape below (their K/V buffers, ring
+# stages, dS slots and tile slots reused from tile to tile), the empty ones included.
+PERSISTENT_3 = {"PERSISTENT": 1, "PROGRAMS": 3}
+
+
 def check(shape, dtype, causal, config):
     q, k, v, do = inputs(*shape, dtype, seed=sum(shape))
     scale = shape[-1] ** -0.5
@@ -67,14 +72,16 @@ def check(shape, dtype, causal, config):
         {"STAGES": 2},
         {"ONE_PASS": 0, "STAGES": 2},
         {"ONE_PASS": 0, "STAGES": 3},
+        PERSISTENT_3,
     ],
-    ids=["default", "s2", "two-pass", "two-pass-s3"],
+    ids=["default", "s2", "two-pass", "two-pass-s3", "persistent-3"],
 )
 # The smoke tier: the configs the backward dispatches (the one pass, and the two passes where torch asks for
-# deterministic algorithms: backward_ws.TWO_PASS) on every shape in bf16, and in fp16 on the first.
+# deterministic algorithms: backward_ws.TWO_PASS) and the persistent walk on every shape in bf16, and in fp16 on
+# the first.
 @smoke(
     lambda shape, dtype, config, **_: (
-        config in ({}, backward_ws.TWO_PASS)
+        config in ({}, backward_ws.TWO_PASS, PERSISTENT_3)
         and (dtype == torch.bfloat16 or shape == (2, 4, 4, 256, 256, 128))
     )
 )
@@ -84,37 +91,42 @@ def test_gluon_dkdv_matches_reference(shape, dtype, causal, config):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
+@pytest.mark.parametrize("walk", [{"PERSISTENT": 0}, PERSISTENT_3], ids=["grid", "persistent-3"])
 @pytest.mark.parametrize("ahead", [1, 2])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize(
     "shape", [(2, 4, 4, 256, 256, 128), (3, 8, 2, 512, 512, 64)], ids=["d128-8-units", "d64-gqa4-6-units"]
 )
-def test_dq_zeroed_by_the_programs_ahead_on_every_call(shape, causal, ahead):
+def test_dq_zeroed_by_the_programs_ahead_on_every_call(shape, causal, ahead, walk):
     """ZERO_AHEAD forced below the grid's rows: the dK/dV programs zero the accumulator of the units `ahead`
     rows on and wait for their own (the preprocess zeroes the first `ahead`). Three calls of one plan: each
     launch leaves its counts at zero for the next (a stale count would let a unit add into an accumulator not
-    yet zeroed: wrong dQ)."""
+    yet zeroed: wrong dQ; a stale tile counter would leave the persistent walk's tiles undone)."""
     for _ in range(3):
-        check(shape, torch.bfloat16, causal, {"ZERO_AHEAD": ahead})
+        check(shape, torch.bfloat16, causal, {"ZERO_AHEAD": ahead, **walk})
         assert last_bwd_config()["dkdv"]["ZERO_AHEAD"] == ahead
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
+@pytest.mark.parametrize(
+    "walk", [{"PERSISTENT": 0}, {"PERSISTENT": 1, "PROGRAMS": 7}], ids=["grid", "persistent-7"]
+)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_dq_converted_behind_the_pass_back_to_back_and_from_a_cuda_graph(causal):
+def test_dq_converted_behind_the_pass_back_to_back_and_from_a_cuda_graph(causal, walk):
     """dQ's conversion is a programmatic dependent launch: its programs start while the pass's last ones run and
     convert each unit once all its programs' reduce-adds have landed. Six calls back to back without a sync (a
     unit converted early would miss adds: wrong dQ), then replays of a CUDA graph, each within the budget, and the
     same gradients as the conversion after the pass (CONVERT_BEHIND=0) up to the adds' order; the compiled
-    conversion asks for PDL and the pass lets it start."""
+    conversion asks for PDL and the pass lets it start. The persistent walk over 7 programs: its tile counter set
+    back by every call's preprocess, in the graph too."""
     shape = (4, 8, 2, 1024, 1024, 128)  # 8 units of 8 programs
     q, k, v, do = inputs(*shape, torch.bfloat16, seed=11)
     scale = shape[-1] ** -0.5
     o, lse, _ = attention_forward(q, k, v, causal, scale)
 
     def grads(behind):
-        cfg = {"kernel": "gluon-ws", "CONVERT_BEHIND": behind}
+        cfg = {"kernel": "gluon-ws", "CONVERT_BEHIND": behind, **walk}
         return attention_backward(q, k, v, o, lse, do, None, causal, scale, cfg)
 
     after = grads(0)
@@ -127,7 +139,10 @@ def test_dq_converted_behind_the_pass_back_to_back_and_from_a_cuda_graph(causal)
         torch.testing.assert_close(dq, after[0], rtol=2e-2, atol=2e-2)
         assert torch.equal(dk, after[1]) and torch.equal(dv, after[2])
     plans = [p for p in backward._PLANS.plans.values() if getattr(p, "convert", None) is not None]
+    persist = bool(walk["PERSISTENT"])
+    plans = [p for p in plans if p.ws.call.constexprs["PERSIST"] == persist and p.ws.tiles == (8, 8)]
     assert plans and all(p.convert.call.compiled.metadata.launch_pdl for p in plans)
+    assert all(p.ws.call.grid == ((7, 1, 1) if persist else (8, 8, 1)) for p in plans)
     assert all("griddepcontrol.launch_dependents" in p.ws.call.compiled.asm["ptx"] for p in plans)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):  # captured after warm calls: the plan is compiled, nothing syncs
@@ -260,6 +275,51 @@ def test_forced_config_is_checked():
         assert backward_ws.config_for(128, reported) == cfg
     with pytest.raises(ValueError, match="num_warps=12 must be one of"):
         backward_ws.config_for(128, {"num_warps": 12})
+    with pytest.raises(ValueError, match="PERSISTENT=1 needs ONE_PASS=1"):
+        backward_ws.config_for(128, {"PERSISTENT": 1, "ONE_PASS": 0})
+    with pytest.raises(ValueError, match="PROGRAMS needs PERSISTENT=1"):
+        backward_ws.config_for(128, {"PROGRAMS": 4})
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="PROGRAMS=.* must be an int >= 1"):
+            backward_ws.config_for(128, {"PERSISTENT": 1, "PROGRAMS": bad})
+
+
+def test_the_persistent_walk_launches_a_program_per_sm_over_the_tiles_grid():
+    """PERSISTENT=1: a grid of min(tiles, SMs) programs (PROGRAMS, where forced) over the tiles [parts, units];
+    else the tiles' grid itself. The kernel is told PERSIST."""
+    cpu = torch.device("cpu")  # the sm_90a compile stub's 132 SMs
+    one = backward_ws.config_for(128, {"PERSISTENT": 1})
+    assert backward_ws.launch_grid(one, (16, 32), cpu, True) == (132,)
+    assert backward_ws.launch_grid(one, (4, 8), cpu, True) == (32,)
+    assert backward_ws.launch_grid({**one, "PROGRAMS": 3}, (16, 32), cpu, True) == (3,)
+    assert backward_ws.launch_grid(backward_ws.config_for(128), (16, 32), cpu, False) == (16, 32)
+    assert backward_ws.kernel_constexprs(one, 128, True, 4096)["PERSIST"] is True
+    off = backward_ws.config_for(128, {"PERSISTENT": 0})
+    assert backward_ws.kernel_constexprs(off, 64, False, 4096)["PERSIST"] is False
+
+
+def test_the_persistent_walk_by_default_only_where_it_measured_faster():
+    """Unforced: at d = 64 and at d = 128 without a mask over a batch below 4096 keys (the lengths measured), not at
+    d = 128 causal, never over packed documents or for the two passes; PERSISTENT forces it either way."""
+    d128, d64 = backward_ws.config_for(128), backward_ws.config_for(64)
+
+    def walks(cfg, d, causal, n=2048, varlen=False):
+        return backward_ws.walks_persistent(cfg, d, causal, n, varlen)
+
+    assert walks(d64, 64, True) and walks(d64, 64, False) and walks(d128, 128, False, 1024)
+    assert not walks(d128, 128, True) and not walks(d128, 128, True, 1024)
+    assert not walks(d64, 64, True, 4096) and not walks(d128, 128, False, 16384)
+    assert not walks(d64, 64, True, varlen=True)
+    assert walks({**d128, "PERSISTENT": 1}, 128, True, 16384, varlen=True)
+    assert not walks({**d64, "PERSISTENT": 0}, 64, True)
+    assert not walks(backward_ws.config_for(64, backward_ws.TWO_PASS), 64, True)
+    assert backward_ws.kernel_constexprs(d64, 64, True, 2048)["PERSIST"] is True
+    # a row reports the walk that ran, and that config forced back runs it again
+    ran = backward_ws.reported_config(d64, persist=True)
+    assert ran["PERSISTENT"] == 1 and walks(backward_ws.config_for(64, ran), 64, True, 16384)
+    assert "PERSISTENT" not in backward_ws.reported_config(
+        backward_ws.config_for(64, backward_ws.TWO_PASS), False
+    )
 
 
 def test_default_config_only_where_measured(monkeypatch):
@@ -304,15 +364,15 @@ def test_one_pass_shared_memory_fits():
 
 def test_dq_scratch_gives_d_then_an_aligned_contiguous_accumulator_then_the_counts_in_one_allocation():
     """The scratch's first elements are D's (the kernels take its pointer), then the accumulator, contiguous and
-    128-byte aligned, past every element of D, then two int32 counts per unit past the accumulator: a call's own,
-    so calls of one shape share no state."""
+    128-byte aligned, past every element of D, then two int32 counts per unit past the accumulator and a row for
+    the persistent walk's tile counter: a call's own, so calls of one shape share no state."""
     scratch = DqScratch((2, 3, 5, 4), (2, 3, 5), 3)
     acc, delta, counts = scratch.make(torch.device("cpu"))
     assert acc.shape == (2, 3, 5, 4) and acc.is_contiguous() and acc.dtype == delta.dtype == torch.float32
     assert acc.untyped_storage().data_ptr() == delta.untyped_storage().data_ptr() == delta.data_ptr()
     assert acc.storage_offset() == 32 and acc.data_ptr() % 128 == delta.data_ptr() % 128
-    assert counts.dtype == torch.int32 and counts.shape == (3, 2) and counts.is_contiguous()
-    assert delta.numel() == scratch.size == 32 + acc.numel() + 6
+    assert counts.dtype == torch.int32 and counts.shape == (4, 2) and counts.is_contiguous()
+    assert delta.numel() == scratch.size == 32 + acc.numel() + 8
     rows = delta[: 2 * 3 * 5]
     acc.fill_(1.0)
     rows.fill_(2.0)
@@ -345,8 +405,8 @@ def test_zero_ahead_puts_a_wave_of_the_sms_between_a_unit_and_the_programs_that_
 def test_the_preprocess_zeroes_the_accumulator_of_the_units_below_its_bound_only(packed):
     """_bwd_preprocess writes D = rowsum(dO * O) for every row, zeroes dQ's accumulator in the rows of the query
     heads whose unit ((b * H + h) // GROUP) is below ZERO_UNITS, leaving the rest to the dK/dV programs
-    (backward_ws._zero_issue), and sets their per-unit counts to 0. The accumulator is [B, H, N, D], or packed
-    [total, H, D]."""
+    (backward_ws._zero_issue), and sets their per-unit counts and the persistent walk's tile counter (the row
+    after them) to 0. The accumulator is [B, H, N, D], or packed [total, H, D]."""
     from flashbench.kernels.backward import _bwd_preprocess
 
     B, H, G, N, D, bound = (1, 6, 2, 150, 32, 2) if packed else (2, 4, 2, 150, 32, 3)
@@ -355,7 +415,7 @@ def test_the_preprocess_zeroes_the_accumulator_of_the_units_below_its_bound_only
     o, do = (torch.randn(*shape, generator=g).to(DEVICE) for _ in range(2))
     acc = torch.full(shape, 7.0, device=DEVICE)
     delta = torch.empty(B * H * N, device=DEVICE)
-    counts = torch.full((B * H // G, 2), 5, dtype=torch.int32, device=DEVICE)
+    counts = torch.full((B * H // G + 2, 2), 5, dtype=torch.int32, device=DEVICE)
     if packed:  # [total, H, D] read as one batch of H heads
         rows = (0, o.stride(1), o.stride(0), 0, do.stride(1), do.stride(0))
         strides = (0, acc.stride(1), acc.stride(0))
@@ -365,7 +425,8 @@ def test_the_preprocess_zeroes_the_accumulator_of_the_units_below_its_bound_only
     _bwd_preprocess[(triton_cdiv(N, 64), B * H)](
         o, do, delta, acc, counts, *rows, H, N, *strides, G, bound, HEAD_DIM=D, BLOCK_M=64, ZERO_DQ=True
     )
-    assert counts.eq(0).all()  # the dK/dV kernel's counts per unit, set back for its launch
+    # the dK/dV kernel's counts per unit and its tile counter, set back for its launch; nothing past them
+    assert counts[:-1].eq(0).all() and counts[-1].eq(5).all()
     heads = acc if not packed else acc.permute(1, 0, 2).unsqueeze(0)  # [B, H, N, D]
     want = (o * do).sum(-1)
     want = want.permute(1, 0).reshape(-1) if packed else want.reshape(-1)

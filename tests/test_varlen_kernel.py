@@ -445,6 +445,8 @@ def test_without_hopper_a_forced_gluon_config_is_refused():
 # The Gluon backward (varlen_ws.BackwardPlan, forced with the Gluon forward): documents shorter than its 64-row
 # query blocks and 128-key blocks, of one token, empty, crossing a block, one block exactly; keys without queries
 # and queries without keys (CROSS); GQA and MQA; d = 64 and 128; causal or not.
+# The persistent walk over three programs: each takes many tiles, the empty ones past the last document included.
+PERSISTENT_3 = {"PERSISTENT": 1, "PROGRAMS": 3}
 GLUON_BWD_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal)
     (SELF, 4, 2, 128, torch.float16, True),
     (SELF, 4, 2, 128, torch.bfloat16, False),
@@ -456,6 +458,7 @@ GLUON_BWD_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal)
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
+@pytest.mark.parametrize("walk", [{}, PERSISTENT_3], ids=["grid", "persistent-3"])
 @pytest.mark.parametrize(
     "lengths,h,hkv,d,dtype,causal",
     GLUON_BWD_CASES,
@@ -464,18 +467,21 @@ GLUON_BWD_CASES = [  # (lengths, heads, kv_heads, head dim, dtype, causal)
         for c in GLUON_BWD_CASES
     ],
 )
-def test_gluon_backward_every_document_within_budget(lengths, h, hkv, d, dtype, causal):
-    check(lengths, h, hkv, d, dtype, causal=causal, config=GLUON, bwd_config=GLUON)
-    assert last_bwd_config()["dkdv"] == backward_ws.reported_config(backward_ws.config_for(d))
+def test_gluon_backward_every_document_within_budget(lengths, h, hkv, d, dtype, causal, walk):
+    check(lengths, h, hkv, d, dtype, causal=causal, config=GLUON, bwd_config={**GLUON, **walk})
+    ran = backward_ws.reported_config(backward_ws.config_for(d, walk), persist=bool(walk))
+    assert last_bwd_config()["dkdv"] == ran  # packed documents: a program per tile unless forced
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the Gluon backward needs a Hopper GPU")
+@pytest.mark.parametrize("walk", [{}, PERSISTENT_3], ids=["grid", "persistent-3"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_gluon_backward_dq_zeroed_by_the_programs_of_the_head_before_on_every_call(causal):
+def test_gluon_backward_dq_zeroed_by_the_programs_of_the_head_before_on_every_call(causal, walk):
     """bwd_config ZERO_AHEAD=1: each K/V head's programs zero the next head's dQ accumulator (the preprocess only
-    the first's), and each launch leaves the counts at zero for the next: three calls of one plan."""
-    bwd = {**GLUON, "ZERO_AHEAD": 1}
+    the first's), and each launch leaves the counts (and the persistent walk's tile counter) at zero for the
+    next: three calls of one plan."""
+    bwd = {**GLUON, "ZERO_AHEAD": 1, **walk}
     for _ in range(3):
         check(CROSS, 8, 4, 128, torch.bfloat16, causal=causal, config=GLUON, bwd_config=bwd)
         assert last_bwd_config()["dkdv"]["ZERO_AHEAD"] == 1
@@ -552,7 +558,11 @@ def test_the_gluon_backward_plan_walks_every_documents_key_blocks_per_kv_head(gl
     assert plan.call.grid == (walk, 2, 1) and plan.pre.grid == (4, 4, 1)  # cdiv(237, 64) query blocks, H
     assert plan.call.constexprs["VARLEN"] is True and plan.call.constexprs["ONE_PASS"] is True
     assert plan.pre.constexprs["ZERO_DQ"] is True and plan.sizes == (4, 2, 237, 218)
-    assert plan.config == backward_ws.reported_config(backward_ws.config_for(128))
+    assert plan.config == backward_ws.reported_config(backward_ws.config_for(128), persist=False)
+    assert plan.config["PERSISTENT"] == 0 and backward_ws.config_for(128, plan.config) == {
+        **backward_ws.config_for(128),
+        "PERSISTENT": 0,
+    }
     # two K/V heads: fewer than a wave of the SMs ahead, so the preprocess zeroes both; forced, the programs of
     # head 0 zero head 1's accumulator
     assert plan.ahead == 2 and plan.call.constexprs["ZERO"] is True
@@ -572,6 +582,13 @@ def test_the_gluon_backward_plan_walks_every_documents_key_blocks_per_kv_head(gl
     assert after.convert is None and after.call.constexprs["BEHIND"] is False
     longest = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, GLUON, longest=16384)
     assert longest.convert is None  # d = 128 causal, a document of 16k: after the pass (CONVERT_MAX_SEQ)
+    # the persistent walk: a program per SM at most one per tile (the compile stub's 132 here), over the same tiles,
+    # and the conversion waits for the same walk's tiles of each head
+    walks = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, {**GLUON, "PERSISTENT": 1})
+    assert walks.call.grid == (walk * 2, 1, 1) and walks.tiles == (walk, 2)
+    assert walks.call.constexprs["PERSIST"] is True and walks.convert.args == plan.convert.args
+    three = varlen_ws.BackwardPlan(q, k, v, do, len(SELF[0]), True, {**GLUON, **PERSISTENT_3})
+    assert three.call.grid == (3, 1, 1)
 
 
 GLUON_BWD_REFUSED = [  # (bwd_config, window, words of the refusal)
