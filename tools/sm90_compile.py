@@ -21,7 +21,8 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
 ws / tl / bwd / decode / mla print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
 HGMMA and QGMMA (e4m3) counts, the wgmma groups (ptxas's "serialized" wgmma: one group per wgmma); for each P V
 with P in registers, the MUFU.EX2 between its issue and its wait in
-SASS order: the softmax that overlaps it); --sass DIR writes each kernel's SASS and TTGIR there (a load that
+SASS order: the softmax that overlaps it; the spill loads and stores in each innermost loop that runs matmuls, in
+SASS order: one per partition of a warp-specialized kernel, what each of its steps pays in local memory); --sass DIR writes each kernel's SASS and TTGIR there (a load that
 Triton's pipeliner made asynchronous is a `ttg.async_copy_global_to_local` into shared memory, read back by
 `ttg.local_load`); --no-tma compiles the tl kernels' pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as
 flash_fp8's forward launches it (V^T, descales); --varlen its VARLEN mode, as flash_attn_varlen launches it
@@ -181,6 +182,7 @@ def _summary(kernel: Any, sass: str, regs: int | None) -> str:
         f"HGMMA={sass.count('HGMMA')}, QGMMA={sass.count('QGMMA')}, setmaxnreg={sass.count('USETMAXREG')}"
         + (f", wgmma groups={groups}/{len(mmas)}{' (serialized)' if mmas and groups == len(mmas) else ''}")
         + (f", MUFU.EX2 under each P V={pv}" if pv else "")
+        + (f", LDL/STL in each inner matmul loop={inner}" if (inner := mma_loop_spills(sass)) else "")
     )
 
 
@@ -192,9 +194,9 @@ LOOP_OPS = (
 )  # fmt: skip
 
 
-def main_loop(sass: str) -> list[str]:
-    """The instructions of the kernel's main loop: of the loops in SASS (a branch back to an earlier label), the
-    one that holds the most tensor-core ops, then the longest."""
+def _loops(sass: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """The SASS instructions in order, and its loops as [first, end) index ranges into them: a branch back to an
+    earlier label (an mbarrier wait's retry is one too)."""
     ops: list[str] = []
     labels: dict[str, int] = {}
     loops: list[tuple[int, int]] = []
@@ -210,10 +212,32 @@ def main_loop(sass: str) -> list[str]:
         if target and target.group(1) in labels:
             loops.append((labels[target.group(1)], len(ops) + 1))
         ops.append(op.group(1).strip())
+    return ops, loops
+
+
+def _mmas(body: list[str]) -> int:
+    return sum(bool(re.search(r"[HQ]G?MMA", x)) for x in body)
+
+
+def main_loop(sass: str) -> list[str]:
+    """The instructions of the kernel's main loop: of the loops in SASS, the one that holds the most tensor-core
+    ops, then the longest."""
+    ops, loops = _loops(sass)
     bodies = [ops[a:b] for a, b in loops]
-    return max(
-        bodies, key=lambda body: (sum(bool(re.search(r"[HQ]G?MMA", x)) for x in body), len(body)), default=[]
-    )
+    return max(bodies, key=lambda body: (_mmas(body), len(body)), default=[])
+
+
+def mma_loop_spills(sass: str) -> list[int]:
+    """Per innermost loop around a tensor-core op (of the loops holding it, the shortest), in SASS order: its
+    spill loads and stores (LDL, STL), what each pass of it pays in local memory. A warp-specialized kernel has
+    one such loop per partition that runs matmuls."""
+    ops, loops = _loops(sass)
+    inner = {
+        min((lp for lp in loops if lp[0] <= k < lp[1]), key=lambda lp: lp[1] - lp[0])
+        for k, op in enumerate(ops)
+        if re.search(r"[HQ]G?MMA", op) and any(a <= k < b for a, b in loops)
+    }
+    return [sum(bool(re.search(r"\b(LDL|STL)\b", x)) for x in ops[a:b]) for a, b in sorted(inner)]
 
 
 def loop_summary(sass: str) -> str:

@@ -1,0 +1,40 @@
+"""tools/sm90_compile.py's reading of SASS: which loops run the matmuls, and what each pass of them spills."""
+
+from __future__ import annotations
+
+from scripts_helpers import load_script
+
+# Two partitions' loops around their wgmmas, each with an mbarrier wait's retry loop inside, the second spilling;
+# a loop without matmuls around it all (a persistent walk's tile loop) and one on its own.
+SASS = """
+.L_x_0:
+        /*0000*/                   LDL R2, [R1] ;
+.L_x_1:
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], RZ ;
+        /*0020*/              @!P0 BRA `(.L_x_1) ;
+        /*0030*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], RZ ;
+        /*0040*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR12], R24, gsb0 ;
+        /*0050*/                   BRA `(.L_x_0) ;
+.L_x_2:
+        /*0060*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, gsb0 ;
+        /*0070*/                   LDL R3, [R1+0x4] ;
+        /*0080*/                   STL [R1+0x8], R3 ;
+.L_x_3:
+        /*0090*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], RZ ;
+        /*00a0*/              @!P0 BRA `(.L_x_3) ;
+        /*00b0*/                   LDL R4, [R1+0xc] ;
+        /*00c0*/              @P1 BRA `(.L_x_2) ;
+        /*00d0*/                   BRA `(.L_x_0) ;
+.L_x_4:
+        /*00e0*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*00f0*/                   BRA `(.L_x_4) ;
+"""
+
+
+def test_each_matmul_loop_and_its_spills_per_pass():
+    tool = load_script("tools/sm90_compile.py")
+    # the first loop reloads one spilled value a pass (its retry loop holds no matmul); the second pays 3
+    assert tool.mma_loop_spills(SASS) == [1, 3]
+    assert tool.mma_loop_spills(SASS.replace("HGMMA", "IMAD")) == []
+    # the main loop: the most tensor-core ops (the tile loop around both partitions' loops)
+    assert len(tool.main_loop(SASS)) == 14
