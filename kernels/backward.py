@@ -81,8 +81,8 @@ def _bwd_preprocess(
     DQ_ACC,  # [B, H, N_Q, D] fp32 at the strides below, unit stride in D; out with ZERO_DQ: zeros (the one-pass
     # backward adds dQ into it) in the rows of the query heads of units (b * H + h) // GROUP < ZERO_UNITS, the rest
     # its dK/dV kernel zeroes (backward_ws._zero_issue)
-    ZQ,  # with ZERO_DQ: int32 [units + 1, 2], out: zeros (the dK/dV kernel's counts per unit: backward_ws._zero_count's,
-    # _dq_count's; in the last row, its persistent walk's tile counter, backward_ws._claim)
+    ZQ,  # with ZERO_DQ: int32 [units + 1, 2], out: zeros (the dK/dV kernel's counts per unit: backward_ws.
+    # _zero_count's, _dq_count's; in the last row, its persistent walk's tile counter, backward_ws._claim)
     stride_oz,
     stride_oh,
     stride_om,
@@ -140,11 +140,11 @@ class DqScratch:
     """The one pass's fp32 scratch for one shape: D (delta_shape's rows), then dQ's accumulator (acc_shape,
     contiguous; zeroed by the preprocess and the dK/dV programs, backward_ws._zero_issue), then two int32 counts
     per unit of the dK/dV kernel (set to 0 by the preprocess: its programs that zeroed the unit, and those whose
-    reduce-adds into it have landed) and a row for its persistent walk's tile counter, in one allocation: one torch.empty where there would be two (8.9 us of host
-    time each on an H100 host, `python3 benchmarks/host_time.py --breakdown`). The kernels read D through its
-    pointer alone, so the scratch itself stands for D, and one view (1.2 us on the CPU machine) makes the
-    accumulator; its offset and strides are worked out once, here. Every call has its own counts: two calls of one
-    shape may run on two streams at once."""
+    reduce-adds into it have landed) and a row for its persistent walk's tile counter, in one allocation: one
+    torch.empty where there would be two (8.9 us of host time each on an H100 host, `python3 benchmarks/host_time.py
+    --breakdown`). The kernels read D through its pointer alone, so the scratch itself stands for D, and one view
+    (1.2 us on the CPU machine) makes the accumulator; its offset and strides are worked out once, here. Every call
+    has its own counts: two calls of one shape may run on two streams at once."""
 
     def __init__(self, acc_shape: tuple[int, ...], delta_shape: tuple[int, ...], units: int = 0) -> None:
         self.acc_shape, self.acc_strides = acc_shape, _contiguous(acc_shape)

@@ -61,7 +61,7 @@ try:  # Gluon is experimental; written against Triton 3.6 (as flash_ws.py).
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from .flash_ws_kernel import store_rows
-    from .flash_ws_parts import document_block, launch_dependents
+    from .flash_ws_parts import document_block, launch_dependents, put_tile, take_tile
 
     HAVE_GLUON = True
 except ImportError:  # pragma: no cover - depends on the installed Triton
@@ -421,14 +421,14 @@ if HAVE_GLUON:
             walk = _walk(sched, tile, BLOCK_N, BLOCK_M, CAUSAL)
             kv_row = tile[1] * N_K + nb * BLOCK_N
             kv_col = 0
+            q_row = 0  # _produce_block reads the rows of the documents only
+            n_q = 0
         n = GROUP * walk[2]
         first = 0
         if PERSIST:
             first = gl.minimum(n, STAGES)
         for i in range(first):
-            _produce_block(
-                i, it, nb, walk, q_row if VARLEN else 0, n_q if VARLEN else 0, N_Q, descs, smem, bars, VARLEN
-            )
+            _produce_block(i, it, nb, walk, q_row, n_q, N_Q, descs, smem, bars, VARLEN)
         if PERSIST:
             if ZERO:
                 _zero_count(zero, prev)
@@ -439,9 +439,7 @@ if HAVE_GLUON:
             tma.async_copy_global_to_shared(kd, coord, kv_bar, k_smem.index(w))
             tma.async_copy_global_to_shared(vd, coord, kv_bar, v_smem.index(w))
         for i in range(first, n):
-            _produce_block(
-                i, it, nb, walk, q_row if VARLEN else 0, n_q if VARLEN else 0, N_Q, descs, smem, bars, VARLEN
-            )
+            _produce_block(i, it, nb, walk, q_row, n_q, N_Q, descs, smem, bars, VARLEN)
         if ZERO:  # its last stages loading, the consumers have steps to go
             _zero_issue(zero, sched, tile, BLOCK_M, HEAD_DIM, VARLEN, not PERSIST)
             if not PERSIST:
@@ -475,25 +473,20 @@ if HAVE_GLUON:
     @gluon.jit
     def _hand_out(bars, docs, t, tc):
         """PERSIST: tile t, the program's tc-th, to the other partitions through slot tc % 2 (tile_full), once
-        they have read the tile before it there (tile_free)."""
+        they have read the tile before it there (tile_free); every lane's store before the arrival."""
         tile_full, tile_free = bars[6], bars[7]
         slot = docs[6].index(tc % 2)
         mbarrier.wait(tile_free.index(tc % 2), ((tc // 2) & 1) ^ 1)
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-        slot.store(gl.full([1], t, gl.int32, layout))
+        put_tile(slot, t)
         gl.thread_barrier()
         mbarrier.arrive(tile_full.index(tc % 2))
 
     @gluon.jit
     def _take(bars, docs, tc):
-        """PERSIST: the program's tc-th tile (_hand_out's), read by every warp of the partition before it frees the
-        slot."""
+        """PERSIST: the program's tc-th tile (_hand_out's, flash_ws_parts.take_tile), then its slot freed."""
         tile_full, tile_free = bars[6], bars[7]
         slot = docs[6].index(tc % 2)
-        mbarrier.wait(tile_full.index(tc % 2), (tc // 2) & 1)
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-        t = gl.max(slot.load(layout), 0)
-        gl.thread_barrier()
+        t = take_tile(tile_full.index(tc % 2), slot, tc // 2)
         mbarrier.arrive(tile_free.index(tc % 2))
         return t
 
@@ -1147,8 +1140,8 @@ if HAVE_GLUON:
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
         # PERSIST: K's and V's buffers free for the next tile (both consumers' stores out of them have read them,
-        # and dQ's warpgroup is done with K: no partition can wait for a phase of kv_bar two tiles on); the tile handed out through two slots (tile_full: written; tile_free: read by the consumers and
-        # dQ's warpgroup)
+        # and dQ's warpgroup is done with K: no partition can wait for a phase of kv_bar two tiles on); the tile
+        # handed out through two slots (tile_full: written; tile_free: read by the consumers and dQ's warpgroup)
         kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         tile_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         tile_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())

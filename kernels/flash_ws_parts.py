@@ -312,7 +312,7 @@ def _load_walk(descs, smem, bars, sched, docs, CAUSAL: gl.constexpr):
         live, _, q_row, kv_row, n_blocks, _, where = document_tile(t, sched, docs, BM, BLOCK_N, CAUSAL)
         if live:
             mbarrier.wait(q_empty, (tc & 1) ^ 1)
-            _put(slot, t)
+            put_tile(slot, t)
             _load_tile(
                 descs,
                 smem,
@@ -331,7 +331,7 @@ def _load_walk(descs, smem, bars, sched, docs, CAUSAL: gl.constexpr):
             tc += 1
         t = gl.atomic_add(COUNTER, 1, sem="relaxed")
     mbarrier.wait(q_empty, (tc & 1) ^ 1)
-    _put(slot, n_tiles)
+    put_tile(slot, n_tiles)
     mbarrier.arrive(q_bar)
     if gl.atomic_add(COUNTER + 1, 1) == gl.num_programs(0) - 1:
         gl.atomic_xchg(COUNTER, 0)
@@ -339,7 +339,7 @@ def _load_walk(descs, smem, bars, sched, docs, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _put(slot, t):
+def put_tile(slot, t):
     """t into the one-int32 shared-memory slot (every lane writes the same value)."""
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     slot.store(gl.full([1], t, gl.int32, layout))

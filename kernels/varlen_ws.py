@@ -315,8 +315,7 @@ class BackwardPlan:
             _bwd_preprocess, (cdiv(Tq, 64), H), {"HEAD_DIM": D, "BLOCK_M": 64, "ZERO_DQ": True}, {}
         )
         constexprs = {**backward_ws.kernel_constexprs(cfg, D, causal, longest, varlen=True), "VARLEN": True}
-        grid = (document_walk(Tk, docs, block_n), Hkv)  # the tiles: [walk positions, K/V heads]
-        self.tiles = grid
+        self.tiles = grid = (document_walk(Tk, docs, block_n), Hkv)  # [walk positions, K/V heads]
         launch = backward_ws.launch_grid(cfg, grid, q.device, constexprs["PERSIST"])
         self.call = KernelCall(backward_ws._bwd_dkdv_ws, launch, constexprs, {"num_warps": 4})
         self.config = backward_ws.reported_config(cfg, constexprs["PERSIST"])

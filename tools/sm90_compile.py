@@ -20,35 +20,32 @@ a compile-only warm-up, and ptxas / nvdisasm from the Triton wheel do the rest. 
 
 ws / tl / bwd / decode / mla print one line per compiled kernel (registers, spill stores/loads, shared memory, MUFU.EX2,
 HGMMA and QGMMA (e4m3) counts, the wgmma groups (ptxas's "serialized" wgmma: one group per wgmma); for each P V
-with P in registers, the MUFU.EX2 between its issue and its wait in
-SASS order: the softmax that overlaps it; the spill loads and stores in each innermost loop that runs matmuls, in
-SASS order: one per partition of a warp-specialized kernel, what each of its steps pays in local memory); --sass DIR writes each kernel's SASS and TTGIR there (a load that
-Triton's pipeliner made asynchronous is a `ttg.async_copy_global_to_local` into shared memory, read back by
-`ttg.local_load`); --no-tma compiles the tl kernels' pointer path; --fp8 compiles ws's FP8 (e4m3) mode, as
-flash_fp8's forward launches it (V^T, descales); --varlen its VARLEN mode, as flash_attn_varlen launches it
-(varlen_ws.py: 8 packed documents), and bwd --varlen the Gluon backward's VARLEN mode (varlen_ws.BackwardPlan; the
-config is the backward's, e.g. '{"kernel": "gluon-ws"}').
-decode and mla compile the decode kernels as flash_decode and flash_mla_decode launch them ('{}': the default
-tile, else any of BLOCK_N, num_warps, num_stages), with the host's split heuristic on 132 SMs: decode takes bf16
-q (32 heads, --group query heads per KV head) over a bf16 or (--fp8) e4m3 cache of --seq keys (default 8192,
-batch 16); mla DeepSeek-V3's shape (128 heads, 576 / 512 latent dims, bf16, --nq queries, 4096 keys, batch 32;
---heads H for fewer); --paged PAGE takes a paged cache; mla --gluon compiles kernels/mla_ws.py's Gluon kernel
-(and its combine) as flash_mla_decode launches it when forced (with --paged, its paged mode: PAGE a multiple of
-64; where H x nq <= 64, the split consumers of kernels/mla_split_kernel.py). They add a line for one pass of the
-kernel's main loop (the SASS loop with the most tensor-core ops): its instructions, and per opcode the cp.async
-copies (LDGSTS) with their commits (LDGDEPBAR) and waits (DEPBAR), TMA (UTMALDG) and register (LDG) loads,
-shared-memory reads (LDSM = ldmatrix, LDS) and writes, conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA
-(mma.sync) / HGMMA (wgmma) ops.
-dump writes the SASS and TTGIR of every shipped config to DIR, one pair of files per kernel: the tl forward's autotune candidates
-at d = 64 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults
-at each of its head dims (64, 128, 256: each head group of the list-scheduled walk, the FP8 defaults and the
-VARLEN defaults); the backward passes' candidates
-(recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic two-pass dK/dV, the Gluon
-one pass's VARLEN mode); the
-stored-P and FA1-order forwards' defaults; flash_decode's default tile at every head dim over bf16 and e4m3
-caches (batch 16, key splits with the combine, paged; e4m3 at d = 128 also past fp8_plan's fill); flash_mla_decode's candidate tiles, its paged default and its Gluon kernel (contiguous and paged).
-A change that should leave
-the code alone is checked with `diff -r` of two dumps; --part i/n
+with P in registers, the MUFU.EX2 between its issue and its wait in SASS order: the softmax that overlaps it; the
+spill loads and stores in each innermost loop that runs matmuls, in SASS order: one per partition of a
+warp-specialized kernel, what each of its steps pays in local memory); --sass DIR writes each kernel's SASS and
+TTGIR there (a load that Triton's pipeliner made asynchronous is a `ttg.async_copy_global_to_local` into shared
+memory, read back by `ttg.local_load`); --no-tma compiles the tl kernels' pointer path; --fp8 compiles ws's FP8
+(e4m3) mode, as flash_fp8's forward launches it (V^T, descales); --varlen its VARLEN mode, as flash_attn_varlen
+launches it (varlen_ws.py: 8 packed documents), and bwd --varlen the Gluon backward's VARLEN mode
+(varlen_ws.BackwardPlan; the config is the backward's, e.g. '{"kernel": "gluon-ws"}'). decode and mla compile the
+decode kernels as flash_decode and flash_mla_decode launch them ('{}': the default tile, else any of BLOCK_N,
+num_warps, num_stages), with the host's split heuristic on 132 SMs: decode takes bf16 q (32 heads, --group query
+heads per KV head) over a bf16 or (--fp8) e4m3 cache of --seq keys (default 8192, batch 16); mla DeepSeek-V3's shape
+(128 heads, 576 / 512 latent dims, bf16, --nq queries, 4096 keys, batch 32; --heads H for fewer); --paged PAGE takes
+a paged cache; mla --gluon compiles kernels/mla_ws.py's Gluon kernel (and its combine) as flash_mla_decode launches
+it when forced (with --paged, its paged mode: PAGE a multiple of 64; where H x nq <= 64, the split consumers of
+kernels/mla_split_kernel.py). They add a line for one pass of the kernel's main loop (the SASS loop with the most
+tensor-core ops): its instructions, and per opcode the cp.async copies (LDGSTS) with their commits (LDGDEPBAR) and
+waits (DEPBAR), TMA (UTMALDG) and register (LDG) loads, shared-memory reads (LDSM = ldmatrix, LDS) and writes,
+conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA (mma.sync) / HGMMA (wgmma) ops. dump writes the SASS and
+TTGIR of every shipped config to DIR, one pair of files per kernel: the tl forward's autotune candidates at d = 64
+and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults at each of its
+head dims (64, 128, 256: each head group of the list-scheduled walk, the FP8 defaults and the VARLEN defaults); the
+backward passes' candidates (recompute) and defaults (stored P, pointers, the Gluon one pass and its deterministic
+two-pass dK/dV, the Gluon one pass's VARLEN mode); the stored-P and FA1-order forwards' defaults; flash_decode's
+default tile at every head dim over bf16 and e4m3 caches (batch 16, key splits with the combine, paged; e4m3 at d =
+128 also past fp8_plan's fill); flash_mla_decode's candidate tiles, its paged default and its Gluon kernel
+(contiguous and paged). A change that should leave the code alone is checked with `diff -r` of two dumps; --part i/n
 compiles every n-th kernel from the i-th (n processes side by side).
 """
 
