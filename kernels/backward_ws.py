@@ -225,12 +225,12 @@ def launch_grid(
 
 
 # Where the one pass walks its tiles persistently by default (PERSISTENT unset), by (head dim, causal), over a
-# [B, H, N, D] batch: below this key length. The backward ran 1.005-1.029x the TFLOP/s of a program per tile at
-# d = 64 and at d = 128 without a mask (N = 1024 and 2048, the lengths measured), and 0.96-0.98x at d = 128 causal,
-# where the persistent build's consumer loop reloads three spilled values per step (none at d = 64); absent: never.
+# [B, H, N, D] batch: below this key length. At d = 64 the backward ran 1.005-1.029x the TFLOP/s of a program per
+# tile (N = 1024 and 2048, the lengths measured); at d = 128 causal 0.96-0.98x, and without a mask a program per
+# tile with FRESH's slices (_consume_tile) took 0.98x the dK/dV kernel time of the persistent walk; absent: never.
 # Packed documents keep a program per tile (measured at d = 128 causal: 1.045x the fwd+bwd time). docs/kernels.md,
 # the backward.
-PERSISTENT_MAX_SEQ: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096, (128, False): 4096}
+PERSISTENT_MAX_SEQ: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096}
 
 
 def walks_persistent(cfg: dict[str, Any], head_dim: int, causal: bool, longest: int, varlen: bool) -> bool:
@@ -577,6 +577,14 @@ if HAVE_GLUON:
         tma.async_copy_global_to_shared(dod, coord, ready.index(s), do_smem.index(s))
 
     @gluon.jit
+    def _fresh(value: gl.constexpr):
+        """value as an int32 made where this is called, by an asm move with side effects the compiler can neither
+        hoist nor fold. A shared-memory buffer indexed by it in a loop has its wgmma descriptors made in each step
+        (a few uniform adds) instead of made once and held through the loop: held, they spilled in every step of
+        the one pass at d = 128 (docs/kernels.md, the backward)."""
+        return gl.inline_asm_elementwise(f"mov.u32 $0, {value};", "=r", [], gl.int32, False, 1)
+
+    @gluon.jit
     def _probs(
         st, lse, qk_scale, m, keys, cols, causal_off, key_end, CAUSAL: gl.constexpr, KEY_END: gl.constexpr
     ):
@@ -712,6 +720,10 @@ if HAVE_GLUON:
         # 0.95-0.97x the time at d = 64 and 128, 8 x 2048 tokens, on an H100, the uniform one 1.01-1.04x, so that
         # keeps the division, and so does the packed pass without a mask (not timed; docs/kernels.md)
         COUNT: gl.constexpr = VARLEN and CAUSAL
+        # FRESH (uniform, d = 128, no mask): K's and V's slices indexed anew in each step (_fresh). The held
+        # descriptors spilled there ([3, 0, 7] loads and stores per step in the three matmul loops, none with it),
+        # and the dK/dV kernel took 0.97x the time; causal or at d = 64 it took 1.02-1.08x (docs/kernels.md)
+        FRESH: gl.constexpr = HEAD_DIM == 128 and not CAUSAL and not VARLEN
         j = nb % gl.maximum(walk[2], 1)
         for i in range(GROUP * walk[2]):
             g = it + i  # the ring's count and dS's, over the program's tiles
@@ -723,14 +735,25 @@ if HAVE_GLUON:
             s = g % STAGES
             q = q_smem.index(s)
             do = do_smem.index(s)
+            if FRESH:
+                wg = _fresh(WG)
+                k_step = k_smem.index(wg)
+                v_step = v_smem.index(wg)
+            else:
+                k_step = k
+                v_step = v
             mbarrier.wait(ready.index(s), (g // STAGES) & 1)
             if LINIT:  # S^T - LSE / scale from the matmul
                 lse = stats.index(s).load(col_s)
                 st = warpgroup_mma(
-                    k, q.permute((1, 0)), zero - lse[None, :] * (1.0 / qk_scale), use_acc=True, is_async=True
+                    k_step,
+                    q.permute((1, 0)),
+                    zero - lse[None, :] * (1.0 / qk_scale),
+                    use_acc=True,
+                    is_async=True,
                 )
             else:
-                st = warpgroup_mma(k, q.permute((1, 0)), zero, use_acc=False, is_async=True)
+                st = warpgroup_mma(k_step, q.permute((1, 0)), zero, use_acc=False, is_async=True)
             if LEAN:
                 # One score tile in flight at a time, and dV issued once dS^T is made: at 208-216 registers
                 # the two-pass order (S^T and dP^T at once, dV before dS^T) spills in the loop at d = 128.
@@ -741,12 +764,14 @@ if HAVE_GLUON:
                 # came in one shared-memory load after another, each waited for by its subtraction (ptxas kept
                 # one register for them), on the step's critical path.
                 delta = stats.index(STAGES + s).load(col_s)
-                dpt = warpgroup_mma(v, do.permute((1, 0)), zero - delta[None, :], use_acc=True, is_async=True)
+                dpt = warpgroup_mma(
+                    v_step, do.permute((1, 0)), zero - delta[None, :], use_acc=True, is_async=True
+                )
                 dpt = warpgroup_mma_wait(0, deps=[dpt])
                 dst = pt * dpt
                 dv = warpgroup_mma(gl.convert_layout(pt.to(q.dtype), a_layout), do, dv, is_async=True)
             else:
-                dpt = warpgroup_mma(v, do.permute((1, 0)), zero, use_acc=False, is_async=True)
+                dpt = warpgroup_mma(v_step, do.permute((1, 0)), zero, use_acc=False, is_async=True)
                 st = warpgroup_mma_wait(1, deps=[st])  # in order: S^T is done, dP^T may not be
                 pt = _probs(
                     st, stats.index(s).load(col_s), qk_scale, m, keys, cols, causal_off, n_k, CAUSAL, KEY_END
@@ -1032,6 +1057,7 @@ if HAVE_GLUON:
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
+        FRESH: gl.constexpr = HEAD_DIM == 128 and not CAUSAL and not VARLEN  # as _consume_tile's
         mbarrier.wait(kv_bar, tc & 1)
         for i in range(GROUP * walk[2]):
             if VARLEN:
@@ -1046,7 +1072,11 @@ if HAVE_GLUON:
             for c in gl.static_range(HEAD_DIM // 64):
                 dq = acc0
                 for w in gl.static_range(NUM_WG):
-                    kc = k_smem.index(w)._reinterpret(k_smem.dtype, [HEAD_DIM // 64, 64, 64], k_cols).index(c)
+                    if FRESH:
+                        kw = k_smem.index(_fresh(w))
+                    else:
+                        kw = k_smem.index(w)
+                    kc = kw._reinterpret(k_smem.dtype, [HEAD_DIM // 64, 64, 64], k_cols).index(c)
                     dq = warpgroup_mma(ds_smem.index(slot * NUM_WG + w), kc, dq, use_acc=w > 0, is_async=True)
                 dq = warpgroup_mma_wait(0, deps=[dq])
                 if c == HEAD_DIM // 64 - 1:

@@ -299,15 +299,16 @@ def test_the_persistent_walk_launches_a_program_per_sm_over_the_tiles_grid():
 
 
 def test_the_persistent_walk_by_default_only_where_it_measured_faster():
-    """Unforced: at d = 64 and at d = 128 without a mask over a batch below 4096 keys (the lengths measured), not at
-    d = 128 causal, never over packed documents or for the two passes; PERSISTENT forces it either way."""
+    """Unforced: at d = 64 over a batch below 4096 keys (the lengths measured), not at d = 128, never over packed
+    documents or for the two passes; PERSISTENT forces it either way."""
     d128, d64 = backward_ws.config_for(128), backward_ws.config_for(64)
 
     def walks(cfg, d, causal, n=2048, varlen=False):
         return backward_ws.walks_persistent(cfg, d, causal, n, varlen)
 
-    assert walks(d64, 64, True) and walks(d64, 64, False) and walks(d128, 128, False, 1024)
+    assert walks(d64, 64, True) and walks(d64, 64, False) and walks(d64, 64, False, 1024)
     assert not walks(d128, 128, True) and not walks(d128, 128, True, 1024)
+    assert not walks(d128, 128, False, 1024) and not walks(d128, 128, False)
     assert not walks(d64, 64, True, 4096) and not walks(d128, 128, False, 16384)
     assert not walks(d64, 64, True, varlen=True)
     assert walks({**d128, "PERSISTENT": 1}, 128, True, 16384, varlen=True)

@@ -14,7 +14,8 @@ Each provider runs the bundled forward as shipped, then `attention_backward` wit
 - `bwd-gluon-*`: the Gluon dK/dV kernel (kernels/backward_ws.py) forced, one pass (dQ by reduce-adds) or two
   (`-two-pass`: ONE_PASS=0, the tl dQ pass autotuned), with its stages forced (`-sS`); `-convert-after`: the one
   pass with dQ's accumulator converted after the kernel rather than behind it (CONVERT_BEHIND=0); `-persistent`:
-  the one pass with a program per SM taking the tiles in turn (PERSISTENT=1).
+  the one pass with a program per SM taking the tiles in turn (PERSISTENT=1), `-grid` with a program per tile
+  (PERSISTENT=0).
 
 The shipped backward is the study config's `triton`; cuDNN's is `sdpa-cudnn`.
 """
@@ -48,8 +49,9 @@ GLUON_VARIANTS: dict[str, dict[str, Any]] = {
     "bwd-gluon-two-pass-s3": {**_GLUON, "ONE_PASS": 0, "STAGES": 3},
     # the one pass with dQ's accumulator converted after the kernel (torch's copy), not behind it
     "bwd-gluon-convert-after": {**_GLUON, "CONVERT_BEHIND": 0},
-    # the one pass over a persistent walk: a program per SM takes the tiles in turn
+    # the one pass over a persistent walk (a program per SM takes the tiles in turn), or a program per tile
     "bwd-gluon-persistent": {**_GLUON, "PERSISTENT": 1},
+    "bwd-gluon-grid": {**_GLUON, "PERSISTENT": 0},
 }
 
 
