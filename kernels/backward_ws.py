@@ -576,6 +576,14 @@ if HAVE_GLUON:
         tma.async_copy_global_to_shared(qd, coord, ready.index(s), q_smem.index(s))
         tma.async_copy_global_to_shared(dod, coord, ready.index(s), do_smem.index(s))
 
+    @gluon.constexpr_function
+    def _fresh_slices(head_dim, causal, varlen):
+        """Whether the one pass indexes K's and V's slices anew in each step (_fresh): over a uniform batch at d =
+        128 without a mask. There the held descriptors spilled ([3, 0, 7] spill loads and stores per step in the
+        three matmul loops, [1, 0, 0] fresh), and fresh the dK/dV kernel took 0.966-0.985x the time; causal or at d
+        = 64 it took 1.02-1.08x, and the packed fwd+bwd 1.00x (docs/kernels.md, the backward)."""
+        return head_dim == 128 and not causal and not varlen
+
     @gluon.jit
     def _fresh(value: gl.constexpr):
         """value as an int32 made where this is called, by an asm move with side effects the compiler can neither
@@ -720,10 +728,7 @@ if HAVE_GLUON:
         # 0.95-0.97x the time at d = 64 and 128, 8 x 2048 tokens, on an H100, the uniform one 1.01-1.04x, so that
         # keeps the division, and so does the packed pass without a mask (not timed; docs/kernels.md)
         COUNT: gl.constexpr = VARLEN and CAUSAL
-        # FRESH (uniform, d = 128, no mask): K's and V's slices indexed anew in each step (_fresh). The held
-        # descriptors spilled there ([3, 0, 7] loads and stores per step in the three matmul loops, none with it),
-        # and the dK/dV kernel took 0.97x the time; causal or at d = 64 it took 1.02-1.08x (docs/kernels.md)
-        FRESH: gl.constexpr = HEAD_DIM == 128 and not CAUSAL and not VARLEN
+        FRESH: gl.constexpr = _fresh_slices(HEAD_DIM, CAUSAL, VARLEN)
         j = nb % gl.maximum(walk[2], 1)
         for i in range(GROUP * walk[2]):
             g = it + i  # the ring's count and dS's, over the program's tiles
@@ -1057,7 +1062,7 @@ if HAVE_GLUON:
         # K as the B operand of dQ = dS K, 64 columns at a time: a [64, D] tile is stored as D / 64 column
         # blocks of [64, 64] one after another (a swizzled row holds 128 bytes)
         k_cols: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, 64], k_smem.dtype)
-        FRESH: gl.constexpr = HEAD_DIM == 128 and not CAUSAL and not VARLEN  # as _consume_tile's
+        FRESH: gl.constexpr = _fresh_slices(HEAD_DIM, CAUSAL, VARLEN)
         mbarrier.wait(kv_bar, tc & 1)
         for i in range(GROUP * walk[2]):
             if VARLEN:
