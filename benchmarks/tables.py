@@ -8,6 +8,7 @@
     python benchmarks/tables.py decode-fp8 RUN [RUN ...] # `--preset decode-fp8`: e4m3 vs bf16 cache (+ e4m3 variants)
     python benchmarks/tables.py window RUN              # a `--preset window` sweep: a window against no window
     python benchmarks/tables.py host RUN                # any sweep with triton and sdpa-cudnn: host, loop, GPU time
+    python benchmarks/tables.py varlen RUN              # a `--preset varlen` sweep: packed documents vs uniform
 
 Every ratio is between medians measured in the same run. With several runs, `speed` takes the TFLOP/s from the
 first and prints each run's ratios side by side (run-to-run spread).
@@ -290,6 +291,32 @@ def host(run: str, other: str = "sdpa-cudnn") -> None:
         )
 
 
+def varlen(run: str) -> None:
+    """A `--preset varlen` sweep: each provider's TFLOP/s over the packed documents (each document's own pairs)
+    beside its TFLOP/s on the uniform batch of the same tokens, packed over uniform, and the bundled kernel's packed
+    TFLOP/s over this provider's (the issue's comparison: FlexAttention's document mask, the best SDPA path)."""
+    df = ok_rows(run)
+    uniform = df[df.seqlens == "uniform"]
+    packed = df[df.seqlens != "uniform"]
+    tflops = uniform.set_index(["mode", "provider"]).tflops
+    bundled = packed[packed.provider == "triton"].set_index("mode").tflops
+    batch, n = uniform.batch.iloc[0], uniform.seq_k.iloc[0]
+    print(
+        f"| mode | provider | packed TFLOP/s | uniform {batch} x {n} TFLOP/s | packed / uniform "
+        "| bundled packed / this |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    order = {p: i for i, p in enumerate(dict.fromkeys(df.provider))}  # the run's order
+    for r in packed.sort_values(
+        ["mode", "provider"], key=lambda c: c.map(order) if c.name == "provider" else c
+    ).itertuples():
+        u = tflops.get((r.mode, r.provider), float("nan"))
+        print(
+            f"| {r.mode} | {r.provider} | {tflops_cell(r.tflops)} | {tflops_cell(u)} | {ratio(r.tflops, u)} "
+            f"| {ratio(bundled.get(r.mode, float('nan')), r.tflops)} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="table", required=True)
@@ -303,6 +330,7 @@ def main() -> None:
     sub.add_parser("decode-fp8").add_argument("runs", nargs="+")
     sub.add_parser("window").add_argument("run")
     sub.add_parser("host").add_argument("run")
+    sub.add_parser("varlen").add_argument("run")
     args = ap.parse_args()
     if args.table == "speed":
         speed(args.runs)
@@ -318,6 +346,8 @@ def main() -> None:
         window(args.run)
     elif args.table == "host":
         host(args.run)
+    elif args.table == "varlen":
+        varlen(args.run)
     else:
         providers(args.run, args.seq)
 
