@@ -9,6 +9,8 @@
     python benchmarks/tables.py window RUN              # a `--preset window` sweep: a window against no window
     python benchmarks/tables.py host RUN                # any sweep with triton and sdpa-cudnn: host, loop, GPU time
     python benchmarks/tables.py varlen RUN              # a `--preset varlen` sweep: packed documents vs uniform
+    python benchmarks/tables.py floor RUN               # a decode sweep under --cuda-graph: time over the floor
+    python benchmarks/tables.py mla RUN                 # a `--preset mla` sweep: the bundled MLA decode's roofs
 
 Every ratio is between medians measured in the same run. With several runs, `speed` takes the TFLOP/s from the
 first and prints each run's ratios side by side (run-to-run spread).
@@ -134,6 +136,11 @@ def _config(config: object) -> dict:
     return config if isinstance(config, dict) else {}
 
 
+def kv_megabytes(batch: int, seq: int, kv_heads: int, head_dim: int, kv_dtype: str) -> float:
+    """A decode case's K and V cache in MB: 2 bytes per element, 1 for an e4m3 cache (`--kv-dtype fp8`)."""
+    return 2 * batch * seq * kv_heads * head_dim * (1 if kv_dtype == "fp8" else 2) / 1e6
+
+
 def decode(run: str) -> None:
     """The bundled decode kernel per cache shape: its time, GB/s (the decode byte model's bytes over the median)
     and % of the calibrated read bandwidth, beside the fastest other provider on the same case, and paged
@@ -150,7 +157,7 @@ def decode(run: str) -> None:
     print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for key, r in mine.sort_index().iterrows():
         hkv, n, b, layout = key
-        kv_mb = 2 * b * n * hkv * r["head_dim"] * 2 / 1e6
+        kv_mb = kv_megabytes(b, n, hkv, r["head_dim"], r["kv_dtype"])
         same = others[(others.kv_heads == hkv) & (others.seq_k == n) & (others.kv_layout == layout)]
         best = same.loc[same.median_ms.idxmin()] if len(same) else None
         cudnn = same[same.provider == "sdpa-cudnn"]
@@ -291,6 +298,54 @@ def host(run: str, other: str = "sdpa-cudnn") -> None:
         )
 
 
+def floor(run: str) -> None:
+    """A decode sweep's time over the floor (decode.md, "Time over the floor"), per cache shape: the bundled
+    decode's median and its time over the floor over a contiguous cache and over a paged one, then each other
+    provider's over a contiguous cache."""
+    frame = load_run(run).frame
+    df = frame[frame.ok]
+    shape = ["heads", "kv_heads", "seq_k", "batch"]
+    columns = [("triton-decode", "contiguous"), ("triton-decode", "paged")]
+    columns += [(p, "contiguous") for p in dict.fromkeys(df.provider) if p != "triton-decode"]
+    cells = df.set_index([*shape, "provider", "kv_layout"])
+    pages = df[df.kv_layout == "paged"].page_size
+    names = {"paged": f"paged{pages.iloc[0]}" if len(pages) else "paged", "contiguous": ""}
+    heads = [f"{p if layout == 'contiguous' else names[layout]} us | x floor" for p, layout in columns]
+    print("| H / Hkv | N | batch | KV MB | " + " | ".join(heads) + " |")
+    print("| --- | ---: | ---: | ---: |" + " ---: | ---: |" * len(columns))
+    for key, g in df.groupby(shape, sort=True):
+        h, hkv, n, b = key
+        kv_mb = kv_megabytes(b, n, hkv, g.head_dim.iloc[0], g.kv_dtype.iloc[0])
+        row = []
+        for p, layout in columns:
+            r = cells.loc[(*key, p, layout)] if (*key, p, layout) in cells.index else None
+            row += ["-", "-"] if r is None else [f"{r['median_ms'] * 1e3:.1f}", f"{r['time_over_floor']:.2f}"]
+        print(f"| {h} / {hkv} | {n} | {b} | {kv_mb:.0f} | " + " | ".join(row) + " |")
+
+
+def mla(run: str) -> None:
+    """The bundled MLA decode (triton-mla) per case: its kernel and splits, its median, GB/s and % of the
+    calibrated read bandwidth (the byte model's bytes), TFLOP/s and % of the calibrated matmul rate of its dtype,
+    and the bound the roofline model names."""
+    loaded = load_run(run)
+    df = loaded.frame[loaded.frame.ok & (loaded.frame.provider == "triton-mla")]
+    matmul = (loaded.env.calibration or {}).get("matmul_tflops", {})
+    dtype = df.dtype.iloc[0] if len(df) else "bf16"
+    print(
+        "| Nq | N | batch | layout | kernel | splits | us | GB/s | % of read BW | TFLOP/s "
+        f"| % of {dtype} matmul | bound |"
+    )
+    print("| ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in df.sort_values(["seq_q", "kv_layout", "seq_k"]).itertuples():
+        cfg = _config(r.kernel_config)
+        layout = f"paged{r.page_size}" if r.kv_layout == "paged" else r.kv_layout
+        print(
+            f"| {r.seq_q} | {r.seq_k} | {r.batch} | {layout} | {'Gluon' if cfg.get('kernel') == 'gluon-ws' else 'tl'} "
+            f"| {cfg.get('num_splits', '')} | {r.median_ms * 1e3:.1f} | {r.achieved_gb_s:.0f} | {r.pct_of_read_bw:.0f} "
+            f"| {r.tflops:.0f} | {f'{100 * r.tflops / rate:.0f}' if (rate := matmul.get(r.dtype)) else '-'} | {r.bound.removesuffix('-bound')} |"
+        )
+
+
 def varlen(run: str) -> None:
     """A `--preset varlen` sweep: each provider's TFLOP/s over the packed documents (each document's own pairs)
     beside its TFLOP/s on the uniform batch of the same tokens, packed over uniform, and the bundled kernel's packed
@@ -331,6 +386,8 @@ def main() -> None:
     sub.add_parser("window").add_argument("run")
     sub.add_parser("host").add_argument("run")
     sub.add_parser("varlen").add_argument("run")
+    sub.add_parser("floor").add_argument("run")
+    sub.add_parser("mla").add_argument("run")
     args = ap.parse_args()
     if args.table == "speed":
         speed(args.runs)
@@ -348,6 +405,10 @@ def main() -> None:
         host(args.run)
     elif args.table == "varlen":
         varlen(args.run)
+    elif args.table == "floor":
+        floor(args.run)
+    elif args.table == "mla":
+        mla(args.run)
     else:
         providers(args.run, args.seq)
 

@@ -34,3 +34,53 @@ def test_the_varlen_table_puts_each_provider_packed_beside_uniform_and_the_bundl
         "| fwd | triton | 500 | 600 | 0.83 | 1.00 |",
         "| fwd | flex | 250 | 400 | 0.62 | 2.00 |",
     ]
+
+
+def _run_of(tmp_path: Path, record: str, keep, edit) -> str:
+    """A run in tmp_path: the committed record's env.json and the rows `keep` accepts, each changed by `edit`."""
+    src = ROOT / "results/examples" / record
+    rows = [json.loads(line) for line in (src / "rows.jsonl").read_text().splitlines()]
+    (tmp_path / "env.json").write_text((src / "env.json").read_text())
+    kept = [edit(r) or r for r in rows if keep(r)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return str(tmp_path)
+
+
+def test_the_floor_table_puts_the_bundled_decode_contiguous_and_paged_beside_the_others(tmp_path, capsys):
+    """Per cache shape, the bundled decode's us and time over the floor over a contiguous cache, over a paged one
+    ("-" where the run has none) and each other provider's; the KV megabytes of the shape."""
+
+    def edit(r):
+        if r["provider"] == "triton-decode":
+            r["median_ms"] = 0.028032  # twice the floor of 34 MB at the run's calibration
+            r["samples_ms"] = [0.028032] * len(r["samples_ms"])
+
+    def keep(r):
+        return r["kv_heads"] == 8 and r["seq_k"] == 8192 and r["kv_layout"] != "paged"
+
+    tables.floor(_run_of(tmp_path, "h100-decode-floor", keep, edit))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(
+        "| H / Hkv | N | batch | KV MB | triton-decode us | x floor | paged us | x floor |"
+    )
+    assert lines[2].startswith("| 32 / 8 | 8192 | 1 | 34 | 28.0 | 2.00 | - | - | ")
+
+
+def test_the_mla_table_names_kernel_splits_layout_and_the_calibrated_rates(tmp_path, capsys):
+    """The bundled MLA decode's rows: the kernel and split count from its config, the page size in the layout, and
+    its TFLOP/s over the calibrated matmul rate of its dtype (the run's env.json)."""
+    calibrated = json.loads((ROOT / "results/examples/h100-mla/record/env.json").read_text())
+    bf16 = calibrated["calibration"]["matmul_tflops"]["bf16"]
+
+    def edit(r):
+        r["tflops"] = bf16 / 2
+
+    def keep(r):
+        return r["provider"] == "triton-mla" and r["seq_q"] == 1 and r["seq_k"] == 4096
+
+    tables.mla(_run_of(tmp_path, "h100-mla/record", keep, edit))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("| % of bf16 matmul | bound |")
+    rows = [line.split(" | ") for line in lines[2:]]
+    assert [(r[3], r[4], r[5]) for r in rows] == [("contiguous", "Gluon", "2"), ("paged64", "Gluon", "2")]
+    assert all(r[9] == f"{bf16 / 2:.0f}" and r[10] == "50" for r in rows)
