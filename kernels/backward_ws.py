@@ -350,7 +350,7 @@ if HAVE_GLUON:
             t = _claim(zero, grid)
             while t < tiles:
                 _hand_out(bars, docs, t, tc)
-                tile = (t % grid[0], t // grid[0], grid[0], grid[1])
+                tile = _walk_tile(t, grid)
                 it = _produce_tile(
                     descs,
                     smem,
@@ -462,6 +462,11 @@ if HAVE_GLUON:
     def _grid_tile():
         """A program of the grid [key blocks, units] as a tile: (part, unit, parts, units)."""
         return gl.program_id(0), gl.program_id(1), gl.num_programs(0), gl.num_programs(1)
+
+    @gluon.jit
+    def _walk_tile(t, grid):
+        """PERSIST: the walk's t-th tile as a tile (part, unit, parts, units): the grid's programs in their order."""
+        return t % grid[0], t // grid[0], grid[0], grid[1]
 
     @gluon.jit
     def _claim(zero, grid):
@@ -630,7 +635,7 @@ if HAVE_GLUON:
             it = 0
             t = _take(bars, docs, tc)
             while t < grid[0] * grid[1]:
-                tile = (t % grid[0], t // grid[0], grid[0], grid[1])
+                tile = _walk_tile(t, grid)
                 it = _consume_tile(
                     smem, bars, io, sched, docs, tile, tc, it, WG, BLOCK_N, CAUSAL, ONE_PASS, VARLEN, True
                 )
@@ -972,7 +977,7 @@ if HAVE_GLUON:
             it = 0
             t = _take(bars, docs, tc)
             while t < grid[0] * grid[1]:
-                tile = (t % grid[0], t // grid[0], grid[0], grid[1])
+                tile = _walk_tile(t, grid)
                 it = _dq_tile(
                     smem,
                     bars,
