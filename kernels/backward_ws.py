@@ -227,7 +227,7 @@ def launch_grid(
 # Where the one pass walks its tiles persistently by default (PERSISTENT unset), by (head dim, causal), over a
 # [B, H, N, D] batch: below this key length. At d = 64 the backward ran 1.005-1.029x the TFLOP/s of a program per
 # tile (N = 1024 and 2048, the lengths measured); at d = 128 causal 0.96-0.98x, and without a mask a program per
-# tile with FRESH's slices (_consume_tile) took 0.98x the dK/dV kernel time of the persistent walk; absent: never.
+# tile with fresh slices (_fresh_slices) took 0.97-0.98x the dK/dV kernel time of the persistent walk; absent: never.
 # Packed documents keep a program per tile (measured at d = 128 causal: 1.045x the fwd+bwd time). docs/kernels.md,
 # the backward.
 PERSISTENT_MAX_SEQ: dict[tuple[int, bool], int] = {(64, False): 4096, (64, True): 4096}
