@@ -11,6 +11,7 @@
     python benchmarks/tables.py varlen RUN              # a `--preset varlen` sweep: packed documents vs uniform
     python benchmarks/tables.py floor RUN               # a decode sweep under --cuda-graph: time over the floor
     python benchmarks/tables.py mla RUN                 # a `--preset mla` sweep: the bundled MLA decode's roofs
+    python benchmarks/tables.py mla-heads RUN [--before RUN]  # `--preset mla --heads ...`: by head count
 
 Every ratio is between medians measured in the same run. With several runs, `speed` takes the TFLOP/s from the
 first and prints each run's ratios side by side (run-to-run spread).
@@ -346,6 +347,39 @@ def mla(run: str) -> None:
         )
 
 
+def mla_heads(run: str, before: str | None = None) -> None:
+    """The bundled MLA decode by head count: its schedule (one row block per sequence: the split consumers, else
+    the seesaw) and splits, the model's intensity, its median beside `before`'s (another run of the same cases),
+    the latent cache alone over the median and over the calibrated read bandwidth, the byte model's % of it, and
+    what an eager loop pays per call over the GPU time."""
+    loaded = load_run(run)
+    df = loaded.frame[loaded.frame.ok & (loaded.frame.provider == "triton-mla")]
+    shape = ["heads", "seq_q", "seq_k", "batch", "kv_layout"]
+    then = pd.Series(dtype=float)
+    if before:
+        old = load_run(before).frame
+        then = old[old.ok & (old.provider == "triton-mla")].set_index(shape).median_ms
+    print(
+        "| heads | Nq | N | batch | layout | schedule | splits | FLOP/B | us | before us | x | cache GB/s "
+        "| cache % of read BW | % of read BW (model) | loop / GPU |"
+    )
+    print(
+        "| ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    )
+    for r in df.sort_values(shape).itertuples():
+        cfg = _config(r.kernel_config)
+        layout = f"paged{r.page_size}" if r.kv_layout == "paged" else r.kv_layout
+        was = then.get((r.heads, r.seq_q, r.seq_k, r.batch, r.kv_layout), float("nan"))
+        cache_gb_s = r.batch * r.seq_k * r.head_dim * 2 / (r.median_ms * 1e-3) / 1e9  # one latent row of bf16
+        print(
+            f"| {r.heads} | {r.seq_q} | {r.seq_k} | {r.batch} | {layout} "
+            f"| {'split' if cfg.get('row_blocks') == 1 else 'seesaw'} | {cfg.get('num_splits', '')} "
+            f"| {r.ai_compulsory:.0f} | {r.median_ms * 1e3:.1f} | {'-' if pd.isna(was) else f'{was * 1e3:.1f}'} "
+            f"| {ratio(r.median_ms, was)} | {cache_gb_s:.0f} | {100 * cache_gb_s / r.read_bw_gb_s:.0f} "
+            f"| {r.pct_of_read_bw:.0f} | {r.loop_over_gpu:.2f} |"
+        )
+
+
 def varlen(run: str) -> None:
     """A `--preset varlen` sweep: each provider's TFLOP/s over the packed documents (each document's own pairs)
     beside its TFLOP/s on the uniform batch of the same tokens, packed over uniform, and the bundled kernel's packed
@@ -388,6 +422,9 @@ def main() -> None:
     sub.add_parser("varlen").add_argument("run")
     sub.add_parser("floor").add_argument("run")
     sub.add_parser("mla").add_argument("run")
+    p = sub.add_parser("mla-heads")
+    p.add_argument("run")
+    p.add_argument("--before", help="another run of the same cases: its median beside this run's")
     args = ap.parse_args()
     if args.table == "speed":
         speed(args.runs)
@@ -409,6 +446,8 @@ def main() -> None:
         floor(args.run)
     elif args.table == "mla":
         mla(args.run)
+    elif args.table == "mla-heads":
+        mla_heads(args.run, args.before)
     else:
         providers(args.run, args.seq)
 

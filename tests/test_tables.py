@@ -36,14 +36,15 @@ def test_the_varlen_table_puts_each_provider_packed_beside_uniform_and_the_bundl
     ]
 
 
-def _run_of(tmp_path: Path, record: str, keep, edit) -> str:
-    """A run in tmp_path: the committed record's env.json and the rows `keep` accepts, each changed by `edit`."""
+def _run_of(folder: Path, record: str, keep, edit) -> str:
+    """A run in folder: the committed record's env.json and the rows `keep` accepts, each changed by `edit`."""
     src = ROOT / "results/examples" / record
     rows = [json.loads(line) for line in (src / "rows.jsonl").read_text().splitlines()]
-    (tmp_path / "env.json").write_text((src / "env.json").read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "env.json").write_text((src / "env.json").read_text())
     kept = [edit(r) or r for r in rows if keep(r)]
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-    return str(tmp_path)
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return str(folder)
 
 
 def test_the_floor_table_puts_the_bundled_decode_contiguous_and_paged_beside_the_others(tmp_path, capsys):
@@ -84,3 +85,35 @@ def test_the_mla_table_names_kernel_splits_layout_and_the_calibrated_rates(tmp_p
     rows = [line.split(" | ") for line in lines[2:]]
     assert [(r[3], r[4], r[5]) for r in rows] == [("contiguous", "Gluon", "2"), ("paged64", "Gluon", "2")]
     assert all(r[9] == f"{bf16 / 2:.0f}" and r[10] == "50" for r in rows)
+
+
+def test_the_mla_heads_table_puts_each_case_beside_the_run_before(tmp_path, capsys):
+    """By head count: the schedule from the row's config (one row block: the split consumers), the median beside
+    the `before` run's on the same case and their ratio ("-" where that run lacks the case), and the latent cache's
+    own GB/s (batch x N x 576 x 2 bytes over the median)."""
+
+    def keep(r):
+        return (
+            r["provider"] == "triton-mla"
+            and r["seq_q"] == 1
+            and r["seq_k"] == 4096
+            and r["kv_layout"] != "paged"
+        )
+
+    def set_ms(ms):
+        def edit(r):
+            r["median_ms"] = ms
+            r["samples_ms"] = [ms] * len(r["samples_ms"])
+
+        return edit
+
+    now = _run_of(tmp_path / "now", "h100-mla/heads", keep, set_ms(0.0604))
+    before = _run_of(
+        tmp_path / "before", "h100-mla/heads", lambda r: keep(r) and r["heads"] == 16, set_ms(0.0755)
+    )
+    tables.mla_heads(now, before)
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    cells = {r[0].strip("| "): (r[5], r[8], r[9], r[10], r[11]) for r in rows}
+    gb_s = f"{32 * 4096 * 576 * 2 / 60.4e-6 / 1e9:.0f}"
+    assert cells["16"] == ("split", "60.4", "75.5", "0.80", gb_s)
+    assert cells["128"] == ("seesaw", "60.4", "-", "-", gb_s)
