@@ -299,6 +299,17 @@ def host(run: str, other: str = "sdpa-cudnn") -> None:
         )
 
 
+def layout_cell(kv_layout: str, page_size: int) -> str:
+    """A decode case's cache layout as the tables name it: "contiguous", or "paged16" (its page size)."""
+    return f"paged{page_size}" if kv_layout == "paged" else kv_layout
+
+
+def mla_rows(run: str):
+    """(the run, its ok rows of the bundled MLA decode, triton-mla)."""
+    loaded = load_run(run)
+    return loaded, loaded.frame[loaded.frame.ok & (loaded.frame.provider == "triton-mla")]
+
+
 def floor(run: str) -> None:
     """A decode sweep's time over the floor (decode.md, "Time over the floor"), per cache shape: the bundled
     decode's median and its time over the floor over a contiguous cache and over a paged one, then each other
@@ -310,8 +321,8 @@ def floor(run: str) -> None:
     columns += [(p, "contiguous") for p in dict.fromkeys(df.provider) if p != "triton-decode"]
     cells = df.set_index([*shape, "provider", "kv_layout"])
     pages = df[df.kv_layout == "paged"].page_size
-    names = {"paged": f"paged{pages.iloc[0]}" if len(pages) else "paged", "contiguous": ""}
-    heads = [f"{p if layout == 'contiguous' else names[layout]} us | x floor" for p, layout in columns]
+    paged = layout_cell("paged", pages.iloc[0]) if len(pages) else "paged"
+    heads = [f"{p if layout == 'contiguous' else paged} us | x floor" for p, layout in columns]
     print("| H / Hkv | N | batch | KV MB | " + " | ".join(heads) + " |")
     print("| --- | ---: | ---: | ---: |" + " ---: | ---: |" * len(columns))
     for key, g in df.groupby(shape, sort=True):
@@ -328,8 +339,7 @@ def mla(run: str) -> None:
     """The bundled MLA decode (triton-mla) per case: its kernel and splits, its median, GB/s and % of the
     calibrated read bandwidth (the byte model's bytes), TFLOP/s and % of the calibrated matmul rate of its dtype,
     and the bound the roofline model names."""
-    loaded = load_run(run)
-    df = loaded.frame[loaded.frame.ok & (loaded.frame.provider == "triton-mla")]
+    loaded, df = mla_rows(run)
     matmul = (loaded.env.calibration or {}).get("matmul_tflops", {})
     dtype = df.dtype.iloc[0] if len(df) else "bf16"
     print(
@@ -339,11 +349,12 @@ def mla(run: str) -> None:
     print("| ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in df.sort_values(["seq_q", "kv_layout", "seq_k"]).itertuples():
         cfg = _config(r.kernel_config)
-        layout = f"paged{r.page_size}" if r.kv_layout == "paged" else r.kv_layout
+        rate = matmul.get(r.dtype)
         print(
-            f"| {r.seq_q} | {r.seq_k} | {r.batch} | {layout} | {'Gluon' if cfg.get('kernel') == 'gluon-ws' else 'tl'} "
-            f"| {cfg.get('num_splits', '')} | {r.median_ms * 1e3:.1f} | {r.achieved_gb_s:.0f} | {r.pct_of_read_bw:.0f} "
-            f"| {r.tflops:.0f} | {f'{100 * r.tflops / rate:.0f}' if (rate := matmul.get(r.dtype)) else '-'} | {r.bound.removesuffix('-bound')} |"
+            f"| {r.seq_q} | {r.seq_k} | {r.batch} | {layout_cell(r.kv_layout, r.page_size)} "
+            f"| {'Gluon' if cfg.get('kernel') == 'gluon-ws' else 'tl'} | {cfg.get('num_splits', '')} "
+            f"| {r.median_ms * 1e3:.1f} | {r.achieved_gb_s:.0f} | {r.pct_of_read_bw:.0f} | {r.tflops:.0f} "
+            f"| {f'{100 * r.tflops / rate:.0f}' if rate else '-'} | {r.bound.removesuffix('-bound')} |"
         )
 
 
@@ -352,13 +363,9 @@ def mla_heads(run: str, before: str | None = None) -> None:
     the seesaw) and splits, the model's intensity, its median beside `before`'s (another run of the same cases),
     the latent cache alone over the median and over the calibrated read bandwidth, the byte model's % of it, and
     what an eager loop pays per call over the GPU time."""
-    loaded = load_run(run)
-    df = loaded.frame[loaded.frame.ok & (loaded.frame.provider == "triton-mla")]
+    _, df = mla_rows(run)
     shape = ["heads", "seq_q", "seq_k", "batch", "kv_layout"]
-    then = pd.Series(dtype=float)
-    if before:
-        old = load_run(before).frame
-        then = old[old.ok & (old.provider == "triton-mla")].set_index(shape).median_ms
+    then = mla_rows(before)[1].set_index(shape).median_ms if before else pd.Series(dtype=float)
     print(
         "| heads | Nq | N | batch | layout | schedule | splits | FLOP/B | us | before us | x | cache GB/s "
         "| cache % of read BW | % of read BW (model) | loop / GPU |"
@@ -368,11 +375,10 @@ def mla_heads(run: str, before: str | None = None) -> None:
     )
     for r in df.sort_values(shape).itertuples():
         cfg = _config(r.kernel_config)
-        layout = f"paged{r.page_size}" if r.kv_layout == "paged" else r.kv_layout
-        was = then.get((r.heads, r.seq_q, r.seq_k, r.batch, r.kv_layout), float("nan"))
+        was = then.get(tuple(getattr(r, c) for c in shape), float("nan"))
         cache_gb_s = r.batch * r.seq_k * r.head_dim * 2 / (r.median_ms * 1e-3) / 1e9  # one latent row of bf16
         print(
-            f"| {r.heads} | {r.seq_q} | {r.seq_k} | {r.batch} | {layout} "
+            f"| {r.heads} | {r.seq_q} | {r.seq_k} | {r.batch} | {layout_cell(r.kv_layout, r.page_size)} "
             f"| {'split' if cfg.get('row_blocks') == 1 else 'seesaw'} | {cfg.get('num_splits', '')} "
             f"| {r.ai_compulsory:.0f} | {r.median_ms * 1e3:.1f} | {'-' if pd.isna(was) else f'{was * 1e3:.1f}'} "
             f"| {ratio(r.median_ms, was)} | {cache_gb_s:.0f} | {100 * cache_gb_s / r.read_bw_gb_s:.0f} "
@@ -406,46 +412,39 @@ def varlen(run: str) -> None:
         )
 
 
+# The tables of one run directory, by name.
+ONE_RUN = {
+    "recompute": recompute,
+    "decode": decode,
+    "fp8": fp8,
+    "window": window,
+    "host": host,
+    "varlen": varlen,
+    "floor": floor,
+    "mla": mla,
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="table", required=True)
     sub.add_parser("speed").add_argument("runs", nargs="+")
-    sub.add_parser("recompute").add_argument("run")
     p = sub.add_parser("providers")
     p.add_argument("run")
     p.add_argument("--seq", type=int, default=16384)
-    sub.add_parser("decode").add_argument("run")
-    sub.add_parser("fp8").add_argument("run")
     sub.add_parser("decode-fp8").add_argument("runs", nargs="+")
-    sub.add_parser("window").add_argument("run")
-    sub.add_parser("host").add_argument("run")
-    sub.add_parser("varlen").add_argument("run")
-    sub.add_parser("floor").add_argument("run")
-    sub.add_parser("mla").add_argument("run")
     p = sub.add_parser("mla-heads")
     p.add_argument("run")
     p.add_argument("--before", help="another run of the same cases: its median beside this run's")
+    for name in ONE_RUN:
+        sub.add_parser(name).add_argument("run")
     args = ap.parse_args()
-    if args.table == "speed":
+    if args.table in ONE_RUN:
+        ONE_RUN[args.table](args.run)
+    elif args.table == "speed":
         speed(args.runs)
-    elif args.table == "recompute":
-        recompute(args.run)
-    elif args.table == "decode":
-        decode(args.run)
-    elif args.table == "fp8":
-        fp8(args.run)
     elif args.table == "decode-fp8":
         decode_fp8(args.runs)
-    elif args.table == "window":
-        window(args.run)
-    elif args.table == "host":
-        host(args.run)
-    elif args.table == "varlen":
-        varlen(args.run)
-    elif args.table == "floor":
-        floor(args.run)
-    elif args.table == "mla":
-        mla(args.run)
     elif args.table == "mla-heads":
         mla_heads(args.run, args.before)
     else:
