@@ -90,29 +90,25 @@ PAGED_CONFIGS: dict[int, dict[str, int]] = {
     d: {**cfg, "num_stages": cfg["num_stages"] + 2} if d <= 128 else cfg for d, cfg in GPU_CONFIGS.items()
 }
 # An e4m3 cache at d = 128: its loop issues about as many instructions per key block as bf16's for half the bytes
-# (docs/kernels.md, the FP8 cache), so one program per SM cannot stream the SM's share of the read bandwidth: the
-# call is split until each SM runs FP8_FILL programs (2) of 64-key tiles with 2 warps, each split at least
-# FP8_MIN_SPLIT_KEYS keys: 1.00-1.09x the speed of 4-warp tiles at the same splits (fewer instructions per key: one
-# warp pair's reductions), and 1.05x the paged 4-warp tile at 3 programs per SM. The paged fill tile holds 8 stages
-# (the page table's dependent load wants more in flight). Where the unsplit programs already pass the fill (MHA at batch
-# 16: 512 programs), the tile past the fill runs, one split: contiguous, (64, 4, 6) in two full waves of 2 per SM,
-# where the fill tile (3 resident) would leave a part-filled second wave; paged, 2 warps of 4 stages, 4 resident
-# (39 KB, 242 registers) in one wave, where (64, 4, 4) fits 3 (its registers) and took 1.04x the time. All measured
-# over the decode-fp8 preset's shapes (docs/kernels.md, the FP8 cache). Other head dims take the bf16 tiles and
-# split rule.
-FP8_FILL = 2  # programs per SM
-FP8_TILES: dict[bool, tuple[dict[str, int], dict[str, int]]] = {  # paged -> (fill tile, tile past the fill)
-    False: (
-        {"BLOCK_N": 64, "num_warps": 2, "num_stages": 4},
-        {"BLOCK_N": 64, "num_warps": 4, "num_stages": 6},
-    ),
-    True: (
-        {"BLOCK_N": 64, "num_warps": 2, "num_stages": 8},
-        {"BLOCK_N": 64, "num_warps": 2, "num_stages": 4},
-    ),
+# (docs/kernels.md, the FP8 cache), so a few programs per SM do not stream the SM's share of the read bandwidth.
+# The call is split until each SM runs FP8_FILL programs (4) of FP8_TILE, 64 keys, 2 warps, 3 stages, small enough
+# for 4 per SM in either layout, while every split keeps FP8_FILL_SPLIT_KEYS keys; past the fill (MHA at batch 16:
+# 512 programs) the same tile, one split. On an H200 (4.3 TB/s) that took 0.80-0.93x the time of the plan before
+# over the decode-fp8 preset's shapes, where 2 per SM of any tile streamed 2.7-2.9 TB/s. Calls that cannot reach
+# the fill with such splits (batch 1-2) keep the plan before, timed on an H100: split until each SM runs
+# FP8_DEEP_FILL (2) programs of a deeper tile (FP8_DEEP_TILES; the paged one holds 8 stages: the page table's
+# dependent load wants more in flight), each split at least FP8_MIN_SPLIT_KEYS keys. docs/kernels.md (the FP8
+# cache) has the grids. Other head dims take the bf16 tiles and split rule.
+FP8_FILL = 4  # programs per SM
+FP8_TILE: dict[str, int] = {"BLOCK_N": 64, "num_warps": 2, "num_stages": 3}
+FP8_FILL_SPLIT_KEYS = 2048
+FP8_DEEP_FILL = 2  # programs per SM
+FP8_DEEP_TILES: dict[bool, dict[str, int]] = {  # paged -> tile
+    False: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 4},
+    True: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 8},
 }
 FP8_TILE_DIMS: tuple[int, ...] = (128,)
-# Keys per split at least: 8 of the fill tiles' 64-key blocks. A split of 4 never fills a deep paged pipeline, and
+# Keys per split at least under the deep plan: 8 of its 64-key blocks. A split of 4 never fills a deep paged pipeline, and
 # each split adds a partial the combine reads serially: GQA 32/8 at batch 1, 8k keys, paged, took 22.8 us at 32
 # splits of 4 blocks against 18.3 at 16 of 8 ((64, 4, 6) tiles; docs/kernels.md, the FP8 cache).
 FP8_MIN_SPLIT_KEYS = 512
@@ -480,17 +476,24 @@ def fill_waves(pick: int, programs: int, blocks: int, slots: int, top: int) -> i
 
 @functools.lru_cache(maxsize=1024)
 def fp8_plan(programs: int, capacity: int, paged: bool, sms: int) -> tuple[dict[str, int], int]:
-    """An e4m3 cache's tile and split count at d = 128 (FP8_FILL, FP8_TILES): the fill tile, split until the
-    programs reach 90% of FP8_FILL per SM, then the count in as many waves of that fill with the fewest key
-    blocks per split (fill_waves; each split at least FP8_MIN_SPLIT_KEYS keys of the capacity, at most
-    MAX_SPLITS); the other tile and one split where the unsplit `programs` pass FP8_FILL per SM."""
-    fill, past = FP8_TILES[paged]
+    """An e4m3 cache's tile and split count at d = 128: FP8_TILE split until the programs reach 90% of FP8_FILL
+    per SM, then the count in as many waves of that fill with the fewest key blocks per split (fill_waves), while
+    each split keeps FP8_FILL_SPLIT_KEYS keys of the capacity; one split where the unsplit `programs` pass the
+    fill. Where the fill needs shorter splits, the same rule at FP8_DEEP_FILL per SM with FP8_DEEP_TILES[paged],
+    each split at least FP8_MIN_SPLIT_KEYS keys. At most MAX_SPLITS either way."""
+    programs = max(1, programs)
+    blocks = -(-capacity // FP8_TILE["BLOCK_N"])
     want = FP8_FILL * sms
     if programs > want:
-        return past, 1
+        return FP8_TILE, 1
+    top = max(1, min(MAX_SPLITS, capacity // FP8_FILL_SPLIT_KEYS))
+    pick = -(-9 * want // (10 * programs))
+    if pick <= top:
+        return FP8_TILE, fill_waves(pick, programs, blocks, want, top)
+    want = FP8_DEEP_FILL * sms
     top = max(1, min(MAX_SPLITS, capacity // FP8_MIN_SPLIT_KEYS))
-    pick = min(top, -(-9 * want // (10 * max(1, programs))))
-    return fill, fill_waves(pick, max(1, programs), -(-capacity // fill["BLOCK_N"]), want, top)
+    pick = min(top, -(-9 * want // (10 * programs)))
+    return FP8_DEEP_TILES[paged], fill_waves(pick, programs, blocks, want, top)
 
 
 def _pow2(n: int) -> int:

@@ -208,34 +208,36 @@ def test_gpu_e4m3_cache_bf16_q_matches_reference(heads, page, nq):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16])
-def test_gpu_e4m3_cache_past_the_fill_takes_the_other_tile(page):
-    """More unsplit programs than FP8_FILL per SM (MHA 32/32 at batch 18: 576): fp8_plan's second tile, one split."""
+def test_gpu_e4m3_cache_past_the_fill_runs_one_split(page):
+    """More unsplit programs than FP8_FILL per SM (MHA 32/32 at batch 18 on 132 SMs: 576): FP8_TILE, one split."""
     lengths = [1, 64, 300, 511, 512, 129] * 3
     prob = Fp8Problem(32, 32, 1, 128, lengths, dtype=torch.bfloat16, seed=5)
     prob.check(prob.run("cuda", paged=page is not None, page=page or 16))
     launch = decode_module.last_decode_config()
     assert launch is not None and launch["num_splits"] == 1
-    assert {key: launch[key] for key in decode_module.FP8_TILES[page is not None][1]} == (
-        decode_module.FP8_TILES[page is not None][1]
-    )
+    assert {key: launch[key] for key in decode_module.FP8_TILE} == decode_module.FP8_TILE
 
 
 def test_fp8_plan_splits_until_each_sm_runs_its_fill_of_programs():
     """fp8_plan on 132 SMs, at the decode-fp8 preset's program counts (batch x KV heads) and at batch 1."""
-    plan, tiles = decode_module.fp8_plan, decode_module.FP8_TILES
-    # GQA 32/8 at batch 16 / 8 / 4 (128 / 64 / 32 programs): split to 256 programs, 2 per SM, either layout
-    for programs, splits in [(128, 2), (64, 4), (32, 8)]:
+    plan, tile, deep = decode_module.fp8_plan, decode_module.FP8_TILE, decode_module.FP8_DEEP_TILES
+    # GQA 32/8 at batch 16 / 8 / 4 (128 / 64 / 32 programs): split to 512 programs, 4 per SM, either layout
+    for programs, splits in [(128, 4), (64, 8), (32, 16)]:
         for paged in (False, True):
-            assert plan(programs, 131072 // (programs // 8), paged, 132) == (tiles[paged][0], splits)
-    # MHA at batch 8 / 4 (256 / 128 programs): within the fill (264)
-    assert plan(256, 16384, True, 132) == (tiles[True][0], 1)
-    assert plan(128, 32768, False, 132) == (tiles[False][0], 2)
-    # MHA at batch 16 (512 programs): past the fill, the other tile and one split
-    assert plan(512, 8192, False, 132) == (tiles[False][1], 1)
-    assert plan(512, 8192, True, 132) == (tiles[True][1], 1)
-    # GQA 32/8 at batch 1 (8 programs): as many splits as keep FP8_MIN_SPLIT_KEYS keys each (16 at 8k); at 32k
-    # the fill's 30, then 32 in the same wave (16 key blocks a split, not 18)
-    assert plan(8, 8192, True, 132) == (tiles[True][0], 8192 // decode_module.FP8_MIN_SPLIT_KEYS)
-    assert plan(8, 32768, False, 132) == (tiles[False][0], 32)
+            assert plan(programs, 131072 // (programs // 8), paged, 132) == (tile, splits)
+    # MHA at batch 8 / 4 (256 / 128 programs): to 512 as well
+    assert plan(256, 16384, True, 132) == (tile, 2)
+    assert plan(128, 32768, False, 132) == (tile, 4)
+    # MHA at batch 16 (512 programs): within the fill unsplit; batch 18 (576) past it: one split either way
+    for programs in (512, 576):
+        assert plan(programs, 8192, False, 132) == (tile, 1)
+        assert plan(programs, 8192, True, 132) == (tile, 1)
+    # the fill's splits would keep fewer than FP8_FILL_SPLIT_KEYS keys: the deep plan, 2 per SM. GQA 32/8 at
+    # batch 1 (8 programs): as many splits as keep FP8_MIN_SPLIT_KEYS keys each (16 at 8k); at 32k the fill's 30,
+    # then 32 in the same wave (16 key blocks a split, not 18)
+    assert plan(8, 8192, True, 132) == (deep[True], 8192 // decode_module.FP8_MIN_SPLIT_KEYS)
+    assert plan(8, 32768, False, 132) == (deep[False], 32)
+    # MHA at batch 8 over a 1024-key cache: 256 programs, no split of 2048 keys: the deep tile unsplit
+    assert plan(256, 1024, False, 132) == (deep[False], 1)
     # a short cache: one split
-    assert plan(1, 256, False, 132) == (tiles[False][0], 1)
+    assert plan(1, 256, False, 132) == (deep[False], 1)
