@@ -93,9 +93,10 @@ PAGED_CONFIGS: dict[int, dict[str, int]] = {
 # (docs/kernels.md, the FP8 cache), so a few programs per SM do not stream the SM's share of the read bandwidth.
 # The call is split until each SM runs FP8_FILL programs (4) of FP8_TILE, 64 keys, 2 warps, 3 stages, small enough
 # for 4 per SM in either layout, while every split keeps FP8_FILL_SPLIT_KEYS keys; past the fill (MHA at batch 16:
-# 512 programs) the same tile, one split. On an H200 (4.3 TB/s) that took 0.80-0.93x the time of the plan before
-# over the decode-fp8 preset's shapes, where 2 per SM of any tile streamed 2.7-2.9 TB/s. Calls that cannot reach
-# the fill with such splits (batch 1-2) keep the plan before, timed on an H100: split until each SM runs
+# 512 programs) the same tile, one split. On an H200 (4.3 TB/s) that took 0.77-1.00x the time of the plan before
+# over the decode-fp8 preset's 12 shapes, where 2 per SM of the grid's tiles read GQA's 268 MB at 2.7-2.9 TB/s; not
+# timed on an H100, where the plan before streamed at its read bandwidth. Calls that cannot reach
+# the fill with such splits (GQA 32/8 at batch 1-2, at 4 below 32k keys) keep the plan before, timed on an H100: split until each SM runs
 # FP8_DEEP_FILL (2) programs of a deeper tile (FP8_DEEP_TILES; the paged one holds 8 stages: the page table's
 # dependent load wants more in flight), each split at least FP8_MIN_SPLIT_KEYS keys. docs/kernels.md (the FP8
 # cache) has the grids. Other head dims take the bf16 tiles and split rule.
