@@ -95,9 +95,9 @@ PAGED_CONFIGS: dict[int, dict[str, int]] = {
 # for 4 per SM in either layout, while every split keeps FP8_FILL_SPLIT_KEYS keys; past the fill (MHA at batch 16:
 # 512 programs) the same tile, one split. On an H200 (4.3 TB/s) that took 0.77-1.00x the time of the plan before
 # over the decode-fp8 preset's 12 shapes, where 2 per SM of the grid's tiles read GQA's 268 MB at 2.7-2.9 TB/s; not
-# timed on an H100, where the plan before streamed at its read bandwidth. Calls that cannot reach
-# the fill with such splits (GQA 32/8 at batch 1-2, at 4 below 32k keys) keep the plan before, timed on an H100: split until each SM runs
-# FP8_DEEP_FILL (2) programs of a deeper tile (FP8_DEEP_TILES; the paged one holds 8 stages: the page table's
+# timed on an H100, where the plan before streamed at its read bandwidth. Calls that cannot reach the fill with such
+# splits (GQA 32/8 at batch 1-2, at 4 below 32k keys) keep the plan before, timed on an H100: split until each SM
+# runs FP8_DEEP_FILL (2) programs of a deeper tile (FP8_DEEP_TILES; the paged one holds 8 stages: the page table's
 # dependent load wants more in flight), each split at least FP8_MIN_SPLIT_KEYS keys. docs/kernels.md (the FP8
 # cache) has the grids. Other head dims take the bf16 tiles and split rule.
 FP8_FILL = 4  # programs per SM
@@ -109,9 +109,9 @@ FP8_DEEP_TILES: dict[bool, dict[str, int]] = {  # paged -> tile
     True: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 8},
 }
 FP8_TILE_DIMS: tuple[int, ...] = (128,)
-# Keys per split at least under the deep plan: 8 of its 64-key blocks. A split of 4 never fills a deep paged pipeline, and
-# each split adds a partial the combine reads serially: GQA 32/8 at batch 1, 8k keys, paged, took 22.8 us at 32
-# splits of 4 blocks against 18.3 at 16 of 8 ((64, 4, 6) tiles; docs/kernels.md, the FP8 cache).
+# Keys per split at least under the deep plan: 8 of its 64-key blocks. A split of 4 never fills a deep paged
+# pipeline, and each split adds a partial the combine reads serially: GQA 32/8 at batch 1, 8k keys, paged, took
+# 22.8 us at 32 splits of 4 blocks against 18.3 at 16 of 8 ((64, 4, 6) tiles; docs/kernels.md, the FP8 cache).
 FP8_MIN_SPLIT_KEYS = 512
 # Under the interpreter: small key blocks, so small test shapes cross many blocks and split boundaries.
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
