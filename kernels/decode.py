@@ -89,19 +89,22 @@ GPU_CONFIGS: dict[int, dict[str, int]] = {
 PAGED_CONFIGS: dict[int, dict[str, int]] = {
     d: {**cfg, "num_stages": cfg["num_stages"] + 2} if d <= 128 else cfg for d, cfg in GPU_CONFIGS.items()
 }
-# An e4m3 cache at d = 128: its loop issues about as many instructions per key block as bf16's for half the bytes
-# (docs/kernels.md, the FP8 cache), so a few programs per SM do not stream the SM's share of the read bandwidth.
-# The call is split until each SM runs FP8_FILL programs (4) of FP8_TILE, 64 keys, 2 warps, 3 stages, small enough
-# for 4 per SM in either layout, while every split keeps FP8_FILL_SPLIT_KEYS keys; past the fill (MHA at batch 16:
-# 512 programs) the same tile, one split. On an H200 (4.3 TB/s) that took 0.77-1.00x the time of the plan before
-# over the decode-fp8 preset's 12 shapes, where 2 per SM of the grid's tiles read GQA's 268 MB at 2.7-2.9 TB/s; not
-# timed on an H100, where the plan before streamed at its read bandwidth. Calls that cannot reach the fill with such
-# splits (GQA 32/8 at batch 1-2, at 4 below 32k keys) keep the plan before, timed on an H100: split until each SM
-# runs FP8_DEEP_FILL (2) programs of a deeper tile (FP8_DEEP_TILES; the paged one holds 8 stages: the page table's
-# dependent load wants more in flight), each split at least FP8_MIN_SPLIT_KEYS keys. docs/kernels.md (the FP8
-# cache) has the grids. Other head dims take the bf16 tiles and split rule.
+# An e4m3 cache at d = 128: its loop is bound by the latency of its steps, not by bytes (docs/kernels.md, the FP8
+# cache), so a few programs per SM do not stream the SM's share of the read bandwidth. Its warps stream keys on
+# their own (_decode's STREAMS, where a tile's 16 rows allow it: fp8_streams), and the call is split until each SM
+# runs FP8_FILL programs (4) of FP8_TILES[paged], 64 keys and 2 warps, 3 stages contiguous and 5 paged (the page
+# table's dependent load wants more in flight), small enough for 4 per SM, while every split keeps
+# FP8_FILL_SPLIT_KEYS keys; past the fill (MHA at batch 16: 512 programs) the same tile, one split. Timed on an
+# H200 (4.3 TB/s) over the decode-fp8 preset's 12 shapes; not on an H100, where the plan before the fill streamed
+# at its read bandwidth. Calls that cannot reach the fill with such splits (GQA 32/8 at batch 1-2, at 4 below 32k
+# keys) keep the plan timed on an H100: split until each SM runs FP8_DEEP_FILL (2) programs of a deeper tile
+# (FP8_DEEP_TILES; the paged one holds 8 stages), each split at least FP8_MIN_SPLIT_KEYS keys. docs/kernels.md
+# (the FP8 cache) has the grids. Other head dims take the bf16 tiles and split rule.
 FP8_FILL = 4  # programs per SM
-FP8_TILE: dict[str, int] = {"BLOCK_N": 64, "num_warps": 2, "num_stages": 3}
+FP8_TILES: dict[bool, dict[str, int]] = {  # paged -> tile
+    False: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 3},
+    True: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 5},
+}
 FP8_FILL_SPLIT_KEYS = 2048
 FP8_DEEP_FILL = 2  # programs per SM
 FP8_DEEP_TILES: dict[bool, dict[str, int]] = {  # paged -> tile
@@ -129,7 +132,8 @@ _SCRATCH: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
 # call skips Triton's JIT dispatch: 25 -> 4 us of host time per launch (Triton 3.6, launch stubbed, on the CPU
 # machine), which a short decode pays in full.
 _COMPILED: dict[tuple, Any] = {}
-# What the most recent launch ran with: (num_splits, tile config, BLOCK_M, row blocks); last_decode_config().
+# What the most recent launch ran with: (num_splits, tile config, BLOCK_M, row blocks, key streams);
+# last_decode_config().
 _LAST_LAUNCH: list[Any] = [None]
 # A float32 1 per device: the scale an e4m3 cache's missing k_scale or v_scale stands for.
 _ONE: dict[torch.device, torch.Tensor] = {}
@@ -263,7 +267,42 @@ def _page_offset(page, stride, ALIGN: tl.constexpr, INTERPRET: tl.constexpr):
     offset = tl.inline_asm_elementwise(
         "mul.wide.s32 $0, $1, $2;", "=l,r,r", [page, stride], dtype=tl.int64, is_pure=True, pack=1
     )
-    return tl.multiple_of(offset, ALIGN)
+    if len(offset.shape) == 2:
+        offset = tl.multiple_of(offset, (ALIGN, ALIGN))
+    else:
+        offset = tl.multiple_of(offset, ALIGN)
+    return offset
+
+
+@triton.jit
+def _kv_block(
+    start, offs, hi, k_head, v_head, pages, last_page, stride_kb, stride_kn, stride_vb, stride_vn,
+    BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGED: tl.constexpr, PAGE_ALIGN: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):  # fmt: skip
+    """(the keys' offsets, which of them are below hi, pointers to their K rows, to their V rows) for the keys
+    start + offs of the block at `start` (offs: any shape, in [0, BLOCK_N)).
+
+    k_head and v_head point at this head's first row (contiguous: of its sequence). Paged: PAGE and BLOCK_N are
+    powers of two and every block starts at a multiple of BLOCK_N, so key start + r is token start % PAGE + r %
+    PAGE of page start // PAGE + r // PAGE (where PAGE >= BLOCK_N, one page; below, BLOCK_N / PAGE whole pages);
+    a key's slot offset is int32 and fixed across blocks. The table load is unmasked: a key past the split reads
+    the split's last page's entry (its K/V loads are masked); a masked table load costs a predicate per row,
+    carried through the pipeline stages.
+    """
+    offs_n = start + offs
+    key_ok = offs_n < hi
+    if PAGED:
+        page = tl.load(pages + tl.minimum(start // PAGE + offs // PAGE, last_page))
+        k_rows = k_head + (offs % PAGE) * stride_kn + _page_offset(page, stride_kb, PAGE_ALIGN, INTERPRET)
+        v_rows = v_head + (offs % PAGE) * stride_vn + _page_offset(page, stride_vb, PAGE_ALIGN, INTERPRET)
+        if PAGE > BLOCK_N:
+            k_rows += (start % PAGE) * stride_kn
+            v_rows += (start % PAGE) * stride_vn
+    else:  # int64: a token stride times a long context can pass 2^31
+        k_rows = k_head + offs_n.to(tl.int64) * stride_kn
+        v_rows = v_head + offs_n.to(tl.int64) * stride_vn
+    return offs_n, key_ok, k_rows, v_rows
 
 
 @triton.jit
@@ -308,6 +347,7 @@ def _decode(
     INTERPRET: tl.constexpr,  # under Triton's interpreter (no inline asm)
     ROWS_P2: tl.constexpr,  # the combine's rows per tile (a power of two)
     S_CHUNK: tl.constexpr,  # the combine's splits per step
+    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp
 ):
     # An e4m3 cache's P (fp16) times 2^P_SHIFT, at most 2^15 (fp16's max is 65504): normal down to 2^-29 of the
     # row max, nonzero to 2^-39 (unshifted: 2^-14, 2^-24). l and acc carry the factor, so o = acc / l drops it, and
@@ -351,62 +391,81 @@ def _decode(
         k_head = K + h.to(tl.int64) * stride_kh
         v_head = V + h.to(tl.int64) * stride_vh
         pages = Table + b.to(tl.int64) * (capacity // PAGE)
-        # PAGE and BLOCK_N are powers of two and every block starts at a multiple of BLOCK_N: row r of the block
-        # at `start` is token start % PAGE + r % PAGE of page start // PAGE + r // PAGE (where PAGE >= BLOCK_N,
-        # one page; below, BLOCK_N / PAGE whole pages). A row's slot offset is int32 and fixed across blocks.
-        offs_r = tl.arange(0, BLOCK_N)
-        k_slot = k_head + (offs_r % PAGE) * stride_kn
-        v_slot = v_head + (offs_r % PAGE) * stride_vn
-        last_page = (hi - 1) // PAGE  # this split's last page: the clamp below reads no entry past it
+        last_page = (hi - 1) // PAGE  # this split's last page: _kv_block reads no entry past it
     else:
         k_head = K + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
         v_head = V + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
+        pages = Table  # unused
+        last_page = 0
 
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if KV_FP8:  # l kept per key slot, summed once after the loop: no sum across the warps in each step
-        l_2d = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        offs_n = start + tl.arange(0, BLOCK_N)
-        key_ok = offs_n < hi
-        if PAGED:
-            # Unmasked: a key past hi reads the last page's entry (its K/V loads are masked); a masked table
-            # load costs a predicate per row, carried through the pipeline stages.
-            page = tl.load(pages + tl.minimum(start // PAGE + offs_r // PAGE, last_page))
-            k_rows = k_slot + _page_offset(page, stride_kb, PAGE_ALIGN, INTERPRET)
-            v_rows = v_slot + _page_offset(page, stride_vb, PAGE_ALIGN, INTERPRET)
-            if PAGE > BLOCK_N:
-                k_rows += (start % PAGE) * stride_kn
-                v_rows += (start % PAGE) * stride_vn
-        else:  # int64: a token stride times a long context can pass 2^31
-            k_rows = k_head + offs_n.to(tl.int64) * stride_kn
-            v_rows = v_head + offs_n.to(tl.int64) * stride_vn
-        k = tl.load(k_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(v_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        if KV_FP8:  # every e4m3 value is exact in fp16; P V then runs in fp16 too (P_SHIFT)
-            k = k.to(tl.float16)
-            v = _e4m3_to_f16(v, INTERPRET)
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = tl.where(offs_n[None, :] <= last[:, None], s * scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        if KV_FP8:
-            p = tl.exp2(s - (m_new - P_SHIFT)[:, None])
-        else:
-            p = tl.exp2(s - m_new[:, None])
-        if KV_FP8:
-            l_2d = l_2d * alpha[:, None] + p
-        else:
-            l_i = l_i * alpha + tl.sum(p, 1)
-        if IEEE:
-            acc = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
-        else:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+    if STREAMS > 1:
+        # Warp w streams keys [w * KW, (w + 1) * KW) of each block on its own: the tiles' leading axis is the
+        # warps' (Triton puts a batched dot's warps on its batch axis), so each warp keeps its own m, l and
+        # [BLOCK_M, D] accumulator over its keys, S's row max needs no other warp, P stays in registers as the
+        # second dot's operand, and q in registers across the loop. The streams merge once after it.
+        KW: tl.constexpr = BLOCK_N // STREAMS
+        offs_w = tl.arange(0, STREAMS)[:, None] * KW + tl.arange(0, KW)[None, :]  # [W, KW]
+        qw = tl.broadcast_to(q[None, :, :], [STREAMS, BLOCK_M, HEAD_DIM])
+        m_w = tl.zeros([STREAMS, BLOCK_M], dtype=tl.float32) - 1.0e30
+        l_w = tl.zeros([STREAMS, BLOCK_M, KW], dtype=tl.float32)  # per key slot, as l_2d below
+        acc_w = tl.zeros([STREAMS, BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        for start in range(lo, hi, BLOCK_N):
+            offs_n, key_ok, k_rows, v_rows = _kv_block(
+                start, offs_w, hi, k_head, v_head, pages, last_page, stride_kb, stride_kn, stride_vb, stride_vn,
+                BLOCK_N, PAGE, PAGED, PAGE_ALIGN, INTERPRET,
+            )  # fmt: skip
+            k = tl.load(k_rows[:, :, None] + offs_d[None, None, :], mask=key_ok[:, :, None], other=0.0)
+            v = tl.load(v_rows[:, :, None] + offs_d[None, None, :], mask=key_ok[:, :, None], other=0.0)
+            s = tl.dot(qw, tl.permute(k.to(tl.float16), 0, 2, 1))
+            s = tl.where(offs_n[:, None, :] <= last[None, :, None], s * scale[None, :, :], float("-inf"))
+            m_new = tl.maximum(m_w, tl.max(s, 2))
+            alpha = tl.exp2(m_w - m_new)
+            p = tl.exp2(s - (m_new - P_SHIFT)[:, :, None])
+            l_w = l_w * alpha[:, :, None] + p
+            acc_w = tl.dot(p.to(tl.float16), _e4m3_to_f16(v, INTERPRET), acc_w * alpha[:, :, None])
+            m_w = m_new
+        # A stream that saw no key keeps m = -1e30 and l = 0: weight 0 beside any that did.
+        m_i = tl.max(m_w, 0)
+        weight = tl.exp2(m_w - m_i[None, :])
+        l_2d = tl.sum(l_w * weight[:, :, None], 0)
+        acc = tl.sum(acc_w * weight[:, :, None], 0)
+    else:
+        if KV_FP8:  # l kept per key slot, summed once after the loop: no sum across the warps in each step
+            l_2d = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        offs_r = tl.arange(0, BLOCK_N)
+        for start in range(lo, hi, BLOCK_N):
+            offs_n, key_ok, k_rows, v_rows = _kv_block(
+                start, offs_r, hi, k_head, v_head, pages, last_page, stride_kb, stride_kn, stride_vb, stride_vn,
+                BLOCK_N, PAGE, PAGED, PAGE_ALIGN, INTERPRET,
+            )  # fmt: skip
+            k = tl.load(k_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+            v = tl.load(v_rows[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+            if KV_FP8:  # every e4m3 value is exact in fp16; P V then runs in fp16 too (P_SHIFT)
+                k = k.to(tl.float16)
+                v = _e4m3_to_f16(v, INTERPRET)
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            s = tl.where(offs_n[None, :] <= last[:, None], s * scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp2(m_i - m_new)
+            if KV_FP8:
+                p = tl.exp2(s - (m_new - P_SHIFT)[:, None])
+            else:
+                p = tl.exp2(s - m_new[:, None])
+            if KV_FP8:
+                l_2d = l_2d * alpha[:, None] + p
+            else:
+                l_i = l_i * alpha + tl.sum(p, 1)
+            if IEEE:
+                acc = tl.dot(p, v, acc * alpha[:, None], input_precision="ieee")
+            else:
+                acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+            m_i = m_new
 
     if KV_FP8:
         l_i = tl.sum(l_2d, 1)
@@ -477,24 +536,35 @@ def fill_waves(pick: int, programs: int, blocks: int, slots: int, top: int) -> i
 
 @functools.lru_cache(maxsize=1024)
 def fp8_plan(programs: int, capacity: int, paged: bool, sms: int) -> tuple[dict[str, int], int]:
-    """An e4m3 cache's tile and split count at d = 128: FP8_TILE split until the programs reach 90% of FP8_FILL
-    per SM, then the count in as many waves of that fill with the fewest key blocks per split (fill_waves), while
-    each split keeps FP8_FILL_SPLIT_KEYS keys of the capacity; one split where the unsplit `programs` pass the
-    fill. Where the fill needs shorter splits, the same rule at FP8_DEEP_FILL per SM with FP8_DEEP_TILES[paged],
-    each split at least FP8_MIN_SPLIT_KEYS keys. At most MAX_SPLITS either way."""
+    """An e4m3 cache's tile and split count at d = 128: FP8_TILES[paged] split until the programs reach 90% of
+    FP8_FILL per SM, then the count in as many waves of that fill with the fewest key blocks per split
+    (fill_waves), while each split keeps FP8_FILL_SPLIT_KEYS keys of the capacity; one split where the unsplit
+    `programs` pass the fill. Where the fill needs shorter splits, the same rule at FP8_DEEP_FILL per SM with
+    FP8_DEEP_TILES[paged], each split at least FP8_MIN_SPLIT_KEYS keys. At most MAX_SPLITS either way."""
     programs = max(1, programs)
-    blocks = -(-capacity // FP8_TILE["BLOCK_N"])
+    tile = FP8_TILES[paged]
+    blocks = -(-capacity // tile["BLOCK_N"])
     want = FP8_FILL * sms
     if programs > want:
-        return FP8_TILE, 1
+        return tile, 1
     top = max(1, min(MAX_SPLITS, capacity // FP8_FILL_SPLIT_KEYS))
     pick = -(-9 * want // (10 * programs))
     if pick <= top:
-        return FP8_TILE, fill_waves(pick, programs, blocks, want, top)
+        return tile, fill_waves(pick, programs, blocks, want, top)
     want = FP8_DEEP_FILL * sms
     top = max(1, min(MAX_SPLITS, capacity // FP8_MIN_SPLIT_KEYS))
     pick = min(top, -(-9 * want // (10 * programs)))
     return FP8_DEEP_TILES[paged], fill_waves(pick, programs, blocks, want, top)
+
+
+def fp8_streams(cfg: dict[str, int], block_m: int, head_dim: int) -> int:
+    """_decode's STREAMS over an e4m3 cache: the tile's warps, each streaming its own keys, at d in FP8_TILE_DIMS
+    where the tile has 16 rows (a warp's [16, D] fp32 accumulator; at 32 rows the loop spills) and each warp gets
+    at least 16 keys of a block (the dots' smallest tile); else 1 (the warps share each block's keys)."""
+    warps = cfg["num_warps"]
+    if head_dim in FP8_TILE_DIMS and block_m == 16 and cfg["BLOCK_N"] // warps >= 16:
+        return warps
+    return 1
 
 
 def _pow2(n: int) -> int:
@@ -586,11 +656,13 @@ def _splits(
 
 
 def last_launch(slot: list[Any]) -> dict[str, Any] | None:
-    """What a launcher's most recent launch recorded in `slot` (its _LAST_LAUNCH), as a config dict."""
+    """What a launcher's most recent launch recorded in `slot` (its _LAST_LAUNCH: num_splits, the tile config,
+    BLOCK_M, row blocks and, from flash_decode, its key streams), as a config dict."""
     if slot[0] is None:
         return None
-    splits, cfg, block_m, row_blocks = slot[0]
-    return {"num_splits": splits, **cfg, "BLOCK_M": block_m, "row_blocks": row_blocks}
+    splits, cfg, block_m, row_blocks, *streams = slot[0]
+    launch = {"num_splits": splits, **cfg, "BLOCK_M": block_m, "row_blocks": row_blocks}
+    return {**launch, "streams": streams[0]} if streams else launch
 
 
 # The checks below build their messages only on failure: the host path is part of every timed call (a call's
@@ -845,6 +917,7 @@ def flash_decode(
     ks_strides = (0, 0) if scales is None else ks.stride()
     vs_strides = (0, 0) if scales is None else vs.stride()
     page_align = math.gcd(16, k.stride(0), v.stride(0)) if paged else 1
+    streams = 1 if scales is None else fp8_streams(cfg, block_m, D)
     args = (  # _decode's arguments in order: 10 tensors, the float scale, then integers and constexprs
         q, k, v, out if cache_seqlens is None else cache_seqlens, table,
         out, part, counters, ks, vs,
@@ -852,9 +925,10 @@ def flash_decode(
         capacity, num_splits, Hkv, Nq, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         *ks_strides, *vs_strides,
         Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, page_align, cache_seqlens is not None, causal, direct,
-        q.dtype == torch.float32, scales is not None, interpret, rows_p2, s_chunk,
+        q.dtype == torch.float32, scales is not None, interpret, rows_p2, s_chunk, streams,
     )  # fmt: skip
-    _LAST_LAUNCH[0] = (num_splits, cfg, block_m, row_blocks)  # a tuple: no dict built on the host path
+    # a tuple: no dict built on the host path
+    _LAST_LAUNCH[0] = (num_splits, cfg, block_m, row_blocks, streams)
     try:
         _launch((num_splits, row_blocks, B * Hkv), args, 10, cfg["num_warps"], cfg["num_stages"])
     except OutOfResources as exc:  # a forced config too large for this GPU (the defaults fit an H100)

@@ -126,6 +126,36 @@ def test_paged_e4m3_blocks_across_pages_match_reference(device):
         prob.check(prob.run(device, paged=True, page=16, num_splits=splits, config={"BLOCK_N": 64}))
 
 
+@smoke(lambda page, **_: page is None or not HAS_CUDA)
+@pytest.mark.parametrize("page", [None, 16])
+def test_e4m3_cache_warps_stream_their_own_keys(device, page):
+    """At d = 128 with at most 16 query rows a tile, each warp streams its own keys of every block and the streams
+    merge after the loop (decode.fp8_streams). 32-key blocks of 2 warps: 16 keys a stream. Lengths where the last
+    block's second stream sees no key (17), where a sequence's only key leaves most streams empty (1), whole blocks
+    (64) and a partial one (100); 3 queries of 4 heads per KV head (12 rows); causal and not; 1 and 3 splits."""
+    prob = Fp8Problem(8, 2, 3, 128, [1, 17, 64, 100], seed=12)
+    tile = {"BLOCK_N": 32, "num_warps": 2}
+    for splits in (1, 3):
+        for causal in (True, False):
+            out = prob.run(
+                device, paged=page is not None, page=page or 16, causal=causal, num_splits=splits, config=tile
+            )
+            launch = decode_module.last_decode_config()
+            assert launch is not None and launch["streams"] == 2
+            prob.check(out, causal=causal)
+
+
+def test_fp8_streams_where_a_warp_holds_its_own_rows():
+    """One stream per warp at d = 128 with 16 rows a tile and at least 16 keys a warp; else one."""
+    streams = decode_module.fp8_streams
+    for tile in (*decode_module.FP8_TILES.values(), *decode_module.FP8_DEEP_TILES.values()):
+        assert streams(tile, 16, 128) == tile["num_warps"] == 2
+        assert streams(tile, 32, 128) == 1  # 32 rows: a warp's accumulator would spill
+        assert streams(tile, 16, 64) == 1  # other head dims: the bf16 tiles' loop
+    assert streams({"BLOCK_N": 128, "num_warps": 4, "num_stages": 3}, 16, 128) == 4
+    assert streams(decode_module.INTERPRET_CONFIG, 16, 128) == 1  # 16 keys over 4 warps
+
+
 def test_scale_rows_broadcast_over_sequences(device):
     # k_scale [1, Hkv] (one scale per KV head for every sequence) and v_scale [B, 1] (one per sequence).
     prob = Fp8Problem(4, 2, 1, 32, [20, 33], scales="none", seed=5)
@@ -209,29 +239,31 @@ def test_gpu_e4m3_cache_bf16_q_matches_reference(heads, page, nq):
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16])
 def test_gpu_e4m3_cache_past_the_fill_runs_one_split(page):
-    """More unsplit programs than FP8_FILL per SM (MHA 32/32 at batch 18 on 132 SMs: 576): FP8_TILE, one split."""
+    """More unsplit programs than FP8_FILL per SM (MHA 32/32 at batch 18 on 132 SMs: 576): FP8_TILES' tile, one
+    split."""
     lengths = [1, 64, 300, 511, 512, 129] * 3
     prob = Fp8Problem(32, 32, 1, 128, lengths, dtype=torch.bfloat16, seed=5)
     prob.check(prob.run("cuda", paged=page is not None, page=page or 16))
     launch = decode_module.last_decode_config()
     assert launch is not None and launch["num_splits"] == 1
-    assert {key: launch[key] for key in decode_module.FP8_TILE} == decode_module.FP8_TILE
+    tile = decode_module.FP8_TILES[page is not None]
+    assert {key: launch[key] for key in tile} == tile
 
 
 def test_fp8_plan_splits_until_each_sm_runs_its_fill_of_programs():
     """fp8_plan on 132 SMs, at the decode-fp8 preset's program counts (batch x KV heads) and at batch 1."""
-    plan, tile, deep = decode_module.fp8_plan, decode_module.FP8_TILE, decode_module.FP8_DEEP_TILES
+    plan, tiles, deep = decode_module.fp8_plan, decode_module.FP8_TILES, decode_module.FP8_DEEP_TILES
     # GQA 32/8 at batch 16 / 8 / 4 (128 / 64 / 32 programs): split to 512 programs, 4 per SM, either layout
     for programs, splits in [(128, 4), (64, 8), (32, 16)]:
         for paged in (False, True):
-            assert plan(programs, 131072 // (programs // 8), paged, 132) == (tile, splits)
+            assert plan(programs, 131072 // (programs // 8), paged, 132) == (tiles[paged], splits)
     # MHA at batch 8 / 4 (256 / 128 programs): to 512 as well
-    assert plan(256, 16384, True, 132) == (tile, 2)
-    assert plan(128, 32768, False, 132) == (tile, 4)
+    assert plan(256, 16384, True, 132) == (tiles[True], 2)
+    assert plan(128, 32768, False, 132) == (tiles[False], 4)
     # MHA at batch 16 (512 programs): within the fill unsplit; batch 18 (576) past it: one split either way
     for programs in (512, 576):
-        assert plan(programs, 8192, False, 132) == (tile, 1)
-        assert plan(programs, 8192, True, 132) == (tile, 1)
+        assert plan(programs, 8192, False, 132) == (tiles[False], 1)
+        assert plan(programs, 8192, True, 132) == (tiles[True], 1)
     # the fill's splits would keep fewer than FP8_FILL_SPLIT_KEYS keys: the deep plan, 2 per SM. GQA 32/8 at
     # batch 1 (8 programs): as many splits as keep FP8_MIN_SPLIT_KEYS keys each (16 at 8k); at 32k the fill's 30,
     # then 32 in the same wave (16 key blocks a split, not 18)

@@ -46,7 +46,8 @@ two-pass dK/dV, the Gluon one pass's VARLEN mode); the stored-P and FA1-order fo
 default tile at every head dim over bf16 and e4m3 caches (batch 16, key splits with the combine, paged; e4m3 at d =
 128 also past fp8_plan's fill); flash_mla_decode's candidate tiles, its paged default and its Gluon kernel
 (contiguous and paged). A change that should leave the code alone is checked with `diff -r` of two dumps; --part i/n
-compiles every n-th kernel from the i-th (n processes side by side).
+compiles every n-th kernel from the i-th (n processes side by side), --only PREFIX the kernels whose names start with
+PREFIX (`decode`, `mla`, ...).
 """
 
 from __future__ import annotations
@@ -474,11 +475,11 @@ def _write(folder: str, stem: str, **texts: str) -> None:
             out.write(text)
 
 
-def dump(folder: str, part: str) -> int:
+def dump(folder: str, part: str, only: str = "") -> int:
     index, count = (int(x) for x in part.split("/"))
     os.makedirs(folder, exist_ok=True)
     for j, (name, tma, call) in enumerate(shipped()):
-        if j % count != index:
+        if j % count != index or not name.startswith(only):
             continue
         _stub_gpu(tma)
         _CAPTURED.clear()
@@ -501,6 +502,7 @@ def main() -> int:
     ap.add_argument("--no-tma", action="store_true", help="tl, bwd: the pointer path")
     ap.add_argument("--sass", help="write each kernel's SASS and TTGIR into this folder")
     ap.add_argument("--part", default="0/1", help="dump: every n-th kernel from the i-th (i/n)")
+    ap.add_argument("--only", default="", help="dump: the kernels whose names start with this (e.g. decode)")
     ap.add_argument("--window", help="ws, tl, bwd: a sliding window L,R (flash_attn's window=(L, R))")
     ap.add_argument("--fp8", action="store_true", help="ws: the FP8 (e4m3) mode; decode: an e4m3 KV cache")
     ap.add_argument(
@@ -525,7 +527,7 @@ def main() -> int:
     import flashbench.kernels  # noqa: F401  (every kernel module, so that _stub_gpu reaches them)
 
     if a.kernel == "dump":
-        return dump(a.config, a.part)
+        return dump(a.config, a.part, a.only)
     _stub_gpu(not a.no_tma)
     cfg = json.loads(a.config)
     window = tuple(int(x) for x in a.window.split(",")) if a.window else None
