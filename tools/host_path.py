@@ -24,6 +24,11 @@ processes on a shared machine do not count), the median and range of `--repeats`
                here) and the tl kernel (FLASHBENCH_GLUON=0). Its input checks run, less the device's: CPU tensors
                stand for CUDA ones (mla._check_device, mla_ws.on_hopper answered for an H100). --profile adds a
                cProfile of the Gluon kernel's paged call.
+  --sm90-stub --decode
+               flash_decode on the same stub, validate=False as the sweep's timed calls: bf16 q, d = 128, GQA 32/8
+               at batch 16 and 8192 keys (the decode-fp8 preset's first shape), over a bf16 and an e4m3 cache
+               (one scale per sequence and KV head), contiguous and over 16-token pages, at the default split
+               count; the device's check answered for a GPU (decode._check_device), 132 SMs.
 
 What the CPU cannot show: a CUDA allocation's host cost (torch.empty: ~1.5 us here, 8.9 us on an H100 host) and
 the autograd engine's hand-over to its device thread. For the whole path on a GPU use benchmarks/host_time.py.
@@ -31,6 +36,7 @@ the autograd engine's hand-over to its device thread. For the whole path on a GP
     python3 tools/host_path.py
     /tmp/t36/bin/python tools/host_path.py --sm90-stub [--dim 64] [--profile]
     /tmp/t36/bin/python tools/host_path.py --sm90-stub --mla [--profile]
+    /tmp/t36/bin/python tools/host_path.py --sm90-stub --decode
 """
 
 from __future__ import annotations
@@ -205,6 +211,33 @@ def mla_stub(calls: int, repeats: int, profile: bool) -> None:
         _profile(step, calls)
 
 
+def decode_stub(calls: int, repeats: int) -> None:
+    import torch
+    from flashbench.kernels import decode
+
+    _sm90_driver()
+    decode._check_device = lambda q, name="flash_decode": None
+    decode._sm_count = lambda index: 132
+    batch, heads, kv_heads, keys, page = 16, 32, 8, 8192, 16
+    q = torch.randn(batch, heads, 1, 128, dtype=torch.bfloat16)
+    lens = torch.full((batch,), keys, dtype=torch.int32)
+    table = torch.arange(batch * keys // page, dtype=torch.int32).view(batch, -1)
+    for name, dtype, scales in (
+        ("bf16", torch.bfloat16, {}),
+        ("e4m3", torch.float8_e4m3fn, dict.fromkeys(("k_scale", "v_scale"), torch.ones(batch, kv_heads))),
+    ):
+        cache = torch.empty(batch, kv_heads, keys, 128, dtype=dtype)
+        pool = cache.view(-1, kv_heads, page, 128)
+        for layout, (k, blocks) in {"contiguous": (cache, None), "paged 16": (pool, table)}.items():
+            call = functools.partial(
+                decode.flash_decode, q, k, k, lens, blocks, True, validate=False, **scales
+            )
+            call()
+            ran = decode.last_decode_config()
+            assert ran is not None
+            _timed(f"decode {name} {layout}, {ran['num_splits']} splits", call, calls, repeats)
+
+
 def _profile(call, calls: int) -> None:
     """cProfile of `calls` calls: the functions by their own time, then by cumulative time."""
     import cProfile
@@ -229,10 +262,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--dim", type=int, default=128, help="head dim of --sm90-stub's inputs")
     ap.add_argument("--mla", action="store_true", help="--sm90-stub: flash_mla_decode (Gluon and tl kernels)")
+    ap.add_argument("--decode", action="store_true", help="--sm90-stub: flash_decode (bf16 and e4m3 caches)")
     ap.add_argument("--profile", action="store_true", help="--sm90-stub: also cProfile the fwd+bwd step")
     args = ap.parse_args()
     if args.sm90_stub and args.mla:
         mla_stub(args.calls, args.repeats, args.profile)
+    elif args.sm90_stub and args.decode:
+        decode_stub(args.calls, args.repeats)
     elif args.sm90_stub:
         sm90_stub(args.calls, args.repeats, args.dim, args.profile)
     else:
