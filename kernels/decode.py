@@ -29,7 +29,9 @@ power-of-two scale per row (_to_f16_rows: exact for fp16 q, and for bf16 q down 
 (P_SHIFT: 3 more bits than bf16's, normal down to 2^-29 of the row max). fp16, because e4m3 -> fp16 is one
 instruction per two values where bf16 needs two more steps. V is converted where its tile is read from shared
 memory and staged as fp16 for the transposing ldmatrix (_e4m3_to_f16); the row sums are kept per key slot and
-summed once after the loop (one reduction across warps per block, the max, not two). The scales are constant
+summed once after the loop. At d = 128 with 16 query rows a tile each warp streams its own keys of every block
+(STREAMS, fp8_streams: no reduction across warps in the loop; the streams merge after it); elsewhere the warps
+share each block's keys (one reduction across them per block, the max, not two). The scales are constant
 over a program's (sequence, KV head), so they leave the loop: S = q (k8 ks)^T = (q k8^T) ks, and k_scale joins
 the softmax scale once per program; O = P (v8 vs) = (P v8) vs, and v_scale multiplies the normalised output (or
 each split's partial: the combine is linear in them). The e4m3 path is a constexpr (KV_FP8), so the
