@@ -1,0 +1,57 @@
+"""tools/ncu_stalls.py's reading of an Nsight Compute source page: stall reasons, the hottest instructions and the
+shared-memory wavefronts past their ideal."""
+
+from __future__ import annotations
+
+import gzip
+
+from scripts_helpers import load_script
+
+HEADER = (
+    '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+    '"Instructions Executed","L1 Wavefronts Shared","L1 Wavefronts Shared Ideal","stall_long_sb","stall_short_sb",'
+    '"stall_selected","stall_long_sb (Not Issued)"'
+)
+# Four SASS lines as ncu prints them (a title row first): a cp.async wait, a conflicted 2x store, a clean
+# ldmatrix, an FMNMX waiting on shared memory.
+PAGE = "\n".join(
+    [
+        '"Kernel Name","_decode",',
+        HEADER,
+        '"0x10","      UIADD3 UR9, UR9, 0x1, URZ","60","60","100","0","0","50","0","10","50"',
+        '"0x20","      STS.128 [R7+UR7+0x9000], R48","10","8","100","800","400","0","6","4","0"',
+        '"0x30","      LDSM.16.M88.4 R12, [R6+UR14]","5","5","100","400","400","0","5","0","0"',
+        '"0x40","      FMNMX R2, R171, R2, !PT","25","20","100","0","0","0","20","5","0"',
+    ]
+)
+
+
+def test_summary_sums_reasons_ranks_instructions_and_counts_conflicts(tmp_path):
+    tool = load_script("tools/ncu_stalls.py")
+    plain, packed = tmp_path / "page.csv", tmp_path / "page.csv.gz"
+    plain.write_text(PAGE)
+    packed.write_bytes(gzip.compress(PAGE.encode()))
+    for path in (plain, packed):
+        summary = tool.summarize(tool.read_source_page(path), top=2)
+        # every sample counted once, by reason (the "Not Issued" columns are a subset, not added)
+        assert summary["samples"] == 100
+        assert summary["reasons"] == {"long_sb": 50, "short_sb": 31, "selected": 19}
+        assert [(item["sass"].split()[0], item["samples"], item["reason"]) for item in summary["top"]] == [
+            ("UIADD3", 60, "long_sb"),
+            ("FMNMX", 25, "short_sb"),
+        ]
+        assert (summary["shared_wavefronts"], summary["shared_excess"]) == (1200, 400)
+        assert [item["sass"].split()[0] for item in summary["shared_conflicted"]] == ["STS.128"]
+    text = tool.render(tool.summarize(tool.read_source_page(plain)))
+    assert "long_sb                    50  50.0%" in text
+    assert "400 beyond the ideal (33.3%)" in text and "2.0x the ideal" in text
+
+
+def test_a_file_that_is_no_source_page_is_one_line_and_exit_2(tmp_path, capsys):
+    tool = load_script("tools/ncu_stalls.py")
+    other = tmp_path / "details.txt"
+    other.write_text("    Section: Warp State Statistics\n")
+    assert tool.main(["summary", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no source-page header" in err
+    assert tool.main(["summary", str(tmp_path / "missing.csv")]) == 2
