@@ -110,6 +110,22 @@ def test_page_pool_holds_each_sequence_in_shuffled_pages():
     assert kv_cache.page(k, v, lengths, 16, seed=7)[2].tolist() == table.tolist()  # deterministic
 
 
+def test_probe_inputs_draw_the_sweeps_caches_for_a_decode_shape():
+    """kv_cache.probe_inputs (tools/decode_timeline.py, tools/ncu_stalls.py): bf16 q and a full cache, seeded; e4m3
+    with its scales; paged over the same keys."""
+    q, k, v, cache = kv_cache.probe_inputs(2, 4, 2, 40, None, "bf16", "cpu")
+    assert q.shape == (2, 4, 1, 128) and q.dtype == torch.bfloat16 and k.shape == v.shape == (2, 2, 40, 128)
+    assert cache["cache_seqlens"].tolist() == [40, 40] and set(cache) == {"cache_seqlens"}
+    assert torch.equal(kv_cache.probe_inputs(2, 4, 2, 40, None, "bf16", "cpu")[1], k)  # seeded
+    _, k8, v8, cache = kv_cache.probe_inputs(2, 4, 2, 40, 16, "fp8", "cpu")
+    assert k8.dtype == v8.dtype == torch.float8_e4m3fn and k8.shape == (6, 2, 16, 128)
+    assert set(cache) == {"cache_seqlens", "block_table", "k_scale", "v_scale"} and cache[
+        "k_scale"
+    ].shape == (2, 2)
+    back = kv_cache.unpage(k8.view(torch.uint8), cache["block_table"], (40, 40), 40)
+    assert torch.equal(back, kv_cache.quantize(k, v)[0].view(torch.uint8))  # the e4m3 cache, paged
+
+
 def test_cache_keywords_for_each_kind_of_case():
     k = v = torch.zeros(2, 1, 40, 8)
     train = Case("p", 2, 1, 1, 40, 40, 8, "fp32", True, "fwd")

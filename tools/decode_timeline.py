@@ -152,18 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     flush, blocker = timing.L2Flusher(dev, "read"), LaunchBlocker()
     rows = []
     for spec, (B, H, Hkv, N, page) in shapes:
-        gen = torch.Generator(device=dev).manual_seed(0)
-        q = torch.randn(B, H, 1, 128, device=dev, dtype=torch.bfloat16, generator=gen)
-        k, v = (
-            torch.randn(B, Hkv, N, 128, device=dev, dtype=torch.bfloat16, generator=gen) for _ in range(2)
-        )
-        kw = {"cache_seqlens": torch.full((B,), N, dtype=torch.int32, device=dev)}
-        if args.kv_dtype == "fp8":
-            k, v, scales = kv_cache.quantize(k, v)  # as the sweep draws an e4m3 cache
-            kw |= scales
-        if page:
-            k, v, table = kv_cache.page(k, v, (N,) * B, page)
-            kw["block_table"] = table.to(dev)
+        q, k, v, kw = kv_cache.probe_inputs(B, H, Hkv, N, page, args.kv_dtype, dev)
         expected = decode.flash_decode(q, k, v, validate=False, **kw)
         launch = decode.last_decode_config()
         programs = launch["num_splits"] * launch["row_blocks"] * B * Hkv

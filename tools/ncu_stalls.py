@@ -123,20 +123,7 @@ def child(args: argparse.Namespace) -> None:
     from flashbench.engine import kv_cache
     from flashbench.spec.parse import parse_decode_shape
 
-    batch, heads, kv_heads, keys, page = parse_decode_shape(args.shape)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(batch, heads, 1, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k, v = (
-        torch.randn(batch, kv_heads, keys, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
-        for _ in range(2)
-    )
-    kw: dict[str, Any] = {"cache_seqlens": torch.full((batch,), keys, dtype=torch.int32, device="cuda")}
-    if args.kv_dtype == "fp8":
-        k, v, scales = kv_cache.quantize(k, v)
-        kw |= scales
-    if page:
-        k, v, table = kv_cache.page(k, v, (keys,) * batch, page)
-        kw["block_table"] = table.cuda()
+    q, k, v, kw = kv_cache.probe_inputs(*parse_decode_shape(args.shape), args.kv_dtype)
     for validate in (True, False):
         flash_decode(q, k, v, validate=validate, **kw)
     torch.cuda.synchronize()

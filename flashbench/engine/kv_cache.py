@@ -41,6 +41,37 @@ def build(case: Case, k: Any, v: Any) -> tuple[Any, Any, dict[str, Any]]:
     return k_pool, v_pool, {**cache, "block_table": table}
 
 
+def probe_inputs(
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    keys: int,
+    page_size: int | None,
+    kv_dtype: str,
+    device: Any = "cuda",
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(q, k, v, flash_decode's cache keywords) of a decode probe's shape (spec.parse.parse_decode_shape: the tools
+    that look inside one flash_decode call): bf16 q [B, H, 1, 128] and a full-length bf16 cache of `keys` keys drawn
+    from a seeded generator, in e4m3 with its scales as the sweep draws it (quantize) where kv_dtype is "fp8",
+    paged in pages of `page_size` tokens (page) where one is given."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(batch, heads, 1, 128, device=device, dtype=torch.bfloat16, generator=gen)
+    k, v = (
+        torch.randn(batch, kv_heads, keys, 128, device=device, dtype=torch.bfloat16, generator=gen)
+        for _ in range(2)
+    )
+    cache: dict[str, Any] = {"cache_seqlens": torch.full((batch,), keys, dtype=torch.int32, device=device)}
+    if kv_dtype == "fp8":
+        k, v, scales = quantize(k, v)
+        cache |= scales
+    if page_size:
+        k, v, table = page(k, v, (keys,) * batch, page_size)
+        cache["block_table"] = table.to(device)
+    return q, k, v, cache
+
+
 def quantize(k: Any, v: Any) -> tuple[Any, Any, dict[str, Any]]:
     """(k8, v8, {"k_scale", "v_scale"}): an FP8 cache made from the contiguous k, v [B, Hkv, N, D] with one
     amax scale per (sequence, KV head) (engine/fp8.quantize: float32 [B, Hkv], stored value x scale = real value).
