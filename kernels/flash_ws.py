@@ -96,13 +96,9 @@ DEFAULT_CONFIG = {
     (256, False): {**_base(256), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "O_HALVES": 1},
     (256, True): {**_base(256), "BLOCK_M": 128, **_LPT, "O_HALVES": 1},
 }
-# FP8: 128-row tiles (192 rows spill), three stages, the head dim's K/V tiles (default_config adds them); one
-# program per tile (d = 256), at d = 128 persistent, list-scheduled under a causal mask (docs/kernels.md).
-FP8_CONFIG = {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 0}
-FP8_PERSISTENT = {
-    (128, False): {"PERSISTENT": 1},
-    (128, True): {"PERSISTENT": 1, "LPT": 1},
-}
+# FP8: 128-row tiles (192 rows spill), three stages, the head dim's K/V tiles (default_config adds them), a
+# persistent walk, list-scheduled under a causal mask (docs/kernels.md, the FP8 forward).
+FP8_CONFIG = {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
@@ -111,12 +107,12 @@ GLUON_MIN_SEQ = {
     (64, True): 2048,
     (128, False): 0,
     (128, True): 1024,
-    (256, False): 2048,
-    (256, True): 2048,
+    (256, False): 1024,
+    (256, True): 1024,
 }
 # The same for FP8 (flash_fp8's forward) against the tl FP8 kernel's best tile; d = 64 stays on the tl kernel
-# (docs/kernels.md, the Gluon forward). d = 128 causal and d = 256 from the shortest lengths measured.
-GLUON_FP8_MIN_SEQ = {(128, False): 0, (128, True): 2048, (256, False): 4096, (256, True): 4096}
+# (docs/kernels.md, the FP8 forward). d = 128 causal and d = 256 from the shortest lengths measured.
+GLUON_FP8_MIN_SEQ = {(128, False): 0, (128, True): 1024, (256, False): 1024, (256, True): 1024}
 FP8_DTYPES = (torch.float8_e4m3fn,)
 # A forced config's keys and their values (None: any). PERSISTENT: one program per SM (or PROGRAMS of them, for
 # tests) walks its share of the tiles, and the output gets its own shared-memory buffers (own_o) so the next
@@ -164,14 +160,15 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, 
     """The config this kernel runs at a head dim (others: d = 128's) without a forced one."""
     head_dim = head_dim if head_dim in HEAD_DIMS else 128
     if fp8:
-        return {**_base(head_dim), **FP8_CONFIG, **FP8_PERSISTENT.get((head_dim, bool(causal)), {})}
+        return {**_base(head_dim), **FP8_CONFIG, **({"LPT": 1} if causal else {})}
     return dict(DEFAULT_CONFIG[(head_dim, bool(causal))])
 
 
-def lpt_heads(n_k: int, head_dim: int) -> int:
+def lpt_heads(n_k: int, head_dim: int, fp8: bool = False) -> int:
     """The list-scheduled walk's group of heads (SCHED_HEADS) when none is forced: 4 heads while their K and V
-    (16-bit) take at most LPT_GROUP_BYTES of L2, else 1."""
-    return 4 if 4 * 2 * n_k * head_dim * 2 <= LPT_GROUP_BYTES else 1
+    (16-bit) take at most LPT_GROUP_BYTES of L2, else 1; FP8 always 4 (as fast or faster than one head at every
+    length measured, d = 128 and 256, N = 1024-16384: docs/kernels.md, the FP8 forward)."""
+    return 4 if fp8 or 4 * 2 * n_k * head_dim * 2 <= LPT_GROUP_BYTES else 1
 
 
 def preferred(
@@ -462,7 +459,7 @@ class ForwardPlan:
         fp8 = q.dtype in FP8_DTYPES
         cfg = default_config(D, causal, fp8)
         if cfg.get("LPT"):
-            cfg["SCHED_HEADS"] = lpt_heads(k.shape[2], D)
+            cfg["SCHED_HEADS"] = lpt_heads(k.shape[2], D, fp8)
         cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
         if causal and cfg["PERSISTENT"] and not cfg.get("LPT"):
             raise ValueError("flash_ws forward: a causal persistent walk is list-scheduled (LPT=1)")

@@ -270,21 +270,23 @@ def test_lpt_table_hands_out_every_tile_once_and_balances_the_work(num_m, bh, he
 
 
 def test_lpt_groups_heads_while_their_keys_and_values_fit_the_budget():
-    """4 heads per group while their K and V take at most LPT_GROUP_BYTES (8 MiB), else one head at a time."""
+    """4 heads per group while their K and V take at most LPT_GROUP_BYTES (8 MiB), else one head at a time; FP8
+    walks groups of 4 at every length."""
     assert [flash_ws.lpt_heads(n, 128) for n in (1024, 4096, 8192, 32768)] == [4, 4, 1, 1]
     assert [flash_ws.lpt_heads(n, 64) for n in (8192, 16384)] == [4, 1]
+    assert {flash_ws.lpt_heads(n, d, fp8=True) for n in (1024, 8192, 32768) for d in (128, 256)} == {4}
 
 
-def test_fp8_defaults_are_persistent_at_d128_and_list_scheduled_when_causal():
-    """FP8 at d = 128: a persistent walk of 128-row tiles over three stages (1.04-1.10x one program per tile up
-    to N = 8192), list-scheduled under a causal mask; d = 256 keeps one program per tile. Each default fits
-    shared memory and passes check_config, so a row's reported config can be forced back."""
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_fp8_defaults_are_persistent_and_list_scheduled_when_causal(head_dim):
+    """FP8 at d = 128 and 256: a persistent walk of 128-row tiles over three stages (d = 128: 1.04-1.10x one
+    program per tile up to N = 8192; d = 256: 1.06-1.09x at N = 1024-2048), list-scheduled under a causal mask.
+    Each default fits shared memory and passes check_config, so a row's reported config can be forced back."""
     for causal in (False, True):
-        cfg = flash_ws.default_config(128, causal, fp8=True)
+        cfg = flash_ws.default_config(head_dim, causal, fp8=True)
         assert cfg["PERSISTENT"] == 1 and cfg["STAGES"] == 3 and cfg.get("LPT", 0) == int(causal), cfg
-        assert flash_ws.smem_bytes(cfg, 128, fp8=True) <= flash_ws.SMEM_LIMIT
+        assert flash_ws.smem_bytes(cfg, head_dim, fp8=True) <= flash_ws.SMEM_LIMIT
         assert flash_ws.check_config(dict(cfg)) == cfg
-        assert flash_ws.default_config(256, causal, fp8=True)["PERSISTENT"] == 0
 
 
 def test_default_configs_report_their_tiles_to_the_byte_model():

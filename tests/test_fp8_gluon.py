@@ -93,8 +93,10 @@ def test_gpu_gluon_fp8_agrees_with_the_tl_kernel_and_its_lse():
 @pytest.mark.gpu
 @hopper_only
 def test_gpu_fp8_dispatch_takes_gluon_only_where_it_should(monkeypatch):
-    """d = 128 with N % 128 == 0 (causal from N = 2048, list-scheduled): Gluon (V in either layout); shorter causal, d = 64,
-    N % 128 != 0, a forced tl config, a negative sm_scale or FLASHBENCH_GLUON=0: the tl kernel."""
+    """d = 128 with N % 128 == 0 (causal from flash_ws.GLUON_FP8_MIN_SEQ's length, list-scheduled in groups of 4
+    heads): Gluon (V in either layout); shorter causal, d = 64, N % 128 != 0, a forced tl config, a negative
+    sm_scale or FLASHBENCH_GLUON=0: the tl kernel."""
+    n = flash_ws.GLUON_FP8_MIN_SEQ[(128, True)]
 
     def ran(b, h, hkv, nq, nk, d, causal=False, config=None, layout=True):
         (q8, k8, v8), descales, _ = quantized(b, h, hkv, nq, nk, d, seed=nq)
@@ -103,8 +105,9 @@ def test_gpu_fp8_dispatch_takes_gluon_only_where_it_should(monkeypatch):
 
     assert ran(2, 4, 2, 1024, 1024, 128) == "gluon-ws"
     assert ran(1, 2, 1, 1024, 1024, 128, layout=False) == "gluon-ws"  # laid out once per call, then Gluon
-    assert ran(1, 2, 1, 1024, 1024, 128, causal=True) == "tl"
-    assert ran(1, 2, 1, 2048, 2048, 128, causal=True) == "gluon-ws" and last_config()["LPT"] == 1
+    assert ran(1, 2, 1, n // 2, n // 2, 128, causal=True) == "tl"
+    assert ran(1, 2, 1, n, n, 128, causal=True) == "gluon-ws"
+    assert last_config()["LPT"] == 1 and last_config()["SCHED_HEADS"] == 4
     assert ran(1, 2, 1, 1024, 1024, 64) == "tl"
     assert ran(1, 2, 1, 1000, 1000, 128) == "tl"
     assert ran(1, 2, 1, 1024, 1024, 128, config=TL) == "tl"
@@ -133,9 +136,10 @@ def test_gpu_gluon_fp8_refusals_name_the_reason():
 @hopper_only
 @pytest.mark.parametrize("d", [128, 256])
 def test_gpu_gluon_fp8_forced_causal_within_budget(d):
-    """Causal FP8 below N = 2048 is not dispatched to Gluon, but a forced config runs it correctly (the masks
-    read the keys in flash_ws_parts.key_order; at d = 256 within 64-key tiles)."""
-    check(2, 4, 2, 1024, 1024, d, causal=True, config=GLUON, seed=3)
+    """Causal FP8 below flash_ws.GLUON_FP8_MIN_SEQ's length is not dispatched to Gluon, but a forced config runs
+    it correctly (the masks read the keys in flash_ws_parts.key_order; at d = 256 within 64-key tiles)."""
+    n = flash_ws.GLUON_FP8_MIN_SEQ[(d, True)] // 2
+    check(2, 4, 2, n, n, d, causal=True, config=GLUON, seed=3)
     assert kernel_ran() == "gluon-ws"
 
 
