@@ -128,7 +128,7 @@ CONFIG_KEYS = {
     "BLOCK_N": (64, 128),
     "STAGES": (2, 3, 4),
     "PERSISTENT": (0, 1),
-    "SCHED_HEADS": (1, 4),
+    "SCHED_HEADS": (1, 4, 8, 16),
     "PROGRAMS": None,
     "LPT": (0, 1),
     "O_HALVES": (0, 1),
@@ -165,10 +165,12 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, 
 
 
 def lpt_heads(n_k: int, head_dim: int, fp8: bool = False) -> int:
-    """The list-scheduled walk's group of heads (SCHED_HEADS) when none is forced: 4 heads while their K and V
-    (16-bit) take at most LPT_GROUP_BYTES of L2, else 1; FP8 always 4 (as fast or faster than one head at every
-    length measured, d = 128 and 256, N = 1024-16384: docs/kernels.md, the FP8 forward)."""
-    return 4 if fp8 or 4 * 2 * n_k * head_dim * 2 <= LPT_GROUP_BYTES else 1
+    """The list-scheduled walk's group of heads (SCHED_HEADS) when none is forced: 16-bit, 4 heads while their K
+    and V take at most LPT_GROUP_BYTES of L2, else 1; FP8, 8 heads while theirs (1 byte) do, else 4 (docs/kernels.md,
+    the FP8 forward: the walk's head groups)."""
+    if fp8:
+        return 8 if 8 * 2 * n_k * head_dim <= LPT_GROUP_BYTES else 4
+    return 4 if 4 * 2 * n_k * head_dim * 2 <= LPT_GROUP_BYTES else 1
 
 
 def preferred(

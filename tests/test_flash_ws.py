@@ -271,10 +271,11 @@ def test_lpt_table_hands_out_every_tile_once_and_balances_the_work(num_m, bh, he
 
 def test_lpt_groups_heads_while_their_keys_and_values_fit_the_budget():
     """4 heads per group while their K and V take at most LPT_GROUP_BYTES (8 MiB), else one head at a time; FP8
-    walks groups of 4 at every length."""
+    walks groups of 8 while their K and V (1 byte) take at most that, else groups of 4."""
     assert [flash_ws.lpt_heads(n, 128) for n in (1024, 4096, 8192, 32768)] == [4, 4, 1, 1]
     assert [flash_ws.lpt_heads(n, 64) for n in (8192, 16384)] == [4, 1]
-    assert {flash_ws.lpt_heads(n, d, fp8=True) for n in (1024, 8192, 32768) for d in (128, 256)} == {4}
+    assert [flash_ws.lpt_heads(n, 128, fp8=True) for n in (1024, 4096, 8192, 32768)] == [8, 8, 4, 4]
+    assert [flash_ws.lpt_heads(n, 256, fp8=True) for n in (2048, 4096)] == [8, 4]
 
 
 @pytest.mark.parametrize("head_dim", [128, 256])

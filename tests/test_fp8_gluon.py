@@ -107,7 +107,7 @@ def test_gpu_fp8_dispatch_takes_gluon_only_where_it_should(monkeypatch):
     assert ran(1, 2, 1, 1024, 1024, 128, layout=False) == "gluon-ws"  # laid out once per call, then Gluon
     assert ran(1, 2, 1, n // 2, n // 2, 128, causal=True) == "tl"
     assert ran(1, 2, 1, n, n, 128, causal=True) == "gluon-ws"
-    assert last_config()["LPT"] == 1 and last_config()["SCHED_HEADS"] == 4
+    assert last_config()["LPT"] == 1 and last_config()["SCHED_HEADS"] == flash_ws.lpt_heads(n, 128, fp8=True)
     assert ran(1, 2, 1, 1024, 1024, 64) == "tl"
     assert ran(1, 2, 1, 1000, 1000, 128) == "tl"
     assert ran(1, 2, 1, 1024, 1024, 128, config=TL) == "tl"

@@ -76,7 +76,7 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
             "SCHED_HEADS": heads,
         }
         for rows in (128, 192)
-        for heads in (1, 4)
+        for heads in (1, 4, 8, 16)
     },
     # d = 256's output through Q's buffers (`-oq`: O_HALVES 0), as before its half-width buffers of its own: one
     # program per tile, persistent, list-scheduled (elsewhere these equal the variants above)
@@ -110,7 +110,7 @@ FP8_GLUON_VARIANTS = {
             "LPT": 1,
             "SCHED_HEADS": heads,
         }
-        for stages, heads in ((2, 1), (3, 1), (3, 4))
+        for stages, heads in ((2, 1), (3, 1), (3, 4), (3, 8), (3, 16))
     },
 }
 
