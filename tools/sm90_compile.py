@@ -440,6 +440,8 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
             add(f"ws-{shape}-default-n2048", True, ws_forward, {}, dim, causal, 2048)
         if (dim, causal) in flash_ws.GLUON_FP8_MIN_SEQ:
             add(f"ws-fp8-{shape}-default", True, ws_forward, {}, dim, causal, 8192, fp8=True)
+            if causal and flash_ws.lpt_heads(2048, dim, True) != flash_ws.lpt_heads(8192, dim, True):
+                add(f"ws-fp8-{shape}-default-n2048", True, ws_forward, {}, dim, causal, 2048, fp8=True)
         add(f"ws-varlen-{shape}-default", True, varlen_forward, {}, dim, causal, 8192)
     for dim, causal in itertools.product(backward_ws.HEAD_DIMS, (False, True)):
         shape = f"d{dim}-{'causal' if causal else 'full'}"
