@@ -212,8 +212,8 @@ def test_forced_gluon_config_is_checked():
         flash_ws.check_config({"BLOCK_M": 256})
     with pytest.raises(ValueError, match="PROGRAMS=-1 must be a count"):
         flash_ws.check_config({"PROGRAMS": -1})
-    with pytest.raises(ValueError, match="SCHED_HEADS=16 must be one of"):
-        flash_ws.check_config({"SCHED_HEADS": 16})  # groups of 16 went with the round-robin causal walk
+    with pytest.raises(ValueError, match="SCHED_HEADS=32 must be one of"):
+        flash_ws.check_config({"SCHED_HEADS": 32})  # groups of 32 went with the round-robin causal walk
     with pytest.raises(ValueError, match="BLOCK_N=80 must be one of"):
         flash_ws.check_config({"BLOCK_N": 80})  # Gluon tensors are powers of two (FA3's d = 256 tile)
     assert flash_ws.check_config({"BLOCK_N": 64}) == {"BLOCK_N": 64}
