@@ -435,13 +435,13 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
             add(f"{name}-{shape}-default", False, variant_forward, name, variant, dim, causal)
     for dim, causal in itertools.product(flash_ws.HEAD_DIMS, (False, True)):
         shape = f"d{dim}-{'causal' if causal else 'full'}"
-        add(f"ws-{shape}-default", True, ws_forward, {}, dim, causal, 8192)
-        if causal and flash_ws.lpt_heads(2048, dim) != flash_ws.lpt_heads(8192, dim):  # its other head group
-            add(f"ws-{shape}-default-n2048", True, ws_forward, {}, dim, causal, 2048)
-        if (dim, causal) in flash_ws.GLUON_FP8_MIN_SEQ:
-            add(f"ws-fp8-{shape}-default", True, ws_forward, {}, dim, causal, 8192, fp8=True)
-            if causal and flash_ws.lpt_heads(2048, dim, True) != flash_ws.lpt_heads(8192, dim, True):
-                add(f"ws-fp8-{shape}-default-n2048", True, ws_forward, {}, dim, causal, 2048, fp8=True)
+        for fp8 in (False, True):
+            if fp8 and (dim, causal) not in flash_ws.GLUON_FP8_MIN_SEQ:
+                continue
+            name = f"ws-{'fp8-' if fp8 else ''}{shape}-default"
+            add(name, True, ws_forward, {}, dim, causal, 8192, fp8=fp8)
+            if causal and flash_ws.lpt_heads(2048, dim, fp8) != flash_ws.lpt_heads(8192, dim, fp8):  # other group
+                add(f"{name}-n2048", True, ws_forward, {}, dim, causal, 2048, fp8=fp8)
         add(f"ws-varlen-{shape}-default", True, varlen_forward, {}, dim, causal, 8192)
     for dim, causal in itertools.product(backward_ws.HEAD_DIMS, (False, True)):
         shape = f"d{dim}-{'causal' if causal else 'full'}"
