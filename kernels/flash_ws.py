@@ -99,6 +99,9 @@ DEFAULT_CONFIG = {
 # FP8: 128-row tiles (192 rows spill), three stages, the head dim's K/V tiles (default_config adds them), a
 # persistent walk, list-scheduled under a causal mask (docs/kernels.md, the FP8 forward).
 FP8_CONFIG = {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}
+# Head dims whose causal FP8 walk runs an eighth of its exp2s on the FMA pipe (EXP_POLY): d = 128 took 0.971-0.989x
+# the time from N = 2048, d = 256 1.012-1.035x (docs/kernels.md, the FP8 forward).
+FP8_EXP_POLY_DIMS = (128,)
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
@@ -121,7 +124,8 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # (flash_ws_parts.tile; lpt_heads picks it for LPT). O_HALVES: the output gets its own buffers of half the head
 # dim's width, [64, D / 2] per warpgroup, whatever the walk: each warpgroup stores its [64, D] output as two column
 # halves through its buffer, the second once the first has left it (o_cols). This fits own_o at d = 256: Q, the
-# two K/V stages and two [64, 128] O buffers take 224 KiB (d = 256's default).
+# two K/V stages and two [64, 128] O buffers take 224 KiB (d = 256's default). EXP_POLY (FP8 only): an eighth of
+# each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth).
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
@@ -132,6 +136,7 @@ CONFIG_KEYS = {
     "PROGRAMS": None,
     "LPT": (0, 1),
     "O_HALVES": (0, 1),
+    "EXP_POLY": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -160,7 +165,10 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, 
     """The config this kernel runs at a head dim (others: d = 128's) without a forced one."""
     head_dim = head_dim if head_dim in HEAD_DIMS else 128
     if fp8:
-        return {**_base(head_dim), **FP8_CONFIG, **({"LPT": 1} if causal else {})}
+        cfg = {**_base(head_dim), **FP8_CONFIG}
+        if causal:
+            cfg.update(LPT=1, **({"EXP_POLY": 1} if head_dim in FP8_EXP_POLY_DIMS else {}))
+        return cfg
     return dict(DEFAULT_CONFIG[(head_dim, bool(causal))])
 
 
@@ -433,6 +441,7 @@ def kernel_constexprs(
         "SCHED_HEADS": cfg["SCHED_HEADS"],
         "SEP_O": own_o(cfg, head_dim, fp8),
         "WINDOW": window,
+        "EXP_POLY": bool(cfg.get("EXP_POLY")) and fp8,
         "CONSUMER_REGS": CONSUMER_REGS[num_wg],
         "PRODUCER_REGS": PRODUCER_REGS[num_wg],
         **({"VARLEN": 2 if cfg["PERSISTENT"] else 1} if varlen else NOT_VARLEN),

@@ -72,6 +72,7 @@ def _consumer_step(
     KEY_END: gl.constexpr = False,
     key_end=0,
     FAST_MASK: gl.constexpr = False,
+    EXP_POLY: gl.constexpr = False,
 ):
     """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs (ptxas (CUDA 12.8)
     moves the wait for P_{g-1} V_{g-1} up above the softmax: the ping-pong between warpgroups is the overlap)."""
@@ -107,6 +108,7 @@ def _consumer_step(
         KEY_END=KEY_END,
         key_end=key_end,
         FAST_MASK=FAST_MASK,
+        EXP_POLY=EXP_POLY,
     )
     acc = pv_wait(acc, pa)
     mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
@@ -148,6 +150,7 @@ def _consumer(
     SEP_O: gl.constexpr,  # the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8)
     WINDOW: gl.constexpr,  # a sliding window's left limit (sched's WIN_LEFT)
     VARLEN: gl.constexpr,  # packed documents (flash_ws_parts.document_tile); 2: the persistent walk
+    EXP_POLY: gl.constexpr,  # an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
     q_smem, _, k_smem, _ = smem
@@ -201,6 +204,7 @@ def _consumer(
                 SEP_O=SEP_O,
                 WINDOW=WINDOW,
                 VARLEN=VARLEN,
+                EXP_POLY=EXP_POLY,
             )
             it += n_blocks
             tc += 1
@@ -264,6 +268,7 @@ def _consumer(
                     SEP_O=SEP_O,
                     WINDOW=WINDOW,
                     VARLEN=VARLEN,
+                    EXP_POLY=EXP_POLY,
                 )
                 it += n_blocks - first
     tma.store_wait(0)
@@ -299,6 +304,7 @@ def _consumer_work(
     SEP_O: gl.constexpr,
     WINDOW: gl.constexpr,
     VARLEN: gl.constexpr,
+    EXP_POLY: gl.constexpr,
 ):
     """One tile of the warpgroup (_consumer_tile's arguments): its rows, or where it owns none, its turns and
     releases only."""
@@ -341,6 +347,7 @@ def _consumer_work(
             SEP_O=SEP_O,
             WINDOW=WINDOW,
             VARLEN=VARLEN,
+            EXP_POLY=EXP_POLY,
         )
 
 
@@ -372,6 +379,7 @@ def _consumer_tile(
     SEP_O: gl.constexpr,
     WINDOW: gl.constexpr,
     VARLEN: gl.constexpr,
+    EXP_POLY: gl.constexpr,
 ):
     """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
     q_smem, o_smem, k_smem, v_smem = smem
@@ -444,6 +452,7 @@ def _consumer_tile(
         KEY_END=KEY_END,
         key_end=key_end,
         FAST_MASK=FAST_MASK,
+        EXP_POLY=EXP_POLY,
     )
     if FP8:
         p = p_new
@@ -476,6 +485,7 @@ def _consumer_tile(
             FLIP=FLIP,
             WINDOW=WINDOW,
             P_SHIFT=P_SHIFT,
+            EXP_POLY=EXP_POLY,
             FAST_MASK=FAST_MASK,
         )
     for j in range(mid, full_blocks):
@@ -500,6 +510,7 @@ def _consumer_tile(
             FLIP=FLIP,
             WINDOW=WINDOW,
             P_SHIFT=P_SHIFT,
+            EXP_POLY=EXP_POLY,
         )
     for j in range(gl.maximum(full_blocks, mid), n_own):
         acc, p, m_i, l_i = _consumer_step(
@@ -523,6 +534,7 @@ def _consumer_tile(
             FLIP=FLIP,
             WINDOW=WINDOW,
             P_SHIFT=P_SHIFT,
+            EXP_POLY=EXP_POLY,
             VARLEN=VARLEN,
             KEY_END=KEY_END,
             key_end=key_end,
@@ -652,6 +664,7 @@ def _attn_fwd_ws(
     # Packed documents: Q, K, V, O [total, H * D], one document per tile (B = 1, N = total); 1: a program per tile,
     # WALK (2): persistent programs take the tiles through COUNTER (flash_ws_parts._load_walk)
     VARLEN: gl.constexpr,
+    EXP_POLY: gl.constexpr,  # FP8: an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -705,15 +718,60 @@ def _attn_fwd_ws(
             [
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, docs, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
+                    (
+                        smem,
+                        bars,
+                        od,
+                        LSE,
+                        sched,
+                        scales,
+                        docs,
+                        0,
+                        CAUSAL,
+                        SCHED_HEADS,
+                        SEP_O,
+                        WINDOW,
+                        VARLEN,
+                        EXP_POLY,
+                    ),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, docs, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
+                    (
+                        smem,
+                        bars,
+                        od,
+                        LSE,
+                        sched,
+                        scales,
+                        docs,
+                        1,
+                        CAUSAL,
+                        SCHED_HEADS,
+                        SEP_O,
+                        WINDOW,
+                        VARLEN,
+                        EXP_POLY,
+                    ),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, docs, 2, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
+                    (
+                        smem,
+                        bars,
+                        od,
+                        LSE,
+                        sched,
+                        scales,
+                        docs,
+                        2,
+                        CAUSAL,
+                        SCHED_HEADS,
+                        SEP_O,
+                        WINDOW,
+                        VARLEN,
+                        EXP_POLY,
+                    ),
                 ),
                 (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
             ],
@@ -725,11 +783,41 @@ def _attn_fwd_ws(
             [
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, docs, 0, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
+                    (
+                        smem,
+                        bars,
+                        od,
+                        LSE,
+                        sched,
+                        scales,
+                        docs,
+                        0,
+                        CAUSAL,
+                        SCHED_HEADS,
+                        SEP_O,
+                        WINDOW,
+                        VARLEN,
+                        EXP_POLY,
+                    ),
                 ),
                 (
                     _consumer,
-                    (smem, bars, od, LSE, sched, scales, docs, 1, CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN),
+                    (
+                        smem,
+                        bars,
+                        od,
+                        LSE,
+                        sched,
+                        scales,
+                        docs,
+                        1,
+                        CAUSAL,
+                        SCHED_HEADS,
+                        SEP_O,
+                        WINDOW,
+                        VARLEN,
+                        EXP_POLY,
+                    ),
                 ),
                 (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
             ],

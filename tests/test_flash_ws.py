@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from flashbench.kernels import KernelUnsupported, flash_attn, flash_ws, last_config, varlen_ws
+from flashbench.kernels import KernelUnsupported, flash_attn, flash_ws, flash_ws_parts, last_config, varlen_ws
 from tiers import smoke
 
 from flashbench.engine import correctness
@@ -288,6 +288,43 @@ def test_fp8_defaults_are_persistent_and_list_scheduled_when_causal(head_dim):
         assert cfg["PERSISTENT"] == 1 and cfg["STAGES"] == 3 and cfg.get("LPT", 0) == int(causal), cfg
         assert flash_ws.smem_bytes(cfg, head_dim, fp8=True) <= flash_ws.SMEM_LIMIT
         assert flash_ws.check_config(dict(cfg)) == cfg
+
+
+def test_fp8_exp2_poly_is_on_for_the_causal_d128_walk_only():
+    """An eighth of the exp2s on the FMA pipe (EXP_POLY) where it was measured faster: FP8 at d = 128 under a
+    causal mask (0.971-0.989x the time from N = 2048 on an H200); d = 256 causal lost 1.2-3.5%, and without a mask
+    d = 128 1-3%. The kernel gets it only in FP8 mode, forced or not (kernel_constexprs)."""
+    on = [
+        (d, c)
+        for d in (128, 256)
+        for c in (False, True)
+        if flash_ws.default_config(d, c, fp8=True).get("EXP_POLY")
+    ]
+    assert on == [(128, True)]
+    assert not any(
+        flash_ws.default_config(d, c).get("EXP_POLY") for d in (64, 128, 256) for c in (False, True)
+    )
+    cfg = flash_ws.default_config(128, True, fp8=True)
+    assert flash_ws.kernel_constexprs(cfg, 128, True, fp8=True)["EXP_POLY"] is True
+    assert flash_ws.kernel_constexprs({**cfg, "EXP_POLY": 1}, 128, True)["EXP_POLY"] is False  # bf16: never
+
+
+def test_exp2_poly_constants_approximate_exp2_to_1e4():
+    """flash_ws_parts._exp2_poly's arithmetic in torch, with its constants: 2^x to a relative 1e-4 (e4m3 P keeps
+    2^-4) from the clamp up to P's largest exponent, and a masked score (-inf) at most the clamp's 2^-126, which
+    e4m3's cast of P flushes to 0."""
+    c = [getattr(flash_ws_parts, f"EXP2_C{i}").value for i in range(4)]
+    rounder = flash_ws_parts.ROUNDER.value
+    x = torch.cat([torch.linspace(-125.0, 8.5, 200_001), torch.tensor([float("-inf"), -300.0])])
+    xc = torch.clamp(x, min=-126.0)
+    r = xc + rounder
+    f = xc - (r - rounder)
+    p = ((c[3] * f + c[2]) * f + c[1]) * f + c[0]
+    y = (p.view(torch.int32) + (r.view(torch.int32) << 23)).view(torch.float32)
+    ref = torch.exp2(x[:-2].double())
+    assert ((y[:-2].double() - ref) / ref).abs().max() < 1e-4
+    assert torch.all((y[-2:] > 0) & (y[-2:] <= 2.0**-126))
+    assert torch.all(y[-2:].to(torch.float8_e4m3fn).float() == 0)
 
 
 def test_default_configs_report_their_tiles_to_the_byte_model():

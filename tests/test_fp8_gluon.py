@@ -144,6 +144,17 @@ def test_gpu_gluon_fp8_forced_causal_within_budget(d):
 
 
 @pytest.mark.gpu
+@pytest.mark.full  # forced; the dispatched d = 128 causal walk runs it in the tests above
+@hopper_only
+@pytest.mark.parametrize(("d", "causal", "poly"), [(256, True, 1), (128, False, 1), (128, True, 0)])
+def test_gpu_gluon_fp8_exp2_poly_forced_either_way_within_budget(d, causal, poly):
+    """EXP_POLY forced on where no default has it (64-key tiles at d = 256, an unmasked walk) and off where the
+    default has it: the budget holds either way (masked scores stay 0 in P, flash_ws_parts._exp2_poly)."""
+    check(2, 4, 2, 1024, 1024, d, causal=causal, config={**GLUON, "EXP_POLY": poly}, seed=7)
+    assert last_config()["EXP_POLY"] == poly
+
+
+@pytest.mark.gpu
 @hopper_only
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_fp8_d256_runs_gluon_from_its_min_length_and_the_tl_kernel_below(causal):

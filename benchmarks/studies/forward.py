@@ -112,6 +112,9 @@ FP8_GLUON_VARIANTS = {
         }
         for stages, heads in ((2, 1), (3, 1), (3, 4), (3, 8), (3, 16))
     },
+    # the shipped default with an eighth of each step's exp2s on the FMA pipe, or all on the MUFU (EXP_POLY)
+    "fp8-ws-exp-poly": {"EXP_POLY": 1},
+    "fp8-ws-exp-mufu": {"EXP_POLY": 0},
 }
 
 
