@@ -137,22 +137,25 @@ def _pass_block(g, bars, my_turn, next_turn, FLIP: gl.constexpr):
 
 @gluon.jit
 def _consumer(
-    smem,
-    bars,
-    od,  # descriptor of O ([B * H * N_Q, D], block [64, D], or [64, D / 2]: _store_tile)
-    LSE,  # [B, H, N_Q] fp32
-    sched,
-    scales,  # (sm_scale * log2(e), and FP8's q, k, v descale pointers: fp32 [B, H_KV])
-    docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot); else unused
+    parts,  # the kernel's (smem, bars, od, LSE, sched, scales, docs), below
     WG: gl.constexpr,  # this consumer's warpgroup
-    CAUSAL: gl.constexpr,
-    SCHED_HEADS: gl.constexpr,
-    SEP_O: gl.constexpr,  # the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8)
-    WINDOW: gl.constexpr,  # a sliding window's left limit (sched's WIN_LEFT)
-    VARLEN: gl.constexpr,  # packed documents (flash_ws_parts.document_tile); 2: the persistent walk
-    EXP_POLY: gl.constexpr,  # an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
+    modes,  # the kernel's (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY), constexprs
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
+    # od: the descriptor of O ([B * H * N_Q, D], block [64, D], or [64, D / 2]: _store_tile); LSE: [B, H, N_Q] fp32;
+    # scales: (sm_scale * log2(e), and FP8's q, k, v descale pointers: fp32 [B, H_KV]); docs: VARLEN's (CU_Q, CU_K,
+    # NUM_DOCS, O, COUNTER, slot), else unused
+    smem, bars, od, LSE, sched, scales, docs = parts
+    CAUSAL: gl.constexpr = modes[0]
+    SCHED_HEADS: gl.constexpr = modes[1]
+    SEP_O: gl.constexpr = modes[
+        2
+    ]  # the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8)
+    WINDOW: gl.constexpr = modes[3]  # a sliding window's left limit (sched's WIN_LEFT)
+    VARLEN: gl.constexpr = modes[4]  # packed documents (flash_ws_parts.document_tile); 2: the persistent walk
+    EXP_POLY: gl.constexpr = modes[
+        5
+    ]  # an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
     q_smem, _, k_smem, _ = smem
     _, q_empty, k_bars, v_bars, empty_bars, turns = bars
     num_m, BH, _, _, N_Q, N_K, WIN_LEFT, _, _ = sched
@@ -712,67 +715,14 @@ def _attn_fwd_ws(
         docs = (CU_Q, CU_K, NUM_DOCS, OUT, COUNTER, slot)
     else:  # no walk: COUNTER (None, or VARLEN's prefix sums again) stands in for the slot, unused
         docs = (CU_Q, CU_K, NUM_DOCS, OUT, COUNTER, COUNTER)
+    parts = (smem, bars, od, LSE, sched, scales, docs)
     # Constexprs go into the partitions' tuples as written here: a tuple held in a variable makes them tensors.
     if NUM_WG == 3:
         gl.warp_specialize(
             [
-                (
-                    _consumer,
-                    (
-                        smem,
-                        bars,
-                        od,
-                        LSE,
-                        sched,
-                        scales,
-                        docs,
-                        0,
-                        CAUSAL,
-                        SCHED_HEADS,
-                        SEP_O,
-                        WINDOW,
-                        VARLEN,
-                        EXP_POLY,
-                    ),
-                ),
-                (
-                    _consumer,
-                    (
-                        smem,
-                        bars,
-                        od,
-                        LSE,
-                        sched,
-                        scales,
-                        docs,
-                        1,
-                        CAUSAL,
-                        SCHED_HEADS,
-                        SEP_O,
-                        WINDOW,
-                        VARLEN,
-                        EXP_POLY,
-                    ),
-                ),
-                (
-                    _consumer,
-                    (
-                        smem,
-                        bars,
-                        od,
-                        LSE,
-                        sched,
-                        scales,
-                        docs,
-                        2,
-                        CAUSAL,
-                        SCHED_HEADS,
-                        SEP_O,
-                        WINDOW,
-                        VARLEN,
-                        EXP_POLY,
-                    ),
-                ),
+                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
+                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
+                (_consumer, (parts, 2, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
                 (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
             ],
             [4, 4, 1],
@@ -781,44 +731,8 @@ def _attn_fwd_ws(
     else:
         gl.warp_specialize(
             [
-                (
-                    _consumer,
-                    (
-                        smem,
-                        bars,
-                        od,
-                        LSE,
-                        sched,
-                        scales,
-                        docs,
-                        0,
-                        CAUSAL,
-                        SCHED_HEADS,
-                        SEP_O,
-                        WINDOW,
-                        VARLEN,
-                        EXP_POLY,
-                    ),
-                ),
-                (
-                    _consumer,
-                    (
-                        smem,
-                        bars,
-                        od,
-                        LSE,
-                        sched,
-                        scales,
-                        docs,
-                        1,
-                        CAUSAL,
-                        SCHED_HEADS,
-                        SEP_O,
-                        WINDOW,
-                        VARLEN,
-                        EXP_POLY,
-                    ),
-                ),
+                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
+                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
                 (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
             ],
             [4, 1],
