@@ -167,7 +167,9 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, 
     if fp8:
         cfg = {**_base(head_dim), **FP8_CONFIG}
         if causal:
-            cfg.update(LPT=1, **({"EXP_POLY": 1} if head_dim in FP8_EXP_POLY_DIMS else {}))
+            cfg["LPT"] = 1
+            if head_dim in FP8_EXP_POLY_DIMS:
+                cfg["EXP_POLY"] = 1
         return cfg
     return dict(DEFAULT_CONFIG[(head_dim, bool(causal))])
 

@@ -498,8 +498,8 @@ def _exp2_poly(x):
     """2^x on the FMA and integer pipes, not the MUFU (FlashAttention-4's emulation): x = j + f with j an integer
     and f in [-0.5, 0.5], rounded by one add (ROUNDER); 2^f by a cubic (EXP2_C*), and j added to its exponent
     bits. x is clamped at -126, so that 2^j stays a normal float's exponent (-127 carries into the sign bit):
-    a masked score (-inf) gives 2^-126, not 0, which e4m3's cast of P flushes to 0 and which the row sum does not
-    see beside its largest term, 2^8."""
+    a masked score (-inf) gives at most 2^-126, not 0, which e4m3's cast of P flushes to 0 and which the row sum
+    does not see beside its largest term, 2^8."""
     x = gl.maximum(x, -126.0)
     r = x + ROUNDER
     f = x - (r - ROUNDER)

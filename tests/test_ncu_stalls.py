@@ -55,3 +55,15 @@ def test_a_file_that_is_no_source_page_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no source-page header" in err
     assert tool.main(["summary", str(tmp_path / "missing.csv")]) == 2
+
+
+def test_profiled_childs_config_line_reads_back_among_other_output(capsys):
+    """The ncu tools' children print the config their kernels ran on one marked line (ncu_bytes.print_config) and
+    the drivers read it back from the child's stdout (read_config): None where the child printed none."""
+    tool = load_script("tools/ncu_bytes.py")
+    config = {"BLOCK_N": 64, "num_splits": 4, "kernel": "tl"}
+    print("==PROF== Connected to process 7")
+    tool.print_config(config)
+    print("==PROF== Disconnected")
+    assert tool.read_config(capsys.readouterr().out) == config
+    assert tool.read_config("==PROF== Connected to process 7\n") is None

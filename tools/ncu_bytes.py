@@ -48,6 +48,7 @@ IMPL_FAMILY = {
     "bundled-stored-p": "stored-p",
     "bundled-v1": "flash-v1",
 }
+CONFIG_MARK = "FBCONFIG "  # print_config's line prefix
 OFF_THRESHOLD = 0.25  # a case where the model is off by more than 25% is flagged for an explanation
 _SCALE = {
     "byte": 1,
@@ -142,7 +143,18 @@ def child(args: argparse.Namespace) -> None:
         from flashbench import kernels
 
         config = {"fwd": kernels.last_config(), "bwd": last_bwd_config()}
-    print("FBCONFIG " + json.dumps(config, default=str), flush=True)
+    print_config(config)
+
+
+def print_config(config: Any) -> None:
+    """The profiled child's report of the config its kernels ran, one stdout line the driver reads (read_config)."""
+    print(CONFIG_MARK + json.dumps(config, default=str), flush=True)
+
+
+def read_config(stdout: str) -> Any:
+    """The config a profiled child printed (print_config), or None where it printed none."""
+    lines = [line[len(CONFIG_MARK) :] for line in stdout.splitlines() if line.startswith(CONFIG_MARK)]
+    return json.loads(lines[-1]) if lines else None
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -258,10 +270,7 @@ def drive(args: argparse.Namespace) -> int:
                     print(f"{tag}: FAILED ({proc.returncode})\n{entry['error']}", file=sys.stderr)
                     results.append(entry)
                     continue
-                config = {}
-                for line in proc.stdout.splitlines():
-                    if line.startswith("FBCONFIG "):
-                        config = json.loads(line[len("FBCONFIG ") :])
+                config = read_config(proc.stdout) or {}
                 measured = parse_ncu_csv(log.read_text(errors="replace"))
                 model = model_bytes(impl, args, n, mode, config)
                 total = measured["read_bytes"] + measured["write_bytes"]

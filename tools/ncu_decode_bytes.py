@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ncu_bytes import METRICS, parse_ncu_csv  # noqa: E402  (the same ncu log parser)
+from ncu_bytes import METRICS, parse_ncu_csv, print_config, read_config  # noqa: E402  (the same ncu log parser)
 
 # name: (batch, heads, kv_heads, seq_q, N, layout, page_size, seqlens); bf16, d = 128, causal
 SHAPES: dict[str, tuple[int, int, int, int, int, str, int, str]] = {
@@ -79,7 +79,7 @@ def child(args: argparse.Namespace) -> None:
     flash_decode(q, k, v, lens, table, causal=True, num_splits=splits, validate=False)
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
-    print("FBCONFIG " + json.dumps(last_decode_config()), flush=True)
+    print_config(last_decode_config())
 
 
 def model(name: str, config: dict[str, Any]) -> dict[str, int]:
@@ -115,8 +115,8 @@ def drive(args: argparse.Namespace) -> int:
             cmd += [sys.executable, __file__, "one", "--shape", name, "--splits", splits]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             entry: dict[str, Any] = {"shape": name, "splits_asked": splits}
-            config = [ln[9:] for ln in proc.stdout.splitlines() if ln.startswith("FBCONFIG ")]
-            if proc.returncode != 0 or not log.is_file() or not config:
+            config = read_config(proc.stdout)
+            if proc.returncode != 0 or not log.is_file() or config is None:
                 entry["error"] = (proc.stderr or proc.stdout)[-600:]
                 print(
                     f"{name} splits={splits}: FAILED ({proc.returncode})\n{entry['error']}", file=sys.stderr
@@ -124,7 +124,7 @@ def drive(args: argparse.Namespace) -> int:
                 results.append(entry)
                 continue
             measured = parse_ncu_csv(log.read_text())
-            entry.update(config=json.loads(config[0]), measured=measured)
+            entry.update(config=config, measured=measured)
             entry["model"] = model(name, entry["config"])
             entry["ratio"] = (measured["read_bytes"] + measured["write_bytes"]) / entry["model"]["total"]
             results.append(entry)

@@ -31,6 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ncu_bytes import print_config, read_config  # noqa: E402  (the profiled child's config line)
+
 SOURCE = "Source"
 SAMPLES = "Warp Stall Sampling (All Samples)"
 WAVEFRONTS, IDEAL = "L1 Wavefronts Shared", "L1 Wavefronts Shared Ideal"
@@ -131,7 +134,7 @@ def child(args: argparse.Namespace) -> None:
     flash_decode(q, k, v, validate=False, **kw)
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
-    print("FBCONFIG " + json.dumps(last_decode_config()), flush=True)
+    print_config(last_decode_config())
 
 
 def drive(args: argparse.Namespace) -> int:
@@ -145,8 +148,8 @@ def drive(args: argparse.Namespace) -> int:
         cmd += ["--import-source", "no", "-f", "-o", str(report)]
         cmd += [sys.executable, __file__, "one", "--shape", shape, "--kv-dtype", args.kv_dtype]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        config = [line[9:] for line in proc.stdout.splitlines() if line.startswith("FBCONFIG ")]
-        if proc.returncode != 0 or not report.is_file() or not config:
+        config = read_config(proc.stdout)
+        if proc.returncode != 0 or not report.is_file() or config is None:
             print(
                 f"{shape}: FAILED ({proc.returncode})\n{(proc.stderr or proc.stdout)[-600:]}", file=sys.stderr
             )
@@ -164,7 +167,7 @@ def drive(args: argparse.Namespace) -> int:
         report.unlink()
         stem.with_suffix(".details.txt").write_text(pages["details"])
         stem.with_suffix(".source.csv.gz").write_bytes(gzip.compress(pages["source"].encode()))
-        text = f"{shape} {args.kv_dtype} {config[0]}\n" + render(
+        text = f"{shape} {args.kv_dtype} {json.dumps(config)}\n" + render(
             summarize(read_source_page(stem.with_suffix(".source.csv.gz")), args.top)
         )
         stem.with_suffix(".summary.txt").write_text(text + "\n")
