@@ -69,6 +69,9 @@ GRID_TILES = [
     (128, 4, 4),
 ]
 GRID_SPLITS = [8, 12, 16, 20, 24, 32, 48, 64]
+# A --tiles entry's fields, in order; an e4m3 tile may add POOL and CHUNK (kernels/decode.py, the pool's chunks).
+TILE_KEYS = ("BLOCK_N", "num_warps", "num_stages", "POOL", "CHUNK", "maxnreg")
+ROUNDS = [1]  # --rounds: the grid's points timed this many times, in turn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,24 +217,24 @@ def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
     points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
     if GRID[0]:
         points = [
-            ({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, n)
-            for bn, w, st in GRID_TILES
+            (dict(zip(TILE_KEYS[: len(tile)], tile, strict=True)), n)
+            for tile in GRID_TILES
             for n in GRID_SPLITS
-            if s.context // n >= bn
+            if s.context // n >= tile[0]
             and s.batch * s.kv_heads * n
             <= MAX_WAVES[0] * torch.cuda.get_device_properties(0).multi_processor_count
         ]
-    for cfg, splits in points:
-        if time.time() > until:
-            break
-        try:
-            ms = bench(ours(splits, cfg))
-        except KernelUnsupported as exc:  # a tile that does not fit this GPU: recorded
-            rows.append(
-                {**base, "provider": "tune", "config": cfg, "splits": splits, "error": str(exc)[:200]}
-            )
-            continue
-        rows.append({**base, "provider": "tune", "config": cfg, "splits": splits, "ms": ms})
+    for round_ in range(ROUNDS[0]):  # every point once a round, the rounds in turn
+        for cfg, splits in points:
+            if time.time() > until:
+                break
+            point = {**base, "provider": "tune", "config": cfg, "splits": splits, "round": round_}
+            try:
+                ms = bench(ours(splits, cfg))
+            except KernelUnsupported as exc:  # a tile that does not fit this GPU: recorded
+                rows.append({**point, "error": str(exc)[:200]})
+                continue
+            rows.append({**point, "ms": ms})
     tuned = [r for r in rows if r["provider"] == "tune" and r["shape"] == s.label() and "ms" in r]
     if tuned:
         best = min(tuned, key=lambda r: r["ms"])
@@ -396,8 +399,11 @@ def main() -> int:
     )
     ap.add_argument("--grid", action="store_true", help="with --tune: every GRID_TILES x GRID_SPLITS pair")
     ap.add_argument(
-        "--tiles", default="", help="--grid's tiles instead of GRID_TILES: 'BLOCK_N,warps,stages;...'"
+        "--tiles",
+        default="",
+        help="--grid's tiles instead of GRID_TILES: 'BLOCK_N,warps,stages[,POOL,CHUNK];...' (POOL: e4m3 only)",
     )
+    ap.add_argument("--rounds", type=int, default=1, help="--grid: time every point this many times, in turn")
     ap.add_argument("--splits", default="", help="--grid's split counts instead of GRID_SPLITS: '16,32'")
     ap.add_argument("--shapes", default="", help="comma-separated indices into SHAPES (default: all)")
     ap.add_argument(
@@ -423,12 +429,14 @@ def main() -> int:
         return err.exit_code
     GRID[0] = args.grid
     MAX_WAVES[0] = args.max_waves
+    ROUNDS[0] = args.rounds
     if args.tiles:
         GRID_TILES[:] = [tuple(int(x) for x in t.split(",")) for t in args.tiles.split(";")]
     if args.splits:
         GRID_SPLITS[:] = [int(x) for x in args.splits.split(",")]
     t0, gen = time.time(), torch.Generator(device="cuda").manual_seed(0)
     path = os.path.join(os.environ.get("OUT", "."), "decode_speed.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     rows: list[dict] = []
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     record["clocks_start"] = clocks()

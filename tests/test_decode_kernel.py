@@ -417,4 +417,4 @@ def test_timeline_probe_fits_the_kernel(tmp_path):
     module_spec.loader.exec_module(module)
     assert module._TIMES == [None] and "Times" in module._decode.arg_names
     with pytest.raises(ValueError, match="no longer has this line once"):
-        tool.instrumented_source(source.replace("    seen = l_i > 0.0\n", "    seen = l_i != 0.0\n"))
+        tool.instrumented_source(source.replace("    return last\n", "    return not last\n"))

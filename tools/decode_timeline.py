@@ -2,7 +2,7 @@
 partial stored, its counter moved and its end (the combine, for the last split of a group), read from %globaltimer,
 and the SM it ran on (%smid). A probe, not a timing of record (that is `flashbench sweep`'s work).
 
-    python3 tools/decode_timeline.py --kv-dtype fp8 --shape 4,32,8,32768 --shape 1,32,8,8192 [--reps 15]
+    python3 tools/decode_timeline.py --kv-dtype fp8 --shape 4,32,8,32768 --shape 1,32,8,8192 [--reps 15] [--config JSON]
 
 It compiles a copy of kernels/decode.py with the timer reads added (`instrumented_source`; the copy is written
 beside it in kernels/, as _decode_timeline.py, and removed after), checks each call's output against flash_decode's bit
@@ -43,31 +43,42 @@ def _smid(x):
 @triton.jit
 def _decode('''
 
-# (anchor in kernels/decode.py, what replaces it): each anchor must occur exactly once.
+# (anchor in kernels/decode.py, what replaces it): each anchor must occur exactly once. Pooled (POOL > 0), the
+# loop's end is the end of its last chunk, partial stored, and the tail's words are those of its last partial.
 EDITS = (
     ("@triton.jit\ndef _decode(", TIMERS),
     (
-        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n):",
-        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n    Times,\n):",
+        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n",
+        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n    Times,\n",
     ),
-    ("    pid_bh = tl.program_id(2)\n", "    pid_bh = tl.program_id(2)\n    t_start = _clock(pid_s)\n"),
     (
-        "    seen = l_i > 0.0\n",
+        "    pid_bh = tl.program_id(2)\n",
+        "    pid_bh = tl.program_id(2)\n    t_start = _clock(pid_s)\n    t_stored = t_start\n    t_moved = t_start\n",
+    ),
+    (
+        '    last = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == parts - 1\n',
+        "    t_stored = _clock(slot)\n"
+        '    moved = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")\n'
+        "    t_moved = _clock(moved)\n"
+        "    last = moved == parts - 1\n",
+    ),
+    ("    return last\n", "    return last, t_stored, t_moved\n"),
+    (
+        "                combined = _partial_done(\n",
+        "                combined, t_stored, t_moved = _partial_done(\n",
+    ),
+    (
+        "            _partial_done(\n                Out, Part, counter, o, m_i,",
+        "            combined, t_stored, t_moved = _partial_done(\n                Out, Part, counter, o, m_i,",
+    ),
+    (
+        "    if POOL == 0:  # (pooled, each chunk stored its partial above)\n",
         "    t_loop = _clock(pid_s + (tl.max(tl.max(acc, 1), 0) != tl.max(tl.max(acc, 1), 0)).to(tl.int32))\n"
-        "    seen = l_i > 0.0\n",
+        "    if POOL == 0:  # (pooled, each chunk stored its partial above)\n",
     ),
     (
-        "        counter = Counter + pid_bh * tl.num_programs(1) + pid_m\n"
-        '        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:',
-        "        t_stored = _clock(pid_s)\n"
-        "        counter = Counter + pid_bh * tl.num_programs(1) + pid_m\n"
-        '        moved = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")\n'
-        "        t_moved = _clock(moved)\n"
-        "        if moved == splits - 1:",
-    ),
-    (
-        "            tl.store(counter, 0)  # every other split has counted: a plain store, no round trip\n",
-        "            tl.store(counter, 0)  # every other split has counted: a plain store, no round trip\n"
+        "            )  # fmt: skip\n\n\n@functools.cache\n",
+        "            )  # fmt: skip\n"
         "    t_end = _clock(pid_s)\n"
         f"    word = ((pid_bh * tl.num_programs(1) + pid_m) * tl.num_programs(0) + pid_s).to(tl.int64) * {WORDS}\n"
         "    tl.store(Times + word, t_start)\n"
@@ -76,11 +87,12 @@ EDITS = (
         "    tl.store(Times + word + 3, _smid(pid_s).to(tl.int64))\n"
         "    if not DIRECT:\n"
         "        tl.store(Times + word + 4, t_stored)\n"
-        "        tl.store(Times + word + 5, t_moved)\n",
+        "        tl.store(Times + word + 5, t_moved)\n"
+        "\n\n@functools.cache\n",
     ),
     (
-        "interpret, rows_p2, s_chunk, streams,\n    )",
-        "interpret, rows_p2, s_chunk, streams, _TIMES[0],\n    )",
+        "interpret, rows_p2, s_chunk, streams, pool, chunk,\n",
+        "interpret, rows_p2, s_chunk, streams, _TIMES[0], pool, chunk,\n",
     ),
     ("_LAST_LAUNCH: list[Any] = [None]\n", "_LAST_LAUNCH: list[Any] = [None]\n_TIMES: list[Any] = [None]\n"),
 )
@@ -121,7 +133,16 @@ def summary(times, programs: int, splits: int) -> dict[str, float]:
         row["tail_combine_us"] = float(t[last, 2] - t[last, 5]) / 1e3
     else:
         row["tail_store_us"] = float(t[last, 2] - t[last, 1]) / 1e3
-    row["programs_per_sm"] = sorted(set(t[:, 3].long().bincount().tolist()) - {0})
+    sm = t[:, 3].long()
+    row["programs_per_sm"] = sorted(set(sm.bincount().tolist()) - {0})
+    # Each SM's last loop end: how far apart the SMs finish (a slow SM's programs end last).
+    sm_ends = sorted(
+        ((loop - base) / 1e3)
+        .new_zeros(int(sm.max()) + 1)
+        .scatter_reduce(0, sm, (loop - base) / 1e3, "amax")[sm.unique()]
+        .tolist()
+    )
+    row["sm_loop_end_us"] = [sm_ends[0], statistics.median(sm_ends), sm_ends[-1]]
     return row
 
 
@@ -130,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", action="append", required=True, metavar="B,H,HKV,N[,PAGE]")
     ap.add_argument("--kv-dtype", choices=("bf16", "fp8"), default="bf16")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--config", default=None, help="flash_decode's config= as JSON, e.g. '{\"POOL\": 2}'")
     args = ap.parse_args(argv)
     try:
         shapes = [(spec, parse_decode_shape(spec)) for spec in args.shape]
@@ -153,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for spec, (B, H, Hkv, N, page) in shapes:
         q, k, v, kw = kv_cache.probe_inputs(B, H, Hkv, N, page, args.kv_dtype, dev)
+        if args.config:
+            kw["config"] = json.loads(args.config)
         expected = decode.flash_decode(q, k, v, validate=False, **kw)
         launch = decode.last_decode_config()
         programs = launch["num_splits"] * launch["row_blocks"] * B * Hkv
