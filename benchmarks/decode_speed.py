@@ -69,8 +69,7 @@ GRID_TILES = [
     (128, 4, 4),
 ]
 GRID_SPLITS = [8, 12, 16, 20, 24, 32, 48, 64]
-# A --tiles entry's fields, in order; an e4m3 tile may add POOL and CHUNK (kernels/decode.py, the pool's chunks).
-TILE_KEYS = ("BLOCK_N", "num_warps", "num_stages", "POOL", "CHUNK", "maxnreg")
+TILE_KEYS = ("BLOCK_N", "num_warps", "num_stages")  # a --tiles entry's fields, in order
 ROUNDS = [1]  # --rounds: the grid's points timed this many times, in turn
 
 
@@ -217,7 +216,7 @@ def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
     points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
     if GRID[0]:
         points = [
-            (dict(zip(TILE_KEYS[: len(tile)], tile, strict=True)), n)
+            (dict(zip(TILE_KEYS, tile, strict=True)), n)
             for tile in GRID_TILES
             for n in GRID_SPLITS
             if s.context // n >= tile[0]
@@ -399,9 +398,7 @@ def main() -> int:
     )
     ap.add_argument("--grid", action="store_true", help="with --tune: every GRID_TILES x GRID_SPLITS pair")
     ap.add_argument(
-        "--tiles",
-        default="",
-        help="--grid's tiles instead of GRID_TILES: 'BLOCK_N,warps,stages[,POOL,CHUNK];...' (POOL: e4m3 only)",
+        "--tiles", default="", help="--grid's tiles instead of GRID_TILES: 'BLOCK_N,warps,stages;...'"
     )
     ap.add_argument("--rounds", type=int, default=1, help="--grid: time every point this many times, in turn")
     ap.add_argument("--splits", default="", help="--grid's split counts instead of GRID_SPLITS: '16,32'")

@@ -103,16 +103,15 @@ PAGED_CONFIGS: dict[int, dict[str, int]] = {
 # (FP8_DEEP_TILES; the paged one holds 8 stages), each split at least FP8_MIN_SPLIT_KEYS keys. docs/kernels.md
 # (the FP8 cache) has the grids. Other head dims take the bf16 tiles and split rule.
 FP8_FILL = 4  # programs per SM
-FP8_POOL_OFF: dict[str, int] = {"POOL": 0, "CHUNK": 1, "maxnreg": 0}
 FP8_TILES: dict[bool, dict[str, int]] = {  # paged -> tile
-    False: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 3, **FP8_POOL_OFF},
-    True: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 5, **FP8_POOL_OFF},
+    False: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 3},
+    True: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 5},
 }
 FP8_FILL_SPLIT_KEYS = 2048
 FP8_DEEP_FILL = 2  # programs per SM
 FP8_DEEP_TILES: dict[bool, dict[str, int]] = {  # paged -> tile
-    False: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 4, **FP8_POOL_OFF},
-    True: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 8, **FP8_POOL_OFF},
+    False: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 4},
+    True: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 8},
 }
 FP8_TILE_DIMS: tuple[int, ...] = (128,)
 # Keys per split at least under the deep plan: 8 of its 64-key blocks. A split of 4 never fills a deep paged
@@ -309,66 +308,6 @@ def _kv_block(
 
 
 @triton.jit
-def _merge_streams(m_w, l_w, acc_w):
-    """The key streams' (m, l per key slot, acc) as one (m, l, acc). A stream that saw no key keeps m = -1e30 and
-    l = 0: weight 0 beside any that did."""
-    m_i = tl.max(m_w, 0)
-    weight = tl.exp2(m_w - m_i[None, :])
-    return m_i, tl.sum(tl.sum(l_w * weight[:, :, None], 0), 1), tl.sum(acc_w * weight[:, :, None], 0)
-
-
-@triton.jit
-def _partial_done(
-    Out, Part, counter, o, m_i, l_i, group, slot, parts, slots, rows, row_ok, offs_d, out_base, first_row,
-    ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS_P2: tl.constexpr, S_CHUNK: tl.constexpr,
-):  # fmt: skip
-    """Store this group's partial `slot` (of `slots` per group in the workspace) and count it on the group's
-    `counter`: stored before the counter moves (release), so the program that counts the group's `parts`-th
-    combines them (acquire) and puts the counter back to 0 for the next launch. Returns whether it combined."""
-    Lse, first_part = _store_partial(
-        Part, o, m_i, l_i, l_i > 0.0, group, slot, rows, row_ok, offs_d, slots, ROWS, HEAD_DIM
-    )
-    last = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == parts - 1
-    if last:
-        _combine(Out=Out, Part=Part, Lse=Lse, first_part=first_part, first_row=first_row, out_base=out_base,
-                 splits=parts, ROWS=ROWS, HEAD_DIM=HEAD_DIM, ROWS_P2=ROWS_P2, S_CHUNK=S_CHUNK)  # fmt: skip
-        tl.store(counter, 0)  # every other partial has counted: a plain store, no round trip
-    return last
-
-
-@triton.jit
-def _stream_keys(
-    lo, hi, L, Nq, rows, qw, scale, m_w, l_w, acc_w, offs_w, offs_d, k_head, v_head, pages,
-    stride_kb, stride_kn, stride_vb, stride_vn, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGED: tl.constexpr,
-    PAGE_ALIGN: tl.constexpr, CAUSAL: tl.constexpr, INTERPRET: tl.constexpr,
-):  # fmt: skip
-    """The e4m3 loop with the warps on their own keys (_decode's STREAMS) over keys [lo, hi) of a sequence of L
-    keys: the streams' (m, l per key slot, acc) carried on. P_SHIFT as _decode's."""
-    P_SHIFT: tl.constexpr = 15.0
-    if CAUSAL:  # the last key each row sees (bottom-right), and none past hi
-        last = tl.minimum(L - Nq + rows % Nq, hi - 1)
-    else:
-        last = tl.zeros_like(rows) + (hi - 1)
-    last_page = (hi - 1) // PAGE if PAGED else 0  # _kv_block reads no table entry past it
-    for start in range(lo, hi, BLOCK_N):
-        offs_n, key_ok, k_rows, v_rows = _kv_block(
-            start, offs_w, hi, k_head, v_head, pages, last_page, stride_kb, stride_kn, stride_vb, stride_vn,
-            BLOCK_N, PAGE, PAGED, PAGE_ALIGN, INTERPRET,
-        )  # fmt: skip
-        k = tl.load(k_rows[:, :, None] + offs_d[None, None, :], mask=key_ok[:, :, None], other=0.0)
-        v = tl.load(v_rows[:, :, None] + offs_d[None, None, :], mask=key_ok[:, :, None], other=0.0)
-        s = tl.dot(qw, tl.permute(k.to(tl.float16), 0, 2, 1))
-        s = tl.where(offs_n[:, None, :] <= last[None, :, None], s * scale[None, :, :], float("-inf"))
-        m_new = tl.maximum(m_w, tl.max(s, 2))
-        alpha = tl.exp2(m_w - m_new)
-        p = tl.exp2(s - (m_new - P_SHIFT)[:, :, None])
-        l_w = l_w * alpha[:, :, None] + p
-        acc_w = tl.dot(p.to(tl.float16), _e4m3_to_f16(v, INTERPRET), acc_w * alpha[:, :, None])
-        m_w = m_new
-    return m_w, l_w, acc_w
-
-
-@triton.jit
 def _decode(
     Q,  # [B, Hq, Nq, D] queries, contiguous
     K,  # contiguous [B, Hkv, Nmax, D], or paged [pages, Hkv, PAGE, D]
@@ -411,8 +350,6 @@ def _decode(
     ROWS_P2: tl.constexpr,  # the combine's rows per tile (a power of two)
     S_CHUNK: tl.constexpr,  # the combine's splits per step
     STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp
-    POOL: tl.constexpr,  # eighths of the key blocks claimed in chunks (STREAMS > 1 and splits > 1 only)
-    CHUNK: tl.constexpr,  # key blocks per claim
 ):
     # An e4m3 cache's P (fp16) times 2^P_SHIFT, at most 2^15 (fp16's max is 65504): normal down to 2^-29 of the
     # row max, nonzero to 2^-39 (unshifted: 2^-14, 2^-24). l and acc carry the factor, so o = acc / l drops it, and
@@ -432,24 +369,9 @@ def _decode(
     if HAS_SEQLENS:
         L = tl.minimum(tl.load(Seqlens + b), capacity)
     # This split's keys [lo, hi): whole blocks of this sequence's own length.
-    blocks = tl.cdiv(L, BLOCK_N)
-    if POOL > 0:  # the last POOL eighths of the blocks, in chunks of CHUNK, go to the split that asks first
-        static_blocks = blocks - blocks * POOL // 8
-        static_end = tl.minimum(static_blocks * BLOCK_N, L)
-        n_chunks = tl.cdiv(blocks - static_blocks, CHUNK)
-        per = tl.cdiv(static_blocks, splits) * BLOCK_N
-        lo = pid_s * per
-        hi = tl.minimum(lo + per, static_end)
-        counter = Counter + pid_bh * tl.num_programs(1) + pid_m
-        # The group's claim counter, after the split counters; zero between launches, as they are.
-        claim = Counter + tl.num_programs(2) * tl.num_programs(1) + pid_bh * tl.num_programs(1) + pid_m
-        # Each chunk is a partial of its own, after the splits' (pool_slots: the workspace's partials per group,
-        # from the capacity), so the output is the same whichever split claims which chunk.
-        slots = splits + tl.cdiv(tl.cdiv(capacity, BLOCK_N) * POOL // 8, CHUNK)
-    else:
-        per = tl.cdiv(blocks, splits) * BLOCK_N
-        lo = pid_s * per
-        hi = tl.minimum(lo + per, L)
+    per = tl.cdiv(tl.cdiv(L, BLOCK_N), splits) * BLOCK_N
+    lo = pid_s * per
+    hi = tl.minimum(lo + per, L)
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # row r = g * Nq + i: query head h * G + g, query i
     row_ok = rows < ROWS
@@ -492,36 +414,26 @@ def _decode(
         m_w = tl.zeros([STREAMS, BLOCK_M], dtype=tl.float32) - 1.0e30
         l_w = tl.zeros([STREAMS, BLOCK_M, KW], dtype=tl.float32)  # per key slot, as l_2d below
         acc_w = tl.zeros([STREAMS, BLOCK_M, HEAD_DIM], dtype=tl.float32)
-        if POOL > 0:
-            # The static range first (chunk -1), then the pool's chunks, each to whichever of the group's programs
-            # asks first: a program on a slow SM takes fewer. One loop, so one set of pipeline buffers. The next
-            # chunk is claimed before this one's partial is counted, so that every split's last claim comes before
-            # the combine, which puts the claim counter back to 0.
-            chunk = -1
-            while chunk < n_chunks:
-                c_lo = tl.where(chunk < 0, lo, static_end + chunk * (CHUNK * BLOCK_N))
-                c_hi = tl.where(chunk < 0, hi, tl.minimum(c_lo + CHUNK * BLOCK_N, L))
-                m_c, l_c, acc_c = _stream_keys(
-                    c_lo, c_hi, L, Nq, rows, qw, scale, m_w, l_w, acc_w, offs_w, offs_d, k_head, v_head, pages,
-                    stride_kb, stride_kn, stride_vb, stride_vn, BLOCK_N, PAGE, PAGED, PAGE_ALIGN, CAUSAL, INTERPRET,
-                )  # fmt: skip
-                claimed = tl.atomic_add(claim, 1, sem="relaxed", scope="gpu")
-                m_p, l_p, acc_p = _merge_streams(m_c, l_c, acc_c)
-                o_p = acc_p / tl.where(l_p > 0.0, l_p, 1.0)[:, None] * v_scale
-                slot = tl.where(chunk < 0, pid_s, splits + chunk)
-                combined = _partial_done(
-                    Out, Part, counter, o_p, m_p, l_p, pid_bh, slot, splits + n_chunks, slots, rows, row_ok, offs_d,
-                    q_base, pid_m * BLOCK_M, ROWS, HEAD_DIM, ROWS_P2, S_CHUNK,
-                )  # fmt: skip
-                if combined:
-                    tl.store(claim, 0)
-                chunk = claimed
-        else:
-            m_w, l_w, acc_w = _stream_keys(
-                lo, hi, L, Nq, rows, qw, scale, m_w, l_w, acc_w, offs_w, offs_d, k_head, v_head, pages,
-                stride_kb, stride_kn, stride_vb, stride_vn, BLOCK_N, PAGE, PAGED, PAGE_ALIGN, CAUSAL, INTERPRET,
+        for start in range(lo, hi, BLOCK_N):
+            offs_n, key_ok, k_rows, v_rows = _kv_block(
+                start, offs_w, hi, k_head, v_head, pages, last_page, stride_kb, stride_kn, stride_vb, stride_vn,
+                BLOCK_N, PAGE, PAGED, PAGE_ALIGN, INTERPRET,
             )  # fmt: skip
-            m_i, l_i, acc = _merge_streams(m_w, l_w, acc_w)
+            k = tl.load(k_rows[:, :, None] + offs_d[None, None, :], mask=key_ok[:, :, None], other=0.0)
+            v = tl.load(v_rows[:, :, None] + offs_d[None, None, :], mask=key_ok[:, :, None], other=0.0)
+            s = tl.dot(qw, tl.permute(k.to(tl.float16), 0, 2, 1))
+            s = tl.where(offs_n[:, None, :] <= last[None, :, None], s * scale[None, :, :], float("-inf"))
+            m_new = tl.maximum(m_w, tl.max(s, 2))
+            alpha = tl.exp2(m_w - m_new)
+            p = tl.exp2(s - (m_new - P_SHIFT)[:, :, None])
+            l_w = l_w * alpha[:, :, None] + p
+            acc_w = tl.dot(p.to(tl.float16), _e4m3_to_f16(v, INTERPRET), acc_w * alpha[:, :, None])
+            m_w = m_new
+        # A stream that saw no key keeps m = -1e30 and l = 0: weight 0 beside any that did.
+        m_i = tl.max(m_w, 0)
+        weight = tl.exp2(m_w - m_i[None, :])
+        l_2d = tl.sum(l_w * weight[:, :, None], 0)
+        acc = tl.sum(acc_w * weight[:, :, None], 0)
     else:
         if KV_FP8:  # l kept per key slot, summed once after the loop: no sum across the warps in each step
             l_2d = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -557,21 +469,27 @@ def _decode(
                 acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
             m_i = m_new
 
-        if KV_FP8:
-            l_i = tl.sum(l_2d, 1)
-    if POOL == 0:  # (pooled, each chunk stored its partial above)
-        o = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
-        if KV_FP8:  # P (v8 * v_scale) = (P v8) * v_scale; the combine is linear in the partials
-            o = o * v_scale
-        if DIRECT:
-            o_ptrs = Out + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :]
-            tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None])
-        else:
-            counter = Counter + pid_bh * tl.num_programs(1) + pid_m
-            _partial_done(
-                Out, Part, counter, o, m_i, l_i, pid_bh, pid_s, splits, splits, rows, row_ok, offs_d, q_base,
-                pid_m * BLOCK_M, ROWS, HEAD_DIM, ROWS_P2, S_CHUNK,
-            )  # fmt: skip
+    if KV_FP8:
+        l_i = tl.sum(l_2d, 1)
+    seen = l_i > 0.0
+    o = acc / tl.where(seen, l_i, 1.0)[:, None]
+    if KV_FP8:  # P (v8 * v_scale) = (P v8) * v_scale; the combine is linear in the partials
+        o = o * v_scale
+    if DIRECT:
+        o_ptrs = Out + q_base + rows[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=row_ok[:, None])
+    else:
+        # The partials are stored before the counter moves (release); the program that moves it last combines
+        # (acquire) and puts it back to 0 for the next launch.
+        Lse, first_part = _store_partial(
+            Part, o, m_i, l_i, seen, pid_bh, pid_s, rows, row_ok, offs_d, splits, ROWS, HEAD_DIM
+        )
+        counter = Counter + pid_bh * tl.num_programs(1) + pid_m
+        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
+            _combine(Out=Out, Part=Part, Lse=Lse, first_part=first_part, first_row=pid_m * BLOCK_M,
+                     out_base=q_base, splits=splits, ROWS=ROWS, HEAD_DIM=HEAD_DIM, ROWS_P2=ROWS_P2,
+                     S_CHUNK=S_CHUNK)  # fmt: skip
+            tl.store(counter, 0)  # every other split has counted: a plain store, no round trip
 
 
 @functools.cache
@@ -649,12 +567,6 @@ def fp8_streams(cfg: dict[str, int], block_m: int, head_dim: int) -> int:
     if head_dim in FP8_TILE_DIMS and block_m == 16 and cfg["BLOCK_N"] // warps >= 16:
         return warps
     return 1
-
-
-def pool_chunks(capacity: int, block_n: int, pool: int, chunk: int) -> int:
-    """The most pool chunks a group has: `pool` eighths of the capacity's key blocks, `chunk` blocks a chunk (as
-    _decode counts them from a sequence's own length, at most the capacity); each stores a partial of its own."""
-    return -(-(-(-capacity // block_n) * pool // 8) // chunk)
 
 
 def _pow2(n: int) -> int:
@@ -879,13 +791,7 @@ def _scratch(device: torch.device, counters: int, partials: int) -> tuple[torch.
 
 
 def _launch(
-    grid: tuple[int, int, int],
-    args: tuple,
-    pointers: int,
-    warps: int,
-    stages: int,
-    kernel: Any = _decode,
-    maxnreg: int | None = None,
+    grid: tuple[int, int, int], args: tuple, pointers: int, warps: int, stages: int, kernel: Any = _decode
 ) -> None:
     """kernel[grid](*args): through Triton's JIT the first time per key, then straight to the compiled kernel.
 
@@ -896,7 +802,6 @@ def _launch(
     if interpreting():
         kernel[grid](*args, num_warps=warps, num_stages=stages)
         return
-    opts = {} if maxnreg is None else {"maxnreg": maxnreg}
     ptrs = args[:pointers]
     key = (
         kernel,
@@ -905,13 +810,12 @@ def _launch(
         ptrs[0].device.index,
         warps,
         stages,
-        maxnreg,
         *(t.data_ptr() % 16 for t in ptrs),
         *args[pointers + 1 :],
     )
     compiled = _COMPILED.get(key)
     if compiled is None:
-        compiled = kernel[grid](*args, num_warps=warps, num_stages=stages, **opts)
+        compiled = kernel[grid](*args, num_warps=warps, num_stages=stages)
         if len(_COMPILED) >= 4096:
             _COMPILED.clear()
         _COMPILED[key] = compiled
@@ -991,7 +895,7 @@ def flash_decode(
     row_blocks = -(-rows // block_m)
     programs = B * Hkv * row_blocks
     if interpret:
-        cfg = INTERPRET_CONFIG if scales is None else {**INTERPRET_CONFIG, **FP8_POOL_OFF}
+        cfg = INTERPRET_CONFIG
     elif scales is not None and D in FP8_TILE_DIMS:
         sms = _sm_count(q.device.index or 0)
         cfg, splits = fp8_plan(programs, capacity, paged, sms)
@@ -1004,20 +908,18 @@ def flash_decode(
     q = q if q.is_contiguous() else q.contiguous()
     out = torch.empty((B, Hq, Nq, D), dtype=q.dtype, device=q.device)
     direct = num_splits == 1
-    streams = 1 if scales is None else fp8_streams(cfg, block_m, D)
-    pool, chunk = (cfg.get("POOL", 0), cfg.get("CHUNK", 1)) if streams > 1 and not direct else (0, 1)
-    slots = num_splits + pool_chunks(capacity, cfg["BLOCK_N"], pool, chunk)  # partials per group
     if direct:  # no partials: Out stands in for the unused pointers
         counters = part = out
-    else:  # partial outputs [B, Hkv, slots, rows, D], then their lse [B, Hkv, slots, rows]; split and claim counters
-        counters, part = _scratch(q.device, 2 * B * Hkv * row_blocks, B * Hkv * slots * rows * (D + 1))
+    else:  # partial outputs [B, Hkv, splits, rows, D], then their lse [B, Hkv, splits, rows]
+        counters, part = _scratch(q.device, B * Hkv * row_blocks, B * Hkv * num_splits * rows * (D + 1))
     rows_p2 = min(block_m, _pow2(rows))
-    s_chunk = combine_chunk(slots, rows_p2, D)
+    s_chunk = combine_chunk(num_splits, rows_p2, D)
     table = out if block_table is None else block_table.contiguous()
     ks, vs = (out, out) if scales is None else scales
     ks_strides = (0, 0) if scales is None else ks.stride()
     vs_strides = (0, 0) if scales is None else vs.stride()
     page_align = math.gcd(16, k.stride(0), v.stride(0)) if paged else 1
+    streams = 1 if scales is None else fp8_streams(cfg, block_m, D)
     args = (  # _decode's arguments in order: 10 tensors, the float scale, then integers and constexprs
         q, k, v, out if cache_seqlens is None else cache_seqlens, table,
         out, part, counters, ks, vs,
@@ -1025,19 +927,12 @@ def flash_decode(
         capacity, num_splits, Hkv, Nq, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
         *ks_strides, *vs_strides,
         Hq // Hkv, D, block_m, cfg["BLOCK_N"], page, paged, page_align, cache_seqlens is not None, causal, direct,
-        q.dtype == torch.float32, scales is not None, interpret, rows_p2, s_chunk, streams, pool, chunk,
+        q.dtype == torch.float32, scales is not None, interpret, rows_p2, s_chunk, streams,
     )  # fmt: skip
     # a tuple: no dict built on the host path
     _LAST_LAUNCH[0] = (num_splits, cfg, block_m, row_blocks, streams)
     try:
-        _launch(
-            (num_splits, row_blocks, B * Hkv),
-            args,
-            10,
-            cfg["num_warps"],
-            cfg["num_stages"],
-            maxnreg=cfg.get("maxnreg") or None,
-        )
+        _launch((num_splits, row_blocks, B * Hkv), args, 10, cfg["num_warps"], cfg["num_stages"])
     except OutOfResources as exc:  # a forced config too large for this GPU (the defaults fit an H100)
         _refuse(f"config {cfg} does not fit this GPU at head_dim {D}: {exc}")
     return out

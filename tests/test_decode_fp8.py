@@ -145,35 +145,6 @@ def test_e4m3_cache_warps_stream_their_own_keys(device, page):
             prob.check(out, causal=causal)
 
 
-@smoke(lambda page, **_: page is None or not HAS_CUDA)
-@pytest.mark.parametrize("page", [None, 16])
-def test_e4m3_pool_chunks_go_to_the_splits_that_claim_them(device, page):
-    """POOL eighths of each sequence's key blocks are claimed CHUNK blocks at a time by the group's splits (a
-    counter per group after the split counters): every key is read once whichever split claims it, and the
-    counters are back at 0 after the call. Lengths with no pool (1: one block), a pool of one partial chunk (17),
-    and pools that end mid-chunk (100, 333); all of the keys pooled (POOL 8), so a split may claim none. A second
-    call gives the same bits."""
-    prob = Fp8Problem(8, 2, 3, 128, [1, 17, 64, 100, 333], seed=13)
-    for pool, chunk, splits in ((2, 1, 2), (3, 2, 3), (8, 3, 2)):
-        tile = {"BLOCK_N": 32, "num_warps": 2, "POOL": pool, "CHUNK": chunk}
-        for causal in (True, False):
-            out = prob.run(
-                device, paged=page is not None, page=page or 16, causal=causal, num_splits=splits, config=tile
-            )
-            launch = decode_module.last_decode_config()
-            assert launch is not None and launch["streams"] == 2 and launch["num_splits"] == splits
-            assert {key: launch[key] for key in tile} == tile
-            prob.check(out, causal=causal)
-            again = prob.run(
-                device, paged=page is not None, page=page or 16, causal=causal, num_splits=splits, config=tile
-            )
-            assert torch.equal(out, again)  # each chunk's partial in its own slot: no claim order shows
-            counters = next(
-                c for (dev, _), (c, _) in decode_module._SCRATCH.items() if dev.startswith(device)
-            )
-            assert not counters.any()
-
-
 def test_fp8_streams_where_a_warp_holds_its_own_rows():
     """One stream per warp at d = 128 with 16 rows a tile and at least 16 keys a warp; else one."""
     streams = decode_module.fp8_streams

@@ -417,4 +417,24 @@ def test_timeline_probe_fits_the_kernel(tmp_path):
     module_spec.loader.exec_module(module)
     assert module._TIMES == [None] and "Times" in module._decode.arg_names
     with pytest.raises(ValueError, match="no longer has this line once"):
-        tool.instrumented_source(source.replace("    return last\n", "    return not last\n"))
+        tool.instrumented_source(source.replace("    seen = l_i > 0.0\n", "    seen = l_i != 0.0\n"))
+
+
+def test_timeline_summary_reads_the_programs_words():
+    """tools/decode_timeline.py's numbers from a call's timer words (ns): loop times, the last program's tail, the
+    programs per SM and how far apart the SMs' last loop ends lie (SM 5's two programs end at 5 and 6 us)."""
+    import torch
+    from scripts_helpers import load_script
+
+    tool = load_script("tools/decode_timeline.py")
+    t = torch.zeros(6, tool.WORDS, dtype=torch.int64)
+    t[:, 1] = torch.tensor([1000, 2000, 3000, 4000, 5000, 6000])  # loop ends; every program starts at 0
+    t[:, 2] = t[:, 1] + 500  # ends
+    t[:, 3] = torch.tensor([0, 0, 1, 1, 5, 5])  # SMs
+    t[:, 4] = t[:, 1] + 100  # partial stored
+    t[:, 5] = t[:, 1] + 300  # counter moved
+    row = tool.summary(t, 6, 2)
+    assert (row["loop_min_us"], row["loop_median_us"], row["loop_max_us"]) == (1.0, 3.5, 6.0)
+    assert row["span_us"] == 6.5 and row["programs_per_sm"] == [2]
+    assert row["tail_store_us"] == 0.1 and row["tail_counter_us"] == 0.2 and row["tail_combine_us"] == 0.2
+    assert row["sm_loop_end_us"] == [2.0, 4.0, 6.0]

@@ -43,42 +43,31 @@ def _smid(x):
 @triton.jit
 def _decode('''
 
-# (anchor in kernels/decode.py, what replaces it): each anchor must occur exactly once. Pooled (POOL > 0), the
-# loop's end is the end of its last chunk, partial stored, and the tail's words are those of its last partial.
+# (anchor in kernels/decode.py, what replaces it): each anchor must occur exactly once.
 EDITS = (
     ("@triton.jit\ndef _decode(", TIMERS),
     (
-        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n",
-        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n    Times,\n",
+        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n):",
+        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n    Times,\n):",
     ),
+    ("    pid_bh = tl.program_id(2)\n", "    pid_bh = tl.program_id(2)\n    t_start = _clock(pid_s)\n"),
     (
-        "    pid_bh = tl.program_id(2)\n",
-        "    pid_bh = tl.program_id(2)\n    t_start = _clock(pid_s)\n    t_stored = t_start\n    t_moved = t_start\n",
-    ),
-    (
-        '    last = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == parts - 1\n',
-        "    t_stored = _clock(slot)\n"
-        '    moved = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")\n'
-        "    t_moved = _clock(moved)\n"
-        "    last = moved == parts - 1\n",
-    ),
-    ("    return last\n", "    return last, t_stored, t_moved\n"),
-    (
-        "                combined = _partial_done(\n",
-        "                combined, t_stored, t_moved = _partial_done(\n",
-    ),
-    (
-        "            _partial_done(\n                Out, Part, counter, o, m_i,",
-        "            combined, t_stored, t_moved = _partial_done(\n                Out, Part, counter, o, m_i,",
-    ),
-    (
-        "    if POOL == 0:  # (pooled, each chunk stored its partial above)\n",
+        "    seen = l_i > 0.0\n",
         "    t_loop = _clock(pid_s + (tl.max(tl.max(acc, 1), 0) != tl.max(tl.max(acc, 1), 0)).to(tl.int32))\n"
-        "    if POOL == 0:  # (pooled, each chunk stored its partial above)\n",
+        "    seen = l_i > 0.0\n",
     ),
     (
-        "            )  # fmt: skip\n\n\n@functools.cache\n",
-        "            )  # fmt: skip\n"
+        "        counter = Counter + pid_bh * tl.num_programs(1) + pid_m\n"
+        '        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:',
+        "        t_stored = _clock(pid_s)\n"
+        "        counter = Counter + pid_bh * tl.num_programs(1) + pid_m\n"
+        '        moved = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")\n'
+        "        t_moved = _clock(moved)\n"
+        "        if moved == splits - 1:",
+    ),
+    (
+        "            tl.store(counter, 0)  # every other split has counted: a plain store, no round trip\n",
+        "            tl.store(counter, 0)  # every other split has counted: a plain store, no round trip\n"
         "    t_end = _clock(pid_s)\n"
         f"    word = ((pid_bh * tl.num_programs(1) + pid_m) * tl.num_programs(0) + pid_s).to(tl.int64) * {WORDS}\n"
         "    tl.store(Times + word, t_start)\n"
@@ -87,12 +76,11 @@ EDITS = (
         "    tl.store(Times + word + 3, _smid(pid_s).to(tl.int64))\n"
         "    if not DIRECT:\n"
         "        tl.store(Times + word + 4, t_stored)\n"
-        "        tl.store(Times + word + 5, t_moved)\n"
-        "\n\n@functools.cache\n",
+        "        tl.store(Times + word + 5, t_moved)\n",
     ),
     (
-        "interpret, rows_p2, s_chunk, streams, pool, chunk,\n",
-        "interpret, rows_p2, s_chunk, streams, _TIMES[0], pool, chunk,\n",
+        "interpret, rows_p2, s_chunk, streams,\n    )",
+        "interpret, rows_p2, s_chunk, streams, _TIMES[0],\n    )",
     ),
     ("_LAST_LAUNCH: list[Any] = [None]\n", "_LAST_LAUNCH: list[Any] = [None]\n_TIMES: list[Any] = [None]\n"),
 )
@@ -151,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", action="append", required=True, metavar="B,H,HKV,N[,PAGE]")
     ap.add_argument("--kv-dtype", choices=("bf16", "fp8"), default="bf16")
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--config", default=None, help="flash_decode's config= as JSON, e.g. '{\"POOL\": 2}'")
+    ap.add_argument("--config", default=None, help="flash_decode's config= as JSON, e.g. '{\"BLOCK_N\": 32}'")
     args = ap.parse_args(argv)
     try:
         shapes = [(spec, parse_decode_shape(spec)) for spec in args.shape]
