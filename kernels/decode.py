@@ -94,28 +94,29 @@ PAGED_CONFIGS: dict[int, dict[str, int]] = {
 # An e4m3 cache at d = 128: its loop is bound by the latency of its steps, not by bytes (docs/kernels.md, the FP8
 # cache), so a few programs per SM do not stream the SM's share of the read bandwidth. Its warps stream keys on
 # their own (_decode's STREAMS, where a tile's 16 rows allow it: fp8_streams), and the call is split until each SM
-# runs FP8_FILL programs (4) of FP8_TILES[paged], 64 keys and 2 warps, 3 stages contiguous and 5 paged (the page
-# table's dependent load wants more in flight), small enough for 4 per SM, while every split keeps
-# FP8_FILL_SPLIT_KEYS keys; past the fill (MHA at batch 16: 512 programs) the same tile, one split. Timed on an
-# H200 (4.3 TB/s) over the decode-fp8 preset's 12 shapes; not on an H100, where the plan before the fill streamed
-# at its read bandwidth. Calls that cannot reach the fill with such splits (GQA 32/8 at batch 1-2, at 4 below 32k
-# keys) keep the plan timed on an H100: split until each SM runs FP8_DEEP_FILL (2) programs of a deeper tile
-# (FP8_DEEP_TILES; the paged one holds 8 stages), each split at least FP8_MIN_SPLIT_KEYS keys. docs/kernels.md
-# (the FP8 cache) has the grids. Other head dims take the bf16 tiles and split rule.
+# runs FP8_FILL programs (4) of FP8_TILES[paged], 2 warps: contiguous 32 keys and 4 stages, paged 64 keys and 5
+# stages (the page table's dependent load wants more in flight), small enough for 4 per SM, while every split
+# keeps FP8_FILL_SPLIT_KEYS keys; past the fill (MHA at batch 16: 512 programs) the same tile, one split. Timed on
+# an H200 (4.3 TB/s) over the decode-fp8 preset's 12 shapes; not on an H100, where the plan before the fill
+# streamed at its read bandwidth. Calls that cannot reach the fill with such splits (GQA 32/8 at batch 1-2, at 4
+# below 32k keys) keep the plan timed on an H100: split until each SM runs FP8_DEEP_FILL (2) programs of a deeper
+# tile (FP8_DEEP_TILES; the paged one holds 8 stages; the contiguous one is the fill's since the H200's grid),
+# each split at least FP8_MIN_SPLIT_KEYS keys. docs/kernels.md (the FP8 cache) has the grids. Other head dims take
+# the bf16 tiles and split rule.
 FP8_FILL = 4  # programs per SM
 FP8_TILES: dict[bool, dict[str, int]] = {  # paged -> tile
-    False: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 3},
+    False: {"BLOCK_N": 32, "num_warps": 2, "num_stages": 4},
     True: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 5},
 }
 FP8_FILL_SPLIT_KEYS = 2048
 FP8_DEEP_FILL = 2  # programs per SM
 FP8_DEEP_TILES: dict[bool, dict[str, int]] = {  # paged -> tile
-    False: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 4},
+    False: FP8_TILES[False],
     True: {"BLOCK_N": 64, "num_warps": 2, "num_stages": 8},
 }
 FP8_TILE_DIMS: tuple[int, ...] = (128,)
-# Keys per split at least under the deep plan: 8 of its 64-key blocks. A split of 4 never fills a deep paged
-# pipeline, and each split adds a partial the combine reads serially: GQA 32/8 at batch 1, 8k keys, paged, took
+# Keys per split at least under the deep plan: 8 of its paged tile's 64-key blocks. A split of 4 never fills a deep
+# paged pipeline, and each split adds a partial the combine reads serially: GQA 32/8 at batch 1, 8k keys, paged, took
 # 22.8 us at 32 splits of 4 blocks against 18.3 at 16 of 8 ((64, 4, 6) tiles; docs/kernels.md, the FP8 cache).
 FP8_MIN_SPLIT_KEYS = 512
 # Under the interpreter: small key blocks, so small test shapes cross many blocks and split boundaries.
