@@ -69,7 +69,8 @@ GRID_TILES = [
     (128, 4, 4),
 ]
 GRID_SPLITS = [8, 12, 16, 20, 24, 32, 48, 64]
-TILE_KEYS = ("BLOCK_N", "num_warps", "num_stages")  # a --tiles entry's fields, in order
+# A tile's fields in order (TUNE_CONFIGS, GRID_TILES, --tiles)
+TILE_KEYS = ("BLOCK_N", "num_warps", "num_stages")
 ROUNDS = [1]  # --rounds: the grid's points timed this many times, in turn
 
 
@@ -213,7 +214,7 @@ def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
     summary = next(r for r in rows if r["provider"] == "summary" and r["shape"] == s.label())
     default, pick = summary["default_tile"], summary["heuristic_splits"]
     points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
-    points += [({"BLOCK_N": bn, "num_warps": w, "num_stages": st}, pick) for bn, w, st in TUNE_CONFIGS]
+    points += [(dict(zip(TILE_KEYS, tile, strict=True)), pick) for tile in TUNE_CONFIGS]
     if GRID[0]:
         points = [
             (dict(zip(TILE_KEYS, tile, strict=True)), n)

@@ -146,16 +146,15 @@ def _consumer(
     # scales: (sm_scale * log2(e), and FP8's q, k, v descale pointers: fp32 [B, H_KV]); docs: VARLEN's (CU_Q, CU_K,
     # NUM_DOCS, O, COUNTER, slot), else unused
     smem, bars, od, LSE, sched, scales, docs = parts
+    # SEP_O: the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8); WINDOW: a sliding window's
+    # left limit (sched's WIN_LEFT); VARLEN: packed documents (flash_ws_parts.document_tile), 2: the persistent walk;
+    # EXP_POLY: an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
     CAUSAL: gl.constexpr = modes[0]
     SCHED_HEADS: gl.constexpr = modes[1]
-    SEP_O: gl.constexpr = modes[
-        2
-    ]  # the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8)
-    WINDOW: gl.constexpr = modes[3]  # a sliding window's left limit (sched's WIN_LEFT)
-    VARLEN: gl.constexpr = modes[4]  # packed documents (flash_ws_parts.document_tile); 2: the persistent walk
-    EXP_POLY: gl.constexpr = modes[
-        5
-    ]  # an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
+    SEP_O: gl.constexpr = modes[2]
+    WINDOW: gl.constexpr = modes[3]
+    VARLEN: gl.constexpr = modes[4]
+    EXP_POLY: gl.constexpr = modes[5]
     q_smem, _, k_smem, _ = smem
     _, q_empty, k_bars, v_bars, empty_bars, turns = bars
     num_m, BH, _, _, N_Q, N_K, WIN_LEFT, _, _ = sched

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+from scripts_helpers import load_script
 
 from flashbench.results.rows import Row, append_row
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("turns", ROOT / "benchmarks/turns.py")
-assert _spec is not None and _spec.loader is not None
-turns = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(turns)
+turns = load_script("benchmarks/turns.py")
 
 
 def test_rounds_alternate_the_order_and_replace_only_the_providers():

@@ -104,7 +104,8 @@ def summary(times, programs: int, splits: int) -> dict[str, float]:
     start, loop, end = t[:, 0], t[:, 1], t[:, 2]
     base = float(start.min())
     loops = sorted(((loop - start) / 1e3).tolist())
-    ends = sorted(((loop - base) / 1e3).tolist())
+    loop_end = (loop - base) / 1e3  # each program's loop end, us from the first start
+    ends = sorted(loop_end.tolist())
     row = {
         "span_us": (float(end.max()) - base) / 1e3,
         "start_max_us": (float(start.max()) - base) / 1e3,
@@ -124,12 +125,8 @@ def summary(times, programs: int, splits: int) -> dict[str, float]:
     sm = t[:, 3].long()
     row["programs_per_sm"] = sorted(set(sm.bincount().tolist()) - {0})
     # Each SM's last loop end: how far apart the SMs finish (a slow SM's programs end last).
-    sm_ends = sorted(
-        ((loop - base) / 1e3)
-        .new_zeros(int(sm.max()) + 1)
-        .scatter_reduce(0, sm, (loop - base) / 1e3, "amax")[sm.unique()]
-        .tolist()
-    )
+    by_sm = loop_end.new_zeros(int(sm.max()) + 1).scatter_reduce(0, sm, loop_end, "amax")
+    sm_ends = sorted(by_sm[sm.unique()].tolist())
     row["sm_loop_end_us"] = [sm_ends[0], statistics.median(sm_ends), sm_ends[-1]]
     return row
 
