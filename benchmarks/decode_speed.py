@@ -69,8 +69,9 @@ GRID_TILES = [
     (128, 4, 4),
 ]
 GRID_SPLITS = [8, 12, 16, 20, 24, 32, 48, 64]
-# A tile's fields in order (TUNE_CONFIGS, GRID_TILES, --tiles)
-TILE_KEYS = ("BLOCK_N", "num_warps", "num_stages")
+# A tile's fields in order (TUNE_CONFIGS, GRID_TILES, --tiles); the last, FULL_BLOCKS, may be left out (the default
+# tile's then)
+TILE_KEYS = ("BLOCK_N", "num_warps", "num_stages", "FULL_BLOCKS")
 ROUNDS = [1]  # --rounds: the grid's points timed this many times, in turn
 
 
@@ -172,7 +173,7 @@ def default_launch() -> tuple[dict[str, int], int]:
     """The tile and split count of the last flash_decode call, one made without a forced config or split count."""
     launch = decode_module.last_decode_config()
     assert launch is not None
-    return {key: launch[key] for key in ("BLOCK_N", "num_warps", "num_stages")}, launch["num_splits"]
+    return {key: launch[key] for key in TILE_KEYS if key in launch}, launch["num_splits"]
 
 
 def bench(fn) -> float:
@@ -214,10 +215,10 @@ def tune(s: Shape, ours, base: dict, rows: list[dict], until: float) -> None:
     summary = next(r for r in rows if r["provider"] == "summary" and r["shape"] == s.label())
     default, pick = summary["default_tile"], summary["heuristic_splits"]
     points = [(default, n) for n in TUNE_SPLITS if n == 1 or s.context // n >= default["BLOCK_N"]]
-    points += [(dict(zip(TILE_KEYS, tile, strict=True)), pick) for tile in TUNE_CONFIGS]
+    points += [(dict(zip(TILE_KEYS, tile, strict=False)), pick) for tile in TUNE_CONFIGS]
     if GRID[0]:
         points = [
-            (dict(zip(TILE_KEYS, tile, strict=True)), n)
+            (dict(zip(TILE_KEYS, tile, strict=False)), n)
             for tile in GRID_TILES
             for n in GRID_SPLITS
             if s.context // n >= tile[0]
@@ -399,7 +400,9 @@ def main() -> int:
     )
     ap.add_argument("--grid", action="store_true", help="with --tune: every GRID_TILES x GRID_SPLITS pair")
     ap.add_argument(
-        "--tiles", default="", help="--grid's tiles instead of GRID_TILES: 'BLOCK_N,warps,stages;...'"
+        "--tiles",
+        default="",
+        help="--grid's tiles instead of GRID_TILES: 'BLOCK_N,warps,stages[,full_blocks];...'",
     )
     ap.add_argument("--rounds", type=int, default=1, help="--grid: time every point this many times, in turn")
     ap.add_argument("--splits", default="", help="--grid's split counts instead of GRID_SPLITS: '16,32'")

@@ -127,14 +127,16 @@ def test_paged_e4m3_blocks_across_pages_match_reference(device):
 
 
 @smoke(lambda page, **_: page is None or not HAS_CUDA)
+@pytest.mark.parametrize("full", [0, 1], ids=["masked", "full-blocks"])
 @pytest.mark.parametrize("page", [None, 16])
-def test_e4m3_cache_warps_stream_their_own_keys(device, page):
+def test_e4m3_cache_warps_stream_their_own_keys(device, page, full):
     """At d = 128 with at most 16 query rows a tile, each warp streams its own keys of every block and the streams
     merge after the loop (decode.fp8_streams). 32-key blocks of 2 warps: 16 keys a stream. Lengths where the last
     block's second stream sees no key (17), where a sequence's only key leaves most streams empty (1), whole blocks
-    (64) and a partial one (100); 3 queries of 4 heads per KV head (12 rows); causal and not; 1 and 3 splits."""
+    (64) and a partial one (100); 3 queries of 4 heads per KV head (12 rows); causal and not; 1 and 3 splits; the
+    whole blocks without the key mask or not (FULL_BLOCKS)."""
     prob = Fp8Problem(8, 2, 3, 128, [1, 17, 64, 100], seed=12)
-    tile = {"BLOCK_N": 32, "num_warps": 2}
+    tile = {"BLOCK_N": 32, "num_warps": 2, "FULL_BLOCKS": full}
     for splits in (1, 3):
         for causal in (True, False):
             out = prob.run(

@@ -339,6 +339,16 @@ def test_bad_inputs_raise_kernel_unsupported(device, case):
         flash_decode(*args)
 
 
+def test_full_blocks_is_an_e4m3_tiles_key(device):
+    # FULL_BLOCKS acts in the loop whose warps stream their own keys, an e4m3 cache's (test_decode_fp8.py); over an
+    # fp16 cache it is refused by name, not ignored.
+    prob = Problem(4, 2, 1, 64, [10, 20], torch.float16, seed=10, device=device)
+    with pytest.raises(
+        KernelUnsupported, match=r"config keys must be among \['BLOCK_N', 'num_stages', 'num_warps'\]"
+    ):
+        prob.run(config={"FULL_BLOCKS": 1})
+
+
 def test_kernel_unsupported_is_a_value_error():
     assert issubclass(KernelUnsupported, ValueError)
 

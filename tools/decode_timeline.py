@@ -47,8 +47,8 @@ def _decode('''
 EDITS = (
     ("@triton.jit\ndef _decode(", TIMERS),
     (
-        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n):",
-        "    STREAMS: tl.constexpr,  # key streams: 1, or (an e4m3 cache, fp8_streams) one per warp\n    Times,\n):",
+        "(FP8_TILES)\n):",
+        "(FP8_TILES)\n    Times,\n):",
     ),
     ("    pid_bh = tl.program_id(2)\n", "    pid_bh = tl.program_id(2)\n    t_start = _clock(pid_s)\n"),
     (
@@ -79,8 +79,8 @@ EDITS = (
         "        tl.store(Times + word + 5, t_moved)\n",
     ),
     (
-        "interpret, rows_p2, s_chunk, streams,\n    )",
-        "interpret, rows_p2, s_chunk, streams, _TIMES[0],\n    )",
+        'streams, cfg.get("FULL_BLOCKS", 0),\n    )',
+        'streams, cfg.get("FULL_BLOCKS", 0), _TIMES[0],\n    )',
     ),
     ("_LAST_LAUNCH: list[Any] = [None]\n", "_LAST_LAUNCH: list[Any] = [None]\n_TIMES: list[Any] = [None]\n"),
 )
