@@ -27,7 +27,10 @@ for ((i = 0; i < JOBS; i++)); do
     pids+=($!)
 done
 for ((i = 0; i < JOBS; i++)); do
-    wait "${pids[$i]}" || status=1
+    wait "${pids[$i]}"
+    rc=$?
+    # 5: pytest selected no test in this shard (more shards than compile groups), not a failure
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; fi
     echo "$NAME shard $i/$JOBS: $(tail -1 "$OUT/$NAME-$i.log")"
 done
 grep -h "^FAILED\|^ERROR" "$OUT/$NAME"-*.log || true
