@@ -895,8 +895,9 @@ def flash_decode(
     causal: query i sees keys j <= L_b - Nq + i (else all L_b keys). num_splits: key splits per sequence
     (None: `choose_num_splits`; 1: one pass, no combine). validate: check cache_seqlens and block_table
     against the cache on the host (one device sync; see the module docstring). config: force the kernel's
-    {"BLOCK_N", "num_warps", "num_stages"} (default per head dim: GPU_CONFIGS, PAGED_CONFIGS with a block table;
-    over an e4m3 cache at d = 128 fp8_plan's, which also picks the split count when num_splits is None).
+    {"BLOCK_N", "num_warps", "num_stages"}, over an e4m3 cache also "FULL_BLOCKS" (default per head dim: GPU_CONFIGS,
+    PAGED_CONFIGS with a block table; over an e4m3 cache at d = 128 fp8_plan's, which also picks the split count when
+    num_splits is None).
     An e4m3 cache (torch.float8_e4m3fn k_cache and v_cache, q fp16 or bf16): k_scale, v_scale float32
     broadcastable to [B, Hkv] (None: 1), a stored value times its scale being the real value; the output has
     q's dtype. validate=True also checks that every scale is finite and > 0.
