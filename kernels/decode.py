@@ -313,12 +313,15 @@ def _kv_block(
 
 @triton.jit
 def _stream_block(
-    start, offs_w, hi, last, qw, scale, m_w, l_w, acc_w, offs_d, k_head, v_head, pages, last_page,
-    stride_kb, stride_kn, stride_vb, stride_vn, BLOCK_N: tl.constexpr, PAGE: tl.constexpr, PAGED: tl.constexpr,
-    PAGE_ALIGN: tl.constexpr, INTERPRET: tl.constexpr, P_SHIFT: tl.constexpr, MASKED: tl.constexpr,
+    start, offs_w, hi, last, qw, scale, m_w, l_w, acc_w, offs_d, cache, BLOCK_N: tl.constexpr, PAGE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_ALIGN: tl.constexpr, INTERPRET: tl.constexpr, P_SHIFT: tl.constexpr,
+    MASKED: tl.constexpr,
 ):  # fmt: skip
-    """One block of _decode's STREAMS loop over an e4m3 cache: (m, l, acc) of every stream after it. MASKED: keys
-    at or past hi read 0 and every key past a row's `last` gets no weight; else the block is whole for every row."""
+    """One block of _decode's STREAMS loop over an e4m3 cache: (m, l, acc) of every stream after it. `cache`: the
+    head's (k_head, v_head, pages, last_page, stride_kb, stride_kn, stride_vb, stride_vn), as _kv_block takes them.
+    MASKED: keys at or past hi read 0 and every key past a row's `last` gets no weight; else the block is whole for
+    every row."""
+    k_head, v_head, pages, last_page, stride_kb, stride_kn, stride_vb, stride_vn = cache
     offs_n, key_ok, k_rows, v_rows = _kv_block(
         start, offs_w, hi, k_head, v_head, pages, last_page, stride_kb, stride_kn, stride_vb, stride_vn,
         BLOCK_N, PAGE, PAGED, PAGE_ALIGN, INTERPRET,
@@ -450,6 +453,7 @@ def _decode(
         m_w = tl.zeros([STREAMS, BLOCK_M], dtype=tl.float32) - 1.0e30
         l_w = tl.zeros([STREAMS, BLOCK_M, KW], dtype=tl.float32)  # per key slot, as l_2d below
         acc_w = tl.zeros([STREAMS, BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        cache = (k_head, v_head, pages, last_page, stride_kb, stride_kn, stride_vb, stride_vn)
         full = lo  # FULL_BLOCKS: keys [lo, full) are whole blocks below hi and every row's last key, run unmasked
         if FULL_BLOCKS:
             if CAUSAL:
@@ -459,17 +463,15 @@ def _decode(
             full = lo + tl.maximum(edge - lo, 0) // BLOCK_N * BLOCK_N
             for start in range(lo, full, BLOCK_N):
                 m_w, l_w, acc_w = _stream_block(
-                    start, offs_w, hi, last, qw, scale, m_w, l_w, acc_w, offs_d, k_head, v_head, pages, last_page,
-                    stride_kb, stride_kn, stride_vb, stride_vn, BLOCK_N, PAGE, PAGED, PAGE_ALIGN, INTERPRET,
-                    P_SHIFT, False,
+                    start, offs_w, hi, last, qw, scale, m_w, l_w, acc_w, offs_d, cache,
+                    BLOCK_N, PAGE, PAGED, PAGE_ALIGN, INTERPRET, P_SHIFT, False,
                 )  # fmt: skip
         # After whole blocks at most a block or two, in one stage (pipelined, a paged tile's two loops spill).
         TAIL_STAGES: tl.constexpr = 1 if FULL_BLOCKS else None
         for start in tl.range(full, hi, BLOCK_N, num_stages=TAIL_STAGES):
             m_w, l_w, acc_w = _stream_block(
-                start, offs_w, hi, last, qw, scale, m_w, l_w, acc_w, offs_d, k_head, v_head, pages, last_page,
-                stride_kb, stride_kn, stride_vb, stride_vn, BLOCK_N, PAGE, PAGED, PAGE_ALIGN, INTERPRET, P_SHIFT,
-                True,
+                start, offs_w, hi, last, qw, scale, m_w, l_w, acc_w, offs_d, cache,
+                BLOCK_N, PAGE, PAGED, PAGE_ALIGN, INTERPRET, P_SHIFT, True,
             )  # fmt: skip
         # A stream that saw no key keeps m = -1e30 and l = 0: weight 0 beside any that did.
         m_i = tl.max(m_w, 0)
@@ -676,7 +678,8 @@ def _check_scale(scale: Any, name: str) -> float:
 def _forced_config(
     cfg: dict[str, int], config: Any, block_ns: tuple[int, ...], name: str, options: tuple[str, ...] = ()
 ) -> dict[str, int]:
-    """The default tile `cfg` with a forced `config`'s keys over it: cfg's keys, and `options` (0 unless given)."""
+    """The default tile `cfg` with a forced `config`'s keys over it: cfg's keys, and `options`, keys the default tile
+    may lack (the kernel then reads them as 0)."""
     if config is None:
         return cfg
     keys = sorted({*cfg, *options})
