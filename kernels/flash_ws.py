@@ -21,9 +21,12 @@ PERSISTENT=1 launches one program per SM; each walks tiles t = pid, pid + progra
 the K/V ring, the turns and the Q barriers keep counting across its tiles (`it`: key blocks so far, `tc`: tiles
 so far). The output then has its own shared-memory buffers, so the next tile's Q can load during this tile's
 epilogue (own_o; not at d = 256, whose Q and two K/V stages fill shared memory, unless O_HALVES=1: buffers of half
-the head dim's columns, each warpgroup's [64, D] output stored as two column halves one after the other). Without a mask the walk is static round-robin (the tiles are equal); under a causal mask LPT=1 walks
-a table built on the host (lpt_table): the tiles in the same order, each handed to the program with the least
-work so far, as a dynamic scheduler would, so the longest tiles go first and the programs end together.
+the head dim's columns, each warpgroup's [64, D] output stored as two column halves one after the other). LPT=1
+walks a table built on the host (lpt_table): the tiles in the same order, each handed to the program with the
+least work so far, as a dynamic scheduler would, so the programs end together: under a causal mask (the longest
+tiles go first), and at d = 64 without one, where a 192-row tile that starts before row 0 leaves one or two of
+its warpgroups idle and costs less (LPT_CHAIN, tile_blocks_cost). Elsewhere without a mask the tiles are equal
+and the walk is round-robin.
 
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128,
 256}, contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (BLOCK_N: 128 keys per K/V tile, 64 at d = 256; the
@@ -74,7 +77,9 @@ HEAD_DIMS = tuple(BLOCK_N)
 # Default config per (head dim, causal), the measured winners (docs/kernels.md, the Gluon forward): d = 64 takes
 # FA3's 192-row tiles (three consumers); d = 64 and 128 are persistent when not causal (the next tile's loads run
 # under this one's epilogue: 1.14x one program per tile at d = 128, N = 1024); causal tiles are unequal, so they
-# are persistent and list-scheduled (LPT) over two stages. d = 256: Q [128, 256] and two K/V stages take 192 KiB of
+# are persistent and list-scheduled (LPT) over two stages. So are d = 64's without a mask, a key block charged as
+# two of a tile's three warpgroups however few run it (LPT_CHAIN 2): where 192 does not divide N the first tile
+# of each head has idle warpgroups (H200: 0.92x the round-robin walk's time at N = 1024, 0.99x at 2048-4096). d = 256: Q [128, 256] and two K/V stages take 192 KiB of
 # shared memory: no third stage, and the output's own buffers are half-width (O_HALVES: 224 KiB in all), so the
 # next tile's loads run under this one's epilogue there too; persistent when not causal (H100: 1.02-1.03x the
 # persistent walk storing O through Q's buffers at N = 2048-4096, 1.04x one program per tile at 2048; causal
@@ -89,7 +94,7 @@ def _base(head_dim: int) -> dict[str, int]:
 
 
 DEFAULT_CONFIG = {
-    (64, False): {**_base(64), "BLOCK_M": 192, "STAGES": 2, "PERSISTENT": 1},
+    (64, False): {**_base(64), "BLOCK_M": 192, **_LPT, "LPT_CHAIN": 2},
     (64, True): {**_base(64), "BLOCK_M": 192, **_LPT},
     (128, False): {**_base(128), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1},
     (128, True): {**_base(128), "BLOCK_M": 128, **_LPT},
@@ -125,7 +130,9 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # dim's width, [64, D / 2] per warpgroup, whatever the walk: each warpgroup stores its [64, D] output as two column
 # halves through its buffer, the second once the first has left it (o_cols). This fits own_o at d = 256: Q, the
 # two K/V stages and two [64, 128] O buffers take 224 KiB (d = 256's default). EXP_POLY (FP8 only): an eighth of
-# each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth).
+# each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth). LPT_CHAIN (with LPT, a number >= 0): the
+# list schedule charges a key block max(a, LPT_CHAIN) / W for the a of a tile's W warpgroups that run it
+# (tile_blocks_cost); 0, the default but at d = 64 without a mask, charges every block in full.
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
@@ -137,6 +144,7 @@ CONFIG_KEYS = {
     "LPT": (0, 1),
     "O_HALVES": (0, 1),
     "EXP_POLY": (0, 1),
+    "LPT_CHAIN": None,
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -207,6 +215,11 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
         allowed = CONFIG_KEYS[key]
         if allowed is not None and val not in allowed:
             raise ValueError(f"gluon-ws config: {key}={val!r} must be one of {list(allowed)}")
+    chain = config.get("LPT_CHAIN", 0)
+    if not isinstance(chain, int | float) or isinstance(chain, bool) or chain < 0:
+        raise ValueError(
+            f"gluon-ws config: LPT_CHAIN={chain!r} must be a number >= 0 (0: the tile's warpgroups)"
+        )
     programs = config.get("PROGRAMS", 0)
     if not isinstance(programs, int) or isinstance(programs, bool) or programs < 0:
         raise ValueError(f"gluon-ws config: PROGRAMS={programs!r} must be a count >= 0 (0: one per SM)")
@@ -380,6 +393,30 @@ NOT_VARLEN: dict[str, Any] = {
 TILE_COST = 1
 
 
+def tile_blocks_cost(
+    q_pos: int, block_m: int, block_n: int, n_k: int, off: int, causal: bool, win: int, chain: float
+) -> float:
+    """What lpt_table charges for the key blocks of the tile whose first row is q_pos (it may be < 0: the tile
+    ends at the last row). Each block costs max(a, chain) / W, a the tile's W = block_m / ROWS warpgroups that run
+    it: a warpgroup whose rows all lie before row 0 runs none, and under a causal mask with three warpgroups one
+    stops after the last block that holds a key of its rows (SKIP_DIAG, flash_ws_kernel._consumer_tile). chain 0
+    (= W) charges every block in full, whoever runs it."""
+    wgs = block_m // ROWS
+    chain = chain or wgs
+    last = cdiv(min(n_k, q_pos + block_m + off), block_n) if causal else n_k // block_n
+    first = max(q_pos + off - win, 0) // block_n if win >= 0 else 0
+    ends = []
+    for w in range(wgs):
+        top = q_pos + (w + 1) * ROWS  # one past the warpgroup's last row
+        if top <= 0:
+            continue  # no row of the tile: it only keeps the barrier protocol
+        end = last
+        if causal and wgs == 3:
+            end = max(min(last, cdiv(min(n_k, top + off), block_n)), first + 1)
+        ends.append(end)
+    return sum(max(sum(j < e for e in ends), chain) / wgs for j in range(first, last))
+
+
 @functools.lru_cache(maxsize=32)
 def lpt_table(
     num_m: int,
@@ -393,21 +430,21 @@ def lpt_table(
     causal: bool,
     win: int,
     device: torch.device,
+    chain: float = 0,
 ) -> torch.Tensor:
     """The persistent programs' schedule (LPT=1), int32 [programs, rounds]: row p the tiles program p walks, in
     order, padded with num_m * bh (past the last tile). The tiles are list-scheduled in the kernel's tile order
     (flash_ws_parts.tile: groups of sched_heads heads, the longest query block first under a causal mask): the
     next goes to the program with the least work so far, as a dynamic scheduler would hand it out, with work =
-    key blocks + TILE_COST. win: a window's left limit, -1 for none. Cached per shape (one upload)."""
+    tile_blocks_cost + TILE_COST. win: a window's left limit, -1 for none. Cached per shape (one upload)."""
     off = n_k - n_q
-    cost = []
-    for m in range(num_m):
-        q_pos = n_q - (num_m - m) * block_m
-        n_blocks = cdiv(min(n_k, q_pos + block_m + off), block_n) if causal else n_k // block_n
-        first = max(q_pos + off - win, 0) // block_n if win >= 0 else 0
-        cost.append(n_blocks - first + TILE_COST)
+    cost = [
+        tile_blocks_cost(n_q - (num_m - m) * block_m, block_m, block_n, n_k, off, causal, win, chain)
+        + TILE_COST
+        for m in range(num_m)
+    ]
     rows: list[list[int]] = [[] for _ in range(programs)]
-    load = [(0, p) for p in range(programs)]
+    load = [(0.0, p) for p in range(programs)]
     t = 0
     for base in range(0, bh, sched_heads):
         heads = min(bh - base, sched_heads)
@@ -508,6 +545,7 @@ class ForwardPlan:
                     causal,
                     win,
                     q.device,
+                    cfg.get("LPT_CHAIN", 0),
                 )
                 width = self.table.shape[1]
         else:

@@ -212,6 +212,9 @@ def test_forced_gluon_config_is_checked():
         flash_ws.check_config({"BLOCK_M": 256})
     with pytest.raises(ValueError, match="PROGRAMS=-1 must be a count"):
         flash_ws.check_config({"PROGRAMS": -1})
+    for chain in (-1, True, "2"):
+        with pytest.raises(ValueError, match="LPT_CHAIN=.* must be a number >= 0"):
+            flash_ws.check_config({"LPT_CHAIN": chain})
     with pytest.raises(ValueError, match="SCHED_HEADS=32 must be one of"):
         flash_ws.check_config({"SCHED_HEADS": 32})  # groups of 32 went with the round-robin causal walk
     with pytest.raises(ValueError, match="BLOCK_N=80 must be one of"):
@@ -267,6 +270,53 @@ def test_lpt_table_hands_out_every_tile_once_and_balances_the_work(num_m, bh, he
     if causal and tiles >= 4 * programs:  # heavy tiles first: round-robin's worst program is well above
         robin = [sum(work(t) for t in range(p, tiles, programs)) for p in range(programs)]
         assert max(loads) <= max(robin)
+
+
+def test_a_block_costs_the_warpgroups_that_run_it():
+    """tile_blocks_cost: a key block costs max(a, chain) / W for the a of the tile's W warpgroups that run it. A
+    192-row tile that starts 128 rows before row 0 has one warpgroup with rows; under a causal mask with three
+    warpgroups each stops after its last block (SKIP_DIAG); chain 0 charges every block in full."""
+    cost = flash_ws.tile_blocks_cost
+    # 1024 keys in 8 blocks of 128, no mask: a whole tile, then the first tile of N = 1024 (rows -128..63)
+    assert cost(64, 192, 128, 1024, 0, False, -1, 2) == 8
+    assert cost(-128, 192, 128, 1024, 0, False, -1, 2) == pytest.approx(8 * 2 / 3)
+    assert cost(-128, 192, 128, 1024, 0, False, -1, 1) == pytest.approx(8 / 3)
+    assert cost(-128, 192, 128, 1024, 0, False, -1, 0) == 8  # in full, whoever runs it
+    assert cost(-64, 192, 128, 1024, 0, False, -1, 1) == pytest.approx(8 * 2 / 3)  # two warpgroups with rows
+    # causal, rows 192..383 over 384 keys: the warpgroups need blocks [0, 2), [0, 3), [0, 3)
+    assert cost(192, 192, 128, 384, 0, True, -1, 1) == pytest.approx(3 / 3 + 3 / 3 + 2 / 3)
+    assert cost(192, 192, 128, 384, 0, True, -1, 0) == 3
+    # two warpgroups (128 rows) never skip a block: chain 2 is the full charge
+    assert cost(128, 128, 128, 256, 0, True, -1, 2) == cost(128, 128, 128, 256, 0, True, -1, 0) == 2
+
+
+def test_d64_walk_without_a_mask_spreads_its_part_empty_tiles():
+    """d = 64 without a mask: 192-row tiles over N = 1024 leave each head's first tile with one warpgroup of rows.
+    Round-robin over 132 programs hands all 512 of them to the 22 programs whose index is a multiple of 6 (132 is
+    6 x 22), while the others walk whole tiles only; the default's list schedule (LPT_CHAIN 2) spreads them, so its
+    most loaded program, costed as it schedules, has less work than round-robin's."""
+    cfg = flash_ws.default_config(64, False)
+    assert cfg["LPT"] == 1 and cfg["LPT_CHAIN"] == 2 and cfg["BLOCK_M"] == 192
+    n, bh, programs = 1024, 512, 132
+    num_m = -(-n // 192)
+    table = flash_ws.lpt_table(num_m, bh, 4, 192, 128, programs, n, n, False, -1, torch.device("cpu"), 2)
+    tiles = num_m * bh
+    assert sorted(table[table < tiles].tolist()) == list(range(tiles))
+    costs = [
+        flash_ws.tile_blocks_cost(n - (num_m - m) * 192, 192, 128, n, 0, False, -1, 2) + 1
+        for m in range(num_m)
+    ]
+
+    def m_of(t):  # flash_ws_parts.tile's order: groups of 4 heads, then query block, then head
+        return (t % (num_m * 4)) // 4
+
+    lpt = [sum(costs[m_of(t)] for t in row.tolist() if t < tiles) for row in table]
+    robin_first = [sum(1 for t in range(p, tiles, programs) if t % num_m == 0) for p in range(programs)]
+    robin = [sum(costs[t % num_m] for t in range(p, tiles, programs)) for p in range(programs)]
+    assert max(robin_first) > 20 and sum(c > 0 for c in robin_first) == 22
+    part_empty = [sum(1 for t in row.tolist() if t < tiles and m_of(t) == 0) for row in table]
+    assert max(part_empty) <= 8 and sum(c > 0 for c in part_empty) >= 120
+    assert max(lpt) < 0.95 * max(robin)
 
 
 def test_lpt_groups_heads_while_their_keys_and_values_fit_the_budget():
@@ -382,8 +432,9 @@ def test_d64_dispatch_follows_the_measured_thresholds():
         flash_attn(q, q, q, causal=causal)
         cfg = last_config()
         assert (cfg.get("kernel") == "gluon-ws") == gluon, (n, causal, cfg)
-        if gluon:
-            assert cfg["BLOCK_M"] == 192 and cfg["PERSISTENT"] == 1 and cfg.get("LPT", 0) == int(causal)
+        if gluon:  # list-scheduled with or without a mask (without: LPT_CHAIN 2, the part-empty first tiles)
+            assert cfg["BLOCK_M"] == 192 and cfg["PERSISTENT"] == 1 and cfg["LPT"] == 1
+            assert cfg.get("LPT_CHAIN", 0) == (0 if causal else 2)
 
 
 @pytest.mark.gpu

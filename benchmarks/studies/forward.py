@@ -78,6 +78,21 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
         for rows in (128, 192)
         for heads in (1, 4, 8, 16)
     },
+    # the list schedule charging a key block max(a, chain) / W for the a of the tile's W warpgroups that run it
+    # (`-cC`: LPT_CHAIN, flash_ws.tile_blocks_cost), not 1 whoever runs it
+    **{
+        f"ws-{rows}-lpt-h{heads}-c{chain}": {
+            "BLOCK_M": rows,
+            "STAGES": 2,
+            "PERSISTENT": 1,
+            "LPT": 1,
+            "SCHED_HEADS": heads,
+            "LPT_CHAIN": chain,
+        }
+        for rows in (128, 192)
+        for heads in (1, 4, 16)
+        for chain in (1, 2)
+    },
     # d = 256's output through Q's buffers (`-oq`: O_HALVES 0), as before its half-width buffers of its own: one
     # program per tile, persistent, list-scheduled (elsewhere these equal the variants above)
     "ws-128-s2-oq": {"BLOCK_M": 128, "STAGES": 2, **_ONE_PER_TILE, "O_HALVES": 0},
