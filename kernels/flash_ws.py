@@ -24,9 +24,9 @@ epilogue (own_o; not at d = 256, whose Q and two K/V stages fill shared memory, 
 the head dim's columns, each warpgroup's [64, D] output stored as two column halves one after the other). LPT=1
 walks a table built on the host (lpt_table): the tiles in the same order, each handed to the program with the
 least work so far, as a dynamic scheduler would, so the programs end together: under a causal mask (the longest
-tiles go first), and at d = 64 without one, where a 192-row tile that starts before row 0 leaves one or two of
-its warpgroups idle and costs less (LPT_CHAIN, tile_blocks_cost). Elsewhere without a mask the tiles are equal
-and the walk is round-robin.
+tiles go first), and at d = 64 without one where that beats round-robin (list_schedule_pays): a 192-row tile that
+starts before row 0 leaves one or two of its warpgroups idle and costs less (LPT_CHAIN, tile_blocks_cost).
+Elsewhere without a mask the tiles are equal and the walk is round-robin.
 
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128,
 256}, contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (BLOCK_N: 128 keys per K/V tile, 64 at d = 256; the
@@ -77,9 +77,10 @@ HEAD_DIMS = tuple(BLOCK_N)
 # Default config per (head dim, causal), the measured winners (docs/kernels.md, the Gluon forward): d = 64 takes
 # FA3's 192-row tiles (three consumers); d = 64 and 128 are persistent when not causal (the next tile's loads run
 # under this one's epilogue: 1.14x one program per tile at d = 128, N = 1024); causal tiles are unequal, so they
-# are persistent and list-scheduled (LPT) over two stages. So are d = 64's without a mask, a key block charged as
-# two of a tile's three warpgroups however few run it (LPT_CHAIN 2): where 192 does not divide N the first tile
-# of each head has idle warpgroups (H200: 0.92x the round-robin walk's time at N = 1024, 0.99x at 2048-4096). d = 256: Q [128, 256] and two K/V stages take 192 KiB of
+# are persistent and list-scheduled (LPT) over two stages. So are d = 64's without a mask where the list schedule
+# beats round-robin (ForwardPlan, list_schedule_pays), a key block charged as two of a tile's three warpgroups
+# however few run it (LPT_CHAIN 2): where 192 does not divide N the first tile of each head has idle warpgroups
+# (H200: 0.92x the round-robin walk's time at N = 1024, 0.99-1.00x at 2048-4096). d = 256: Q [128, 256] and two K/V stages take 192 KiB of
 # shared memory: no third stage, and the output's own buffers are half-width (O_HALVES: 224 KiB in all), so the
 # next tile's loads run under this one's epilogue there too; persistent when not causal (H100: 1.02-1.03x the
 # persistent walk storing O through Q's buffers at N = 2048-4096, 1.04x one program per tile at 2048; causal
@@ -417,6 +418,47 @@ def tile_blocks_cost(
     return sum(max(sum(j < e for e in ends), chain) / wgs for j in range(first, last))
 
 
+def _tile_costs(
+    num_m: int, block_m: int, block_n: int, n_q: int, n_k: int, causal: bool, win: int, chain: float
+) -> list[float]:
+    """What a schedule charges each query block m of a head: tile_blocks_cost + TILE_COST."""
+    return [
+        tile_blocks_cost(n_q - (num_m - m) * block_m, block_m, block_n, n_k, n_k - n_q, causal, win, chain)
+        + TILE_COST
+        for m in range(num_m)
+    ]
+
+
+@functools.lru_cache(maxsize=32)
+def _list_schedule(
+    num_m: int,
+    bh: int,
+    sched_heads: int,
+    block_m: int,
+    block_n: int,
+    programs: int,
+    n_q: int,
+    n_k: int,
+    causal: bool,
+    win: int,
+    chain: float,
+) -> tuple[tuple[tuple[int, ...], ...], float]:
+    """lpt_table's rows (each program's tiles in order) and its most loaded program's work."""
+    cost = _tile_costs(num_m, block_m, block_n, n_q, n_k, causal, win, chain)
+    rows: list[list[int]] = [[] for _ in range(programs)]
+    load = [(0.0, p) for p in range(programs)]
+    t = 0
+    for base in range(0, bh, sched_heads):
+        heads = min(bh - base, sched_heads)
+        for r in range(num_m * heads):
+            m = num_m - 1 - r // heads if causal else r // heads
+            work, p = heapq.heappop(load)
+            rows[p].append(t)
+            heapq.heappush(load, (work + cost[m], p))
+            t += 1
+    return tuple(tuple(row) for row in rows), max(work for work, _ in load)
+
+
 @functools.lru_cache(maxsize=32)
 def lpt_table(
     num_m: int,
@@ -437,26 +479,31 @@ def lpt_table(
     (flash_ws_parts.tile: groups of sched_heads heads, the longest query block first under a causal mask): the
     next goes to the program with the least work so far, as a dynamic scheduler would hand it out, with work =
     tile_blocks_cost + TILE_COST. win: a window's left limit, -1 for none. Cached per shape (one upload)."""
-    off = n_k - n_q
-    cost = [
-        tile_blocks_cost(n_q - (num_m - m) * block_m, block_m, block_n, n_k, off, causal, win, chain)
-        + TILE_COST
-        for m in range(num_m)
-    ]
-    rows: list[list[int]] = [[] for _ in range(programs)]
-    load = [(0.0, p) for p in range(programs)]
-    t = 0
-    for base in range(0, bh, sched_heads):
-        heads = min(bh - base, sched_heads)
-        for r in range(num_m * heads):
-            m = num_m - 1 - r // heads if causal else r // heads
-            work, p = heapq.heappop(load)
-            rows[p].append(t)
-            heapq.heappush(load, (work + cost[m], p))
-            t += 1
+    rows, _ = _list_schedule(num_m, bh, sched_heads, block_m, block_n, programs, n_q, n_k, causal, win, chain)
     width = max(len(row) for row in rows)
-    table = [row + [num_m * bh] * (width - len(row)) for row in rows]
+    table = [list(row) + [num_m * bh] * (width - len(row)) for row in rows]
     return torch.tensor(table, dtype=torch.int32, device=device)
+
+
+def list_schedule_pays(
+    num_m: int,
+    bh: int,
+    sched_heads: int,
+    block_m: int,
+    block_n: int,
+    programs: int,
+    n_q: int,
+    n_k: int,
+    chain: float,
+) -> bool:
+    """Without a mask: whether the list schedule's most loaded program has less work than
+    round-robin's (tile t to program t % programs, one head at a time), both costed as the list schedule costs
+    them. Where every tile costs the same (192 divides n, or 128-row tiles) the two are equal and the walk stays
+    round-robin (d = 64 at N = 8192 and 16384: round-robin 0.991-0.996x the list schedule's time, H200)."""
+    _, listed = _list_schedule(num_m, bh, sched_heads, block_m, block_n, programs, n_q, n_k, False, -1, chain)
+    cost = _tile_costs(num_m, block_m, block_n, n_q, n_k, False, -1, chain)
+    robin = max(sum(cost[t % num_m] for t in range(p, num_m * bh, programs)) for p in range(programs))
+    return listed < robin - 1e-9
 
 
 def kernel_constexprs(
@@ -510,7 +557,8 @@ class ForwardPlan:
         cfg = default_config(D, causal, fp8)
         if cfg.get("LPT"):
             cfg["SCHED_HEADS"] = lpt_heads(k.shape[2], D, fp8)
-        cfg.update(check_config({key: val for key, val in (config or {}).items() if key != "kernel"}))
+        forced = check_config({key: val for key, val in (config or {}).items() if key != "kernel"})
+        cfg.update(forced)
         if causal and cfg["PERSISTENT"] and not cfg.get("LPT"):
             raise ValueError("flash_ws forward: a causal persistent walk is list-scheduled (LPT=1)")
         why = supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"])
@@ -531,6 +579,22 @@ class ForwardPlan:
                 tiles, cfg.get("PROGRAMS") or _sm_count(q.device.index if q.device.index is not None else 0)
             )
             grid: tuple[int, ...] = (programs,)
+            if not causal and cfg.get("LPT") and "LPT" not in forced:
+                chain = cfg.get("LPT_CHAIN", 0)
+                args = (
+                    num_m,
+                    B * H,
+                    cfg["SCHED_HEADS"],
+                    cfg["BLOCK_M"],
+                    cfg["BLOCK_N"],
+                    programs,
+                    Nq,
+                    Nk,
+                    chain,
+                )
+                if not list_schedule_pays(*args):  # equal tiles: the default walks them round-robin
+                    cfg.update(LPT=0, SCHED_HEADS=1)
+                    cfg.pop("LPT_CHAIN", None)
             if cfg.get("LPT"):
                 win = window[0] if window is not None else -1
                 self.table = lpt_table(

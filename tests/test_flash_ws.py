@@ -319,6 +319,19 @@ def test_d64_walk_without_a_mask_spreads_its_part_empty_tiles():
     assert max(lpt) < 0.95 * max(robin)
 
 
+def test_the_d64_walk_without_a_mask_is_list_scheduled_only_where_that_beats_round_robin():
+    """list_schedule_pays, 16k tokens of 32 heads at d = 64 over 132 programs: the list schedule's most loaded
+    program has less work than round-robin's where 192 does not divide N and the part-empty tiles pile up (N =
+    1024-4096), the same at 8192 and 16384 (there the default walks round-robin), and with 128-row tiles (d = 128:
+    every tile equal) or a tile per program."""
+    pays = flash_ws.list_schedule_pays
+    for n, expected in ((1024, True), (2048, True), (4096, True), (8192, False), (16384, False)):
+        num_m, bh = -(-n // 192), 16384 // n * 32
+        assert pays(num_m, bh, flash_ws.lpt_heads(n, 64), 192, 128, 132, n, n, 2) == expected, n
+    assert not pays(8, 256, 4, 128, 128, 132, 1024, 1024, 2)
+    assert not pays(6, 2, 4, 192, 128, 132, 1024, 1024, 2)  # 12 tiles, 12 programs
+
+
 def test_lpt_groups_heads_while_their_keys_and_values_fit_the_budget():
     """4 heads per group while their K and V take at most LPT_GROUP_BYTES (8 MiB), else one head at a time; FP8
     walks groups of 8 while their K and V (1 byte) take at most that, else groups of 4."""
@@ -432,9 +445,15 @@ def test_d64_dispatch_follows_the_measured_thresholds():
         flash_attn(q, q, q, causal=causal)
         cfg = last_config()
         assert (cfg.get("kernel") == "gluon-ws") == gluon, (n, causal, cfg)
-        if gluon:  # list-scheduled with or without a mask (without: LPT_CHAIN 2, the part-empty first tiles)
-            assert cfg["BLOCK_M"] == 192 and cfg["PERSISTENT"] == 1 and cfg["LPT"] == 1
-            assert cfg.get("LPT_CHAIN", 0) == (0 if causal else 2)
+        if gluon:  # without a mask 12 tiles on 12 programs: round-robin (list_schedule_pays)
+            assert cfg["BLOCK_M"] == 192 and cfg["PERSISTENT"] == 1 and cfg.get("LPT", 0) == int(causal)
+    # 512 heads of N = 1024 (16k tokens): the part-empty first tiles make the list schedule pay
+    q = torch.randn(16, 32, 1024, 64, device="cuda", dtype=torch.bfloat16)
+    out = flash_attn(q, q, q)
+    cfg = last_config()
+    assert cfg["LPT"] == 1 and cfg["LPT_CHAIN"] == 2 and cfg["SCHED_HEADS"] == 4, cfg
+    ref = torch.nn.functional.scaled_dot_product_attention(*(q[:2].double(),) * 3)  # two of the 16 sequences
+    assert rel(out[:2], ref) < 1e-2
 
 
 @pytest.mark.gpu
