@@ -418,33 +418,24 @@ def tile_blocks_cost(
     return sum(max(sum(j < e for e in ends), chain) / wgs for j in range(first, last))
 
 
-def _tile_costs(
+def tile_costs(
     num_m: int, block_m: int, block_n: int, n_q: int, n_k: int, causal: bool, win: int, chain: float
-) -> list[float]:
+) -> tuple[float, ...]:
     """What a schedule charges each query block m of a head: tile_blocks_cost + TILE_COST."""
-    return [
+    return tuple(
         tile_blocks_cost(n_q - (num_m - m) * block_m, block_m, block_n, n_k, n_k - n_q, causal, win, chain)
         + TILE_COST
         for m in range(num_m)
-    ]
+    )
 
 
 @functools.lru_cache(maxsize=32)
 def _list_schedule(
-    num_m: int,
-    bh: int,
-    sched_heads: int,
-    block_m: int,
-    block_n: int,
-    programs: int,
-    n_q: int,
-    n_k: int,
-    causal: bool,
-    win: int,
-    chain: float,
+    cost: tuple[float, ...], bh: int, sched_heads: int, programs: int, causal: bool
 ) -> tuple[tuple[tuple[int, ...], ...], float]:
-    """lpt_table's rows (each program's tiles in order) and its most loaded program's work."""
-    cost = _tile_costs(num_m, block_m, block_n, n_q, n_k, causal, win, chain)
+    """The list schedule of bh heads' tiles (cost[m] for query block m) over the programs, in the kernel's tile
+    order: each program's tiles, and its most loaded program's work."""
+    num_m = len(cost)
     rows: list[list[int]] = [[] for _ in range(programs)]
     load = [(0.0, p) for p in range(programs)]
     t = 0
@@ -479,29 +470,20 @@ def lpt_table(
     (flash_ws_parts.tile: groups of sched_heads heads, the longest query block first under a causal mask): the
     next goes to the program with the least work so far, as a dynamic scheduler would hand it out, with work =
     tile_blocks_cost + TILE_COST. win: a window's left limit, -1 for none. Cached per shape (one upload)."""
-    rows, _ = _list_schedule(num_m, bh, sched_heads, block_m, block_n, programs, n_q, n_k, causal, win, chain)
+    cost = tile_costs(num_m, block_m, block_n, n_q, n_k, causal, win, chain)
+    rows, _ = _list_schedule(cost, bh, sched_heads, programs, causal)
     width = max(len(row) for row in rows)
     table = [list(row) + [num_m * bh] * (width - len(row)) for row in rows]
     return torch.tensor(table, dtype=torch.int32, device=device)
 
 
-def list_schedule_pays(
-    num_m: int,
-    bh: int,
-    sched_heads: int,
-    block_m: int,
-    block_n: int,
-    programs: int,
-    n_q: int,
-    n_k: int,
-    chain: float,
-) -> bool:
-    """Without a mask: whether the list schedule's most loaded program has less work than
-    round-robin's (tile t to program t % programs, one head at a time), both costed as the list schedule costs
-    them. Where every tile costs the same (192 divides n, or 128-row tiles) the two are equal and the walk stays
-    round-robin (d = 64 at N = 8192 and 16384: round-robin 0.991-0.996x the list schedule's time, H200)."""
-    _, listed = _list_schedule(num_m, bh, sched_heads, block_m, block_n, programs, n_q, n_k, False, -1, chain)
-    cost = _tile_costs(num_m, block_m, block_n, n_q, n_k, False, -1, chain)
+def list_schedule_pays(cost: tuple[float, ...], bh: int, sched_heads: int, programs: int) -> bool:
+    """Without a mask, tiles costing cost[m] (tile_costs): whether the list schedule's most loaded program has less
+    work than round-robin's (tile t to program t % programs, one head at a time). Where every tile costs the same
+    (192 divides N, or 128-row tiles) the two are equal and the walk stays round-robin (d = 64 at N = 8192 and
+    16384: round-robin 0.991-0.996x the list schedule's time, H200)."""
+    num_m = len(cost)
+    _, listed = _list_schedule(cost, bh, sched_heads, programs, False)
     robin = max(sum(cost[t % num_m] for t in range(p, num_m * bh, programs)) for p in range(programs))
     return listed < robin - 1e-9
 
@@ -581,19 +563,9 @@ class ForwardPlan:
             grid: tuple[int, ...] = (programs,)
             if not causal and cfg.get("LPT") and "LPT" not in forced:
                 chain = cfg.get("LPT_CHAIN", 0)
-                args = (
-                    num_m,
-                    B * H,
-                    cfg["SCHED_HEADS"],
-                    cfg["BLOCK_M"],
-                    cfg["BLOCK_N"],
-                    programs,
-                    Nq,
-                    Nk,
-                    chain,
-                )
-                if not list_schedule_pays(*args):  # equal tiles: the default walks them round-robin
-                    cfg.update(LPT=0, SCHED_HEADS=1)
+                cost = tile_costs(num_m, cfg["BLOCK_M"], cfg["BLOCK_N"], Nq, Nk, False, -1, chain)
+                if not list_schedule_pays(cost, B * H, cfg["SCHED_HEADS"], programs):
+                    cfg.update(LPT=0, SCHED_HEADS=1)  # equal tiles: the default walks them round-robin
                     cfg.pop("LPT_CHAIN", None)
             if cfg.get("LPT"):
                 win = window[0] if window is not None else -1

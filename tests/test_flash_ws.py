@@ -302,10 +302,7 @@ def test_d64_walk_without_a_mask_spreads_its_part_empty_tiles():
     table = flash_ws.lpt_table(num_m, bh, 4, 192, 128, programs, n, n, False, -1, torch.device("cpu"), 2)
     tiles = num_m * bh
     assert sorted(table[table < tiles].tolist()) == list(range(tiles))
-    costs = [
-        flash_ws.tile_blocks_cost(n - (num_m - m) * 192, 192, 128, n, 0, False, -1, 2) + 1
-        for m in range(num_m)
-    ]
+    costs = flash_ws.tile_costs(num_m, 192, 128, n, n, False, -1, 2)  # tile_blocks_cost + TILE_COST per m
 
     def m_of(t):  # flash_ws_parts.tile's order: groups of 4 heads, then query block, then head
         return (t % (num_m * 4)) // 4
@@ -324,12 +321,12 @@ def test_the_d64_walk_without_a_mask_is_list_scheduled_only_where_that_beats_rou
     program has less work than round-robin's where 192 does not divide N and the part-empty tiles pile up (N =
     1024-4096), the same at 8192 and 16384 (there the default walks round-robin), and with 128-row tiles (d = 128:
     every tile equal) or a tile per program."""
-    pays = flash_ws.list_schedule_pays
+    pays, costs = flash_ws.list_schedule_pays, flash_ws.tile_costs
     for n, expected in ((1024, True), (2048, True), (4096, True), (8192, False), (16384, False)):
-        num_m, bh = -(-n // 192), 16384 // n * 32
-        assert pays(num_m, bh, flash_ws.lpt_heads(n, 64), 192, 128, 132, n, n, 2) == expected, n
-    assert not pays(8, 256, 4, 128, 128, 132, 1024, 1024, 2)
-    assert not pays(6, 2, 4, 192, 128, 132, 1024, 1024, 2)  # 12 tiles, 12 programs
+        cost = costs(-(-n // 192), 192, 128, n, n, False, -1, 2)
+        assert pays(cost, 16384 // n * 32, flash_ws.lpt_heads(n, 64), 132) == expected, n
+    assert not pays(costs(8, 128, 128, 1024, 1024, False, -1, 2), 256, 4, 132)
+    assert not pays(costs(6, 192, 128, 1024, 1024, False, -1, 2), 2, 4, 12)  # 12 tiles, 12 programs
 
 
 def test_lpt_groups_heads_while_their_keys_and_values_fit_the_budget():

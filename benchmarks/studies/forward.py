@@ -78,7 +78,7 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
         for rows in (128, 192)
         for heads in (1, 4, 8, 16)
     },
-    # the list schedule charging a key block max(a, chain) / W for the a of the tile's W warpgroups that run it
+    # the list schedule charging a key block max(a, chain) / 3 for the a of a 192-row tile's warpgroups that run it
     # (`-cC`: LPT_CHAIN, flash_ws.tile_blocks_cost), not 1 whoever runs it
     **{
         f"ws-{rows}-lpt-h{heads}-c{chain}": {
@@ -89,8 +89,8 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
             "SCHED_HEADS": heads,
             "LPT_CHAIN": chain,
         }
-        for rows in (128, 192)
-        for heads in (1, 4, 16)
+        for rows in (192,)
+        for heads in (1, 4)
         for chain in (1, 2)
     },
     # d = 256's output through Q's buffers (`-oq`: O_HALVES 0), as before its half-width buffers of its own: one
