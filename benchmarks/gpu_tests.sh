@@ -20,8 +20,11 @@ status=0
 pids=()
 start=$(date +%s)
 for ((i = 0; i < JOBS; i++)); do
+    # At the time limit pytest gets SIGINT, not SIGTERM: it stops and still prints its summary, the failures so far
+    # named (-rfE), where a terminated shard would leave only its progress dots.
     # shellcheck disable=SC2086  # TESTS: a list of files, word-split on purpose
-    FLASHBENCH_FULL_TESTS=$FULL FLASHBENCH_TEST_SHARD="$i/$JOBS" timeout "${TEST_TIMEOUT_S:-1800}" \
+    FLASHBENCH_FULL_TESTS=$FULL FLASHBENCH_TEST_SHARD="$i/$JOBS" \
+        timeout --signal=INT --kill-after=60 "${TEST_TIMEOUT_S:-1800}" \
         python3 -m pytest -q -rfE --tb=short --durations=20 -p no:cacheprovider $TESTS ${1:+-k "$1"} \
         >"$OUT/$NAME-$i.log" 2>&1 &
     pids+=($!)
@@ -31,7 +34,9 @@ for ((i = 0; i < JOBS; i++)); do
     rc=$?
     # 5: pytest selected no test in this shard (more shards than compile groups), not a failure
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then status=1; fi
-    echo "$NAME shard $i/$JOBS: $(tail -1 "$OUT/$NAME-$i.log")"
+    cut=""
+    if [ "$rc" -eq 124 ]; then cut=" (cut at the ${TEST_TIMEOUT_S:-1800} s limit)"; fi
+    echo "$NAME shard $i/$JOBS$cut: $(tail -1 "$OUT/$NAME-$i.log")"
 done
 grep -h "^FAILED\|^ERROR" "$OUT/$NAME"-*.log || true
 echo "$NAME: $JOBS shards in $(($(date +%s) - start)) s; exit status: $status"

@@ -565,8 +565,9 @@ class ForwardPlan:
                 chain = cfg.get("LPT_CHAIN", 0)
                 cost = tile_costs(num_m, cfg["BLOCK_M"], cfg["BLOCK_N"], Nq, Nk, False, -1, chain)
                 if not list_schedule_pays(cost, B * H, cfg["SCHED_HEADS"], programs):
-                    cfg.update(LPT=0, SCHED_HEADS=1)  # equal tiles: the default walks them round-robin
-                    cfg.pop("LPT_CHAIN", None)
+                    # equal tiles: round-robin (LPT_CHAIN stays in the report, so that forcing it back, LPT=0
+                    # with the default's other keys, gives this config)
+                    cfg.update(LPT=0, SCHED_HEADS=1)
             if cfg.get("LPT"):
                 win = window[0] if window is not None else -1
                 self.table = lpt_table(

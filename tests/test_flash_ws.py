@@ -444,11 +444,17 @@ def test_d64_dispatch_follows_the_measured_thresholds():
         assert (cfg.get("kernel") == "gluon-ws") == gluon, (n, causal, cfg)
         if gluon:  # without a mask 12 tiles on 12 programs: round-robin (list_schedule_pays)
             assert cfg["BLOCK_M"] == 192 and cfg["PERSISTENT"] == 1 and cfg.get("LPT", 0) == int(causal)
+            flash_attn(
+                q, q, q, causal=causal, config=cfg
+            )  # the reported config forced back runs the same walk
+            assert last_config() == cfg
     # 512 heads of N = 1024 (16k tokens): the part-empty first tiles make the list schedule pay
     q = torch.randn(16, 32, 1024, 64, device="cuda", dtype=torch.bfloat16)
     out = flash_attn(q, q, q)
     cfg = last_config()
     assert cfg["LPT"] == 1 and cfg["LPT_CHAIN"] == 2 and cfg["SCHED_HEADS"] == 4, cfg
+    flash_attn(q, q, q, config=cfg)
+    assert last_config() == cfg
     ref = torch.nn.functional.scaled_dot_product_attention(*(q[:2].double(),) * 3)  # two of the 16 sequences
     assert rel(out[:2], ref) < 1e-2
 

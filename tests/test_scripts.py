@@ -140,3 +140,26 @@ def test_the_docs_reference_check_finds_a_stale_module_and_a_missing_file():
     assert [n for n in DOTTED.findall(text) if not _resolves(n)] == ["flashbench.timing.time_cuda"]
     assert PATH.findall(text) == ["kernels/schedule_ab.py"] and not (ROOT / "kernels/schedule_ab.py").exists()
     assert SCRIPT.findall("run benchmarks/studies/backward.toml") == ["benchmarks/studies/backward.toml"]
+
+
+def test_gpu_tests_sh_names_the_failures_of_a_shard_cut_at_its_time_limit(tmp_path):
+    """benchmarks/gpu_tests.sh stops a shard at TEST_TIMEOUT_S with SIGINT: pytest still prints its summary, so a
+    failure before the cut is named, and the shard's line says it was cut (a SIGTERM left only progress dots)."""
+    suite = tmp_path / "test_cut.py"
+    suite.write_text(
+        "import time\n\ndef test_fails():\n    assert 1 == 2\n\ndef test_hangs():\n    time.sleep(60)\n"
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # python3: this interpreter
+        "OUT": str(tmp_path / "out"),
+        "TESTS": str(suite),
+        "JOBS": "1",
+        "TEST_TIMEOUT_S": "8",
+    }
+    run = subprocess.run(
+        ["bash", str(ROOT / "benchmarks/gpu_tests.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "pytest shard 0/1 (cut at the 8 s limit)" in run.stdout, run.stdout
+    assert "FAILED" in run.stdout and "test_cut.py::test_fails" in run.stdout, run.stdout
