@@ -440,8 +440,12 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
                 continue
             name = f"ws-{'fp8-' if fp8 else ''}{shape}-default"
             add(name, True, ws_forward, {}, dim, causal, 8192, fp8=fp8)
-            # a causal default's other head group (flash_ws.lpt_heads), at a length that takes it
-            if causal and flash_ws.lpt_heads(2048, dim, fp8) != flash_ws.lpt_heads(8192, dim, fp8):
+            # the default's other walk, at a length that takes it: a causal default's other head group
+            # (flash_ws.lpt_heads); d = 64 without a mask, list-scheduled at 2048 keys (round-robin at 8192 here:
+            # flash_ws.list_schedule_pays)
+            other_group = flash_ws.lpt_heads(2048, dim, fp8) != flash_ws.lpt_heads(8192, dim, fp8)
+            listed = not causal and flash_ws.default_config(dim, causal, fp8).get("LPT")
+            if (causal and other_group) or listed:
                 add(f"{name}-n2048", True, ws_forward, {}, dim, causal, 2048, fp8=fp8)
         add(f"ws-varlen-{shape}-default", True, varlen_forward, {}, dim, causal, 8192)
     for dim, causal in itertools.product(backward_ws.HEAD_DIMS, (False, True)):
