@@ -28,7 +28,18 @@ def test_env_record_without_calibration_or_with_a_corrupt_one(tmp_path, monkeypa
     (tmp_path / "calibration" / "h200.json").write_text("{not json")
     record = environment.collect("cuda", {"gpu": "NVIDIA H200"})
     assert "error" in record.calibration  # recorded, and the sweep goes on
-    assert environment.collect("cpu", {}).calibration is None
+
+
+def test_a_cpu_run_on_a_gpu_machine_carries_no_gpu_calibration(tmp_path, monkeypatch):
+    """NVML lists the machine's GPU in a `--device cpu` run's record, but the rows measured the CPU."""
+    monkeypatch.setenv("FLASHBENCH_HOME", str(tmp_path))
+    (tmp_path / "calibration").mkdir()
+    (tmp_path / "calibration" / "h200.json").write_text(
+        json.dumps({"gpu": "NVIDIA H200", "copy_bw_gb_s": 4223.6})
+    )
+    monkeypatch.setattr(environment, "nvml_gpus", lambda: [{"index": 0, "name": "NVIDIA H200"}])
+    record = environment.collect("cpu", {})
+    assert record.gpus[0]["name"] == "NVIDIA H200" and record.calibration is None
 
 
 def test_env_json_round_trips_as_a_typed_record_and_keeps_unknown_keys(tmp_path):

@@ -202,7 +202,10 @@ def collect(
         gpu=str(facts.get("gpu") or ""),
         worker=facts,
         packages={p: _version(p) for p in builtin.packages()},
-        calibration=_calibration(facts.get("gpu") or next((g.get("name") for g in gpus), None)),
+        # a CPU run measured the CPU: the GPU beside it (NVML still lists it) lends it no ceiling
+        calibration=_calibration(facts.get("gpu") or next((g.get("name") for g in gpus), None))
+        if device == "cuda"
+        else None,
     )
 
 
