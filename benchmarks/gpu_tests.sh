@@ -4,7 +4,8 @@
 # select a kernel build), so a kernel variant compiles in one process, not in every one. Triton's cache
 # (~/.triton/cache) and the tests' autotune picks (FLASHBENCH_TEST_HOME, default ~/.cache/flashbench-tests) outlive
 # the run: a second run on the same machine compiles and tunes only what changed.
-# Logs go to $OUT/$NAME-<i>.log; the last lines printed are each shard's pytest summary and the overall exit status.
+# Logs go to $OUT/$NAME-<i>.log, the tests that failed to $OUT/$NAME-failing.txt as they end; the last lines printed
+# are each shard's pytest summary and the overall exit status.
 #
 #   bash benchmarks/gpu_tests.sh                          # the smoke tier of the whole suite, 8 processes
 #   FULL=1 JOBS=15 bash benchmarks/gpu_tests.sh           # the full matrix (tests/tiers.py), 15 processes
@@ -19,14 +20,18 @@ mkdir -p "$OUT"
 status=0
 pids=()
 start=$(date +%s)
+: >"$OUT/$NAME-failing.txt"
 for ((i = 0; i < JOBS; i++)); do
     # At the time limit pytest gets SIGINT, not SIGTERM: it stops and still prints its summary, the failures so far
-    # named (-rfE), where a terminated shard would leave only its progress dots.
+    # named (-rfE), where a terminated shard would leave only its progress dots. -v names each test as it ends, and
+    # its FAILED / ERROR lines go to $NAME-failing.txt at once: a shard killed outright (the machine's own limit)
+    # still leaves the names of what failed before.
     # shellcheck disable=SC2086  # TESTS: a list of files, word-split on purpose
     FLASHBENCH_FULL_TESTS=$FULL FLASHBENCH_TEST_SHARD="$i/$JOBS" \
         timeout --signal=INT --kill-after=60 "${TEST_TIMEOUT_S:-1800}" \
-        python3 -m pytest -q -rfE --tb=short --durations=20 -p no:cacheprovider $TESTS ${1:+-k "$1"} \
-        >"$OUT/$NAME-$i.log" 2>&1 &
+        python3 -m pytest -v -rfE --tb=short --durations=20 -p no:cacheprovider $TESTS ${1:+-k "$1"} 2>&1 |
+        tee "$OUT/$NAME-$i.log" |
+        { grep --line-buffered -E '::.* (FAILED|ERROR)( |$)' || true; } >>"$OUT/$NAME-failing.txt" &
     pids+=($!)
 done
 for ((i = 0; i < JOBS; i++)); do
@@ -38,6 +43,9 @@ for ((i = 0; i < JOBS; i++)); do
     if [ "$rc" -eq 124 ]; then cut=" (cut at the ${TEST_TIMEOUT_S:-1800} s limit)"; fi
     echo "$NAME shard $i/$JOBS$cut: $(tail -1 "$OUT/$NAME-$i.log")"
 done
-grep -h "^FAILED\|^ERROR" "$OUT/$NAME"-*.log || true
+grep -h "^FAILED\|^ERROR" "$OUT/$NAME"-[0-9]*.log || true
+if [ -s "$OUT/$NAME-failing.txt" ]; then
+    echo "$NAME: $(wc -l <"$OUT/$NAME-failing.txt") failed as they ran (a cut shard's too): $OUT/$NAME-failing.txt"
+fi
 echo "$NAME: $JOBS shards in $(($(date +%s) - start)) s; exit status: $status"
 exit $status

@@ -14,8 +14,10 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,3 +165,43 @@ def test_gpu_tests_sh_names_the_failures_of_a_shard_cut_at_its_time_limit(tmp_pa
     assert run.returncode == 1, run.stdout + run.stderr
     assert "pytest shard 0/1 (cut at the 8 s limit)" in run.stdout, run.stdout
     assert "FAILED" in run.stdout and "test_cut.py::test_fails" in run.stdout, run.stdout
+    failing = (tmp_path / "out" / "pytest-failing.txt").read_text()
+    assert "test_cut.py::test_fails FAILED" in failing and "test_hangs" not in failing, failing
+
+
+def test_gpu_tests_sh_names_a_failure_as_it_happens_even_if_the_run_is_killed(tmp_path):
+    """A shard killed outright (the machine's own time limit ends the whole script, no summary is printed) has
+    already written the tests that failed to $OUT/pytest-failing.txt."""
+    suite = tmp_path / "test_killed.py"
+    suite.write_text(
+        "import time\n\ndef test_fails():\n    assert 1 == 2\n\ndef test_hangs():\n    time.sleep(120)\n"
+    )
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "OUT": str(out),
+        "TESTS": str(suite),
+        "JOBS": "1",
+    }
+    script = subprocess.Popen(
+        ["bash", str(ROOT / "benchmarks/gpu_tests.sh")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    failing = out / "pytest-failing.txt"
+    try:
+        deadline = time.monotonic() + 90
+        while "test_fails" not in (failing.read_text() if failing.exists() else ""):
+            assert time.monotonic() < deadline and script.poll() is None, (
+                "no failure named while test_hangs ran"
+            )
+            time.sleep(0.2)
+        assert script.poll() is None  # still inside test_hangs: nothing has printed a summary
+    finally:
+        os.killpg(script.pid, signal.SIGKILL)
+        script.wait()
+    assert "test_killed.py::test_fails FAILED" in failing.read_text()
+    assert "short test summary" not in (out / "pytest-0.log").read_text()
