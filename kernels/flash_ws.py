@@ -482,10 +482,44 @@ def list_schedule_pays(cost: tuple[float, ...], bh: int, sched_heads: int, progr
     work than round-robin's (tile t to program t % programs, one head at a time). Where every tile costs the same
     (192 divides N, or 128-row tiles) the two are equal and the walk stays round-robin (d = 64 at N = 8192 and
     16384: round-robin 0.991-0.996x the list schedule's time, H200)."""
-    num_m = len(cost)
     _, listed = _list_schedule(cost, bh, sched_heads, programs, False)
-    robin = max(sum(cost[t % num_m] for t in range(p, num_m * bh, programs)) for p in range(programs))
-    return listed < robin - 1e-9
+    return listed < _robin_load(cost, bh, programs) - 1e-9
+
+
+def _robin_load(cost: tuple[float, ...], bh: int, programs: int) -> float:
+    """The most loaded program's work where tile t (query block t % num_m of its head) goes to program
+    t % programs: the persistent walk without a table."""
+    num_m = len(cost)
+    return max(sum(cost[t % num_m] for t in range(p, num_m * bh, programs)) for p in range(programs))
+
+
+def walk_load(
+    batch: int,
+    heads: int,
+    n_q: int,
+    n_k: int,
+    causal: bool,
+    cfg: dict[str, Any],
+    sm_count: int,
+    win: int = -1,
+) -> tuple[int, int, float, float] | None:
+    """How the persistent walk of config cfg (a row's reported kernel_config) spreads its tiles, as this module's
+    schedule model charges them (tile_costs: a tile's key blocks + TILE_COST): (tiles, programs, the most loaded
+    program's work, the mean program's work). The walk ends with its most loaded program, so mean / most is the
+    share of the programs' time the model fills with tiles. None for one program per tile (PERSISTENT=0: the
+    GPU's block scheduler deals those). win: a window's left limit, -1 for none (causal is then True)."""
+    if not cfg.get("PERSISTENT"):
+        return None
+    bh = batch * heads
+    num_m = cdiv(n_q, cfg["BLOCK_M"])
+    programs = min(num_m * bh, cfg.get("PROGRAMS") or sm_count)
+    chain = cfg.get("LPT_CHAIN", 0)
+    cost = tile_costs(num_m, cfg["BLOCK_M"], cfg["BLOCK_N"], n_q, n_k, causal, win, chain)
+    if cfg.get("LPT"):
+        busiest = _list_schedule(cost, bh, cfg["SCHED_HEADS"], programs, causal)[1]
+    else:
+        busiest = _robin_load(cost, bh, programs)
+    return num_m * bh, programs, busiest, sum(cost) * bh / programs
 
 
 def kernel_constexprs(

@@ -329,6 +329,61 @@ def test_the_d64_walk_without_a_mask_is_list_scheduled_only_where_that_beats_rou
     assert not pays(costs(6, 192, 128, 1024, 1024, False, -1, 2), 2, 4, 12)  # 12 tiles, 12 programs
 
 
+def test_walk_load_costs_the_walk_the_plan_runs():
+    """walk_load, the report's reading of a row's config: round-robin over 2048 equal tiles on 132 programs is 15.5
+    rounds, so the busiest program walks 16 tiles of 8 key blocks + 1 against a mean of 2048 x 9 / 132; a
+    list-scheduled config's busiest program is the busiest row of the very table the kernel walks (lpt_table);
+    one program per tile has no walk; PROGRAMS sets the programs."""
+    full = flash_ws.default_config(128, False)
+    assert flash_ws.walk_load(16, 16, 1024, 1024, False, full, 132) == (2048, 132, 144.0, 2048 * 9 / 132)
+    assert flash_ws.walk_load(16, 16, 1024, 1024, False, {**full, "PROGRAMS": 128}, 132)[1:3] == (128, 144.0)
+    assert flash_ws.walk_load(16, 16, 1024, 1024, False, {**full, "PERSISTENT": 0}, 132) is None
+    for d, n, causal, win in (
+        (128, 1024, True, -1),
+        (64, 1024, False, -1),
+        (64, 2048, True, -1),
+        (128, 4096, True, 512),
+    ):
+        cfg = {**flash_ws.default_config(d, causal), "SCHED_HEADS": flash_ws.lpt_heads(n, d)}
+        bh, num_m = 16384 // n * 2048 // d, -(-n // cfg["BLOCK_M"])
+        tiles, programs, busiest, mean = flash_ws.walk_load(bh, 1, n, n, causal, cfg, 132, win)
+        chain = cfg.get("LPT_CHAIN", 0)
+        cost = flash_ws.tile_costs(num_m, cfg["BLOCK_M"], cfg["BLOCK_N"], n, n, causal, win, chain)
+        table = flash_ws.lpt_table(
+            num_m,
+            bh,
+            cfg["SCHED_HEADS"],
+            cfg["BLOCK_M"],
+            cfg["BLOCK_N"],
+            programs,
+            n,
+            n,
+            causal,
+            win,
+            torch.device("cpu"),
+            chain,
+        )
+        walked = [
+            sum(cost[_block_of(t, num_m, cfg["SCHED_HEADS"], bh, causal)] for t in row if t < tiles)
+            for row in table.tolist()
+        ]
+        assert (tiles, programs) == (num_m * bh, 132) and busiest == pytest.approx(max(walked)), (
+            d,
+            n,
+            causal,
+        )
+        assert mean == pytest.approx(sum(walked) / programs) and mean <= busiest
+
+
+def _block_of(t: int, num_m: int, group: int, bh: int, causal: bool) -> int:
+    """The query block of tile t in the list schedule's order (flash_ws_parts.tile): groups of `group` heads, the
+    blocks of a group's heads side by side, the longest first under a causal mask."""
+    base = t // (num_m * group) * group
+    r = t - base * num_m
+    heads = min(bh - base, group)
+    return num_m - 1 - r // heads if causal else r // heads
+
+
 def test_lpt_groups_heads_while_their_keys_and_values_fit_the_budget():
     """4 heads per group while their K and V take at most LPT_GROUP_BYTES (8 MiB), else one head at a time; FP8
     walks groups of 8 while their K and V (1 byte) take at most that, else groups of 4."""

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from flashbench import __version__
-from flashbench.analysis import clocks, host, serving, summary
+from flashbench.analysis import clocks, host, serving, summary, walk
 from flashbench.analysis.comparison import cross_gpu_note, same_gpu, same_run
 from flashbench.analysis.modelled import ROOF_RULE
 from flashbench.analysis.runs import failures, recompute_overhead
@@ -257,6 +257,14 @@ def _table_sections(run: Run, add: Any) -> None:
             "Best TFLOP/s per provider",
             html.escape(ROOF_RULE) + " Sorted by mode, then the highest TFLOP/s.",
             table(best, formats=summary.BEST_FORMATS),
+        )
+    walks = walk.walk_table(frame, walk.sm_count_of(run.env, run.gpu_spec))
+    if len(walks):
+        add(
+            "walk",
+            "SM fill of the bundled forward (modelled)",
+            html.escape(walk.WALK_RULE) + " The least filled first.",
+            details(f"{len(walks)} cases", table(walks, formats=walk.WALK_FORMATS)),
         )
     bw = serving.best_bandwidth(frame)
     if len(bw):

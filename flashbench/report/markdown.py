@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flashbench.analysis import clocks, host, serving, summary
+from flashbench.analysis import clocks, host, serving, summary, walk
 from flashbench.analysis import comparison as cmp
 from flashbench.analysis import runs as an
 from flashbench.analysis.modelled import ROOF_RULE
@@ -33,6 +33,13 @@ def render(
     if len(best):
         out += ["### Best TFLOP/s per provider", "", f"{ROOF_RULE}", ""]
         out += _table(best.drop(columns=["time", "cases"]), formats=summary.BEST_FORMATS)
+    walks = walk.walk_table(f, walk.sm_count_of(run.env, run.gpu_spec))
+    if len(walks):
+        out += ["### SM fill of the bundled forward (modelled; the least filled first)", ""]
+        out += [walk.WALK_RULE, ""]
+        out += _table(walks.head(MAX_LINES), formats=walk.WALK_FORMATS)
+        if len(walks) > MAX_LINES:
+            out += [f"… {len(walks) - MAX_LINES} more in the HTML report.", ""]
     bw = serving.best_bandwidth(f)
     if len(bw):
         out += ["### Best GB/s per provider (serving rows)", ""]
