@@ -51,6 +51,19 @@ def test_packed_batches_and_runs_without_an_sm_count_get_no_walk() -> None:
     assert _table(H100_SPEED, sm_count=None).empty
 
 
+def test_a_config_the_model_cannot_read_gets_no_line_and_breaks_no_report() -> None:
+    """A row that says gluon-ws but lacks the tile keys (another version's config, a user's own report) is left
+    out; the other rows keep theirs."""
+    run = runs.load_run(H100_SPEED)
+    frame = run.frame.copy()
+    gluon = (
+        frame["kernel_config"].str.contains('"gluon-ws"', regex=False) & frame["mode"].eq("fwd") & frame["ok"]
+    )
+    first = frame.index[gluon][0]
+    frame.loc[first, "kernel_config"] = '{"PERSISTENT": 1, "kernel": "gluon-ws"}'
+    assert len(walk.walk_table(frame, 132)) == int(gluon.sum()) - 1
+
+
 @needs_plotly
 def test_the_html_report_has_the_walk_section() -> None:
     page = build(H100_SPEED, fmt="html")

@@ -51,16 +51,19 @@ def walk_table(frame: pd.DataFrame, sm_count: int | None) -> pd.DataFrame:
     for row in rows.to_dict("records"):
         cfg: dict[str, Any] = json.loads(row["kernel_config"])
         window = parse_window(row["window"])
-        load = walk_load(
-            int(row["batch"]),
-            int(row["heads"]),
-            int(row["seq_q"]),
-            int(row["seq_k"]),
-            bool(row["causal"]) or window is not None,
-            cfg,
-            sm_count,
-            window[0] if window is not None else -1,
-        )
+        try:
+            load = walk_load(
+                int(row["batch"]),
+                int(row["heads"]),
+                int(row["seq_q"]),
+                int(row["seq_k"]),
+                bool(row["causal"]) or window is not None,
+                cfg,
+                sm_count,
+                window[0] if window is not None else -1,
+            )
+        except (KeyError, TypeError, ValueError):  # a config this model cannot read (no tile keys): no line
+            continue
         if load is None:
             continue
         tiles, programs, busiest, mean = load
