@@ -493,6 +493,19 @@ def _robin_load(cost: tuple[float, ...], bh: int, programs: int) -> float:
     return max(sum(cost[t % num_m] for t in range(p, num_m * bh, programs)) for p in range(programs))
 
 
+def walk_programs(tiles: int, cfg: dict[str, Any], sm_count: int) -> int:
+    """The persistent walk's programs: one per SM (PROGRAMS of them where forced), at most one per tile."""
+    return min(tiles, cfg.get("PROGRAMS") or sm_count)
+
+
+def walk_costs(cfg: dict[str, Any], n_q: int, n_k: int, causal: bool, win: int) -> tuple[float, ...]:
+    """tile_costs of config cfg's tiles (its BLOCK_M, BLOCK_N and LPT_CHAIN) over n_q query and n_k key rows."""
+    block_m = cfg["BLOCK_M"]
+    return tile_costs(
+        cdiv(n_q, block_m), block_m, cfg["BLOCK_N"], n_q, n_k, causal, win, cfg.get("LPT_CHAIN", 0)
+    )
+
+
 def walk_load(
     batch: int,
     heads: int,
@@ -511,15 +524,14 @@ def walk_load(
     if not cfg.get("PERSISTENT"):
         return None
     bh = batch * heads
-    num_m = cdiv(n_q, cfg["BLOCK_M"])
-    programs = min(num_m * bh, cfg.get("PROGRAMS") or sm_count)
-    chain = cfg.get("LPT_CHAIN", 0)
-    cost = tile_costs(num_m, cfg["BLOCK_M"], cfg["BLOCK_N"], n_q, n_k, causal, win, chain)
+    cost = walk_costs(cfg, n_q, n_k, causal, win)
+    tiles = len(cost) * bh
+    programs = walk_programs(tiles, cfg, sm_count)
     if cfg.get("LPT"):
         busiest = _list_schedule(cost, bh, cfg["SCHED_HEADS"], programs, causal)[1]
     else:
         busiest = _robin_load(cost, bh, programs)
-    return num_m * bh, programs, busiest, sum(cost) * bh / programs
+    return tiles, programs, busiest, sum(cost) * bh / programs
 
 
 def kernel_constexprs(
@@ -591,13 +603,12 @@ class ForwardPlan:
         tiles = num_m * B * H
         self.table, width = _no_table(q.device), 0  # round-robin
         if cfg["PERSISTENT"]:
-            programs = min(
-                tiles, cfg.get("PROGRAMS") or _sm_count(q.device.index if q.device.index is not None else 0)
+            programs = walk_programs(
+                tiles, cfg, _sm_count(q.device.index if q.device.index is not None else 0)
             )
             grid: tuple[int, ...] = (programs,)
             if not causal and cfg.get("LPT") and "LPT" not in forced:
-                chain = cfg.get("LPT_CHAIN", 0)
-                cost = tile_costs(num_m, cfg["BLOCK_M"], cfg["BLOCK_N"], Nq, Nk, False, -1, chain)
+                cost = walk_costs(cfg, Nq, Nk, False, -1)
                 if not list_schedule_pays(cost, B * H, cfg["SCHED_HEADS"], programs):
                     # equal tiles: round-robin (LPT_CHAIN stays in the report, so that forcing it back, LPT=0
                     # with the default's other keys, gives this config)
