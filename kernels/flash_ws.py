@@ -86,7 +86,16 @@ HEAD_DIMS = tuple(BLOCK_N)
 # persistent walk storing O through Q's buffers at N = 2048-4096, 1.04x one program per tile at 2048; causal
 # 1.01-1.04x; docs/kernels.md).
 _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
-LPT_GROUP_BYTES = 8 * 2**20  # lpt_heads: groups of 4 heads while their K and V fit, else one (2-4% faster)
+# lpt_heads, 16-bit: of the groups of 4, 8 and 16 heads whose K and V take at most LPT_GROUP_BYTES of L2, the
+# smallest whose walk the schedule model (walk_load: its most loaded program) charges at most LPT_SLACK times the
+# best one's; but one head where 4 heads' K and V take more than LPT_ONE_HEAD_BYTES and the model charges one head's
+# walk at most LPT_ONE_HEAD_SLACK times the best group's (the model counts no L2 traffic, which one head's walk keeps
+# least), or where no group fits. FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4. Measured in
+# docs/kernels.md, "Persistent LPT".
+LPT_GROUP_BYTES = 32 * 2**20
+LPT_ONE_HEAD_BYTES = 8 * 2**20
+LPT_SLACK = 1.005
+LPT_ONE_HEAD_SLACK = 1.01
 
 
 def _base(head_dim: int) -> dict[str, int]:
@@ -183,13 +192,33 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, 
     return dict(DEFAULT_CONFIG[(head_dim, bool(causal))])
 
 
-def lpt_heads(n_k: int, head_dim: int, fp8: bool = False) -> int:
-    """The list-scheduled walk's group of heads (SCHED_HEADS) when none is forced: 16-bit, 4 heads while their K
-    and V take at most LPT_GROUP_BYTES of L2, else 1; FP8, 8 heads while theirs (1 byte) do, else 4 (docs/kernels.md,
-    the FP8 forward: the walk's head groups)."""
+def lpt_heads(
+    cfg: dict[str, Any],
+    bh: int,
+    n_q: int,
+    n_k: int,
+    head_dim: int,
+    causal: bool,
+    programs: int,
+    win: int = -1,
+    fp8: bool = False,
+) -> int:
+    """The list-scheduled walk's group of heads (SCHED_HEADS) when none is forced, by the rule above LPT_SLACK:
+    bh heads of n_q queries over n_k keys at head_dim in config cfg's tiles, on `programs` programs; win a window's
+    left limit, -1 for none."""
+    kv_bytes = 2 * n_k * head_dim * (1 if fp8 else 2)  # one head's K and V
     if fp8:
-        return 8 if 8 * 2 * n_k * head_dim <= LPT_GROUP_BYTES else 4
-    return 4 if 4 * 2 * n_k * head_dim * 2 <= LPT_GROUP_BYTES else 1
+        return 8 if 8 * kv_bytes <= LPT_ONE_HEAD_BYTES else 4
+    groups = [h for h in (4, 8, 16) if h * kv_bytes <= LPT_GROUP_BYTES]
+    if not groups:
+        return 1
+    cost = walk_costs(cfg, n_q, n_k, causal, win)
+    loads = [_list_schedule(cost, bh, h, programs, causal)[1] for h in groups]
+    least = min(loads)
+    if 4 * kv_bytes > LPT_ONE_HEAD_BYTES:
+        if _list_schedule(cost, bh, 1, programs, causal)[1] <= LPT_ONE_HEAD_SLACK * least:
+            return 1
+    return next(h for h, load in zip(groups, loads, strict=True) if load <= LPT_SLACK * least)
 
 
 def preferred(
@@ -583,8 +612,6 @@ class ForwardPlan:
         )  # a supported window has right limit 0: the causal diagonal
         fp8 = q.dtype in FP8_DTYPES
         cfg = default_config(D, causal, fp8)
-        if cfg.get("LPT"):
-            cfg["SCHED_HEADS"] = lpt_heads(k.shape[2], D, fp8)
         forced = check_config({key: val for key, val in (config or {}).items() if key != "kernel"})
         cfg.update(forced)
         if causal and cfg["PERSISTENT"] and not cfg.get("LPT"):
@@ -607,6 +634,9 @@ class ForwardPlan:
                 tiles, cfg, _sm_count(q.device.index if q.device.index is not None else 0)
             )
             grid: tuple[int, ...] = (programs,)
+            win = window[0] if window is not None else -1
+            if cfg.get("LPT") and "SCHED_HEADS" not in forced:
+                cfg["SCHED_HEADS"] = lpt_heads(cfg, B * H, Nq, Nk, D, causal, programs, win, fp8)
             if not causal and cfg.get("LPT") and "LPT" not in forced:
                 cost = walk_costs(cfg, Nq, Nk, False, -1)
                 if not list_schedule_pays(cost, B * H, cfg["SCHED_HEADS"], programs):
@@ -614,7 +644,6 @@ class ForwardPlan:
                     # with the default's other keys, gives this config)
                     cfg.update(LPT=0, SCHED_HEADS=1)
             if cfg.get("LPT"):
-                win = window[0] if window is not None else -1
                 self.table = lpt_table(
                     num_m,
                     B * H,

@@ -324,7 +324,9 @@ def test_the_d64_walk_without_a_mask_is_list_scheduled_only_where_that_beats_rou
     pays, costs = flash_ws.list_schedule_pays, flash_ws.tile_costs
     for n, expected in ((1024, True), (2048, True), (4096, True), (8192, False), (16384, False)):
         cost = costs(-(-n // 192), 192, 128, n, n, False, -1, 2)
-        assert pays(cost, 16384 // n * 32, flash_ws.lpt_heads(n, 64), 132) == expected, n
+        bh = 16384 // n * 32
+        heads = flash_ws.lpt_heads(flash_ws.default_config(64, False), bh, n, n, 64, False, 132)
+        assert pays(cost, bh, heads, 132) == expected, n
     assert not pays(costs(8, 128, 128, 1024, 1024, False, -1, 2), 256, 4, 132)
     assert not pays(costs(6, 192, 128, 1024, 1024, False, -1, 2), 2, 4, 12)  # 12 tiles, 12 programs
 
@@ -344,8 +346,9 @@ def test_walk_load_costs_the_walk_the_plan_runs():
         (64, 2048, True, -1),
         (128, 4096, True, 512),
     ):
-        cfg = {**flash_ws.default_config(d, causal), "SCHED_HEADS": flash_ws.lpt_heads(n, d)}
-        bh, num_m = 16384 // n * 2048 // d, -(-n // cfg["BLOCK_M"])
+        cfg, bh = flash_ws.default_config(d, causal), 16384 // n * 2048 // d
+        cfg["SCHED_HEADS"] = flash_ws.lpt_heads(cfg, bh, n, n, d, causal, 132, win)
+        num_m = -(-n // cfg["BLOCK_M"])
         tiles, programs, busiest, mean = flash_ws.walk_load(bh, 1, n, n, causal, cfg, 132, win)
         chain = cfg.get("LPT_CHAIN", 0)
         cost = flash_ws.tile_costs(num_m, cfg["BLOCK_M"], cfg["BLOCK_N"], n, n, causal, win, chain)
@@ -384,13 +387,32 @@ def _block_of(t: int, num_m: int, group: int, bh: int, causal: bool) -> int:
     return num_m - 1 - r // heads if causal else r // heads
 
 
-def test_lpt_groups_heads_while_their_keys_and_values_fit_the_budget():
-    """4 heads per group while their K and V take at most LPT_GROUP_BYTES (8 MiB), else one head at a time; FP8
-    walks groups of 8 while their K and V (1 byte) take at most that, else groups of 4."""
-    assert [flash_ws.lpt_heads(n, 128) for n in (1024, 4096, 8192, 32768)] == [4, 4, 1, 1]
-    assert [flash_ws.lpt_heads(n, 64) for n in (8192, 16384)] == [4, 1]
-    assert [flash_ws.lpt_heads(n, 128, fp8=True) for n in (1024, 4096, 8192, 32768)] == [8, 8, 4, 4]
-    assert [flash_ws.lpt_heads(n, 256, fp8=True) for n in (2048, 4096)] == [8, 4]
+def _speed_heads(d: int, n: int, fp8: bool = False) -> int:
+    """lpt_heads of the speed preset's causal shape (16k tokens, hidden 2048) on 132 programs."""
+    cfg = flash_ws.default_config(d, True, fp8)
+    return flash_ws.lpt_heads(cfg, max(1, 16384 // n) * 2048 // d, n, n, d, True, 132, fp8=fp8)
+
+
+def test_lpt_takes_the_smallest_head_group_the_schedule_model_fills_best():
+    """The bf16 causal walk's head groups at the speed preset's shapes (N = 1k-32k): where the model fills 132 SMs
+    better with wider groups (d = 256 at N = 1024: 16 heads 0.970 of the time filled, 4 heads 0.892), the smallest
+    within LPT_SLACK of the best; one head where 4 heads' K and V pass 8 MiB and the model charges one head within
+    1%, or no group's K and V fit 32 MiB. FP8 walks 8 heads while their K and V (1 byte) fit 8 MiB, else 4."""
+    seqs = (1024, 2048, 4096, 8192, 16384, 32768)
+    assert [_speed_heads(64, n) for n in seqs] == [16, 16, 16, 8, 4, 1]
+    assert [_speed_heads(128, n) for n in seqs] == [16, 8, 4, 4, 1, 1]
+    assert [_speed_heads(256, n) for n in seqs] == [16, 16, 4, 4, 1, 1]
+    assert [_speed_heads(128, n, fp8=True) for n in (1024, 4096, 8192, 32768)] == [8, 8, 4, 4]
+    assert [_speed_heads(256, n, fp8=True) for n in (2048, 4096)] == [8, 4]
+
+
+def test_lpt_heads_reads_the_tiles_the_walk_has():
+    """Too few heads to fill a wider group: the smallest group (every group walks the same tiles). A window's walk
+    is costed with its window: 128 keys make the tiles near equal, and 4 heads fill as well as 8."""
+    cfg = flash_ws.default_config(128, True)
+    assert flash_ws.lpt_heads(cfg, 2, 1024, 1024, 128, True, 16) == 4
+    assert flash_ws.lpt_heads(cfg, 128, 2048, 2048, 128, True, 132) == 8
+    assert flash_ws.lpt_heads(cfg, 128, 2048, 2048, 128, True, 132, win=128) == 4
 
 
 @pytest.mark.parametrize("head_dim", [128, 256])
@@ -480,7 +502,7 @@ def test_short_causal_stays_on_the_tl_kernel():
     flash_attn(q, q, q, causal=True)
     cfg = last_config()
     assert cfg["kernel"] == "gluon-ws" and cfg["PERSISTENT"] == 1 and cfg["LPT"] == 1
-    assert cfg["SCHED_HEADS"] == 4  # flash_ws.lpt_heads: one head at a time from N = 8192
+    assert cfg["SCHED_HEADS"] == 4  # flash_ws.lpt_heads: two heads fill no wider group
 
 
 @pytest.mark.gpu

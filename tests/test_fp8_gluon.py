@@ -107,7 +107,9 @@ def test_gpu_fp8_dispatch_takes_gluon_only_where_it_should(monkeypatch):
     assert ran(1, 2, 1, 1024, 1024, 128, layout=False) == "gluon-ws"  # laid out once per call, then Gluon
     assert ran(1, 2, 1, n // 2, n // 2, 128, causal=True) == "tl"
     assert ran(1, 2, 1, n, n, 128, causal=True) == "gluon-ws"
-    assert last_config()["LPT"] == 1 and last_config()["SCHED_HEADS"] == flash_ws.lpt_heads(n, 128, fp8=True)
+    fp8_causal = flash_ws.default_config(128, True, fp8=True)
+    heads = flash_ws.lpt_heads(fp8_causal, 2, n, n, 128, True, 132, fp8=True)
+    assert last_config()["LPT"] == 1 and last_config()["SCHED_HEADS"] == heads
     assert ran(1, 2, 1, 1024, 1024, 64) == "tl"
     assert ran(1, 2, 1, 1000, 1000, 128) == "tl"
     assert ran(1, 2, 1, 1024, 1024, 128, config=TL) == "tl"

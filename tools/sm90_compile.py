@@ -264,6 +264,14 @@ def _inputs(dim: int, seq: int) -> tuple[torch.Tensor, ...]:
     return q, torch.empty_like(q), torch.empty_like(q), torch.empty_like(q), torch.empty_like(q), lse
 
 
+def _heads(seq: int, dim: int, causal: bool, fp8: bool) -> int:
+    """The head group (flash_ws.lpt_heads) of the Gluon forward's default at _inputs' shape, on an H100's 132 SMs."""
+    from flashbench.kernels import flash_ws
+
+    cfg = flash_ws.default_config(dim, causal, fp8)
+    return flash_ws.lpt_heads(cfg, 2 * (2048 // dim), seq, seq, dim, causal, 132, fp8=fp8)
+
+
 def tl_forward(config: dict[str, Any], dim: int, causal: bool, seq: int = 2048, window: Any = None) -> None:
     from flashbench.kernels import flash_v2
 
@@ -443,7 +451,7 @@ def shipped() -> list[tuple[str, bool, functools.partial]]:
             # the default's other walk, at a length that takes it: a causal default's other head group
             # (flash_ws.lpt_heads); d = 64 without a mask, list-scheduled at 2048 keys (round-robin at 8192 here:
             # flash_ws.list_schedule_pays)
-            other_group = flash_ws.lpt_heads(2048, dim, fp8) != flash_ws.lpt_heads(8192, dim, fp8)
+            other_group = _heads(2048, dim, causal, fp8) != _heads(8192, dim, causal, fp8)
             listed = not causal and flash_ws.default_config(dim, causal, fp8).get("LPT")
             if (causal and other_group) or listed:
                 add(f"{name}-n2048", True, ws_forward, {}, dim, causal, 2048, fp8=fp8)
