@@ -399,9 +399,9 @@ def test_lpt_takes_the_smallest_head_group_the_schedule_model_fills_best():
     within LPT_SLACK of the best; one head where 4 heads' K and V pass 8 MiB and the model charges one head within
     1%, or no group's K and V fit 32 MiB. FP8 walks 8 heads while their K and V (1 byte) fit 8 MiB, else 4."""
     seqs = (1024, 2048, 4096, 8192, 16384, 32768)
-    assert [_speed_heads(64, n) for n in seqs] == [16, 16, 16, 8, 4, 1]
-    assert [_speed_heads(128, n) for n in seqs] == [16, 8, 4, 4, 1, 1]
-    assert [_speed_heads(256, n) for n in seqs] == [16, 16, 4, 4, 1, 1]
+    assert [_speed_heads(64, n) for n in seqs] == [4, 4, 4, 4, 4, 1]
+    assert [_speed_heads(128, n) for n in seqs] == [4, 4, 4, 4, 1, 1]
+    assert [_speed_heads(256, n) for n in seqs] == [16, 8, 4, 4, 1, 1]
     assert [_speed_heads(128, n, fp8=True) for n in (1024, 4096, 8192, 32768)] == [8, 8, 4, 4]
     assert [_speed_heads(256, n, fp8=True) for n in (2048, 4096)] == [8, 4]
 
@@ -411,8 +411,8 @@ def test_lpt_heads_reads_the_tiles_the_walk_has():
     is costed with its window: 128 keys make the tiles near equal, and 4 heads fill as well as 8."""
     cfg = flash_ws.default_config(128, True)
     assert flash_ws.lpt_heads(cfg, 2, 1024, 1024, 128, True, 16) == 4
-    assert flash_ws.lpt_heads(cfg, 128, 2048, 2048, 128, True, 132) == 8
-    assert flash_ws.lpt_heads(cfg, 128, 2048, 2048, 128, True, 132, win=128) == 4
+    assert flash_ws.lpt_heads(cfg, 64, 2048, 2048, 128, True, 132) == 8
+    assert flash_ws.lpt_heads(cfg, 64, 2048, 2048, 128, True, 132, win=128) == 4
 
 
 @pytest.mark.parametrize("head_dim", [128, 256])
