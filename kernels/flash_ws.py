@@ -88,7 +88,7 @@ HEAD_DIMS = tuple(BLOCK_N)
 _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 # lpt_heads, 16-bit: of the groups of 4, 8 and 16 heads whose K and V take at most LPT_GROUP_BYTES of L2, the
 # smallest whose walk the schedule model (walk_load: its most loaded program) charges at most LPT_SLACK times the
-# best one's (a wider group's modelled gain of 3-3.5% measured flat or worse, of 6-9% as 2-4.5%); but one head where 4 heads' K and V take more than LPT_ONE_HEAD_BYTES and the model charges one head's
+# best one's; but one head where 4 heads' K and V take more than LPT_ONE_HEAD_BYTES and the model charges one head's
 # walk at most LPT_ONE_HEAD_SLACK times the best group's (the model counts no L2 traffic, which one head's walk keeps
 # least), or where no group fits. FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4. Measured in
 # docs/kernels.md, "Persistent LPT".
