@@ -654,3 +654,33 @@ def test_d256_supported_and_preferred_on_the_host(monkeypatch):
     monkeypatch.setenv("FLASHBENCH_GLUON", "0")
     n = flash_ws.GLUON_MIN_SEQ[(256, False)]
     assert not flash_ws.preferred(q(n), q(n), q(n), False)
+
+
+def test_the_plan_takes_lpt_heads_group_unless_one_is_forced(monkeypatch):
+    """ForwardPlan on the host (input_refusal stubbed: CPU tensors; 132 SMs): a causal default takes lpt_heads'
+    group for its shape and window (d = 256, 16 heads of 1024 rows: 16 per group; d = 128 at 8192 keys: 4); a
+    forced SCHED_HEADS stays; a forced config without one gets the rule's group for the forced tiles; the plan's
+    table is the list schedule of that group."""
+    monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
+    monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
+
+    def plan(b, h, n, d, config=None, window=None):
+        x = torch.empty(b, h, n, d, dtype=torch.bfloat16)
+        return flash_ws.ForwardPlan(x, x, x, True, config, window)
+
+    def heads(b, h, n, d, cfg, win=-1):
+        return flash_ws.lpt_heads(cfg, b * h, n, n, d, True, 132, win)
+
+    d256 = plan(16, 8, 1024, 256)
+    assert d256.config["SCHED_HEADS"] == heads(16, 8, 1024, 256, flash_ws.default_config(256, True)) == 16
+    assert plan(2, 16, 8192, 128).config["SCHED_HEADS"] == 4
+    assert plan(16, 8, 1024, 256, {"SCHED_HEADS": 1}).config["SCHED_HEADS"] == 1
+    forced = {"BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "LPT": 1}
+    d64, d128 = {**flash_ws.default_config(64, True), **forced}, flash_ws.default_config(128, True)
+    assert plan(8, 32, 2048, 64, forced).config["SCHED_HEADS"] == heads(8, 32, 2048, 64, d64)
+    windowed = plan(4, 16, 2048, 128, window=(128, 0)).config["SCHED_HEADS"]
+    assert windowed == heads(4, 16, 2048, 128, d128, 128) != heads(4, 16, 2048, 128, d128)
+    num_m, bh = 1024 // 128, 16 * 8
+    cost = flash_ws.walk_costs(d256.config, 1024, 1024, True, -1)
+    rows, _ = flash_ws._list_schedule(cost, bh, 16, 132, True)
+    assert d256.table.tolist() == [list(r) + [num_m * bh] * (d256.width - len(r)) for r in rows]

@@ -27,7 +27,7 @@ WALK_RULE = (
     "walk holds work, a modelled ceiling no faster tile lifts. Below 1: a tile count the programs do not divide "
     "(15.5 rounds leave half the SMs idle for the last one) or tiles of unequal cost (a causal mask, a part-empty "
     "first tile). Round-robin deals tile t to program t % programs; list-scheduled, the host hands each tile "
-    "to the least loaded program, in groups of heads."
+    "to the least loaded program, one group of heads after another (under a causal mask, its longest tiles first)."
 )
 
 WALK_FORMATS = {"rounds": ".2f", "filled": ".3f", "TFLOP/s": ".1f"}
@@ -72,7 +72,7 @@ def walk_table(frame: pd.DataFrame, sm_count: int | None) -> pd.DataFrame:
                 "provider": row["provider"],
                 "case": f"{row['dtype']} {case_words(row)}"
                 + (f" · {row['variant']}" if row["variant"] else ""),
-                "walk": "list-scheduled" if cfg.get("LPT") else "round-robin",
+                "walk": f"list-scheduled, {_heads(cfg['SCHED_HEADS'])}" if cfg.get("LPT") else "round-robin",
                 "tiles": tiles,
                 "programs": programs,
                 "rounds": tiles / programs,
@@ -83,6 +83,11 @@ def walk_table(frame: pd.DataFrame, sm_count: int | None) -> pd.DataFrame:
     if not out:
         return pd.DataFrame()
     return pd.DataFrame(out).sort_values("filled", kind="stable").reset_index(drop=True)
+
+
+def _heads(group: int) -> str:
+    """The list schedule's group of heads (SCHED_HEADS), in words."""
+    return "one head" if group == 1 else f"groups of {group} heads"
 
 
 def sm_count_of(env: Any, gpu_spec: Any) -> int | None:
