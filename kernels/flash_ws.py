@@ -84,7 +84,8 @@ HEAD_DIMS = tuple(BLOCK_N)
 # shared memory: no third stage, and the output's own buffers are half-width (O_HALVES: 224 KiB in all), so the
 # next tile's loads run under this one's epilogue there too; persistent when not causal (H100: 1.02-1.03x the
 # persistent walk storing O through Q's buffers at N = 2048-4096, 1.04x one program per tile at 2048; causal
-# 1.01-1.04x; docs/kernels.md).
+# 1.01-1.04x; docs/kernels.md). d = 128 without a mask issues each tile's first S before the last tile's epilogue
+# (LEAD_S: 0.976-0.988x the time at N = 1024-16384, H200; ForwardPlan drops it where the tiles are not whole).
 _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 # lpt_heads, 16-bit: of the groups of 4, 8 and 16 heads whose K and V take at most LPT_GROUP_BYTES of L2, the
 # smallest whose walk the schedule model (walk_load: its most loaded program) charges at most LPT_SLACK times the
@@ -106,7 +107,7 @@ def _base(head_dim: int) -> dict[str, int]:
 DEFAULT_CONFIG = {
     (64, False): {**_base(64), "BLOCK_M": 192, **_LPT, "LPT_CHAIN": 2},
     (64, True): {**_base(64), "BLOCK_M": 192, **_LPT},
-    (128, False): {**_base(128), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1},
+    (128, False): {**_base(128), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "LEAD_S": 1},
     (128, True): {**_base(128), "BLOCK_M": 128, **_LPT},
     (256, False): {**_base(256), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "O_HALVES": 1},
     (256, True): {**_base(256), "BLOCK_M": 128, **_LPT, "O_HALVES": 1},
@@ -142,7 +143,9 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # two K/V stages and two [64, 128] O buffers take 224 KiB (d = 256's default). EXP_POLY (FP8 only): an eighth of
 # each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth). LPT_CHAIN (with LPT, a number >= 0): the
 # list schedule charges a key block max(a, LPT_CHAIN) / W for the a of a tile's W warpgroups that run it
-# (tile_blocks_cost); 0, the default but at d = 64 without a mask, charges every block in full.
+# (tile_blocks_cost); 0, the default but at d = 64 without a mask, charges every block in full. LEAD_S: a
+# persistent walk over whole 128-row tiles without a mask issues each tile's first S = Q K^T before the last
+# tile's epilogue, which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot).
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
@@ -155,6 +158,7 @@ CONFIG_KEYS = {
     "O_HALVES": (0, 1),
     "EXP_POLY": (0, 1),
     "LPT_CHAIN": None,
+    "LEAD_S": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -256,6 +260,23 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def lead_s_refusal(cfg: dict[str, Any], causal: bool, n_q: int) -> str | None:
+    """Why config cfg cannot run LEAD_S over n_q query rows (one line), else None: its walk must be persistent and
+    round-robin over whole tiles of two warpgroups (no idle one) without a mask. (Its two Q buffers and the
+    output's own, which a persistent walk has, must fit shared memory: smem_bytes.)"""
+    if causal:
+        return "LEAD_S walks tiles without a mask (not causal, no window)"
+    if not cfg.get("PERSISTENT"):
+        return "LEAD_S needs a persistent walk (PERSISTENT=1)"
+    if cfg["BLOCK_M"] != 2 * ROWS:
+        return f"LEAD_S needs BLOCK_M {2 * ROWS} (two consumer warpgroups)"
+    if n_q % cfg["BLOCK_M"]:
+        return f"LEAD_S needs whole tiles: seq_q % {cfg['BLOCK_M']} == 0"
+    if cfg.get("LPT"):
+        return "LEAD_S walks the tiles round-robin (LPT=0)"
+    return None
+
+
 def own_o(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> bool:
     """Whether the output gets shared-memory buffers of its own (else it is stored through Q's): FP8 (e4m3 Q, bf16
     O), O_HALVES, and persistent walks, so that the next tile's Q loads during this tile's epilogue; at d = 256 only
@@ -270,11 +291,12 @@ def o_cols(cfg: dict[str, Any], head_dim: int) -> int:
 
 
 def smem_bytes(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> int:
-    """Shared memory of a config: Q (and O, own_o: o_cols wide) slices of 64 rows, the K/V ring (BLOCK_N: the
-    head dim's if the config names none)."""
+    """Shared memory of a config: Q (two buffers with LEAD_S; and O, own_o: o_cols wide) slices of 64 rows, the
+    K/V ring (BLOCK_N: the head dim's if the config names none)."""
     size = 1 if fp8 else 2  # bytes per element of Q, K and V; O is 2 bytes
     o_bytes = 2 * o_cols(cfg, head_dim) if own_o(cfg, head_dim, fp8) else 0
-    q_o = cfg["BLOCK_M"] * (head_dim * size + o_bytes)
+    q_bufs = 2 if cfg.get("LEAD_S") else 1  # LEAD_S: the next tile's Q beside this one's
+    q_o = cfg["BLOCK_M"] * (q_bufs * head_dim * size + o_bytes)
     return q_o + 2 * cfg["STAGES"] * cfg.get("BLOCK_N", BLOCK_N[head_dim]) * head_dim * size
 
 
@@ -585,6 +607,7 @@ def kernel_constexprs(
         "SEP_O": own_o(cfg, head_dim, fp8),
         "WINDOW": window,
         "EXP_POLY": bool(cfg.get("EXP_POLY")) and fp8,
+        "LEAD_S": bool(cfg.get("LEAD_S")) and not varlen,
         "CONSUMER_REGS": CONSUMER_REGS[num_wg],
         "PRODUCER_REGS": PRODUCER_REGS[num_wg],
         **({"VARLEN": 2 if cfg["PERSISTENT"] else 1} if varlen else NOT_VARLEN),
@@ -616,6 +639,12 @@ class ForwardPlan:
         cfg.update(forced)
         if causal and cfg["PERSISTENT"] and not cfg.get("LPT"):
             raise ValueError("flash_ws forward: a causal persistent walk is list-scheduled (LPT=1)")
+        if cfg.get("LEAD_S"):  # the default's where its walk can run it; a forced one or a one-line refusal
+            why = lead_s_refusal(cfg, causal, q.shape[2])
+            if why and "LEAD_S" in forced:
+                raise ValueError(f"flash_ws forward: {why}")
+            if why or ("LEAD_S" not in forced and smem_bytes(cfg, D, fp8) > SMEM_LIMIT):
+                cfg["LEAD_S"] = 0
         why = supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"])
         if why:
             raise ValueError(f"flash_ws forward: {why}")
@@ -623,6 +652,7 @@ class ForwardPlan:
             raise ValueError(
                 f"flash_ws forward: config needs {smem_bytes(cfg, D, fp8) // 1024} KiB of shared memory at head "
                 f"dim {D} (at most {SMEM_LIMIT // 1024}): fewer STAGES, BLOCK_N 64 or PERSISTENT=0"
+                + (" (LEAD_S=1 holds two Q buffers)" if cfg.get("LEAD_S") else "")
             )
         B, H, Nq, _ = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]
@@ -641,8 +671,8 @@ class ForwardPlan:
                 cost = walk_costs(cfg, Nq, Nk, False, -1)
                 if not list_schedule_pays(cost, B * H, cfg["SCHED_HEADS"], programs):
                     # equal tiles: round-robin (LPT_CHAIN stays in the report, so that forcing it back, LPT=0
-                    # with the default's other keys, gives this config)
-                    cfg.update(LPT=0, SCHED_HEADS=1)
+                    # with the default's other keys, gives this config), in a forced group's tile order
+                    cfg.update(LPT=0, SCHED_HEADS=forced.get("SCHED_HEADS", 1))
             if cfg.get("LPT"):
                 self.table = lpt_table(
                     num_m,

@@ -34,6 +34,7 @@ from .flash_ws_parts import (
     WALK,
     document_tile,
     load_partition,
+    load_tile,
     p_operand,
     pv_wait,
     round_tile,
@@ -133,6 +134,72 @@ def _pass_block(g, bars, my_turn, next_turn, FLIP: gl.constexpr):
     mbarrier.arrive(empty_bars.index(g % STAGES))
     mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
     mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+
+
+@gluon.jit
+def _issue_s(q, k_smem, k_bars, my_turn, next_turn, g, s_zero, FLIP: gl.constexpr):
+    """Key block g's S = Q K^T issued on this warpgroup's turn, once K has landed; returns S in flight (the turn
+    passed on)."""
+    STAGES: gl.constexpr = k_smem.shape[0]
+    mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+    mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
+    s = warpgroup_mma(q, k_smem.index(g % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    mbarrier.arrive(next_turn)
+    return s
+
+
+@gluon.jit
+def _first_softmax(
+    s,  # the tile's first S in flight (_issue_s), key block g of the program
+    g,
+    empty_bars,
+    m_i,
+    l_i,
+    rows,
+    start_n,
+    causal_off,
+    left_off,
+    qk_scale,
+    dtype: gl.constexpr,  # Q's
+    p_layout: gl.constexpr,  # P V's A operand layout (16-bit inputs)
+    MASK: gl.constexpr,
+    WINDOW: gl.constexpr,
+    P_SHIFT: gl.constexpr,
+    VARLEN: gl.constexpr,
+    KEY_END: gl.constexpr,
+    key_end,
+    FAST_MASK: gl.constexpr,
+    EXP_POLY: gl.constexpr,
+):
+    """A tile's first block once its S has landed: K released, the softmax; returns (P, m, l). Its P V is
+    issued in the next step (_consumer_step) or as the tile's last."""
+    STAGES: gl.constexpr = empty_bars.shape[0] // 2
+    s = warpgroup_mma_wait(0, deps=[s])
+    mbarrier.arrive(empty_bars.index(g % STAGES))
+    p_new, alpha, l_i, m_i = softmax(
+        s=s,
+        m_i=m_i,
+        l_i=l_i,
+        rows=rows,
+        start_n=start_n,
+        causal_off=causal_off,
+        left_off=left_off,
+        qk_scale=qk_scale,
+        MASK=MASK,
+        BLOCK_N=s.shape[1],
+        WINDOW=WINDOW,
+        P_SHIFT=P_SHIFT,
+        VARLEN=VARLEN,
+        KEY_END=KEY_END,
+        key_end=key_end,
+        FAST_MASK=FAST_MASK,
+        EXP_POLY=EXP_POLY,
+    )
+    if dtype.is_fp8():  # FP8 carries P in fp32 (p_operand converts it)
+        p = p_new
+    else:
+        p = gl.convert_layout(p_new.to(dtype), p_layout)
+    return p, m_i, l_i
 
 
 @gluon.jit
@@ -277,6 +344,207 @@ def _consumer(
 
 
 @gluon.jit
+def _load_lead(descs, smem, bars, sched, SCHED_HEADS: gl.constexpr):
+    """The producer of a LEAD_S walk (_consumer_lead): as load_partition's round-robin walk, with two Q buffers:
+    tile tc's query slices go to buffer b = tc % 2 (slots b * NUM_WG.. of smem[0] [2 * NUM_WG, 64, D], its
+    barriers bars[0][b] and bars[1][b]), so the next tile's Q loads as soon as the tile before this one is done
+    with it."""
+    q_all, o_smem, k_smem, v_smem = smem
+    q_bars, q_empties, k_bars, v_bars, empty_bars, turns = bars
+    num_m, BH, _, _, _, N_K, _, _, _ = sched
+    NUM_WG: gl.constexpr = q_all.shape[0] // 2
+    BM: gl.constexpr = NUM_WG * descs[0].block_type.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    it = 0
+    for tc in range(gl.cdiv(num_m * BH - gl.program_id(0), gl.num_programs(0))):
+        b = tc % 2
+        _, q_row, kv_bh, _, n_blocks, _, _ = tile(
+            t=round_tile(tc, sched),
+            sched=sched,
+            BM=BM,
+            BLOCK_N=BLOCK_N,
+            CAUSAL=False,
+            SCHED_HEADS=SCHED_HEADS,
+            WINDOW=False,
+        )
+        load_tile(
+            descs,
+            smem,
+            (q_bars.index(b), q_empties.index(b), k_bars, v_bars, empty_bars, turns),
+            tc // 2,
+            it,
+            q_row,
+            0,
+            kv_bh * N_K,
+            0,
+            kv_bh,
+            0,
+            n_blocks,
+            b * NUM_WG,
+            NUM_WG,
+        )
+        it += n_blocks
+
+
+@gluon.jit
+def _consumer_lead(parts, WG: gl.constexpr, modes):
+    """Consumer warpgroup WG of a round-robin walk over whole tiles without a mask (LEAD_S): as _consumer's round
+    loop, but each tile's last P V is followed on the tensor cores by the next tile's first S = Q K^T, issued
+    before this tile's epilogue (the division by the row sums, the stores), which then runs under it. The next
+    tile's Q is in the other of two Q buffers (_load_lead), loaded while this tile ran. Every program has a tile
+    (flash_ws.walk_programs), so each S is issued unconditionally: an S in flight across a branch's merge makes
+    ptxas serialize every wgmma."""
+    smem, bars, od, LSE, sched, scales, docs = parts
+    SEP_O: gl.constexpr = modes[2]
+    gl.static_assert(SEP_O, "LEAD_S needs the output's own buffers")
+    q_all, _, k_smem, _ = smem
+    q_bars = bars[0]
+    k_bars = bars[2]
+    turns = bars[5]
+    num_m, BH, _, _, _, _, _, _, _ = sched
+    NUM_WG: gl.constexpr = q_all.shape[0] // 2
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    ROWS: gl.constexpr = od.block_type.shape[0]
+    BITS: gl.constexpr = k_smem.dtype.primitive_bitwidth
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 256 // BITS]
+    )
+    my_turn = turns.index(WG)
+    next_turn = turns.index((WG + 1) % NUM_WG)
+    FLIP: gl.constexpr = 1 if WG == 0 else 0
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    n_live = gl.cdiv(num_m * BH - gl.program_id(0), gl.num_programs(0))  # this program's tiles, at least one
+    mbarrier.wait(q_bars.index(0), 0)
+    s = _issue_s(q_all.index(WG), k_smem, k_bars, my_turn, next_turn, 0, s_zero, FLIP)
+    it = 0
+    for tc in range(n_live - 1):
+        s, it = _lead_tile(s, tc, it, parts, WG, modes, s_zero, my_turn, next_turn, FLIP, False)
+    _lead_tile(s, n_live - 1, it, parts, WG, modes, s_zero, my_turn, next_turn, FLIP, True)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _lead_tile(
+    s,  # the tile's first S, in flight
+    tc,
+    it,
+    parts,
+    WG: gl.constexpr,
+    modes,
+    s_zero,
+    my_turn,
+    next_turn,
+    FLIP: gl.constexpr,
+    LAST: gl.constexpr,  # the program's last tile: no next S
+):
+    """_consumer_lead's tile tc (round-robin: tile tc * programs + pid; its Q in buffer tc % 2), whose key blocks
+    are the program's it, it + 1, ...; returns the next tile's first S in flight (unless LAST) and the next tile's
+    first key block."""
+    smem, bars, od, LSE, sched, scales, docs = parts
+    SCHED_HEADS: gl.constexpr = modes[1]
+    SEP_O: gl.constexpr = modes[2]
+    EXP_POLY: gl.constexpr = modes[5]
+    q_all, o_smem, k_smem, v_smem = smem
+    q_bars, q_empties, k_bars, v_bars, empty_bars, _ = bars
+    NUM_WG: gl.constexpr = q_all.shape[0] // 2
+    STAGES: gl.constexpr = k_smem.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    HEAD_DIM: gl.constexpr = k_smem.shape[2]
+    ROWS: gl.constexpr = od.block_type.shape[0]
+    FP8: gl.constexpr = k_smem.dtype.is_fp8()
+    P_SHIFT: gl.constexpr = 8.0 if FP8 else 0.0
+    BITS: gl.constexpr = k_smem.dtype.primitive_bitwidth
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 256 // BITS]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=32 // BITS)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
+    q = q_all.index((tc % 2) * NUM_WG + WG)
+    q_pos, q_row, kv_bh, _, n_blocks, _, _ = tile(
+        t=round_tile(tc, sched),
+        sched=sched,
+        BM=NUM_WG * ROWS,
+        BLOCK_N=BLOCK_N,
+        CAUSAL=False,
+        SCHED_HEADS=SCHED_HEADS,
+        WINDOW=False,
+    )
+    qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
+    rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
+    p, m_i, l_i = _first_softmax(
+        s=s,
+        g=it,
+        empty_bars=empty_bars,
+        m_i=gl.full([ROWS], float("-inf"), gl.float32, row_s),
+        l_i=gl.full([ROWS], 0.0, gl.float32, row_s),
+        rows=rows,
+        start_n=0,
+        causal_off=0,
+        left_off=0,
+        qk_scale=qk_scale,
+        dtype=gl.constexpr(q.dtype),
+        p_layout=p_layout,
+        MASK=False,
+        WINDOW=False,
+        P_SHIFT=P_SHIFT,
+        VARLEN=False,
+        KEY_END=False,
+        key_end=0,
+        FAST_MASK=False,
+        EXP_POLY=EXP_POLY,
+    )
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+    for j in range(1, n_blocks):
+        acc, p, m_i, l_i = _consumer_step(
+            g=it + j,
+            start_n=j * BLOCK_N,
+            acc=acc,
+            p=p,
+            m_i=m_i,
+            l_i=l_i,
+            q=q,
+            smem=smem,
+            bars=bars,
+            my_turn=my_turn,
+            next_turn=next_turn,
+            s_zero=s_zero,
+            rows=rows,
+            causal_off=0,
+            left_off=0,
+            qk_scale=qk_scale,
+            MASK=False,
+            FLIP=FLIP,
+            WINDOW=False,
+            P_SHIFT=P_SHIFT,
+            EXP_POLY=EXP_POLY,
+        )
+    mbarrier.arrive(q_empties.index(tc % 2))  # every S of this tile is done: its Q buffer takes tile tc + 2's
+    last = it + n_blocks - 1
+    mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
+    pa = p_operand(p, o_layout, gl.constexpr(q.dtype))
+    pv = warpgroup_mma(pa, v_operand(v_smem, last % STAGES), acc, is_async=True)
+    if LAST:
+        acc = pv_wait(pv, pa)
+    else:  # the next tile's first S behind this P V, ahead of the epilogue
+        mbarrier.wait(q_bars.index((tc + 1) % 2), ((tc + 1) // 2) & 1)
+        s = _issue_s(
+            q_all.index(((tc + 1) % 2) * NUM_WG + WG),
+            k_smem,
+            k_bars,
+            my_turn,
+            next_turn,
+            last + 1,
+            s_zero,
+            FLIP,
+        )
+        acc = pv_wait(pv, pa, 1)  # in-order completion: the P V is done, the next S may not be
+    mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))  # V of the last block is no longer read
+    _store_lse(m_i, l_i, LSE, q_row, WG, P_SHIFT)
+    _store_tile(_normalized(acc, l_i, v_scale, FP8), o_smem, od, q_row, 0, q_empties, WG, SEP_O)
+    return s, last + 1
+
+
+@gluon.jit
 def _consumer_work(
     idle,  # the warpgroup owns no row of the tile
     smem,
@@ -401,7 +669,6 @@ def _consumer_tile(
     )
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=32 // BITS)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
     # VARLEN: a document's last key block may hold the next document's keys: masked by key position (the
     # causal diagonal does it under CAUSAL), and a row may see no key (keys past the end, fewer than its queries).
@@ -431,14 +698,11 @@ def _consumer_tile(
     mbarrier.wait(q_bar, tc & 1)
 
     # The first block: S and its softmax; its P V is issued in the next step.
-    mbarrier.wait(my_turn, (it & 1) ^ FLIP)
-    mbarrier.wait(k_bars.index(it % STAGES), (it // STAGES) & 1)
-    s = warpgroup_mma(q, k_smem.index(it % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    mbarrier.arrive(next_turn)
-    s = warpgroup_mma_wait(0, deps=[s])
-    mbarrier.arrive(empty_bars.index(it % STAGES))
-    p_new, alpha, l_i, m_i = softmax(
+    s = _issue_s(q, k_smem, k_bars, my_turn, next_turn, it, s_zero, FLIP)
+    p, m_i, l_i = _first_softmax(
         s=s,
+        g=it,
+        empty_bars=empty_bars,
         m_i=m_i,
         l_i=l_i,
         rows=rows,
@@ -446,8 +710,9 @@ def _consumer_tile(
         causal_off=causal_off,
         left_off=left_off,
         qk_scale=qk_scale,
+        dtype=gl.constexpr(q.dtype),
+        p_layout=p_layout,
         MASK=CAUSAL or WINDOW or VARLEN,
-        BLOCK_N=BLOCK_N,
         WINDOW=WINDOW,
         P_SHIFT=P_SHIFT,
         VARLEN=VARLEN,
@@ -456,10 +721,6 @@ def _consumer_tile(
         FAST_MASK=FAST_MASK,
         EXP_POLY=EXP_POLY,
     )
-    if FP8:
-        p = p_new
-    else:
-        p = gl.convert_layout(p_new.to(q.dtype), p_layout)
 
     # The window's left edge (masked), the blocks every row sees whole, the causal diagonal (masked). SKIP_DIAG
     # bounds the first and the last loop by n_own; the middle one needs no bound: full_blocks, the blocks the
@@ -563,14 +824,8 @@ def _consumer_tile(
         gl.store(LSE + where[2] + WG * ROWS + gl.arange(0, ROWS, row_s), lse, mask=rows >= 0)
     else:
         # Every row saw at least one key (Nk >= Nq for causal; a window holds the row's own key), so l > 0.
-        lse = m_i + gl.log2(l_i)
-        if FP8:
-            lse = lse - P_SHIFT
-        gl.store(LSE + q_row + WG * ROWS + gl.arange(0, ROWS, row_s), lse)
-    if FP8:
-        out = acc * gl.convert_layout(v_scale / l_i, row_o)[:, None]
-    else:
-        out = acc / gl.convert_layout(l_i, row_o)[:, None]
+        _store_lse(m_i, l_i, LSE, q_row, WG, P_SHIFT)
+    out = _normalized(acc, l_i, v_scale, FP8)
     if VARLEN:
         o_col = where[0] * HEAD_DIM
         if q_pos + WG * ROWS >= 0:
@@ -581,6 +836,28 @@ def _consumer_tile(
                 mbarrier.arrive(q_empty)
     else:
         _store_tile(out, o_smem, od, q_row, 0, q_empty, WG, SEP_O)
+
+
+@gluon.jit
+def _store_lse(m_i, l_i, LSE, q_row, WG: gl.constexpr, P_SHIFT: gl.constexpr):
+    """Warpgroup WG's rows' log2-sum-exp2 (l > 0: every row saw a key) into the LSE rows of the tile at q_row
+    (FP8: less P's shift)."""
+    ROWS: gl.constexpr = m_i.shape[0]
+    lse = m_i + gl.log2(l_i)
+    if P_SHIFT != 0.0:
+        lse = lse - P_SHIFT
+    gl.store(LSE + q_row + WG * ROWS + gl.arange(0, ROWS, m_i.type.layout), lse)
+
+
+@gluon.jit
+def _normalized(acc, l_i, v_scale, FP8: gl.constexpr):
+    """The output rows: acc over the row sums (FP8: times the v descale)."""
+    row_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    if FP8:
+        out = acc * gl.convert_layout(v_scale / l_i, row_o)[:, None]
+    else:
+        out = acc / gl.convert_layout(l_i, row_o)[:, None]
+    return out
 
 
 @gluon.jit
@@ -667,13 +944,19 @@ def _attn_fwd_ws(
     # WALK (2): persistent programs take the tiles through COUNTER (flash_ws_parts._load_walk)
     VARLEN: gl.constexpr,
     EXP_POLY: gl.constexpr,  # FP8: an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
+    # a walk over whole tiles without a mask: each tile's epilogue runs under the next tile's first S
+    # (_consumer_lead; flash_ws.lead_s)
+    LEAD_S: gl.constexpr = False,
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
     O_COLS: gl.constexpr = od.block_type.shape[1]  # HEAD_DIM, or half of it (_store_tile)
     gl.static_assert(SEP_O or qd.dtype == od.dtype, "an output of another dtype than Q needs its own buffers")
     gl.static_assert(SEP_O or O_COLS == HEAD_DIM, "half-width output buffers are buffers of its own")
-    q_smem = gl.allocate_shared_memory(qd.dtype, [NUM_WG, ROWS, HEAD_DIM], qd.layout)
+    if LEAD_S:  # two Q buffers: the next tile's Q loads while this tile runs (_load_lead)
+        q_smem = gl.allocate_shared_memory(qd.dtype, [2 * NUM_WG, ROWS, HEAD_DIM], qd.layout)
+    else:
+        q_smem = gl.allocate_shared_memory(qd.dtype, [NUM_WG, ROWS, HEAD_DIM], qd.layout)
     if SEP_O:  # the output gets its own buffers, so the next tile's Q can load during this tile's epilogue
         o_smem = gl.allocate_shared_memory(od.dtype, [NUM_WG, ROWS, O_COLS], od.layout)
     else:
@@ -687,14 +970,23 @@ def _attn_fwd_ws(
     k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_layout)
     V_TILE: gl.constexpr = vd.block_type.shape  # [BLOCK_N, D]; FP8: V^T's [D, BLOCK_N]
     v_smem = gl.allocate_shared_memory(vd.dtype, [STAGES, V_TILE[0], V_TILE[1]], vd.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    if LEAD_S:  # a pair per Q buffer
+        q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    else:
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    mbarrier.init(q_empty, count=NUM_WG)
+    if LEAD_S:
+        for i in gl.static_range(2):
+            mbarrier.init(q_bar.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=NUM_WG)
+    else:
+        mbarrier.init(q_bar, count=1)
+        mbarrier.init(q_empty, count=NUM_WG)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_bars.index(i), count=1)
         mbarrier.init(v_bars.index(i), count=1)
@@ -726,6 +1018,17 @@ def _attn_fwd_ws(
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
+        )
+    elif LEAD_S:
+        gl.static_assert(not (CAUSAL or WINDOW or VARLEN), "LEAD_S walks whole tiles without a mask")
+        gl.warp_specialize(
+            [
+                (_consumer_lead, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
+                (_consumer_lead, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
+                (_load_lead, (descs, smem, bars, sched, SCHED_HEADS)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
         )
     else:
         gl.warp_specialize(

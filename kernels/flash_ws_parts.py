@@ -250,19 +250,34 @@ def load_partition(
                     kv_row = kv_bh * N_K
                     q_col = 0
                     kv_col = 0
-                _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks)
+                load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks)
                 it += n_blocks - first
 
 
 @gluon.jit
-def _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks):
-    """The producer's tile tc: its query slices (rows q_row.., columns q_col..), then its key blocks [first,
-    n_blocks) (rows kv_row + j * BLOCK_N.., columns kv_col..; FP8: V^T's rows of K/V head kv_bh), the program's
-    key blocks it, it + 1, ..."""
+def load_tile(
+    descs,
+    smem,
+    bars,
+    tc,
+    it,
+    q_row,
+    q_col,
+    kv_row,
+    kv_col,
+    kv_bh,
+    first,
+    n_blocks,
+    q_first=0,
+    WGS: gl.constexpr = 0,
+):
+    """The producer's tile tc: its query slices (rows q_row.., columns q_col..) into Q slots q_first, q_first + 1,
+    ... (WGS of them; 0: every slot), then its key blocks [first, n_blocks) (rows kv_row + j * BLOCK_N.., columns
+    kv_col..; FP8: V^T's rows of K/V head kv_bh), the program's key blocks it, it + 1, ..."""
     qd, kd, vd = descs
     q_smem, _, k_smem, v_smem = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
-    NUM_WG: gl.constexpr = q_smem.shape[0]
+    NUM_WG: gl.constexpr = WGS if WGS else q_smem.shape[0]
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
@@ -273,7 +288,7 @@ def _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, f
     # Rows before row 0 (a first partial tile) arrive as zeros or another head's (VARLEN: document's) rows, and
     # go unused.
     for i in gl.static_range(NUM_WG):
-        tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, q_col], q_bar, q_smem.index(i))
+        tma.async_copy_global_to_shared(qd, [q_row + i * ROWS, q_col], q_bar, q_smem.index(q_first + i))
     for j in range(first, n_blocks):
         s = (it + j - first) % STAGES
         free_phase = (((it + j - first) // STAGES) & 1) ^ 1
@@ -320,7 +335,7 @@ def _load_walk(descs, smem, bars, sched, docs, CAUSAL: gl.constexpr):
         if live:
             mbarrier.wait(q_empty, (tc & 1) ^ 1)
             put_tile(slot, t)
-            _load_tile(
+            load_tile(
                 descs,
                 smem,
                 bars,
@@ -432,15 +447,16 @@ def v_operand(v_smem, stage):
 
 
 @gluon.jit
-def pv_wait(acc, p):
-    """Wait for every matmul in flight; returns acc. P (the A operand, in registers) is threaded through the wait
-    so that its registers outlive the matmul; Triton 3.6 lowers no 8-bit operands of a wait ("Unexpected bitwidth
-    in WGMMAWaitGroupOp: 8"), so an e4m3 P is left to ptxas, which holds a wgmma's source registers until its
-    wait_group (a hazard there would show as a serialized HGMMA in the SASS)."""
+def pv_wait(acc, p, PENDING: gl.constexpr = 0):
+    """Wait for the matmuls in flight but the last PENDING (issued after this P V); returns acc. P (the A
+    operand, in registers) is threaded through the wait so that its registers outlive the matmul; Triton 3.6
+    lowers no 8-bit operands of a wait ("Unexpected bitwidth in WGMMAWaitGroupOp: 8"), so an e4m3 P is left to
+    ptxas, which holds a wgmma's source registers until its wait_group (a hazard there would show as a serialized
+    HGMMA in the SASS)."""
     if p.dtype.is_fp8():
-        acc = warpgroup_mma_wait(0, deps=[acc])
+        acc = warpgroup_mma_wait(PENDING, deps=[acc])
     else:
-        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+        acc, p = warpgroup_mma_wait(PENDING, deps=[acc, p])
     return acc
 
 

@@ -331,6 +331,18 @@ def test_the_d64_walk_without_a_mask_is_list_scheduled_only_where_that_beats_rou
     assert not pays(costs(6, 192, 128, 1024, 1024, False, -1, 2), 2, 4, 12)  # 12 tiles, 12 programs
 
 
+def test_a_round_robin_fallback_keeps_a_forced_head_group(monkeypatch):
+    """d = 64 without a mask at 8192 keys walks round-robin (list_schedule_pays: equal tiles); a forced
+    SCHED_HEADS stays the walk's tile order and the reported config (a forced config is reported as run)."""
+    monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
+    monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
+    x = torch.empty(2, 32, 8192, 64, dtype=torch.bfloat16)
+    for config, heads in (({}, 1), ({"SCHED_HEADS": 4}, 4)):
+        plan = flash_ws.ForwardPlan(x, x, x, False, config)
+        assert plan.config["LPT"] == 0 and plan.config["SCHED_HEADS"] == heads
+        assert plan.call.constexprs["SCHED_HEADS"] == heads
+
+
 def test_walk_load_costs_the_walk_the_plan_runs():
     """walk_load, the report's reading of a row's config: round-robin over 2048 equal tiles on 132 programs is 15.5
     rounds, so the busiest program walks 16 tiles of 8 key blocks + 1 against a mean of 2048 x 9 / 132; a
@@ -549,6 +561,66 @@ def test_d256_dispatch_follows_the_thresholds(causal):
         assert (cfg.get("kernel") == "gluon-ws") == gluon, (length, causal, cfg)
         if gluon:
             assert cfg["BLOCK_N"] == 64 and cfg == {**flash_ws.default_config(256, causal), **cfg}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize(
+    ("shape", "programs"),
+    [
+        (D128, 3),
+        (D128, 0),
+        ((1, 8, 2, 1024, 1024, 128), 5),
+        ((2, 4, 1, 384, 640, 128), 7),
+        ((1, 2, 2, 128, 128, 128), 0),
+    ],
+    ids=["d128-p3", "d128-tile-each", "gqa4-p5", "nk>nq-mqa-p7", "one-block"],
+)
+@smoke(lambda dtype, shape, programs: dtype == torch.bfloat16)
+def test_lead_s_walk_matches_reference(shape, programs, dtype):
+    """LEAD_S: each tile's first S issued before the last tile's epilogue, its Q in the other of two buffers.
+    With 3, 5 or 7 programs each walks several tiles (the two Q buffers and their barriers alternate, the turns
+    and the ring carry the early S from tile to tile, programs end on different rounds); with one program per SM
+    each has one tile (the walk's last tile alone); one key block a tile (the first S is the only one)."""
+    config = {"LEAD_S": 1, **({"PROGRAMS": programs} if programs else {})}
+    check_forward(shape, dtype, False, config)
+
+
+def test_lead_s_is_refused_where_its_walk_cannot_run(monkeypatch):
+    """A forced LEAD_S runs only a persistent round-robin walk over whole 128-row tiles without a mask whose two
+    Q buffers fit shared memory (not at d = 256) (ForwardPlan on the host, input_refusal stubbed); the plan
+    reports it and compiles the kernel with it, and the packed documents' launch never takes it."""
+    monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
+    monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
+
+    def plan(n, d, causal=False, **config):
+        x = torch.empty(2, 4, n, d, dtype=torch.bfloat16)
+        return flash_ws.ForwardPlan(x, x, x, causal, {"LEAD_S": 1, **config})
+
+    for n, d, causal, config, why in [
+        (1024, 128, True, {}, "without a mask"),
+        (1024, 128, False, {"PERSISTENT": 0}, "persistent"),
+        (1024, 128, False, {"LPT": 1}, "round-robin"),
+        (320, 128, False, {}, "whole tiles"),
+        (1024, 64, False, {}, "BLOCK_M 128"),
+        (1024, 256, False, {}, "LEAD_S=1 holds two Q buffers"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            plan(n, d, causal, **config)
+    taken = plan(1024, 128)
+    assert taken.config["LEAD_S"] == 1 and taken.call.constexprs["LEAD_S"] is True
+    assert plan(1024, 128, LEAD_S=0).call.constexprs["LEAD_S"] is False
+
+    def default(n, d, causal=False, **config):  # no LEAD_S forced
+        x = torch.empty(2, 4, n, d, dtype=torch.bfloat16)
+        return flash_ws.ForwardPlan(x, x, x, causal, config).config.get("LEAD_S", 0)
+
+    # d = 128's default without a mask takes it where its walk can, and drops it where it cannot
+    assert default(1024, 128) == 1 and default(320, 128) == 0 and default(1024, 128, PERSISTENT=0) == 0
+    assert default(1024, 128, True) == default(1024, 64) == default(1024, 256) == 0
+    cfg = {**flash_ws.default_config(128, False), "LEAD_S": 1}
+    assert flash_ws.kernel_constexprs(cfg, 128, False, varlen=True)["LEAD_S"] is False
 
 
 def test_d256_tiles_fit_shared_memory_beside_half_width_output_buffers():

@@ -105,6 +105,9 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
         "O_HALVES": 0,
     },
     "ws-128-lpt-oq": {"BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "LPT": 1, "O_HALVES": 0},
+    # the shipped default with each tile's epilogue under the next tile's first S, or not (LEAD_S)
+    "ws-lead": {"LEAD_S": 1},
+    "ws-no-lead": {"LEAD_S": 0},
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
 # under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads).
@@ -130,6 +133,8 @@ FP8_GLUON_VARIANTS = {
     # the shipped default with an eighth of each step's exp2s on the FMA pipe, or all on the MUFU (EXP_POLY)
     "fp8-ws-exp-poly": {"EXP_POLY": 1},
     "fp8-ws-exp-mufu": {"EXP_POLY": 0},
+    "fp8-ws-lead": {"LEAD_S": 1},
+    "fp8-ws-no-lead": {"LEAD_S": 0},
 }
 
 
