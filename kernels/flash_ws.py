@@ -26,7 +26,9 @@ walks a table built on the host (lpt_table): the tiles in the same order, each h
 least work so far, as a dynamic scheduler would, so the programs end together: under a causal mask (the longest
 tiles go first), and at d = 64 without one where that beats round-robin (list_schedule_pays): a 192-row tile that
 starts before row 0 leaves one or two of its warpgroups idle and costs less (LPT_CHAIN, tile_blocks_cost).
-Elsewhere without a mask the tiles are equal and the walk is round-robin.
+Elsewhere without a mask the tiles are equal and the walk is round-robin; at d = 128 (LEAD_S) each tile's first
+S = Q K^T is issued right behind the last tile's final P V, and the last tile's epilogue runs under it, the next
+tile's Q in a second Q buffer (flash_ws_kernel._consumer_lead).
 
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128,
 256}, contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (BLOCK_N: 128 keys per K/V tile, 64 at d = 256; the
