@@ -641,15 +641,15 @@ class ForwardPlan:
         cfg.update(forced)
         if causal and cfg["PERSISTENT"] and not cfg.get("LPT"):
             raise ValueError("flash_ws forward: a causal persistent walk is list-scheduled (LPT=1)")
+        why = supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"])
+        if why:
+            raise ValueError(f"flash_ws forward: {why}")
         if cfg.get("LEAD_S"):  # the default's where its walk can run it; a forced one or a one-line refusal
             why = lead_s_refusal(cfg, causal, q.shape[2])
             if why and "LEAD_S" in forced:
                 raise ValueError(f"flash_ws forward: {why}")
             if why or ("LEAD_S" not in forced and smem_bytes(cfg, D, fp8) > SMEM_LIMIT):
                 cfg["LEAD_S"] = 0
-        why = supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"])
-        if why:
-            raise ValueError(f"flash_ws forward: {why}")
         if smem_bytes(cfg, D, fp8) > SMEM_LIMIT:
             raise ValueError(
                 f"flash_ws forward: config needs {smem_bytes(cfg, D, fp8) // 1024} KiB of shared memory at head "
