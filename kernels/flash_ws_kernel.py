@@ -122,6 +122,56 @@ def _consumer_step(
 
 
 @gluon.jit
+def _unmasked_steps(
+    lo,
+    hi,
+    g0,  # the program's key block of the tile's block 0 (block j is g0 + j)
+    acc,
+    p,
+    m_i,
+    l_i,
+    q,
+    smem,
+    bars,
+    my_turn,
+    next_turn,
+    s_zero,
+    rows,
+    qk_scale,
+    FLIP: gl.constexpr,
+    P_SHIFT: gl.constexpr,
+    EXP_POLY: gl.constexpr,
+):
+    """The tile's key blocks [lo, hi) that every row sees whole (no mask): _consumer_step on each."""
+    BLOCK_N: gl.constexpr = s_zero.shape[1]
+    for j in range(lo, hi):
+        acc, p, m_i, l_i = _consumer_step(
+            g=g0 + j,
+            start_n=j * BLOCK_N,
+            acc=acc,
+            p=p,
+            m_i=m_i,
+            l_i=l_i,
+            q=q,
+            smem=smem,
+            bars=bars,
+            my_turn=my_turn,
+            next_turn=next_turn,
+            s_zero=s_zero,
+            rows=rows,
+            causal_off=0,
+            left_off=0,
+            qk_scale=qk_scale,
+            MASK=False,
+            FLIP=FLIP,
+            WINDOW=False,
+            P_SHIFT=P_SHIFT,
+            EXP_POLY=EXP_POLY,
+        )
+    return acc, p, m_i, l_i
+
+
+@gluon.jit
 def _pass_block(g, bars, my_turn, next_turn, FLIP: gl.constexpr):
     """Key block g without its matmuls (every score of it masked for this warpgroup): its turn passed on, its K
     and V released once they have landed (released earlier, the arrival would count toward the stage's last
@@ -368,20 +418,20 @@ def _load_lead(descs, smem, bars, sched, SCHED_HEADS: gl.constexpr):
             WINDOW=False,
         )
         load_tile(
-            descs,
-            smem,
-            (q_bars.index(b), q_empties.index(b), k_bars, v_bars, empty_bars, turns),
-            tc // 2,
-            it,
-            q_row,
-            0,
-            kv_bh * N_K,
-            0,
-            kv_bh,
-            0,
-            n_blocks,
-            b * NUM_WG,
-            NUM_WG,
+            descs=descs,
+            smem=smem,
+            bars=(q_bars.index(b), q_empties.index(b), k_bars, v_bars, empty_bars, turns),
+            tc=tc // 2,  # the buffer's phase
+            it=it,
+            q_row=q_row,
+            q_col=0,
+            kv_row=kv_bh * N_K,
+            kv_col=0,
+            kv_bh=kv_bh,
+            first=0,
+            n_blocks=n_blocks,
+            q_first=b * NUM_WG,
+            WGS=NUM_WG,
         )
         it += n_blocks
 
@@ -494,30 +544,26 @@ def _lead_tile(
         EXP_POLY=EXP_POLY,
     )
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-    for j in range(1, n_blocks):
-        acc, p, m_i, l_i = _consumer_step(
-            g=it + j,
-            start_n=j * BLOCK_N,
-            acc=acc,
-            p=p,
-            m_i=m_i,
-            l_i=l_i,
-            q=q,
-            smem=smem,
-            bars=bars,
-            my_turn=my_turn,
-            next_turn=next_turn,
-            s_zero=s_zero,
-            rows=rows,
-            causal_off=0,
-            left_off=0,
-            qk_scale=qk_scale,
-            MASK=False,
-            FLIP=FLIP,
-            WINDOW=False,
-            P_SHIFT=P_SHIFT,
-            EXP_POLY=EXP_POLY,
-        )
+    acc, p, m_i, l_i = _unmasked_steps(
+        lo=1,
+        hi=n_blocks,
+        g0=it,
+        acc=acc,
+        p=p,
+        m_i=m_i,
+        l_i=l_i,
+        q=q,
+        smem=smem,
+        bars=bars,
+        my_turn=my_turn,
+        next_turn=next_turn,
+        s_zero=s_zero,
+        rows=rows,
+        qk_scale=qk_scale,
+        FLIP=FLIP,
+        P_SHIFT=P_SHIFT,
+        EXP_POLY=EXP_POLY,
+    )
     mbarrier.arrive(q_empties.index(tc % 2))  # every S of this tile is done: its Q buffer takes tile tc + 2's
     last = it + n_blocks - 1
     mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
@@ -751,30 +797,26 @@ def _consumer_tile(
             EXP_POLY=EXP_POLY,
             FAST_MASK=FAST_MASK,
         )
-    for j in range(mid, full_blocks):
-        acc, p, m_i, l_i = _consumer_step(
-            g=it + j - first,
-            start_n=j * BLOCK_N,
-            acc=acc,
-            p=p,
-            m_i=m_i,
-            l_i=l_i,
-            q=q,
-            smem=smem,
-            bars=bars,
-            my_turn=my_turn,
-            next_turn=next_turn,
-            s_zero=s_zero,
-            rows=rows,
-            causal_off=causal_off,
-            left_off=left_off,
-            qk_scale=qk_scale,
-            MASK=False,
-            FLIP=FLIP,
-            WINDOW=WINDOW,
-            P_SHIFT=P_SHIFT,
-            EXP_POLY=EXP_POLY,
-        )
+    acc, p, m_i, l_i = _unmasked_steps(
+        lo=mid,
+        hi=full_blocks,
+        g0=it - first,
+        acc=acc,
+        p=p,
+        m_i=m_i,
+        l_i=l_i,
+        q=q,
+        smem=smem,
+        bars=bars,
+        my_turn=my_turn,
+        next_turn=next_turn,
+        s_zero=s_zero,
+        rows=rows,
+        qk_scale=qk_scale,
+        FLIP=FLIP,
+        P_SHIFT=P_SHIFT,
+        EXP_POLY=EXP_POLY,
+    )
     for j in range(gl.maximum(full_blocks, mid), n_own):
         acc, p, m_i, l_i = _consumer_step(
             g=it + j - first,
