@@ -33,8 +33,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .flash_ws_parts import (
     WALK,
     document_tile,
+    live_rounds,
     load_partition,
     load_tile,
+    mma_layout,
+    p_layout_of,
     p_operand,
     pv_wait,
     round_tile,
@@ -401,12 +404,12 @@ def _load_lead(descs, smem, bars, sched, SCHED_HEADS: gl.constexpr):
     with it."""
     q_all, o_smem, k_smem, v_smem = smem
     q_bars, q_empties, k_bars, v_bars, empty_bars, turns = bars
-    num_m, BH, _, _, _, N_K, _, _, _ = sched
+    N_K = sched[5]
     NUM_WG: gl.constexpr = q_all.shape[0] // 2
     BM: gl.constexpr = NUM_WG * descs[0].block_type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     it = 0
-    for tc in range(gl.cdiv(num_m * BH - gl.program_id(0), gl.num_programs(0))):
+    for tc in range(live_rounds(sched)):
         b = tc % 2
         _, q_row, kv_bh, _, n_blocks, _, _ = tile(
             t=round_tile(tc, sched),
@@ -451,19 +454,16 @@ def _consumer_lead(parts, WG: gl.constexpr, modes):
     q_bars = bars[0]
     k_bars = bars[2]
     turns = bars[5]
-    num_m, BH, _, _, _, _, _, _, _ = sched
     NUM_WG: gl.constexpr = q_all.shape[0] // 2
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     ROWS: gl.constexpr = od.block_type.shape[0]
     BITS: gl.constexpr = k_smem.dtype.primitive_bitwidth
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 256 // BITS]
-    )
+    s_layout: gl.constexpr = mma_layout(BLOCK_N, BITS)
     my_turn = turns.index(WG)
     next_turn = turns.index((WG + 1) % NUM_WG)
     FLIP: gl.constexpr = 1 if WG == 0 else 0
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-    n_live = gl.cdiv(num_m * BH - gl.program_id(0), gl.num_programs(0))  # this program's tiles, at least one
+    n_live = live_rounds(sched)
     mbarrier.wait(q_bars.index(0), 0)
     s = _issue_s(q_all.index(WG), k_smem, k_bars, my_turn, next_turn, 0, s_zero, FLIP)
     it = 0
@@ -504,10 +504,8 @@ def _lead_tile(
     FP8: gl.constexpr = k_smem.dtype.is_fp8()
     P_SHIFT: gl.constexpr = 8.0 if FP8 else 0.0
     BITS: gl.constexpr = k_smem.dtype.primitive_bitwidth
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 256 // BITS]
-    )
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=32 // BITS)
+    o_layout: gl.constexpr = mma_layout(HEAD_DIM, BITS)
+    p_layout: gl.constexpr = p_layout_of(o_layout, BITS)
     row_s: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
     q = q_all.index((tc % 2) * NUM_WG + WG)
     q_pos, q_row, kv_bh, _, n_blocks, _, _ = tile(
@@ -707,13 +705,9 @@ def _consumer_tile(
     FP8: gl.constexpr = k_smem.dtype.is_fp8()
     P_SHIFT: gl.constexpr = 8.0 if FP8 else 0.0  # flash_fp8.py: p * 2^8 fills e4m3's range, at no cost
     BITS: gl.constexpr = k_smem.dtype.primitive_bitwidth  # wgmma's K step is 32 bytes; P holds 32 bits a pair
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 256 // BITS]
-    )
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 256 // BITS]
-    )
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=32 // BITS)
+    s_layout: gl.constexpr = mma_layout(BLOCK_N, BITS)
+    o_layout: gl.constexpr = mma_layout(HEAD_DIM, BITS)
+    p_layout: gl.constexpr = p_layout_of(o_layout, BITS)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
 
     # VARLEN: a document's last key block may hold the next document's keys: masked by key position (the

@@ -172,6 +172,29 @@ def document_tile(t, sched, docs, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSA
 
 
 @gluon.jit
+def live_rounds(sched):
+    """The tiles this program of a round-robin walk owns (tile tc * programs + pid for tc below it): at least one,
+    since the walk has at most one program per tile (flash_ws.walk_programs)."""
+    num_m, BH, _, _, _, _, _, _, _ = sched
+    return gl.cdiv(num_m * BH - gl.program_id(0), gl.num_programs(0))
+
+
+@gluon.constexpr_function
+def mma_layout(cols, bits):
+    """One warpgroup's wgmma accumulator layout for [64, cols] fp32 over `bits`-bit operands: the scores' (cols =
+    BLOCK_N) and the output's (cols = HEAD_DIM)."""
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, cols, 256 // bits]
+    )
+
+
+@gluon.constexpr_function
+def p_layout_of(o_layout, bits):
+    """P V's A operand layout in registers (16-bit P) under the output's accumulator layout o_layout."""
+    return gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=32 // bits)
+
+
+@gluon.jit
 def rounds(sched):
     """How many tiles this program walks (the last may be past the end): the schedule table's width when sched
     has one (ROUNDS > 0), else round-robin's share."""
