@@ -26,9 +26,9 @@ walks a table built on the host (lpt_table): the tiles in the same order, each h
 least work so far, as a dynamic scheduler would, so the programs end together: under a causal mask (the longest
 tiles go first), and at d = 64 without one where that beats round-robin (list_schedule_pays): a 192-row tile that
 starts before row 0 leaves one or two of its warpgroups idle and costs less (LPT_CHAIN, tile_blocks_cost).
-Elsewhere without a mask the tiles are equal and the walk is round-robin; at d = 128 (LEAD_S) each tile's first
-S = Q K^T is issued right behind the last tile's final P V, and the last tile's epilogue runs under it, the next
-tile's Q in a second Q buffer (flash_ws_kernel._consumer_lead).
+Elsewhere without a mask the tiles are equal and the walk is round-robin. At d = 128 (LEAD_S), causal or not, each
+tile's first S = Q K^T is issued right behind the last tile's final P V, and the last tile's epilogue runs under
+it, the next tile's Q in a second Q buffer (flash_ws_kernel._consumer_lead).
 
 Scope (`supported` says why not, and flash_v2 serves the rest): CUDA capability 9.x, fp16/bf16, D in {64, 128,
 256}, contiguous inputs, Nq % 64 == 0 and Nk % BLOCK_N == 0 (BLOCK_N: 128 keys per K/V tile, 64 at d = 256; the
@@ -86,8 +86,9 @@ HEAD_DIMS = tuple(BLOCK_N)
 # shared memory: no third stage, and the output's own buffers are half-width (O_HALVES: 224 KiB in all), so the
 # next tile's loads run under this one's epilogue there too; persistent when not causal (H100: 1.02-1.03x the
 # persistent walk storing O through Q's buffers at N = 2048-4096, 1.04x one program per tile at 2048; causal
-# 1.01-1.04x; docs/kernels.md). d = 128 without a mask issues each tile's first S before the last tile's epilogue
-# (LEAD_S: 0.976-0.988x the time at N = 1024-16384, H200; ForwardPlan drops it where the tiles are not whole).
+# 1.01-1.04x; docs/kernels.md). d = 128 issues each tile's first S before the last tile's epilogue (LEAD_S, H200:
+# 0.95-0.97x the time without a mask at N = 1024-16384, 0.98x causal at 1024-4096; ForwardPlan drops it where the
+# tiles are not whole).
 _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 # lpt_heads, 16-bit: of the groups of 4, 8 and 16 heads whose K and V take at most LPT_GROUP_BYTES of L2, the
 # smallest whose walk the schedule model (walk_load: its most loaded program) charges at most LPT_SLACK times the
@@ -110,7 +111,7 @@ DEFAULT_CONFIG = {
     (64, False): {**_base(64), "BLOCK_M": 192, **_LPT, "LPT_CHAIN": 2},
     (64, True): {**_base(64), "BLOCK_M": 192, **_LPT},
     (128, False): {**_base(128), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "LEAD_S": 1},
-    (128, True): {**_base(128), "BLOCK_M": 128, **_LPT},
+    (128, True): {**_base(128), "BLOCK_M": 128, **_LPT, "LEAD_S": 1},
     (256, False): {**_base(256), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "O_HALVES": 1},
     (256, True): {**_base(256), "BLOCK_M": 128, **_LPT, "O_HALVES": 1},
 }
@@ -146,8 +147,8 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth). LPT_CHAIN (with LPT, a number >= 0): the
 # list schedule charges a key block max(a, LPT_CHAIN) / W for the a of a tile's W warpgroups that run it
 # (tile_blocks_cost); 0, the default but at d = 64 without a mask, charges every block in full. LEAD_S: a
-# persistent walk over whole 128-row tiles without a mask issues each tile's first S = Q K^T before the last
-# tile's epilogue, which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot).
+# persistent walk over whole 128-row tiles issues each tile's first S = Q K^T before the last tile's epilogue,
+# which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot).
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
@@ -262,20 +263,19 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def lead_s_refusal(cfg: dict[str, Any], causal: bool, n_q: int) -> str | None:
-    """Why config cfg cannot run LEAD_S over n_q query rows (one line), else None: its walk must be persistent and
-    round-robin over whole tiles of two warpgroups (no idle one) without a mask. (Its two Q buffers and the
-    output's own, which a persistent walk has, must fit shared memory: smem_bytes.)"""
-    if causal:
-        return "LEAD_S walks tiles without a mask (not causal, no window)"
+def lead_s_refusal(cfg: dict[str, Any], n_q: int, window: bool = False) -> str | None:
+    """Why config cfg cannot run LEAD_S over n_q query rows (one line), else None: its walk must be persistent
+    (round-robin or list-scheduled, causal or not), with no sliding window, over whole tiles of two warpgroups (no
+    idle one; flash_ws_kernel._lead_tile). (Its two Q buffers and the output's own, which a persistent walk has,
+    must fit shared memory: smem_bytes.)"""
+    if window:
+        return "LEAD_S walks no sliding window"
     if not cfg.get("PERSISTENT"):
         return "LEAD_S needs a persistent walk (PERSISTENT=1)"
     if cfg["BLOCK_M"] != 2 * ROWS:
         return f"LEAD_S needs BLOCK_M {2 * ROWS} (two consumer warpgroups)"
     if n_q % cfg["BLOCK_M"]:
         return f"LEAD_S needs whole tiles: seq_q % {cfg['BLOCK_M']} == 0"
-    if cfg.get("LPT"):
-        return "LEAD_S walks the tiles round-robin (LPT=0)"
     return None
 
 
@@ -645,7 +645,7 @@ class ForwardPlan:
         if why:
             raise ValueError(f"flash_ws forward: {why}")
         if cfg.get("LEAD_S"):  # the default's where its walk can run it; a forced one or a one-line refusal
-            why = lead_s_refusal(cfg, causal, q.shape[2])
+            why = lead_s_refusal(cfg, q.shape[2], window is not None)
             if why and "LEAD_S" in forced:
                 raise ValueError(f"flash_ws forward: {why}")
             if why or ("LEAD_S" not in forced and smem_bytes(cfg, D, fp8) > SMEM_LIMIT):

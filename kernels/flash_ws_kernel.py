@@ -33,7 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .flash_ws_parts import (
     WALK,
     document_tile,
-    live_rounds,
+    live_tiles,
     load_partition,
     load_tile,
     mma_layout,
@@ -125,7 +125,7 @@ def _consumer_step(
 
 
 @gluon.jit
-def _unmasked_steps(
+def _steps(
     lo,
     hi,
     g0,  # the program's key block of the tile's block 0 (block j is g0 + j)
@@ -144,8 +144,17 @@ def _unmasked_steps(
     FLIP: gl.constexpr,
     P_SHIFT: gl.constexpr,
     EXP_POLY: gl.constexpr,
+    MASK: gl.constexpr = False,
+    causal_off=0,
+    left_off=0,
+    WINDOW: gl.constexpr = False,
+    VARLEN: gl.constexpr = False,
+    KEY_END: gl.constexpr = False,
+    key_end=0,
+    FAST_MASK: gl.constexpr = False,
 ):
-    """The tile's key blocks [lo, hi) that every row sees whole (no mask): _consumer_step on each."""
+    """The tile's key blocks [lo, hi): _consumer_step on each, unmasked (the blocks every row sees whole) or
+    masked (MASK: the causal diagonal, a window's left edge, a document's key end: _consumer_step's masks)."""
     BLOCK_N: gl.constexpr = s_zero.shape[1]
     for j in range(lo, hi):
         acc, p, m_i, l_i = _consumer_step(
@@ -162,13 +171,17 @@ def _unmasked_steps(
             next_turn=next_turn,
             s_zero=s_zero,
             rows=rows,
-            causal_off=0,
-            left_off=0,
+            causal_off=causal_off,
+            left_off=left_off,
             qk_scale=qk_scale,
-            MASK=False,
+            MASK=MASK,
             FLIP=FLIP,
-            WINDOW=False,
+            WINDOW=WINDOW,
             P_SHIFT=P_SHIFT,
+            VARLEN=VARLEN,
+            KEY_END=KEY_END,
+            key_end=key_end,
+            FAST_MASK=FAST_MASK,
             EXP_POLY=EXP_POLY,
         )
     return acc, p, m_i, l_i
@@ -190,13 +203,15 @@ def _pass_block(g, bars, my_turn, next_turn, FLIP: gl.constexpr):
 
 
 @gluon.jit
-def _issue_s(q, k_smem, k_bars, my_turn, next_turn, g, s_zero, FLIP: gl.constexpr):
+def _issue_s(q, k_smem, k_bars, my_turn, next_turn, g, s_zero, FLIP: gl.constexpr, kg=-1):
     """Key block g's S = Q K^T issued on this warpgroup's turn, once K has landed; returns S in flight (the turn
-    passed on)."""
+    passed on). kg >= 0: the program's key block kg's K instead (_lead_tile's stand-in S on block g's turn)."""
     STAGES: gl.constexpr = k_smem.shape[0]
+    if kg < 0:
+        kg = g
     mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-    mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
-    s = warpgroup_mma(q, k_smem.index(g % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    mbarrier.wait(k_bars.index(kg % STAGES), (kg // STAGES) & 1)
+    s = warpgroup_mma(q, k_smem.index(kg % STAGES).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     mbarrier.arrive(next_turn)
     return s
 
@@ -397,59 +412,63 @@ def _consumer(
 
 
 @gluon.jit
-def _load_lead(descs, smem, bars, sched, SCHED_HEADS: gl.constexpr):
-    """The producer of a LEAD_S walk (_consumer_lead): as load_partition's round-robin walk, with two Q buffers:
+def _load_lead(descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr):
+    """The producer of a LEAD_S walk (_consumer_lead): as load_partition's persistent walk, with two Q buffers:
     tile tc's query slices go to buffer b = tc % 2 (slots b * NUM_WG.. of smem[0] [2 * NUM_WG, 64, D], its
     barriers bars[0][b] and bars[1][b]), so the next tile's Q loads as soon as the tile before this one is done
     with it."""
     q_all, o_smem, k_smem, v_smem = smem
     q_bars, q_empties, k_bars, v_bars, empty_bars, turns = bars
-    N_K = sched[5]
+    num_m, BH, _, _, _, N_K, _, _, _ = sched
     NUM_WG: gl.constexpr = q_all.shape[0] // 2
     BM: gl.constexpr = NUM_WG * descs[0].block_type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     it = 0
-    for tc in range(live_rounds(sched)):
-        b = tc % 2
-        _, q_row, kv_bh, _, n_blocks, _, _ = tile(
-            t=round_tile(tc, sched),
-            sched=sched,
-            BM=BM,
-            BLOCK_N=BLOCK_N,
-            CAUSAL=False,
-            SCHED_HEADS=SCHED_HEADS,
-            WINDOW=False,
-        )
-        load_tile(
-            descs=descs,
-            smem=smem,
-            bars=(q_bars.index(b), q_empties.index(b), k_bars, v_bars, empty_bars, turns),
-            tc=tc // 2,  # the buffer's phase
-            it=it,
-            q_row=q_row,
-            q_col=0,
-            kv_row=kv_bh * N_K,
-            kv_col=0,
-            kv_bh=kv_bh,
-            first=0,
-            n_blocks=n_blocks,
-            q_first=b * NUM_WG,
-            WGS=NUM_WG,
-        )
-        it += n_blocks
+    for tc in range(rounds(sched)):
+        t = round_tile(tc, sched)
+        if t < num_m * BH:  # a table row's padding comes last: tc counts the live tiles
+            b = tc % 2
+            _, q_row, kv_bh, _, n_blocks, _, _ = tile(
+                t=t,
+                sched=sched,
+                BM=BM,
+                BLOCK_N=BLOCK_N,
+                CAUSAL=CAUSAL,
+                SCHED_HEADS=SCHED_HEADS,
+                WINDOW=False,
+            )
+            load_tile(
+                descs=descs,
+                smem=smem,
+                bars=(q_bars.index(b), q_empties.index(b), k_bars, v_bars, empty_bars, turns),
+                tc=tc // 2,  # the buffer's phase
+                it=it,
+                q_row=q_row,
+                q_col=0,
+                kv_row=kv_bh * N_K,
+                kv_col=0,
+                kv_bh=kv_bh,
+                first=0,
+                n_blocks=n_blocks,
+                q_first=b * NUM_WG,
+                WGS=NUM_WG,
+            )
+            it += n_blocks
 
 
 @gluon.jit
 def _consumer_lead(parts, WG: gl.constexpr, modes):
-    """Consumer warpgroup WG of a round-robin walk over whole tiles without a mask (LEAD_S): as _consumer's round
-    loop, but each tile's last P V is followed on the tensor cores by the next tile's first S = Q K^T, issued
-    before this tile's epilogue (the division by the row sums, the stores), which then runs under it. The next
-    tile's Q is in the other of two Q buffers (_load_lead), loaded while this tile ran. Every program has a tile
-    (flash_ws.walk_programs), so each S is issued unconditionally: an S in flight across a branch's merge makes
-    ptxas serialize every wgmma."""
+    """Consumer warpgroup WG of a persistent walk (round-robin or list-scheduled, causal or not; no window, no
+    packed documents) with LEAD_S: as _consumer's round loop, but each tile's last P V is followed on the tensor
+    cores by the next tile's first S = Q K^T, issued before this tile's epilogue (the division by the row sums,
+    the stores), which then runs under it. The next tile's Q is in the other of two Q buffers (_load_lead), loaded
+    while this tile ran. Every program has a tile (flash_ws.walk_programs), so each S is issued unconditionally:
+    an S in flight across a branch's merge makes ptxas serialize every wgmma; the last tile's is a stand-in
+    (_lead_tile), waited for here."""
     smem, bars, od, LSE, sched, scales, docs = parts
     SEP_O: gl.constexpr = modes[2]
     gl.static_assert(SEP_O, "LEAD_S needs the output's own buffers")
+    gl.static_assert(not (modes[3] or modes[4]), "LEAD_S walks no window and no packed documents")
     q_all, _, k_smem, _ = smem
     q_bars = bars[0]
     k_bars = bars[2]
@@ -463,13 +482,13 @@ def _consumer_lead(parts, WG: gl.constexpr, modes):
     next_turn = turns.index((WG + 1) % NUM_WG)
     FLIP: gl.constexpr = 1 if WG == 0 else 0
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-    n_live = live_rounds(sched)
+    n_live = live_tiles(sched)
     mbarrier.wait(q_bars.index(0), 0)
     s = _issue_s(q_all.index(WG), k_smem, k_bars, my_turn, next_turn, 0, s_zero, FLIP)
     it = 0
-    for tc in range(n_live - 1):
-        s, it = _lead_tile(s, tc, it, parts, WG, modes, s_zero, my_turn, next_turn, FLIP, False)
-    _lead_tile(s, n_live - 1, it, parts, WG, modes, s_zero, my_turn, next_turn, FLIP, True)
+    for tc in range(n_live):
+        s, it = _lead_tile(s, tc, it, tc == n_live - 1, parts, WG, modes, s_zero, my_turn, next_turn, FLIP)
+    warpgroup_mma_wait(0, deps=[s])
     tma.store_wait(0)
 
 
@@ -478,6 +497,7 @@ def _lead_tile(
     s,  # the tile's first S, in flight
     tc,
     it,
+    last_tile,  # the program's last tile: no next tile
     parts,
     WG: gl.constexpr,
     modes,
@@ -485,12 +505,16 @@ def _lead_tile(
     my_turn,
     next_turn,
     FLIP: gl.constexpr,
-    LAST: gl.constexpr,  # the program's last tile: no next S
 ):
-    """_consumer_lead's tile tc (round-robin: tile tc * programs + pid; its Q in buffer tc % 2), whose key blocks
-    are the program's it, it + 1, ...; returns the next tile's first S in flight (unless LAST) and the next tile's
-    first key block."""
+    """_consumer_lead's tile tc (round_tile's; its Q in buffer tc % 2) of two warpgroups' whole rows (no idle
+    warpgroup: flash_ws.lead_s_refusal), whose key blocks are the program's it, it + 1, ...; returns the next
+    tile's first S in flight and the next tile's first key block. On the program's last tile that S is a stand-in,
+    the same code on other operands (this tile's Q and its last K, landed and not loaded over), its result dropped:
+    a second copy of the tile's code for the last tile, the S left out, doubled the build (6,696 SASS instructions
+    against 3,840) and took 1.5-2.5% more time (docs/kernels.md); a branch around the S makes ptxas serialize every
+    wgmma."""
     smem, bars, od, LSE, sched, scales, docs = parts
+    CAUSAL: gl.constexpr = modes[0]
     SCHED_HEADS: gl.constexpr = modes[1]
     SEP_O: gl.constexpr = modes[2]
     EXP_POLY: gl.constexpr = modes[5]
@@ -507,13 +531,14 @@ def _lead_tile(
     o_layout: gl.constexpr = mma_layout(HEAD_DIM, BITS)
     p_layout: gl.constexpr = p_layout_of(o_layout, BITS)
     row_s: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
+    causal_off = sched[5] - sched[4]  # N_K - N_Q
     q = q_all.index((tc % 2) * NUM_WG + WG)
-    q_pos, q_row, kv_bh, _, n_blocks, _, _ = tile(
+    q_pos, q_row, kv_bh, _, n_blocks, _, full_blocks = tile(
         t=round_tile(tc, sched),
         sched=sched,
         BM=NUM_WG * ROWS,
         BLOCK_N=BLOCK_N,
-        CAUSAL=False,
+        CAUSAL=CAUSAL,
         SCHED_HEADS=SCHED_HEADS,
         WINDOW=False,
     )
@@ -527,12 +552,12 @@ def _lead_tile(
         l_i=gl.full([ROWS], 0.0, gl.float32, row_s),
         rows=rows,
         start_n=0,
-        causal_off=0,
+        causal_off=causal_off,
         left_off=0,
         qk_scale=qk_scale,
         dtype=gl.constexpr(q.dtype),
         p_layout=p_layout,
-        MASK=False,
+        MASK=CAUSAL,
         WINDOW=False,
         P_SHIFT=P_SHIFT,
         VARLEN=False,
@@ -542,9 +567,10 @@ def _lead_tile(
         EXP_POLY=EXP_POLY,
     )
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-    acc, p, m_i, l_i = _unmasked_steps(
+    # the blocks every row sees whole, then (causal) the diagonal's, masked
+    acc, p, m_i, l_i = _steps(
         lo=1,
-        hi=n_blocks,
+        hi=full_blocks,
         g0=it,
         acc=acc,
         p=p,
@@ -562,30 +588,55 @@ def _lead_tile(
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
     )
+    if CAUSAL:
+        acc, p, m_i, l_i = _steps(
+            lo=gl.maximum(full_blocks, 1),
+            hi=n_blocks,
+            g0=it,
+            acc=acc,
+            p=p,
+            m_i=m_i,
+            l_i=l_i,
+            q=q,
+            smem=smem,
+            bars=bars,
+            my_turn=my_turn,
+            next_turn=next_turn,
+            s_zero=s_zero,
+            rows=rows,
+            qk_scale=qk_scale,
+            FLIP=FLIP,
+            P_SHIFT=P_SHIFT,
+            EXP_POLY=EXP_POLY,
+            MASK=True,
+            causal_off=causal_off,
+        )
     mbarrier.arrive(q_empties.index(tc % 2))  # every S of this tile is done: its Q buffer takes tile tc + 2's
     last = it + n_blocks - 1
     mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
     pa = p_operand(p, o_layout, gl.constexpr(q.dtype))
     pv = warpgroup_mma(pa, v_operand(v_smem, last % STAGES), acc, is_async=True)
-    if LAST:
-        acc = pv_wait(pv, pa)
-    else:  # the next tile's first S behind this P V, ahead of the epilogue
-        mbarrier.wait(q_bars.index((tc + 1) % 2), ((tc + 1) // 2) & 1)
-        s = _issue_s(
-            q_all.index(((tc + 1) % 2) * NUM_WG + WG),
-            k_smem,
-            k_bars,
-            my_turn,
-            next_turn,
-            last + 1,
-            s_zero,
-            FLIP,
-        )
-        acc = pv_wait(pv, pa, 1)  # in-order completion: the P V is done, the next S may not be
+    nxt = it + n_blocks
+    # the next tile's first S behind this P V, ahead of the epilogue, on key block nxt's turn
+    qt = gl.where(last_tile, tc, tc + 1)  # the tile whose Q it reads
+    mbarrier.wait(q_bars.index(qt % 2), (qt // 2) & 1)
+    s = _issue_s(
+        q_all.index((qt % 2) * NUM_WG + WG),
+        k_smem,
+        k_bars,
+        my_turn,
+        next_turn,
+        nxt,
+        s_zero,
+        FLIP,
+        gl.where(last_tile, nxt - 1, nxt),  # the key block whose K it reads
+    )
+    acc = pv_wait(pv, pa, 1)  # in-order completion: the P V is done, the next S may not be
     mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))  # V of the last block is no longer read
+    out = _normalized(acc, l_i, v_scale, FP8)
     _store_lse(m_i, l_i, LSE, q_row, WG, P_SHIFT)
-    _store_tile(_normalized(acc, l_i, v_scale, FP8), o_smem, od, q_row, 0, q_empties, WG, SEP_O)
-    return s, last + 1
+    _store_tile(out, o_smem, od, q_row, 0, q_empties, WG, SEP_O)
+    return s, nxt
 
 
 @gluon.jit
@@ -766,32 +817,32 @@ def _consumer_tile(
     # bounds the first and the last loop by n_own; the middle one needs no bound: full_blocks, the blocks the
     # tile's first row sees whole, never passes any warpgroup's n_own.
     mid = gl.maximum(left_full, first + 1)
-    for j in range(first + 1, gl.minimum(left_full, n_own)):
-        acc, p, m_i, l_i = _consumer_step(
-            g=it + j - first,
-            start_n=j * BLOCK_N,
-            acc=acc,
-            p=p,
-            m_i=m_i,
-            l_i=l_i,
-            q=q,
-            smem=smem,
-            bars=bars,
-            my_turn=my_turn,
-            next_turn=next_turn,
-            s_zero=s_zero,
-            rows=rows,
-            causal_off=causal_off,
-            left_off=left_off,
-            qk_scale=qk_scale,
-            MASK=True,
-            FLIP=FLIP,
-            WINDOW=WINDOW,
-            P_SHIFT=P_SHIFT,
-            EXP_POLY=EXP_POLY,
-            FAST_MASK=FAST_MASK,
-        )
-    acc, p, m_i, l_i = _unmasked_steps(
+    acc, p, m_i, l_i = _steps(
+        lo=first + 1,
+        hi=gl.minimum(left_full, n_own),
+        g0=it - first,
+        acc=acc,
+        p=p,
+        m_i=m_i,
+        l_i=l_i,
+        q=q,
+        smem=smem,
+        bars=bars,
+        my_turn=my_turn,
+        next_turn=next_turn,
+        s_zero=s_zero,
+        rows=rows,
+        qk_scale=qk_scale,
+        FLIP=FLIP,
+        P_SHIFT=P_SHIFT,
+        EXP_POLY=EXP_POLY,
+        MASK=True,
+        causal_off=causal_off,
+        left_off=left_off,
+        WINDOW=WINDOW,
+        FAST_MASK=FAST_MASK,
+    )
+    acc, p, m_i, l_i = _steps(
         lo=mid,
         hi=full_blocks,
         g0=it - first,
@@ -811,34 +862,34 @@ def _consumer_tile(
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
     )
-    for j in range(gl.maximum(full_blocks, mid), n_own):
-        acc, p, m_i, l_i = _consumer_step(
-            g=it + j - first,
-            start_n=j * BLOCK_N,
-            acc=acc,
-            p=p,
-            m_i=m_i,
-            l_i=l_i,
-            q=q,
-            smem=smem,
-            bars=bars,
-            my_turn=my_turn,
-            next_turn=next_turn,
-            s_zero=s_zero,
-            rows=rows,
-            causal_off=causal_off,
-            left_off=left_off,
-            qk_scale=qk_scale,
-            MASK=CAUSAL or VARLEN,
-            FLIP=FLIP,
-            WINDOW=WINDOW,
-            P_SHIFT=P_SHIFT,
-            EXP_POLY=EXP_POLY,
-            VARLEN=VARLEN,
-            KEY_END=KEY_END,
-            key_end=key_end,
-            FAST_MASK=FAST_MASK,
-        )
+    acc, p, m_i, l_i = _steps(
+        lo=gl.maximum(full_blocks, mid),
+        hi=n_own,
+        g0=it - first,
+        acc=acc,
+        p=p,
+        m_i=m_i,
+        l_i=l_i,
+        q=q,
+        smem=smem,
+        bars=bars,
+        my_turn=my_turn,
+        next_turn=next_turn,
+        s_zero=s_zero,
+        rows=rows,
+        qk_scale=qk_scale,
+        FLIP=FLIP,
+        P_SHIFT=P_SHIFT,
+        EXP_POLY=EXP_POLY,
+        MASK=CAUSAL or VARLEN,
+        causal_off=causal_off,
+        left_off=left_off,
+        WINDOW=WINDOW,
+        VARLEN=VARLEN,
+        KEY_END=KEY_END,
+        key_end=key_end,
+        FAST_MASK=FAST_MASK,
+    )
     if SEP_O:
         mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
 
@@ -980,8 +1031,8 @@ def _attn_fwd_ws(
     # WALK (2): persistent programs take the tiles through COUNTER (flash_ws_parts._load_walk)
     VARLEN: gl.constexpr,
     EXP_POLY: gl.constexpr,  # FP8: an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
-    # a walk over whole tiles without a mask: each tile's epilogue runs under the next tile's first S
-    # (_consumer_lead; flash_ws.lead_s)
+    # a persistent walk (no window, no packed documents): each tile's epilogue runs under the next tile's first S
+    # (_consumer_lead; flash_ws.lead_s_refusal says where it cannot)
     LEAD_S: gl.constexpr = False,
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
@@ -1055,13 +1106,13 @@ def _attn_fwd_ws(
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
         )
-    elif LEAD_S:
-        gl.static_assert(not (CAUSAL or WINDOW or VARLEN), "LEAD_S walks whole tiles without a mask")
+    elif LEAD_S:  # each tile's epilogue under the next tile's first S (_consumer_lead)
+        gl.static_assert(not (WINDOW or VARLEN), "LEAD_S walks no window and no packed documents")
         gl.warp_specialize(
             [
                 (_consumer_lead, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
                 (_consumer_lead, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
-                (_load_lead, (descs, smem, bars, sched, SCHED_HEADS)),
+                (_load_lead, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],

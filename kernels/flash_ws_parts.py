@@ -172,11 +172,22 @@ def document_tile(t, sched, docs, BM: gl.constexpr, BLOCK_N: gl.constexpr, CAUSA
 
 
 @gluon.jit
-def live_rounds(sched):
-    """The tiles this program of a round-robin walk owns (tile tc * programs + pid for tc below it): at least one,
-    since the walk has at most one program per tile (flash_ws.walk_programs)."""
-    num_m, BH, _, _, _, _, _, _, _ = sched
-    return gl.cdiv(num_m * BH - gl.program_id(0), gl.num_programs(0))
+def live_tiles(sched):
+    """The tiles this program walks: round-robin's share (tile tc * programs + pid for tc below it), or the tiles
+    of its schedule table row before the padding (flash_ws.lpt_table pads only the end of a row); at least one,
+    since a walk has at most one program per tile (flash_ws.walk_programs)."""
+    num_m, BH, _, _, _, _, _, TILES, ROUNDS = sched
+    n_tiles = num_m * BH
+    pid = gl.program_id(0)
+    n = gl.cdiv(n_tiles - pid, gl.num_programs(0))
+    if ROUNDS > 0:  # 32 of the row's entries a load, all in flight together
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+        n = 0
+        for c in range(0, ROUNDS, 32):
+            idx = c + gl.arange(0, 32, layout)
+            row = gl.load(TILES + pid * ROUNDS + idx, mask=idx < ROUNDS, other=n_tiles)
+            n += gl.sum((row < n_tiles).to(gl.int32), 0)
+    return n
 
 
 @gluon.constexpr_function

@@ -565,6 +565,7 @@ def test_d256_dispatch_follows_the_thresholds(causal):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize(
     ("shape", "programs"),
@@ -574,51 +575,69 @@ def test_d256_dispatch_follows_the_thresholds(causal):
         ((1, 8, 2, 1024, 1024, 128), 5),
         ((2, 4, 1, 384, 640, 128), 7),
         ((1, 2, 2, 128, 128, 128), 0),
+        ((16, 16, 16, 1024, 1024, 128), 0),
     ],
-    ids=["d128-p3", "d128-tile-each", "gqa4-p5", "nk>nq-mqa-p7", "one-block"],
+    ids=["d128-p3", "d128-tile-each", "gqa4-p5", "nk>nq-mqa-p7", "one-block", "every-sm"],
 )
-@smoke(lambda dtype, shape, programs: dtype == torch.bfloat16)
-def test_lead_s_walk_matches_reference(shape, programs, dtype):
+@smoke(lambda dtype, shape, programs, causal: dtype == torch.bfloat16)
+def test_lead_s_walk_matches_reference(shape, programs, dtype, causal):
     """LEAD_S: each tile's first S issued before the last tile's epilogue, its Q in the other of two buffers.
     With 3, 5 or 7 programs each walks several tiles (the two Q buffers and their barriers alternate, the turns
-    and the ring carry the early S from tile to tile, programs end on different rounds); with one program per SM
-    each has one tile (the walk's last tile alone); one key block a tile (the first S is the only one)."""
+    and the ring carry the early S from tile to tile, programs end on different rounds; causal: list-scheduled,
+    tiles of unequal length); with one program per SM each has one tile, or at 16 x 16 heads many; one key block a
+    tile (the first S is the only one). Each program's last tile issues a stand-in S on its last K, never released
+    to the producer."""
     config = {"LEAD_S": 1, **({"PROGRAMS": programs} if programs else {})}
-    check_forward(shape, dtype, False, config)
+    check_forward(shape, dtype, causal, config)
 
 
 def test_lead_s_is_refused_where_its_walk_cannot_run(monkeypatch):
-    """A forced LEAD_S runs only a persistent round-robin walk over whole 128-row tiles without a mask whose two
-    Q buffers fit shared memory (not at d = 256) (ForwardPlan on the host, input_refusal stubbed); the plan
-    reports it and compiles the kernel with it, and the packed documents' launch never takes it."""
+    """A forced LEAD_S runs any persistent walk, causal or not, round-robin or list-scheduled, over whole 128-row
+    tiles of two warpgroups whose two Q buffers fit shared memory (not at d = 256), with no sliding window
+    (ForwardPlan on the host, input_refusal stubbed); the plan reports it and compiles the kernel with it, and the
+    packed documents' launch never takes it."""
     monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
     monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
 
-    def plan(n, d, causal=False, **config):
+    def plan(n, d, causal=False, window=None, **config):
         x = torch.empty(2, 4, n, d, dtype=torch.bfloat16)
-        return flash_ws.ForwardPlan(x, x, x, causal, {"LEAD_S": 1, **config})
+        return flash_ws.ForwardPlan(x, x, x, causal, {"LEAD_S": 1, **config}, window)
 
-    for n, d, causal, config, why in [
-        (1024, 128, True, {}, "without a mask"),
-        (1024, 128, False, {"PERSISTENT": 0}, "persistent"),
-        (1024, 128, False, {"LPT": 1}, "round-robin"),
-        (320, 128, False, {}, "whole tiles"),
-        (1024, 64, False, {}, "BLOCK_M 128"),
-        (1024, 256, False, {}, "LEAD_S=1 holds two Q buffers"),
+    for n, d, causal, window, config, why in [
+        (4096, 128, True, (2048, 0), {}, "no sliding window"),
+        (1024, 128, False, None, {"PERSISTENT": 0}, "persistent"),
+        (320, 128, False, None, {}, "whole tiles"),
+        (1024, 64, True, None, {}, "BLOCK_M 128"),
+        (1024, 128, True, None, {"PERSISTENT": 1, "LPT": 0}, "list-scheduled"),
+        (1024, 256, False, None, {}, "LEAD_S=1 holds two Q buffers"),
     ]:
         with pytest.raises(ValueError, match=why):
-            plan(n, d, causal, **config)
-    taken = plan(1024, 128)
-    assert taken.config["LEAD_S"] == 1 and taken.call.constexprs["LEAD_S"] is True
+            plan(n, d, causal, window, **config)
+    for n, d, causal, config in [
+        (1024, 128, False, {}),
+        (1024, 128, True, {}),
+        (1024, 128, False, {"LPT": 1}),
+        (1024, 64, True, {"BLOCK_M": 128}),
+        (1024, 64, False, {"BLOCK_M": 128, "LPT": 1, "SCHED_HEADS": 16}),
+    ]:
+        taken = plan(n, d, causal, **config)
+        assert taken.config["LEAD_S"] == 1 and taken.call.constexprs["LEAD_S"] is True, (n, d, causal)
+        assert all(taken.config[key] == val for key, val in config.items())
     assert plan(1024, 128, LEAD_S=0).call.constexprs["LEAD_S"] is False
 
-    def default(n, d, causal=False, **config):  # no LEAD_S forced
+    def default(n, d, causal=False, window=None, **config):  # no LEAD_S forced
         x = torch.empty(2, 4, n, d, dtype=torch.bfloat16)
-        return flash_ws.ForwardPlan(x, x, x, causal, config).config.get("LEAD_S", 0)
+        return flash_ws.ForwardPlan(x, x, x, causal, config, window).config.get("LEAD_S", 0)
 
-    # d = 128's default without a mask takes it where its walk can, and drops it where it cannot
-    assert default(1024, 128) == 1 and default(320, 128) == 0 and default(1024, 128, PERSISTENT=0) == 0
-    assert default(1024, 128, True) == default(1024, 64) == default(1024, 256) == 0
+    # the defaults take it where their walk can, and drop it where it cannot
+    for (d, causal), cfg in flash_ws.DEFAULT_CONFIG.items():
+        if cfg.get("LEAD_S"):
+            assert default(1024, d, causal) == 1
+            assert default(1024, d, causal, PERSISTENT=0, LPT=0) == 0
+            if causal:
+                assert default(4096, d, True, (2048, 0)) == 0
+            assert default(384 + 64, d, causal) == 0
+    assert default(1024, 256) == default(1024, 256, True) == default(1024, 64) == default(1024, 64, True) == 0
     cfg = {**flash_ws.default_config(128, False), "LEAD_S": 1}
     assert flash_ws.kernel_constexprs(cfg, 128, False, varlen=True)["LEAD_S"] is False
 
