@@ -511,7 +511,7 @@ def _lead_tile(
     tile's first S in flight and the next tile's first key block. On the program's last tile that S is a stand-in,
     the same code on other operands (this tile's Q and its last K, landed and not loaded over), its result dropped:
     a second copy of the tile's code for the last tile, the S left out, doubled the build (6,696 SASS instructions
-    against 3,840) and took 1.5-2.5% more time (docs/kernels.md); a branch around the S makes ptxas serialize every
+    against 3,840; docs/kernels.md has both builds' times), and a branch around the S makes ptxas serialize every
     wgmma."""
     smem, bars, od, LSE, sched, scales, docs = parts
     CAUSAL: gl.constexpr = modes[0]
