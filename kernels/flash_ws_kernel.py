@@ -35,7 +35,6 @@ from .flash_ws_parts import (
     document_tile,
     live_tiles,
     load_partition,
-    load_tile,
     mma_layout,
     p_layout_of,
     p_operand,
@@ -412,56 +411,12 @@ def _consumer(
 
 
 @gluon.jit
-def _load_lead(descs, smem, bars, sched, CAUSAL: gl.constexpr, SCHED_HEADS: gl.constexpr):
-    """The producer of a LEAD_S walk (_consumer_lead): as load_partition's persistent walk, with two Q buffers:
-    tile tc's query slices go to buffer b = tc % 2 (slots b * NUM_WG.. of smem[0] [2 * NUM_WG, 64, D], its
-    barriers bars[0][b] and bars[1][b]), so the next tile's Q loads as soon as the tile before this one is done
-    with it."""
-    q_all, o_smem, k_smem, v_smem = smem
-    q_bars, q_empties, k_bars, v_bars, empty_bars, turns = bars
-    num_m, BH, _, _, _, N_K, _, _, _ = sched
-    NUM_WG: gl.constexpr = q_all.shape[0] // 2
-    BM: gl.constexpr = NUM_WG * descs[0].block_type.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.shape[1]
-    it = 0
-    for tc in range(rounds(sched)):
-        t = round_tile(tc, sched)
-        if t < num_m * BH:  # a table row's padding comes last: tc counts the live tiles
-            b = tc % 2
-            _, q_row, kv_bh, _, n_blocks, _, _ = tile(
-                t=t,
-                sched=sched,
-                BM=BM,
-                BLOCK_N=BLOCK_N,
-                CAUSAL=CAUSAL,
-                SCHED_HEADS=SCHED_HEADS,
-                WINDOW=False,
-            )
-            load_tile(
-                descs=descs,
-                smem=smem,
-                bars=(q_bars.index(b), q_empties.index(b), k_bars, v_bars, empty_bars, turns),
-                tc=tc // 2,  # the buffer's phase
-                it=it,
-                q_row=q_row,
-                q_col=0,
-                kv_row=kv_bh * N_K,
-                kv_col=0,
-                kv_bh=kv_bh,
-                first=0,
-                n_blocks=n_blocks,
-                q_first=b * NUM_WG,
-                WGS=NUM_WG,
-            )
-            it += n_blocks
-
-
-@gluon.jit
 def _consumer_lead(parts, WG: gl.constexpr, modes):
     """Consumer warpgroup WG of a persistent walk (round-robin or list-scheduled, causal or not; no window, no
     packed documents) with LEAD_S: as _consumer's round loop, but each tile's last P V is followed on the tensor
     cores by the next tile's first S = Q K^T, issued before this tile's epilogue (the division by the row sums,
-    the stores), which then runs under it. The next tile's Q is in the other of two Q buffers (_load_lead), loaded
+    the stores), which then runs under it. The next tile's Q is in the other of two Q buffers (load_partition's
+    LEAD_S), loaded
     while this tile ran. Every program has a tile (flash_ws.walk_programs), so each S is issued unconditionally:
     an S in flight across a branch's merge makes ptxas serialize every wgmma; the last tile's is a stand-in
     (_lead_tile), waited for here."""
@@ -1040,7 +995,7 @@ def _attn_fwd_ws(
     O_COLS: gl.constexpr = od.block_type.shape[1]  # HEAD_DIM, or half of it (_store_tile)
     gl.static_assert(SEP_O or qd.dtype == od.dtype, "an output of another dtype than Q needs its own buffers")
     gl.static_assert(SEP_O or O_COLS == HEAD_DIM, "half-width output buffers are buffers of its own")
-    if LEAD_S:  # two Q buffers: the next tile's Q loads while this tile runs (_load_lead)
+    if LEAD_S:  # two Q buffers: the next tile's Q loads while this tile runs (load_partition)
         q_smem = gl.allocate_shared_memory(qd.dtype, [2 * NUM_WG, ROWS, HEAD_DIM], qd.layout)
     else:
         q_smem = gl.allocate_shared_memory(qd.dtype, [NUM_WG, ROWS, HEAD_DIM], qd.layout)
@@ -1112,7 +1067,10 @@ def _attn_fwd_ws(
             [
                 (_consumer_lead, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
                 (_consumer_lead, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
-                (_load_lead, (descs, smem, bars, sched, CAUSAL, SCHED_HEADS)),
+                (
+                    load_partition,
+                    (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN, LEAD_S),
+                ),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],

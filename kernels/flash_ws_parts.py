@@ -240,15 +240,20 @@ def load_partition(
     SCHED_HEADS: gl.constexpr,
     WINDOW: gl.constexpr,
     VARLEN: gl.constexpr,
+    LEAD_S: gl.constexpr = False,
 ):
     """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
     (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
     that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
-    the program's tiles, so the ring and its barrier phases run on from one tile into the next."""
+    the program's tiles, so the ring and its barrier phases run on from one tile into the next. LEAD_S
+    (flash_ws_kernel._consumer_lead; no window, no packed documents): two Q buffers, tile tc's query slices in
+    buffer b = tc % 2 (slots b * NUM_WG.. of smem[0] [2 * NUM_WG, 64, D], its barriers bars[0][b] and
+    bars[1][b]), so the next tile's Q loads as soon as the tile before this one is done with it; a schedule
+    table's padding comes last in its row, so tc counts the live tiles."""
     qd, _, _ = descs
     q_smem, _, k_smem, _ = smem
     num_m, BH, _, _, _, N_K, _, _, _ = sched
-    NUM_WG: gl.constexpr = q_smem.shape[0]
+    NUM_WG: gl.constexpr = q_smem.shape[0] // 2 if LEAD_S else q_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -284,12 +289,32 @@ def load_partition(
                     kv_row = kv_bh * N_K
                     q_col = 0
                     kv_col = 0
-                load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks)
+                if LEAD_S:
+                    b = tc % 2
+                    buf_bars = (bars[0].index(b), bars[1].index(b), bars[2], bars[3], bars[4], bars[5])
+                    _load_tile(
+                        descs=descs,
+                        smem=smem,
+                        bars=buf_bars,
+                        tc=tc // 2,  # the buffer's phase
+                        it=it,
+                        q_row=q_row,
+                        q_col=q_col,
+                        kv_row=kv_row,
+                        kv_col=kv_col,
+                        kv_bh=kv_bh,
+                        first=first,
+                        n_blocks=n_blocks,
+                        q_first=b * NUM_WG,
+                        WGS=NUM_WG,
+                    )
+                else:
+                    _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks)
                 it += n_blocks - first
 
 
 @gluon.jit
-def load_tile(
+def _load_tile(
     descs,
     smem,
     bars,
@@ -369,7 +394,7 @@ def _load_walk(descs, smem, bars, sched, docs, CAUSAL: gl.constexpr):
         if live:
             mbarrier.wait(q_empty, (tc & 1) ^ 1)
             put_tile(slot, t)
-            load_tile(
+            _load_tile(
                 descs,
                 smem,
                 bars,
