@@ -309,7 +309,9 @@ def load_partition(
                         WGS=NUM_WG,
                     )
                 else:
-                    _load_tile(descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks)
+                    _load_tile(
+                        descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks
+                    )
                 it += n_blocks - first
 
 
