@@ -263,11 +263,14 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def lead_s_refusal(cfg: dict[str, Any], n_q: int, window: bool = False) -> str | None:
+def lead_s_refusal(cfg: dict[str, Any], n_q: int, window: bool = False, fp8: bool = False) -> str | None:
     """Why config cfg cannot run LEAD_S over n_q query rows (one line), else None: its walk must be persistent
     (round-robin or list-scheduled, causal or not), with no sliding window, over whole tiles of two warpgroups (no
-    idle one; flash_ws_kernel._lead_tile). (Its two Q buffers and the output's own, which a persistent walk has,
-    must fit shared memory: smem_bytes.)"""
+    idle one; flash_ws_kernel._lead_tile), on 16-bit inputs: in FP8 it was slower without a mask and wrong under a
+    causal mask (docs/kernels.md, measured and not adopted). (Its two Q buffers and the output's own, which a
+    persistent walk has, must fit shared memory: smem_bytes.)"""
+    if fp8:
+        return "LEAD_S takes 16-bit inputs, not FP8"
     if window:
         return "LEAD_S walks no sliding window"
     if not cfg.get("PERSISTENT"):
@@ -645,7 +648,7 @@ class ForwardPlan:
         if why:
             raise ValueError(f"flash_ws forward: {why}")
         if cfg.get("LEAD_S"):  # the default's where its walk can run it; a forced one or a one-line refusal
-            why = lead_s_refusal(cfg, q.shape[2], window is not None)
+            why = lead_s_refusal(cfg, q.shape[2], window is not None, fp8)
             if why and "LEAD_S" in forced:
                 raise ValueError(f"flash_ws forward: {why}")
             if why or ("LEAD_S" not in forced and smem_bytes(cfg, D, fp8) > SMEM_LIMIT):

@@ -425,6 +425,7 @@ def _consumer_lead(parts, WG: gl.constexpr, modes):
     gl.static_assert(SEP_O, "LEAD_S needs the output's own buffers")
     gl.static_assert(not (modes[3] or modes[4]), "LEAD_S walks no window and no packed documents")
     q_all, _, k_smem, _ = smem
+    gl.static_assert(not k_smem.dtype.is_fp8(), "LEAD_S takes 16-bit inputs (flash_ws.lead_s_refusal)")
     q_bars = bars[0]
     k_bars = bars[2]
     turns = bars[5]
@@ -480,8 +481,7 @@ def _lead_tile(
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     ROWS: gl.constexpr = od.block_type.shape[0]
-    FP8: gl.constexpr = k_smem.dtype.is_fp8()
-    P_SHIFT: gl.constexpr = 8.0 if FP8 else 0.0
+    P_SHIFT: gl.constexpr = 0.0  # 16-bit inputs only (_consumer_lead): P unshifted, no descales
     BITS: gl.constexpr = k_smem.dtype.primitive_bitwidth
     o_layout: gl.constexpr = mma_layout(HEAD_DIM, BITS)
     p_layout: gl.constexpr = p_layout_of(o_layout, BITS)
@@ -497,7 +497,7 @@ def _lead_tile(
         SCHED_HEADS=SCHED_HEADS,
         WINDOW=False,
     )
-    qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
+    qk_scale, v_scale = tile_scales(scales, kv_bh, False)
     rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
     p, m_i, l_i = _first_softmax(
         s=s,
@@ -588,7 +588,7 @@ def _lead_tile(
     )
     acc = pv_wait(pv, pa, 1)  # in-order completion: the P V is done, the next S may not be
     mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))  # V of the last block is no longer read
-    out = _normalized(acc, l_i, v_scale, FP8)
+    out = _normalized(acc, l_i, v_scale, False)
     _store_lse(m_i, l_i, LSE, q_row, WG, P_SHIFT)
     _store_tile(out, o_smem, od, q_row, 0, q_empties, WG, SEP_O)
     return s, nxt

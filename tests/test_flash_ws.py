@@ -599,10 +599,13 @@ def test_lead_s_is_refused_where_its_walk_cannot_run(monkeypatch):
     monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
     monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
 
-    def plan(n, d, causal=False, window=None, **config):
-        x = torch.empty(2, 4, n, d, dtype=torch.bfloat16)
+    def plan(n, d, causal=False, window=None, dtype=torch.bfloat16, **config):
+        x = torch.empty(2, 4, n, d, dtype=dtype)
         return flash_ws.ForwardPlan(x, x, x, causal, {"LEAD_S": 1, **config}, window)
 
+    for causal in (False, True):  # FP8: slower without a mask, wrong under one (docs/kernels.md)
+        with pytest.raises(ValueError, match="LEAD_S takes 16-bit inputs, not FP8"):
+            plan(1024, 128, causal, dtype=torch.float8_e4m3fn)
     for n, d, causal, window, config, why in [
         (4096, 128, True, (2048, 0), {}, "no sliding window"),
         (1024, 128, False, None, {"PERSISTENT": 0}, "persistent"),

@@ -48,9 +48,8 @@ def test_gpu_gluon_fp8_within_budget_batch_gqa(n, d):
         {"PERSISTENT": 1, "PROGRAMS": 3},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 4},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "LPT": 1},
-        {"PERSISTENT": 1, "PROGRAMS": 3, "LEAD_S": 1},
     ],
-    ids=["s2", "s4", "persistent", "persistent-grouped", "persistent-lpt", "lead-s"],
+    ids=["s2", "s4", "persistent", "persistent-grouped", "persistent-lpt"],
 )
 def test_gpu_gluon_fp8_configs_within_budget(config):
     """Persistent programs walk several tiles each: the ring, the turns and the Q/O barriers carry over."""

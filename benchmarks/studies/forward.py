@@ -105,6 +105,20 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
         "O_HALVES": 0,
     },
     "ws-128-lpt-oq": {"BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "LPT": 1, "O_HALVES": 0},
+    # 128-row walks with each tile's epilogue under the next tile's first S (LEAD_S), where the default takes 192
+    # rows (d = 64): persistent (`-p`), or list-scheduled in groups of 4 or 16 heads; 2 or 3 K/V stages (`-sS`)
+    **{
+        f"ws-128-{walk}-s{stages}-lead": {
+            "BLOCK_M": 128,
+            "STAGES": stages,
+            "PERSISTENT": 1,
+            "LPT": int(walk != "p"),
+            "SCHED_HEADS": 1 if walk == "p" else int(walk[5:]),
+            "LEAD_S": 1,
+        }
+        for walk in ("p", "lpt-h4", "lpt-h16")
+        for stages in (2, 3)
+    },
     # the shipped default with each tile's epilogue under the next tile's first S, or not (LEAD_S)
     "ws-lead": {"LEAD_S": 1},
     "ws-no-lead": {"LEAD_S": 0},
@@ -133,8 +147,6 @@ FP8_GLUON_VARIANTS = {
     # the shipped default with an eighth of each step's exp2s on the FMA pipe, or all on the MUFU (EXP_POLY)
     "fp8-ws-exp-poly": {"EXP_POLY": 1},
     "fp8-ws-exp-mufu": {"EXP_POLY": 0},
-    "fp8-ws-lead": {"LEAD_S": 1},
-    "fp8-ws-no-lead": {"LEAD_S": 0},
 }
 
 
