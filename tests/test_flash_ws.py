@@ -576,8 +576,9 @@ def test_d256_dispatch_follows_the_thresholds(causal):
         ((2, 4, 1, 384, 640, 128), 7),
         ((1, 2, 2, 128, 128, 128), 0),
         ((16, 16, 16, 1024, 1024, 128), 0),
+        ((2, 4, 2, 1024, 1024, 64), 5),
     ],
-    ids=["d128-p3", "d128-tile-each", "gqa4-p5", "nk>nq-mqa-p7", "one-block", "every-sm"],
+    ids=["d128-p3", "d128-tile-each", "gqa4-p5", "nk>nq-mqa-p7", "one-block", "every-sm", "d64-128-rows-p5"],
 )
 @smoke(lambda dtype, shape, programs, causal: dtype == torch.bfloat16)
 def test_lead_s_walk_matches_reference(shape, programs, dtype, causal):
@@ -585,9 +586,11 @@ def test_lead_s_walk_matches_reference(shape, programs, dtype, causal):
     With 3, 5 or 7 programs each walks several tiles (the two Q buffers and their barriers alternate, the turns
     and the ring carry the early S from tile to tile, programs end on different rounds; causal: list-scheduled,
     tiles of unequal length); with one program per SM each has one tile, or at 16 x 16 heads many; one key block a
-    tile (the first S is the only one). Each program's last tile issues a stand-in S on its last K, never released
-    to the producer."""
+    tile (the first S is the only one); d = 64 in 128-row tiles (its default takes 192). Each program's last tile
+    issues a stand-in S on its last K, never released to the producer."""
     config = {"LEAD_S": 1, **({"PROGRAMS": programs} if programs else {})}
+    if shape[-1] == 64:
+        config["BLOCK_M"] = 128
     check_forward(shape, dtype, causal, config)
 
 
