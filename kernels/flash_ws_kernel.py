@@ -128,18 +128,8 @@ def _steps(
     lo,
     hi,
     g0,  # the program's key block of the tile's block 0 (block j is g0 + j)
-    acc,
-    p,
-    m_i,
-    l_i,
-    q,
-    smem,
-    bars,
-    my_turn,
-    next_turn,
-    s_zero,
-    rows,
-    qk_scale,
+    state,  # (acc, p, m_i, l_i) before block lo
+    ops,  # the tile's loop-invariant operands: (q, smem, bars, my_turn, next_turn, s_zero, rows, qk_scale)
     FLIP: gl.constexpr,
     P_SHIFT: gl.constexpr,
     EXP_POLY: gl.constexpr,
@@ -153,7 +143,10 @@ def _steps(
     FAST_MASK: gl.constexpr = False,
 ):
     """The tile's key blocks [lo, hi): _consumer_step on each, unmasked (the blocks every row sees whole) or
-    masked (MASK: the causal diagonal, a window's left edge, a document's key end: _consumer_step's masks)."""
+    masked (MASK: the causal diagonal, a window's left edge, a document's key end: _consumer_step's masks);
+    returns (acc, p, m_i, l_i) after block hi - 1."""
+    acc, p, m_i, l_i = state
+    q, smem, bars, my_turn, next_turn, s_zero, rows, qk_scale = ops
     BLOCK_N: gl.constexpr = s_zero.shape[1]
     for j in range(lo, hi):
         acc, p, m_i, l_i = _consumer_step(
@@ -522,23 +515,14 @@ def _lead_tile(
         EXP_POLY=EXP_POLY,
     )
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+    ops = (q, smem, bars, my_turn, next_turn, s_zero, rows, qk_scale)
     # the blocks every row sees whole, then (causal) the diagonal's, masked
     acc, p, m_i, l_i = _steps(
         lo=1,
         hi=full_blocks,
         g0=it,
-        acc=acc,
-        p=p,
-        m_i=m_i,
-        l_i=l_i,
-        q=q,
-        smem=smem,
-        bars=bars,
-        my_turn=my_turn,
-        next_turn=next_turn,
-        s_zero=s_zero,
-        rows=rows,
-        qk_scale=qk_scale,
+        state=(acc, p, m_i, l_i),
+        ops=ops,
         FLIP=FLIP,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
@@ -548,18 +532,8 @@ def _lead_tile(
             lo=gl.maximum(full_blocks, 1),
             hi=n_blocks,
             g0=it,
-            acc=acc,
-            p=p,
-            m_i=m_i,
-            l_i=l_i,
-            q=q,
-            smem=smem,
-            bars=bars,
-            my_turn=my_turn,
-            next_turn=next_turn,
-            s_zero=s_zero,
-            rows=rows,
-            qk_scale=qk_scale,
+            state=(acc, p, m_i, l_i),
+            ops=ops,
             FLIP=FLIP,
             P_SHIFT=P_SHIFT,
             EXP_POLY=EXP_POLY,
@@ -772,22 +746,13 @@ def _consumer_tile(
     # bounds the first and the last loop by n_own; the middle one needs no bound: full_blocks, the blocks the
     # tile's first row sees whole, never passes any warpgroup's n_own.
     mid = gl.maximum(left_full, first + 1)
+    ops = (q, smem, bars, my_turn, next_turn, s_zero, rows, qk_scale)
     acc, p, m_i, l_i = _steps(
         lo=first + 1,
         hi=gl.minimum(left_full, n_own),
         g0=it - first,
-        acc=acc,
-        p=p,
-        m_i=m_i,
-        l_i=l_i,
-        q=q,
-        smem=smem,
-        bars=bars,
-        my_turn=my_turn,
-        next_turn=next_turn,
-        s_zero=s_zero,
-        rows=rows,
-        qk_scale=qk_scale,
+        state=(acc, p, m_i, l_i),
+        ops=ops,
         FLIP=FLIP,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
@@ -801,18 +766,8 @@ def _consumer_tile(
         lo=mid,
         hi=full_blocks,
         g0=it - first,
-        acc=acc,
-        p=p,
-        m_i=m_i,
-        l_i=l_i,
-        q=q,
-        smem=smem,
-        bars=bars,
-        my_turn=my_turn,
-        next_turn=next_turn,
-        s_zero=s_zero,
-        rows=rows,
-        qk_scale=qk_scale,
+        state=(acc, p, m_i, l_i),
+        ops=ops,
         FLIP=FLIP,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
@@ -821,18 +776,8 @@ def _consumer_tile(
         lo=gl.maximum(full_blocks, mid),
         hi=n_own,
         g0=it - first,
-        acc=acc,
-        p=p,
-        m_i=m_i,
-        l_i=l_i,
-        q=q,
-        smem=smem,
-        bars=bars,
-        my_turn=my_turn,
-        next_turn=next_turn,
-        s_zero=s_zero,
-        rows=rows,
-        qk_scale=qk_scale,
+        state=(acc, p, m_i, l_i),
+        ops=ops,
         FLIP=FLIP,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,

@@ -289,29 +289,30 @@ def load_partition(
                     kv_row = kv_bh * N_K
                     q_col = 0
                     kv_col = 0
-                if LEAD_S:
+                tile_bars = bars
+                phase = tc
+                q_first = 0
+                if LEAD_S:  # the Q buffer tc % 2, its barriers and its phase
                     b = tc % 2
-                    buf_bars = (bars[0].index(b), bars[1].index(b), bars[2], bars[3], bars[4], bars[5])
-                    _load_tile(
-                        descs=descs,
-                        smem=smem,
-                        bars=buf_bars,
-                        tc=tc // 2,  # the buffer's phase
-                        it=it,
-                        q_row=q_row,
-                        q_col=q_col,
-                        kv_row=kv_row,
-                        kv_col=kv_col,
-                        kv_bh=kv_bh,
-                        first=first,
-                        n_blocks=n_blocks,
-                        q_first=b * NUM_WG,
-                        WGS=NUM_WG,
-                    )
-                else:
-                    _load_tile(
-                        descs, smem, bars, tc, it, q_row, q_col, kv_row, kv_col, kv_bh, first, n_blocks
-                    )
+                    tile_bars = (bars[0].index(b), bars[1].index(b), bars[2], bars[3], bars[4], bars[5])
+                    phase = tc // 2
+                    q_first = b * NUM_WG
+                _load_tile(
+                    descs=descs,
+                    smem=smem,
+                    bars=tile_bars,
+                    tc=phase,
+                    it=it,
+                    q_row=q_row,
+                    q_col=q_col,
+                    kv_row=kv_row,
+                    kv_col=kv_col,
+                    kv_bh=kv_bh,
+                    first=first,
+                    n_blocks=n_blocks,
+                    q_first=q_first,
+                    WGS=NUM_WG,
+                )
                 it += n_blocks - first
 
 
