@@ -23,9 +23,10 @@ so far). The output then has its own shared-memory buffers, so the next tile's Q
 epilogue (own_o; not at d = 256, whose Q and two K/V stages fill shared memory, unless O_HALVES=1: buffers of half
 the head dim's columns, each warpgroup's [64, D] output stored as two column halves one after the other). LPT=1
 walks a table built on the host (lpt_table): the tiles in the same order, each handed to the program with the
-least work so far, as a dynamic scheduler would, so the programs end together: under a causal mask (the longest
-tiles go first), and at d = 64 without one where that beats round-robin (list_schedule_pays): a 192-row tile that
-starts before row 0 leaves one or two of its warpgroups idle and costs less (LPT_CHAIN, tile_blocks_cost).
+least work so far, as a dynamic scheduler would, then traded between the most and the least loaded programs until
+no trade evens them further, so the programs end together: under a causal mask (the longest tiles go first),
+and at d = 64 without one where that beats round-robin (list_schedule_pays): a 192-row tile that starts before
+row 0 leaves one or two of its warpgroups idle and costs less (LPT_CHAIN, tile_blocks_cost).
 Elsewhere without a mask the tiles are equal and the walk is round-robin. At d = 128 (LEAD_S), causal or not, each
 tile's first S = Q K^T is issued right behind the last tile's final P V, and the last tile's epilogue runs under
 it, the next tile's Q in a second Q buffer (flash_ws_kernel._consumer_lead).
@@ -45,6 +46,7 @@ blocks that cut the window's left edge are masked, as the causal diagonal is; ot
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
 import os
@@ -126,7 +128,7 @@ FP8_EXP_POLY_DIMS = (128,)
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
 GLUON_MIN_SEQ = {
     (64, False): 1024,
-    (64, True): 2048,
+    (64, True): 1024,
     (128, False): 0,
     (128, True): 1024,
     (256, False): 1024,
@@ -446,8 +448,9 @@ NOT_VARLEN: dict[str, Any] = {
     "VARLEN": False,
 }
 
-# What lpt_table charges a tile beyond its key blocks (its Q load, first score tile and epilogue), in key blocks.
-TILE_COST = 1
+# What lpt_table charges a tile beyond its key blocks (its Q load, first score tile and epilogue), in key blocks:
+# half of one. A whole block piled short tiles on a few programs (docs/kernels.md, "Persistent LPT").
+TILE_COST = 0.5
 
 
 def tile_blocks_cost(
@@ -491,19 +494,59 @@ def _list_schedule(
 ) -> tuple[tuple[tuple[int, ...], ...], float]:
     """The list schedule of bh heads' tiles (cost[m] for query block m) over the programs, in the kernel's tile
     order: each program's tiles, and its most loaded program's work."""
-    num_m = len(cost)
     rows: list[list[int]] = [[] for _ in range(programs)]
     load = [(0.0, p) for p in range(programs)]
-    t = 0
+    for t, m in enumerate(_tile_blocks(len(cost), bh, sched_heads, causal)):
+        work, p = heapq.heappop(load)
+        rows[p].append(t)
+        heapq.heappush(load, (work + cost[m], p))
+    return tuple(tuple(row) for row in rows), max(work for work, _ in load)
+
+
+@functools.lru_cache(maxsize=32)
+def _balanced_schedule(
+    cost: tuple[float, ...], bh: int, sched_heads: int, programs: int, causal: bool
+) -> tuple[tuple[tuple[int, ...], ...], float]:
+    """_list_schedule's tiles, rebalanced: while the most loaded program can hand the least loaded one a tile, or
+    trade one for a cheaper one of its, so that the larger of their two loads drops, the move or trade whose
+    difference comes nearest half their gap is made. Each program keeps its tiles in tile order and at least one
+    (_consumer_lead issues every program's first S unconditionally). Returns the rows and the most loaded
+    program's work."""
+    greedy, _ = _list_schedule(cost, bh, sched_heads, programs, causal)
+    work = [cost[m] for m in _tile_blocks(len(cost), bh, sched_heads, causal)]
+    rows = [list(row) for row in greedy]
+    loads = [sum(work[t] for t in row) for row in rows]
+    for _ in range(len(work)):  # each step lowers the sum of squared loads; never near this many
+        a = max(range(programs), key=loads.__getitem__)
+        b = min(range(programs), key=loads.__getitem__)
+        gap = loads[a] - loads[b]
+        mine = {work[t]: t for t in rows[a]}  # a tile of each cost the busiest program holds
+        theirs = {work[u]: u for u in rows[b]}
+        options: list[tuple[float, int, int | None]] = [
+            (c, t, None) for c, t in mine.items() if len(rows[a]) > 1
+        ]
+        options += [(c - d, t, u) for c, t in mine.items() for d, u in theirs.items()]
+        fits = [o for o in options if 1e-9 < o[0] < gap - 1e-9]
+        if not fits:
+            break
+        delta, t, u = min(fits, key=lambda o: abs(o[0] - gap / 2))
+        rows[a].remove(t)
+        bisect.insort(rows[b], t)
+        if u is not None:
+            rows[b].remove(u)
+            bisect.insort(rows[a], u)
+        loads[a] -= delta
+        loads[b] += delta
+    return tuple(tuple(row) for row in rows), max(loads)
+
+
+def _tile_blocks(num_m: int, bh: int, sched_heads: int, causal: bool) -> list[int]:
+    """The query block of each tile in the kernel's tile order (flash_ws_parts.tile)."""
+    blocks = []
     for base in range(0, bh, sched_heads):
         heads = min(bh - base, sched_heads)
-        for r in range(num_m * heads):
-            m = num_m - 1 - r // heads if causal else r // heads
-            work, p = heapq.heappop(load)
-            rows[p].append(t)
-            heapq.heappush(load, (work + cost[m], p))
-            t += 1
-    return tuple(tuple(row) for row in rows), max(work for work, _ in load)
+        blocks += [num_m - 1 - r // heads if causal else r // heads for r in range(num_m * heads)]
+    return blocks
 
 
 @functools.lru_cache(maxsize=32)
@@ -525,9 +568,10 @@ def lpt_table(
     order, padded with num_m * bh (past the last tile). The tiles are list-scheduled in the kernel's tile order
     (flash_ws_parts.tile: groups of sched_heads heads, the longest query block first under a causal mask): the
     next goes to the program with the least work so far, as a dynamic scheduler would hand it out, with work =
-    tile_blocks_cost + TILE_COST. win: a window's left limit, -1 for none. Cached per shape (one upload)."""
+    tile_blocks_cost + TILE_COST, and then _balanced_schedule evens the programs' work. win: a window's left limit,
+    -1 for none. Cached per shape (one upload)."""
     cost = tile_costs(num_m, block_m, block_n, n_q, n_k, causal, win, chain)
-    rows, _ = _list_schedule(cost, bh, sched_heads, programs, causal)
+    rows, _ = _balanced_schedule(cost, bh, sched_heads, programs, causal)
     width = max(len(row) for row in rows)
     table = [list(row) + [num_m * bh] * (width - len(row)) for row in rows]
     return torch.tensor(table, dtype=torch.int32, device=device)
@@ -584,7 +628,7 @@ def walk_load(
     tiles = len(cost) * bh
     programs = walk_programs(tiles, cfg, sm_count)
     if cfg.get("LPT"):
-        busiest = _list_schedule(cost, bh, cfg["SCHED_HEADS"], programs, causal)[1]
+        busiest = _balanced_schedule(cost, bh, cfg["SCHED_HEADS"], programs, causal)[1]
     else:
         busiest = _robin_load(cost, bh, programs)
     return tiles, programs, busiest, sum(cost) * bh / programs

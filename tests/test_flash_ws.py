@@ -272,6 +272,27 @@ def test_lpt_table_hands_out_every_tile_once_and_balances_the_work(num_m, bh, he
         assert max(loads) <= max(robin)
 
 
+def test_the_table_evens_what_the_list_schedule_leaves_uneven():
+    """d = 64 causal at N = 1024 (16 x 32 heads, 192-row tiles in groups of 4 heads, 132 programs): handing each tile
+    to the least loaded program leaves the busiest 4% above the mean, as the schedule charges it; the table the
+    kernel walks trades tiles until it is within 0.5% (the GPU's busiest SM was 13% above the mean before, by Nsight
+    Compute's active cycles). Every program keeps a tile, in tile order, where there are barely more tiles than
+    programs."""
+    n, bh, programs = 1024, 512, 132
+    num_m = -(-n // 192)
+    cost = flash_ws.tile_costs(num_m, 192, 128, n, n, True, -1, 0)
+    order = [
+        (t % (num_m * 4)) // 4 for t in range(num_m * bh)
+    ]  # query block from the last: groups of 4 heads
+    mean = sum(cost) * bh / programs
+    _, greedy = flash_ws._list_schedule(cost, bh, 4, programs, True)
+    table = flash_ws.lpt_table(num_m, bh, 4, 192, 128, programs, n, n, True, -1, torch.device("cpu"))
+    loads = [sum(cost[num_m - 1 - order[t]] for t in row.tolist() if t < num_m * bh) for row in table]
+    assert greedy > 1.03 * mean and max(loads) <= 1.005 * mean
+    few = flash_ws.lpt_table(4, 2, 4, 128, 128, 5, 512, 512, True, -1, torch.device("cpu"))
+    assert all((row < 8).sum() >= 1 and (row[row < 8].diff() > 0).all() for row in few)
+
+
 def test_a_block_costs_the_warpgroups_that_run_it():
     """tile_blocks_cost: a key block costs max(a, chain) / W for the a of the tile's W warpgroups that run it. A
     192-row tile that starts 128 rows before row 0 has one warpgroup with rows; under a causal mask with three
@@ -312,7 +333,9 @@ def test_d64_walk_without_a_mask_spreads_its_part_empty_tiles():
     robin = [sum(costs[t % num_m] for t in range(p, tiles, programs)) for p in range(programs)]
     assert max(robin_first) > 20 and sum(c > 0 for c in robin_first) == 22
     part_empty = [sum(1 for t in row.tolist() if t < tiles and m_of(t) == 0) for row in table]
-    assert max(part_empty) <= 8 and sum(c > 0 for c in part_empty) >= 120
+    # the programs that get part-empty tiles: four times round-robin's 22
+    spread = sum(c > 0 for c in part_empty)
+    assert max(part_empty) <= max(robin_first) // 2 and spread >= 4 * 22
     assert max(lpt) < 0.95 * max(robin)
 
 
@@ -345,12 +368,21 @@ def test_a_round_robin_fallback_keeps_a_forced_head_group(monkeypatch):
 
 def test_walk_load_costs_the_walk_the_plan_runs():
     """walk_load, the report's reading of a row's config: round-robin over 2048 equal tiles on 132 programs is 15.5
-    rounds, so the busiest program walks 16 tiles of 8 key blocks + 1 against a mean of 2048 x 9 / 132; a
+    rounds, so the busiest program walks 16 tiles of 8 key blocks + TILE_COST against a mean of 2048 such tiles
+    over 132 programs; a
     list-scheduled config's busiest program is the busiest row of the very table the kernel walks (lpt_table);
     one program per tile has no walk; PROGRAMS sets the programs."""
-    full = flash_ws.default_config(128, False)
-    assert flash_ws.walk_load(16, 16, 1024, 1024, False, full, 132) == (2048, 132, 144.0, 2048 * 9 / 132)
-    assert flash_ws.walk_load(16, 16, 1024, 1024, False, {**full, "PROGRAMS": 128}, 132)[1:3] == (128, 144.0)
+    full, tile = flash_ws.default_config(128, False), 8 + flash_ws.TILE_COST
+    assert flash_ws.walk_load(16, 16, 1024, 1024, False, full, 132) == (
+        2048,
+        132,
+        16 * tile,
+        2048 * tile / 132,
+    )
+    assert flash_ws.walk_load(16, 16, 1024, 1024, False, {**full, "PROGRAMS": 128}, 132)[1:3] == (
+        128,
+        16 * tile,
+    )
     assert flash_ws.walk_load(16, 16, 1024, 1024, False, {**full, "PERSISTENT": 0}, 132) is None
     for d, n, causal, win in (
         (128, 1024, True, -1),
@@ -520,11 +552,12 @@ def test_short_causal_stays_on_the_tl_kernel():
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="Gluon forward needs a Hopper GPU")
 def test_d64_dispatch_follows_the_measured_thresholds():
-    """d = 64: Gluon (192-row tiles) from N = 1024 without a mask, from 2048 with one (flash_ws.GLUON_MIN_SEQ)."""
+    """d = 64: Gluon (192-row tiles) from N = 1024, causal or not (flash_ws.GLUON_MIN_SEQ)."""
     for n, causal, gluon in [
         (512, False, False),
+        (512, True, False),
         (1024, False, True),
-        (1024, True, False),
+        (1024, True, True),
         (2048, True, True),
     ]:
         q = torch.randn(1, 2, n, 64, device="cuda", dtype=torch.bfloat16)
@@ -757,7 +790,7 @@ def test_the_plan_takes_lpt_heads_group_unless_one_is_forced(monkeypatch):
     """ForwardPlan on the host (input_refusal stubbed: CPU tensors; 132 SMs): a causal default takes lpt_heads'
     group for its shape and window (d = 256, 16 heads of 1024 rows: 16 per group; d = 128 at 8192 keys: 4); a
     forced SCHED_HEADS stays; a forced config without one gets the rule's group for the forced tiles; the plan's
-    table is the list schedule of that group."""
+    table is the balanced list schedule of that group."""
     monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
     monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
 
@@ -779,5 +812,5 @@ def test_the_plan_takes_lpt_heads_group_unless_one_is_forced(monkeypatch):
     assert windowed == heads(4, 16, 2048, 128, d128, 128) != heads(4, 16, 2048, 128, d128)
     num_m, bh = 1024 // 128, 16 * 8
     cost = flash_ws.walk_costs(d256.config, 1024, 1024, True, -1)
-    rows, _ = flash_ws._list_schedule(cost, bh, 16, 132, True)
+    rows, _ = flash_ws._balanced_schedule(cost, bh, 16, 132, True)
     assert d256.table.tolist() == [list(r) + [num_m * bh] * (d256.width - len(r)) for r in rows]

@@ -4,7 +4,7 @@ One program per SM walks the tiles (query blocks of a head): round-robin, or fro
 The walk ends when its most loaded program does, so a tile count that does not divide into the programs, or tiles
 of unequal cost (a causal mask, a part-empty first tile) leave SMs idle at the end, however fast each tile runs.
 This reads each row's reported kernel_config through the kernel's own schedule model (flash_ws.walk_load: a tile
-costs its key blocks plus one), so the numbers are the model's, not a measurement: tiles, programs, rounds (tiles
+costs its key blocks plus half of one, TILE_COST), so the numbers are the model's, not a measurement: tiles, programs, rounds (tiles
 per program) and the mean program's work over the most loaded one's, the share of the programs' time the model
 fills (1.0: every program ends together).
 """
@@ -23,11 +23,12 @@ if TYPE_CHECKING:
 WALK_RULE = (
     "The bundled Gluon forward's persistent walk (one program per SM, over the tiles: a head's query blocks) ends "
     "with its most loaded program. filled = the mean program's work / the most loaded one's, in the kernel's own "
-    "schedule model (flash_ws.walk_load: a tile costs its key blocks plus one): the share of the SMs' time the "
-    "walk holds work, a modelled ceiling no faster tile lifts. Below 1: a tile count the programs do not divide "
+    "schedule model (flash_ws.walk_load: a tile costs its key blocks plus half of one): the share of the SMs' time "
+    "the walk holds work, a modelled ceiling no faster tile lifts. Below 1: a tile count the programs do not divide "
     "(15.5 rounds leave half the SMs idle for the last one) or tiles of unequal cost (a causal mask, a part-empty "
     "first tile). Round-robin deals tile t to program t % programs; list-scheduled, the host hands each tile "
-    "to the least loaded program, one group of heads after another (under a causal mask, its longest tiles first)."
+    "to the least loaded program, one group of heads after another (under a causal mask, its longest tiles first), "
+    "then trades tiles between the most and the least loaded programs while that evens them."
 )
 
 WALK_FORMATS = {"rounds": ".2f", "filled": ".3f", "TFLOP/s": ".1f"}
