@@ -273,28 +273,18 @@ def _consumer(
     # scales: (sm_scale * log2(e), and FP8's q, k, v descale pointers: fp32 [B, H_KV]); docs: VARLEN's (CU_Q, CU_K,
     # NUM_DOCS, O, COUNTER, slot), else unused
     smem, bars, od, LSE, sched, scales, docs = parts
-    # SEP_O: the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8); WINDOW: a sliding window's
-    # left limit (sched's WIN_LEFT); VARLEN: packed documents (flash_ws_parts.document_tile), 2: the persistent walk;
-    # EXP_POLY: an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
+    # WINDOW: a sliding window's left limit (sched's WIN_LEFT); VARLEN: packed documents
+    # (flash_ws_parts.document_tile), 2: the persistent walk; the other modes: _consumer_work
     CAUSAL: gl.constexpr = modes[0]
     SCHED_HEADS: gl.constexpr = modes[1]
-    SEP_O: gl.constexpr = modes[2]
     WINDOW: gl.constexpr = modes[3]
     VARLEN: gl.constexpr = modes[4]
-    EXP_POLY: gl.constexpr = modes[5]
     q_smem, _, k_smem, _ = smem
-    _, q_empty, k_bars, v_bars, empty_bars, turns = bars
-    num_m, BH, _, _, N_Q, N_K, WIN_LEFT, _, _ = sched
+    num_m, BH, _, _, N_Q, N_K, _, _, _ = sched
     NUM_WG: gl.constexpr = q_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     ROWS: gl.constexpr = od.block_type.shape[0]
     BM: gl.constexpr = NUM_WG * ROWS
-    my_turn = turns.index(WG)
-    next_turn = turns.index((WG + 1) % NUM_WG)
-    # Turns: consumer 0's k-th matmul issue waits for the last consumer's (k-1)-th (the first is free: a
-    # fresh barrier passes a wait on parity 1), consumer w's k-th waits for consumer w-1's k-th. Every
-    # consumer takes one turn per key block, so k is the program's key-block count `it`.
-    FLIP: gl.constexpr = 1 if WG == 0 else 0
     it = 0
     n_tiles = num_m * BH
     if VARLEN == WALK:  # the persistent walk: tiles as the producer takes them
@@ -305,14 +295,10 @@ def _consumer(
                 t, sched, docs, BM, BLOCK_N, CAUSAL
             )
             _consumer_work(
+                parts,
+                WG,
+                modes,
                 idle=q_pos + WG * ROWS + ROWS <= 0,
-                smem=smem,
-                bars=bars,
-                my_turn=my_turn,
-                next_turn=next_turn,
-                od=od,
-                LSE=LSE,
-                scales=scales,
                 q_row=q_row,
                 q_pos=q_pos,
                 kv_bh=0,
@@ -322,18 +308,9 @@ def _consumer(
                 full_blocks=full_blocks,
                 n_q=where[3],
                 n_k=where[4],
-                WIN_LEFT=WIN_LEFT,
+                where=where,
                 it=it,
                 tc=tc,
-                docs=docs,
-                where=where,
-                WG=WG,
-                FLIP=FLIP,
-                CAUSAL=CAUSAL,
-                SEP_O=SEP_O,
-                WINDOW=WINDOW,
-                VARLEN=VARLEN,
-                EXP_POLY=EXP_POLY,
             )
             it += n_blocks
             tc += 1
@@ -369,14 +346,10 @@ def _consumer(
                     where = 0
                     idle = q_pos + WG * ROWS < 0
                 _consumer_work(
+                    parts,
+                    WG,
+                    modes,
                     idle=idle,
-                    smem=smem,
-                    bars=bars,
-                    my_turn=my_turn,
-                    next_turn=next_turn,
-                    od=od,
-                    LSE=LSE,
-                    scales=scales,
                     q_row=q_row,
                     q_pos=q_pos,
                     kv_bh=kv_bh,
@@ -386,18 +359,9 @@ def _consumer(
                     full_blocks=full_blocks,
                     n_q=n_q,
                     n_k=n_k,
-                    WIN_LEFT=WIN_LEFT,
+                    where=where,
                     it=it,
                     tc=tc,
-                    docs=docs,
-                    where=where,
-                    WG=WG,
-                    FLIP=FLIP,
-                    CAUSAL=CAUSAL,
-                    SEP_O=SEP_O,
-                    WINDOW=WINDOW,
-                    VARLEN=VARLEN,
-                    EXP_POLY=EXP_POLY,
                 )
                 it += n_blocks - first
     tma.store_wait(0)
@@ -570,14 +534,10 @@ def _lead_tile(
 
 @gluon.jit
 def _consumer_work(
+    parts,  # _consumer's
+    WG: gl.constexpr,
+    modes,
     idle,  # the warpgroup owns no row of the tile
-    smem,
-    bars,
-    my_turn,
-    next_turn,
-    od,
-    LSE,
-    scales,
     q_row,
     q_pos,
     kv_bh,
@@ -587,22 +547,29 @@ def _consumer_work(
     full_blocks,
     n_q,  # the tile's sequence lengths (VARLEN: its document's)
     n_k,
-    WIN_LEFT,
+    where,
     it,
     tc,
-    docs,
-    where,
-    WG: gl.constexpr,
-    FLIP: gl.constexpr,
-    CAUSAL: gl.constexpr,
-    SEP_O: gl.constexpr,
-    WINDOW: gl.constexpr,
-    VARLEN: gl.constexpr,
-    EXP_POLY: gl.constexpr,
 ):
     """One tile of the warpgroup (_consumer_tile's arguments): its rows, or where it owns none, its turns and
     releases only."""
-    q_bar, q_empty = bars[0], bars[1]
+    smem, bars, od, LSE, sched, scales, docs = parts
+    # SEP_O: the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8); EXP_POLY: an eighth of
+    # each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth); the others: _consumer
+    CAUSAL: gl.constexpr = modes[0]
+    SEP_O: gl.constexpr = modes[2]
+    WINDOW: gl.constexpr = modes[3]
+    VARLEN: gl.constexpr = modes[4]
+    EXP_POLY: gl.constexpr = modes[5]
+    NUM_WG: gl.constexpr = smem[0].shape[0]
+    WIN_LEFT = sched[6]
+    q_bar, q_empty, turns = bars[0], bars[1], bars[5]
+    my_turn = turns.index(WG)
+    next_turn = turns.index((WG + 1) % NUM_WG)
+    # Turns: consumer 0's k-th matmul issue waits for the last consumer's (k-1)-th (the first is free: a
+    # fresh barrier passes a wait on parity 1), consumer w's k-th waits for consumer w-1's k-th. Every
+    # consumer takes one turn per key block, so k is the program's key-block count `it`.
+    FLIP: gl.constexpr = 1 if WG == 0 else 0
     FP8: gl.constexpr = smem[2].dtype.is_fp8()
     if idle:  # owns no row of this tile: turns and releases only
         # This tile's Q has landed, so the last tile's Q buffers were released by every warpgroup: without the
