@@ -14,6 +14,10 @@ A provider is triton (flash_attn as the sweep runs it), triton@BM.BN.W.S (that f
 Each child warms up (Triton compile and autotune happen there, unprofiled), then brackets one forward call
 with cudaProfilerStart/Stop. ncu runs with --page raw and the SpeedOfLight, ComputeWorkloadAnalysis and
 WarpStateStats sections; the raw CSV of each provider is saved to $OUT (or results/ncu_pipes/).
+Besides the metrics of SHOW, each kernel gets two lines: its SMs' active cycles, least and most, over their mean
+(how evenly the grid's work spread: a persistent walk ends with its busiest SM; the d = 64 causal walk's uneven
+schedule table read 0.695 .. 1.133 here, cuDNN 0.970 .. 1.033), and its warps' most frequent stall reasons per
+issued instruction.
 """
 
 from __future__ import annotations
@@ -146,6 +150,38 @@ def drive(
     parse(out)
 
 
+STALLS = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def sm_spread(row: dict[str, str]) -> tuple[float, float] | None:
+    """The SMs' active cycles, least and most, over their mean (None where the row lacks them)."""
+    try:
+        low, mean, high = (_number(row[f"sm__cycles_active.{k}"]) for k in ("min", "avg", "max"))
+    except (KeyError, ValueError):
+        return None
+    return low / mean, high / mean
+
+
+def top_stalls(row: dict[str, str], top: int = 5) -> list[tuple[str, float]]:
+    """The `top` stall reasons by warps stalled per issued instruction, most first ("selected", the issuing warp
+    itself, left out)."""
+    head, tail = STALLS
+    found = []
+    for name, value in row.items():
+        if name and name.startswith(head) and name.endswith(tail):
+            reason = name[len(head) : -len(tail)]
+            try:
+                found.append((reason, _number(value)))
+            except ValueError:
+                continue
+    found = [item for item in found if item[0] != "selected"]
+    return sorted(found, key=lambda item: -item[1])[:top]
+
+
 def parse(folder: Path) -> None:
     for path in sorted(folder.glob("*.ncu.csv")):
         text = path.read_text()
@@ -162,6 +198,15 @@ def parse(folder: Path) -> None:
                 for name, value in r.items():
                     if name and name.startswith(frag):
                         print(f"      {name:75} {value}")
+            spread = sm_spread(r)
+            if spread:
+                print(f"      SM active cycles over their mean: {spread[0]:.3f} .. {spread[1]:.3f}")
+            stalls = top_stalls(r)
+            if stalls:
+                print(
+                    "      stalls per issue: "
+                    + ", ".join(f"{reason} {value:.2f}" for reason, value in stalls)
+                )
 
 
 def main() -> None:

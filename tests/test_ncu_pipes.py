@@ -1,0 +1,40 @@
+"""tools/ncu_pipes.py's reading of Nsight Compute's raw page: the SMs' spread of active cycles and the top stall
+reasons, on the committed profiles of d = 64 causal N = 1024 (H200; results/examples/h200-speed/d64-causal-1024)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scripts_helpers import ROOT, load_script
+
+PROFILES = ROOT / "results/examples/h200-speed/d64-causal-1024/ncu/mask-all"
+
+
+def _row(tool, name: str) -> dict[str, str]:
+    text = (PROFILES / f"{name}.ncu.csv").read_text()
+    rows = tool.csv.DictReader(tool.io.StringIO(text[text.find('"ID"') :]))
+    return next(r for r in rows if r.get("ID", "").isdigit())
+
+
+def test_the_walks_uneven_table_shows_as_a_wide_sm_spread():
+    """The 192-row walk under its schedule table of then: its busiest SM 13% above the mean and its idlest 30%
+    below; cuDNN's within 3-4%. A row without the metrics gives none."""
+    tool = load_script("tools/ncu_pipes.py")
+    low, high = tool.sm_spread(_row(tool, "gluon_192"))
+    assert round(low, 3) == 0.695 and round(high, 3) == 1.133
+    low, high = tool.sm_spread(_row(tool, "sdpa-cudnn"))
+    assert 0.96 < low < 1.0 < high < 1.04
+    assert tool.sm_spread({"sm__cycles_active.avg": "1"}) is None
+
+
+def test_top_stalls_rank_reasons_without_the_issuing_warp(capsys):
+    """The walk's warps wait most on barriers, fixed latencies and the long scoreboard, and 0.79 per issue on
+    instruction fetch; parse() prints both derived lines for every kernel of a folder."""
+    tool = load_script("tools/ncu_pipes.py")
+    row = _row(tool, "gluon_192")
+    assert [reason for reason, _ in tool.top_stalls(row, top=3)] == ["barrier", "wait", "long_scoreboard"]
+    stalls = dict(tool.top_stalls(row, top=8))
+    assert "selected" not in stalls and stalls["no_instruction"] == 0.79
+    tool.parse(Path(PROFILES))
+    out = capsys.readouterr().out
+    assert out.count("SM active cycles over their mean") == 3 and out.count("stalls per issue") == 3
