@@ -11,9 +11,9 @@ PROFILES = ROOT / "results/examples/h200-speed/d64-causal-1024/ncu/mask-all"
 
 
 def _row(tool, name: str) -> dict[str, str]:
-    text = (PROFILES / f"{name}.ncu.csv").read_text()
-    rows = tool.csv.DictReader(tool.io.StringIO(text[text.find('"ID"') :]))
-    return next(r for r in rows if r.get("ID", "").isdigit())
+    rows = tool.read_rows(PROFILES / f"{name}.ncu.csv")
+    assert rows is not None and len(rows) == 1
+    return rows[0]
 
 
 def test_the_walks_uneven_table_shows_as_a_wide_sm_spread():

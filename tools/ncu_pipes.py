@@ -182,15 +182,21 @@ def top_stalls(row: dict[str, str], top: int = 5) -> list[tuple[str, float]]:
     return sorted(found, key=lambda item: -item[1])[:top]
 
 
+def read_rows(path: Path) -> list[dict[str, str]] | None:
+    """The kernels' rows of a raw ncu CSV (its units row dropped), or None where it holds no ncu table."""
+    text = path.read_text()
+    start = text.find('"ID"')
+    if start < 0:
+        return None
+    return [r for r in csv.DictReader(io.StringIO(text[start:])) if r.get("ID", "").isdigit()]
+
+
 def parse(folder: Path) -> None:
     for path in sorted(folder.glob("*.ncu.csv")):
-        text = path.read_text()
-        start = text.find('"ID"')
-        if start < 0:
+        rows = read_rows(path)
+        if rows is None:
             print(f"{path.name}: no ncu table")
             continue
-        rows = list(csv.DictReader(io.StringIO(text[start:])))
-        rows = [r for r in rows if r.get("ID", "").isdigit()]  # drop the units row
         print(f"== {path.name.removesuffix('.ncu.csv')}: {len(rows)} kernel(s)")
         for r in rows:
             print(f"   kernel {r.get('Kernel Name', '?')[:70]}")
