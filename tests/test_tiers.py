@@ -3,7 +3,11 @@ gives every test to exactly one shard, with the tests that share Triton compiles
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,3 +99,54 @@ def test_compile_groups_are_spelled_alike_in_every_process():
         "dtype='fp16'",
         "config={'BLOCK_M': 64}",
     )
+
+
+def _pytest(tmp_path: Path, name: str, source: str, *args: str) -> tuple[str, int, Path]:
+    """pytest run on the test file `name` (its `source`) in tmp_path with this suite's conftest (its hooks) and
+    FLASHBENCH_TEST_FAILURES set: (its output, its exit status, the failures file's path)."""
+    (tmp_path / name).write_text(source)
+    failures = tmp_path / "failures.txt"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+        "FLASHBENCH_TEST_FAILURES": str(failures),
+        "FLASHBENCH_TEST_JOBS": "0",
+    }
+    env.pop("FLASHBENCH_TEST_SHARD", None)
+    command = [sys.executable, "-m", "pytest", *args, "-p", "conftest", "-p", "no:cacheprovider", name]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return done.stdout + done.stderr, done.returncode, failures
+
+
+def test_a_failing_test_leaves_its_traceback_in_the_failures_file_as_it_fails(tmp_path):
+    """benchmarks/gpu_tests.sh points FLASHBENCH_TEST_FAILURES at a file per shard: written by conftest's hook when
+    a test fails, not in pytest's final summary, which a shard killed at its time limit never prints."""
+    source = (
+        "def test_passes():\n    assert 1 + 1 == 2\n\n\n"
+        "def test_fails():\n    observed = 41\n    assert observed == 42, 'the reason it failed'\n"
+    )
+    out, status, failures = _pytest(tmp_path, "test_two.py", source, "-q")
+    assert status == 1, out
+    text = failures.read_text()
+    assert "test_two.py::test_fails (call)" in text and "the reason it failed" in text and "41 == 42" in text
+    assert "test_passes" not in text
+
+
+def test_a_sigint_inside_a_cli_call_skips_that_test_and_stops_the_session(tmp_path):
+    """gpu_tests.sh's time limit sends SIGINT; one landing inside flashbench's main() becomes exit 130, so the test
+    in progress would fail on it and pytest would run on: it is reported skipped (not judged) and nothing after it
+    runs."""
+    source = (
+        "import os, signal\n"
+        "from flashbench.cli.app import main\n\n\n"
+        "def test_cut(monkeypatch):\n"
+        "    import flashbench.cli.app as app\n"
+        "    def interrupted(*_a, **_k):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    monkeypatch.setattr(app, '_command', lambda: interrupted)\n"
+        "    assert main(['list', 'gpus']) == 0\n\n\n"
+        "def test_after():\n    assert False, 'ran after the cut'\n"
+    )
+    out, _, failures = _pytest(tmp_path, "test_cut.py", source, "-v", "-rs")
+    assert "test_cut.py::test_cut SKIPPED" in out and "interrupted (SIGINT), not judged" in out, out
+    assert "test_after" not in out and not failures.exists(), out
