@@ -8,6 +8,7 @@ elsewhere `supported` must refuse, with a reason.
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -291,6 +292,29 @@ def test_the_table_evens_what_the_list_schedule_leaves_uneven():
     assert greedy > 1.03 * mean and max(loads) <= 1.005 * mean
     few = flash_ws.lpt_table(4, 2, 4, 128, 128, 5, 512, 512, True, -1, torch.device("cpu"))
     assert all((row < 8).sum() >= 1 and (row[row < 8].diff() > 0).all() for row in few)
+
+
+def test_the_rebalancing_step_picks_what_trying_every_pair_in_order_picks():
+    """_nearest_option bisects per tile where a step used to list every move and trade: it must pick the same
+    option, the first in order (moves, then trades by the two programs' tiles in order) whose cost difference lies
+    in (0, gap) nearest half the gap, ties included (costs in halves and thirds tie often), and the tables the
+    kernel walks stay as they were measured."""
+
+    def every_pair(mine, theirs, gap, can_move):
+        options = [(c, t, None) for c, t in mine.items() if can_move]
+        options += [(c - d, t, u) for c, t in mine.items() for d, u in theirs.items()]
+        fits = [o for o in options if 1e-9 < o[0] < gap - 1e-9]
+        return min(fits, key=lambda o: abs(o[0] - gap / 2)) if fits else None
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        step = rng.choice((0.5, 1 / 3, 0.25))
+        mine = {rng.randint(1, 40) * step + 0.5: t for t in range(rng.randint(1, 12))}
+        theirs = {rng.randint(1, 40) * step + 0.5: 100 + u for u in range(rng.randint(1, 12))}
+        gap = rng.randint(0, 60) * rng.choice((0.5, 1 / 3, 0.25))
+        can_move = rng.random() < 0.8
+        args = (mine, theirs, gap, can_move)
+        assert flash_ws._nearest_option(*args) == every_pair(*args)
 
 
 def test_a_block_costs_the_warpgroups_that_run_it():
