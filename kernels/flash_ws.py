@@ -566,13 +566,15 @@ def _nearest_option(
     return best
 
 
-def _tile_blocks(num_m: int, bh: int, sched_heads: int, causal: bool) -> list[int]:
-    """The query block of each tile in the kernel's tile order (flash_ws_parts.tile)."""
-    blocks = []
+@functools.lru_cache(maxsize=8)
+def _tile_blocks(num_m: int, bh: int, sched_heads: int, causal: bool) -> tuple[int, ...]:
+    """The query block of each tile in the kernel's tile order (flash_ws_parts.tile); cached: the list schedule,
+    its rebalancing and lpt_heads' groups read it for one shape."""
+    blocks: list[int] = []
     for base in range(0, bh, sched_heads):
         heads = min(bh - base, sched_heads)
         blocks += [num_m - 1 - r // heads if causal else r // heads for r in range(num_m * heads)]
-    return blocks
+    return tuple(blocks)
 
 
 @functools.lru_cache(maxsize=32)

@@ -4,9 +4,9 @@ One program per SM walks the tiles (query blocks of a head): round-robin, or fro
 The walk ends when its most loaded program does, so a tile count that does not divide into the programs, or tiles
 of unequal cost (a causal mask, a part-empty first tile) leave SMs idle at the end, however fast each tile runs.
 This reads each row's reported kernel_config through the kernel's own schedule model (flash_ws.walk_load: a tile
-costs its key blocks plus half of one, TILE_COST), so the numbers are the model's, not a measurement: tiles, programs, rounds (tiles
-per program) and the mean program's work over the most loaded one's, the share of the programs' time the model
-fills (1.0: every program ends together).
+costs its key blocks plus half of one, TILE_COST), so the numbers are the model's, not a measurement: tiles,
+programs, rounds (tiles per program) and the mean program's work over the most loaded one's, the share of the
+programs' time the model fills (1.0: every program ends together).
 """
 
 from __future__ import annotations
