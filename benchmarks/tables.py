@@ -36,13 +36,14 @@ def ok_rows(run: str) -> pd.DataFrame:
 
 
 def kernel_name(config: object) -> str:
-    """Which bundled forward ran, from the row's kernel_config: "tl 64x128", "Gluon 192 persistent" (round-robin)
-    or "Gluon 128 persistent LPT" (list-scheduled, flash_ws.lpt_table)."""
+    """Which bundled forward ran, from the row's kernel_config, its query rows x keys per tile: "tl 64x128", "Gluon
+    192x128 persistent" (round-robin) or "Gluon 128x128 persistent LPT" (list-scheduled, flash_ws.lpt_table)."""
     if not isinstance(config, dict):
         return ""
     if config.get("kernel") == "gluon-ws":
         walk = " persistent LPT" if config.get("LPT") else " persistent"
-        return f"Gluon {config.get('BLOCK_M')}" + (walk if config.get("PERSISTENT") else "")
+        tile = f"{config.get('BLOCK_M')}x{config.get('BLOCK_N')}"
+        return f"Gluon {tile}" + (walk if config.get("PERSISTENT") else "")
     return f"tl {config.get('BLOCK_M')}x{config.get('BLOCK_N')}"
 
 

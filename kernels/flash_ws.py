@@ -76,9 +76,15 @@ CONSUMER_REGS = {2: 240, 3: 160}
 PRODUCER_REGS = {2: 24, 3: 32}
 # Keys per K/V tile by head dim. 64-key tiles were 5-16% slower at d = 128 (docs/kernels.md). d = 256 takes them:
 # O [64, 256] fp32 is 128 of a consumer's 240 registers, and 128-key tiles need 256 KiB of shared memory for Q and
-# two K/V stages (FP8: 304 spill stores); Gluon tensors are powers of two, so FA3's 80-key tiles are out.
+# two K/V stages; Gluon tensors are powers of two, so FA3's 80-key tiles are out. FP8 takes wider ones below.
 BLOCK_N = {64: 128, 128: 128, 256: 64}
 HEAD_DIMS = tuple(BLOCK_N)
+# FP8 key tiles twice as wide, by (head dim, causal), where N_K is a multiple of them: e4m3 K and V take half the
+# bytes, so two stages of them fit shared memory, and the kernel waits each P V before the next S to fit the
+# registers (flash_ws_kernel._consumer_step's PV_FIRST). H200, GPU time: 0.96-0.98x the 128-key walk's time at
+# d = 128 without a mask, 0.91-0.94x the 64-key one at d = 256; d = 128 causal 1.07-1.26x (256-key tiles waste more
+# of the diagonal), so it keeps 128 (docs/kernels.md, the FP8 forward).
+FP8_WIDE_N = {(128, False): 256, (256, False): 128, (256, True): 128}
 # Default config per (head dim, causal), the measured winners (docs/kernels.md, the Gluon forward): d = 64 takes
 # FA3's 192-row tiles (three consumers); d = 64 and 128 are persistent when not causal (the next tile's loads run
 # under this one's epilogue: 1.14x one program per tile at d = 128, N = 1024); causal tiles are unequal, so they
@@ -118,8 +124,9 @@ DEFAULT_CONFIG = {
     (256, False): {**_base(256), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "O_HALVES": 1},
     (256, True): {**_base(256), "BLOCK_M": 128, **_LPT, "O_HALVES": 1},
 }
-# FP8: 128-row tiles (192 rows spill), three stages, the head dim's K/V tiles (default_config adds them), a
-# persistent walk, list-scheduled under a causal mask (docs/kernels.md, the FP8 forward).
+# FP8: 128-row tiles (192 rows spill), three stages over the head dim's K/V tiles or two over FP8_WIDE_N's
+# (default_config adds them), a persistent walk, list-scheduled under a causal mask (docs/kernels.md, the FP8
+# forward).
 FP8_CONFIG = {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}
 # Head dims whose causal FP8 walk runs an eighth of its exp2s on the FMA pipe (EXP_POLY): d = 128 took 0.971-0.989x
 # the time from N = 2048, d = 256 1.012-1.035x (docs/kernels.md, the FP8 forward).
@@ -155,7 +162,7 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
-    "BLOCK_N": (64, 128),
+    "BLOCK_N": (64, 128, 256),
     "STAGES": (2, 3, 4),
     "PERSISTENT": (0, 1),
     "SCHED_HEADS": (1, 4, 8, 16),
@@ -189,11 +196,15 @@ def enabled() -> bool:
 _ENABLED: dict[tuple[Any, ...], bool] = {}
 
 
-def default_config(head_dim: int, causal: bool, fp8: bool = False) -> dict[str, Any]:
-    """The config this kernel runs at a head dim (others: d = 128's) without a forced one."""
+def default_config(head_dim: int, causal: bool, fp8: bool = False, n_k: int = 0) -> dict[str, Any]:
+    """The config this kernel runs at a head dim (others: d = 128's) without a forced one, over n_k keys (FP8's
+    wide key tiles need a multiple of theirs; 0: any)."""
     head_dim = head_dim if head_dim in HEAD_DIMS else 128
     if fp8:
         cfg = {**_base(head_dim), **FP8_CONFIG}
+        wide = FP8_WIDE_N.get((head_dim, bool(causal)))
+        if wide and n_k % wide == 0:
+            cfg.update(BLOCK_N=wide, STAGES=2)
         if causal:
             cfg["LPT"] = 1
             if head_dim in FP8_EXP_POLY_DIMS:
@@ -243,7 +254,7 @@ def preferred(
         return False
     if window is not None and window[0] < GLUON_MIN_WINDOW:
         return False
-    cfg = default_config(D, masked, fp8)
+    cfg = default_config(D, masked, fp8, k.shape[2])
     return supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"]) is None
 
 
@@ -347,8 +358,10 @@ def tile_refusal(head_dim: int, block_m: int, block_n: int, fp8: bool = False) -
         return "BLOCK_M 192 with FP8 (three consumer warpgroups spill registers)"
     if block_m == 192 and head_dim != 64:
         return "BLOCK_M 192 (three consumer warpgroups) only at head dim 64 (at 128 it spills and overflows smem)"
-    if block_n == 128 and head_dim == 256:
-        return "BLOCK_N 128 at head dim 256 (spills, or overflows smem)"
+    if block_n == 256 and not (fp8 and head_dim == 128):
+        return "BLOCK_N 256 only in FP8 at head dim 128 (elsewhere the scores and O spill)"
+    if block_n == 128 and head_dim == 256 and not fp8:
+        return "BLOCK_N 128 at head dim 256 in 16 bits (spills, or overflows smem)"
     return None
 
 
@@ -711,7 +724,7 @@ class ForwardPlan:
             bool(causal) or window is not None
         )  # a supported window has right limit 0: the causal diagonal
         fp8 = q.dtype in FP8_DTYPES
-        cfg = default_config(D, causal, fp8)
+        cfg = default_config(D, causal, fp8, k.shape[2])
         forced = check_config({key: val for key, val in (config or {}).items() if key != "kernel"})
         cfg.update(forced)
         if causal and cfg["PERSISTENT"] and not cfg.get("LPT"):

@@ -78,21 +78,37 @@ def _consumer_step(
     EXP_POLY: gl.constexpr = False,
 ):
     """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs (ptxas (CUDA 12.8)
-    moves the wait for P_{g-1} V_{g-1} up above the softmax: the ping-pong between warpgroups is the overlap)."""
+    moves the wait for P_{g-1} V_{g-1} up above the softmax: the ping-pong between warpgroups is the overlap).
+    FP8's wide key tiles (flash_ws.FP8_WIDE_N: BLOCK_N + HEAD_DIM = 384) issue and wait P_{g-1} V_{g-1} first, then
+    S_g (PV_FIRST): S_g's scores in flight beside O and P would not fit a consumer's 240 registers (304-466 spill
+    stores, every wgmma serialized; none this way)."""
     _, _, k_smem, v_smem = smem
     _, _, k_bars, v_bars, empty_bars, _ = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     s_idx = g % STAGES
     prev = (g - 1) % STAGES
-    mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-    mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
-    s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    mbarrier.wait(v_bars.index(prev), ((g - 1) // STAGES) & 1)
-    pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
-    acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
-    mbarrier.arrive(next_turn)
-    s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_g is done, P_{g-1} V_{g-1} may not be
+    PV_FIRST: gl.constexpr = q.dtype.is_fp8() and BLOCK_N + acc.shape[1] >= 384
+    if PV_FIRST:
+        pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
+        mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+        mbarrier.wait(v_bars.index(prev), ((g - 1) // STAGES) & 1)
+        acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
+        acc = pv_wait(acc, pa)
+        mbarrier.arrive(empty_bars.index(STAGES + prev))
+        mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
+        s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        mbarrier.arrive(next_turn)
+        s = warpgroup_mma_wait(0, deps=[s])  # P V is done: S_g alone was in flight
+    else:
+        mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+        mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
+        s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        mbarrier.wait(v_bars.index(prev), ((g - 1) // STAGES) & 1)
+        pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
+        acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
+        mbarrier.arrive(next_turn)
+        s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_g is done, P_{g-1} V_{g-1} may not be
     mbarrier.arrive(empty_bars.index(s_idx))  # K_g is no longer read
     p_new, alpha, l_i, m_i = softmax(
         s=s,
@@ -113,8 +129,9 @@ def _consumer_step(
         FAST_MASK=FAST_MASK,
         EXP_POLY=EXP_POLY,
     )
-    acc = pv_wait(acc, pa)
-    mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
+    if not PV_FIRST:
+        acc = pv_wait(acc, pa)
+        mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
     if q.dtype.is_fp8():
         p = p_new

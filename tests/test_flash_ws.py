@@ -7,6 +7,7 @@ elsewhere `supported` must refuse, with a reason.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -485,12 +486,16 @@ def test_lpt_heads_reads_the_tiles_the_walk_has():
 
 @pytest.mark.parametrize("head_dim", [128, 256])
 def test_fp8_defaults_are_persistent_and_list_scheduled_when_causal(head_dim):
-    """FP8 at d = 128 and 256: a persistent walk of 128-row tiles over three stages (d = 128: 1.04-1.10x one
-    program per tile up to N = 8192; d = 256: 1.06-1.09x at N = 1024-2048), list-scheduled under a causal mask.
+    """FP8 at d = 128 and 256: a persistent walk of 128-row tiles (d = 128: 1.04-1.10x one program per tile up to
+    N = 8192; d = 256: 1.06-1.09x at N = 1024-2048), list-scheduled under a causal mask, over two stages of the
+    wide key tiles (flash_ws.FP8_WIDE_N) where the keys are a multiple of them, else three of the head dim's.
     Each default fits shared memory and passes check_config, so a row's reported config can be forced back."""
-    for causal in (False, True):
-        cfg = flash_ws.default_config(head_dim, causal, fp8=True)
-        assert cfg["PERSISTENT"] == 1 and cfg["STAGES"] == 3 and cfg.get("LPT", 0) == int(causal), cfg
+    for causal, n_k in itertools.product((False, True), (4096, 4096 + 64)):
+        cfg = flash_ws.default_config(head_dim, causal, fp8=True, n_k=n_k)
+        wide = flash_ws.FP8_WIDE_N.get((head_dim, causal), 0)
+        stages = 2 if wide and n_k % wide == 0 else 3
+        assert cfg["BLOCK_N"] == (wide if stages == 2 else flash_ws.BLOCK_N[head_dim]), (cfg, n_k)
+        assert cfg["PERSISTENT"] == 1 and cfg["STAGES"] == stages and cfg.get("LPT", 0) == int(causal), cfg
         assert flash_ws.smem_bytes(cfg, head_dim, fp8=True) <= flash_ws.SMEM_LIMIT
         assert flash_ws.check_config(dict(cfg)) == cfg
 
@@ -709,8 +714,8 @@ def test_d256_tiles_fit_shared_memory_beside_half_width_output_buffers():
     """d = 256: Q [128, 256] (64 KiB) and two stages of 64-key K and V (128 KiB) leave room for the output's own
     buffers only at half width (O_HALVES, the default: two [64, 128] bf16, 32 KiB, 224 KiB in all); a third
     stage or 128-key tiles overflow, and without O_HALVES a persistent walk stores O through Q's buffers; FP8's
-    halved tiles take three stages beside its own bf16 O buffers. The packed-documents forward keeps full-width
-    O through Q's buffers unless O_HALVES is forced."""
+    halved tiles take two stages of 128-key tiles, or three of 64-key ones, beside its own bf16 O buffers. The
+    packed-documents forward keeps full-width O through Q's buffers unless O_HALVES is forced."""
     need = 128 * 256 * 2 + 128 * 128 * 2 + 2 * 2 * 64 * 256 * 2
     for causal in (False, True):
         cfg = flash_ws.default_config(256, causal)
@@ -728,9 +733,14 @@ def test_d256_tiles_fit_shared_memory_beside_half_width_output_buffers():
         assert flash_ws.smem_bytes({**varlen_ws.default_config(256, causal), "O_HALVES": 1}, 256) == need
     assert flash_ws.own_o(flash_ws.default_config(128, False), 128)
     assert flash_ws.o_cols(flash_ws.default_config(128, False), 128) == 128
-    fp8 = flash_ws.default_config(256, False, fp8=True)
-    assert fp8["BLOCK_N"] == 64 and fp8["STAGES"] == 3 and flash_ws.own_o(fp8, 256, fp8=True)
-    assert flash_ws.smem_bytes(fp8, 256, fp8=True) == 128 * 256 * 3 + 2 * 3 * 64 * 256 <= flash_ws.SMEM_LIMIT
+    fp8 = flash_ws.default_config(256, False, fp8=True, n_k=4096)
+    assert fp8["BLOCK_N"] == 128 and fp8["STAGES"] == 2 and flash_ws.own_o(fp8, 256, fp8=True)
+    assert flash_ws.smem_bytes(fp8, 256, fp8=True) == 128 * 256 * 3 + 2 * 2 * 128 * 256 <= flash_ws.SMEM_LIMIT
+    narrow = flash_ws.default_config(256, False, fp8=True, n_k=4096 + 64)
+    assert narrow["BLOCK_N"] == 64 and narrow["STAGES"] == 3
+    assert (
+        flash_ws.smem_bytes(narrow, 256, fp8=True) == 128 * 256 * 3 + 2 * 3 * 64 * 256 <= flash_ws.SMEM_LIMIT
+    )
     with pytest.raises(ValueError, match="O_HALVES=2 must be one of"):
         flash_ws.check_config({"O_HALVES": 2})
 

@@ -43,16 +43,18 @@ def test_gpu_gluon_fp8_within_budget_batch_gqa(n, d):
 @pytest.mark.parametrize(
     "config",
     [
-        {"STAGES": 2},
-        {"STAGES": 4},
+        {"BLOCK_N": 128, "STAGES": 2},
+        {"BLOCK_N": 128, "STAGES": 4},
         {"PERSISTENT": 1, "PROGRAMS": 3},
-        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 4},
+        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 4, "BLOCK_N": 128},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "LPT": 1},
+        {"PERSISTENT": 0},
     ],
-    ids=["s2", "s4", "persistent", "persistent-grouped", "persistent-lpt"],
+    ids=["s2", "s4", "persistent", "persistent-grouped", "persistent-lpt", "wide-one-per-tile"],
 )
 def test_gpu_gluon_fp8_configs_within_budget(config):
-    """Persistent programs walk several tiles each: the ring, the turns and the Q/O barriers carry over."""
+    """Persistent programs walk several tiles each: the ring, the turns and the Q/O barriers carry over; over
+    the default's 256-key tiles (flash_ws.FP8_WIDE_N, P V waited before each S) and over 128-key ones."""
     check(2, 4, 2, 1024, 1024, 128, causal=False, config={**GLUON, **config}, seed=5)
     cfg = last_config()
     assert cfg["kernel"] == "gluon-ws" and all(cfg[key] == val for key, val in config.items())
@@ -74,27 +76,33 @@ def test_gpu_gluon_fp8_seq_q_differs_from_seq_k(nq, nk, d):
 @pytest.mark.gpu
 @hopper_only
 def test_gpu_gluon_fp8_agrees_with_the_tl_kernel_and_its_lse():
-    """Same numerics as the tl FP8 kernel: outputs agree to the P quantization's rounding, and the base-2 LSE
-    is the descaled scores' (the bound of test_fp8's LSE test: Hopper's FP8 MMA keeps ~14 bits of its sum)."""
+    """Same numerics as the tl FP8 kernel: over the same 128-key blocks, outputs agree to the P quantization's
+    rounding (P is scaled by each block's running row max, so other blocks round it apart: the default's 256-key
+    tiles read 1.2% from the tl kernel, each within its budget), and the base-2 LSE is the descaled scores'
+    (the bound of test_fp8's LSE test: Hopper's FP8 MMA keeps ~14 bits of its sum), in either tile."""
     (q8, k8, v8), d, _ = quantized(2, 4, 2, 1024, 1024, 128, seed=4)
     descales = (d["q_descale"], d["k_descale"], d["v_descale"])
     scale = 128**-0.5
-    o_g, lse_g, cfg = attention_forward_fp8(q8, k8, value_layout(v8), False, scale, GLUON, descales)
+    narrow = {**GLUON, "BLOCK_N": 128, "STAGES": 3}
+    o_g, lse_g, cfg = attention_forward_fp8(q8, k8, value_layout(v8), False, scale, narrow, descales)
     o_t, lse_t, _ = attention_forward_fp8(q8, k8, value_layout(v8), False, scale, TL, descales)
     assert cfg["kernel"] == "gluon-ws"
     assert ((o_g.double() - o_t.double()).norm() / o_t.double().norm()).item() < 1e-2
+    _, lse_wide, cfg = attention_forward_fp8(q8, k8, value_layout(v8), False, scale, GLUON, descales)
+    assert cfg["BLOCK_N"] == 256
     real = [fp8.dequantize(t, d[f"{n}_descale"]) for n, t in zip("qkv", (q8, k8, v8), strict=True)]
     ref = correctness.reference(*real, causal=False)["lse"]
     k_per_q = real[1].double().abs().repeat_interleave(2, dim=1)  # GQA: 4 query heads on 2 K/V heads
     magnitude = (real[0].double().abs() @ k_per_q.transpose(-1, -2)).amax().item() * scale
-    torch.testing.assert_close(lse_g.double() * 0.6931471805599453, ref, atol=magnitude * 2**-11, rtol=1e-5)
+    for lse in (lse_g, lse_wide):
+        torch.testing.assert_close(lse.double() * 0.6931471805599453, ref, atol=magnitude * 2**-11, rtol=1e-5)
 
 
 @pytest.mark.gpu
 @hopper_only
 def test_gpu_fp8_dispatch_takes_gluon_only_where_it_should(monkeypatch):
     """d = 128 with N % 128 == 0 (causal from flash_ws.GLUON_FP8_MIN_SEQ's length, list-scheduled in groups of 4
-    heads): Gluon (V in either layout); shorter causal, d = 64, N % 128 != 0, a forced tl config, a negative
+    heads; 256-key tiles without a mask where N % 256 == 0): Gluon (V in either layout); shorter causal, d = 64, N % 128 != 0, a forced tl config, a negative
     sm_scale or FLASHBENCH_GLUON=0: the tl kernel."""
     n = flash_ws.GLUON_FP8_MIN_SEQ[(128, True)]
 
@@ -104,6 +112,9 @@ def test_gpu_fp8_dispatch_takes_gluon_only_where_it_should(monkeypatch):
         return kernel_ran()
 
     assert ran(2, 4, 2, 1024, 1024, 128) == "gluon-ws"
+    assert last_config()["BLOCK_N"] == 256  # flash_ws.FP8_WIDE_N
+    assert ran(1, 2, 1, 1152, 1152, 128) == "gluon-ws"
+    assert last_config()["BLOCK_N"] == 128  # keys not a multiple of 256: the head dim's tiles
     assert ran(1, 2, 1, 1024, 1024, 128, layout=False) == "gluon-ws"  # laid out once per call, then Gluon
     assert ran(1, 2, 1, n // 2, n // 2, 128, causal=True) == "tl"
     assert ran(1, 2, 1, n, n, 128, causal=True) == "gluon-ws"
@@ -136,13 +147,14 @@ def test_gpu_gluon_fp8_refusals_name_the_reason():
 
 @pytest.mark.gpu
 @hopper_only
-@pytest.mark.parametrize("d", [128, 256])
-def test_gpu_gluon_fp8_forced_causal_within_budget(d):
+@pytest.mark.parametrize(("d", "block_n"), [(128, 128), (128, 256), (256, 64), (256, 128)])
+def test_gpu_gluon_fp8_forced_causal_within_budget(d, block_n):
     """Causal FP8 below flash_ws.GLUON_FP8_MIN_SEQ's length is not dispatched to Gluon, but a forced config runs
-    it correctly (the masks read the keys in flash_ws_parts.key_order; at d = 256 within 64-key tiles)."""
+    it correctly (the masks read the keys in flash_ws_parts.key_order within 64- to 256-key tiles; the wide
+    ones wait each P V before the next S)."""
     n = flash_ws.GLUON_FP8_MIN_SEQ[(d, True)] // 2
-    check(2, 4, 2, n, n, d, causal=True, config=GLUON, seed=3)
-    assert kernel_ran() == "gluon-ws"
+    check(2, 4, 2, n, n, d, causal=True, config={**GLUON, "BLOCK_N": block_n, "STAGES": 2}, seed=3)
+    assert (kernel_ran(), last_config()["BLOCK_N"]) == ("gluon-ws", block_n)
 
 
 @pytest.mark.gpu
@@ -160,12 +172,12 @@ def test_gpu_gluon_fp8_exp2_poly_forced_either_way_within_budget(d, causal, poly
 @hopper_only
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_fp8_d256_runs_gluon_from_its_min_length_and_the_tl_kernel_below(causal):
-    """d = 256 FP8 runs Gluon with 64-key tiles from flash_ws.GLUON_FP8_MIN_SEQ's length and the tl kernel below
-    it, where a forced {"kernel": "gluon-ws"} still runs Gluon."""
+    """d = 256 FP8 runs Gluon with 128-key tiles (flash_ws.FP8_WIDE_N) from flash_ws.GLUON_FP8_MIN_SEQ's length
+    and the tl kernel below it, where a forced {"kernel": "gluon-ws"} still runs Gluon."""
     n = flash_ws.GLUON_FP8_MIN_SEQ[(256, causal)]
     (q8, k8, v8), descales, _ = quantized(1, 2, 1, n, n, 256, seed=3)
     flash_attn(q8, k8, value_layout(v8), causal=causal, **descales)
-    assert (kernel_ran(), last_config()["BLOCK_N"]) == ("gluon-ws", 64), causal
+    assert (kernel_ran(), last_config()["BLOCK_N"]) == ("gluon-ws", 128), causal
     (q8, k8, v8), descales, _ = quantized(1, 2, 1, n // 2, n // 2, 256, seed=3)
     flash_attn(q8, k8, value_layout(v8), causal=causal, **descales)
     assert kernel_ran() == "tl", causal
@@ -186,26 +198,41 @@ def test_fp8_dispatch_never_picks_gluon_without_a_hopper_gpu():
 
 
 def test_fp8_gluon_default_config_fits_and_reports_its_tiles():
-    """FP8 tiles are half the bytes: four K/V stages fit in shared memory at d = 128 (bf16's do not), and the
-    default config passes check_config and names the tiles the byte model reads."""
+    """FP8 tiles are half the bytes: four 128-key K/V stages fit in shared memory at d = 128 (bf16's do not), and
+    so do two stages of the wide key tiles the default takes where the keys are a multiple of them (256 at d = 128
+    without a mask, 128 at d = 256), else the head dim's; the default config passes check_config and names the
+    tiles the byte model reads."""
     from flashbench.models.io_model import Blocks
 
-    cfg = flash_ws.default_config(128, False, fp8=True)
+    cfg = flash_ws.default_config(128, False, fp8=True, n_k=4096)
     assert flash_ws.check_config(dict(cfg)) == cfg
-    assert Blocks.from_config(cfg) == Blocks(fwd_m=cfg["BLOCK_M"], fwd_n=128)
-    four = {**cfg, "STAGES": 4}
+    assert (cfg["BLOCK_N"], cfg["STAGES"]) == (256, 2)
+    assert Blocks.from_config(cfg) == Blocks(fwd_m=cfg["BLOCK_M"], fwd_n=256)
+    # Q (e4m3), O (bf16, its own buffers) and the ring: the 180,608 B that sm90_compile reports, less barriers
+    assert flash_ws.smem_bytes(cfg, 128, fp8=True) == 128 * 128 * 3 + 2 * 2 * 256 * 128
+    narrow = flash_ws.default_config(128, False, fp8=True, n_k=4096 + 128)
+    assert (narrow["BLOCK_N"], narrow["STAGES"]) == (128, 3)
+    assert (flash_ws.default_config(128, True, fp8=True, n_k=4096)["BLOCK_N"]) == 128  # causal keeps 128
+    four = {**narrow, "STAGES": 4}
     assert flash_ws.smem_bytes(four, 128, fp8=True) <= flash_ws.SMEM_LIMIT < flash_ws.smem_bytes(four, 128)
-    # Q (e4m3), O (bf16, its own buffers) and the ring: the 147,888 B that sm90_compile reports, less barriers
-    assert flash_ws.smem_bytes(cfg, 128, fp8=True) == 128 * 128 * 3 + 2 * 3 * 128 * 128
+    for causal in (False, True):
+        d256 = flash_ws.default_config(256, causal, fp8=True, n_k=4096)
+        assert (d256["BLOCK_N"], d256["STAGES"]) == (128, 2)
+        assert flash_ws.smem_bytes(d256, 256, fp8=True) <= flash_ws.SMEM_LIMIT  # 229,760 B with the barriers
+        assert flash_ws.default_config(256, causal, fp8=True, n_k=4096 + 64)["BLOCK_N"] == 64
+    assert "BLOCK_N 256 only in FP8" in flash_ws.tile_refusal(256, 128, 256, fp8=True)
+    assert "BLOCK_N 256 only in FP8" in flash_ws.tile_refusal(128, 128, 256)
+    assert flash_ws.tile_refusal(256, 128, 128, fp8=True) is None
+    assert "in 16 bits" in flash_ws.tile_refusal(256, 128, 128)
 
 
 @pytest.mark.skipif(not flash_ws.HAVE_GLUON, reason="this Triton has no Gluon")
-@pytest.mark.parametrize("d", [64, 128, 256])
-def test_fp8_key_tiles_load_their_rows_in_the_operand_order(d):
+@pytest.mark.parametrize(("d", "block_n"), [(64, 128), (128, 128), (128, 256), (256, 64), (256, 128)])
+def test_fp8_key_tiles_load_their_rows_in_the_operand_order(d, block_n):
     """The FP8 K descriptor's 5-D box, read as TMA reads it (shape and strides over K's rows), puts key
     16R + 4t + 2g + e at tile row 16R + 8g + 2t + e: the order flash_ws_parts.key_order undoes in the masks.
-    Every key of a tile appears once, and the next tile starts BLOCK_N keys on (64 at d = 256)."""
-    n, block_n = 256, flash_ws.BLOCK_N[d]
+    Every key of a tile appears once, and the next tile starts BLOCK_N keys on (the narrow and wide tiles)."""
+    n = 512
     k = torch.zeros(1, 2, n, d, dtype=torch.float8_e4m3fn)
     rows = torch.arange(2 * n, dtype=torch.float64)[:, None].expand(2 * n, d).contiguous()
     q = torch.empty(1, 2, 128, d).to(torch.float8_e4m3fn)

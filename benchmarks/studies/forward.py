@@ -22,7 +22,7 @@ from typing import Any
 
 from flashbench.kernels import flash_attn, last_config, value_layout
 from flashbench.kernels.configs import FP8_FWD_SPACE, FWD_SPACE, config_dict
-from flashbench.kernels.flash_ws import FP8_CONFIG
+from flashbench.kernels.flash_ws import BLOCK_N, FP8_CONFIG
 
 from flashbench.providers import Unsupported, register
 from flashbench.spec.cases import Case
@@ -124,11 +124,15 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
     "ws-no-lead": {"LEAD_S": 0},
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
-# under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads).
+# under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads), over the head dim's
+# narrow key tiles (NARROW: flash_ws.BLOCK_N, 128 keys at d = 128, 64 at d = 256); `-nN`: N-key tiles, two stages
+# (flash_ws.FP8_WIDE_N's wide tiles: 256 at d = 128, 128 at d = 256).
+NARROW = "narrow"
 FP8_GLUON_VARIANTS = {
     **{
         f"fp8-ws-s{stages}{'-p' if persistent else ''}": {
             **FP8_CONFIG,
+            "BLOCK_N": NARROW,
             "STAGES": stages,
             "PERSISTENT": persistent,
         }
@@ -137,6 +141,7 @@ FP8_GLUON_VARIANTS = {
     **{
         f"fp8-ws-s{stages}-lpt-h{heads}": {
             **FP8_CONFIG,
+            "BLOCK_N": NARROW,
             "STAGES": stages,
             "PERSISTENT": 1,
             "LPT": 1,
@@ -147,6 +152,7 @@ FP8_GLUON_VARIANTS = {
     # the shipped default with an eighth of each step's exp2s on the FMA pipe, or all on the MUFU (EXP_POLY)
     "fp8-ws-exp-poly": {"EXP_POLY": 1},
     "fp8-ws-exp-mufu": {"EXP_POLY": 0},
+    **{f"fp8-ws-n{block_n}": {"BLOCK_N": block_n, "STAGES": 2} for block_n in (64, 128, 256)},
 }
 
 
@@ -174,18 +180,22 @@ def _gluon_off() -> Iterator[None]:
 def _register(
     name: str, config: dict[str, Any] | None, dtypes: tuple[str, ...], what: str, gluon: bool = False
 ) -> None:
-    """One forward provider calling flash_attn with `config` forced (None: with the Gluon forward off); a Gluon
-    config runs on CUDA only (Hopper: elsewhere its refusal is the row's reason)."""
+    """One forward provider calling flash_attn with `config` forced (None: with the Gluon forward off; a BLOCK_N
+    of NARROW: the case's head dim's); a Gluon config runs on CUDA only (Hopper: elsewhere its refusal is the row's
+    reason)."""
 
     def build(case: Case, device: str, stack: Any) -> Any:
         causal, scale = case.causal, case.head_dim**-0.5
+        forced = config
+        if forced is not None and forced.get("BLOCK_N") == NARROW:
+            forced = {**forced, "BLOCK_N": BLOCK_N.get(case.head_dim, 128)}
 
         def call(q: Any, k: Any, v: Any, **descales: Any) -> Any:
             if config is None:
                 with _gluon_off():
                     return flash_attn(q, k, v, causal=causal, sm_scale=scale)
             try:
-                return flash_attn(q, k, v, causal=causal, sm_scale=scale, config=config, **descales)
+                return flash_attn(q, k, v, causal=causal, sm_scale=scale, config=forced, **descales)
             except ValueError as exc:  # flash_ws refuses a forced config for this shape (192 rows at d = 128)
                 raise Unsupported(f"{name}: {exc}") from None
 
