@@ -40,11 +40,11 @@ def kernel_name(config: object) -> str:
     192x128 persistent" (round-robin) or "Gluon 128x128 persistent LPT" (list-scheduled, flash_ws.lpt_table)."""
     if not isinstance(config, dict):
         return ""
+    tile = f"{config.get('BLOCK_M')}x{config.get('BLOCK_N')}"
     if config.get("kernel") == "gluon-ws":
         walk = " persistent LPT" if config.get("LPT") else " persistent"
-        tile = f"{config.get('BLOCK_M')}x{config.get('BLOCK_N')}"
         return f"Gluon {tile}" + (walk if config.get("PERSISTENT") else "")
-    return f"tl {config.get('BLOCK_M')}x{config.get('BLOCK_N')}"
+    return f"tl {tile}"
 
 
 def backward_name(config: object) -> str:

@@ -92,10 +92,7 @@ def _consumer_step(
     if PV_FIRST:
         pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-        mbarrier.wait(v_bars.index(prev), ((g - 1) // STAGES) & 1)
-        acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
-        acc = pv_wait(acc, pa)
-        mbarrier.arrive(empty_bars.index(STAGES + prev))
+        acc = _pv_done(acc, pa, v_smem, v_bars, empty_bars, g - 1)
         mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.arrive(next_turn)
@@ -138,6 +135,18 @@ def _consumer_step(
     else:
         p = gl.convert_layout(p_new.to(q.dtype), p.type.layout)
     return acc, p, m_i, l_i
+
+
+@gluon.jit
+def _pv_done(acc, pa, v_smem, v_bars, empty_bars, g):
+    """P V of the program's key block g (pa: P as P V's A operand) issued once V_g has landed and waited for, V_g's
+    stage then released; returns acc."""
+    STAGES: gl.constexpr = v_bars.shape[0]
+    mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
+    acc = warpgroup_mma(pa, v_operand(v_smem, g % STAGES), acc, is_async=True)
+    acc = pv_wait(acc, pa)
+    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+    return acc
 
 
 @gluon.jit
@@ -662,7 +671,6 @@ def _consumer_tile(
     """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
     q_smem, o_smem, k_smem, v_smem = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
-    STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     ROWS: gl.constexpr = od.block_type.shape[0]
@@ -778,11 +786,7 @@ def _consumer_tile(
         mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
 
     last = it + n_own - first - 1
-    mbarrier.wait(v_bars.index(last % STAGES), (last // STAGES) & 1)
-    pa = p_operand(p, o_layout, gl.constexpr(q.dtype))
-    acc = warpgroup_mma(pa, v_operand(v_smem, last % STAGES), acc, is_async=True)
-    acc = pv_wait(acc, pa)
-    mbarrier.arrive(empty_bars.index(STAGES + last % STAGES))
+    acc = _pv_done(acc, p_operand(p, o_layout, gl.constexpr(q.dtype)), v_smem, v_bars, empty_bars, last)
     if SKIP_DIAG:
         for j in range(n_own, n_blocks):
             _pass_block(it + j - first, bars, my_turn, next_turn, FLIP)
