@@ -80,11 +80,11 @@ PRODUCER_REGS = {2: 24, 3: 32}
 BLOCK_N = {64: 128, 128: 128, 256: 64}
 HEAD_DIMS = tuple(BLOCK_N)
 # FP8 key tiles twice as wide, by (head dim, causal), where N_K is a multiple of them: e4m3 K and V take half the
-# bytes, so two stages of them fit shared memory, and the kernel waits each P V before the next S to fit the
-# registers (flash_ws_kernel._consumer_step's PV_FIRST). H200, GPU time: 0.95-0.98x the 128-key walk's time at
-# d = 128 without a mask from N = 2048 (0.99-1.00x at 1024), 0.90-0.98x the 64-key one at d = 256 from N = 1024;
-# d = 128 causal 1.06-1.27x (256-key tiles waste more of the diagonal), so it keeps 128 (docs/kernels.md, the FP8
-# forward).
+# bytes, so two stages of them fit shared memory, and the step fits the registers by its order
+# (flash_ws_kernel._consumer_step: P_EARLY at d = 256, PV_FIRST at d = 128). H200, GPU time: 0.95-0.98x the 128-key
+# walk's time at d = 128 without a mask from N = 2048 (0.99-1.00x at 1024), 0.90-0.98x the 64-key one at d = 256
+# from N = 1024 (before P_EARLY, which took 0.93-0.99x the time of that); d = 128 causal 1.06-1.27x (256-key tiles
+# waste more of the diagonal), so it keeps 128 (docs/kernels.md, the FP8 forward).
 FP8_WIDE_N = {(128, False): 256, (256, False): 128, (256, True): 128}
 # Default config per (head dim, causal), the measured winners (docs/kernels.md, the Gluon forward): d = 64 takes
 # FA3's 192-row tiles (three consumers); d = 64 and 128 are persistent when not causal (the next tile's loads run

@@ -79,16 +79,21 @@ def _consumer_step(
 ):
     """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs (ptxas (CUDA 12.8)
     moves the wait for P_{g-1} V_{g-1} up above the softmax: the ping-pong between warpgroups is the overlap).
-    FP8's wide key tiles (flash_ws.FP8_WIDE_N: BLOCK_N + HEAD_DIM = 384) issue and wait P_{g-1} V_{g-1} first, then
-    S_g (PV_FIRST): S_g's scores in flight beside O and P would not fit a consumer's 240 registers (304-466 spill
-    stores, every wgmma serialized; none this way)."""
+    FP8's wide key tiles (flash_ws.FP8_WIDE_N: BLOCK_N + HEAD_DIM = 384) carry P in fp32 (BLOCK_N / 2 registers a
+    thread): beside S_g's scores in flight (BLOCK_N / 2) and O (HEAD_DIM / 2) it overflows a consumer's 240
+    registers (304-466 spill stores, every wgmma serialized). At d = 256 (128 keys) P is converted to e4m3
+    (BLOCK_N / 8) before S_g's issue, and S_g still overlaps P_{g-1} V_{g-1} (P_EARLY: 208 registers; no spill
+    without a mask, 8 stores causal); at d = 128 (256 keys) that is 224, which spilled 62 stores, so P_{g-1} V_{g-1}
+    is issued and waited first, then S_g (PV_FIRST: none)."""
     _, _, k_smem, v_smem = smem
     _, _, k_bars, v_bars, empty_bars, _ = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     s_idx = g % STAGES
     prev = (g - 1) % STAGES
-    PV_FIRST: gl.constexpr = q.dtype.is_fp8() and BLOCK_N + acc.shape[1] >= 384
+    WIDE: gl.constexpr = q.dtype.is_fp8() and BLOCK_N + acc.shape[1] >= 384
+    PV_FIRST: gl.constexpr = WIDE and BLOCK_N > acc.shape[1]
+    P_EARLY: gl.constexpr = WIDE and not PV_FIRST
     if PV_FIRST:
         pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         mbarrier.wait(my_turn, (g & 1) ^ FLIP)
@@ -98,11 +103,14 @@ def _consumer_step(
         mbarrier.arrive(next_turn)
         s = warpgroup_mma_wait(0, deps=[s])  # P V is done: S_g alone was in flight
     else:
+        if P_EARLY:
+            pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         mbarrier.wait(my_turn, (g & 1) ^ FLIP)
         mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_bars.index(prev), ((g - 1) // STAGES) & 1)
-        pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
+        if not P_EARLY:
+            pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
         mbarrier.arrive(next_turn)
         s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_g is done, P_{g-1} V_{g-1} may not be

@@ -473,7 +473,8 @@ def _e4m3_a_layout(rows, cols):
 @gluon.jit
 def p_operand(p, acc_layout: gl.constexpr, dtype: gl.constexpr):
     """P V's A operand from P (the carried P of _consumer_step): fp16/bf16 P is already the operand; FP8 carries
-    P in fp32 in the score layout (its columns in key_order) and converts it here, right before the matmul.
+    P in fp32 in the score layout (its columns in key_order) and converts it here, right before the matmul (over
+    d = 256's wide tiles before the step's S: _consumer_step's P_EARLY).
     Relabelling the columns into key order is register-only (asserted), and the conversion packs four scores
     into one register with two cvt.rn.satfinite.e4m3x2.f32 (P * 2^8 <= 256 stays under e4m3's 448). Converted
     in the step that carried it, P is never unpacked into bytes: carried as e4m3, Triton 3.6 kept one byte per
