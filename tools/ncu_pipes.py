@@ -2,9 +2,11 @@
 bundled kernel beside SDPA flash and cuDNN, at one of the speed preset's shapes (bf16, hidden 2048 so
 heads = 2048 / d, 16k tokens per batch; default d = 128, N = 8192).
 
-    python3 tools/ncu_pipes.py drive [--ncu ncu] [--causal] [--dim D] [--seq N] [--providers P,...] [--bwd]
+    python3 tools/ncu_pipes.py drive [--ncu ncu] [--causal] [--dim D] [--seq N] [--providers P,...] [--bwd] [--fp8]
     python3 tools/ncu_pipes.py parse DIR                       # table from the saved raw CSVs
 
+--fp8 profiles the bundled forward on e4m3 inputs, quantized and laid out as the sweep's FP8 cases are (providers
+triton and gluon@...). gluon@KEY=V/KEY=V forces any flash_ws keys over its defaults (gluon@BLOCK_N=128/STAGES=3).
 --bwd profiles the backward instead (the forward runs unprofiled first): triton is the bundled backward as the
 sweep runs it (preprocess, the kernel, dQ's conversion), sdpa-cudnn / sdpa-flash torch.autograd.grad through
 that SDPA backend; the MemoryWorkloadAnalysis section is added (DRAM bytes per second, L2 sector use and hit
@@ -26,6 +28,7 @@ import argparse
 import csv
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,7 +60,9 @@ SHOW = (
 )
 
 
-def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192, bwd: bool = False) -> None:
+def one(
+    provider: str, causal: bool, dim: int = 128, seq: int = 8192, bwd: bool = False, fp8: bool = False
+) -> None:
     import torch
     from flashbench.kernels import flash_attn
     from torch.nn.attention import sdpa_kernel
@@ -65,17 +70,24 @@ def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192, bwd: bool 
 
     shape = (max(1, 16384 // seq), 2048 // dim, seq, dim)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    descales: dict[str, Any] = {}
+    if fp8:
+        if bwd or not provider.startswith(("triton", "gluon")):
+            raise SystemExit(
+                f"ncu_pipes: --fp8 profiles the bundled forward (triton, gluon@...), not {provider!r}"
+            )
+        q, k, v, descales = fp8_inputs(q, k, v)
     if bwd:
         call = backward_call(provider, q, k, v, causal)
     elif provider.startswith("gluon"):
-        config = {"kernel": "gluon-ws", "BLOCK_M": int(provider.split("@")[1]) if "@" in provider else 128}
-        call = lambda: flash_attn(q, k, v, causal=causal, config=config)  # noqa: E731
+        config = gluon_config(provider)
+        call = lambda: flash_attn(q, k, v, causal=causal, config=config, **descales)  # noqa: E731
     elif provider.startswith("triton"):
         config = None
         if "@" in provider:
             block_m, block_n, warps, stages = (int(x) for x in provider.split("@")[1].split("."))
             config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
-        call = lambda: flash_attn(q, k, v, causal=causal, config=config)  # noqa: E731
+        call = lambda: flash_attn(q, k, v, causal=causal, config=config, **descales)  # noqa: E731
     else:
         backend = sdpa_backend(provider)
 
@@ -90,6 +102,30 @@ def one(provider: str, causal: bool, dim: int = 128, seq: int = 8192, bwd: bool 
     call()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
+
+
+def gluon_config(provider: str) -> dict[str, Any]:
+    """The forced Gluon config of gluon@BM (BLOCK_M) or gluon@KEY=V/KEY=V (any flash_ws keys, integers), over its
+    defaults."""
+    spec = provider.partition("@")[2]
+    if "=" in spec:
+        return {
+            "kernel": "gluon-ws",
+            **{key: int(val) for key, val in (p.split("=") for p in spec.split("/"))},
+        }
+    return {"kernel": "gluon-ws", "BLOCK_M": int(spec) if spec else 128}
+
+
+def fp8_inputs(q: Any, k: Any, v: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """e4m3 q, k, v with their descales as the sweep's FP8 cases pass them (per K/V head; V in the FP8
+    kernel's layout, laid out once outside the profiled call)."""
+    from flashbench.kernels import value_layout
+
+    from flashbench.engine.fp8 import quantize
+
+    heads = q.shape[1]
+    (q8, qd), (k8, kd), (v8, vd) = (quantize(t, heads) for t in (q, k, v))
+    return q8, k8, value_layout(v8), {"q_descale": qd, "k_descale": kd, "v_descale": vd}
 
 
 def sdpa_backend(provider: str) -> Any:
@@ -131,6 +167,7 @@ def drive(
     dim: int = 128,
     seq: int = 8192,
     bwd: bool = False,
+    fp8: bool = False,
 ) -> None:
     out = Path(os.environ.get("OUT") or "results/ncu_pipes")
     out.mkdir(parents=True, exist_ok=True)
@@ -141,8 +178,10 @@ def drive(
         cmd += [sys.executable, __file__, "one", provider, "--dim", str(dim), "--seq", str(seq)]
         cmd += ["--causal"] if causal else []
         cmd += ["--bwd"] if bwd else []
+        cmd += ["--fp8"] if fp8 else []
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        (out / f"{provider.replace('@', '_')}.ncu.csv").write_text(res.stdout)
+        name = re.sub(r"[^\w.=-]", "_", provider)  # gluon@BLOCK_N=128/STAGES=3 -> gluon_BLOCK_N=128_STAGES=3
+        (out / f"{name}.ncu.csv").write_text(res.stdout)
         if res.returncode:
             print(
                 f"{provider}: ncu exit {res.returncode}: {res.stderr.strip().splitlines()[-1:]}", flush=True
@@ -225,11 +264,14 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--bwd", action="store_true", help="profile the backward (the forward runs unprofiled)")
+    ap.add_argument(
+        "--fp8", action="store_true", help="the bundled forward on e4m3 inputs (triton, gluon@...)"
+    )
     args = ap.parse_args()
     if args.what == "one":
-        one(args.arg, args.causal, args.dim, args.seq, args.bwd)
+        one(args.arg, args.causal, args.dim, args.seq, args.bwd, args.fp8)
     elif args.what == "drive":
-        drive(args.ncu, args.causal, tuple(args.providers.split(",")), args.dim, args.seq, args.bwd)
+        drive(args.ncu, args.causal, tuple(args.providers.split(",")), args.dim, args.seq, args.bwd, args.fp8)
     else:
         parse(Path(args.arg))
 
