@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 
-from scripts_helpers import load_script
+from scripts_helpers import ROOT, load_script
 
 HEADER = (
     '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
@@ -40,6 +40,11 @@ def test_summary_sums_reasons_ranks_instructions_and_counts_conflicts(tmp_path):
             ("UIADD3", 60, "long_sb"),
             ("FMNMX", 25, "short_sb"),
         ]
+        assert summary["hottest"] == {
+            "executed": 100,
+            "samples": 100,
+            "opcodes": {"UIADD3": 60, "FMNMX": 25, "STS": 10, "LDSM": 5},
+        }
         assert (summary["shared_wavefronts"], summary["shared_excess"]) == (1200, 400)
         assert [item["sass"].split()[0] for item in summary["shared_conflicted"]] == ["STS.128"]
     text = tool.render(tool.summarize(tool.read_source_page(plain)))
@@ -67,3 +72,21 @@ def test_profiled_childs_config_line_reads_back_among_other_output(capsys):
     print("==PROF== Disconnected")
     assert tool.read_config(capsys.readouterr().out) == config
     assert tool.read_config("==PROF== Connected to process 7\n") is None
+
+
+def test_the_hottest_code_is_the_fp8_forwards_consumer_loop_and_its_exp2s_lead():
+    """The committed profile of the FP8 Gluon forward (d = 128, 256-key tiles, H200): the instructions executed
+    516,096 times each (the two consumers' steady loop) hold 65% of the samples (8 of the 12 warps; the producer's
+    idle warps wait on a barrier elsewhere), MUFU.EX2 the most of them, then the waits for the warpgroup's own
+    matmuls; predicates and modifiers are not part of an opcode."""
+    tool = load_script("tools/ncu_stalls.py")
+    page = ROOT / "results/examples/h200-fp8/studies/step-order/ncu/d128-16384-source.csv.gz"
+    summary = tool.summarize(tool.read_source_page(page))
+    hot = summary["hottest"]
+    assert hot["executed"] == 516096
+    assert 0.64 < hot["samples"] / summary["samples"] < 0.66
+    assert list(hot["opcodes"])[:3] == ["MUFU", "WARPGROUP", "FMNMX"]
+    assert 0.30 < hot["opcodes"]["MUFU"] / hot["samples"] < 0.32
+    assert tool.opcode("@!P3  BRA 0x7ff1d77f7b80") == "BRA"
+    assert tool.opcode("WARPGROUP.DEPBAR.LE gsb0, 0x0") == "WARPGROUP"
+    assert "the hottest code, the instructions executed 516096 times each" in tool.render(summary)

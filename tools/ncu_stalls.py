@@ -13,7 +13,8 @@ this tool's summary of it; the report itself is deleted (tens of MB). `summary` 
 
 The summary: the stall samples summed over the source page's `stall_*` columns (all samples, issued or not: a
 sample of a warp that issued is `selected`), each reason's share; the instructions with the most samples, with
-their main reason; and the shared-memory instructions whose wavefronts pass their ideal (`L1 Wavefronts Shared`
+their main reason; the hottest code (the instructions executed the same number of times that hold the most samples:
+a loop's body) and its samples by opcode; and the shared-memory instructions whose wavefronts pass their ideal (`L1 Wavefronts Shared`
 over `... Ideal`: a bank conflict replays the access), with the total excess.
 """
 
@@ -86,9 +87,36 @@ def summarize(rows: list[dict[str, str]], top: int = 25) -> dict[str, Any]:
         "samples": samples,
         "reasons": {name: count for name, count in totals.most_common() if count},
         "top": hot[:top],
+        "hottest": hottest_block(rows),
         "shared_wavefronts": wavefronts,
         "shared_excess": excess,
         "shared_conflicted": shared,
+    }
+
+
+def opcode(sass: str) -> str:
+    """A SASS line's opcode without its predicate and modifiers: `@!P0  BRA 0x...` -> BRA."""
+    words = [word for word in sass.split() if not word.startswith("@")]
+    return words[0].split(".")[0] if words else ""
+
+
+def hottest_block(rows: list[dict[str, str]]) -> dict[str, Any]:
+    """The hottest code: the instructions executed the same number of times (a loop's straight-line body; in a
+    warp-specialized kernel, the partition's steady loop), the group with the most stall samples; its execution
+    count, its samples and its samples by opcode, most first."""
+    groups: collections.defaultdict[int, list[dict[str, str]]] = collections.defaultdict(list)
+    for row in rows:
+        groups[_int(row.get(EXECUTED))].append(row)
+    if not groups:
+        return {"executed": 0, "samples": 0, "opcodes": {}}
+    executed, block = max(groups.items(), key=lambda item: sum(_int(row.get(SAMPLES)) for row in item[1]))
+    opcodes: collections.Counter[str] = collections.Counter()
+    for row in block:
+        opcodes[opcode(row.get(SOURCE, ""))] += _int(row.get(SAMPLES))
+    return {
+        "executed": executed,
+        "samples": sum(opcodes.values()),
+        "opcodes": {name: count for name, count in opcodes.most_common() if count},
     }
 
 
@@ -105,6 +133,15 @@ def render(summary: dict[str, Any]) -> str:
         f"  #{item['line']:<5d} {item['sass'][:64]:64s} {item['samples']:6d} {100 * item['samples'] / samples:5.1f}%"
         f"  {item['reason']}"
         for item in summary["top"]
+    ]
+    hot = summary["hottest"]
+    out.append(
+        f"the hottest code, the instructions executed {hot['executed']} times each: {hot['samples']} samples"
+        f" ({100 * hot['samples'] / samples:.1f}%), by opcode:"
+    )
+    out += [
+        f"  {name:20s} {count:8d} {100 * count / max(1, hot['samples']):5.1f}%"
+        for name, count in list(hot["opcodes"].items())[:12]
     ]
     share = 100 * summary["shared_excess"] / max(1, summary["shared_wavefronts"])
     out.append(
