@@ -42,9 +42,17 @@ def test_top_stalls_rank_reasons_without_the_issuing_warp(capsys):
 
 def test_gluon_providers_force_a_block_m_or_any_flash_ws_keys():
     """gluon@BM forces BLOCK_M; gluon@KEY=V/KEY=V any flash_ws keys (the FP8 profiles' narrow tiles), over the
-    defaults: the forced config names the Gluon kernel either way."""
+    defaults: the forced config names the Gluon kernel either way. triton@BM.BN.W.S forces a tl tile, triton
+    none."""
     tool = load_script("tools/ncu_pipes.py")
     assert tool.gluon_config("gluon@192") == {"kernel": "gluon-ws", "BLOCK_M": 192}
     assert tool.gluon_config("gluon") == {"kernel": "gluon-ws", "BLOCK_M": 128}
     forced = tool.gluon_config("gluon@BLOCK_N=128/STAGES=3")
     assert forced == {"kernel": "gluon-ws", "BLOCK_N": 128, "STAGES": 3}
+    assert tool.tl_config("triton") is None
+    assert tool.tl_config("triton@64.128.4.3") == {
+        "BLOCK_M": 64,
+        "BLOCK_N": 128,
+        "num_warps": 4,
+        "num_stages": 3,
+    }

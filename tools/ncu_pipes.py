@@ -79,14 +79,8 @@ def one(
         q, k, v, descales = fp8_inputs(q, k, v)
     if bwd:
         call = backward_call(provider, q, k, v, causal)
-    elif provider.startswith("gluon"):
-        config = gluon_config(provider)
-        call = lambda: flash_attn(q, k, v, causal=causal, config=config, **descales)  # noqa: E731
-    elif provider.startswith("triton"):
-        config = None
-        if "@" in provider:
-            block_m, block_n, warps, stages = (int(x) for x in provider.split("@")[1].split("."))
-            config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+    elif provider.startswith(("gluon", "triton")):
+        config = gluon_config(provider) if provider.startswith("gluon") else tl_config(provider)
         call = lambda: flash_attn(q, k, v, causal=causal, config=config, **descales)  # noqa: E731
     else:
         backend = sdpa_backend(provider)
@@ -102,6 +96,14 @@ def one(
     call()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
+
+
+def tl_config(provider: str) -> dict[str, Any] | None:
+    """The forced tl config of triton@BM.BN.W.S; None for triton (flash_attn's own pick)."""
+    if "@" not in provider:
+        return None
+    block_m, block_n, warps, stages = (int(x) for x in provider.split("@")[1].split("."))
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
 
 
 def gluon_config(provider: str) -> dict[str, Any]:
