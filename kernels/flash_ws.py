@@ -132,6 +132,9 @@ FP8_CONFIG = {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}
 # Head dims whose causal FP8 walk runs an eighth of its exp2s on the FMA pipe (EXP_POLY): d = 128 took 0.971-0.989x
 # the time from N = 2048, d = 256 1.012-1.035x (docs/kernels.md, the FP8 forward).
 FP8_EXP_POLY_DIMS = (128,)
+# Head dims whose FP8 walk over the wide key tiles sums P's rows by a matmul beside P V (SUM_MMA): d = 128 took
+# 0.93x the time without a mask (docs/kernels.md, the FP8 forward).
+FP8_SUM_MMA_DIMS = (128,)
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
@@ -159,7 +162,9 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # list schedule charges a key block max(a, LPT_CHAIN) / W for the a of a tile's W warpgroups that run it
 # (tile_blocks_cost); 0, the default but at d = 64 without a mask, charges every block in full. LEAD_S: a
 # persistent walk over whole 128-row tiles issues each tile's first S = Q K^T before the last tile's epilogue,
-# which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot).
+# which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot). SUM_MMA (FP8
+# only): P's row sums (the softmax's l) by P @ ones [BLOCK_N, 8] beside each P V, not by the softmax's adds; the
+# ones take 8 x BLOCK_N bytes of shared memory (flash_ws_kernel._pv_done).
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
@@ -173,6 +178,7 @@ CONFIG_KEYS = {
     "EXP_POLY": (0, 1),
     "LPT_CHAIN": None,
     "LEAD_S": (0, 1),
+    "SUM_MMA": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -206,6 +212,8 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False, n_k: int = 0)
         wide = FP8_WIDE_N.get((head_dim, bool(causal)))
         if wide and n_k % wide == 0:
             cfg.update(BLOCK_N=wide, STAGES=2)
+            if head_dim in FP8_SUM_MMA_DIMS:
+                cfg["SUM_MMA"] = 1
         if causal:
             cfg["LPT"] = 1
             if head_dim in FP8_EXP_POLY_DIMS:
@@ -312,12 +320,14 @@ def o_cols(cfg: dict[str, Any], head_dim: int) -> int:
 
 def smem_bytes(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> int:
     """Shared memory of a config: Q (two buffers with LEAD_S; and O, own_o: o_cols wide) slices of 64 rows, the
-    K/V ring (BLOCK_N: the head dim's if the config names none)."""
+    K/V ring (BLOCK_N: the head dim's if the config names none), FP8's ones of SUM_MMA."""
     size = 1 if fp8 else 2  # bytes per element of Q, K and V; O is 2 bytes
     o_bytes = 2 * o_cols(cfg, head_dim) if own_o(cfg, head_dim, fp8) else 0
     q_bufs = 2 if cfg.get("LEAD_S") else 1  # LEAD_S: the next tile's Q beside this one's
     q_o = cfg["BLOCK_M"] * (q_bufs * head_dim * size + o_bytes)
-    return q_o + 2 * cfg["STAGES"] * cfg.get("BLOCK_N", BLOCK_N[head_dim]) * head_dim * size
+    block_n = cfg.get("BLOCK_N", BLOCK_N[head_dim])
+    ones = 8 * block_n if fp8 and cfg.get("SUM_MMA") else 0
+    return q_o + 2 * cfg["STAGES"] * block_n * head_dim * size + ones
 
 
 @functools.cache
@@ -698,6 +708,7 @@ def kernel_constexprs(
         "SEP_O": own_o(cfg, head_dim, fp8),
         "WINDOW": window,
         "EXP_POLY": bool(cfg.get("EXP_POLY")) and fp8,
+        "SUM_MMA": bool(cfg.get("SUM_MMA")) and fp8,
         "LEAD_S": bool(cfg.get("LEAD_S")) and not varlen,
         "CONSUMER_REGS": CONSUMER_REGS[num_wg],
         "PRODUCER_REGS": PRODUCER_REGS[num_wg],

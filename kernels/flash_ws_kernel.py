@@ -76,6 +76,7 @@ def _consumer_step(
     key_end=0,
     FAST_MASK: gl.constexpr = False,
     EXP_POLY: gl.constexpr = False,
+    SUM_MMA: gl.constexpr = False,
 ):
     """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs (ptxas (CUDA 12.8)
     moves the wait for P_{g-1} V_{g-1} up above the softmax: the ping-pong between warpgroups is the overlap).
@@ -84,8 +85,9 @@ def _consumer_step(
     registers (304-466 spill stores, every wgmma serialized). At d = 256 (128 keys) P is converted to e4m3
     (BLOCK_N / 8) before S_g's issue, and S_g still overlaps P_{g-1} V_{g-1} (P_EARLY: 208 registers; no spill
     without a mask, 8 stores causal); at d = 128 (256 keys) that is 224, which spilled 62 stores, so P_{g-1} V_{g-1}
-    is issued and waited first, then S_g (PV_FIRST: none)."""
-    _, _, k_smem, v_smem = smem
+    is issued and waited first, then S_g (PV_FIRST: none). SUM_MMA: P's row sums come from a matmul beside
+    P V (_pv_done), not from the softmax."""
+    _, _, k_smem, v_smem, ones = smem
     _, _, k_bars, v_bars, empty_bars, _ = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -97,7 +99,7 @@ def _consumer_step(
     if PV_FIRST:
         pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-        acc = _pv_done(acc, pa, v_smem, v_bars, empty_bars, g - 1)
+        acc, l_i = _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g - 1, SUM_MMA)
         mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.arrive(next_turn)
@@ -112,8 +114,11 @@ def _consumer_step(
         if not P_EARLY:
             pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
+        if SUM_MMA:
+            sums = warpgroup_mma(pa, ones.permute((1, 0)), _sums_zero(pa), use_acc=False, is_async=True)
         mbarrier.arrive(next_turn)
-        s = warpgroup_mma_wait(1, deps=[s])  # in-order completion: S_g is done, P_{g-1} V_{g-1} may not be
+        # in-order completion: S_g is done, P_{g-1} V_{g-1} (and its sums) may not be
+        s = warpgroup_mma_wait(2 if SUM_MMA else 1, deps=[s])
     mbarrier.arrive(empty_bars.index(s_idx))  # K_g is no longer read
     p_new, alpha, l_i, m_i = softmax(
         s=s,
@@ -133,9 +138,14 @@ def _consumer_step(
         key_end=key_end,
         FAST_MASK=FAST_MASK,
         EXP_POLY=EXP_POLY,
+        SUM_MMA=SUM_MMA,
     )
     if not PV_FIRST:
-        acc = pv_wait(acc, pa)
+        if SUM_MMA:  # P_{g-1}'s sums, at block g-1's max: rescaled as O is
+            acc, sums = warpgroup_mma_wait(0, deps=[acc, sums])
+            l_i = l_i + _row_sums(sums, l_i) * alpha
+        else:
+            acc = pv_wait(acc, pa)
         mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
     if q.dtype.is_fp8():
@@ -146,15 +156,41 @@ def _consumer_step(
 
 
 @gluon.jit
-def _pv_done(acc, pa, v_smem, v_bars, empty_bars, g):
+def _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g, SUM_MMA: gl.constexpr):
     """P V of the program's key block g (pa: P as P V's A operand) issued once V_g has landed and waited for, V_g's
-    stage then released; returns acc."""
+    stage then released; returns (acc, l_i), with P's row sums added to l_i under SUM_MMA."""
     STAGES: gl.constexpr = v_bars.shape[0]
     mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
     acc = warpgroup_mma(pa, v_operand(v_smem, g % STAGES), acc, is_async=True)
-    acc = pv_wait(acc, pa)
+    if SUM_MMA:
+        sums = warpgroup_mma(pa, ones.permute((1, 0)), _sums_zero(pa), use_acc=False, is_async=True)
+        acc, sums = warpgroup_mma_wait(0, deps=[acc, sums])
+        l_i = l_i + _row_sums(sums, l_i)
+    else:
+        acc = pv_wait(acc, pa)
     mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
-    return acc
+    return acc, l_i
+
+
+@gluon.jit
+def _e4m3_ones(ROWS: gl.constexpr, COLS: gl.constexpr):
+    """A tile of e4m3 1.0, written as its bits (0x38): Triton 3.6 converts a constant fp32 1.0 tile with one
+    F2FP...PACK_AB_MERGE_C per register, which fills two of its four bytes and takes the other two from a register
+    never set."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
+    return gl.full([ROWS, COLS], 0x38, gl.int8, layout).to(gl.float8e4nv, bitcast=True)
+
+
+@gluon.jit
+def _sums_zero(pa):
+    """The [64, 8] fp32 accumulator of P @ ones (SUM_MMA: wgmma's narrowest N) for the e4m3 P operand pa."""
+    return gl.zeros([pa.shape[0], 8], gl.float32, mma_layout(8, 8))
+
+
+@gluon.jit
+def _row_sums(sums, like):
+    """The row sums of P from P @ ones (every column holds them), in the layout of the row vector `like`."""
+    return gl.convert_layout(gl.max(sums, axis=1), like.type.layout)
 
 
 @gluon.jit
@@ -175,6 +211,7 @@ def _steps(
     KEY_END: gl.constexpr = False,
     key_end=0,
     FAST_MASK: gl.constexpr = False,
+    SUM_MMA: gl.constexpr = False,
 ):
     """The tile's key blocks [lo, hi): _consumer_step on each, unmasked (the blocks every row sees whole) or
     masked (MASK: the causal diagonal, a window's left edge, a document's key end: _consumer_step's masks);
@@ -209,6 +246,7 @@ def _steps(
             key_end=key_end,
             FAST_MASK=FAST_MASK,
             EXP_POLY=EXP_POLY,
+            SUM_MMA=SUM_MMA,
         )
     return acc, p, m_i, l_i
 
@@ -264,6 +302,7 @@ def _first_softmax(
     key_end,
     FAST_MASK: gl.constexpr,
     EXP_POLY: gl.constexpr,
+    SUM_MMA: gl.constexpr = False,
 ):
     """A tile's first block once its S has landed: K released, the softmax; returns (P, m, l). Its P V is
     issued in the next step (_consumer_step) or as the tile's last."""
@@ -288,6 +327,7 @@ def _first_softmax(
         key_end=key_end,
         FAST_MASK=FAST_MASK,
         EXP_POLY=EXP_POLY,
+        SUM_MMA=SUM_MMA,
     )
     if dtype.is_fp8():  # FP8 carries P in fp32 (p_operand converts it)
         p = p_new
@@ -300,7 +340,7 @@ def _first_softmax(
 def _consumer(
     parts,  # the kernel's (smem, bars, od, LSE, sched, scales, docs), below
     WG: gl.constexpr,  # this consumer's warpgroup
-    modes,  # the kernel's (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY), constexprs
+    modes,  # the kernel's (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA), constexprs
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
     # od: the descriptor of O ([B * H * N_Q, D], block [64, D], or [64, D / 2]: _store_tile); LSE: [B, H, N_Q] fp32;
@@ -313,7 +353,7 @@ def _consumer(
     SCHED_HEADS: gl.constexpr = modes[1]
     WINDOW: gl.constexpr = modes[3]
     VARLEN: gl.constexpr = modes[4]
-    q_smem, _, k_smem, _ = smem
+    q_smem, _, k_smem, _, _ = smem
     num_m, BH, _, _, N_Q, N_K, _, _, _ = sched
     NUM_WG: gl.constexpr = q_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -415,7 +455,7 @@ def _consumer_lead(parts, WG: gl.constexpr, modes):
     SEP_O: gl.constexpr = modes[2]
     gl.static_assert(SEP_O, "LEAD_S needs the output's own buffers")
     gl.static_assert(not (modes[3] or modes[4]), "LEAD_S walks no window and no packed documents")
-    q_all, _, k_smem, _ = smem
+    q_all, _, k_smem, _, _ = smem
     gl.static_assert(not k_smem.dtype.is_fp8(), "LEAD_S takes 16-bit inputs (flash_ws.lead_s_refusal)")
     q_bars = bars[0]
     k_bars = bars[2]
@@ -465,7 +505,8 @@ def _lead_tile(
     SCHED_HEADS: gl.constexpr = modes[1]
     SEP_O: gl.constexpr = modes[2]
     EXP_POLY: gl.constexpr = modes[5]
-    q_all, o_smem, k_smem, v_smem = smem
+    gl.static_assert(not modes[6], "LEAD_S takes 16-bit inputs: no SUM_MMA")
+    q_all, o_smem, k_smem, v_smem, _ = smem
     q_bars, q_empties, k_bars, v_bars, empty_bars, _ = bars
     NUM_WG: gl.constexpr = q_all.shape[0] // 2
     STAGES: gl.constexpr = k_smem.shape[0]
@@ -589,12 +630,14 @@ def _consumer_work(
     releases only."""
     smem, bars, od, LSE, sched, scales, docs = parts
     # SEP_O: the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8); EXP_POLY: an eighth of
-    # each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth); the others: _consumer
+    # each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth); SUM_MMA: P's row sums by a matmul beside
+    # P V (_pv_done); the others: _consumer
     CAUSAL: gl.constexpr = modes[0]
     SEP_O: gl.constexpr = modes[2]
     WINDOW: gl.constexpr = modes[3]
     VARLEN: gl.constexpr = modes[4]
     EXP_POLY: gl.constexpr = modes[5]
+    SUM_MMA: gl.constexpr = modes[6]
     NUM_WG: gl.constexpr = smem[0].shape[0]
     WIN_LEFT = sched[6]
     q_bar, q_empty, turns = bars[0], bars[1], bars[5]
@@ -643,6 +686,7 @@ def _consumer_work(
             WINDOW=WINDOW,
             VARLEN=VARLEN,
             EXP_POLY=EXP_POLY,
+            SUM_MMA=SUM_MMA,
         )
 
 
@@ -675,9 +719,10 @@ def _consumer_tile(
     WINDOW: gl.constexpr,
     VARLEN: gl.constexpr,
     EXP_POLY: gl.constexpr,
+    SUM_MMA: gl.constexpr,
 ):
     """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
-    q_smem, o_smem, k_smem, v_smem = smem
+    q_smem, o_smem, k_smem, v_smem, ones = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
@@ -740,6 +785,7 @@ def _consumer_tile(
         key_end=key_end,
         FAST_MASK=FAST_MASK,
         EXP_POLY=EXP_POLY,
+        SUM_MMA=SUM_MMA,
     )
 
     # The window's left edge (masked), the blocks every row sees whole, the causal diagonal (masked). SKIP_DIAG
@@ -756,6 +802,7 @@ def _consumer_tile(
         FLIP=FLIP,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
+        SUM_MMA=SUM_MMA,
         MASK=True,
         causal_off=causal_off,
         left_off=left_off,
@@ -771,6 +818,7 @@ def _consumer_tile(
         FLIP=FLIP,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
+        SUM_MMA=SUM_MMA,
     )
     acc, p, m_i, l_i = _steps(
         lo=gl.maximum(full_blocks, mid),
@@ -781,6 +829,7 @@ def _consumer_tile(
         FLIP=FLIP,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
+        SUM_MMA=SUM_MMA,
         MASK=CAUSAL or VARLEN,
         causal_off=causal_off,
         left_off=left_off,
@@ -794,7 +843,8 @@ def _consumer_tile(
         mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
 
     last = it + n_own - first - 1
-    acc = _pv_done(acc, p_operand(p, o_layout, gl.constexpr(q.dtype)), v_smem, v_bars, empty_bars, last)
+    pa = p_operand(p, o_layout, gl.constexpr(q.dtype))
+    acc, l_i = _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, last, SUM_MMA)
     if SKIP_DIAG:
         for j in range(n_own, n_blocks):
             _pass_block(it + j - first, bars, my_turn, next_turn, FLIP)
@@ -927,6 +977,8 @@ def _attn_fwd_ws(
     # WALK (2): persistent programs take the tiles through COUNTER (flash_ws_parts._load_walk)
     VARLEN: gl.constexpr,
     EXP_POLY: gl.constexpr,  # FP8: an eighth of each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth)
+    # FP8: P's row sums by P @ ones [BLOCK_N, 8] beside each P V (_pv_done), where the softmax summed them
+    SUM_MMA: gl.constexpr,
     # a persistent walk (no window, no packed documents): each tile's epilogue runs under the next tile's first S
     # (_consumer_lead; flash_ws.lead_s_refusal says where it cannot)
     LEAD_S: gl.constexpr = False,
@@ -977,10 +1029,15 @@ def _attn_fwd_ws(
         mbarrier.init(empty_bars.index(STAGES + i), count=NUM_WG)  # V of stage i
     for i in gl.static_range(NUM_WG):
         mbarrier.init(turns.index(i), count=1)
+    if SUM_MMA:  # the ones of P @ ones, as V^T's [8, BLOCK_N] rows
+        gl.static_assert(vd.dtype.is_fp8(), "SUM_MMA sums e4m3 P")
+        ones = gl.allocate_shared_memory(vd.dtype, [8, V_TILE[1]], vd.layout, _e4m3_ones(8, V_TILE[1]))
+    else:  # unused
+        ones = v_smem
     fence_async_shared()
 
     descs = (qd, kd, vd)
-    smem = (q_smem, o_smem, k_smem, v_smem)
+    smem = (q_smem, o_smem, k_smem, v_smem, ones)
     bars = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns)
     sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, TILES, ROUNDS)
     scales = (qk_scale, Q_DESCALE, K_DESCALE, V_DESCALE)
@@ -994,9 +1051,9 @@ def _attn_fwd_ws(
     if NUM_WG == 3:
         gl.warp_specialize(
             [
-                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
-                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
-                (_consumer, (parts, 2, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
+                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
+                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
+                (_consumer, (parts, 2, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
                 (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
             ],
             [4, 4, 1],
@@ -1006,8 +1063,8 @@ def _attn_fwd_ws(
         gl.static_assert(not (WINDOW or VARLEN), "LEAD_S walks no window and no packed documents")
         gl.warp_specialize(
             [
-                (_consumer_lead, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
-                (_consumer_lead, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
+                (_consumer_lead, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
+                (_consumer_lead, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
                 (
                     load_partition,
                     (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN, LEAD_S),
@@ -1019,8 +1076,8 @@ def _attn_fwd_ws(
     else:
         gl.warp_specialize(
             [
-                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
-                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY))),
+                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
+                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
                 (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
             ],
             [4, 1],

@@ -519,6 +519,30 @@ def test_fp8_exp2_poly_is_on_for_the_causal_d128_walk_only():
     assert flash_ws.kernel_constexprs({**cfg, "EXP_POLY": 1}, 128, True)["EXP_POLY"] is False  # bf16: never
 
 
+def test_fp8_sum_mma_is_on_over_the_wide_d128_tiles_only():
+    """P's row sums by a matmul beside P V (SUM_MMA) where it was measured faster: FP8 at d = 128 over the wide
+    key tiles (no mask, keys a multiple of 256: 0.93x the time on an H200); not over the narrow tiles (causal, or
+    keys not a multiple of 256), not at d = 256, not in bf16. The kernel gets it only in FP8 mode, and its ones
+    tile (8 x BLOCK_N e4m3) counts in the shared memory."""
+    on = [
+        (d, c, n_k)
+        for d in (128, 256)
+        for c in (False, True)
+        for n_k in (4096, 4096 + 128)
+        if flash_ws.default_config(d, c, fp8=True, n_k=n_k).get("SUM_MMA")
+    ]
+    assert on == [(128, False, 4096)]
+    assert not any(
+        flash_ws.default_config(d, c, n_k=4096).get("SUM_MMA") for d in (64, 128, 256) for c in (False, True)
+    )
+    cfg = flash_ws.default_config(128, False, fp8=True, n_k=4096)
+    assert flash_ws.kernel_constexprs(cfg, 128, False, fp8=True)["SUM_MMA"] is True
+    assert flash_ws.kernel_constexprs(cfg, 128, False)["SUM_MMA"] is False  # bf16: never
+    off = {**cfg, "SUM_MMA": 0}
+    assert flash_ws.smem_bytes(cfg, 128, fp8=True) == flash_ws.smem_bytes(off, 128, fp8=True) + 8 * 256
+    assert flash_ws.smem_bytes(cfg, 128) == flash_ws.smem_bytes(off, 128)  # bf16 has no ones tile
+
+
 def test_exp2_poly_constants_approximate_exp2_to_1e4():
     """flash_ws_parts._exp2_poly's arithmetic in torch, with its constants: 2^x to a relative 1e-4 (e4m3 P keeps
     2^-4) from the clamp up to P's largest exponent, and a masked score (-inf) at most the clamp's 2^-126, which

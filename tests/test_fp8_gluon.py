@@ -169,6 +169,29 @@ def test_gpu_gluon_fp8_exp2_poly_forced_either_way_within_budget(d, causal, poly
 
 
 @pytest.mark.gpu
+@pytest.mark.full  # forced; the dispatched d = 128 walk over 256-key tiles runs it in the tests above
+@hopper_only
+@pytest.mark.parametrize(
+    ("d", "causal", "block_n", "sums"),
+    [
+        (128, False, 256, 0),
+        (128, True, 128, 1),
+        (128, False, 128, 1),
+        (256, False, 128, 1),
+        (256, True, 64, 1),
+    ],
+)
+def test_gpu_gluon_fp8_sum_mma_forced_either_way_within_budget(d, causal, block_n, sums):
+    """SUM_MMA forced off where the default has it (d = 128's wide tiles, P V before S) and on where none has it:
+    the narrow tiles' order (S, then P V and its sums in flight under the softmax, the sums rescaled as O is) and
+    d = 256's P_EARLY order, unmasked and causal. The row sums come from the e4m3 P that P V reads."""
+    stages = 2 if block_n * d >= 256 * 128 else 3
+    config = {**GLUON, "BLOCK_N": block_n, "STAGES": stages, "SUM_MMA": sums}
+    check(2, 4, 2, 2048, 2048, d, causal=causal, config=config, seed=11)
+    assert (last_config()["SUM_MMA"], last_config()["BLOCK_N"]) == (sums, block_n)
+
+
+@pytest.mark.gpu
 @hopper_only
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_fp8_d256_runs_gluon_from_its_min_length_and_the_tl_kernel_below(causal):
@@ -208,8 +231,10 @@ def test_fp8_gluon_default_config_fits_and_reports_its_tiles():
     assert flash_ws.check_config(dict(cfg)) == cfg
     assert (cfg["BLOCK_N"], cfg["STAGES"]) == (256, 2)
     assert Blocks.from_config(cfg) == Blocks(fwd_m=cfg["BLOCK_M"], fwd_n=256)
-    # Q (e4m3), O (bf16, its own buffers) and the ring: the 180,608 B that sm90_compile reports, less barriers
-    assert flash_ws.smem_bytes(cfg, 128, fp8=True) == 128 * 128 * 3 + 2 * 2 * 256 * 128
+    # Q (e4m3), O (bf16, its own buffers), the ring and SUM_MMA's ones tile: the 182,672 B that sm90_compile
+    # reports, less barriers
+    assert cfg["SUM_MMA"] == 1
+    assert flash_ws.smem_bytes(cfg, 128, fp8=True) == 128 * 128 * 3 + 2 * 2 * 256 * 128 + 8 * 256
     narrow = flash_ws.default_config(128, False, fp8=True, n_k=4096 + 128)
     assert (narrow["BLOCK_N"], narrow["STAGES"]) == (128, 3)
     assert (flash_ws.default_config(128, True, fp8=True, n_k=4096)["BLOCK_N"]) == 128  # causal keeps 128

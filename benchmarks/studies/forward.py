@@ -152,6 +152,9 @@ FP8_GLUON_VARIANTS = {
     # the shipped default with an eighth of each step's exp2s on the FMA pipe, or all on the MUFU (EXP_POLY)
     "fp8-ws-exp-poly": {"EXP_POLY": 1},
     "fp8-ws-exp-mufu": {"EXP_POLY": 0},
+    # the shipped default with P's row sums by a matmul beside P V, or by the softmax's adds (SUM_MMA)
+    "fp8-ws-sum-mma": {"SUM_MMA": 1},
+    "fp8-ws-sum-fadd": {"SUM_MMA": 0},
     **{f"fp8-ws-n{block_n}": {"BLOCK_N": block_n, "STAGES": 2} for block_n in (64, 128, 256)},
 }
 
