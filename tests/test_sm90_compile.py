@@ -38,3 +38,19 @@ def test_each_matmul_loop_and_its_spills_per_pass():
     assert tool.mma_loop_spills(SASS.replace("HGMMA", "IMAD")) == []
     # the main loop: the most tensor-core ops (the tile loop around both partitions' loops)
     assert len(tool.main_loop(SASS)) == 14
+
+
+def test_the_step_loop_is_the_shortest_matmul_loop_that_runs_exp2s():
+    """An attention step's summary reads the innermost matmul loop with MUFU.EX2 in it, the shortest of them (a
+    warp-specialized kernel's consumers each have one), and counts its softmax and matmul opcodes."""
+    tool = load_script("tools/sm90_compile.py")
+    assert tool.step_loop(SASS) == []  # no exp2s
+    step = SASS.replace("LDL R2, [R1]", "MUFU.EX2 R2, R2").replace("LDL R3, [R1+0x4]", "MUFU.EX2 R3, R3")
+    # both partitions' matmul loops run an exp2 now: the first (6 instructions, the second 7) is the step
+    assert len(tool.step_loop(step)) == 6
+    assert len(tool.step_loop(step.replace("MUFU.EX2 R2, R2", "IADD3 R2, R2, 0x1, RZ"))) == 7
+    body = tool.step_loop(step)
+    assert len(body) == 6 and body[0] == "MUFU.EX2 R2, R2"
+    assert tool.loop_summary(step, body, tool.STEP_OPS, "step loop") == (
+        "step loop: 6 instructions, HGMMA.64x64x16.F32.BF16 2, MUFU.EX2 1"
+    )

@@ -37,7 +37,10 @@ it when forced (with --paged, its paged mode: PAGE a multiple of 64; where H x n
 kernels/mla_split_kernel.py). They add a line for one pass of the kernel's main loop (the SASS loop with the most
 tensor-core ops): its instructions, and per opcode the cp.async copies (LDGSTS) with their commits (LDGDEPBAR) and
 waits (DEPBAR), TMA (UTMALDG) and register (LDG) loads, shared-memory reads (LDSM = ldmatrix, LDS) and writes,
-conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA (mma.sync) / HGMMA (wgmma) ops. dump writes the SASS and
+conversions (F2FP, F2F, HADD2.F32, PRMT, I2F) and the HMMA (mma.sync) / HGMMA (wgmma) ops. ws / tl / bwd add one
+for an attention step (step_loop: the shortest innermost matmul loop that runs exp2s): its instructions, and per
+opcode the MUFU.EX2, the softmax's FADD / FMNMX / FFMA / FMUL, SHFL, P's conversions and the tensor-core ops (an
+FP8 d = 128 step over 256 keys: 668 instructions, FADD 6, MUFU.EX2 130). dump writes the SASS and
 TTGIR of every shipped config to DIR, one pair of files per kernel: the tl forward's autotune candidates at d = 64
 and 128, causal or not, through host descriptors and through pointers; the Gluon forward's defaults at each of its
 head dims (64, 128, 256: each head group of the list-scheduled walk, the FP8 defaults and the VARLEN defaults); the
@@ -190,6 +193,9 @@ LOOP_OPS = (
     "LDGSTS", "LDGDEPBAR", "DEPBAR", "UTMALDG", "LDG", "LDSM", "LDS", "STS", "F2FP", "F2F", "HADD2.F32", "PRMT",
     "I2F", "HMMA", "HGMMA", "QGMMA",
 )  # fmt: skip
+# The opcodes an attention step's summary counts (step_loop): the softmax's exp2s, adds, maxes, FMAs and the
+# rescale's multiplies, shuffles (the row reductions), P's conversions and the tensor-core ops.
+STEP_OPS = ("MUFU.EX2", "FADD", "FMNMX", "FFMA", "FMUL", "SHFL", "F2FP", "PRMT", "HMMA", "HGMMA", "QGMMA")
 
 
 def _loops(sass: str) -> tuple[list[str], list[tuple[int, int]]]:
@@ -225,30 +231,50 @@ def main_loop(sass: str) -> list[str]:
     return max(bodies, key=lambda body: (_mmas(body), len(body)), default=[])
 
 
-def mma_loop_spills(sass: str) -> list[int]:
-    """Per innermost loop around a tensor-core op (of the loops holding it, the shortest), in SASS order: its
-    spill loads and stores (LDL, STL), what each pass of it pays in local memory. A warp-specialized kernel has
-    one such loop per partition that runs matmuls."""
+def _inner_mma_loops(sass: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """The SASS instructions, and in SASS order the innermost loop around each tensor-core op (of the loops
+    holding it, the shortest)."""
     ops, loops = _loops(sass)
     inner = {
         min((lp for lp in loops if lp[0] <= k < lp[1]), key=lambda lp: lp[1] - lp[0])
         for k, op in enumerate(ops)
         if re.search(r"[HQ]G?MMA", op) and any(a <= k < b for a, b in loops)
     }
-    return [sum(bool(re.search(r"\b(LDL|STL)\b", x)) for x in ops[a:b]) for a, b in sorted(inner)]
+    return ops, sorted(inner)
 
 
-def loop_summary(sass: str) -> str:
-    """Per pass of the main loop: its instruction count and each LOOP_OPS opcode, by its full mnemonic."""
-    body = main_loop(sass)
+def mma_loop_spills(sass: str) -> list[int]:
+    """Per innermost loop around a tensor-core op, in SASS order: its spill loads and stores (LDL, STL), what each
+    pass of it pays in local memory. A warp-specialized kernel has one such loop per partition that runs
+    matmuls."""
+    ops, inner = _inner_mma_loops(sass)
+    return [sum(bool(re.search(r"\b(LDL|STL)\b", x)) for x in ops[a:b]) for a, b in inner]
+
+
+def step_loop(sass: str) -> list[str]:
+    """The instructions of one attention step: the shortest innermost loop around a tensor-core op that runs
+    exp2s (MUFU.EX2), e.g. a Gluon forward's unmasked key-block loop; [] if none."""
+    ops, inner = _inner_mma_loops(sass)
+    steps = [ops[a:b] for a, b in inner if any("MUFU.EX2" in x for x in ops[a:b])]
+    return min(steps, key=len, default=[])
+
+
+def loop_summary(
+    sass: str, body: list[str] | None = None, counted: tuple[str, ...] = (), what: str = ""
+) -> str:
+    """Per pass of a loop (the main loop unless body is given): its instruction count and each of the counted
+    opcodes (LOOP_OPS unless given), by its full mnemonic."""
+    body = main_loop(sass) if body is None else body
+    counted = counted or LOOP_OPS
     counts: dict[str, int] = {}
     for op in body:
         if op.startswith("@!PT "):  # never runs (ptxas's padding)
             continue
         mnemonic = re.sub(r"^@!?U?P[T0-9]\s+", "", op).split()[0]
-        if any(mnemonic == x or mnemonic.startswith(x + ".") for x in LOOP_OPS):
+        if any(mnemonic == x or mnemonic.startswith(x + ".") for x in counted):
             counts[mnemonic] = counts.get(mnemonic, 0) + 1
-    return f"main loop: {len(body)} instructions, " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    label = what or "main loop"
+    return f"{label}: {len(body)} instructions, " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
 def _config(entry: tuple[int, ...] | list[int] | dict[str, Any]) -> dict[str, Any]:
@@ -575,6 +601,8 @@ def main() -> int:
         print(f"{label} causal={int(a.causal)} {cfg} {kernel_name}: {_summary(kernel, sass, regs)}")
         if a.kernel in ("decode", "mla"):
             print(f"  {loop_summary(sass)}")
+        elif step := step_loop(sass):
+            print(f"  {loop_summary(sass, step, STEP_OPS, 'step loop')}")
     return 0
 
 
