@@ -51,6 +51,6 @@ def test_the_step_loop_is_the_shortest_matmul_loop_that_runs_exp2s():
     assert len(tool.step_loop(step.replace("MUFU.EX2 R2, R2", "IADD3 R2, R2, 0x1, RZ"))) == 7
     body = tool.step_loop(step)
     assert len(body) == 6 and body[0] == "MUFU.EX2 R2, R2"
-    assert tool.loop_summary(step, body, tool.STEP_OPS, "step loop") == (
+    assert tool.loop_summary(body, tool.STEP_OPS, "step loop") == (
         "step loop: 6 instructions, HGMMA.64x64x16.F32.BF16 2, MUFU.EX2 1"
     )

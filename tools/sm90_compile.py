@@ -259,13 +259,9 @@ def step_loop(sass: str) -> list[str]:
     return min(steps, key=len, default=[])
 
 
-def loop_summary(
-    sass: str, body: list[str] | None = None, counted: tuple[str, ...] = (), what: str = ""
-) -> str:
-    """Per pass of a loop (the main loop unless body is given): its instruction count and each of the counted
-    opcodes (LOOP_OPS unless given), by its full mnemonic."""
-    body = main_loop(sass) if body is None else body
-    counted = counted or LOOP_OPS
+def loop_summary(body: list[str], counted: tuple[str, ...] = LOOP_OPS, label: str = "main loop") -> str:
+    """Per pass of a loop (main_loop's, step_loop's): its instruction count and each counted opcode, by its full
+    mnemonic."""
     counts: dict[str, int] = {}
     for op in body:
         if op.startswith("@!PT "):  # never runs (ptxas's padding)
@@ -273,7 +269,6 @@ def loop_summary(
         mnemonic = re.sub(r"^@!?U?P[T0-9]\s+", "", op).split()[0]
         if any(mnemonic == x or mnemonic.startswith(x + ".") for x in counted):
             counts[mnemonic] = counts.get(mnemonic, 0) + 1
-    label = what or "main loop"
     return f"{label}: {len(body)} instructions, " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
@@ -528,7 +523,7 @@ def dump(folder: str, part: str, only: str = "") -> int:
         for kernel_name, kernel in _CAPTURED:
             sass, regs = _disassemble(kernel)
             _write(folder, f"{name}.{kernel_name}", sass=sass, ttgir=kernel.asm["ttgir"])
-            loop = f"; {loop_summary(sass)}" if name.startswith(("decode", "mla")) else ""
+            loop = f"; {loop_summary(main_loop(sass))}" if name.startswith(("decode", "mla")) else ""
             print(f"{name}.{kernel_name}: {_summary(kernel, sass, regs)}{loop}", flush=True)
     return 0
 
@@ -600,9 +595,9 @@ def main() -> int:
             _write(a.sass, kernel_name, sass=sass, ttgir=kernel.asm["ttgir"])
         print(f"{label} causal={int(a.causal)} {cfg} {kernel_name}: {_summary(kernel, sass, regs)}")
         if a.kernel in ("decode", "mla"):
-            print(f"  {loop_summary(sass)}")
+            print(f"  {loop_summary(main_loop(sass))}")
         elif step := step_loop(sass):
-            print(f"  {loop_summary(sass, step, STEP_OPS, 'step loop')}")
+            print(f"  {loop_summary(step, STEP_OPS, 'step loop')}")
     return 0
 
 
