@@ -133,7 +133,7 @@ FP8_CONFIG = {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}
 # the time from N = 2048, d = 256 1.012-1.035x (docs/kernels.md, the FP8 forward).
 FP8_EXP_POLY_DIMS = (128,)
 # Head dims whose FP8 walk over the wide key tiles sums P's rows by a matmul beside P V (SUM_MMA): d = 128 took
-# 0.93x the time without a mask (docs/kernels.md, the FP8 forward).
+# 0.91-0.95x the time without a mask at N = 2048-16384 (docs/kernels.md, the FP8 forward).
 FP8_SUM_MMA_DIMS = (128,)
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter

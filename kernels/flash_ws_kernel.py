@@ -115,7 +115,7 @@ def _consumer_step(
             pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
         if SUM_MMA:
-            sums = warpgroup_mma(pa, ones.permute((1, 0)), _sums_zero(pa), use_acc=False, is_async=True)
+            sums = _issue_sums(pa, ones)
         mbarrier.arrive(next_turn)
         # in-order completion: S_g is done, P_{g-1} V_{g-1} (and its sums) may not be
         s = warpgroup_mma_wait(2 if SUM_MMA else 1, deps=[s])
@@ -163,7 +163,7 @@ def _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g, SUM_MMA: gl.cons
     mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
     acc = warpgroup_mma(pa, v_operand(v_smem, g % STAGES), acc, is_async=True)
     if SUM_MMA:
-        sums = warpgroup_mma(pa, ones.permute((1, 0)), _sums_zero(pa), use_acc=False, is_async=True)
+        sums = _issue_sums(pa, ones)
         acc, sums = warpgroup_mma_wait(0, deps=[acc, sums])
         l_i = l_i + _row_sums(sums, l_i)
     else:
@@ -182,9 +182,11 @@ def _e4m3_ones(ROWS: gl.constexpr, COLS: gl.constexpr):
 
 
 @gluon.jit
-def _sums_zero(pa):
-    """The [64, 8] fp32 accumulator of P @ ones (SUM_MMA: wgmma's narrowest N) for the e4m3 P operand pa."""
-    return gl.zeros([pa.shape[0], 8], gl.float32, mma_layout(8, 8))
+def _issue_sums(pa, ones):
+    """P @ ones issued (SUM_MMA), into a fresh [64, 8] fp32 accumulator (wgmma's narrowest N) for the e4m3 P
+    operand pa: every column of it is P's row sums (_row_sums)."""
+    zero = gl.zeros([pa.shape[0], 8], gl.float32, mma_layout(8, 8))
+    return warpgroup_mma(pa, ones.permute((1, 0)), zero, use_acc=False, is_async=True)
 
 
 @gluon.jit
