@@ -79,13 +79,15 @@ PRODUCER_REGS = {2: 24, 3: 32}
 # two K/V stages; Gluon tensors are powers of two, so FA3's 80-key tiles are out. FP8 takes wider ones below.
 BLOCK_N = {64: 128, 128: 128, 256: 64}
 HEAD_DIMS = tuple(BLOCK_N)
-# FP8 key tiles twice as wide, by (head dim, causal), where N_K is a multiple of them: e4m3 K and V take half the
-# bytes, so two stages of them fit shared memory, and the step fits the registers by its order
-# (flash_ws_kernel._consumer_step: P_EARLY at d = 256, PV_FIRST at d = 128). H200, GPU time: 0.95-0.98x the 128-key
-# walk's time at d = 128 without a mask from N = 2048 (0.99-1.00x at 1024), 0.90-0.98x the 64-key one at d = 256
-# from N = 1024 (before P_EARLY, which took 0.93-0.99x the time of that); d = 128 causal 1.06-1.27x (256-key tiles
-# waste more of the diagonal), so it keeps 128 (docs/kernels.md, the FP8 forward).
-FP8_WIDE_N = {(128, False): 256, (256, False): 128, (256, True): 128}
+# FP8 key tiles twice as wide, by (head dim, causal), where N_K is a multiple of them and at least
+# FP8_WIDE_MIN_KEYS: e4m3 K and V take half the bytes, so two stages of them fit shared memory, and the step fits the
+# registers by its order (flash_ws_kernel._consumer_step: P_EARLY at d = 256, PV_FIRST at d = 128). H200, GPU time:
+# 0.95-0.98x the 128-key walk's time at d = 128 without a mask from N = 2048 (0.99-1.00x at 1024), 0.90-0.98x the
+# 64-key one at d = 256 from N = 1024 (before P_EARLY, which took 0.93-0.99x the time of that). d = 128 causal
+# (with SUM_MMA, without EXP_POLY, which spills there) wastes more of the diagonal: 1.15x / 1.05x the 128-key walk's
+# time at N = 2048 / 4096, 0.98x / 0.94x at 8192 / 16384 (docs/kernels.md, the FP8 forward).
+FP8_WIDE_N = {(128, False): 256, (128, True): 256, (256, False): 128, (256, True): 128}
+FP8_WIDE_MIN_KEYS = {(128, True): 8192}
 # Default config per (head dim, causal), the measured winners (docs/kernels.md, the Gluon forward): d = 64 takes
 # FA3's 192-row tiles (three consumers); d = 64 and 128 are persistent when not causal (the next tile's loads run
 # under this one's epilogue: 1.14x one program per tile at d = 128, N = 1024); causal tiles are unequal, so they
@@ -129,8 +131,9 @@ DEFAULT_CONFIG = {
 # (default_config adds them), a persistent walk, list-scheduled under a causal mask (docs/kernels.md, the FP8
 # forward).
 FP8_CONFIG = {"BLOCK_M": 128, "STAGES": 3, "PERSISTENT": 1}
-# Head dims whose causal FP8 walk runs an eighth of its exp2s on the FMA pipe (EXP_POLY): d = 128 took 0.971-0.989x
-# the time from N = 2048, d = 256 1.012-1.035x (docs/kernels.md, the FP8 forward).
+# Head dims whose causal FP8 walk over the head dim's key tiles runs an eighth of its exp2s on the FMA pipe
+# (EXP_POLY): d = 128 took 0.971-0.989x the time from N = 2048, d = 256 1.012-1.035x (docs/kernels.md, the FP8
+# forward). Over the wide tiles it spills (26 stores at d = 128 causal) or lost (1.03x at d = 128 without a mask).
 FP8_EXP_POLY_DIMS = (128,)
 # Head dims whose FP8 walk over the wide key tiles sums P's rows by a matmul beside P V (SUM_MMA): d = 128 took
 # 0.91-0.95x the time without a mask at N = 2048-16384 (docs/kernels.md, the FP8 forward).
@@ -205,18 +208,19 @@ _ENABLED: dict[tuple[Any, ...], bool] = {}
 
 def default_config(head_dim: int, causal: bool, fp8: bool = False, n_k: int = 0) -> dict[str, Any]:
     """The config this kernel runs at a head dim (others: d = 128's) without a forced one, over n_k keys (FP8's
-    wide key tiles need a multiple of theirs; 0: any)."""
+    wide key tiles need a multiple of theirs and, where FP8_WIDE_MIN_KEYS names one, that many; 0 is a multiple)."""
     head_dim = head_dim if head_dim in HEAD_DIMS else 128
     if fp8:
         cfg = {**_base(head_dim), **FP8_CONFIG}
-        wide = FP8_WIDE_N.get((head_dim, bool(causal)))
-        if wide and n_k % wide == 0:
+        shape = (head_dim, bool(causal))
+        wide = FP8_WIDE_N.get(shape)
+        if wide and n_k % wide == 0 and n_k >= FP8_WIDE_MIN_KEYS.get(shape, 0):
             cfg.update(BLOCK_N=wide, STAGES=2)
             if head_dim in FP8_SUM_MMA_DIMS:
                 cfg["SUM_MMA"] = 1
         if causal:
             cfg["LPT"] = 1
-            if head_dim in FP8_EXP_POLY_DIMS:
+            if head_dim in FP8_EXP_POLY_DIMS and cfg["BLOCK_N"] == BLOCK_N[head_dim]:
                 cfg["EXP_POLY"] = 1
         return cfg
     return dict(DEFAULT_CONFIG[(head_dim, bool(causal))])

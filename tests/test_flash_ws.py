@@ -488,13 +488,15 @@ def test_lpt_heads_reads_the_tiles_the_walk_has():
 def test_fp8_defaults_are_persistent_and_list_scheduled_when_causal(head_dim):
     """FP8 at d = 128 and 256: a persistent walk of 128-row tiles (d = 128: 1.04-1.10x one program per tile up to
     N = 8192; d = 256: 1.06-1.09x at N = 1024-2048), list-scheduled under a causal mask, over two stages of the
-    wide key tiles (flash_ws.FP8_WIDE_N) where the keys are a multiple of them, else three of the head dim's.
-    Each default fits shared memory and passes check_config, so a row's reported config can be forced back."""
-    for causal, n_k in itertools.product((False, True), (4096, 4096 + 64)):
+    wide key tiles (flash_ws.FP8_WIDE_N) where the keys are a multiple of them (d = 128 causal: from 8192 keys,
+    where they waste less of the diagonal than they save), else three of the head dim's. Each default fits shared
+    memory and passes check_config, so a row's reported config can be forced back."""
+    wide = {(128, False): 256, (256, False): 128, (256, True): 128}
+    for causal, n_k in itertools.product((False, True), (4096, 4096 + 64, 8192, 16384)):
         cfg = flash_ws.default_config(head_dim, causal, fp8=True, n_k=n_k)
-        wide = flash_ws.FP8_WIDE_N.get((head_dim, causal), 0)
-        stages = 2 if wide and n_k % wide == 0 else 3
-        assert cfg["BLOCK_N"] == (wide if stages == 2 else flash_ws.BLOCK_N[head_dim]), (cfg, n_k)
+        block_n = 256 if (head_dim, causal) == (128, True) and n_k >= 8192 else wide.get((head_dim, causal))
+        stages = 2 if block_n and n_k % block_n == 0 else 3
+        assert cfg["BLOCK_N"] == (block_n if stages == 2 else flash_ws.BLOCK_N[head_dim]), (cfg, n_k)
         assert cfg["PERSISTENT"] == 1 and cfg["STAGES"] == stages and cfg.get("LPT", 0) == int(causal), cfg
         assert flash_ws.smem_bytes(cfg, head_dim, fp8=True) <= flash_ws.SMEM_LIMIT
         assert flash_ws.check_config(dict(cfg)) == cfg
@@ -514,6 +516,9 @@ def test_fp8_exp2_poly_is_on_for_the_causal_d128_walk_only():
     assert not any(
         flash_ws.default_config(d, c).get("EXP_POLY") for d in (64, 128, 256) for c in (False, True)
     )
+    # over the wide key tiles (causal from 8192 keys) the step would spill with it: SUM_MMA instead
+    wide = flash_ws.default_config(128, True, fp8=True, n_k=8192)
+    assert (wide["BLOCK_N"], wide.get("EXP_POLY", 0), wide["SUM_MMA"]) == (256, 0, 1)
     cfg = flash_ws.default_config(128, True, fp8=True)
     assert flash_ws.kernel_constexprs(cfg, 128, True, fp8=True)["EXP_POLY"] is True
     assert flash_ws.kernel_constexprs({**cfg, "EXP_POLY": 1}, 128, True)["EXP_POLY"] is False  # bf16: never
@@ -521,17 +526,17 @@ def test_fp8_exp2_poly_is_on_for_the_causal_d128_walk_only():
 
 def test_fp8_sum_mma_is_on_over_the_wide_d128_tiles_only():
     """P's row sums by a matmul beside P V (SUM_MMA) where it was measured faster: FP8 at d = 128 over the wide
-    key tiles (no mask, keys a multiple of 256: 0.93x the time on an H200); not over the narrow tiles (causal, or
-    keys not a multiple of 256), not at d = 256, not in bf16. The kernel gets it only in FP8 mode, and its ones
-    tile (8 x BLOCK_N e4m3) counts in the shared memory."""
+    key tiles (keys a multiple of 256, and from 8192 of them under a causal mask: 0.93x the time without a mask on
+    an H200); not over the narrow tiles (keys not a multiple of 256, or fewer causal ones), not at d = 256, not in
+    bf16. The kernel gets it only in FP8 mode, and its ones tile (8 x BLOCK_N e4m3) counts in the shared memory."""
     on = [
         (d, c, n_k)
         for d in (128, 256)
         for c in (False, True)
-        for n_k in (4096, 4096 + 128)
+        for n_k in (4096, 4096 + 128, 8192)
         if flash_ws.default_config(d, c, fp8=True, n_k=n_k).get("SUM_MMA")
     ]
-    assert on == [(128, False, 4096)]
+    assert on == [(128, False, 4096), (128, False, 8192), (128, True, 8192)]
     assert not any(
         flash_ws.default_config(d, c, n_k=4096).get("SUM_MMA") for d in (64, 128, 256) for c in (False, True)
     )

@@ -193,6 +193,19 @@ def test_gpu_gluon_fp8_sum_mma_forced_either_way_within_budget(d, causal, block_
 
 @pytest.mark.gpu
 @hopper_only
+@pytest.mark.parametrize("nq", [8192, 640], ids=["square", "diagonal-mid-tile"])
+def test_gpu_gluon_fp8_causal_d128_takes_the_wide_tiles_from_their_min_keys(nq):
+    """d = 128 causal from flash_ws.FP8_WIDE_MIN_KEYS keys: 256-key tiles, list-scheduled, P's row sums by the
+    matmul and every exp2 on the MUFU. 640 rows over 8192 keys put the diagonal 7552 keys on, mid-way through a
+    256-key tile, so a tile's last key block has a masked half and a diagonal half."""
+    n_k = flash_ws.FP8_WIDE_MIN_KEYS[(128, True)]
+    check(1, 2, 1, nq, n_k, 128, causal=True, config=GLUON, seed=nq)
+    cfg = last_config()
+    assert (cfg["BLOCK_N"], cfg["SUM_MMA"], cfg.get("EXP_POLY", 0), cfg["LPT"]) == (256, 1, 0, 1), cfg
+
+
+@pytest.mark.gpu
+@hopper_only
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_fp8_d256_runs_gluon_from_its_min_length_and_the_tl_kernel_below(causal):
     """d = 256 FP8 runs Gluon with 128-key tiles (flash_ws.FP8_WIDE_N) from flash_ws.GLUON_FP8_MIN_SEQ's length
@@ -237,7 +250,9 @@ def test_fp8_gluon_default_config_fits_and_reports_its_tiles():
     assert flash_ws.smem_bytes(cfg, 128, fp8=True) == 128 * 128 * 3 + 2 * 2 * 256 * 128 + 8 * 256
     narrow = flash_ws.default_config(128, False, fp8=True, n_k=4096 + 128)
     assert (narrow["BLOCK_N"], narrow["STAGES"]) == (128, 3)
-    assert (flash_ws.default_config(128, True, fp8=True, n_k=4096)["BLOCK_N"]) == 128  # causal keeps 128
+    # causal: 128 keys up to FP8_WIDE_MIN_KEYS, where the wide tiles' diagonal waste costs more than they save
+    assert (flash_ws.default_config(128, True, fp8=True, n_k=4096)["BLOCK_N"]) == 128
+    assert (flash_ws.default_config(128, True, fp8=True, n_k=8192)["BLOCK_N"]) == 256
     four = {**narrow, "STAGES": 4}
     assert flash_ws.smem_bytes(four, 128, fp8=True) <= flash_ws.SMEM_LIMIT < flash_ws.smem_bytes(four, 128)
     for causal in (False, True):

@@ -155,7 +155,8 @@ FP8_GLUON_VARIANTS = {
     # the shipped default with P's row sums by a matmul beside P V, or by the softmax's adds (SUM_MMA)
     "fp8-ws-sum-mma": {"SUM_MMA": 1},
     "fp8-ws-sum-fadd": {"SUM_MMA": 0},
-    # the 256-key tiles with SUM_MMA under a causal mask, without EXP_POLY (with it the step spills 26 stores)
+    # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores): causal d = 128's
+    # default from flash_ws.FP8_WIDE_MIN_KEYS keys, forced below them
     "fp8-ws-n256-sum": {"BLOCK_N": 256, "STAGES": 2, "SUM_MMA": 1, "EXP_POLY": 0},
     **{f"fp8-ws-n{block_n}": {"BLOCK_N": block_n, "STAGES": 2} for block_n in (64, 128, 256)},
 }
