@@ -158,6 +158,17 @@ FP8_GLUON_VARIANTS = {
     # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores): causal d = 128's
     # default from flash_ws.FP8_WIDE_MIN_KEYS keys, forced below them
     "fp8-ws-n256-sum": {"BLOCK_N": 256, "STAGES": 2, "SUM_MMA": 1, "EXP_POLY": 0},
+    # the same, list-scheduled in groups of N heads (`-hN`; flash_ws.lpt_heads picks 4 from 8192 keys at d = 128)
+    **{
+        f"fp8-ws-n256-sum-h{heads}": {
+            "BLOCK_N": 256,
+            "STAGES": 2,
+            "SUM_MMA": 1,
+            "EXP_POLY": 0,
+            "SCHED_HEADS": heads,
+        }
+        for heads in (1, 8, 16)
+    },
     **{f"fp8-ws-n{block_n}": {"BLOCK_N": block_n, "STAGES": 2} for block_n in (64, 128, 256)},
 }
 
