@@ -128,6 +128,8 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
 # narrow key tiles (NARROW: flash_ws.BLOCK_N, 128 keys at d = 128, 64 at d = 256); `-nN`: N-key tiles, two stages
 # (flash_ws.FP8_WIDE_N's wide tiles: 256 at d = 128, 128 at d = 256).
 NARROW = "narrow"
+# 256-key tiles over two stages with P's row sums by a matmul and every exp2 on the MUFU
+N256_SUM = {"BLOCK_N": 256, "STAGES": 2, "SUM_MMA": 1, "EXP_POLY": 0}
 FP8_GLUON_VARIANTS = {
     **{
         f"fp8-ws-s{stages}{'-p' if persistent else ''}": {
@@ -157,18 +159,9 @@ FP8_GLUON_VARIANTS = {
     "fp8-ws-sum-fadd": {"SUM_MMA": 0},
     # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores): causal d = 128's
     # default from flash_ws.FP8_WIDE_MIN_KEYS keys, forced below them
-    "fp8-ws-n256-sum": {"BLOCK_N": 256, "STAGES": 2, "SUM_MMA": 1, "EXP_POLY": 0},
+    "fp8-ws-n256-sum": N256_SUM,
     # the same, list-scheduled in groups of N heads (`-hN`; flash_ws.lpt_heads picks 4 from 8192 keys at d = 128)
-    **{
-        f"fp8-ws-n256-sum-h{heads}": {
-            "BLOCK_N": 256,
-            "STAGES": 2,
-            "SUM_MMA": 1,
-            "EXP_POLY": 0,
-            "SCHED_HEADS": heads,
-        }
-        for heads in (1, 8, 16)
-    },
+    **{f"fp8-ws-n256-sum-h{heads}": {**N256_SUM, "SCHED_HEADS": heads} for heads in (1, 8, 16)},
     **{f"fp8-ws-n{block_n}": {"BLOCK_N": block_n, "STAGES": 2} for block_n in (64, 128, 256)},
 }
 
