@@ -114,8 +114,7 @@ def _consumer_step(
         if not P_EARLY:
             pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
-        if SUM_MMA:
-            sums = _issue_sums(pa, ones)
+        sums = _issue_sums(pa, ones) if SUM_MMA else acc
         mbarrier.arrive(next_turn)
         # in-order completion: S_g is done, P_{g-1} V_{g-1} (and its sums) may not be
         s = warpgroup_mma_wait(2 if SUM_MMA else 1, deps=[s])
@@ -140,12 +139,8 @@ def _consumer_step(
         EXP_POLY=EXP_POLY,
         SUM_MMA=SUM_MMA,
     )
-    if not PV_FIRST:
-        if SUM_MMA:  # P_{g-1}'s sums, at block g-1's max: rescaled as O is
-            acc, sums = warpgroup_mma_wait(0, deps=[acc, sums])
-            l_i = l_i + _row_sums(sums, l_i) * alpha
-        else:
-            acc = pv_wait(acc, pa)
+    if not PV_FIRST:  # P_{g-1}'s sums (SUM_MMA), at block g-1's max: rescaled as O is
+        acc, l_i = _pv_wait(acc, pa, sums, l_i, alpha, SUM_MMA)
         mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
     if q.dtype.is_fp8():
@@ -162,13 +157,22 @@ def _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g, SUM_MMA: gl.cons
     STAGES: gl.constexpr = v_bars.shape[0]
     mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
     acc = warpgroup_mma(pa, v_operand(v_smem, g % STAGES), acc, is_async=True)
+    sums = _issue_sums(pa, ones) if SUM_MMA else acc
+    acc, l_i = _pv_wait(acc, pa, sums, l_i, 1.0, SUM_MMA)
+    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+    return acc, l_i
+
+
+@gluon.jit
+def _pv_wait(acc, pa, sums, l_i, scale, SUM_MMA: gl.constexpr):
+    """Waits for P V in flight (acc) and returns (acc, l_i); under SUM_MMA for its row sums too (sums, in flight
+    behind it: _issue_sums), added to l_i times scale (the softmax's alpha when a newer block's max has moved).
+    Without SUM_MMA, sums is unused."""
     if SUM_MMA:
-        sums = _issue_sums(pa, ones)
         acc, sums = warpgroup_mma_wait(0, deps=[acc, sums])
-        l_i = l_i + _row_sums(sums, l_i)
+        l_i = l_i + _row_sums(sums, l_i) * scale
     else:
         acc = pv_wait(acc, pa)
-    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
     return acc, l_i
 
 
