@@ -94,7 +94,9 @@ FP8_WIDE_MIN_KEYS = {(128, True): 8192}
 # are persistent and list-scheduled (LPT) over two stages. So are d = 64's without a mask where the list schedule
 # beats round-robin (ForwardPlan, list_schedule_pays), a key block charged as two of a tile's three warpgroups
 # however few run it (LPT_CHAIN 2): where 192 does not divide N the first tile of each head has idle warpgroups
-# (H200: 0.92x the round-robin walk's time at N = 1024, 0.99-1.00x at 2048-4096). d = 256: Q [128, 256] and two K/V stages take 192 KiB of
+# (H200: 0.92x the round-robin walk's time at N = 1024, 0.99-1.00x at 2048-4096), and they load the next tile's Q
+# into a second buffer while this tile runs (Q2, H200: 0.98x the time at N = 1024-2048; causal 1.01x at 1024,
+# so not there). d = 256: Q [128, 256] and two K/V stages take 192 KiB of
 # shared memory: no third stage, and the output's own buffers are half-width (O_HALVES: 224 KiB in all), so the
 # next tile's loads run under this one's epilogue there too; persistent when not causal (H100: 1.02-1.03x the
 # persistent walk storing O through Q's buffers at N = 2048-4096, 1.04x one program per tile at 2048; causal
@@ -120,7 +122,7 @@ def _base(head_dim: int) -> dict[str, int]:
 
 
 DEFAULT_CONFIG = {
-    (64, False): {**_base(64), "BLOCK_M": 192, **_LPT, "LPT_CHAIN": 2},
+    (64, False): {**_base(64), "BLOCK_M": 192, **_LPT, "LPT_CHAIN": 2, "Q2": 1},
     (64, True): {**_base(64), "BLOCK_M": 192, **_LPT},
     (128, False): {**_base(128), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "LEAD_S": 1},
     (128, True): {**_base(128), "BLOCK_M": 128, **_LPT, "LEAD_S": 1},
@@ -165,7 +167,9 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # list schedule charges a key block max(a, LPT_CHAIN) / W for the a of a tile's W warpgroups that run it
 # (tile_blocks_cost); 0, the default but at d = 64 without a mask, charges every block in full. LEAD_S: a
 # persistent walk over whole 128-row tiles issues each tile's first S = Q K^T before the last tile's epilogue,
-# which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot). SUM_MMA (FP8
+# which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot); it holds two Q
+# buffers, tile t's Q in buffer t % 2, which the producer loads while tile t - 1 runs. Q2: those two Q buffers
+# without the early S (q2_refusal says where they cannot be). SUM_MMA (FP8
 # only): P's row sums (the softmax's l) by P @ ones [BLOCK_N, 8] beside each P V, not by the softmax's adds; the
 # ones take 8 x BLOCK_N bytes of shared memory (flash_ws_kernel._pv_done).
 CONFIG_KEYS = {
@@ -182,6 +186,7 @@ CONFIG_KEYS = {
     "LPT_CHAIN": None,
     "LEAD_S": (0, 1),
     "SUM_MMA": (0, 1),
+    "Q2": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -309,6 +314,21 @@ def lead_s_refusal(cfg: dict[str, Any], n_q: int, window: bool = False, fp8: boo
     return None
 
 
+def q2_refusal(cfg: dict[str, Any], head_dim: int, window: bool = False, fp8: bool = False) -> str | None:
+    """Why config cfg cannot take two Q buffers without LEAD_S (Q2; one line), else None: a persistent walk whose
+    output has its own buffers (own_o: at d = 256 O_HALVES), with no sliding window (not measured), and not beside
+    LEAD_S, which holds the two buffers itself."""
+    if window:
+        return "Q2 walks no sliding window"
+    if not cfg.get("PERSISTENT"):
+        return "Q2 needs a persistent walk (PERSISTENT=1)"
+    if not own_o(cfg, head_dim, fp8):
+        return "Q2 needs the output's own buffers (at d = 256 O_HALVES=1)"
+    if cfg.get("LEAD_S"):
+        return "Q2 is LEAD_S's two Q buffers without its early S: LEAD_S=0 for Q2"
+    return None
+
+
 def own_o(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> bool:
     """Whether the output gets shared-memory buffers of its own (else it is stored through Q's): FP8 (e4m3 Q, bf16
     O), O_HALVES, and persistent walks, so that the next tile's Q loads during this tile's epilogue; at d = 256 only
@@ -323,11 +343,11 @@ def o_cols(cfg: dict[str, Any], head_dim: int) -> int:
 
 
 def smem_bytes(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> int:
-    """Shared memory of a config: Q (two buffers with LEAD_S; and O, own_o: o_cols wide) slices of 64 rows, the
-    K/V ring (BLOCK_N: the head dim's if the config names none), FP8's ones of SUM_MMA."""
+    """Shared memory of a config: Q (two buffers with LEAD_S or Q2; and O, own_o: o_cols wide) slices of 64 rows,
+    the K/V ring (BLOCK_N: the head dim's if the config names none), FP8's ones of SUM_MMA."""
     size = 1 if fp8 else 2  # bytes per element of Q, K and V; O is 2 bytes
     o_bytes = 2 * o_cols(cfg, head_dim) if own_o(cfg, head_dim, fp8) else 0
-    q_bufs = 2 if cfg.get("LEAD_S") else 1  # LEAD_S: the next tile's Q beside this one's
+    q_bufs = 2 if cfg.get("LEAD_S") or cfg.get("Q2") else 1  # the next tile's Q beside this one's
     q_o = cfg["BLOCK_M"] * (q_bufs * head_dim * size + o_bytes)
     block_n = cfg.get("BLOCK_N", BLOCK_N[head_dim])
     ones = 8 * block_n if fp8 and cfg.get("SUM_MMA") else 0
@@ -714,6 +734,7 @@ def kernel_constexprs(
         "EXP_POLY": bool(cfg.get("EXP_POLY")) and fp8,
         "SUM_MMA": bool(cfg.get("SUM_MMA")) and fp8,
         "LEAD_S": bool(cfg.get("LEAD_S")) and not varlen,
+        "Q2": bool(cfg.get("Q2")) and not varlen,
         "CONSUMER_REGS": CONSUMER_REGS[num_wg],
         "PRODUCER_REGS": PRODUCER_REGS[num_wg],
         **({"VARLEN": 2 if cfg["PERSISTENT"] else 1} if varlen else NOT_VARLEN),
@@ -748,17 +769,22 @@ class ForwardPlan:
         why = supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"])
         if why:
             raise ValueError(f"flash_ws forward: {why}")
-        if cfg.get("LEAD_S"):  # the default's where its walk can run it; a forced one or a one-line refusal
-            why = lead_s_refusal(cfg, q.shape[2], window is not None, fp8)
-            if why and "LEAD_S" in forced:
-                raise ValueError(f"flash_ws forward: {why}")
-            if why or ("LEAD_S" not in forced and smem_bytes(cfg, D, fp8) > SMEM_LIMIT):
-                cfg["LEAD_S"] = 0
+        refusals = {  # the two Q buffers' keys, LEAD_S's first: Q2 runs only without it
+            "LEAD_S": lambda: lead_s_refusal(cfg, q.shape[2], window is not None, fp8),
+            "Q2": lambda: q2_refusal(cfg, D, window is not None, fp8),
+        }
+        for key, refusal in refusals.items():
+            if cfg.get(key):  # the default's where its walk can run it; a forced one or a one-line refusal
+                why = refusal()
+                if why and key in forced:
+                    raise ValueError(f"flash_ws forward: {why}")
+                if why or (key not in forced and smem_bytes(cfg, D, fp8) > SMEM_LIMIT):
+                    cfg[key] = 0
         if smem_bytes(cfg, D, fp8) > SMEM_LIMIT:
             raise ValueError(
                 f"flash_ws forward: config needs {smem_bytes(cfg, D, fp8) // 1024} KiB of shared memory at head "
                 f"dim {D} (at most {SMEM_LIMIT // 1024}): fewer STAGES, BLOCK_N 64 or PERSISTENT=0"
-                + (" (LEAD_S=1 holds two Q buffers)" if cfg.get("LEAD_S") else "")
+                + "".join(f" ({key}=1 holds two Q buffers)" for key in refusals if cfg.get(key))
             )
         B, H, Nq, _ = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]

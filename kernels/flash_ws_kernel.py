@@ -346,7 +346,7 @@ def _first_softmax(
 def _consumer(
     parts,  # the kernel's (smem, bars, od, LSE, sched, scales, docs), below
     WG: gl.constexpr,  # this consumer's warpgroup
-    modes,  # the kernel's (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA), constexprs
+    modes,  # the kernel's (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2), constexprs
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
     # od: the descriptor of O ([B * H * N_Q, D], block [64, D], or [64, D / 2]: _store_tile); LSE: [B, H, N_Q] fp32;
@@ -361,7 +361,7 @@ def _consumer(
     VARLEN: gl.constexpr = modes[4]
     q_smem, _, k_smem, _, _ = smem
     num_m, BH, _, _, N_Q, N_K, _, _, _ = sched
-    NUM_WG: gl.constexpr = q_smem.shape[0]
+    NUM_WG: gl.constexpr = q_smem.shape[0] // 2 if modes[7] else q_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     ROWS: gl.constexpr = od.block_type.shape[0]
     BM: gl.constexpr = NUM_WG * ROWS
@@ -644,9 +644,19 @@ def _consumer_work(
     VARLEN: gl.constexpr = modes[4]
     EXP_POLY: gl.constexpr = modes[5]
     SUM_MMA: gl.constexpr = modes[6]
-    NUM_WG: gl.constexpr = smem[0].shape[0]
+    Q2: gl.constexpr = modes[7]
+    NUM_WG: gl.constexpr = smem[0].shape[0] // 2 if Q2 else smem[0].shape[0]
     WIN_LEFT = sched[6]
     q_bar, q_empty, turns = bars[0], bars[1], bars[5]
+    q_slot = WG
+    phase = tc
+    if Q2:  # tile tc's Q in buffer tc % 2 (load_partition's TWO_Q), its barriers beside it
+        gl.static_assert(SEP_O and not VARLEN, "Q2 needs the output's own buffers and no packed documents")
+        q_bar = bars[0].index(tc % 2)
+        q_empty = bars[1].index(tc % 2)
+        bars = (q_bar, q_empty, bars[2], bars[3], bars[4], bars[5])
+        q_slot = (tc % 2) * NUM_WG + WG
+        phase = tc // 2
     my_turn = turns.index(WG)
     next_turn = turns.index((WG + 1) % NUM_WG)
     # Turns: consumer 0's k-th matmul issue waits for the last consumer's (k-1)-th (the first is free: a
@@ -658,7 +668,7 @@ def _consumer_work(
         # This tile's Q has landed, so the last tile's Q buffers were released by every warpgroup: without the
         # wait, an idle warpgroup racing through a one-block tile could release them again for this tile while
         # another still reads the last one's (its arrival would complete the last tile's phase of q_empty).
-        mbarrier.wait(q_bar, tc & 1)
+        mbarrier.wait(q_bar, phase & 1)
         for j in range(n_blocks - first):
             _pass_block(it + j, bars, my_turn, next_turn, FLIP)
         mbarrier.arrive(q_empty)
@@ -682,11 +692,13 @@ def _consumer_work(
             qk_scale=qk_scale,
             v_scale=v_scale,
             it=it,
-            tc=tc,
+            tc=phase,
             docs=docs,
             where=where,
             WG=WG,
             FLIP=FLIP,
+            q_slot=q_slot,
+            NUM_WG=NUM_WG,
             CAUSAL=CAUSAL,
             SEP_O=SEP_O,
             WINDOW=WINDOW,
@@ -715,7 +727,7 @@ def _consumer_tile(
     qk_scale,
     v_scale,  # FP8: the output's factor (its v descale)
     it,  # the program's key blocks before this tile
-    tc,  # the program's tiles before this one
+    tc,  # the phase of the tile's Q barriers: the program's tiles before this one (Q2: that use its Q buffer)
     docs,  # VARLEN: (CU_Q, CU_K, NUM_DOCS, O, COUNTER, slot)
     where,  # VARLEN: flash_ws_parts.document_tile's (h, kv_h, lse_row, n_q, n_k, H)
     WG: gl.constexpr,
@@ -726,6 +738,8 @@ def _consumer_tile(
     VARLEN: gl.constexpr,
     EXP_POLY: gl.constexpr,
     SUM_MMA: gl.constexpr,
+    q_slot,  # this warpgroup's slice of the tile's Q in smem[0]: WG, or with Q2 in the tile's buffer
+    NUM_WG: gl.constexpr,
 ):
     """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
     q_smem, o_smem, k_smem, v_smem, ones = smem
@@ -747,17 +761,17 @@ def _consumer_tile(
     key_end = 0
     if VARLEN:
         key_end = where[4]
-    q = q_smem.index(WG)
+    q = q_smem.index(q_slot)
     # The causal diagonal by flash_ws_parts._diagonal_mask with three consumers (d = 64) and over packed documents,
     # where it was measured faster; elsewhere by the key of each score (docs/kernels.md, the forward).
-    FAST_MASK: gl.constexpr = VARLEN or q_smem.shape[0] == 3
+    FAST_MASK: gl.constexpr = VARLEN or NUM_WG == 3
     rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
     # Under a causal mask a warpgroup whose last row's diagonal ends a key block before the tile's last stops
     # there: every score past it is masked (p = 0, alpha = 1 exactly, so the output bits are the same), and it
     # passes the remaining blocks' turns and stages on (_pass_block). With three consumers (192 rows over 128-key
     # blocks, d = 64), where it was measured faster; with 128 rows over 128 keys every warpgroup's diagonal lies
     # in the tile's last block, and over d = 256's 64-key blocks it did not pay (docs/kernels.md).
-    SKIP_DIAG: gl.constexpr = CAUSAL and q_smem.shape[0] == 3
+    SKIP_DIAG: gl.constexpr = CAUSAL and NUM_WG == 3
     n_own = n_blocks
     if SKIP_DIAG:
         own_last = gl.maximum(q_pos + WG * ROWS + ROWS - 1 + causal_off, 0) // BLOCK_N
@@ -988,13 +1002,17 @@ def _attn_fwd_ws(
     # a persistent walk (no window, no packed documents): each tile's epilogue runs under the next tile's first S
     # (_consumer_lead; flash_ws.lead_s_refusal says where it cannot)
     LEAD_S: gl.constexpr = False,
+    # a persistent walk (no window, no packed documents) with two Q buffers but no early S: the producer loads the
+    # next tile's Q (and then its first K/V) while this tile runs (flash_ws.q2_refusal says where it cannot)
+    Q2: gl.constexpr = False,
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
     O_COLS: gl.constexpr = od.block_type.shape[1]  # HEAD_DIM, or half of it (_store_tile)
     gl.static_assert(SEP_O or qd.dtype == od.dtype, "an output of another dtype than Q needs its own buffers")
     gl.static_assert(SEP_O or O_COLS == HEAD_DIM, "half-width output buffers are buffers of its own")
-    if LEAD_S:  # two Q buffers: the next tile's Q loads while this tile runs (load_partition)
+    TWO_Q: gl.constexpr = LEAD_S or Q2  # the next tile's Q loads into a second buffer while this tile runs
+    if TWO_Q:  # tile tc's Q in buffer tc % 2 (load_partition)
         q_smem = gl.allocate_shared_memory(qd.dtype, [2 * NUM_WG, ROWS, HEAD_DIM], qd.layout)
     else:
         q_smem = gl.allocate_shared_memory(qd.dtype, [NUM_WG, ROWS, HEAD_DIM], qd.layout)
@@ -1011,7 +1029,7 @@ def _attn_fwd_ws(
     k_smem = gl.allocate_shared_memory(kd.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_layout)
     V_TILE: gl.constexpr = vd.block_type.shape  # [BLOCK_N, D]; FP8: V^T's [D, BLOCK_N]
     v_smem = gl.allocate_shared_memory(vd.dtype, [STAGES, V_TILE[0], V_TILE[1]], vd.layout)
-    if LEAD_S:  # a pair per Q buffer
+    if TWO_Q:  # a pair per Q buffer
         q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     else:
@@ -1021,7 +1039,7 @@ def _attn_fwd_ws(
     v_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-    if LEAD_S:
+    if TWO_Q:
         for i in gl.static_range(2):
             mbarrier.init(q_bar.index(i), count=1)
             mbarrier.init(q_empty.index(i), count=NUM_WG)
@@ -1057,10 +1075,13 @@ def _attn_fwd_ws(
     if NUM_WG == 3:
         gl.warp_specialize(
             [
-                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
-                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
-                (_consumer, (parts, 2, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
-                (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
+                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2))),
+                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2))),
+                (_consumer, (parts, 2, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2))),
+                (
+                    load_partition,
+                    (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN, TWO_Q),
+                ),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
@@ -1069,11 +1090,17 @@ def _attn_fwd_ws(
         gl.static_assert(not (WINDOW or VARLEN), "LEAD_S walks no window and no packed documents")
         gl.warp_specialize(
             [
-                (_consumer_lead, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
-                (_consumer_lead, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
+                (
+                    _consumer_lead,
+                    (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2)),
+                ),
+                (
+                    _consumer_lead,
+                    (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2)),
+                ),
                 (
                     load_partition,
-                    (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN, LEAD_S),
+                    (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN, TWO_Q),
                 ),
             ],
             [4, 1],
@@ -1082,9 +1109,12 @@ def _attn_fwd_ws(
     else:
         gl.warp_specialize(
             [
-                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
-                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA))),
-                (load_partition, (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN)),
+                (_consumer, (parts, 0, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2))),
+                (_consumer, (parts, 1, (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2))),
+                (
+                    load_partition,
+                    (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN, TWO_Q),
+                ),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],

@@ -240,20 +240,20 @@ def load_partition(
     SCHED_HEADS: gl.constexpr,
     WINDOW: gl.constexpr,
     VARLEN: gl.constexpr,
-    LEAD_S: gl.constexpr = False,
+    TWO_Q: gl.constexpr = False,
 ):
     """Producer (one warp), per tile: the query slices once every consumer has released the last tile's
     (q_empty), then K_j and V_j into ring stage (it + j) % STAGES, each as soon as every consumer has released
     that stage's K (empty_bars[s]) or V (empty_bars[STAGES + s]) buffer. `it` counts key blocks over all
-    the program's tiles, so the ring and its barrier phases run on from one tile into the next. LEAD_S
-    (flash_ws_kernel._consumer_lead; no window, no packed documents): two Q buffers, tile tc's query slices in
+    the program's tiles, so the ring and its barrier phases run on from one tile into the next. TWO_Q (LEAD_S or
+    Q2: flash_ws_kernel._attn_fwd_ws; no window, no packed documents): two Q buffers, tile tc's query slices in
     buffer b = tc % 2 (slots b * NUM_WG.. of smem[0] [2 * NUM_WG, 64, D], its barriers bars[0][b] and
     bars[1][b]), so the next tile's Q loads as soon as the tile before this one is done with it; a schedule
     table's padding comes last in its row, so tc counts the live tiles."""
     qd, _, _ = descs
     q_smem, _, k_smem, _, _ = smem
     num_m, BH, _, _, _, N_K, _, _, _ = sched
-    NUM_WG: gl.constexpr = q_smem.shape[0] // 2 if LEAD_S else q_smem.shape[0]
+    NUM_WG: gl.constexpr = q_smem.shape[0] // 2 if TWO_Q else q_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
     ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -292,7 +292,7 @@ def load_partition(
                 tile_bars = bars
                 phase = tc
                 q_first = 0
-                if LEAD_S:  # the Q buffer tc % 2, its barriers and its phase
+                if TWO_Q:  # the Q buffer tc % 2, its barriers and its phase
                     b = tc % 2
                     tile_bars = (bars[0].index(b), bars[1].index(b), bars[2], bars[3], bars[4], bars[5])
                     phase = tc // 2

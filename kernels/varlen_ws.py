@@ -166,6 +166,8 @@ class VarlenPlan:
             raise ValueError(f"{_NAME}: tiles are walked one head at a time (SCHED_HEADS=1)")
         if cfg.get("LEAD_S"):
             raise ValueError(f"{_NAME}: no early first S (LEAD_S=1): a document's tiles are not whole")
+        if cfg.get("Q2"):
+            raise ValueError(f"{_NAME}: no second Q buffer (Q2=1): not built for packed documents")
         why = supported(q, k, v, window, cfg["BLOCK_M"], cfg["BLOCK_N"])
         if why:
             raise ValueError(f"{_NAME}: {why}")

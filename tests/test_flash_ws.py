@@ -70,11 +70,17 @@ def rel(a, b) -> float:
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 4, "STAGES": 2, "SCHED_HEADS": 4},
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "SCHED_HEADS": 4, "LPT": 1},
+        {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "Q2": 1, "LEAD_S": 0},
+        {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "SCHED_HEADS": 4, "LPT": 1, "Q2": 1, "LEAD_S": 0},
     ],
-    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt"],
+    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt", "q2", "q2-lpt"],
 )
 @smoke(default_config_bf16)
 def test_forward_matches_reference(shape, dtype, causal, config):
+    if config.get("Q2") and shape[-1] == 256:  # two Q buffers do not fit beside d = 256's tiles: refused
+        with pytest.raises(ValueError, match=r"shared memory .* \(Q2=1 holds two Q buffers\)"):
+            check_forward(shape, dtype, causal, config)
+        return
     check_forward(shape, dtype, causal, config)
 
 
@@ -95,8 +101,10 @@ def test_forward_matches_reference(shape, dtype, causal, config):
         {"PERSISTENT": 1, "PROGRAMS": 3},
         {"PERSISTENT": 1, "PROGRAMS": 2, "SCHED_HEADS": 4, "STAGES": 2},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1},
+        {"PERSISTENT": 1, "PROGRAMS": 3, "Q2": 1},
+        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1, "Q2": 1},
     ],
-    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt-p5"],
+    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt-p5", "q2", "q2-lpt-p5"],
 )
 @smoke(lambda dtype, config, **_: config == {} and dtype == torch.bfloat16)  # d = 64's dispatched config
 def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config):
@@ -737,6 +745,47 @@ def test_lead_s_is_refused_where_its_walk_cannot_run(monkeypatch):
     assert default(1024, 256) == default(1024, 256, True) == default(1024, 64) == default(1024, 64, True) == 0
     cfg = {**flash_ws.default_config(128, False), "LEAD_S": 1}
     assert flash_ws.kernel_constexprs(cfg, 128, False, varlen=True)["LEAD_S"] is False
+
+
+def test_q2_is_refused_where_its_walk_cannot_run(monkeypatch):
+    """Two Q buffers without LEAD_S (Q2): a forced one runs a persistent walk whose output has buffers of its own,
+    bf16 or FP8, with no sliding window and without LEAD_S, whose shared memory holds the second buffer (not d =
+    256's; ForwardPlan on the host, input_refusal stubbed), one line where it cannot; d = 64's default takes it without a mask only, and drops it where its walk cannot."""
+    monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
+    monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
+
+    def plan(n, d, causal=False, window=None, dtype=torch.bfloat16, **config):
+        x = torch.empty(2, 4, n, d, dtype=dtype)
+        return flash_ws.ForwardPlan(x, x, x, causal, config, window)
+
+    for n, d, causal, window, config, why in [
+        (4096, 128, True, (2048, 0), {"LEAD_S": 0}, "Q2 walks no sliding window"),
+        (1024, 64, False, None, {"PERSISTENT": 0, "LPT": 0}, "Q2 needs a persistent walk"),
+        (1024, 256, False, None, {"O_HALVES": 0}, "Q2 needs the output's own buffers"),
+        (1024, 128, False, None, {}, "LEAD_S=0 for Q2"),
+        (1024, 256, False, None, {}, "288 KiB of shared memory .* \\(Q2=1 holds two Q buffers\\)"),
+    ]:
+        with pytest.raises(ValueError, match=why) as err:
+            plan(n, d, causal, window, Q2=1, **config)
+        assert "\n" not in str(err.value)
+    for n, d, causal, dtype, config in [
+        (1024, 64, True, torch.bfloat16, {}),
+        (1024, 128, False, torch.bfloat16, {"LEAD_S": 0}),
+        (1024, 128, True, torch.bfloat16, {"LEAD_S": 0}),
+        (2048, 128, True, torch.float8_e4m3fn, {}),
+    ]:
+        taken = plan(n, d, causal, dtype=dtype, Q2=1, **config)
+        assert taken.config["Q2"] == 1 and taken.call.constexprs["Q2"] is True, (n, d, causal, dtype)
+    # d = 64's default without a mask: the two buffers (24 KiB more shared memory) where its walk is persistent
+    cfg = flash_ws.default_config(64, False)
+    assert cfg["Q2"] == 1 and not flash_ws.default_config(64, True).get("Q2")
+    assert flash_ws.smem_bytes(cfg, 64) == flash_ws.smem_bytes({**cfg, "Q2": 0}, 64) + 192 * 64 * 2
+    for n in (1024, 2048, 16384):
+        assert plan(n, 64).call.constexprs["Q2"] is True, n
+    assert plan(1024, 64, True).call.constexprs["Q2"] is False
+    off = plan(1024, 64, PERSISTENT=0, LPT=0)
+    assert off.config["Q2"] == 0 and off.call.constexprs["Q2"] is False
+    assert flash_ws.kernel_constexprs(cfg, 64, False, varlen=True)["Q2"] is False
 
 
 def test_d256_tiles_fit_shared_memory_beside_half_width_output_buffers():

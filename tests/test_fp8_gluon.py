@@ -49,8 +49,28 @@ def test_gpu_gluon_fp8_within_budget_batch_gqa(n, d):
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 4, "BLOCK_N": 128},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "LPT": 1},
         {"PERSISTENT": 0},
+        {"PERSISTENT": 1, "PROGRAMS": 3, "Q2": 1},
+        {
+            "PERSISTENT": 1,
+            "PROGRAMS": 5,
+            "SCHED_HEADS": 4,
+            "LPT": 1,
+            "Q2": 1,
+            "BLOCK_N": 128,
+            "STAGES": 3,
+            "SUM_MMA": 0,
+        },
     ],
-    ids=["s2", "s4", "persistent", "persistent-grouped", "persistent-lpt", "wide-one-per-tile"],
+    ids=[
+        "s2",
+        "s4",
+        "persistent",
+        "persistent-grouped",
+        "persistent-lpt",
+        "wide-one-per-tile",
+        "q2",
+        "q2-lpt-narrow",
+    ],
 )
 def test_gpu_gluon_fp8_configs_within_budget(config):
     """Persistent programs walk several tiles each: the ring, the turns and the Q/O barriers carry over; over

@@ -122,6 +122,15 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
     # the shipped default with each tile's epilogue under the next tile's first S, or not (LEAD_S)
     "ws-lead": {"LEAD_S": 1},
     "ws-no-lead": {"LEAD_S": 0},
+    # the shipped default with the next tile's Q loading into a second buffer while this tile runs, or one buffer
+    # (Q2: d = 64's default without a mask takes two)
+    "ws-q2": {"Q2": 1},
+    "ws-q1": {"Q2": 0},
+    # the shipped default over 64-key K/V blocks (d = 64's 192-row tiles: a finer causal diagonal, twice the steps),
+    # in 2, 3 or 4 stages
+    "ws-n64": {"BLOCK_N": 64},
+    "ws-n64-s3": {"BLOCK_N": 64, "STAGES": 3},
+    "ws-n64-s4": {"BLOCK_N": 64, "STAGES": 4},
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
 # under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads), over the head dim's
@@ -157,6 +166,9 @@ FP8_GLUON_VARIANTS = {
     # the shipped default with P's row sums by a matmul beside P V, or by the softmax's adds (SUM_MMA)
     "fp8-ws-sum-mma": {"SUM_MMA": 1},
     "fp8-ws-sum-fadd": {"SUM_MMA": 0},
+    # the shipped default with two Q buffers, or one (Q2; no FP8 default takes two)
+    "fp8-ws-q2": {"Q2": 1},
+    "fp8-ws-q1": {"Q2": 0},
     # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores): causal d = 128's
     # default from flash_ws.FP8_WIDE_MIN_KEYS keys, forced below them
     "fp8-ws-n256-sum": N256_SUM,
