@@ -96,7 +96,8 @@ FP8_WIDE_MIN_KEYS = {(128, True): 8192}
 # however few run it (LPT_CHAIN 2): where 192 does not divide N the first tile of each head has idle warpgroups
 # (H200: 0.92x the round-robin walk's time at N = 1024, 0.99-1.00x at 2048-4096), and they load the next tile's Q
 # into a second buffer while this tile runs (Q2, H200: 0.98x the time at N = 1024-2048; causal 1.01x at 1024,
-# so not there). d = 256: Q [128, 256] and two K/V stages take 192 KiB of
+# so not there). d = 64's causal tiles run their first key block through the step loops behind a P V of zeros
+# (LOOP_FIRST, H200: 0.96x the time at N = 1024-4096; without a mask 1.01x at 1024, so not there). d = 256: Q [128, 256] and two K/V stages take 192 KiB of
 # shared memory: no third stage, and the output's own buffers are half-width (O_HALVES: 224 KiB in all), so the
 # next tile's loads run under this one's epilogue there too; persistent when not causal (H100: 1.02-1.03x the
 # persistent walk storing O through Q's buffers at N = 2048-4096, 1.04x one program per tile at 2048; causal
@@ -123,7 +124,7 @@ def _base(head_dim: int) -> dict[str, int]:
 
 DEFAULT_CONFIG = {
     (64, False): {**_base(64), "BLOCK_M": 192, **_LPT, "LPT_CHAIN": 2, "Q2": 1},
-    (64, True): {**_base(64), "BLOCK_M": 192, **_LPT},
+    (64, True): {**_base(64), "BLOCK_M": 192, **_LPT, "LOOP_FIRST": 1},
     (128, False): {**_base(128), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "LEAD_S": 1},
     (128, True): {**_base(128), "BLOCK_M": 128, **_LPT, "LEAD_S": 1},
     (256, False): {**_base(256), "BLOCK_M": 128, "STAGES": 2, "PERSISTENT": 1, "O_HALVES": 1},
@@ -169,7 +170,9 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # persistent walk over whole 128-row tiles issues each tile's first S = Q K^T before the last tile's epilogue,
 # which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot); it holds two Q
 # buffers, tile t's Q in buffer t % 2, which the producer loads while tile t - 1 runs. Q2: those two Q buffers
-# without the early S (q2_refusal says where they cannot be). SUM_MMA (FP8
+# without the early S (q2_refusal says where they cannot be). LOOP_FIRST: a tile's first key block goes through
+# the step loops, its step's P V one of zeros on its own V, so the consumer has no separate first-block softmax
+# (flash_ws_kernel._consumer_tile; loop_first_refusal says where it cannot). SUM_MMA (FP8
 # only): P's row sums (the softmax's l) by P @ ones [BLOCK_N, 8] beside each P V, not by the softmax's adds; the
 # ones take 8 x BLOCK_N bytes of shared memory (flash_ws_kernel._pv_done).
 CONFIG_KEYS = {
@@ -187,6 +190,7 @@ CONFIG_KEYS = {
     "LEAD_S": (0, 1),
     "SUM_MMA": (0, 1),
     "Q2": (0, 1),
+    "LOOP_FIRST": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -326,6 +330,21 @@ def q2_refusal(cfg: dict[str, Any], head_dim: int, window: bool = False, fp8: bo
         return "Q2 needs the output's own buffers (at d = 256 O_HALVES=1)"
     if cfg.get("LEAD_S"):
         return "Q2 is LEAD_S's two Q buffers without its early S: LEAD_S=0 for Q2"
+    return None
+
+
+def loop_first_refusal(cfg: dict[str, Any], window: bool = False, fp8: bool = False) -> str | None:
+    """Why config cfg cannot run LOOP_FIRST (one line), else None: the consumers of _consumer_tile (not LEAD_S's)
+    on 16-bit inputs with no sliding window (neither built), and not beside Q2: forced together under a causal
+    mask they gave wrong rows on an H200 (docs/kernels.md), so a default LOOP_FIRST gives way to a forced Q2."""
+    if fp8:
+        return "LOOP_FIRST takes 16-bit inputs, not FP8"
+    if window:
+        return "LOOP_FIRST walks no sliding window"
+    if cfg.get("LEAD_S"):
+        return "LOOP_FIRST runs the walk without LEAD_S's early S: LEAD_S=0 for LOOP_FIRST"
+    if cfg.get("Q2"):
+        return "LOOP_FIRST with Q2 gave wrong rows under a causal mask: Q2=0 for LOOP_FIRST"
     return None
 
 
@@ -735,6 +754,7 @@ def kernel_constexprs(
         "SUM_MMA": bool(cfg.get("SUM_MMA")) and fp8,
         "LEAD_S": bool(cfg.get("LEAD_S")) and not varlen,
         "Q2": bool(cfg.get("Q2")) and not varlen,
+        "LOOP_FIRST": bool(cfg.get("LOOP_FIRST")) and not varlen,
         "CONSUMER_REGS": CONSUMER_REGS[num_wg],
         "PRODUCER_REGS": PRODUCER_REGS[num_wg],
         **({"VARLEN": 2 if cfg["PERSISTENT"] else 1} if varlen else NOT_VARLEN),
@@ -769,9 +789,10 @@ class ForwardPlan:
         why = supported(q, k, v, causal, cfg["BLOCK_M"], window, cfg["BLOCK_N"])
         if why:
             raise ValueError(f"flash_ws forward: {why}")
-        refusals = {  # the two Q buffers' keys, LEAD_S's first: Q2 runs only without it
+        refusals = {  # in this order: Q2 runs only without LEAD_S, LOOP_FIRST only without either
             "LEAD_S": lambda: lead_s_refusal(cfg, q.shape[2], window is not None, fp8),
             "Q2": lambda: q2_refusal(cfg, D, window is not None, fp8),
+            "LOOP_FIRST": lambda: loop_first_refusal(cfg, window is not None, fp8),
         }
         for key, refusal in refusals.items():
             if cfg.get(key):  # the default's where its walk can run it; a forced one or a one-line refusal
@@ -784,7 +805,7 @@ class ForwardPlan:
             raise ValueError(
                 f"flash_ws forward: config needs {smem_bytes(cfg, D, fp8) // 1024} KiB of shared memory at head "
                 f"dim {D} (at most {SMEM_LIMIT // 1024}): fewer STAGES, BLOCK_N 64 or PERSISTENT=0"
-                + "".join(f" ({key}=1 holds two Q buffers)" for key in refusals if cfg.get(key))
+                + "".join(f" ({key}=1 holds two Q buffers)" for key in ("LEAD_S", "Q2") if cfg.get(key))
             )
         B, H, Nq, _ = q.shape
         Hkv, Nk = k.shape[1], k.shape[2]

@@ -168,6 +168,10 @@ class VarlenPlan:
             raise ValueError(f"{_NAME}: no early first S (LEAD_S=1): a document's tiles are not whole")
         if cfg.get("Q2"):
             raise ValueError(f"{_NAME}: no second Q buffer (Q2=1): not built for packed documents")
+        if cfg.get("LOOP_FIRST"):
+            raise ValueError(
+                f"{_NAME}: a first block of its own (LOOP_FIRST=0): not built for packed documents"
+            )
         why = supported(q, k, v, window, cfg["BLOCK_M"], cfg["BLOCK_N"])
         if why:
             raise ValueError(f"{_NAME}: {why}")

@@ -72,8 +72,29 @@ def rel(a, b) -> float:
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "SCHED_HEADS": 4, "LPT": 1},
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "Q2": 1, "LEAD_S": 0},
         {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "SCHED_HEADS": 4, "LPT": 1, "Q2": 1, "LEAD_S": 0},
+        {
+            "PERSISTENT": 1,
+            "PROGRAMS": 3,
+            "STAGES": 2,
+            "SCHED_HEADS": 4,
+            "LPT": 1,
+            "LEAD_S": 0,
+            "Q2": 0,
+            "LOOP_FIRST": 1,
+        },
+        {"STAGES": 2, "LEAD_S": 0, "Q2": 0, "LOOP_FIRST": 1},
     ],
-    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt", "q2", "q2-lpt"],
+    ids=[
+        "default",
+        "s2",
+        "persistent",
+        "persistent-grouped",
+        "persistent-lpt",
+        "q2",
+        "q2-lpt",
+        "loop-first-lpt",
+        "loop-first-tile",
+    ],
 )
 @smoke(default_config_bf16)
 def test_forward_matches_reference(shape, dtype, causal, config):
@@ -103,8 +124,22 @@ def test_forward_matches_reference(shape, dtype, causal, config):
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1},
         {"PERSISTENT": 1, "PROGRAMS": 3, "Q2": 1},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1, "Q2": 1},
+        {"LOOP_FIRST": 1, "Q2": 0},
+        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1, "LOOP_FIRST": 1, "Q2": 0},
+        {"PERSISTENT": 1, "PROGRAMS": 3, "LOOP_FIRST": 0},
     ],
-    ids=["default", "s2", "persistent", "persistent-grouped", "persistent-lpt-p5", "q2", "q2-lpt-p5"],
+    ids=[
+        "default",
+        "s2",
+        "persistent",
+        "persistent-grouped",
+        "persistent-lpt-p5",
+        "q2",
+        "q2-lpt-p5",
+        "loop-first",
+        "loop-first-lpt-p5",
+        "no-loop-first",
+    ],
 )
 @smoke(lambda dtype, config, **_: config == {} and dtype == torch.bfloat16)  # d = 64's dispatched config
 def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config):
@@ -786,6 +821,47 @@ def test_q2_is_refused_where_its_walk_cannot_run(monkeypatch):
     off = plan(1024, 64, PERSISTENT=0, LPT=0)
     assert off.config["Q2"] == 0 and off.call.constexprs["Q2"] is False
     assert flash_ws.kernel_constexprs(cfg, 64, False, varlen=True)["Q2"] is False
+
+
+def test_loop_first_is_refused_where_its_walk_cannot_run(monkeypatch):
+    """A tile's first key block through the step loops (LOOP_FIRST): a forced one runs _consumer_tile's walks on
+    16-bit inputs, with no sliding window, without LEAD_S and without Q2 (ForwardPlan on the host, input_refusal
+    stubbed), one line where it cannot; d = 64's causal default takes it, and drops it for a forced Q2, a window or
+    FP8."""
+    monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
+    monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
+
+    def plan(n, d, causal=False, window=None, dtype=torch.bfloat16, **config):
+        x = torch.empty(2, 4, n, d, dtype=dtype)
+        return flash_ws.ForwardPlan(x, x, x, causal, config, window)
+
+    for n, d, causal, window, dtype, config, why in [
+        (2048, 128, True, None, torch.float8_e4m3fn, {}, "LOOP_FIRST takes 16-bit inputs, not FP8"),
+        (4096, 64, True, (2048, 0), torch.bfloat16, {}, "LOOP_FIRST walks no sliding window"),
+        (1024, 128, False, None, torch.bfloat16, {}, "LEAD_S=0 for LOOP_FIRST"),
+        (1024, 64, False, None, torch.bfloat16, {}, "Q2=0 for LOOP_FIRST"),
+        (1024, 64, True, None, torch.bfloat16, {"Q2": 1}, "Q2=0 for LOOP_FIRST"),
+    ]:
+        with pytest.raises(ValueError, match=why) as err:
+            plan(n, d, causal, window, dtype, LOOP_FIRST=1, **config)
+        assert "\n" not in str(err.value)
+    for n, d, causal, config in [
+        (1024, 64, False, {"Q2": 0}),
+        (1024, 128, True, {"LEAD_S": 0}),
+        (1024, 256, False, {}),
+        (2048, 256, True, {}),
+    ]:
+        taken = plan(n, d, causal, LOOP_FIRST=1, **config)
+        assert taken.config["LOOP_FIRST"] == 1 and taken.call.constexprs["LOOP_FIRST"] is True, (n, d, causal)
+    assert flash_ws.default_config(64, True)["LOOP_FIRST"] == 1
+    assert not any(cfg.get("LOOP_FIRST") for key, cfg in flash_ws.DEFAULT_CONFIG.items() if key != (64, True))
+    for n in (1024, 2048, 16384):
+        assert plan(n, 64, True).call.constexprs["LOOP_FIRST"] is True, n
+    with_q2 = plan(1024, 64, True, Q2=1)  # a forced Q2 wins over the default's LOOP_FIRST
+    assert with_q2.config["Q2"] == 1 and with_q2.config["LOOP_FIRST"] == 0
+    assert plan(4096, 64, True, (2048, 0)).call.constexprs["LOOP_FIRST"] is False
+    cfg = flash_ws.default_config(64, True)
+    assert flash_ws.kernel_constexprs(cfg, 64, True, varlen=True)["LOOP_FIRST"] is False
 
 
 def test_d256_tiles_fit_shared_memory_beside_half_width_output_buffers():

@@ -416,6 +416,7 @@ GLUON_REFUSED = [  # (lengths, config, window, words of the refusal)
     (SELF[0], {"SCHED_HEADS": 4}, None, "flash_ws varlen forward: tiles are walked one head at a time"),
     (SELF[0], {"LEAD_S": 1}, None, "flash_ws varlen forward: no early first S"),
     (SELF[0], {"Q2": 1}, None, "flash_ws varlen forward: no second Q buffer"),
+    (SELF[0], {"LOOP_FIRST": 1}, None, "flash_ws varlen forward: a first block of its own"),
     (SELF[0], {"BLOCK_M": 192}, None, "flash_ws varlen forward: BLOCK_M 192"),
     (SELF[0], {"STAGES": 4, "PERSISTENT": 1}, None, "KiB of shared memory at head dim 128"),
     (SELF[0], {}, (100, 0), "flash_ws varlen forward: sliding window (100, 0)"),

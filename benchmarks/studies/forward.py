@@ -131,6 +131,10 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
     "ws-n64": {"BLOCK_N": 64},
     "ws-n64-s3": {"BLOCK_N": 64, "STAGES": 3},
     "ws-n64-s4": {"BLOCK_N": 64, "STAGES": 4},
+    # the shipped default with each tile's first key block through the step loops, or through a softmax of its own
+    # (LOOP_FIRST: d = 64's causal default takes the loops)
+    "ws-loop-first": {"LOOP_FIRST": 1},
+    "ws-no-loop-first": {"LOOP_FIRST": 0},
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
 # under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads), over the head dim's
