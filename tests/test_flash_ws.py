@@ -145,7 +145,9 @@ def test_forward_matches_reference(shape, dtype, causal, config):
 def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config):
     """192-row tiles (d = 64): tiles end at seq_q, so the first one's leading warpgroups own no row and only
     keep the barrier protocol; a wrong turn or release count hangs or corrupts the rows after it. Persistent
-    configs with 2-3 programs walk many tiles each: the ring, turn and Q/O barriers carry over between tiles."""
+    configs with 2-3 programs walk many tiles each: the ring, turn and Q/O barriers carry over between tiles. The
+    causal default runs each tile's first block through the step loops (LOOP_FIRST: its V held past its step),
+    `no-loop-first` the first block's own code; without a mask the default holds two Q buffers (Q2)."""
     check_forward(shape, dtype, causal, {"BLOCK_M": 192, **config})
 
 
