@@ -148,10 +148,8 @@ def _consumer_step(
     )
     if not PV_FIRST:  # P_{g-1}'s sums (SUM_MMA), at block g-1's max: rescaled as O is
         acc, l_i = _pv_wait(acc, pa, sums, l_i, alpha, SUM_MMA)
-        if LOOP_FIRST:  # the first block's V stays held
-            mbarrier.arrive(empty_bars.index(STAGES + prev), pred=g != g_first)
-        else:
-            mbarrier.arrive(empty_bars.index(STAGES + prev))  # V_{g-1} is no longer read
+        # V_{g-1} is no longer read (LOOP_FIRST: the tile's first block's own V stays held)
+        mbarrier.arrive(empty_bars.index(STAGES + prev), pred=g != g_first if LOOP_FIRST else True)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
     if q.dtype.is_fp8():
         p = p_new
@@ -1102,34 +1100,16 @@ def _attn_fwd_ws(
     else:  # no walk: COUNTER (None, or VARLEN's prefix sums again) stands in for the slot, unused
         docs = (CU_Q, CU_K, NUM_DOCS, OUT, COUNTER, COUNTER)
     parts = (smem, bars, od, LSE, sched, scales, docs)
-    # Constexprs go into the partitions' tuples as written here: a tuple held in a variable makes them tensors.
+    # The consumers' modes, one constexpr: a plain tuple held in a variable would make its constexprs tensors.
+    MODES: gl.constexpr = gl.constexpr(
+        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST)
+    )
     if NUM_WG == 3:
         gl.warp_specialize(
             [
-                (
-                    _consumer,
-                    (
-                        parts,
-                        0,
-                        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST),
-                    ),
-                ),
-                (
-                    _consumer,
-                    (
-                        parts,
-                        1,
-                        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST),
-                    ),
-                ),
-                (
-                    _consumer,
-                    (
-                        parts,
-                        2,
-                        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST),
-                    ),
-                ),
+                (_consumer, (parts, 0, MODES)),
+                (_consumer, (parts, 1, MODES)),
+                (_consumer, (parts, 2, MODES)),
                 (
                     load_partition,
                     (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN, TWO_Q),
@@ -1142,22 +1122,8 @@ def _attn_fwd_ws(
         gl.static_assert(not (WINDOW or VARLEN), "LEAD_S walks no window and no packed documents")
         gl.warp_specialize(
             [
-                (
-                    _consumer_lead,
-                    (
-                        parts,
-                        0,
-                        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST),
-                    ),
-                ),
-                (
-                    _consumer_lead,
-                    (
-                        parts,
-                        1,
-                        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST),
-                    ),
-                ),
+                (_consumer_lead, (parts, 0, MODES)),
+                (_consumer_lead, (parts, 1, MODES)),
                 (
                     load_partition,
                     (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN, TWO_Q),
@@ -1169,22 +1135,8 @@ def _attn_fwd_ws(
     else:
         gl.warp_specialize(
             [
-                (
-                    _consumer,
-                    (
-                        parts,
-                        0,
-                        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST),
-                    ),
-                ),
-                (
-                    _consumer,
-                    (
-                        parts,
-                        1,
-                        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST),
-                    ),
-                ),
+                (_consumer, (parts, 0, MODES)),
+                (_consumer, (parts, 1, MODES)),
                 (
                     load_partition,
                     (descs, smem, bars, sched, docs, CAUSAL, SCHED_HEADS, WINDOW, VARLEN, TWO_Q),
