@@ -84,10 +84,10 @@ HEAD_DIMS = tuple(BLOCK_N)
 # registers by its order (flash_ws_kernel._consumer_step: P_EARLY at d = 256, PV_FIRST at d = 128). H200, GPU time:
 # 0.95-0.98x the 128-key walk's time at d = 128 without a mask from N = 2048 (0.99-1.00x at 1024), 0.90-0.98x the
 # 64-key one at d = 256 from N = 1024 (before P_EARLY, which took 0.93-0.99x the time of that). d = 128 causal
-# (with SUM_MMA, without EXP_POLY, which spills there) wastes more of the diagonal: 1.15x / 1.05x the 128-key walk's
-# time at N = 2048 / 4096, 0.98x / 0.94x at 8192 / 16384 (docs/kernels.md, the FP8 forward).
+# (with SUM_MMA and LOOP_FIRST, without EXP_POLY, which spills there) wastes more of the diagonal: 1.13x / 1.05x the
+# 128-key walk's time at N = 1024 / 2048, 0.96-0.97x at 4096 (docs/kernels.md, the FP8 forward).
 FP8_WIDE_N = {(128, False): 256, (128, True): 256, (256, False): 128, (256, True): 128}
-FP8_WIDE_MIN_KEYS = {(128, True): 8192}
+FP8_WIDE_MIN_KEYS = {(128, True): 4096}
 # Default config per (head dim, causal), the measured winners (docs/kernels.md, the Gluon forward): d = 64 takes
 # FA3's 192-row tiles (three consumers); d = 64 and 128 are persistent when not causal (the next tile's loads run
 # under this one's epilogue: 1.14x one program per tile at d = 128, N = 1024); causal tiles are unequal, so they
@@ -141,6 +141,11 @@ FP8_EXP_POLY_DIMS = (128,)
 # Head dims whose FP8 walk over the wide key tiles sums P's rows by a matmul beside P V (SUM_MMA): d = 128 took
 # 0.91-0.95x the time without a mask at N = 2048-16384 (docs/kernels.md, the FP8 forward).
 FP8_SUM_MMA_DIMS = (128,)
+# Head dims whose causal FP8 walk over the wide key tiles runs each tile's first key block through the step loops
+# (LOOP_FIRST, which drops the build's first-block softmax copies and its spill): d = 128 took 0.958-0.966x the time
+# at N = 8192-16384. Over the narrow tiles it took 1.005-1.008x, without a mask 1.003-1.030x, at d = 256
+# 0.988-1.007x (docs/kernels.md, the FP8 forward).
+FP8_LOOP_FIRST_DIMS = (128,)
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
@@ -227,6 +232,8 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False, n_k: int = 0)
             cfg.update(BLOCK_N=wide, STAGES=2)
             if head_dim in FP8_SUM_MMA_DIMS:
                 cfg["SUM_MMA"] = 1
+            if causal and head_dim in FP8_LOOP_FIRST_DIMS:
+                cfg["LOOP_FIRST"] = 1
         if causal:
             cfg["LPT"] = 1
             if head_dim in FP8_EXP_POLY_DIMS and cfg["BLOCK_N"] == BLOCK_N[head_dim]:
@@ -333,12 +340,10 @@ def q2_refusal(cfg: dict[str, Any], head_dim: int, window: bool = False, fp8: bo
     return None
 
 
-def loop_first_refusal(cfg: dict[str, Any], window: bool = False, fp8: bool = False) -> str | None:
+def loop_first_refusal(cfg: dict[str, Any], window: bool = False) -> str | None:
     """Why config cfg cannot run LOOP_FIRST (one line), else None: the consumers of _consumer_tile (not LEAD_S's)
-    on 16-bit inputs with no sliding window (neither built), and not beside Q2: forced together under a causal
+    with no sliding window (not built), and not beside Q2: forced together under a causal
     mask they gave wrong rows on an H200 (docs/kernels.md), so a default LOOP_FIRST gives way to a forced Q2."""
-    if fp8:
-        return "LOOP_FIRST takes 16-bit inputs, not FP8"
     if window:
         return "LOOP_FIRST walks no sliding window"
     if cfg.get("LEAD_S"):
@@ -792,7 +797,7 @@ class ForwardPlan:
         refusals = {  # in this order: Q2 runs only without LEAD_S, LOOP_FIRST only without either
             "LEAD_S": lambda: lead_s_refusal(cfg, q.shape[2], window is not None, fp8),
             "Q2": lambda: q2_refusal(cfg, D, window is not None, fp8),
-            "LOOP_FIRST": lambda: loop_first_refusal(cfg, window is not None, fp8),
+            "LOOP_FIRST": lambda: loop_first_refusal(cfg, window is not None),
         }
         for key, refusal in refusals.items():
             if cfg.get(key):  # the default's where its walk can run it; a forced one or a one-line refusal

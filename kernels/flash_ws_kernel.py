@@ -88,7 +88,7 @@ def _consumer_step(
     (BLOCK_N / 8) before S_g's issue, and S_g still overlaps P_{g-1} V_{g-1} (P_EARLY: 208 registers; no spill
     without a mask, 8 stores causal); at d = 128 (256 keys) that is 224, which spilled 62 stores, so P_{g-1} V_{g-1}
     is issued and waited first, then S_g (PV_FIRST: none). SUM_MMA: P's row sums come from a matmul beside
-    P V (_pv_done), not from the softmax. LOOP_FIRST (16-bit): the tile's first block g_first runs this step too,
+    P V (_pv_done), not from the softmax. LOOP_FIRST: the tile's first block g_first runs this step too,
     its P V one of zeros (p) on V_g itself, which it waits for and leaves held for block g's own P V next step."""
     _, _, k_smem, v_smem, ones = smem
     _, _, k_bars, v_bars, empty_bars, _ = bars
@@ -102,7 +102,13 @@ def _consumer_step(
     if PV_FIRST:
         pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         mbarrier.wait(my_turn, (g & 1) ^ FLIP)
-        acc, l_i = _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g - 1, SUM_MMA)
+        if LOOP_FIRST:  # the tile's first block: P (zeros) times its own V, left held
+            first_g = (g == g_first).to(gl.int32)
+            acc, l_i = _pv_done(
+                acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g - 1 + first_g, SUM_MMA, first_g == 0
+            )
+        else:
+            acc, l_i = _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g - 1, SUM_MMA)
         mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
         s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.arrive(next_turn)
@@ -159,15 +165,15 @@ def _consumer_step(
 
 
 @gluon.jit
-def _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g, SUM_MMA: gl.constexpr):
+def _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g, SUM_MMA: gl.constexpr, release=True):
     """P V of the program's key block g (pa: P as P V's A operand) issued once V_g has landed and waited for, V_g's
-    stage then released; returns (acc, l_i), with P's row sums added to l_i under SUM_MMA."""
+    stage then released (where release holds); returns (acc, l_i), with P's row sums added to l_i under SUM_MMA."""
     STAGES: gl.constexpr = v_bars.shape[0]
     mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
     acc = warpgroup_mma(pa, v_operand(v_smem, g % STAGES), acc, is_async=True)
     sums = _issue_sums(pa, ones) if SUM_MMA else acc
     acc, l_i = _pv_wait(acc, pa, sums, l_i, 1.0, SUM_MMA)
-    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES))
+    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES), pred=release)
     return acc, l_i
 
 
@@ -799,10 +805,11 @@ def _consumer_tile(
 
     if LOOP_FIRST:  # the first block through the loops below, behind a P V of zeros (_consumer_step): no
         # softmax copy of its own (d = 64 causal: 5,672 SASS instructions against 7,224)
-        gl.static_assert(
-            not (WINDOW or VARLEN or FP8), "LOOP_FIRST: 16-bit inputs, no window, no packed documents"
-        )
-        p = gl.zeros([ROWS, BLOCK_N], q.dtype, p_layout)
+        gl.static_assert(not (WINDOW or VARLEN), "LOOP_FIRST: no window, no packed documents")
+        if FP8:  # FP8 carries P in fp32 (p_operand converts it)
+            p = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+        else:
+            p = gl.zeros([ROWS, BLOCK_N], q.dtype, p_layout)
         mid = first
     else:
         # The first block: S and its softmax; its P V is issued in the next step.

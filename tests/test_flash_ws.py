@@ -533,13 +533,13 @@ def test_lpt_heads_reads_the_tiles_the_walk_has():
 def test_fp8_defaults_are_persistent_and_list_scheduled_when_causal(head_dim):
     """FP8 at d = 128 and 256: a persistent walk of 128-row tiles (d = 128: 1.04-1.10x one program per tile up to
     N = 8192; d = 256: 1.06-1.09x at N = 1024-2048), list-scheduled under a causal mask, over two stages of the
-    wide key tiles (flash_ws.FP8_WIDE_N) where the keys are a multiple of them (d = 128 causal: from 8192 keys,
+    wide key tiles (flash_ws.FP8_WIDE_N) where the keys are a multiple of them (d = 128 causal: from 4096 keys,
     where they waste less of the diagonal than they save), else three of the head dim's. Each default fits shared
     memory and passes check_config, so a row's reported config can be forced back."""
     wide = {(128, False): 256, (256, False): 128, (256, True): 128}
-    for causal, n_k in itertools.product((False, True), (4096, 4096 + 64, 8192, 16384)):
+    for causal, n_k in itertools.product((False, True), (2048, 4096, 4096 + 64, 8192, 16384)):
         cfg = flash_ws.default_config(head_dim, causal, fp8=True, n_k=n_k)
-        block_n = 256 if (head_dim, causal) == (128, True) and n_k >= 8192 else wide.get((head_dim, causal))
+        block_n = 256 if (head_dim, causal) == (128, True) and n_k >= 4096 else wide.get((head_dim, causal))
         stages = 2 if block_n and n_k % block_n == 0 else 3
         assert cfg["BLOCK_N"] == (block_n if stages == 2 else flash_ws.BLOCK_N[head_dim]), (cfg, n_k)
         assert cfg["PERSISTENT"] == 1 and cfg["STAGES"] == stages and cfg.get("LPT", 0) == int(causal), cfg
@@ -571,17 +571,17 @@ def test_fp8_exp2_poly_is_on_for_the_causal_d128_walk_only():
 
 def test_fp8_sum_mma_is_on_over_the_wide_d128_tiles_only():
     """P's row sums by a matmul beside P V (SUM_MMA) where it was measured faster: FP8 at d = 128 over the wide
-    key tiles (keys a multiple of 256, and from 8192 of them under a causal mask: 0.93x the time without a mask on
+    key tiles (keys a multiple of 256, and from 4096 of them under a causal mask: 0.93x the time without a mask on
     an H200); not over the narrow tiles (keys not a multiple of 256, or fewer causal ones), not at d = 256, not in
     bf16. The kernel gets it only in FP8 mode, and its ones tile (8 x BLOCK_N e4m3) counts in the shared memory."""
     on = [
         (d, c, n_k)
         for d in (128, 256)
         for c in (False, True)
-        for n_k in (4096, 4096 + 128, 8192)
+        for n_k in (2048, 4096, 4096 + 128)
         if flash_ws.default_config(d, c, fp8=True, n_k=n_k).get("SUM_MMA")
     ]
-    assert on == [(128, False, 4096), (128, False, 8192), (128, True, 8192)]
+    assert on == [(128, False, 2048), (128, False, 4096), (128, True, 4096)]
     assert not any(
         flash_ws.default_config(d, c, n_k=4096).get("SUM_MMA") for d in (64, 128, 256) for c in (False, True)
     )
@@ -827,9 +827,9 @@ def test_q2_is_refused_where_its_walk_cannot_run(monkeypatch):
 
 def test_loop_first_is_refused_where_its_walk_cannot_run(monkeypatch):
     """A tile's first key block through the step loops (LOOP_FIRST): a forced one runs _consumer_tile's walks on
-    16-bit inputs, with no sliding window, without LEAD_S and without Q2 (ForwardPlan on the host, input_refusal
-    stubbed), one line where it cannot; d = 64's causal default takes it, and drops it for a forced Q2, a window or
-    FP8."""
+    16-bit or FP8 inputs, with no sliding window, without LEAD_S and without Q2 (ForwardPlan on the host,
+    input_refusal stubbed), one line where it cannot; d = 64's causal default takes it, and drops it for a forced
+    Q2 or a window."""
     monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
     monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
 
@@ -838,7 +838,6 @@ def test_loop_first_is_refused_where_its_walk_cannot_run(monkeypatch):
         return flash_ws.ForwardPlan(x, x, x, causal, config, window)
 
     for n, d, causal, window, dtype, config, why in [
-        (2048, 128, True, None, torch.float8_e4m3fn, {}, "LOOP_FIRST takes 16-bit inputs, not FP8"),
         (4096, 64, True, (2048, 0), torch.bfloat16, {}, "LOOP_FIRST walks no sliding window"),
         (1024, 128, False, None, torch.bfloat16, {}, "LEAD_S=0 for LOOP_FIRST"),
         (1024, 64, False, None, torch.bfloat16, {}, "Q2=0 for LOOP_FIRST"),
@@ -855,6 +854,13 @@ def test_loop_first_is_refused_where_its_walk_cannot_run(monkeypatch):
     ]:
         taken = plan(n, d, causal, LOOP_FIRST=1, **config)
         assert taken.config["LOOP_FIRST"] == 1 and taken.call.constexprs["LOOP_FIRST"] is True, (n, d, causal)
+    for n, d, causal in [
+        (2048, 128, True),
+        (16384, 128, False),
+        (4096, 256, True),
+    ]:  # narrow and wide key tiles
+        taken = plan(n, d, causal, None, torch.float8_e4m3fn, LOOP_FIRST=1)
+        assert taken.call.constexprs["LOOP_FIRST"] is True, (n, d, causal)
     assert flash_ws.default_config(64, True)["LOOP_FIRST"] == 1
     assert not any(cfg.get("LOOP_FIRST") for key, cfg in flash_ws.DEFAULT_CONFIG.items() if key != (64, True))
     for n in (1024, 2048, 16384):

@@ -23,6 +23,12 @@ TL = {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 4, "num_stages": 3}
 hopper_only = pytest.mark.skipif(not HOPPER, reason="the Gluon forward needs a Hopper GPU")
 
 
+def forced_tiles(d: int, block_n: int, **keys: int) -> dict:
+    """The Gluon FP8 forward forced onto block_n-key tiles at head dim d, in the stages that fit them (two of the
+    wide tiles, three of the head dim's), with `keys` over the default's."""
+    return {**GLUON, "BLOCK_N": block_n, "STAGES": 2 if block_n * d >= 256 * 128 else 3, **keys}
+
+
 def kernel_ran() -> str:
     return last_config().get("kernel", "tl")
 
@@ -205,23 +211,54 @@ def test_gpu_gluon_fp8_sum_mma_forced_either_way_within_budget(d, causal, block_
     """SUM_MMA forced off where the default has it (d = 128's wide tiles, P V before S) and on where none has it:
     the narrow tiles' order (S, then P V and its sums in flight under the softmax, the sums rescaled as O is) and
     d = 256's P_EARLY order, unmasked and causal. The row sums come from the e4m3 P that P V reads."""
-    stages = 2 if block_n * d >= 256 * 128 else 3
-    config = {**GLUON, "BLOCK_N": block_n, "STAGES": stages, "SUM_MMA": sums}
-    check(2, 4, 2, 2048, 2048, d, causal=causal, config=config, seed=11)
+    check(2, 4, 2, 2048, 2048, d, causal=causal, config=forced_tiles(d, block_n, SUM_MMA=sums), seed=11)
     assert (last_config()["SUM_MMA"], last_config()["BLOCK_N"]) == (sums, block_n)
 
 
 @pytest.mark.gpu
+@pytest.mark.full  # forced; the dispatched causal d = 128 walk over 256-key tiles runs it in the test below
 @hopper_only
-@pytest.mark.parametrize("nq", [8192, 640], ids=["square", "diagonal-mid-tile"])
+@pytest.mark.parametrize(
+    ("d", "causal", "block_n", "programs"),
+    [
+        (128, True, 128, 3),
+        (128, False, 128, 0),
+        (128, True, 256, 0),
+        (128, False, 256, 3),
+        (256, True, 64, 3),
+        (256, False, 128, 3),
+    ],
+)
+def test_gpu_gluon_fp8_loop_first_within_budget(d, causal, block_n, programs):
+    """A tile's first key block through the step loops (LOOP_FIRST) in FP8: its P V one of zeros (P in fp32,
+    converted) on its own V, held past its step, in each of the step's orders: S then P V (the narrow tiles), P V
+    waited before S (PV_FIRST: d = 128's 256 keys), P converted before S (P_EARLY: d = 256's 128 keys); with 3
+    programs each walks many tiles, so a V held or released wrongly carries into the next tile's ring."""
+    config = forced_tiles(d, block_n, LOOP_FIRST=1, **({"PROGRAMS": programs} if programs else {}))
+    check(2, 4, 2, 2048, 2048, d, causal=causal, config=config, seed=13)
+    assert (last_config()["LOOP_FIRST"], last_config()["BLOCK_N"]) == (1, block_n)
+
+
+@pytest.mark.gpu
+@hopper_only
+@pytest.mark.parametrize("nq", [0, 640], ids=["square", "diagonal-mid-tile"])
 def test_gpu_gluon_fp8_causal_d128_takes_the_wide_tiles_from_their_min_keys(nq):
     """d = 128 causal from flash_ws.FP8_WIDE_MIN_KEYS keys: 256-key tiles, list-scheduled, P's row sums by the
-    matmul and every exp2 on the MUFU. 640 rows over 8192 keys put the diagonal 7552 keys on, mid-way through a
+    matmul, every exp2 on the MUFU and each tile's first key block through the step loops (LOOP_FIRST). Square
+    (nq 0: as many rows as keys), or 640 rows over 4096 keys, which put the diagonal 3456 keys on, mid-way through a
     256-key tile, so a tile's last key block has a masked half and a diagonal half."""
     n_k = flash_ws.FP8_WIDE_MIN_KEYS[(128, True)]
+    nq = nq or n_k
     check(1, 2, 1, nq, n_k, 128, causal=True, config=GLUON, seed=nq)
     cfg = last_config()
-    assert (cfg["BLOCK_N"], cfg["SUM_MMA"], cfg.get("EXP_POLY", 0), cfg["LPT"]) == (256, 1, 0, 1), cfg
+    assert (cfg["BLOCK_N"], cfg["SUM_MMA"], cfg.get("EXP_POLY", 0), cfg["LPT"], cfg["LOOP_FIRST"]) == (
+        256,
+        1,
+        0,
+        1,
+        1,
+    )
+    assert (n_k - 640) % 256 == 128  # the mid-tile diagonal
 
 
 @pytest.mark.gpu
@@ -270,9 +307,16 @@ def test_fp8_gluon_default_config_fits_and_reports_its_tiles():
     assert flash_ws.smem_bytes(cfg, 128, fp8=True) == 128 * 128 * 3 + 2 * 2 * 256 * 128 + 8 * 256
     narrow = flash_ws.default_config(128, False, fp8=True, n_k=4096 + 128)
     assert (narrow["BLOCK_N"], narrow["STAGES"]) == (128, 3)
-    # causal: 128 keys up to FP8_WIDE_MIN_KEYS, where the wide tiles' diagonal waste costs more than they save
-    assert (flash_ws.default_config(128, True, fp8=True, n_k=4096)["BLOCK_N"]) == 128
-    assert (flash_ws.default_config(128, True, fp8=True, n_k=8192)["BLOCK_N"]) == 256
+    # causal: 128 keys up to FP8_WIDE_MIN_KEYS, where the wide tiles' diagonal waste costs more than they save;
+    # over the wide ones each tile's first key block goes through the step loops (LOOP_FIRST), over 128 not
+    causal_narrow = flash_ws.default_config(128, True, fp8=True, n_k=2048)
+    assert (causal_narrow["BLOCK_N"], causal_narrow.get("LOOP_FIRST", 0)) == (128, 0)
+    causal_wide = flash_ws.default_config(128, True, fp8=True, n_k=4096)
+    assert (causal_wide["BLOCK_N"], causal_wide["LOOP_FIRST"]) == (256, 1)
+    assert not any(
+        flash_ws.default_config(256, c, fp8=True, n_k=8192).get("LOOP_FIRST") for c in (False, True)
+    )
+    assert not cfg.get("LOOP_FIRST")  # d = 128 without a mask
     four = {**narrow, "STAGES": 4}
     assert flash_ws.smem_bytes(four, 128, fp8=True) <= flash_ws.SMEM_LIMIT < flash_ws.smem_bytes(four, 128)
     for causal in (False, True):

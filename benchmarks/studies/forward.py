@@ -135,14 +135,17 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
     # (LOOP_FIRST: d = 64's causal default takes the loops)
     "ws-loop-first": {"LOOP_FIRST": 1},
     "ws-no-loop-first": {"LOOP_FIRST": 0},
+    # LOOP_FIRST in place of LEAD_S's early S (d = 128's default takes LEAD_S, which LOOP_FIRST runs without)
+    "ws-loop-first-no-lead": {"LEAD_S": 0, "LOOP_FIRST": 1},
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
 # under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads), over the head dim's
 # narrow key tiles (NARROW: flash_ws.BLOCK_N, 128 keys at d = 128, 64 at d = 256); `-nN`: N-key tiles, two stages
 # (flash_ws.FP8_WIDE_N's wide tiles: 256 at d = 128, 128 at d = 256).
 NARROW = "narrow"
-# 256-key tiles over two stages with P's row sums by a matmul and every exp2 on the MUFU
-N256_SUM = {"BLOCK_N": 256, "STAGES": 2, "SUM_MMA": 1, "EXP_POLY": 0}
+# 256-key tiles over two stages with P's row sums by a matmul, every exp2 on the MUFU and the first key block's own
+# softmax
+N256_SUM = {"BLOCK_N": 256, "STAGES": 2, "SUM_MMA": 1, "EXP_POLY": 0, "LOOP_FIRST": 0}
 FP8_GLUON_VARIANTS = {
     **{
         f"fp8-ws-s{stages}{'-p' if persistent else ''}": {
@@ -173,10 +176,17 @@ FP8_GLUON_VARIANTS = {
     # the shipped default with two Q buffers, or one (Q2; no FP8 default takes two)
     "fp8-ws-q2": {"Q2": 1},
     "fp8-ws-q1": {"Q2": 0},
-    # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores): causal d = 128's
-    # default from flash_ws.FP8_WIDE_MIN_KEYS keys, forced below them
+    # the shipped default with each tile's first key block through the step loops, or through a softmax of its own
+    # (LOOP_FIRST)
+    "fp8-ws-loop-first": {"LOOP_FIRST": 1},
+    "fp8-ws-no-loop-first": {"LOOP_FIRST": 0},
+    # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores), with or without each
+    # tile's first key block through the step loops (`-lf`: causal d = 128's default from flash_ws.FP8_WIDE_MIN_KEYS
+    # keys, forced below them)
     "fp8-ws-n256-sum": N256_SUM,
-    # the same, list-scheduled in groups of N heads (`-hN`; flash_ws.lpt_heads picks 4 from 8192 keys at d = 128)
+    "fp8-ws-n256-sum-lf": {**N256_SUM, "LOOP_FIRST": 1},
+    # without LOOP_FIRST, list-scheduled in groups of N heads (`-hN`; flash_ws.lpt_heads picks 4 from 8192 keys at
+    # d = 128)
     **{f"fp8-ws-n256-sum-h{heads}": {**N256_SUM, "SCHED_HEADS": heads} for heads in (1, 8, 16)},
     **{f"fp8-ws-n{block_n}": {"BLOCK_N": block_n, "STAGES": 2} for block_n in (64, 128, 256)},
 }
