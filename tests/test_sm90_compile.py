@@ -54,3 +54,20 @@ def test_the_step_loop_is_the_shortest_matmul_loop_that_runs_exp2s():
     assert tool.loop_summary(body, tool.STEP_OPS, "step loop") == (
         "step loop: 6 instructions, HGMMA.64x64x16.F32.BF16 2, MUFU.EX2 1"
     )
+
+
+def test_a_dump_part_names_one_of_its_n_shares_from_zero():
+    """--part i/n: every n-th kernel from the i-th, i from 0 to n - 1; one past it would compile nothing and say
+    nothing, so it is refused in one line, as is anything but two integers."""
+    import pytest
+
+    tool = load_script("tools/sm90_compile.py")
+    assert (
+        tool.parse_part("0/2") == (0, 2)
+        and tool.parse_part("1/2") == (1, 2)
+        and tool.parse_part("0/1") == (0, 1)
+    )
+    for bad, why in [("2/2", "0 to 1"), ("-1/3", "0 to 2"), ("1", "two integers"), ("a/2", "two integers")]:
+        with pytest.raises(ValueError, match=why) as err:
+            tool.parse_part(bad)
+        assert "\n" not in str(err.value)

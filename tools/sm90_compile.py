@@ -49,8 +49,10 @@ two-pass dK/dV, the Gluon one pass's VARLEN mode); the stored-P and FA1-order fo
 default tile at every head dim over bf16 and e4m3 caches (batch 16, key splits with the combine, paged; e4m3 at d =
 128 also past fp8_plan's fill); flash_mla_decode's candidate tiles, its paged default and its Gluon kernel
 (contiguous and paged). A change that should leave the code alone is checked with `diff -r` of two dumps; --part i/n
-compiles every n-th kernel from the i-th (n processes side by side), --only PREFIX the kernels whose names start with
-PREFIX (`decode`, `mla`, ...).
+compiles every n-th kernel from the i-th, i from 0 (n processes side by side: 0/2 and 1/2), --only PREFIX the
+kernels whose names start with PREFIX (`decode`, `mla`, ...). The dump compiles the kernels of the installed
+package: to dump another commit's, check its kernels/ out into this tree (a second worktree's kernels/ is not the
+installed flashbench.kernels).
 """
 
 from __future__ import annotations
@@ -511,8 +513,20 @@ def _write(folder: str, stem: str, **texts: str) -> None:
             out.write(text)
 
 
+def parse_part(part: str) -> tuple[int, int]:
+    """--part i/n as (i, n): every n-th kernel from the i-th, i from 0 to n - 1 (ValueError, one line, else: a
+    dump at i = n would compile nothing and say nothing)."""
+    try:
+        index, count = (int(x) for x in part.split("/"))
+    except ValueError:
+        raise ValueError(f"--part {part!r}: i/n, two integers (every n-th kernel from the i-th)") from None
+    if not 0 <= index < count:
+        raise ValueError(f"--part {part}: i runs from 0 to n - 1 (here 0 to {count - 1})")
+    return index, count
+
+
 def dump(folder: str, part: str, only: str = "") -> int:
-    index, count = (int(x) for x in part.split("/"))
+    index, count = parse_part(part)
     os.makedirs(folder, exist_ok=True)
     for j, (name, tma, call) in enumerate(shipped()):
         if j % count != index or not name.startswith(only):
@@ -557,6 +571,10 @@ def main() -> int:
     )
     ap.add_argument("--batch", type=int, help="decode, mla: sequences (default 16, mla 32)")
     a = ap.parse_args()
+    try:
+        parse_part(a.part)
+    except ValueError as exc:
+        ap.error(str(exc))
     triton.runtime.driver.set_active(_Sm90Driver())
     os.environ["FLASHBENCH_GLUON"] = "1"
     _compile_only()
