@@ -109,8 +109,8 @@ _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 # smallest whose walk the schedule model (walk_load: its most loaded program) charges at most LPT_SLACK times the
 # best one's; but one head where 4 heads' K and V take more than LPT_ONE_HEAD_BYTES and the model charges one head's
 # walk at most LPT_ONE_HEAD_SLACK times the best group's (the model counts no L2 traffic, which one head's walk keeps
-# least), or where no group fits. FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4. Measured in
-# docs/kernels.md, "Persistent LPT".
+# least), or where no group fits. FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4, and 4 with two Q
+# buffers (FP8_Q2_DIMS). Measured in docs/kernels.md, "Persistent LPT" and the FP8 forward.
 LPT_GROUP_BYTES = 32 * 2**20
 LPT_ONE_HEAD_BYTES = 8 * 2**20
 LPT_SLACK = 1.04
@@ -146,6 +146,10 @@ FP8_SUM_MMA_DIMS = (128,)
 # at N = 8192-16384. Over the narrow tiles it took 1.005-1.008x, without a mask 1.003-1.030x, at d = 256
 # 0.988-1.007x (docs/kernels.md, the FP8 forward).
 FP8_LOOP_FIRST_DIMS = (128,)
+# Head dims whose causal FP8 walk over the head dim's key tiles loads the next tile's Q into a second buffer while
+# this tile runs (Q2), in groups of 4 heads (lpt_heads): d = 128 took 0.972-0.989x the time at N = 1024-3072, Q2 in
+# the 8 heads of the walk before 0.979-0.999x; without a mask 0.98-1.01x (docs/kernels.md, the FP8 forward).
+FP8_Q2_DIMS = (128,)
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
@@ -236,8 +240,11 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False, n_k: int = 0)
                 cfg["LOOP_FIRST"] = 1
         if causal:
             cfg["LPT"] = 1
-            if head_dim in FP8_EXP_POLY_DIMS and cfg["BLOCK_N"] == BLOCK_N[head_dim]:
+            narrow = cfg["BLOCK_N"] == BLOCK_N[head_dim]
+            if narrow and head_dim in FP8_EXP_POLY_DIMS:
                 cfg["EXP_POLY"] = 1
+            if narrow and head_dim in FP8_Q2_DIMS:
+                cfg["Q2"] = 1
         return cfg
     return dict(DEFAULT_CONFIG[(head_dim, bool(causal))])
 
@@ -258,7 +265,7 @@ def lpt_heads(
     left limit, -1 for none."""
     kv_bytes = 2 * n_k * head_dim * (1 if fp8 else 2)  # one head's K and V
     if fp8:
-        return 8 if 8 * kv_bytes <= LPT_ONE_HEAD_BYTES else 4
+        return 8 if 8 * kv_bytes <= LPT_ONE_HEAD_BYTES and not cfg.get("Q2") else 4
     groups = [h for h in (4, 8, 16) if h * kv_bytes <= LPT_GROUP_BYTES]
     if not groups:
         return 1

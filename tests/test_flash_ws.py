@@ -503,7 +503,7 @@ def _block_of(t: int, num_m: int, group: int, bh: int, causal: bool) -> int:
 
 def _speed_heads(d: int, n: int, fp8: bool = False) -> int:
     """lpt_heads of the speed preset's causal shape (16k tokens, hidden 2048) on 132 programs."""
-    cfg = flash_ws.default_config(d, True, fp8)
+    cfg = flash_ws.default_config(d, True, fp8, n_k=n)
     return flash_ws.lpt_heads(cfg, max(1, 16384 // n) * 2048 // d, n, n, d, True, 132, fp8=fp8)
 
 
@@ -511,12 +511,13 @@ def test_lpt_takes_the_smallest_head_group_the_schedule_model_fills_best():
     """The bf16 causal walk's head groups at the speed preset's shapes (N = 1k-32k): where the model fills 132 SMs
     better with wider groups (d = 256 at N = 1024: 16 heads 0.970 of the time filled, 4 heads 0.892), the smallest
     within LPT_SLACK of the best; one head where 4 heads' K and V pass 8 MiB and the model charges one head within
-    1%, or no group's K and V fit 32 MiB. FP8 walks 8 heads while their K and V (1 byte) fit 8 MiB, else 4."""
+    1%, or no group's K and V fit 32 MiB. FP8 walks 8 heads while their K and V (1 byte) fit 8 MiB, else 4, and 4
+    with two Q buffers (Q2: d = 128's causal walk over 128-key tiles, below 4096 keys)."""
     seqs = (1024, 2048, 4096, 8192, 16384, 32768)
     assert [_speed_heads(64, n) for n in seqs] == [4, 4, 4, 4, 4, 1]
     assert [_speed_heads(128, n) for n in seqs] == [4, 4, 4, 4, 1, 1]
     assert [_speed_heads(256, n) for n in seqs] == [16, 8, 4, 4, 1, 1]
-    assert [_speed_heads(128, n, fp8=True) for n in (1024, 4096, 8192, 32768)] == [8, 8, 4, 4]
+    assert [_speed_heads(128, n, fp8=True) for n in (1024, 2048, 4096, 8192, 32768)] == [4, 4, 8, 4, 4]
     assert [_speed_heads(256, n, fp8=True) for n in (2048, 4096)] == [8, 4]
 
 
@@ -534,8 +535,9 @@ def test_fp8_defaults_are_persistent_and_list_scheduled_when_causal(head_dim):
     """FP8 at d = 128 and 256: a persistent walk of 128-row tiles (d = 128: 1.04-1.10x one program per tile up to
     N = 8192; d = 256: 1.06-1.09x at N = 1024-2048), list-scheduled under a causal mask, over two stages of the
     wide key tiles (flash_ws.FP8_WIDE_N) where the keys are a multiple of them (d = 128 causal: from 4096 keys,
-    where they waste less of the diagonal than they save), else three of the head dim's. Each default fits shared
-    memory and passes check_config, so a row's reported config can be forced back."""
+    where they waste less of the diagonal than they save), else three of the head dim's, where d = 128's causal walk
+    holds two Q buffers (Q2). Each default fits shared memory and passes check_config, so a row's reported config
+    can be forced back."""
     wide = {(128, False): 256, (256, False): 128, (256, True): 128}
     for causal, n_k in itertools.product((False, True), (2048, 4096, 4096 + 64, 8192, 16384)):
         cfg = flash_ws.default_config(head_dim, causal, fp8=True, n_k=n_k)
@@ -543,6 +545,9 @@ def test_fp8_defaults_are_persistent_and_list_scheduled_when_causal(head_dim):
         stages = 2 if block_n and n_k % block_n == 0 else 3
         assert cfg["BLOCK_N"] == (block_n if stages == 2 else flash_ws.BLOCK_N[head_dim]), (cfg, n_k)
         assert cfg["PERSISTENT"] == 1 and cfg["STAGES"] == stages and cfg.get("LPT", 0) == int(causal), cfg
+        assert cfg.get("Q2", 0) == int(causal and head_dim == 128 and stages == 3), (
+            cfg
+        )  # flash_ws.FP8_Q2_DIMS
         assert flash_ws.smem_bytes(cfg, head_dim, fp8=True) <= flash_ws.SMEM_LIMIT
         assert flash_ws.check_config(dict(cfg)) == cfg
 
@@ -828,8 +833,8 @@ def test_q2_is_refused_where_its_walk_cannot_run(monkeypatch):
 def test_loop_first_is_refused_where_its_walk_cannot_run(monkeypatch):
     """A tile's first key block through the step loops (LOOP_FIRST): a forced one runs _consumer_tile's walks on
     16-bit or FP8 inputs, with no sliding window, without LEAD_S and without Q2 (ForwardPlan on the host,
-    input_refusal stubbed), one line where it cannot; d = 64's causal default takes it, and drops it for a forced
-    Q2 or a window."""
+    input_refusal stubbed), one line where it cannot (a default's LEAD_S or Q2 included); d = 64's causal default
+    takes it, and drops it for a forced Q2 or a window."""
     monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
     monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
 
@@ -842,6 +847,15 @@ def test_loop_first_is_refused_where_its_walk_cannot_run(monkeypatch):
         (1024, 128, False, None, torch.bfloat16, {}, "LEAD_S=0 for LOOP_FIRST"),
         (1024, 64, False, None, torch.bfloat16, {}, "Q2=0 for LOOP_FIRST"),
         (1024, 64, True, None, torch.bfloat16, {"Q2": 1}, "Q2=0 for LOOP_FIRST"),
+        (
+            2048,
+            128,
+            True,
+            None,
+            torch.float8_e4m3fn,
+            {},
+            "Q2=0 for LOOP_FIRST",
+        ),  # the narrow causal FP8 walk's Q2
     ]:
         with pytest.raises(ValueError, match=why) as err:
             plan(n, d, causal, window, dtype, LOOP_FIRST=1, **config)
@@ -859,7 +873,7 @@ def test_loop_first_is_refused_where_its_walk_cannot_run(monkeypatch):
         (16384, 128, False),
         (4096, 256, True),
     ]:  # narrow and wide key tiles
-        taken = plan(n, d, causal, None, torch.float8_e4m3fn, LOOP_FIRST=1)
+        taken = plan(n, d, causal, None, torch.float8_e4m3fn, LOOP_FIRST=1, Q2=0)
         assert taken.call.constexprs["LOOP_FIRST"] is True, (n, d, causal)
     assert flash_ws.default_config(64, True)["LOOP_FIRST"] == 1
     assert not any(cfg.get("LOOP_FIRST") for key, cfg in flash_ws.DEFAULT_CONFIG.items() if key != (64, True))

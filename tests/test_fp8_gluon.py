@@ -128,8 +128,8 @@ def test_gpu_gluon_fp8_agrees_with_the_tl_kernel_and_its_lse():
 @hopper_only
 def test_gpu_fp8_dispatch_takes_gluon_only_where_it_should(monkeypatch):
     """d = 128 with N % 128 == 0 (causal from flash_ws.GLUON_FP8_MIN_SEQ's length, list-scheduled in groups of 4
-    heads; 256-key tiles without a mask where N % 256 == 0): Gluon (V in either layout); shorter causal, d = 64, N % 128 != 0, a forced tl config, a negative
-    sm_scale or FLASHBENCH_GLUON=0: the tl kernel."""
+    heads with two Q buffers; 256-key tiles without a mask where N % 256 == 0): Gluon (V in either layout); shorter
+    causal, d = 64, N % 128 != 0, a forced tl config, a negative sm_scale or FLASHBENCH_GLUON=0: the tl kernel."""
     n = flash_ws.GLUON_FP8_MIN_SEQ[(128, True)]
 
     def ran(b, h, hkv, nq, nk, d, causal=False, config=None, layout=True):
@@ -144,6 +144,7 @@ def test_gpu_fp8_dispatch_takes_gluon_only_where_it_should(monkeypatch):
     assert ran(1, 2, 1, 1024, 1024, 128, layout=False) == "gluon-ws"  # laid out once per call, then Gluon
     assert ran(1, 2, 1, n // 2, n // 2, 128, causal=True) == "tl"
     assert ran(1, 2, 1, n, n, 128, causal=True) == "gluon-ws"
+    assert last_config()["Q2"] == 1  # flash_ws.FP8_Q2_DIMS: 128-key tiles below 4096 keys
     fp8_causal = flash_ws.default_config(128, True, fp8=True)
     heads = flash_ws.lpt_heads(fp8_causal, 2, n, n, 128, True, 132, fp8=True)
     assert last_config()["LPT"] == 1 and last_config()["SCHED_HEADS"] == heads
@@ -233,8 +234,9 @@ def test_gpu_gluon_fp8_loop_first_within_budget(d, causal, block_n, programs):
     """A tile's first key block through the step loops (LOOP_FIRST) in FP8: its P V one of zeros (P in fp32,
     converted) on its own V, held past its step, in each of the step's orders: S then P V (the narrow tiles), P V
     waited before S (PV_FIRST: d = 128's 256 keys), P converted before S (P_EARLY: d = 256's 128 keys); with 3
-    programs each walks many tiles, so a V held or released wrongly carries into the next tile's ring."""
-    config = forced_tiles(d, block_n, LOOP_FIRST=1, **({"PROGRAMS": programs} if programs else {}))
+    programs each walks many tiles, so a V held or released wrongly carries into the next tile's ring. Without Q2
+    (the narrow causal default's two Q buffers): the pair is refused (flash_ws.loop_first_refusal)."""
+    config = forced_tiles(d, block_n, LOOP_FIRST=1, Q2=0, **({"PROGRAMS": programs} if programs else {}))
     check(2, 4, 2, 2048, 2048, d, causal=causal, config=config, seed=13)
     assert (last_config()["LOOP_FIRST"], last_config()["BLOCK_N"]) == (1, block_n)
 

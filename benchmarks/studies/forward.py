@@ -173,12 +173,17 @@ FP8_GLUON_VARIANTS = {
     # the shipped default with P's row sums by a matmul beside P V, or by the softmax's adds (SUM_MMA)
     "fp8-ws-sum-mma": {"SUM_MMA": 1},
     "fp8-ws-sum-fadd": {"SUM_MMA": 0},
-    # the shipped default with two Q buffers, or one (Q2; no FP8 default takes two)
+    # the shipped default with two Q buffers, or one (Q2: d = 128's causal walk over 128-key tiles takes two, in
+    # groups of 4 heads; with one, lpt_heads gives it 8 below 4096 keys), and two Q buffers with two or four K/V
+    # stages or in groups of 8 heads
     "fp8-ws-q2": {"Q2": 1},
     "fp8-ws-q1": {"Q2": 0},
-    # the shipped default with each tile's first key block through the step loops, or through a softmax of its own
-    # (LOOP_FIRST)
-    "fp8-ws-loop-first": {"LOOP_FIRST": 1},
+    "fp8-ws-q2-s2": {"Q2": 1, "STAGES": 2},
+    "fp8-ws-q2-s4": {"Q2": 1, "STAGES": 4},
+    "fp8-ws-q2-h8": {"Q2": 1, "SCHED_HEADS": 8},
+    # the shipped default with each tile's first key block through the step loops (without Q2: the pair is refused),
+    # or through a softmax of its own (LOOP_FIRST)
+    "fp8-ws-loop-first": {"LOOP_FIRST": 1, "Q2": 0},
     "fp8-ws-no-loop-first": {"LOOP_FIRST": 0},
     # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores), with or without each
     # tile's first key block through the step loops (`-lf`: causal d = 128's default from flash_ws.FP8_WIDE_MIN_KEYS
