@@ -183,7 +183,9 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # the step loops, its step's P V one of zeros on its own V, so the consumer has no separate first-block softmax
 # (flash_ws_kernel._consumer_tile; loop_first_refusal says where it cannot). SUM_MMA (FP8
 # only): P's row sums (the softmax's l) by P @ ones [BLOCK_N, 8] beside each P V, not by the softmax's adds; the
-# ones take 8 x BLOCK_N bytes of shared memory (flash_ws_kernel._pv_done).
+# ones take 8 x BLOCK_N bytes of shared memory (flash_ws_kernel._pv_done). FAST_MASK: the causal diagonal masked
+# with each score's key split into a register constant and a lane part folded into the row's limit
+# (flash_ws_parts._diagonal_mask, _key_order_mask), not computed per score; fast_mask says where the default has it.
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
@@ -200,6 +202,7 @@ CONFIG_KEYS = {
     "SUM_MMA": (0, 1),
     "Q2": (0, 1),
     "LOOP_FIRST": (0, 1),
+    "FAST_MASK": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -741,6 +744,22 @@ def walk_load(
     return tiles, programs, busiest, sum(cost) * bh / programs
 
 
+# 16-bit head dims whose causal diagonal is masked by flash_ws_parts._diagonal_mask (FAST_MASK) by default, beside
+# three consumers (d = 64) and packed documents: d = 128 took 0.980-0.990x the time of a key computed per score at N
+# = 1024-4096 (H200), d = 256 0.997-1.010x, and FP8 d = 128 (_key_order_mask) 1.014-1.026x at N = 2048-3072
+# (docs/kernels.md, the causal diagonal's mask).
+FAST_MASK_DIMS = (128,)
+
+
+def fast_mask(cfg: dict[str, Any], head_dim: int, fp8: bool = False, varlen: bool = False) -> bool:
+    """Whether the kernel masks the causal diagonal by flash_ws_parts._diagonal_mask (FAST_MASK; forced either
+    way): by default with three consumers (d = 64), over packed documents and at FAST_MASK_DIMS in 16 bits."""
+    forced = cfg.get("FAST_MASK")
+    if forced is not None:
+        return bool(forced)
+    return varlen or cfg["BLOCK_M"] // ROWS == 3 or (not fp8 and head_dim in FAST_MASK_DIMS)
+
+
 def kernel_constexprs(
     cfg: dict[str, Any],
     head_dim: int,
@@ -767,6 +786,7 @@ def kernel_constexprs(
         "LEAD_S": bool(cfg.get("LEAD_S")) and not varlen,
         "Q2": bool(cfg.get("Q2")) and not varlen,
         "LOOP_FIRST": bool(cfg.get("LOOP_FIRST")) and not varlen,
+        "FAST_MASK": fast_mask(cfg, head_dim, fp8, varlen),
         "CONSUMER_REGS": CONSUMER_REGS[num_wg],
         "PRODUCER_REGS": PRODUCER_REGS[num_wg],
         **({"VARLEN": 2 if cfg["PERSISTENT"] else 1} if varlen else NOT_VARLEN),

@@ -365,7 +365,8 @@ def _first_softmax(
 def _consumer(
     parts,  # the kernel's (smem, bars, od, LSE, sched, scales, docs), below
     WG: gl.constexpr,  # this consumer's warpgroup
-    modes,  # the kernel's (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST), constexprs
+    modes,  # the kernel's (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST,
+    # FAST_MASK), constexprs
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
     # od: the descriptor of O ([B * H * N_Q, D], block [64, D], or [64, D / 2]: _store_tile); LSE: [B, H, N_Q] fp32;
@@ -530,6 +531,7 @@ def _lead_tile(
     SCHED_HEADS: gl.constexpr = modes[1]
     SEP_O: gl.constexpr = modes[2]
     EXP_POLY: gl.constexpr = modes[5]
+    FAST_MASK: gl.constexpr = modes[9]
     gl.static_assert(not modes[6], "LEAD_S takes 16-bit inputs: no SUM_MMA")
     q_all, o_smem, k_smem, v_smem, _ = smem
     q_bars, q_empties, k_bars, v_bars, empty_bars, _ = bars
@@ -575,7 +577,7 @@ def _lead_tile(
         VARLEN=False,
         KEY_END=False,
         key_end=0,
-        FAST_MASK=False,
+        FAST_MASK=FAST_MASK,
         EXP_POLY=EXP_POLY,
     )
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
@@ -603,6 +605,7 @@ def _lead_tile(
             EXP_POLY=EXP_POLY,
             MASK=True,
             causal_off=causal_off,
+            FAST_MASK=FAST_MASK,
         )
     mbarrier.arrive(q_empties.index(tc % 2))  # every S of this tile is done: its Q buffer takes tile tc + 2's
     last = it + n_blocks - 1
@@ -719,6 +722,7 @@ def _consumer_work(
             q_slot=q_slot,
             NUM_WG=NUM_WG,
             LOOP_FIRST=modes[8],
+            FAST_MASK=modes[9],
             CAUSAL=CAUSAL,
             SEP_O=SEP_O,
             WINDOW=WINDOW,
@@ -761,6 +765,7 @@ def _consumer_tile(
     q_slot,  # this warpgroup's slice of the tile's Q in smem[0]: WG, or with Q2 in the tile's buffer
     NUM_WG: gl.constexpr,
     LOOP_FIRST: gl.constexpr = False,
+    FAST_MASK: gl.constexpr = False,  # the causal diagonal by flash_ws_parts._diagonal_mask (flash_ws.fast_mask)
 ):
     """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
     q_smem, o_smem, k_smem, v_smem, ones = smem
@@ -783,9 +788,6 @@ def _consumer_tile(
     if VARLEN:
         key_end = where[4]
     q = q_smem.index(q_slot)
-    # The causal diagonal by flash_ws_parts._diagonal_mask with three consumers (d = 64) and over packed documents,
-    # where it was measured faster; elsewhere by the key of each score (docs/kernels.md, the forward).
-    FAST_MASK: gl.constexpr = VARLEN or NUM_WG == 3
     rows = q_pos + WG * ROWS + gl.arange(0, ROWS, row_s)
     # Under a causal mask a warpgroup whose last row's diagonal ends a key block before the tile's last stops
     # there: every score past it is masked (p = 0, alpha = 1 exactly, so the output bits are the same), and it
@@ -1041,6 +1043,8 @@ def _attn_fwd_ws(
     Q2: gl.constexpr = False,
     # the tile's first key block through the step loops behind a P V of zeros (no first-block softmax copy)
     LOOP_FIRST: gl.constexpr = False,
+    # the causal diagonal by flash_ws_parts._diagonal_mask (flash_ws.fast_mask), not by a key computed per score
+    FAST_MASK: gl.constexpr = False,
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -1109,7 +1113,7 @@ def _attn_fwd_ws(
     parts = (smem, bars, od, LSE, sched, scales, docs)
     # The consumers' modes, one constexpr: a plain tuple held in a variable would make its constexprs tensors.
     MODES: gl.constexpr = gl.constexpr(
-        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST)
+        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST, FAST_MASK)
     )
     if NUM_WG == 3:
         gl.warp_specialize(

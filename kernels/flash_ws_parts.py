@@ -603,8 +603,8 @@ def _diagonal_mask(s, lim):
     """s with -inf where a score's key (within its block) exceeds its row's lim. The accumulator holds column (the
     key) 8k + 2t + e of a row in register (k, e) of lane t of a quad: split into a register part, a constant per
     register, and a lane part folded into each row's limit once, every score is one compare with an immediate and
-    one select, where computing each score's key (and adding the block's start) cost twice that. Not FP8's
-    key_order (16R + 4t + 2g + e, k = 2R + g: a register part 16R + 2g + e), which no default reaches."""
+    one select, where computing each score's key (and adding the block's start) cost twice that. FP8's key_order:
+    _key_order_mask."""
     M: gl.constexpr = s.shape[0]
     N: gl.constexpr = s.shape[1]
     s4 = gl.reshape(s, [M, N // 8, 4, 2])
@@ -618,6 +618,38 @@ def _diagonal_mask(s, lim):
     lim4 = gl.convert_layout(lim, ROW_AXIS, assert_trivial=True)
     s4 = gl.where(reg <= lim4[:, None, None, None] - lane, s4, float("-inf"))
     return gl.convert_layout(gl.reshape(s4, [M, N]), s.type.layout, assert_trivial=True)
+
+
+@gluon.jit
+def _key_order_mask(s, lim):
+    """_diagonal_mask over FP8's key_order: the score tile as [M, N / 16, 2, 4, 2] (column 16R + 8g + 2t + e, the
+    register k = 2R + g), whose key is 16R + 4t + 2g + e: register part 16R + 2g + e, lane part 4t."""
+    M: gl.constexpr = s.shape[0]
+    N: gl.constexpr = s.shape[1]
+    s5 = gl.reshape(s, [M, N // 16, 2, 4, 2])
+    L5: gl.constexpr = s5.type.layout
+    R_AXIS: gl.constexpr = gl.SliceLayout(
+        0, gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, L5)))
+    )  # dim 1
+    G_AXIS: gl.constexpr = gl.SliceLayout(
+        0, gl.SliceLayout(1, gl.SliceLayout(3, gl.SliceLayout(4, L5)))
+    )  # dim 2
+    T_AXIS: gl.constexpr = gl.SliceLayout(
+        0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(4, L5)))
+    )  # dim 3
+    E_AXIS: gl.constexpr = gl.SliceLayout(
+        0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L5)))
+    )  # dim 4
+    ROW_AXIS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, L5))))
+    reg = (
+        16 * gl.arange(0, N // 16, R_AXIS)[None, :, None, None, None]
+        + 2 * gl.arange(0, 2, G_AXIS)[None, None, :, None, None]
+        + gl.arange(0, 2, E_AXIS)[None, None, None, None, :]
+    )
+    lane = 4 * gl.arange(0, 4, T_AXIS)[None, None, None, :, None]
+    lim5 = gl.convert_layout(lim, ROW_AXIS, assert_trivial=True)
+    s5 = gl.where(reg <= lim5[:, None, None, None, None] - lane, s5, float("-inf"))
+    return gl.convert_layout(gl.reshape(s5, [M, N]), s.type.layout, assert_trivial=True)
 
 
 @gluon.jit
@@ -643,8 +675,10 @@ def softmax(
 ):
     """Online-softmax step on a fp32 score tile: (p, alpha, l, m); the scale is applied after the row max."""
     if MASK and FAST_MASK and not KEY_END and not WINDOW:
-        gl.static_assert(P_SHIFT == 0.0, "_diagonal_mask takes the keys in column order, not FP8's key_order")
-        s = _diagonal_mask(s, rows + causal_off - start_n)
+        if P_SHIFT != 0.0:  # FP8: the columns hold the keys in key_order
+            s = _key_order_mask(s, rows + causal_off - start_n)
+        else:
+            s = _diagonal_mask(s, rows + causal_off - start_n)
     elif MASK:
         cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, s.type.layout))
         if P_SHIFT != 0.0:  # FP8: the columns hold the keys in key_order

@@ -83,6 +83,8 @@ def rel(a, b) -> float:
             "LOOP_FIRST": 1,
         },
         {"STAGES": 2, "LEAD_S": 0, "Q2": 0, "LOOP_FIRST": 1},
+        {"FAST_MASK": 1},
+        {"FAST_MASK": 0},
     ],
     ids=[
         "default",
@@ -94,6 +96,8 @@ def rel(a, b) -> float:
         "q2-lpt",
         "loop-first-lpt",
         "loop-first-tile",
+        "fast-mask",
+        "key-mask",
     ],
 )
 @smoke(default_config_bf16)
@@ -1024,3 +1028,23 @@ def test_the_plan_takes_lpt_heads_group_unless_one_is_forced(monkeypatch):
     cost = flash_ws.walk_costs(d256.config, 1024, 1024, True, -1)
     rows, _ = flash_ws._balanced_schedule(cost, bh, 16, 132, True)
     assert d256.table.tolist() == [list(r) + [num_m * bh] * (d256.width - len(r)) for r in rows]
+
+
+def test_fast_mask_where_the_default_takes_it():
+    """The causal diagonal by _diagonal_mask (FAST_MASK): the default with d = 64's three consumers, over packed
+    documents and at 16-bit d = 128 (0.98-0.99x the time on an H200), not at d = 256 nor in FP8 (_key_order_mask
+    took 1.01-1.03x at d = 128); forced either way, and the kernel gets it as a constexpr."""
+    ws = flash_ws
+    assert [ws.fast_mask(ws.default_config(d, True), d) for d in (64, 128, 256)] == [True, True, False]
+    assert not ws.fast_mask(ws.default_config(128, True, fp8=True), 128, fp8=True)
+    assert ws.fast_mask(ws.default_config(256, True), 256, varlen=True)
+    assert not ws.fast_mask({**ws.default_config(64, True), "FAST_MASK": 0}, 64)
+    assert ws.fast_mask({**ws.default_config(128, True, fp8=True), "FAST_MASK": 1}, 128, fp8=True)
+    assert ws.kernel_constexprs(ws.default_config(128, True), 128, True)["FAST_MASK"] is True
+    assert (
+        ws.kernel_constexprs(ws.default_config(128, True, fp8=True), 128, True, fp8=True)["FAST_MASK"]
+        is False
+    )
+    assert ws.check_config({"FAST_MASK": 1}) == {"FAST_MASK": 1}
+    with pytest.raises(ValueError, match="FAST_MASK=2 must be one of"):
+        ws.check_config({"FAST_MASK": 2})

@@ -242,6 +242,21 @@ def test_gpu_gluon_fp8_loop_first_within_budget(d, causal, block_n, programs):
 
 
 @pytest.mark.gpu
+@pytest.mark.full  # forced
+@hopper_only
+@pytest.mark.parametrize(
+    ("d", "block_n", "nq"),
+    [(128, 128, 2048), (128, 256, 2048), (256, 128, 2048), (128, 128, 640), (256, 64, 640)],
+)
+def test_gpu_gluon_fp8_fast_mask_within_budget(d, block_n, nq):
+    """The causal diagonal by flash_ws_parts._key_order_mask (FAST_MASK): each score's key in FP8's key_order split
+    into a register constant and a lane part folded into its row's limit, over 64- to 256-key tiles, square and with
+    640 rows over 2048 keys (the diagonal 1408 keys on: mid-way through a 256-key tile)."""
+    check(2, 4, 2, nq, 2048, d, causal=True, config=forced_tiles(d, block_n, FAST_MASK=1), seed=17)
+    assert (last_config()["FAST_MASK"], last_config()["BLOCK_N"]) == (1, block_n)
+
+
+@pytest.mark.gpu
 @hopper_only
 @pytest.mark.parametrize("nq", [0, 640], ids=["square", "diagonal-mid-tile"])
 def test_gpu_gluon_fp8_causal_d128_takes_the_wide_tiles_from_their_min_keys(nq):

@@ -137,6 +137,10 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
     "ws-no-loop-first": {"LOOP_FIRST": 0},
     # LOOP_FIRST in place of LEAD_S's early S (d = 128's default takes LEAD_S, which LOOP_FIRST runs without)
     "ws-loop-first-no-lead": {"LEAD_S": 0, "LOOP_FIRST": 1},
+    # the shipped default with the causal diagonal masked by flash_ws_parts._diagonal_mask, or by each score's key
+    # (FAST_MASK: d = 64's default takes the first)
+    "ws-fast-mask": {"FAST_MASK": 1},
+    "ws-key-mask": {"FAST_MASK": 0},
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
 # under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads), over the head dim's
@@ -185,6 +189,8 @@ FP8_GLUON_VARIANTS = {
     # or through a softmax of its own (LOOP_FIRST)
     "fp8-ws-loop-first": {"LOOP_FIRST": 1, "Q2": 0},
     "fp8-ws-no-loop-first": {"LOOP_FIRST": 0},
+    # the shipped default with the causal diagonal masked by flash_ws_parts._key_order_mask (FAST_MASK)
+    "fp8-ws-fast-mask": {"FAST_MASK": 1},
     # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores), with or without each
     # tile's first key block through the step loops (`-lf`: causal d = 128's default from flash_ws.FP8_WIDE_MIN_KEYS
     # keys, forced below them)
