@@ -620,6 +620,16 @@ def _diagonal_mask(s, lim):
     return gl.convert_layout(gl.reshape(s4, [M, N]), s.type.layout, assert_trivial=True)
 
 
+@gluon.constexpr_function
+def _axis_layout(layout, dim, rank):
+    """The 1-D layout of dimension dim of a rank-dimensional layout: every other dimension sliced off, the highest
+    first."""
+    for other in reversed(range(rank)):
+        if other != dim:
+            layout = gl.SliceLayout(other, layout)
+    return layout
+
+
 @gluon.jit
 def _key_order_mask(s, lim):
     """_diagonal_mask over FP8's key_order: the score tile as [M, N / 16, 2, 4, 2] (column 16R + 8g + 2t + e, the
@@ -628,26 +638,13 @@ def _key_order_mask(s, lim):
     N: gl.constexpr = s.shape[1]
     s5 = gl.reshape(s, [M, N // 16, 2, 4, 2])
     L5: gl.constexpr = s5.type.layout
-    R_AXIS: gl.constexpr = gl.SliceLayout(
-        0, gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, L5)))
-    )  # dim 1
-    G_AXIS: gl.constexpr = gl.SliceLayout(
-        0, gl.SliceLayout(1, gl.SliceLayout(3, gl.SliceLayout(4, L5)))
-    )  # dim 2
-    T_AXIS: gl.constexpr = gl.SliceLayout(
-        0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(4, L5)))
-    )  # dim 3
-    E_AXIS: gl.constexpr = gl.SliceLayout(
-        0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L5)))
-    )  # dim 4
-    ROW_AXIS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, L5))))
     reg = (
-        16 * gl.arange(0, N // 16, R_AXIS)[None, :, None, None, None]
-        + 2 * gl.arange(0, 2, G_AXIS)[None, None, :, None, None]
-        + gl.arange(0, 2, E_AXIS)[None, None, None, None, :]
+        16 * gl.arange(0, N // 16, _axis_layout(L5, 1, 5))[None, :, None, None, None]
+        + 2 * gl.arange(0, 2, _axis_layout(L5, 2, 5))[None, None, :, None, None]
+        + gl.arange(0, 2, _axis_layout(L5, 4, 5))[None, None, None, None, :]
     )
-    lane = 4 * gl.arange(0, 4, T_AXIS)[None, None, None, :, None]
-    lim5 = gl.convert_layout(lim, ROW_AXIS, assert_trivial=True)
+    lane = 4 * gl.arange(0, 4, _axis_layout(L5, 3, 5))[None, None, None, :, None]
+    lim5 = gl.convert_layout(lim, _axis_layout(L5, 0, 5), assert_trivial=True)
     s5 = gl.where(reg <= lim5[:, None, None, None, None] - lane, s5, float("-inf"))
     return gl.convert_layout(gl.reshape(s5, [M, N]), s.type.layout, assert_trivial=True)
 
