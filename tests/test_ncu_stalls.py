@@ -90,3 +90,27 @@ def test_the_hottest_code_is_the_fp8_forwards_consumer_loop_and_its_exp2s_lead()
     assert tool.opcode("@!P3  BRA 0x7ff1d77f7b80") == "BRA"
     assert tool.opcode("WARPGROUP.DEPBAR.LE gsb0, 0x0") == "WARPGROUP"
     assert "the hottest code, the instructions executed 516096 times each" in tool.render(summary)
+
+
+def test_code_by_execution_count_splits_the_causal_walk_into_its_loops_and_tile_code(tmp_path):
+    """The committed profile of the FP8 causal forward at d = 128, N = 2048 (128-key tiles, one Q buffer, H200):
+    grouped by how often each instruction ran, the unmasked steps (53,760 executions: 13,440 steps of each
+    consumer's four warps) hold the most samples, then the producer's idle warps, then the tile's code (8,192:
+    2,048 tiles, four warps), whose runs of lines are each consumer's placement, first block and epilogue; the
+    masked steps run 7,680 times. The synthetic page is one group of one run."""
+    tool = load_script("tools/ncu_stalls.py")
+    page = ROOT / "results/examples/h200-fp8/studies/q2-narrow-causal/ncu/fp8-d128c-2048-source.csv.gz"
+    summary = tool.summarize(tool.read_source_page(page))
+    groups = {group["executed"]: group for group in summary["groups"]}
+    assert summary["groups"][0]["executed"] == 53760 and len(groups[53760]["runs"]) == 2  # two consumers
+    assert 0.42 < groups[53760]["samples"] / summary["samples"] < 0.43
+    tile_runs = sorted(groups[8192]["runs"], key=lambda run: -run[2])
+    assert sum(run[2] for run in tile_runs) == groups[8192]["samples"]
+    assert [run[1] - run[0] + 1 for run in tile_runs[:2]] == [589, 588]  # each consumer's first block
+    assert groups[7680]["instructions"] == 1525
+    assert "53760x:" in tool.render(summary)
+    plain = tmp_path / "page.csv"
+    plain.write_text(PAGE)
+    assert [
+        (group["executed"], group["runs"]) for group in tool.code_groups(tool.read_source_page(plain))
+    ] == [(100, [(0, 3, 100)])]

@@ -14,7 +14,8 @@ this tool's summary of it; the report itself is deleted (tens of MB). `summary` 
 The summary: the stall samples summed over the source page's `stall_*` columns (all samples, issued or not: a
 sample of a warp that issued is `selected`), each reason's share; the instructions with the most samples, with
 their main reason; the hottest code (the instructions executed the same number of times that hold the most samples:
-a loop's body) and its samples by opcode; and the shared-memory instructions whose wavefronts pass their ideal (`L1 Wavefronts Shared`
+a loop's body) and its samples by opcode; the code by execution count (each group's runs of lines and their
+samples: a warp-specialized kernel's loops, tile code and program code apart); and the shared-memory instructions whose wavefronts pass their ideal (`L1 Wavefronts Shared`
 over `... Ideal`: a bank conflict replays the access), with the total excess.
 """
 
@@ -88,6 +89,7 @@ def summarize(rows: list[dict[str, str]], top: int = 25) -> dict[str, Any]:
         "reasons": {name: count for name, count in totals.most_common() if count},
         "top": hot[:top],
         "hottest": hottest_block(rows),
+        "groups": code_groups(rows),
         "shared_wavefronts": wavefronts,
         "shared_excess": excess,
         "shared_conflicted": shared,
@@ -100,24 +102,45 @@ def opcode(sass: str) -> str:
     return words[0].split(".")[0] if words else ""
 
 
+def code_groups(rows: list[dict[str, str]], top: int = 8) -> list[dict[str, Any]]:
+    """The code by execution count: the instructions executed the same number of times (a loop's straight-line
+    body, a tile's or a program's code; in a warp-specialized kernel each partition's), the `top` groups with the
+    most stall samples, most first. Each: its execution count, samples, instructions, its runs of consecutive
+    source-page lines (first, last, samples), and its samples by opcode, most first."""
+    groups: collections.defaultdict[int, list[int]] = collections.defaultdict(list)
+    for index, row in enumerate(rows):
+        groups[_int(row.get(EXECUTED))].append(index)
+    out = []
+    for executed, lines in groups.items():
+        opcodes: collections.Counter[str] = collections.Counter()
+        runs: list[list[int]] = []
+        for index in lines:
+            samples = _int(rows[index].get(SAMPLES))
+            opcodes[opcode(rows[index].get(SOURCE, ""))] += samples
+            if runs and runs[-1][1] == index - 1:
+                runs[-1][1] = index
+                runs[-1][2] += samples
+            else:
+                runs.append([index, index, samples])
+        out.append(
+            {
+                "executed": executed,
+                "samples": sum(opcodes.values()),
+                "instructions": len(lines),
+                "runs": [tuple(run) for run in runs],
+                "opcodes": {name: count for name, count in opcodes.most_common() if count},
+            }
+        )
+    out.sort(key=lambda group: -group["samples"])
+    return out[:top]
+
+
 def hottest_block(rows: list[dict[str, str]]) -> dict[str, Any]:
-    """The hottest code: the instructions executed the same number of times (a loop's straight-line body; in a
-    warp-specialized kernel, the partition's steady loop), the group with the most stall samples; its execution
-    count, its samples and its samples by opcode, most first."""
-    groups: collections.defaultdict[int, list[dict[str, str]]] = collections.defaultdict(list)
-    for row in rows:
-        groups[_int(row.get(EXECUTED))].append(row)
+    """The hottest code (code_groups' first): its execution count, its samples and its samples by opcode."""
+    groups = code_groups(rows, 1)
     if not groups:
         return {"executed": 0, "samples": 0, "opcodes": {}}
-    executed, block = max(groups.items(), key=lambda item: sum(_int(row.get(SAMPLES)) for row in item[1]))
-    opcodes: collections.Counter[str] = collections.Counter()
-    for row in block:
-        opcodes[opcode(row.get(SOURCE, ""))] += _int(row.get(SAMPLES))
-    return {
-        "executed": executed,
-        "samples": sum(opcodes.values()),
-        "opcodes": {name: count for name, count in opcodes.most_common() if count},
-    }
+    return {key: groups[0][key] for key in ("executed", "samples", "opcodes")}
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -143,6 +166,17 @@ def render(summary: dict[str, Any]) -> str:
         f"  {name:20s} {count:8d} {100 * count / max(1, hot['samples']):5.1f}%"
         for name, count in list(hot["opcodes"].items())[:12]
     ]
+    out.append(
+        "the code by execution count (instructions executed as often; runs of source-page lines with their samples):"
+    )
+    for group in summary["groups"]:
+        runs = ", ".join(f"{first}-{last} {count}" for first, last, count in group["runs"][:12])
+        more = f" and {len(group['runs']) - 12} more" if len(group["runs"]) > 12 else ""
+        top_ops = ", ".join(f"{name} {count}" for name, count in list(group["opcodes"].items())[:4])
+        out.append(
+            f"  {group['executed']:>9d}x: {group['samples']:6d} samples ({100 * group['samples'] / samples:4.1f}%),"
+            f" {group['instructions']} instructions; lines {runs}{more}; {top_ops}"
+        )
     share = 100 * summary["shared_excess"] / max(1, summary["shared_wavefronts"])
     out.append(
         f"shared memory: {summary['shared_wavefronts']} wavefronts, {summary['shared_excess']} beyond the ideal"
