@@ -84,12 +84,13 @@ def summarize(rows: list[dict[str, str]], top: int = 25) -> dict[str, Any]:
     ]  # fmt: skip
     wavefronts = sum(_int(row.get(WAVEFRONTS)) for row in rows)
     excess = sum(item["wavefronts"] - item["ideal"] for item in shared)
+    groups = code_groups(rows)
     return {
         "samples": samples,
         "reasons": {name: count for name, count in totals.most_common() if count},
         "top": hot[:top],
-        "hottest": hottest_block(rows),
-        "groups": code_groups(rows),
+        "hottest": hottest_block(groups),
+        "groups": groups,
         "shared_wavefronts": wavefronts,
         "shared_excess": excess,
         "shared_conflicted": shared,
@@ -135,9 +136,8 @@ def code_groups(rows: list[dict[str, str]], top: int = 8) -> list[dict[str, Any]
     return out[:top]
 
 
-def hottest_block(rows: list[dict[str, str]]) -> dict[str, Any]:
-    """The hottest code (code_groups' first): its execution count, its samples and its samples by opcode."""
-    groups = code_groups(rows, 1)
+def hottest_block(groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """The hottest code (the first of code_groups'): its execution count, its samples and its samples by opcode."""
     if not groups:
         return {"executed": 0, "samples": 0, "opcodes": {}}
     return {key: groups[0][key] for key in ("executed", "samples", "opcodes")}
