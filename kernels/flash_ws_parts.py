@@ -598,6 +598,16 @@ def _exp2_eighth(x):
     return gl.convert_layout(out, x.type.layout, assert_trivial=True)
 
 
+@gluon.constexpr_function
+def _axis_layout(layout, dim, rank):
+    """The 1-D layout of dimension dim of a rank-dimensional layout: every other dimension sliced off, the highest
+    first."""
+    for other in reversed(range(rank)):
+        if other != dim:
+            layout = gl.SliceLayout(other, layout)
+    return layout
+
+
 @gluon.jit
 def _diagonal_mask(s, lim):
     """s with -inf where a score's key (within its block) exceeds its row's lim. The accumulator holds column (the
@@ -609,25 +619,14 @@ def _diagonal_mask(s, lim):
     N: gl.constexpr = s.shape[1]
     s4 = gl.reshape(s, [M, N // 8, 4, 2])
     L4: gl.constexpr = s4.type.layout
-    K_AXIS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L4)))  # dim 1 alone
-    T_AXIS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L4)))  # dim 2 alone
-    E_AXIS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L4)))  # dim 3 alone
-    ROW_AXIS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L4)))  # dim 0 alone
-    reg = 8 * gl.arange(0, N // 8, K_AXIS)[None, :, None, None] + gl.arange(0, 2, E_AXIS)[None, None, None, :]
-    lane = 2 * gl.arange(0, 4, T_AXIS)[None, None, :, None]
-    lim4 = gl.convert_layout(lim, ROW_AXIS, assert_trivial=True)
+    reg = (
+        8 * gl.arange(0, N // 8, _axis_layout(L4, 1, 4))[None, :, None, None]
+        + gl.arange(0, 2, _axis_layout(L4, 3, 4))[None, None, None, :]
+    )
+    lane = 2 * gl.arange(0, 4, _axis_layout(L4, 2, 4))[None, None, :, None]
+    lim4 = gl.convert_layout(lim, _axis_layout(L4, 0, 4), assert_trivial=True)
     s4 = gl.where(reg <= lim4[:, None, None, None] - lane, s4, float("-inf"))
     return gl.convert_layout(gl.reshape(s4, [M, N]), s.type.layout, assert_trivial=True)
-
-
-@gluon.constexpr_function
-def _axis_layout(layout, dim, rank):
-    """The 1-D layout of dimension dim of a rank-dimensional layout: every other dimension sliced off, the highest
-    first."""
-    for other in reversed(range(rank)):
-        if other != dim:
-            layout = gl.SliceLayout(other, layout)
-    return layout
 
 
 @gluon.jit
