@@ -429,12 +429,18 @@ def _consumer(
     elif modes[10]:  # PLACE_AHEAD: each tile placed under the last P V of the tile before (_consumer_work)
         gl.static_assert(not VARLEN, "PLACE_AHEAD: no packed documents")
         FP8: gl.constexpr = k_smem.dtype.is_fp8()
-        nxt = placed_tile(ahead_tile(0, sched), sched, scales, BM, BLOCK_N, CAUSAL, SCHED_HEADS, WINDOW, FP8)
-        for tc in range(rounds(sched)):
-            live, q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks, qk_scale, v_scale = nxt
+        live, q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks, qk_scale, v_scale = placed_tile(
+            ahead_tile(0, sched), sched, scales, BM, BLOCK_N, CAUSAL, SCHED_HEADS, WINDOW, FP8
+        )
+        # A while loop over the live tiles (a row of the table is padded only at its end): under a `for` over the
+        # rounds with an `if live`, Triton 3.6's inlining yielded three of the placed values' loop arguments
+        # unchanged (the first tile's full_blocks for every tile, which hung the walk).
+        tc = 0
+        while live:
             t_next = ahead_tile(tc + 1, sched)  # its load under this tile
-            if live:
-                nxt = _consumer_work(
+            blocks = n_blocks - first
+            live, q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks, qk_scale, v_scale = (
+                _consumer_work(
                     parts,
                     WG,
                     modes,
@@ -454,7 +460,9 @@ def _consumer(
                     scaled=(qk_scale, v_scale),
                     t_next=t_next,
                 )
-                it += n_blocks - first
+            )
+            it += blocks
+            tc += 1
     else:
         for tc in range(rounds(sched)):
             t = round_tile(tc, sched)
