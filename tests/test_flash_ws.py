@@ -145,6 +145,8 @@ def test_forward_matches_reference(shape, dtype, causal, config):
         {"PERSISTENT": 1, "PROGRAMS": 3, "LOOP_FIRST": 0},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1, "PLACE_AHEAD": 1},
         {"PERSISTENT": 1, "PROGRAMS": 2, "PLACE_AHEAD": 1},
+        {"BLOCK_N": 64, "STAGES": 3},
+        {"BLOCK_N": 64, "STAGES": 2, "PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "LPT": 1},
     ],
     ids=[
         "default",
@@ -159,6 +161,8 @@ def test_forward_matches_reference(shape, dtype, causal, config):
         "no-loop-first",
         "place-ahead-lpt-p5",
         "place-ahead-p2",
+        "n64-s3",
+        "n64-lpt-p5",
     ],
 )
 @smoke(lambda dtype, config, **_: config == {} and dtype == torch.bfloat16)  # d = 64's dispatched config
