@@ -186,8 +186,6 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # ones take 8 x BLOCK_N bytes of shared memory (flash_ws_kernel._pv_done). FAST_MASK: the causal diagonal masked
 # with each score's key split into a register constant and a lane part folded into the row's limit
 # (flash_ws_parts._diagonal_mask, _key_order_mask), not computed per score; fast_mask says where the default has it.
-# PLACE_AHEAD: a walk without LEAD_S or packed documents places each tile (its table entry, the divisions of
-# flash_ws_parts.tile, FP8's descales) a tile ahead, under the tile before's last P V (flash_ws_kernel._consumer).
 CONFIG_KEYS = {
     "kernel": None,
     "BLOCK_M": (128, 192),
@@ -205,7 +203,6 @@ CONFIG_KEYS = {
     "Q2": (0, 1),
     "LOOP_FIRST": (0, 1),
     "FAST_MASK": (0, 1),
-    "PLACE_AHEAD": (0, 1),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -363,14 +360,6 @@ def loop_first_refusal(cfg: dict[str, Any], window: bool = False) -> str | None:
         return "LOOP_FIRST runs the walk without LEAD_S's early S: LEAD_S=0 for LOOP_FIRST"
     if cfg.get("Q2"):
         return "LOOP_FIRST with Q2 gave wrong rows under a causal mask: Q2=0 for LOOP_FIRST"
-    return None
-
-
-def place_ahead_refusal(cfg: dict[str, Any]) -> str | None:
-    """Why config cfg cannot place its tiles ahead (PLACE_AHEAD; one line), else None: the consumers of
-    _consumer_tile, not LEAD_S's (whose walk places a tile at its start)."""
-    if cfg.get("LEAD_S"):
-        return "PLACE_AHEAD runs the walk without LEAD_S's early S: LEAD_S=0 for PLACE_AHEAD"
     return None
 
 
@@ -798,7 +787,6 @@ def kernel_constexprs(
         "Q2": bool(cfg.get("Q2")) and not varlen,
         "LOOP_FIRST": bool(cfg.get("LOOP_FIRST")) and not varlen,
         "FAST_MASK": fast_mask(cfg, head_dim, fp8, varlen),
-        "PLACE_AHEAD": bool(cfg.get("PLACE_AHEAD")) and not varlen,
         "CONSUMER_REGS": CONSUMER_REGS[num_wg],
         "PRODUCER_REGS": PRODUCER_REGS[num_wg],
         **({"VARLEN": 2 if cfg["PERSISTENT"] else 1} if varlen else NOT_VARLEN),
@@ -837,7 +825,6 @@ class ForwardPlan:
             "LEAD_S": lambda: lead_s_refusal(cfg, q.shape[2], window is not None, fp8),
             "Q2": lambda: q2_refusal(cfg, D, window is not None, fp8),
             "LOOP_FIRST": lambda: loop_first_refusal(cfg, window is not None),
-            "PLACE_AHEAD": lambda: place_ahead_refusal(cfg),
         }
         for key, refusal in refusals.items():
             if cfg.get(key):  # the default's where its walk can run it; a forced one or a one-line refusal

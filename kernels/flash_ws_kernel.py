@@ -32,14 +32,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .flash_ws_parts import (
     WALK,
-    ahead_tile,
     document_tile,
     live_tiles,
     load_partition,
     mma_layout,
     p_layout_of,
     p_operand,
-    placed_tile,
     pv_wait,
     round_tile,
     rounds,
@@ -171,21 +169,12 @@ def _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g, SUM_MMA: gl.cons
     """P V of the program's key block g (pa: P as P V's A operand) issued once V_g has landed and waited for, V_g's
     stage then released (where release holds); returns (acc, l_i), with P's row sums added to l_i under SUM_MMA."""
     STAGES: gl.constexpr = v_bars.shape[0]
-    acc, sums = _pv_issue(acc, pa, v_smem, ones, v_bars, g, SUM_MMA)
-    acc, l_i = _pv_wait(acc, pa, sums, l_i, 1.0, SUM_MMA)
-    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES), pred=release)
-    return acc, l_i
-
-
-@gluon.jit
-def _pv_issue(acc, pa, v_smem, ones, v_bars, g, SUM_MMA: gl.constexpr):
-    """P V of the program's key block g issued once V_g has landed: (acc, sums) in flight (sums: P's row sums
-    under SUM_MMA, _issue_sums; else acc again), for _pv_wait."""
-    STAGES: gl.constexpr = v_bars.shape[0]
     mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
     acc = warpgroup_mma(pa, v_operand(v_smem, g % STAGES), acc, is_async=True)
     sums = _issue_sums(pa, ones) if SUM_MMA else acc
-    return acc, sums
+    acc, l_i = _pv_wait(acc, pa, sums, l_i, 1.0, SUM_MMA)
+    mbarrier.arrive(empty_bars.index(STAGES + g % STAGES), pred=release)
+    return acc, l_i
 
 
 @gluon.jit
@@ -377,7 +366,7 @@ def _consumer(
     parts,  # the kernel's (smem, bars, od, LSE, sched, scales, docs), below
     WG: gl.constexpr,  # this consumer's warpgroup
     modes,  # the kernel's (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST,
-    # FAST_MASK, PLACE_AHEAD), constexprs
+    # FAST_MASK), constexprs
 ):
     """Consumer warpgroup WG: rows [WG * 64, WG * 64 + 64) of each of the program's query tiles."""
     # od: the descriptor of O ([B * H * N_Q, D], block [64, D], or [64, D / 2]: _store_tile); LSE: [B, H, N_Q] fp32;
@@ -426,43 +415,6 @@ def _consumer(
             it += n_blocks
             tc += 1
             t = take_tile(bars[0], docs[5], tc)
-    elif modes[10]:  # PLACE_AHEAD: each tile placed under the last P V of the tile before (_consumer_work)
-        gl.static_assert(not VARLEN, "PLACE_AHEAD: no packed documents")
-        FP8: gl.constexpr = k_smem.dtype.is_fp8()
-        live, q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks, qk_scale, v_scale = placed_tile(
-            ahead_tile(0, sched), sched, scales, BM, BLOCK_N, CAUSAL, SCHED_HEADS, WINDOW, FP8
-        )
-        # A while loop over the live tiles (a row of the table is padded only at its end): under a `for` over the
-        # rounds with an `if live`, Triton 3.6's inlining yielded three of the placed values' loop arguments
-        # unchanged (the first tile's full_blocks for every tile, which hung the walk).
-        tc = 0
-        while live:
-            t_next = ahead_tile(tc + 1, sched)  # its load under this tile
-            blocks = n_blocks - first
-            live, q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks, qk_scale, v_scale = (
-                _consumer_work(
-                    parts,
-                    WG,
-                    modes,
-                    idle=q_pos + WG * ROWS < 0,
-                    q_row=q_row,
-                    q_pos=q_pos,
-                    kv_bh=kv_bh,
-                    first=first,
-                    n_blocks=n_blocks,
-                    left_full=left_full,
-                    full_blocks=full_blocks,
-                    n_q=N_Q,
-                    n_k=N_K,
-                    where=0,
-                    it=it,
-                    tc=tc,
-                    scaled=(qk_scale, v_scale),
-                    t_next=t_next,
-                )
-            )
-            it += blocks
-            tc += 1
     else:
         for tc in range(rounds(sched)):
             t = round_tile(tc, sched)
@@ -701,11 +653,9 @@ def _consumer_work(
     where,
     it,
     tc,
-    scaled=0,  # PLACE_AHEAD: the tile's (qk_scale, v_scale), loaded a tile ahead
-    t_next=0,  # PLACE_AHEAD: the program's next tile (ahead_tile), placed here; returns its placed_tile
 ):
     """One tile of the warpgroup (_consumer_tile's arguments): its rows, or where it owns none, its turns and
-    releases only. PLACE_AHEAD returns the next tile placed (flash_ws_parts.placed_tile)."""
+    releases only."""
     smem, bars, od, LSE, sched, scales, docs = parts
     # SEP_O: the output has its own buffers (flash_ws.own_o: persistent, O_HALVES, FP8); EXP_POLY: an eighth of
     # each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth); SUM_MMA: P's row sums by a matmul beside
@@ -736,9 +686,6 @@ def _consumer_work(
     # consumer takes one turn per key block, so k is the program's key-block count `it`.
     FLIP: gl.constexpr = 1 if WG == 0 else 0
     FP8: gl.constexpr = smem[2].dtype.is_fp8()
-    AHEAD: gl.constexpr = modes[10]
-    BM: gl.constexpr = NUM_WG * od.block_type.shape[0]
-    ahead = (t_next, sched, scales, BM, smem[2].shape[1], CAUSAL, modes[1], WINDOW, FP8)
     if idle:  # owns no row of this tile: turns and releases only
         # This tile's Q has landed, so the last tile's Q buffers were released by every warpgroup: without the
         # wait, an idle warpgroup racing through a one-block tile could release them again for this tile while
@@ -747,13 +694,9 @@ def _consumer_work(
         for j in range(n_blocks - first):
             _pass_block(it + j, bars, my_turn, next_turn, FLIP)
         mbarrier.arrive(q_empty)
-        nxt = _placed_ahead(ahead, AHEAD)
     else:
-        if AHEAD:
-            qk_scale, v_scale = scaled
-        else:
-            qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
-        nxt = _consumer_tile(
+        qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
+        _consumer_tile(
             smem=smem,
             bars=bars,
             my_turn=my_turn,
@@ -786,20 +729,7 @@ def _consumer_work(
             VARLEN=VARLEN,
             EXP_POLY=EXP_POLY,
             SUM_MMA=SUM_MMA,
-            AHEAD=AHEAD,
-            ahead=ahead,
         )
-    return nxt
-
-
-@gluon.jit
-def _placed_ahead(ahead, AHEAD: gl.constexpr):
-    """PLACE_AHEAD: flash_ws_parts.placed_tile(*ahead); else 0."""
-    if AHEAD:
-        nxt = placed_tile(*ahead)
-    else:
-        nxt = 0
-    return nxt
 
 
 @gluon.jit
@@ -836,11 +766,8 @@ def _consumer_tile(
     NUM_WG: gl.constexpr,
     LOOP_FIRST: gl.constexpr = False,
     FAST_MASK: gl.constexpr = False,  # the causal diagonal by flash_ws_parts._diagonal_mask (flash_ws.fast_mask)
-    AHEAD: gl.constexpr = False,  # PLACE_AHEAD: place the next tile under this one's last P V
-    ahead=0,  # its flash_ws_parts.placed_tile arguments
 ):
-    """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ...
-    AHEAD returns the next tile placed (placed_tile), else 0."""
+    """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
     q_smem, o_smem, k_smem, v_smem, ones = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -973,14 +900,7 @@ def _consumer_tile(
 
     last = it + n_own - first - 1
     pa = p_operand(p, o_layout, gl.constexpr(q.dtype))
-    if AHEAD:  # the next tile placed while the last P V runs
-        pv, sums = _pv_issue(acc, pa, v_smem, ones, v_bars, last, SUM_MMA)
-        nxt = _placed_ahead(ahead, AHEAD)
-        acc, l_i = _pv_wait(pv, pa, sums, l_i, 1.0, SUM_MMA)
-        mbarrier.arrive(empty_bars.index(v_bars.shape[0] + last % v_bars.shape[0]))
-    else:
-        acc, l_i = _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, last, SUM_MMA)
-        nxt = 0
+    acc, l_i = _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, last, SUM_MMA)
     if SKIP_DIAG:
         for j in range(n_own, n_blocks):
             _pass_block(it + j - first, bars, my_turn, next_turn, FLIP)
@@ -1005,7 +925,6 @@ def _consumer_tile(
                 mbarrier.arrive(q_empty)
     else:
         _store_tile(out, o_smem, od, q_row, 0, q_empty, WG, SEP_O)
-    return nxt
 
 
 @gluon.jit
@@ -1126,9 +1045,6 @@ def _attn_fwd_ws(
     LOOP_FIRST: gl.constexpr = False,
     # the causal diagonal by flash_ws_parts._diagonal_mask (flash_ws.fast_mask), not by a key computed per score
     FAST_MASK: gl.constexpr = False,
-    # a persistent walk (no packed documents): the next tile placed (its table entry, bounds and descales) under
-    # the last P V of the tile before (_consumer_work)
-    PLACE_AHEAD: gl.constexpr = False,
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -1197,19 +1113,7 @@ def _attn_fwd_ws(
     parts = (smem, bars, od, LSE, sched, scales, docs)
     # The consumers' modes, one constexpr: a plain tuple held in a variable would make its constexprs tensors.
     MODES: gl.constexpr = gl.constexpr(
-        (
-            CAUSAL,
-            SCHED_HEADS,
-            SEP_O,
-            WINDOW,
-            VARLEN,
-            EXP_POLY,
-            SUM_MMA,
-            Q2,
-            LOOP_FIRST,
-            FAST_MASK,
-            PLACE_AHEAD,
-        )
+        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST, FAST_MASK)
     )
     if NUM_WG == 3:
         gl.warp_specialize(

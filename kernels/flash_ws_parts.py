@@ -230,42 +230,6 @@ def round_tile(tc, sched):
 
 
 @gluon.jit
-def ahead_tile(tc, sched):
-    """round_tile(tc) for PLACE_AHEAD's look one round ahead: a round past the table's width (the program's last
-    round's next) is past the last tile, not a read of the next program's row."""
-    num_m, BH, _, _, _, _, _, TILES, ROUNDS = sched
-    pid = gl.program_id(0)
-    t = tc * gl.num_programs(0) + pid
-    if ROUNDS > 0:
-        t = gl.load(TILES + pid * ROUNDS + tc, mask=tc < ROUNDS, other=num_m * BH)
-    return t
-
-
-@gluon.jit
-def placed_tile(
-    t,
-    sched,
-    scales,
-    BM: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    CAUSAL: gl.constexpr,
-    SCHED_HEADS: gl.constexpr,
-    WINDOW: gl.constexpr,
-    FP8: gl.constexpr,
-):
-    """PLACE_AHEAD: tile t placed ahead of its round, (live, tile()'s seven values, qk_scale, v_scale): the
-    divisions and the descales' loads done under the tile before's last P V. A t past the last tile is not live
-    and is placed as the last tile, so no load reads past the descales."""
-    num_m, BH, _, _, _, _, _, _, _ = sched
-    n_tiles = num_m * BH
-    q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks = tile(
-        gl.minimum(t, n_tiles - 1), sched, BM, BLOCK_N, CAUSAL, SCHED_HEADS, WINDOW
-    )
-    qk_scale, v_scale = tile_scales(scales, kv_bh, FP8)
-    return t < n_tiles, q_pos, q_row, kv_bh, first, n_blocks, left_full, full_blocks, qk_scale, v_scale
-
-
-@gluon.jit
 def load_partition(
     descs,
     smem,

@@ -85,16 +85,6 @@ def rel(a, b) -> float:
         {"STAGES": 2, "LEAD_S": 0, "Q2": 0, "LOOP_FIRST": 1},
         {"FAST_MASK": 1},
         {"FAST_MASK": 0},
-        {"PERSISTENT": 1, "PROGRAMS": 3, "STAGES": 2, "LEAD_S": 0, "PLACE_AHEAD": 1},
-        {
-            "PERSISTENT": 1,
-            "PROGRAMS": 3,
-            "STAGES": 2,
-            "SCHED_HEADS": 4,
-            "LPT": 1,
-            "LEAD_S": 0,
-            "PLACE_AHEAD": 1,
-        },
     ],
     ids=[
         "default",
@@ -108,8 +98,6 @@ def rel(a, b) -> float:
         "loop-first-tile",
         "fast-mask",
         "key-mask",
-        "place-ahead",
-        "place-ahead-lpt",
     ],
 )
 @smoke(default_config_bf16)
@@ -143,8 +131,6 @@ def test_forward_matches_reference(shape, dtype, causal, config):
         {"LOOP_FIRST": 1, "Q2": 0},
         {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1, "LOOP_FIRST": 1, "Q2": 0},
         {"PERSISTENT": 1, "PROGRAMS": 3, "LOOP_FIRST": 0},
-        {"PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "STAGES": 2, "LPT": 1, "PLACE_AHEAD": 1},
-        {"PERSISTENT": 1, "PROGRAMS": 2, "PLACE_AHEAD": 1},
         {"BLOCK_N": 64, "STAGES": 3},
         {"BLOCK_N": 64, "STAGES": 2, "PERSISTENT": 1, "PROGRAMS": 5, "SCHED_HEADS": 4, "LPT": 1},
     ],
@@ -159,8 +145,6 @@ def test_forward_matches_reference(shape, dtype, causal, config):
         "loop-first",
         "loop-first-lpt-p5",
         "no-loop-first",
-        "place-ahead-lpt-p5",
-        "place-ahead-p2",
         "n64-s3",
         "n64-lpt-p5",
     ],
@@ -171,8 +155,7 @@ def test_three_warpgroup_forward_matches_reference(shape, dtype, causal, config)
     keep the barrier protocol; a wrong turn or release count hangs or corrupts the rows after it. Persistent
     configs with 2-3 programs walk many tiles each: the ring, turn and Q/O barriers carry over between tiles. The
     causal default runs each tile's first block through the step loops (LOOP_FIRST: its V held past its step),
-    `no-loop-first` the first block's own code; without a mask the default holds two Q buffers (Q2). `place-ahead`
-    places each tile under the last P V of the one before, idle warpgroups too (PLACE_AHEAD)."""
+    `no-loop-first` the first block's own code; without a mask the default holds two Q buffers (Q2)."""
     check_forward(shape, dtype, causal, {"BLOCK_M": 192, **config})
 
 
@@ -1069,18 +1052,3 @@ def test_fast_mask_where_the_default_takes_it():
     assert ws.check_config({"FAST_MASK": 1}) == {"FAST_MASK": 1}
     with pytest.raises(ValueError, match="FAST_MASK=2 must be one of"):
         ws.check_config({"FAST_MASK": 2})
-
-
-def test_place_ahead_is_a_forced_key_of_the_consumers_walk():
-    """PLACE_AHEAD (each tile placed under the tile before's last P V) reaches the kernel as a constexpr, not over
-    packed documents (their walk places a tile by a search of the documents), and a forced one beside LEAD_S,
-    whose walk places a tile at its start, is a one-line refusal."""
-    ws = flash_ws
-    cfg = {**ws.default_config(64, True), "PLACE_AHEAD": 1}
-    assert ws.kernel_constexprs(cfg, 64, True)["PLACE_AHEAD"] is True
-    assert ws.kernel_constexprs(cfg, 64, True, varlen=True)["PLACE_AHEAD"] is False
-    assert ws.kernel_constexprs(ws.default_config(64, True), 64, True)["PLACE_AHEAD"] is False
-    assert ws.place_ahead_refusal(cfg) is None
-    assert "LEAD_S=0 for PLACE_AHEAD" in (ws.place_ahead_refusal({**cfg, "LEAD_S": 1}) or "")
-    with pytest.raises(ValueError, match="PLACE_AHEAD=2 must be one of"):
-        ws.check_config({"PLACE_AHEAD": 2})

@@ -257,23 +257,6 @@ def test_gpu_gluon_fp8_fast_mask_within_budget(d, block_n, nq):
 
 
 @pytest.mark.gpu
-@pytest.mark.full  # forced
-@hopper_only
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize(("d", "block_n"), [(128, 128), (128, 256), (256, 128)])
-@pytest.mark.parametrize("programs", [3, 0], ids=["p3", "per-sm"])
-def test_gpu_gluon_fp8_place_ahead_within_budget(d, block_n, causal, programs):
-    """Each tile placed, its descales loaded, under the last P V of the tile before (PLACE_AHEAD): a wrong tile's
-    descales or bounds show as rows off the reference; 3 programs walk many tiles each, the last ones past the
-    table's end (ahead_tile's masked read)."""
-    keys = {"PLACE_AHEAD": 1, "PERSISTENT": 1, "PROGRAMS": programs, "LOOP_FIRST": 0}
-    if causal:
-        keys["LPT"] = 1
-    check(2, 4, 2, 1024, 1024, d, causal=causal, config=forced_tiles(d, block_n, **keys), seed=23)
-    assert (last_config()["PLACE_AHEAD"], last_config()["BLOCK_N"]) == (1, block_n)
-
-
-@pytest.mark.gpu
 @hopper_only
 @pytest.mark.parametrize("nq", [0, 640], ids=["square", "diagonal-mid-tile"])
 def test_gpu_gluon_fp8_causal_d128_takes_the_wide_tiles_from_their_min_keys(nq):

@@ -141,10 +141,6 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
     # (FAST_MASK: d = 64's default takes the first)
     "ws-fast-mask": {"FAST_MASK": 1},
     "ws-key-mask": {"FAST_MASK": 0},
-    # the shipped default with each tile placed under the tile before's last P V (PLACE_AHEAD; not beside LEAD_S,
-    # whose walk places a tile at its start: d = 128's walk without it is `ws-no-lead`'s)
-    "ws-place-ahead": {"PLACE_AHEAD": 1},
-    "ws-no-lead-place-ahead": {"LEAD_S": 0, "PLACE_AHEAD": 1},
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
 # under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads), over the head dim's
@@ -195,9 +191,6 @@ FP8_GLUON_VARIANTS = {
     "fp8-ws-no-loop-first": {"LOOP_FIRST": 0},
     # the shipped default with the causal diagonal masked by flash_ws_parts._key_order_mask (FAST_MASK)
     "fp8-ws-fast-mask": {"FAST_MASK": 1},
-    # the shipped default with each tile placed (its table entry, bounds and descales) under the tile before's last
-    # P V (PLACE_AHEAD)
-    "fp8-ws-place-ahead": {"PLACE_AHEAD": 1},
     # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores), with or without each
     # tile's first key block through the step loops (`-lf`: causal d = 128's default from flash_ws.FP8_WIDE_MIN_KEYS
     # keys, forced below them)
