@@ -191,9 +191,6 @@ FP8_GLUON_VARIANTS = {
     "fp8-ws-no-loop-first": {"LOOP_FIRST": 0},
     # the shipped default with the causal diagonal masked by flash_ws_parts._key_order_mask (FAST_MASK)
     "fp8-ws-fast-mask": {"FAST_MASK": 1},
-    # the shipped default's list schedule charging each tile 1, 1.5 or 2 key blocks beyond its own (LPT_TILE;
-    # flash_ws.TILE_COST: half a block)
-    **{f"fp8-ws-tile-{cost}": {"LPT_TILE": cost} for cost in (1, 1.5, 2)},
     # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores), with or without each
     # tile's first key block through the step loops (`-lf`: causal d = 128's default from flash_ws.FP8_WIDE_MIN_KEYS
     # keys, forced below them)
