@@ -175,7 +175,8 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # two K/V stages and two [64, 128] O buffers take 224 KiB (d = 256's default). EXP_POLY (FP8 only): an eighth of
 # each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth). LPT_CHAIN (with LPT, a number >= 0): the
 # list schedule charges a key block max(a, LPT_CHAIN) / W for the a of a tile's W warpgroups that run it
-# (tile_blocks_cost); 0, the default but at d = 64 without a mask, charges every block in full. LEAD_S: a
+# (tile_blocks_cost); 0, the default but at d = 64 without a mask, charges every block in full. LPT_TILE (with
+# LPT, a number >= 0): the key blocks it charges a tile beyond its own (TILE_COST where none is forced). LEAD_S: a
 # persistent walk over whole 128-row tiles issues each tile's first S = Q K^T before the last tile's epilogue,
 # which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot); it holds two Q
 # buffers, tile t's Q in buffer t % 2, which the producer loads while tile t - 1 runs. Q2: those two Q buffers
@@ -198,6 +199,7 @@ CONFIG_KEYS = {
     "O_HALVES": (0, 1),
     "EXP_POLY": (0, 1),
     "LPT_CHAIN": None,
+    "LPT_TILE": None,
     "LEAD_S": (0, 1),
     "SUM_MMA": (0, 1),
     "Q2": (0, 1),
@@ -309,6 +311,11 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(chain, int | float) or isinstance(chain, bool) or chain < 0:
         raise ValueError(
             f"gluon-ws config: LPT_CHAIN={chain!r} must be a number >= 0 (0: the tile's warpgroups)"
+        )
+    tile = config.get("LPT_TILE", TILE_COST)
+    if not isinstance(tile, int | float) or isinstance(tile, bool) or tile < 0:
+        raise ValueError(
+            f"gluon-ws config: LPT_TILE={tile!r} must be a number >= 0 (key blocks a tile costs beyond its own)"
         )
     programs = config.get("PROGRAMS", 0)
     if not isinstance(programs, int) or isinstance(programs, bool) or programs < 0:
@@ -561,12 +568,20 @@ def tile_blocks_cost(
 
 
 def tile_costs(
-    num_m: int, block_m: int, block_n: int, n_q: int, n_k: int, causal: bool, win: int, chain: float
+    num_m: int,
+    block_m: int,
+    block_n: int,
+    n_q: int,
+    n_k: int,
+    causal: bool,
+    win: int,
+    chain: float,
+    tile: float = TILE_COST,
 ) -> tuple[float, ...]:
-    """What a schedule charges each query block m of a head: tile_blocks_cost + TILE_COST."""
+    """What a schedule charges each query block m of a head: tile_blocks_cost + tile (LPT_TILE, else TILE_COST)."""
     return tuple(
         tile_blocks_cost(n_q - (num_m - m) * block_m, block_m, block_n, n_k, n_k - n_q, causal, win, chain)
-        + TILE_COST
+        + tile
         for m in range(num_m)
     )
 
@@ -673,6 +688,7 @@ def lpt_table(
     win: int,
     device: torch.device,
     chain: float = 0,
+    tile: float = TILE_COST,
 ) -> torch.Tensor:
     """The persistent programs' schedule (LPT=1), int32 [programs, rounds]: row p the tiles program p walks, in
     order, padded with num_m * bh (past the last tile). The tiles are list-scheduled in the kernel's tile order
@@ -680,7 +696,7 @@ def lpt_table(
     next goes to the program with the least work so far, as a dynamic scheduler would hand it out, with work =
     tile_blocks_cost + TILE_COST, and then _balanced_schedule evens the programs' work. win: a window's left limit,
     -1 for none. Cached per shape (one upload)."""
-    cost = tile_costs(num_m, block_m, block_n, n_q, n_k, causal, win, chain)
+    cost = tile_costs(num_m, block_m, block_n, n_q, n_k, causal, win, chain, tile)
     rows, _ = _balanced_schedule(cost, bh, sched_heads, programs, causal)
     width = max(len(row) for row in rows)
     table = [list(row) + [num_m * bh] * (width - len(row)) for row in rows]
@@ -709,11 +725,11 @@ def walk_programs(tiles: int, cfg: dict[str, Any], sm_count: int) -> int:
 
 
 def walk_costs(cfg: dict[str, Any], n_q: int, n_k: int, causal: bool, win: int) -> tuple[float, ...]:
-    """tile_costs of config cfg's tiles (its BLOCK_M, BLOCK_N and LPT_CHAIN) over n_q query and n_k key rows."""
+    """tile_costs of config cfg's tiles (its BLOCK_M, BLOCK_N, LPT_CHAIN and LPT_TILE) over n_q query and n_k key
+    rows."""
     block_m = cfg["BLOCK_M"]
-    return tile_costs(
-        cdiv(n_q, block_m), block_m, cfg["BLOCK_N"], n_q, n_k, causal, win, cfg.get("LPT_CHAIN", 0)
-    )
+    chain, tile = cfg.get("LPT_CHAIN", 0), cfg.get("LPT_TILE", TILE_COST)
+    return tile_costs(cdiv(n_q, block_m), block_m, cfg["BLOCK_N"], n_q, n_k, causal, win, chain, tile)
 
 
 def walk_load(
@@ -872,6 +888,7 @@ class ForwardPlan:
                     win,
                     q.device,
                     cfg.get("LPT_CHAIN", 0),
+                    cfg.get("LPT_TILE", TILE_COST),
                 )
                 width = self.table.shape[1]
         else:

@@ -1052,3 +1052,26 @@ def test_fast_mask_where_the_default_takes_it():
     assert ws.check_config({"FAST_MASK": 1}) == {"FAST_MASK": 1}
     with pytest.raises(ValueError, match="FAST_MASK=2 must be one of"):
         ws.check_config({"FAST_MASK": 2})
+
+
+def test_a_forced_tile_charge_reaches_the_plans_table(monkeypatch):
+    """LPT_TILE: the key blocks the list schedule charges a tile beyond its own (TILE_COST where none is forced);
+    a forced charge gives the plan the balanced schedule of the costs it makes (a heavier charge moves tiles
+    between programs at FP8's causal d = 128, 8 x 16 heads of 2048 rows), and a bad one is a one-line error."""
+    monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
+    monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
+    x = torch.empty(8, 16, 2048, 128, dtype=torch.float8_e4m3fn)
+
+    def table(config=None):
+        plan = flash_ws.ForwardPlan(x, x, x, True, config)
+        cost = flash_ws.walk_costs(plan.config, 2048, 2048, True, -1)
+        rows, _ = flash_ws._balanced_schedule(cost, 8 * 16, plan.config["SCHED_HEADS"], 132, True)
+        assert plan.table.tolist() == [list(r) + [16 * 128] * (plan.width - len(r)) for r in rows]
+        return cost, plan.table.tolist()
+
+    default, forced = table(), table({"LPT_TILE": 2})
+    assert [b - a for a, b in zip(default[0], forced[0], strict=True)] == [2 - flash_ws.TILE_COST] * 16
+    assert default[1] != forced[1]
+    for tile in (-1, True, "1"):
+        with pytest.raises(ValueError, match="LPT_TILE=.* must be a number >= 0"):
+            flash_ws.check_config({"LPT_TILE": tile})

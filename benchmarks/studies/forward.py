@@ -141,6 +141,9 @@ GLUON_VARIANTS: dict[str, dict[str, int]] = {
     # (FAST_MASK: d = 64's default takes the first)
     "ws-fast-mask": {"FAST_MASK": 1},
     "ws-key-mask": {"FAST_MASK": 0},
+    # the shipped default's list schedule charging each tile 0, a quarter or 1 key block beyond its own (LPT_TILE;
+    # flash_ws.TILE_COST: half a block)
+    **{f"ws-tile-{cost}": {"LPT_TILE": cost} for cost in (0, 0.25, 1)},
 }
 # The Gluon FP8 forward: 128-row tiles only (192 rows spill in FP8), K/V stages, one program per tile or not, and
 # under a causal mask the list-scheduled persistent walk (`-lpt-hN`: groups of N heads), over the head dim's
@@ -191,6 +194,9 @@ FP8_GLUON_VARIANTS = {
     "fp8-ws-no-loop-first": {"LOOP_FIRST": 0},
     # the shipped default with the causal diagonal masked by flash_ws_parts._key_order_mask (FAST_MASK)
     "fp8-ws-fast-mask": {"FAST_MASK": 1},
+    # the shipped default's list schedule charging each tile 1, 1.5 or 2 key blocks beyond its own (LPT_TILE;
+    # flash_ws.TILE_COST: half a block)
+    **{f"fp8-ws-tile-{cost}": {"LPT_TILE": cost} for cost in (1, 1.5, 2)},
     # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores), with or without each
     # tile's first key block through the step loops (`-lf`: causal d = 128's default from flash_ws.FP8_WIDE_MIN_KEYS
     # keys, forced below them)
