@@ -150,6 +150,12 @@ FP8_LOOP_FIRST_DIMS = (128,)
 # this tile runs (Q2), in groups of 4 heads (lpt_heads): d = 128 took 0.972-0.989x the time at N = 1024-3072, Q2 in
 # the 8 heads of the walk before 0.979-0.999x; without a mask 0.98-1.01x (docs/kernels.md, the FP8 forward).
 FP8_Q2_DIMS = (128,)
+# What the list schedule charges a tile beyond its key blocks (LPT_TILE) in the causal FP8 walk over the head dim's
+# key tiles, by head dim: its tile's own code (the first block, the last P V and the epilogue) is a fifth of the
+# walk at d = 128, N = 2048, where TILE_COST's half block piled short tiles on some programs. 1.5 blocks took
+# 0.978-0.985x the time at N = 1024, 0.988-0.997x at 1536, 0.997-1.007x at 2048-3072 (docs/kernels.md, the FP8
+# forward).
+FP8_TILE_COST = {128: 1.5}
 
 # Where flash_attn's forward takes this kernel by default: the shortest sequence per (head dim, causal). Shorter
 # problems stay on the tl kernel, which was as fast or faster there (docs/kernels.md, the Gluon forward).
@@ -176,7 +182,8 @@ FP8_DTYPES = (torch.float8_e4m3fn,)
 # each step's exp2s on the FMA pipe (flash_ws_parts._exp2_eighth). LPT_CHAIN (with LPT, a number >= 0): the
 # list schedule charges a key block max(a, LPT_CHAIN) / W for the a of a tile's W warpgroups that run it
 # (tile_blocks_cost); 0, the default but at d = 64 without a mask, charges every block in full. LPT_TILE (with
-# LPT, a number >= 0): the key blocks it charges a tile beyond its own (TILE_COST where none is forced). LEAD_S: a
+# LPT, a number >= 0): the key blocks it charges a tile beyond its own (TILE_COST; FP8_TILE_COST where the default
+# takes it). LEAD_S: a
 # persistent walk over whole 128-row tiles issues each tile's first S = Q K^T before the last tile's epilogue,
 # which then runs under it (flash_ws_kernel._consumer_lead; lead_s_refusal says where it cannot); it holds two Q
 # buffers, tile t's Q in buffer t % 2, which the producer loads while tile t - 1 runs. Q2: those two Q buffers
@@ -234,7 +241,7 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False, n_k: int = 0)
     wide key tiles need a multiple of theirs and, where FP8_WIDE_MIN_KEYS names one, that many; 0 is a multiple)."""
     head_dim = head_dim if head_dim in HEAD_DIMS else 128
     if fp8:
-        cfg = {**_base(head_dim), **FP8_CONFIG}
+        cfg: dict[str, Any] = {**_base(head_dim), **FP8_CONFIG}
         shape = (head_dim, bool(causal))
         wide = FP8_WIDE_N.get(shape)
         if wide and n_k % wide == 0 and n_k >= FP8_WIDE_MIN_KEYS.get(shape, 0):
@@ -250,6 +257,8 @@ def default_config(head_dim: int, causal: bool, fp8: bool = False, n_k: int = 0)
                 cfg["EXP_POLY"] = 1
             if narrow and head_dim in FP8_Q2_DIMS:
                 cfg["Q2"] = 1
+            if narrow and head_dim in FP8_TILE_COST:
+                cfg["LPT_TILE"] = FP8_TILE_COST[head_dim]
         return cfg
     return dict(DEFAULT_CONFIG[(head_dim, bool(causal))])
 

@@ -1055,9 +1055,10 @@ def test_fast_mask_where_the_default_takes_it():
 
 
 def test_a_forced_tile_charge_reaches_the_plans_table(monkeypatch):
-    """LPT_TILE: the key blocks the list schedule charges a tile beyond its own (TILE_COST where none is forced);
-    a forced charge gives the plan the balanced schedule of the costs it makes (a heavier charge moves tiles
-    between programs at FP8's causal d = 128, 8 x 16 heads of 2048 rows), and a bad one is a one-line error."""
+    """LPT_TILE: the key blocks the list schedule charges a tile beyond its own (TILE_COST, but FP8_TILE_COST in
+    the causal FP8 walk over the head dim's tiles); a forced charge gives the plan the balanced schedule of the
+    costs it makes (a heavier charge moves tiles between programs at FP8's causal d = 128, 8 x 16 heads of 2048
+    rows), and a bad one is a one-line error."""
     monkeypatch.setattr(flash_ws, "input_refusal", lambda *args, **kw: None)
     monkeypatch.setattr(flash_ws, "_sm_count", lambda index: 132)
     x = torch.empty(8, 16, 2048, 128, dtype=torch.float8_e4m3fn)
@@ -1070,8 +1071,17 @@ def test_a_forced_tile_charge_reaches_the_plans_table(monkeypatch):
         return cost, plan.table.tolist()
 
     default, forced = table(), table({"LPT_TILE": 2})
-    assert [b - a for a, b in zip(default[0], forced[0], strict=True)] == [2 - flash_ws.TILE_COST] * 16
+    assert (
+        flash_ws.default_config(128, True, fp8=True, n_k=2048)["LPT_TILE"]
+        == flash_ws.FP8_TILE_COST[128]
+        == 1.5
+    )
+    assert [b - a for a, b in zip(default[0], forced[0], strict=True)] == [2 - 1.5] * 16
     assert default[1] != forced[1]
+    assert "LPT_TILE" not in flash_ws.default_config(
+        128, True, fp8=True, n_k=8192
+    )  # the wide tiles: TILE_COST
+    assert "LPT_TILE" not in flash_ws.default_config(128, True)
     for tile in (-1, True, "1"):
         with pytest.raises(ValueError, match="LPT_TILE=.* must be a number >= 0"):
             flash_ws.check_config({"LPT_TILE": tile})
