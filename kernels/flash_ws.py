@@ -316,16 +316,13 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
         allowed = CONFIG_KEYS[key]
         if allowed is not None and val not in allowed:
             raise ValueError(f"gluon-ws config: {key}={val!r} must be one of {list(allowed)}")
-    chain = config.get("LPT_CHAIN", 0)
-    if not isinstance(chain, int | float) or isinstance(chain, bool) or chain < 0:
-        raise ValueError(
-            f"gluon-ws config: LPT_CHAIN={chain!r} must be a number >= 0 (0: the tile's warpgroups)"
-        )
-    tile = config.get("LPT_TILE", TILE_COST)
-    if not isinstance(tile, int | float) or isinstance(tile, bool) or tile < 0:
-        raise ValueError(
-            f"gluon-ws config: LPT_TILE={tile!r} must be a number >= 0 (key blocks a tile costs beyond its own)"
-        )
+    for key, meaning in (
+        ("LPT_CHAIN", "0: the tile's warpgroups"),
+        ("LPT_TILE", "key blocks beyond a tile's own"),
+    ):
+        val = config.get(key, 0)
+        if not isinstance(val, int | float) or isinstance(val, bool) or val < 0:
+            raise ValueError(f"gluon-ws config: {key}={val!r} must be a number >= 0 ({meaning})")
     programs = config.get("PROGRAMS", 0)
     if not isinstance(programs, int) or isinstance(programs, bool) or programs < 0:
         raise ValueError(f"gluon-ws config: PROGRAMS={programs!r} must be a count >= 0 (0: one per SM)")
@@ -703,7 +700,7 @@ def lpt_table(
     order, padded with num_m * bh (past the last tile). The tiles are list-scheduled in the kernel's tile order
     (flash_ws_parts.tile: groups of sched_heads heads, the longest query block first under a causal mask): the
     next goes to the program with the least work so far, as a dynamic scheduler would hand it out, with work =
-    tile_blocks_cost + TILE_COST, and then _balanced_schedule evens the programs' work. win: a window's left limit,
+    tile_blocks_cost + tile (schedule_charges), and then _balanced_schedule evens the programs' work. win: a window's left limit,
     -1 for none. Cached per shape (one upload)."""
     cost = tile_costs(num_m, block_m, block_n, n_q, n_k, causal, win, chain, tile)
     rows, _ = _balanced_schedule(cost, bh, sched_heads, programs, causal)
@@ -733,12 +730,19 @@ def walk_programs(tiles: int, cfg: dict[str, Any], sm_count: int) -> int:
     return min(tiles, cfg.get("PROGRAMS") or sm_count)
 
 
+def schedule_charges(cfg: dict[str, Any]) -> tuple[float, float]:
+    """(chain, tile) of config cfg for tile_costs: its LPT_CHAIN (0 where none) and LPT_TILE (TILE_COST where
+    none)."""
+    return cfg.get("LPT_CHAIN", 0), cfg.get("LPT_TILE", TILE_COST)
+
+
 def walk_costs(cfg: dict[str, Any], n_q: int, n_k: int, causal: bool, win: int) -> tuple[float, ...]:
-    """tile_costs of config cfg's tiles (its BLOCK_M, BLOCK_N, LPT_CHAIN and LPT_TILE) over n_q query and n_k key
+    """tile_costs of config cfg's tiles (its BLOCK_M, BLOCK_N and schedule_charges) over n_q query and n_k key
     rows."""
     block_m = cfg["BLOCK_M"]
-    chain, tile = cfg.get("LPT_CHAIN", 0), cfg.get("LPT_TILE", TILE_COST)
-    return tile_costs(cdiv(n_q, block_m), block_m, cfg["BLOCK_N"], n_q, n_k, causal, win, chain, tile)
+    return tile_costs(
+        cdiv(n_q, block_m), block_m, cfg["BLOCK_N"], n_q, n_k, causal, win, *schedule_charges(cfg)
+    )
 
 
 def walk_load(
@@ -896,8 +900,7 @@ class ForwardPlan:
                     causal,
                     win,
                     q.device,
-                    cfg.get("LPT_CHAIN", 0),
-                    cfg.get("LPT_TILE", TILE_COST),
+                    *schedule_charges(cfg),
                 )
                 width = self.table.shape[1]
         else:

@@ -1071,17 +1071,12 @@ def test_a_forced_tile_charge_reaches_the_plans_table(monkeypatch):
         return cost, plan.table.tolist()
 
     default, forced = table(), table({"LPT_TILE": 2})
-    assert (
-        flash_ws.default_config(128, True, fp8=True, n_k=2048)["LPT_TILE"]
-        == flash_ws.FP8_TILE_COST[128]
-        == 1.5
-    )
+    fp8_default = flash_ws.default_config(128, True, fp8=True, n_k=2048)
+    assert fp8_default["LPT_TILE"] == flash_ws.FP8_TILE_COST[128] == 1.5
     assert [b - a for a, b in zip(default[0], forced[0], strict=True)] == [2 - 1.5] * 16
     assert default[1] != forced[1]
-    assert "LPT_TILE" not in flash_ws.default_config(
-        128, True, fp8=True, n_k=8192
-    )  # the wide tiles: TILE_COST
-    assert "LPT_TILE" not in flash_ws.default_config(128, True)
+    wide = flash_ws.default_config(128, True, fp8=True, n_k=8192)  # the wide tiles keep TILE_COST
+    assert "LPT_TILE" not in wide and "LPT_TILE" not in flash_ws.default_config(128, True)
     for tile in (-1, True, "1"):
         with pytest.raises(ValueError, match="LPT_TILE=.* must be a number >= 0"):
             flash_ws.check_config({"LPT_TILE": tile})
