@@ -212,7 +212,6 @@ CONFIG_KEYS = {
     "Q2": (0, 1),
     "LOOP_FIRST": (0, 1),
     "FAST_MASK": (0, 1),
-    "P_SMEM": (0, 1, 2),
 }
 # A sliding window narrower than this stays on the tl kernel: its tiles see at most 8 key blocks of 128, where
 # the tl kernel led on the causal diagonal (docs/kernels.md, sliding windows).
@@ -399,8 +398,7 @@ def smem_bytes(cfg: dict[str, Any], head_dim: int, fp8: bool = False) -> int:
     q_o = cfg["BLOCK_M"] * (q_bufs * head_dim * size + o_bytes)
     block_n = cfg.get("BLOCK_N", BLOCK_N[head_dim])
     ones = 8 * block_n if fp8 and cfg.get("SUM_MMA") else 0
-    p_bufs = cfg["BLOCK_M"] * block_n * cfg.get("P_SMEM", 0) if fp8 else 0
-    return q_o + 2 * cfg["STAGES"] * block_n * head_dim * size + ones + p_bufs
+    return q_o + 2 * cfg["STAGES"] * block_n * head_dim * size + ones
 
 
 @functools.cache
@@ -818,7 +816,6 @@ def kernel_constexprs(
         "Q2": bool(cfg.get("Q2")) and not varlen,
         "LOOP_FIRST": bool(cfg.get("LOOP_FIRST")) and not varlen,
         "FAST_MASK": fast_mask(cfg, head_dim, fp8, varlen),
-        "P_SMEM": cfg.get("P_SMEM", 0) if fp8 else 0,
         "CONSUMER_REGS": CONSUMER_REGS[num_wg],
         "PRODUCER_REGS": PRODUCER_REGS[num_wg],
         **({"VARLEN": 2 if cfg["PERSISTENT"] else 1} if varlen else NOT_VARLEN),

@@ -79,7 +79,6 @@ def _consumer_step(
     SUM_MMA: gl.constexpr = False,
     LOOP_FIRST: gl.constexpr = False,
     g_first=0,
-    P_SMEM: gl.constexpr = 0,
 ):
     """Key block g: issue S_g and P_{g-1} V_{g-1}, softmax S_g while the second matmul runs (ptxas (CUDA 12.8)
     moves the wait for P_{g-1} V_{g-1} up above the softmax: the ping-pong between warpgroups is the overlap).
@@ -90,21 +89,16 @@ def _consumer_step(
     without a mask, 8 stores causal); at d = 128 (256 keys) that is 224, which spilled 62 stores, so P_{g-1} V_{g-1}
     is issued and waited first, then S_g (PV_FIRST: none). SUM_MMA: P's row sums come from a matmul beside
     P V (_pv_done), not from the softmax. LOOP_FIRST: the tile's first block g_first runs this step too,
-    its P V one of zeros (p) on V_g itself, which it waits for and leaves held for block g's own P V next step.
-    P_SMEM (FP8, 1 or 2 buffers): P V reads P from the warpgroup's shared-memory buffers (smem[5], this
-    warpgroup's [P_SMEM, 64, BLOCK_N]; block g's P in buffer g % P_SMEM), where the step stores the new P: with one
-    buffer once P_{g-1} V_{g-1} is done, with two before its wait (the store holds the wait below the softmax). No
-    P is carried in registers (p passes through), so S_g overlaps P_{g-1} V_{g-1} at any width."""
-    _, _, k_smem, v_smem, ones, p_buf = smem
+    its P V one of zeros (p) on V_g itself, which it waits for and leaves held for block g's own P V next step."""
+    _, _, k_smem, v_smem, ones = smem
     _, _, k_bars, v_bars, empty_bars, _ = bars
-    o_layout: gl.constexpr = acc.type.layout
     STAGES: gl.constexpr = k_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     s_idx = g % STAGES
     prev = (g - 1) % STAGES
     WIDE: gl.constexpr = q.dtype.is_fp8() and BLOCK_N + acc.shape[1] >= 384
-    PV_FIRST: gl.constexpr = WIDE and BLOCK_N > acc.shape[1] and not P_SMEM
-    P_EARLY: gl.constexpr = WIDE and not PV_FIRST and not P_SMEM
+    PV_FIRST: gl.constexpr = WIDE and BLOCK_N > acc.shape[1]
+    P_EARLY: gl.constexpr = WIDE and not PV_FIRST
     if PV_FIRST:
         pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         mbarrier.wait(my_turn, (g & 1) ^ FLIP)
@@ -130,9 +124,7 @@ def _consumer_step(
             pv_g = g - 1 + (g == g_first).to(gl.int32)
             prev = pv_g % STAGES
         mbarrier.wait(v_bars.index(prev), (pv_g // STAGES) & 1)
-        if P_SMEM:
-            pa = _p_slot(p_buf, (g + 1) % P_SMEM)  # block g - 1's
-        elif not P_EARLY:
+        if not P_EARLY:
             pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         acc = warpgroup_mma(pa, v_operand(v_smem, prev), acc, is_async=True)
         sums = _issue_sums(pa, ones) if SUM_MMA else acc
@@ -160,30 +152,16 @@ def _consumer_step(
         EXP_POLY=EXP_POLY,
         SUM_MMA=SUM_MMA,
     )
-    if P_SMEM == 2:  # block g - 2's P V was waited in the last step: its buffer is free
-        _p_slot(p_buf, g % 2).store(p_operand(p_new, o_layout, gl.constexpr(q.dtype)))
-        fence_async_shared()
     if not PV_FIRST:  # P_{g-1}'s sums (SUM_MMA), at block g-1's max: rescaled as O is
         acc, l_i = _pv_wait(acc, pa, sums, l_i, alpha, SUM_MMA)
         # V_{g-1} is no longer read (LOOP_FIRST: the tile's first block's own V stays held)
         mbarrier.arrive(empty_bars.index(STAGES + prev), pred=g != g_first if LOOP_FIRST else True)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
-    if P_SMEM == 1:  # P_{g-1} V_{g-1} and its sums are done with the buffer
-        _p_slot(p_buf, 0).store(p_operand(p_new, o_layout, gl.constexpr(q.dtype)))
-        fence_async_shared()
-    elif P_SMEM:
-        pass
-    elif q.dtype.is_fp8():
+    if q.dtype.is_fp8():
         p = p_new
     else:
         p = gl.convert_layout(p_new.to(q.dtype), p.type.layout)
     return acc, p, m_i, l_i
-
-
-@gluon.jit
-def _p_slot(p_buf, b):
-    """P_SMEM: buffer b of this warpgroup's (p_buf: the consumers' buffers and this one's first)."""
-    return p_buf[0].index(p_buf[1] + b)
 
 
 @gluon.jit
@@ -225,8 +203,7 @@ def _e4m3_ones(ROWS: gl.constexpr, COLS: gl.constexpr):
 def _issue_sums(pa, ones):
     """P @ ones issued (SUM_MMA), into a fresh [64, 8] fp32 accumulator (wgmma's narrowest N) for the e4m3 P
     operand pa: every column of it is P's row sums (_row_sums)."""
-    ROWS: gl.constexpr = pa.shape[0]
-    zero = gl.zeros([ROWS, 8], gl.float32, mma_layout(8, 8))
+    zero = gl.zeros([pa.shape[0], 8], gl.float32, mma_layout(8, 8))
     return warpgroup_mma(pa, ones.permute((1, 0)), zero, use_acc=False, is_async=True)
 
 
@@ -257,7 +234,6 @@ def _steps(
     SUM_MMA: gl.constexpr = False,
     LOOP_FIRST: gl.constexpr = False,
     g_first=0,
-    P_SMEM: gl.constexpr = 0,
 ):
     """The tile's key blocks [lo, hi): _consumer_step on each, unmasked (the blocks every row sees whole) or
     masked (MASK: the causal diagonal, a window's left edge, a document's key end: _consumer_step's masks);
@@ -296,7 +272,6 @@ def _steps(
             SUM_MMA=SUM_MMA,
             LOOP_FIRST=LOOP_FIRST,
             g_first=g_first,
-            P_SMEM=P_SMEM,
         )
     return acc, p, m_i, l_i
 
@@ -404,7 +379,7 @@ def _consumer(
     SCHED_HEADS: gl.constexpr = modes[1]
     WINDOW: gl.constexpr = modes[3]
     VARLEN: gl.constexpr = modes[4]
-    q_smem, _, k_smem, _, _, _ = smem
+    q_smem, _, k_smem, _, _ = smem
     num_m, BH, _, _, N_Q, N_K, _, _, _ = sched
     NUM_WG: gl.constexpr = q_smem.shape[0] // 2 if modes[7] else q_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -506,7 +481,7 @@ def _consumer_lead(parts, WG: gl.constexpr, modes):
     SEP_O: gl.constexpr = modes[2]
     gl.static_assert(SEP_O, "LEAD_S needs the output's own buffers")
     gl.static_assert(not (modes[3] or modes[4]), "LEAD_S walks no window and no packed documents")
-    q_all, _, k_smem, _, _, _ = smem
+    q_all, _, k_smem, _, _ = smem
     gl.static_assert(not k_smem.dtype.is_fp8(), "LEAD_S takes 16-bit inputs (flash_ws.lead_s_refusal)")
     q_bars = bars[0]
     k_bars = bars[2]
@@ -558,7 +533,7 @@ def _lead_tile(
     EXP_POLY: gl.constexpr = modes[5]
     FAST_MASK: gl.constexpr = modes[9]
     gl.static_assert(not modes[6], "LEAD_S takes 16-bit inputs: no SUM_MMA")
-    q_all, o_smem, k_smem, v_smem, _, _ = smem
+    q_all, o_smem, k_smem, v_smem, _ = smem
     q_bars, q_empties, k_bars, v_bars, empty_bars, _ = bars
     NUM_WG: gl.constexpr = q_all.shape[0] // 2
     STAGES: gl.constexpr = k_smem.shape[0]
@@ -748,7 +723,6 @@ def _consumer_work(
             NUM_WG=NUM_WG,
             LOOP_FIRST=modes[8],
             FAST_MASK=modes[9],
-            P_SMEM=modes[10],
             CAUSAL=CAUSAL,
             SEP_O=SEP_O,
             WINDOW=WINDOW,
@@ -792,13 +766,9 @@ def _consumer_tile(
     NUM_WG: gl.constexpr,
     LOOP_FIRST: gl.constexpr = False,
     FAST_MASK: gl.constexpr = False,  # the causal diagonal by flash_ws_parts._diagonal_mask (flash_ws.fast_mask)
-    P_SMEM: gl.constexpr = 0,  # FP8: P V reads P from this warpgroup's P_SMEM buffers in smem[5] (_consumer_step)
 ):
     """One tile's rows of this warpgroup; its key blocks first, first + 1, ... are the program's it, it + 1, ..."""
-    q_smem, o_smem, k_smem, v_smem, ones, p_buf = smem
-    if P_SMEM:  # the steps see this warpgroup's P buffers
-        p_buf = (p_buf, WG * P_SMEM)
-        smem = (q_smem, o_smem, k_smem, v_smem, ones, p_buf)
+    q_smem, o_smem, k_smem, v_smem, ones = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     HEAD_DIM: gl.constexpr = k_smem.shape[2]
@@ -842,9 +812,6 @@ def _consumer_tile(
             p = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
         else:
             p = gl.zeros([ROWS, BLOCK_N], q.dtype, p_layout)
-        if P_SMEM:  # the P V of zeros reads block it - 1's buffer (the last tile's P V is done)
-            _p_slot(p_buf, (it + 1) % P_SMEM).store(p_operand(p, o_layout, gl.constexpr(q.dtype)))
-            fence_async_shared()
         mid = first
     else:
         # The first block: S and its softmax; its P V is issued in the next step.
@@ -872,9 +839,6 @@ def _consumer_tile(
             EXP_POLY=EXP_POLY,
             SUM_MMA=SUM_MMA,
         )
-        if P_SMEM:  # block it's (the last tile's P V is done with it)
-            _p_slot(p_buf, it % P_SMEM).store(p_operand(p, o_layout, gl.constexpr(q.dtype)))
-            fence_async_shared()
         mid = gl.maximum(left_full, first + 1)
 
     # The window's left edge (masked), the blocks every row sees whole, the causal diagonal (masked). SKIP_DIAG
@@ -888,7 +852,6 @@ def _consumer_tile(
         state=(acc, p, m_i, l_i),
         ops=ops,
         FLIP=FLIP,
-        P_SMEM=P_SMEM,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
         SUM_MMA=SUM_MMA,
@@ -905,7 +868,6 @@ def _consumer_tile(
         state=(acc, p, m_i, l_i),
         ops=ops,
         FLIP=FLIP,
-        P_SMEM=P_SMEM,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
         SUM_MMA=SUM_MMA,
@@ -919,7 +881,6 @@ def _consumer_tile(
         state=(acc, p, m_i, l_i),
         ops=ops,
         FLIP=FLIP,
-        P_SMEM=P_SMEM,
         P_SHIFT=P_SHIFT,
         EXP_POLY=EXP_POLY,
         SUM_MMA=SUM_MMA,
@@ -938,10 +899,7 @@ def _consumer_tile(
         mbarrier.arrive(q_empty)  # every S of this tile is done: the producer may load the next tile's Q
 
     last = it + n_own - first - 1
-    if P_SMEM:
-        pa = _p_slot(p_buf, last % P_SMEM)
-    else:
-        pa = p_operand(p, o_layout, gl.constexpr(q.dtype))
+    pa = p_operand(p, o_layout, gl.constexpr(q.dtype))
     acc, l_i = _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, last, SUM_MMA)
     if SKIP_DIAG:
         for j in range(n_own, n_blocks):
@@ -1087,8 +1045,6 @@ def _attn_fwd_ws(
     LOOP_FIRST: gl.constexpr = False,
     # the causal diagonal by flash_ws_parts._diagonal_mask (flash_ws.fast_mask), not by a key computed per score
     FAST_MASK: gl.constexpr = False,
-    # FP8: P V reads P from shared memory, P_SMEM (1 or 2) buffers per consumer, not from registers (_consumer_step)
-    P_SMEM: gl.constexpr = 0,
 ):
     """One program per SM-sized share of the tiles (persistent) or per tile: the loops are the same."""
     ROWS: gl.constexpr = qd.block_type.shape[0]
@@ -1142,15 +1098,10 @@ def _attn_fwd_ws(
         ones = gl.allocate_shared_memory(vd.dtype, [8, V_TILE[1]], vd.layout, _e4m3_ones(8, V_TILE[1]))
     else:  # unused
         ones = v_smem
-    if P_SMEM:  # each consumer's P, P V's A operand: [64, BLOCK_N] e4m3 with keys contiguous, as V^T's rows
-        gl.static_assert(vd.dtype.is_fp8(), "P_SMEM stores e4m3 P")
-        p_smem = gl.allocate_shared_memory(vd.dtype, [NUM_WG * P_SMEM, ROWS, V_TILE[1]], vd.layout)
-    else:  # unused
-        p_smem = v_smem
     fence_async_shared()
 
     descs = (qd, kd, vd)
-    smem = (q_smem, o_smem, k_smem, v_smem, ones, p_smem)
+    smem = (q_smem, o_smem, k_smem, v_smem, ones)
     bars = (q_bar, q_empty, k_bars, v_bars, empty_bars, turns)
     sched = (num_m, BH, H, GROUP, N_Q, N_K, WIN_LEFT, TILES, ROUNDS)
     scales = (qk_scale, Q_DESCALE, K_DESCALE, V_DESCALE)
@@ -1162,7 +1113,7 @@ def _attn_fwd_ws(
     parts = (smem, bars, od, LSE, sched, scales, docs)
     # The consumers' modes, one constexpr: a plain tuple held in a variable would make its constexprs tensors.
     MODES: gl.constexpr = gl.constexpr(
-        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST, FAST_MASK, P_SMEM)
+        (CAUSAL, SCHED_HEADS, SEP_O, WINDOW, VARLEN, EXP_POLY, SUM_MMA, Q2, LOOP_FIRST, FAST_MASK)
     )
     if NUM_WG == 3:
         gl.warp_specialize(

@@ -251,7 +251,7 @@ def load_partition(
     bars[1][b]), so the next tile's Q loads as soon as the tile before this one is done with it; a schedule
     table's padding comes last in its row, so tc counts the live tiles."""
     qd, _, _ = descs
-    q_smem, _, k_smem, _, _, _ = smem
+    q_smem, _, k_smem, _, _ = smem
     num_m, BH, _, _, _, N_K, _, _, _ = sched
     NUM_WG: gl.constexpr = q_smem.shape[0] // 2 if TWO_Q else q_smem.shape[0]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -337,7 +337,7 @@ def _load_tile(
     ... (WGS of them; 0: every slot), then its key blocks [first, n_blocks) (rows kv_row + j * BLOCK_N.., columns
     kv_col..; FP8: V^T's rows of K/V head kv_bh), the program's key blocks it, it + 1, ..."""
     qd, kd, vd = descs
-    q_smem, _, k_smem, v_smem, _, _ = smem
+    q_smem, _, k_smem, v_smem, _ = smem
     q_bar, q_empty, k_bars, v_bars, empty_bars, _ = bars
     NUM_WG: gl.constexpr = WGS if WGS else q_smem.shape[0]
     STAGES: gl.constexpr = k_smem.shape[0]
@@ -380,7 +380,7 @@ def _load_walk(descs, smem, bars, sched, docs, CAUSAL: gl.constexpr):
     a head's last tile it skips, and the end of the walk it tells with a tile past the last and a bare arrival on
     q_bar. The last program out resets
     COUNTER for the next launch."""
-    q_smem, _, k_smem, _, _, _ = smem
+    q_smem, _, k_smem, _, _ = smem
     q_bar, q_empty, _, _, _, _ = bars
     num_m, BH, _, _, _, _, _, _, _ = sched
     COUNTER = docs[4]

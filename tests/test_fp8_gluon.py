@@ -245,32 +245,6 @@ def test_gpu_gluon_fp8_loop_first_within_budget(d, causal, block_n, programs):
 @pytest.mark.full  # forced
 @hopper_only
 @pytest.mark.parametrize(
-    ("d", "causal", "block_n", "bufs", "keys"),
-    [
-        (128, True, 128, 1, {"PROGRAMS": 3}),
-        (128, True, 128, 2, {"PROGRAMS": 3}),
-        (128, True, 128, 2, {"LOOP_FIRST": 1, "Q2": 0}),
-        (128, False, 128, 2, {}),
-        (128, False, 256, 1, {"PROGRAMS": 5}),
-        (128, True, 256, 1, {"PROGRAMS": 3, "SUM_MMA": 1, "LOOP_FIRST": 1, "Q2": 0, "EXP_POLY": 0}),
-        (256, True, 64, 2, {"PROGRAMS": 3}),
-    ],
-)
-def test_gpu_gluon_fp8_p_smem_within_budget(d, causal, block_n, bufs, keys):
-    """P V reading P from shared memory (P_SMEM): one buffer a consumer, stored once P V is done, or two, block g's
-    P in buffer g % 2 and stored before P_{g-1} V_{g-1} is waited; over the narrow tiles (EXP_POLY, Q2, LOOP_FIRST's
-    P of zeros) and the wide ones (SUM_MMA's sums read the same buffer; LOOP_FIRST), on few programs that walk many
-    tiles, so a buffer read after it was overwritten shows in the next tile's rows."""
-    check(
-        2, 4, 2, 2048, 2048, d, causal=causal, config=forced_tiles(d, block_n, P_SMEM=bufs, **keys), seed=19
-    )
-    assert (last_config()["P_SMEM"], last_config()["BLOCK_N"]) == (bufs, block_n)
-
-
-@pytest.mark.gpu
-@pytest.mark.full  # forced
-@hopper_only
-@pytest.mark.parametrize(
     ("d", "block_n", "nq"),
     [(128, 128, 2048), (128, 256, 2048), (256, 128, 2048), (128, 128, 640), (256, 64, 640)],
 )

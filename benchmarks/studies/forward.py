@@ -197,9 +197,6 @@ FP8_GLUON_VARIANTS = {
     # the shipped default's list schedule charging each tile 1, 1.5 or 2 key blocks beyond its own (LPT_TILE;
     # flash_ws.TILE_COST: half a block)
     **{f"fp8-ws-tile-{cost}": {"LPT_TILE": cost} for cost in (1, 1.5, 2)},
-    # the shipped default with P V reading P from shared memory, one buffer a consumer (stored once P V is done) or
-    # two (stored before its wait: the softmax runs under P V), not from registers (P_SMEM)
-    **{f"fp8-ws-psmem{bufs}": {"P_SMEM": bufs} for bufs in (1, 2)},
     # the 256-key tiles with SUM_MMA, without EXP_POLY (with it the step spills 26 stores), with or without each
     # tile's first key block through the step loops (`-lf`: causal d = 128's default from flash_ws.FP8_WIDE_MIN_KEYS
     # keys, forced below them)
