@@ -682,30 +682,17 @@ def _tile_blocks(num_m: int, bh: int, sched_heads: int, causal: bool) -> tuple[i
 
 @functools.lru_cache(maxsize=32)
 def lpt_table(
-    num_m: int,
-    bh: int,
-    sched_heads: int,
-    block_m: int,
-    block_n: int,
-    programs: int,
-    n_q: int,
-    n_k: int,
-    causal: bool,
-    win: int,
-    device: torch.device,
-    chain: float = 0,
-    tile: float = TILE_COST,
+    cost: tuple[float, ...], bh: int, sched_heads: int, programs: int, causal: bool, device: torch.device
 ) -> torch.Tensor:
-    """The persistent programs' schedule (LPT=1), int32 [programs, rounds]: row p the tiles program p walks, in
-    order, padded with num_m * bh (past the last tile). The tiles are list-scheduled in the kernel's tile order
+    """The persistent programs' schedule (LPT=1) of bh heads' tiles, cost[m] the work of query block m
+    (tile_costs; walk_costs of a config), int32 [programs, rounds]: row p the tiles program p walks, in order,
+    padded with len(cost) * bh (past the last tile). The tiles are list-scheduled in the kernel's tile order
     (flash_ws_parts.tile: groups of sched_heads heads, the longest query block first under a causal mask): the
-    next goes to the program with the least work so far, as a dynamic scheduler would hand it out, with work =
-    tile_blocks_cost + tile (schedule_charges), and then _balanced_schedule evens the programs' work. win: a window's left limit,
-    -1 for none. Cached per shape (one upload)."""
-    cost = tile_costs(num_m, block_m, block_n, n_q, n_k, causal, win, chain, tile)
+    next goes to the program with the least work so far, as a dynamic scheduler would hand it out, and then
+    _balanced_schedule evens the programs' work. Cached per shape (one upload)."""
     rows, _ = _balanced_schedule(cost, bh, sched_heads, programs, causal)
     width = max(len(row) for row in rows)
-    table = [list(row) + [num_m * bh] * (width - len(row)) for row in rows]
+    table = [list(row) + [len(cost) * bh] * (width - len(row)) for row in rows]
     return torch.tensor(table, dtype=torch.int32, device=device)
 
 
@@ -730,19 +717,13 @@ def walk_programs(tiles: int, cfg: dict[str, Any], sm_count: int) -> int:
     return min(tiles, cfg.get("PROGRAMS") or sm_count)
 
 
-def schedule_charges(cfg: dict[str, Any]) -> tuple[float, float]:
-    """(chain, tile) of config cfg for tile_costs: its LPT_CHAIN (0 where none) and LPT_TILE (TILE_COST where
-    none)."""
-    return cfg.get("LPT_CHAIN", 0), cfg.get("LPT_TILE", TILE_COST)
-
-
 def walk_costs(cfg: dict[str, Any], n_q: int, n_k: int, causal: bool, win: int) -> tuple[float, ...]:
-    """tile_costs of config cfg's tiles (its BLOCK_M, BLOCK_N and schedule_charges) over n_q query and n_k key
-    rows."""
+    """tile_costs of config cfg's tiles over n_q query and n_k key rows: its BLOCK_M and BLOCK_N, its LPT_CHAIN (0
+    where none) and LPT_TILE (TILE_COST where none). The one reading of a config's charges: lpt_heads, the plan's
+    table, list_schedule_pays and walk_load all cost its walk here."""
     block_m = cfg["BLOCK_M"]
-    return tile_costs(
-        cdiv(n_q, block_m), block_m, cfg["BLOCK_N"], n_q, n_k, causal, win, *schedule_charges(cfg)
-    )
+    chain, tile = cfg.get("LPT_CHAIN", 0), cfg.get("LPT_TILE", TILE_COST)
+    return tile_costs(cdiv(n_q, block_m), block_m, cfg["BLOCK_N"], n_q, n_k, causal, win, chain, tile)
 
 
 def walk_load(
@@ -888,20 +869,8 @@ class ForwardPlan:
                     # with the default's other keys, gives this config), in a forced group's tile order
                     cfg.update(LPT=0, SCHED_HEADS=forced.get("SCHED_HEADS", 1))
             if cfg.get("LPT"):
-                self.table = lpt_table(
-                    num_m,
-                    B * H,
-                    cfg["SCHED_HEADS"],
-                    cfg["BLOCK_M"],
-                    cfg["BLOCK_N"],
-                    programs,
-                    Nq,
-                    Nk,
-                    causal,
-                    win,
-                    q.device,
-                    *schedule_charges(cfg),
-                )
+                cost = walk_costs(cfg, Nq, Nk, causal, win)
+                self.table = lpt_table(cost, B * H, cfg["SCHED_HEADS"], programs, causal, q.device)
                 width = self.table.shape[1]
         else:
             grid = (tiles,)

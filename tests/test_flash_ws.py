@@ -302,10 +302,9 @@ def test_causal_persistent_walk_must_be_list_scheduled():
 def test_lpt_table_hands_out_every_tile_once_and_balances_the_work(num_m, bh, heads, programs, causal):
     """The persistent schedule (LPT=1): each tile exactly once, each program's in the kernel's tile order, padded
     past the last tile, and no program more than one tile's work (the longest) above the least loaded."""
-    block_m, n = 128, num_m * 128
-    table = flash_ws.lpt_table(
-        num_m, bh, heads, block_m, 128, programs, n, n, causal, -1, torch.device("cpu")
-    )
+    n = num_m * 128
+    cost = flash_ws.tile_costs(num_m, 128, 128, n, n, causal, -1, 0)
+    table = flash_ws.lpt_table(cost, bh, heads, programs, causal, torch.device("cpu"))
     tiles = num_m * bh
     assert table.shape[0] == programs and table.dtype == torch.int32
     seen = table[table < tiles]
@@ -341,10 +340,12 @@ def test_the_table_evens_what_the_list_schedule_leaves_uneven():
     ]  # query block from the last: groups of 4 heads
     mean = sum(cost) * bh / programs
     _, greedy = flash_ws._list_schedule(cost, bh, 4, programs, True)
-    table = flash_ws.lpt_table(num_m, bh, 4, 192, 128, programs, n, n, True, -1, torch.device("cpu"))
+    table = flash_ws.lpt_table(cost, bh, 4, programs, True, torch.device("cpu"))
     loads = [sum(cost[num_m - 1 - order[t]] for t in row.tolist() if t < num_m * bh) for row in table]
     assert greedy > 1.03 * mean and max(loads) <= 1.005 * mean
-    few = flash_ws.lpt_table(4, 2, 4, 128, 128, 5, 512, 512, True, -1, torch.device("cpu"))
+    few = flash_ws.lpt_table(
+        flash_ws.tile_costs(4, 128, 128, 512, 512, True, -1, 0), 2, 4, 5, True, torch.device("cpu")
+    )
     assert all((row < 8).sum() >= 1 and (row[row < 8].diff() > 0).all() for row in few)
 
 
@@ -398,10 +399,11 @@ def test_d64_walk_without_a_mask_spreads_its_part_empty_tiles():
     assert cfg["LPT"] == 1 and cfg["LPT_CHAIN"] == 2 and cfg["BLOCK_M"] == 192
     n, bh, programs = 1024, 512, 132
     num_m = -(-n // 192)
-    table = flash_ws.lpt_table(num_m, bh, 4, 192, 128, programs, n, n, False, -1, torch.device("cpu"), 2)
+    costs = flash_ws.walk_costs(cfg, n, n, False, -1)  # tile_blocks_cost + TILE_COST per m
+    assert costs == flash_ws.tile_costs(num_m, 192, 128, n, n, False, -1, 2)
+    table = flash_ws.lpt_table(costs, bh, 4, programs, False, torch.device("cpu"))
     tiles = num_m * bh
     assert sorted(table[table < tiles].tolist()) == list(range(tiles))
-    costs = flash_ws.tile_costs(num_m, 192, 128, n, n, False, -1, 2)  # tile_blocks_cost + TILE_COST per m
 
     def m_of(t):  # flash_ws_parts.tile's order: groups of 4 heads, then query block, then head
         return (t % (num_m * 4)) // 4
@@ -474,20 +476,7 @@ def test_walk_load_costs_the_walk_the_plan_runs():
         tiles, programs, busiest, mean = flash_ws.walk_load(bh, 1, n, n, causal, cfg, 132, win)
         chain = cfg.get("LPT_CHAIN", 0)
         cost = flash_ws.tile_costs(num_m, cfg["BLOCK_M"], cfg["BLOCK_N"], n, n, causal, win, chain)
-        table = flash_ws.lpt_table(
-            num_m,
-            bh,
-            cfg["SCHED_HEADS"],
-            cfg["BLOCK_M"],
-            cfg["BLOCK_N"],
-            programs,
-            n,
-            n,
-            causal,
-            win,
-            torch.device("cpu"),
-            chain,
-        )
+        table = flash_ws.lpt_table(cost, bh, cfg["SCHED_HEADS"], programs, causal, torch.device("cpu"))
         walked = [
             sum(cost[_block_of(t, num_m, cfg["SCHED_HEADS"], bh, causal)] for t in row if t < tiles)
             for row in table.tolist()
@@ -958,7 +947,8 @@ def test_d256_lpt_table_counts_64_key_blocks():
     """The causal schedule's work per tile is its 64-key blocks at d = 256: with 128-row tiles the last query
     block sees twice the blocks of 128-key tiles, and every tile is still handed out once."""
     num_m, n = 8, 1024
-    table = flash_ws.lpt_table(num_m, 2, 1, 128, 64, 3, n, n, True, -1, torch.device("cpu"))
+    cost = flash_ws.tile_costs(num_m, 128, 64, n, n, True, -1, 0)
+    table = flash_ws.lpt_table(cost, 2, 1, 3, True, torch.device("cpu"))
     assert sorted(table[table < 2 * num_m].tolist()) == list(range(2 * num_m))
     loads = []
     for (
