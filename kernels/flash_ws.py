@@ -109,12 +109,16 @@ _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 # smallest whose walk the schedule model (walk_load: its most loaded program) charges at most LPT_SLACK times the
 # best one's; but one head where 4 heads' K and V take more than LPT_ONE_HEAD_BYTES and the model charges one head's
 # walk at most LPT_ONE_HEAD_SLACK times the best group's (the model counts no L2 traffic, which one head's walk keeps
-# least), or where no group fits. FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4, and 4 with two Q
-# buffers (FP8_Q2_DIMS). Measured in docs/kernels.md, "Persistent LPT" and the FP8 forward.
+# least), or where no group fits. A causal walk (no window) over at most LPT_EIGHT_KEYS keys takes 8 heads where
+# the model charges them within LPT_SLACK: the model sees the groups' balanced tables within 0.5% there, and 8 heads took
+# 0.98x the time of 4 at d = 64, N = 1024 and 0.97-0.98x at d = 128, 2048 (1.00x at d = 64, 2048 and d = 128, 1024;
+# H200). FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4, and 4 with two Q buffers (FP8_Q2_DIMS).
+# Measured in docs/kernels.md, "Persistent LPT" and the FP8 forward.
 LPT_GROUP_BYTES = 32 * 2**20
 LPT_ONE_HEAD_BYTES = 8 * 2**20
 LPT_SLACK = 1.04
 LPT_ONE_HEAD_SLACK = 1.01
+LPT_EIGHT_KEYS = 2048
 
 
 def _base(head_dim: int) -> dict[str, int]:
@@ -289,7 +293,10 @@ def lpt_heads(
     if 4 * kv_bytes > LPT_ONE_HEAD_BYTES:
         if _list_schedule(cost, bh, 1, programs, causal)[1] <= LPT_ONE_HEAD_SLACK * least:
             return 1
-    return next(h for h, load in zip(groups, loads, strict=True) if load <= LPT_SLACK * least)
+    within = [h for h, load in zip(groups, loads, strict=True) if load <= LPT_SLACK * least]
+    if causal and win < 0 and n_k <= LPT_EIGHT_KEYS and bh > 4 and 8 in within:
+        return 8
+    return within[0]
 
 
 def preferred(

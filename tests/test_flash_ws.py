@@ -507,12 +507,18 @@ def _speed_heads(d: int, n: int, fp8: bool = False) -> int:
 def test_lpt_takes_the_smallest_head_group_the_schedule_model_fills_best():
     """The bf16 causal walk's head groups at the speed preset's shapes (N = 1k-32k): where the model fills 132 SMs
     better with wider groups (d = 256 at N = 1024: 16 heads 0.970 of the time filled, 4 heads 0.892), the smallest
-    within LPT_SLACK of the best; one head where 4 heads' K and V pass 8 MiB and the model charges one head within
-    1%, or no group's K and V fit 32 MiB. FP8 walks 8 heads while their K and V (1 byte) fit 8 MiB, else 4, and 4
-    with two Q buffers (Q2: d = 128's causal walk over 128-key tiles, below 4096 keys)."""
+    within LPT_SLACK of the best, but 8 heads where they are within it over at most LPT_EIGHT_KEYS keys; one head
+    where 4 heads' K and V pass 8 MiB and the model charges one head within 1%, or no group's K and V fit 32 MiB.
+    The walks without a mask keep the smallest group. FP8 walks 8 heads while their K and V (1 byte) fit 8 MiB,
+    else 4, and 4 with two Q buffers (Q2: d = 128's causal walk over 128-key tiles, below 4096 keys)."""
     seqs = (1024, 2048, 4096, 8192, 16384, 32768)
-    assert [_speed_heads(64, n) for n in seqs] == [4, 4, 4, 4, 4, 1]
-    assert [_speed_heads(128, n) for n in seqs] == [4, 4, 4, 4, 1, 1]
+    assert [_speed_heads(64, n) for n in seqs] == [8, 8, 4, 4, 4, 1]
+    assert [_speed_heads(128, n) for n in seqs] == [8, 8, 4, 4, 1, 1]
+    unmasked = flash_ws.default_config(64, False)
+    assert [flash_ws.lpt_heads(unmasked, 16384 // n * 32, n, n, 64, False, 132) for n in (1024, 2048)] == [
+        4,
+        4,
+    ]
     assert [_speed_heads(256, n) for n in seqs] == [16, 8, 4, 4, 1, 1]
     assert [_speed_heads(128, n, fp8=True) for n in (1024, 2048, 4096, 8192, 32768)] == [4, 4, 8, 4, 4]
     assert [_speed_heads(256, n, fp8=True) for n in (2048, 4096)] == [8, 4]
