@@ -111,8 +111,8 @@ _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 # walk at most LPT_ONE_HEAD_SLACK times the best group's (the model counts no L2 traffic, which one head's walk keeps
 # least), or where no group fits. A causal walk (no window) over at most LPT_EIGHT_KEYS keys takes 8 heads where
 # the model charges them within LPT_SLACK: the model sees the groups' balanced tables within 0.5% there, and 8 heads took
-# 0.98x the time of 4 at d = 64, N = 1024 and 0.97-0.98x at d = 128, 2048 (1.00x at d = 64, 2048 and d = 128, 1024;
-# H200). FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4, and 4 with two Q buffers (FP8_Q2_DIMS).
+# 0.98x the time of 4 at d = 64, N = 1024, within 1% either way elsewhere (d = 64 at 1536 and 2048, d = 128 at 1024,
+# 1536 and 2048; H200). FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4, and 4 with two Q buffers (FP8_Q2_DIMS).
 # Measured in docs/kernels.md, "Persistent LPT" and the FP8 forward.
 LPT_GROUP_BYTES = 32 * 2**20
 LPT_ONE_HEAD_BYTES = 8 * 2**20
