@@ -177,32 +177,42 @@ def decode(run: str) -> None:
 
 
 def fp8(run: str) -> None:
-    """The bundled forward in fp8 against bf16 (and the other providers' rows), TFLOP/s from one run."""
+    """The bundled forward in fp8 against bf16 (and the other providers' rows), TFLOP/s from one run. Per clock: fp8's
+    work per SM cycle over bf16's (the time ratio times the rows' SM clocks, bf16's over fp8's), which a power cap
+    that holds one dtype's rows at a lower clock does not move."""
     df = ok_rows(run)
     index = ["head_dim", "causal", "seq_q"]
     tf = df.pivot_table(index=index, columns=["provider", "dtype"], values="tflops")
+    clock = df.pivot_table(index=index, columns=["provider", "dtype"], values="sm_clock_mhz")
     mine = df[(df.provider == "triton") & (df.dtype == "fp8")].set_index(index)
     others = [c for c in tf.columns if c[0] != "triton"]
 
     def num(x: object) -> str:
         return "n/a" if x is None or x != x else f"{x:.0f}"
 
+    def known(*xs: object) -> bool:
+        return all(num(x) != "n/a" for x in xs)
+
     print(
-        "| d | causal | N | triton bf16 | triton fp8 | fp8 / bf16 | fp8 tile | fp8 rel. err (budget) | "
-        + "".join(f"{p} {t} | " for p, t in others)
+        "| d | causal | N | triton bf16 | triton fp8 | fp8 / bf16 | per clock | SM MHz bf16 / fp8 | fp8 tile "
+        "| fp8 rel. err (budget) |" + "".join(f" {p} {t} |" for p, t in others)
     )
-    print("| ---: | --- | ---: | ---: | ---: | ---: | --- | --- |" + " ---: |" * len(others))
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |" + " ---: |" * len(others))
     for key, r in tf.sort_index().iterrows():
         bf16, f8 = r.get(("triton", "bf16")), r.get(("triton", "fp8"))
-        ratio = f"{f8 / bf16:.2f}" if num(bf16) != "n/a" and num(f8) != "n/a" else "n/a"
+        mhz = clock.loc[key] if key in clock.index else {}
+        mhz_bf16, mhz_f8 = mhz.get(("triton", "bf16")), mhz.get(("triton", "fp8"))
+        ratio = f"{f8 / bf16:.2f}" if known(bf16, f8) else "n/a"
+        per_clock = f"{f8 / bf16 * mhz_bf16 / mhz_f8:.2f}" if known(bf16, f8, mhz_bf16, mhz_f8) else "n/a"
         e = mine.loc[key] if key in mine.index else None
         tile = kernel_name(_config(e["kernel_config"])) if e is not None else ""
         checked = e is not None and e["rel_err"] == e["rel_err"]
         err = f"{e['rel_err']:.2%} ({e['err_budget']:.2%})" if checked else ""
         d, causal, n = key
         print(
-            f"| {d} | {'yes' if causal else 'no'} | {n} | {num(bf16)} | {num(f8)} | {ratio} | {tile} | {err} | "
-            + "".join(f"{num(r[c])} | " for c in others)
+            f"| {d} | {'yes' if causal else 'no'} | {n} | {num(bf16)} | {num(f8)} | {ratio} | {per_clock} "
+            f"| {num(mhz_bf16)} / {num(mhz_f8)} | {tile} | {err} |"
+            + "".join(f" {num(r[c])} |" for c in others)
         )
 
 

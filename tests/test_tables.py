@@ -117,3 +117,22 @@ def test_the_mla_heads_table_puts_each_case_beside_the_run_before(tmp_path, caps
     gb_s = f"{32 * 4096 * 576 * 2 / 60.4e-6 / 1e9:.0f}"
     assert cells["16"] == ("split", "60.4", "75.5", "0.80", gb_s)
     assert cells["128"] == ("seesaw", "60.4", "-", "-", gb_s)
+
+
+def test_the_fp8_table_puts_the_ratio_per_clock_beside_the_ratio(tmp_path, capsys):
+    """fp8 / bf16 from the TFLOP/s, and per clock: that ratio times the rows' SM clocks, bf16's over fp8's, so a
+    power cap that holds the bf16 row at a lower clock shows as a ratio the kernel does not make. The rows are the
+    committed record's d = 128 causal N = 2048 pair, their TFLOP/s and clocks set by hand."""
+
+    def keep(r):
+        return r["provider"] == "triton" and (r["head_dim"], r["causal"], r["seq_q"]) == (128, True, 2048)
+
+    def edit(r):
+        fp8 = r["dtype"] == "fp8"
+        r["tflops"], r["sm_clock_mhz"] = (720.0, 1980.0) if fp8 else (540.0, 1800.0)
+
+    tables.fp8(_run_of(tmp_path / "run", "h200-fp8", keep, edit))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| d | causal | N | triton bf16 | triton fp8 | fp8 / bf16 | per clock |")
+    cells = [c.strip() for c in lines[2].split("|")[1:9]]
+    assert cells == ["128", "yes", "2048", "540", "720", "1.33", "1.21", "1800 / 1980"]
