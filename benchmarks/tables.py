@@ -74,25 +74,39 @@ def tflops_cell(x: float) -> str:
 
 
 def speed(runs: list[str]) -> None:
+    """The bundled forward against the SDPA backends, TFLOP/s of the first run; x flash and x cuDNN per run (a / b),
+    and x cuDNN per clock: the bundled kernel's work per SM cycle over cuDNN's (x cuDNN times cuDNN's row's SM clock
+    over the bundled row's), which a power cap that holds one kernel at a lower clock does not move."""
     frames = [ok_rows(r) for r in runs]
-    pivots = [
-        f.pivot_table(index=KEY, columns="provider", values="tflops").reindex(
-            columns=["triton", "sdpa-flash", "sdpa-cudnn"]  # a provider the run lacks: NaN, printed "nan"
-        )
-        for f in frames
-    ]
+    providers = ["triton", "sdpa-flash", "sdpa-cudnn"]  # a provider the run lacks: NaN, printed "nan"
+
+    def pivot(frame: pd.DataFrame, values: str) -> pd.DataFrame:
+        return frame.pivot_table(index=KEY, columns="provider", values=values).reindex(columns=providers)
+
+    pivots = [pivot(f, "tflops") for f in frames]
+    clocks = [pivot(f, "sm_clock_mhz") for f in frames]
     first = frames[0][frames[0].provider == "triton"].set_index(KEY)
-    print("| mode | d | causal | N | triton | sdpa-flash | sdpa-cudnn | x flash | x cuDNN | kernels |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print(
+        "| mode | d | causal | N | triton | sdpa-flash | sdpa-cudnn | x flash | x cuDNN | per clock | kernels |"
+    )
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     order = pivots[0].sort_index(level=["mode", "head_dim", "causal", "seq_q"])  # fwd before fwd+bwd
     for key, r in order.iterrows():
         d, causal, mode, n = key
         x_flash = " / ".join(ratio(p.loc[key, "triton"], p.loc[key, "sdpa-flash"]) for p in pivots)
         x_cudnn = " / ".join(ratio(p.loc[key, "triton"], p.loc[key, "sdpa-cudnn"]) for p in pivots)
+        per_clock = " / ".join(
+            ratio(
+                p.loc[key, "triton"] * c.loc[key, "sdpa-cudnn"],
+                p.loc[key, "sdpa-cudnn"] * c.loc[key, "triton"],
+            )
+            for p, c in zip(pivots, clocks, strict=True)
+        )
         kernels = kernels_cell(mode, first.loc[key, "kernel_config"])
-        cells = " | ".join(tflops_cell(r[p]) for p in ("triton", "sdpa-flash", "sdpa-cudnn"))
+        cells = " | ".join(tflops_cell(r[p]) for p in providers)
         print(
-            f"| {mode} | {d} | {'yes' if causal else 'no'} | {n} | {cells} | {x_flash} | {x_cudnn} | {kernels} |"
+            f"| {mode} | {d} | {'yes' if causal else 'no'} | {n} | {cells} | {x_flash} | {x_cudnn} | {per_clock} "
+            f"| {kernels} |"
         )
 
 

@@ -136,3 +136,33 @@ def test_the_fp8_table_puts_the_ratio_per_clock_beside_the_ratio(tmp_path, capsy
     assert lines[0].startswith("| d | causal | N | triton bf16 | triton fp8 | fp8 / bf16 | per clock |")
     cells = [c.strip() for c in lines[2].split("|")[1:9]]
     assert cells == ["128", "yes", "2048", "540", "720", "1.33", "1.21", "1800 / 1980"]
+
+
+def test_the_speed_table_puts_x_cudnn_per_clock_beside_x_cudnn(tmp_path, capsys):
+    """x cuDNN from the TFLOP/s, and per clock: that ratio times cuDNN's row's SM clock over the bundled row's (the
+    bundled kernel's work per cycle over cuDNN's), so a power cap that holds the bundled kernel lower shows. The
+    rows are the committed record's d = 64 causal N = 1024 forward, their TFLOP/s and clocks set by hand."""
+    providers = {"triton": (330.0, 1800.0), "sdpa-cudnn": (300.0, 1980.0), "sdpa-flash": (200.0, 1980.0)}
+
+    def keep(r):
+        return (
+            r["provider"] in providers
+            and r["mode"] == "fwd"
+            and (r["head_dim"], r["causal"], r["seq_q"])
+            == (
+                64,
+                True,
+                1024,
+            )
+        )
+
+    def edit(r):
+        r["tflops"], r["sm_clock_mhz"] = providers[r["provider"]]
+
+    tables.speed([_run_of(tmp_path / "run", "h200-speed", keep, edit)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(
+        "| mode | d | causal | N | triton | sdpa-flash | sdpa-cudnn | x flash | x cuDNN | per clock |"
+    )
+    cells = [c.strip() for c in lines[2].split("|")[1:11]]
+    assert cells == ["fwd", "64", "yes", "1024", "330", "200", "300", "1.65", "1.10", "1.21"]
