@@ -110,10 +110,10 @@ _LPT = {"PERSISTENT": 1, "STAGES": 2, "LPT": 1, "SCHED_HEADS": 4}
 # best one's; but one head where 4 heads' K and V take more than LPT_ONE_HEAD_BYTES and the model charges one head's
 # walk at most LPT_ONE_HEAD_SLACK times the best group's (the model counts no L2 traffic, which one head's walk keeps
 # least), or where no group fits. A causal walk (no window) over at most LPT_EIGHT_KEYS keys takes 8 heads where
-# the model charges them within LPT_SLACK: the model sees the groups' balanced tables within 0.5% there, and 8 heads took
-# 0.98x the time of 4 at d = 64, N = 1024, within 1% either way elsewhere (d = 64 at 1536 and 2048, d = 128 at 1024,
-# 1536 and 2048; H200). FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4, and 4 with two Q buffers (FP8_Q2_DIMS).
-# Measured in docs/kernels.md, "Persistent LPT" and the FP8 forward.
+# the model charges them within LPT_SLACK: the model sees the groups' balanced tables within 0.5% there, and 8
+# heads took 0.98x the time of 4 at d = 64, N = 1024, within 1% either way elsewhere (d = 64 at 1536 and 2048,
+# d = 128 at 1024, 1536 and 2048; H200). FP8: 8 heads while their K and V fit LPT_ONE_HEAD_BYTES, else 4, and 4
+# with two Q buffers (FP8_Q2_DIMS). Measured in docs/kernels.md, "Persistent LPT" and the FP8 forward.
 LPT_GROUP_BYTES = 32 * 2**20
 LPT_ONE_HEAD_BYTES = 8 * 2**20
 LPT_SLACK = 1.04
@@ -869,14 +869,13 @@ class ForwardPlan:
             win = window[0] if window is not None else -1
             if cfg.get("LPT") and "SCHED_HEADS" not in forced:
                 cfg["SCHED_HEADS"] = lpt_heads(cfg, B * H, Nq, Nk, D, causal, programs, win, fp8)
+            cost = walk_costs(cfg, Nq, Nk, causal, win)  # a window is causal: win -1 without a mask
             if not causal and cfg.get("LPT") and "LPT" not in forced:
-                cost = walk_costs(cfg, Nq, Nk, False, -1)
                 if not list_schedule_pays(cost, B * H, cfg["SCHED_HEADS"], programs):
                     # equal tiles: round-robin (LPT_CHAIN stays in the report, so that forcing it back, LPT=0
                     # with the default's other keys, gives this config), in a forced group's tile order
                     cfg.update(LPT=0, SCHED_HEADS=forced.get("SCHED_HEADS", 1))
             if cfg.get("LPT"):
-                cost = walk_costs(cfg, Nq, Nk, causal, win)
                 self.table = lpt_table(cost, B * H, cfg["SCHED_HEADS"], programs, causal, q.device)
                 width = self.table.shape[1]
         else:

@@ -15,8 +15,9 @@ The summary: the stall samples summed over the source page's `stall_*` columns (
 sample of a warp that issued is `selected`), each reason's share; the instructions with the most samples, with
 their main reason; the hottest code (the instructions executed the same number of times that hold the most samples:
 a loop's body) and its samples by opcode; the code by execution count (each group's runs of lines and their
-samples: a warp-specialized kernel's loops, tile code and program code apart); and the shared-memory instructions whose wavefronts pass their ideal (`L1 Wavefronts Shared`
-over `... Ideal`: a bank conflict replays the access), with the total excess.
+samples: a warp-specialized kernel's loops, tile code and program code apart); and the shared-memory instructions
+whose wavefronts pass their ideal (`L1 Wavefronts Shared` over `... Ideal`: a bank conflict replays the access),
+with the total excess.
 """
 
 from __future__ import annotations
