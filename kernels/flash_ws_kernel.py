@@ -32,6 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .flash_ws_parts import (
     WALK,
+    _unhalves,
     document_tile,
     live_tiles,
     load_partition,
@@ -87,7 +88,8 @@ def _consumer_step(
     registers (304-466 spill stores, every wgmma serialized). At d = 256 (128 keys) P is converted to e4m3
     (BLOCK_N / 8) before S_g's issue, and S_g still overlaps P_{g-1} V_{g-1} (P_EARLY: 208 registers; no spill
     without a mask, 8 stores causal); at d = 128 (256 keys) that is 224, which spilled 62 stores, so P_{g-1} V_{g-1}
-    is issued and waited first, then S_g (PV_FIRST: none). SUM_MMA: P's row sums come from a matmul beside
+    is issued first and S_g behind it in two halves of its keys, the second once P V is done (PV_FIRST,
+    _pv_then_s_halves: no spill). SUM_MMA: P's row sums come from a matmul beside
     P V (_pv_done), not from the softmax. LOOP_FIRST: the tile's first block g_first runs this step too,
     its P V one of zeros (p) on V_g itself, which it waits for and leaves held for block g's own P V next step."""
     _, _, k_smem, v_smem, ones = smem
@@ -102,17 +104,15 @@ def _consumer_step(
     if PV_FIRST:
         pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
         mbarrier.wait(my_turn, (g & 1) ^ FLIP)
+        pv_g = g - 1
+        release = True
         if LOOP_FIRST:  # the tile's first block: P (zeros) times its own V, left held
             first_g = (g == g_first).to(gl.int32)
-            acc, l_i = _pv_done(
-                acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g - 1 + first_g, SUM_MMA, first_g == 0
-            )
-        else:
-            acc, l_i = _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g - 1, SUM_MMA)
-        mbarrier.wait(k_bars.index(s_idx), (g // STAGES) & 1)
-        s = warpgroup_mma(q, k_smem.index(s_idx).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        mbarrier.arrive(next_turn)
-        s = warpgroup_mma_wait(0, deps=[s])  # P V is done: S_g alone was in flight
+            pv_g = g - 1 + first_g
+            release = first_g == 0
+        acc, l_i, s = _pv_then_s_halves(
+            acc, l_i, pa, q, smem, bars, next_turn, pv_g, g, s_zero, SUM_MMA, release
+        )
     else:
         if P_EARLY:
             pa = p_operand(p, gl.constexpr(acc.type.layout), gl.constexpr(q.dtype))
@@ -162,6 +162,39 @@ def _consumer_step(
     else:
         p = gl.convert_layout(p_new.to(q.dtype), p.type.layout)
     return acc, p, m_i, l_i
+
+
+@gluon.jit
+def _pv_then_s_halves(
+    acc, l_i, pa, q, smem, bars, next_turn, pv_g, g, s_zero, SUM_MMA: gl.constexpr, release
+):
+    """PV_FIRST's matmuls: P_{pv_g} V_{pv_g} (and its sums under SUM_MMA) issued, S_g's second half of keys behind
+    it (64 registers beside O's 64 and P's 32), and once P V is done, its P's registers free, the first half. The
+    tensor pipe runs the three back to back, where a whole S_g issued after P V's wait left it idle through the
+    wait and the issue (0.98-0.99x the time: docs/kernels.md, the FP8 forward). The second half goes first so that
+    ptxas keeps the halves in the registers of the whole tile's order (the first half first: 168 spill stores).
+    Returns (acc, l_i, S_g), S_g done, the turn passed on and V_{pv_g} released where `release` holds."""
+    _, _, k_smem, v_smem, ones = smem
+    _, _, k_bars, v_bars, empty_bars, _ = bars
+    STAGES: gl.constexpr = k_smem.shape[0]
+    HALF: gl.constexpr = k_smem.shape[1] // 2
+    mbarrier.wait(v_bars.index(pv_g % STAGES), (pv_g // STAGES) & 1)
+    acc = warpgroup_mma(pa, v_operand(v_smem, pv_g % STAGES), acc, is_async=True)
+    sums = _issue_sums(pa, ones) if SUM_MMA else acc
+    k = k_smem.index(g % STAGES)
+    half_zero = gl.zeros([s_zero.shape[0], HALF], gl.float32, mma_layout(HALF, 8))
+    mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
+    s_b = warpgroup_mma(q, k.slice(HALF, HALF).permute((1, 0)), half_zero, use_acc=False, is_async=True)
+    if SUM_MMA:  # in-order completion: P V and its sums are done, S_g's second half may not be
+        acc, sums = warpgroup_mma_wait(1, deps=[acc, sums])
+        l_i = l_i + _row_sums(sums, l_i)
+    else:
+        acc = pv_wait(acc, pa, 1)
+    mbarrier.arrive(empty_bars.index(STAGES + pv_g % STAGES), pred=release)
+    s_a = warpgroup_mma(q, k.slice(0, HALF).permute((1, 0)), half_zero, use_acc=False, is_async=True)
+    mbarrier.arrive(next_turn)
+    s_a, s_b = warpgroup_mma_wait(0, deps=[s_a, s_b])
+    return acc, l_i, gl.convert_layout(_unhalves(s_a, s_b), s_zero.type.layout, assert_trivial=True)
 
 
 @gluon.jit

@@ -245,6 +245,26 @@ def test_gpu_gluon_fp8_loop_first_within_budget(d, causal, block_n, programs):
 @pytest.mark.full  # forced
 @hopper_only
 @pytest.mark.parametrize(
+    ("causal", "loop_first", "programs", "nq"),
+    [(False, 0, 0, 2048), (False, 0, 3, 2048), (True, 1, 3, 2048), (True, 0, 0, 2048), (True, 1, 0, 640)],
+)
+def test_gpu_gluon_fp8_pv_first_within_budget(causal, loop_first, programs, nq):
+    """d = 128's 256-key step (PV_FIRST: P V, then S_g in two halves of its keys, the second half issued once P V
+    is done): the halves joined are the whole tile's scores, with and without LOOP_FIRST's P V of zeros, with and
+    without SUM_MMA (the causal default below 4096 keys has none), on 3 programs that walk many tiles (a half read
+    from the wrong stage or a V released early carries into the next tile), and 640 rows over 2048 keys (the
+    diagonal mid-way through a 256-key tile)."""
+    config = forced_tiles(
+        128, 256, LOOP_FIRST=loop_first, Q2=0, **({"PROGRAMS": programs} if programs else {})
+    )
+    check(2, 4, 2, nq, 2048, 128, causal=causal, config=config, seed=19)
+    assert (last_config()["LOOP_FIRST"], last_config()["BLOCK_N"]) == (loop_first, 256)
+
+
+@pytest.mark.gpu
+@pytest.mark.full  # forced
+@hopper_only
+@pytest.mark.parametrize(
     ("d", "block_n", "nq"),
     [(128, 128, 2048), (128, 256, 2048), (256, 128, 2048), (128, 128, 640), (256, 64, 640)],
 )
