@@ -178,18 +178,13 @@ def _pv_then_s_halves(
     _, _, k_bars, v_bars, empty_bars, _ = bars
     STAGES: gl.constexpr = k_smem.shape[0]
     HALF: gl.constexpr = k_smem.shape[1] // 2
-    mbarrier.wait(v_bars.index(pv_g % STAGES), (pv_g // STAGES) & 1)
-    acc = warpgroup_mma(pa, v_operand(v_smem, pv_g % STAGES), acc, is_async=True)
-    sums = _issue_sums(pa, ones) if SUM_MMA else acc
+    acc, sums = _issue_pv(acc, pa, v_smem, ones, v_bars, pv_g, SUM_MMA)
     k = k_smem.index(g % STAGES)
     half_zero = gl.zeros([s_zero.shape[0], HALF], gl.float32, mma_layout(HALF, 8))
     mbarrier.wait(k_bars.index(g % STAGES), (g // STAGES) & 1)
     s_b = warpgroup_mma(q, k.slice(HALF, HALF).permute((1, 0)), half_zero, use_acc=False, is_async=True)
-    if SUM_MMA:  # in-order completion: P V and its sums are done, S_g's second half may not be
-        acc, sums = warpgroup_mma_wait(1, deps=[acc, sums])
-        l_i = l_i + _row_sums(sums, l_i)
-    else:
-        acc = pv_wait(acc, pa, 1)
+    # in-order completion: P V and its sums are done, S_g's second half may not be
+    acc, l_i = _pv_wait(acc, pa, sums, l_i, 1.0, SUM_MMA, 1)
     mbarrier.arrive(empty_bars.index(STAGES + pv_g % STAGES), pred=release)
     s_a = warpgroup_mma(q, k.slice(0, HALF).permute((1, 0)), half_zero, use_acc=False, is_async=True)
     mbarrier.arrive(next_turn)
@@ -202,24 +197,33 @@ def _pv_done(acc, l_i, pa, v_smem, ones, v_bars, empty_bars, g, SUM_MMA: gl.cons
     """P V of the program's key block g (pa: P as P V's A operand) issued once V_g has landed and waited for, V_g's
     stage then released (where release holds); returns (acc, l_i), with P's row sums added to l_i under SUM_MMA."""
     STAGES: gl.constexpr = v_bars.shape[0]
-    mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
-    acc = warpgroup_mma(pa, v_operand(v_smem, g % STAGES), acc, is_async=True)
-    sums = _issue_sums(pa, ones) if SUM_MMA else acc
+    acc, sums = _issue_pv(acc, pa, v_smem, ones, v_bars, g, SUM_MMA)
     acc, l_i = _pv_wait(acc, pa, sums, l_i, 1.0, SUM_MMA)
     mbarrier.arrive(empty_bars.index(STAGES + g % STAGES), pred=release)
     return acc, l_i
 
 
 @gluon.jit
-def _pv_wait(acc, pa, sums, l_i, scale, SUM_MMA: gl.constexpr):
-    """Waits for P V in flight (acc) and returns (acc, l_i); under SUM_MMA for its row sums too (sums, in flight
-    behind it: _issue_sums), added to l_i times scale (the softmax's alpha when a newer block's max has moved).
-    Without SUM_MMA, sums is unused."""
+def _issue_pv(acc, pa, v_smem, ones, v_bars, g, SUM_MMA: gl.constexpr):
+    """P V of the program's key block g issued once V_g has landed, and under SUM_MMA its row sums behind it;
+    returns (acc, sums) in flight (sums is acc without SUM_MMA)."""
+    STAGES: gl.constexpr = v_bars.shape[0]
+    mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
+    acc = warpgroup_mma(pa, v_operand(v_smem, g % STAGES), acc, is_async=True)
+    sums = _issue_sums(pa, ones) if SUM_MMA else acc
+    return acc, sums
+
+
+@gluon.jit
+def _pv_wait(acc, pa, sums, l_i, scale, SUM_MMA: gl.constexpr, PENDING: gl.constexpr = 0):
+    """Waits for P V in flight (acc), all but the last PENDING matmuls issued after it, and returns (acc, l_i);
+    under SUM_MMA for its row sums too (sums, in flight behind it: _issue_sums), added to l_i times scale (the
+    softmax's alpha when a newer block's max has moved). Without SUM_MMA, sums is unused."""
     if SUM_MMA:
-        acc, sums = warpgroup_mma_wait(0, deps=[acc, sums])
+        acc, sums = warpgroup_mma_wait(PENDING, deps=[acc, sums])
         l_i = l_i + _row_sums(sums, l_i) * scale
     else:
-        acc = pv_wait(acc, pa)
+        acc = pv_wait(acc, pa, PENDING)
     return acc, l_i
 
 
